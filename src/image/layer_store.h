@@ -1,0 +1,102 @@
+// Layer store (DESIGN.md §4): read-only EROFS layers addressed by the sha256
+// of their image file and named "kind/name@version" (kind in base, workspace,
+// toolset). The store is a plain directory that may live on a shared or
+// distributed file system; several nodes may read it.
+//
+// Layout under the store dir:
+//   blobs/sha256/<hex>          the EROFS image (immutable once renamed in)
+//   names/<kind>/<name>/<ver>   text file holding "sha256:<hex>\n"
+//   meta/<hex>.json             {name, size, created_at_ns}
+//   tmp/                        builds in progress (removed on failure)
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace warren::image {
+
+enum class LayerKind { kBase, kWorkspace, kToolset };
+
+struct LayerName {
+  LayerKind kind;
+  std::string name;     // [a-z0-9][a-z0-9._-]{0,127}, may contain '/' segments? no: single segment
+  std::string version;  // [A-Za-z0-9][A-Za-z0-9._+-]{0,63}; empty = newest (lookups only)
+  // Parses "kind/name" or "kind/name@version". InvalidArgument naming the
+  // offending part otherwise.
+  static StatusOr<LayerName> Parse(std::string_view s);
+  std::string ToString() const;  // "kind/name@version" (or "kind/name")
+};
+
+struct LayerInfo {
+  std::string digest;   // "sha256:<64 hex>"
+  std::string name;     // "kind/name@version"; empty for an unnamed layer
+  uint64_t size_bytes = 0;
+  int64_t created_at_ns = 0;
+};
+
+class LayerStore {
+ public:
+  // Opens (creating if needed) a store directory.
+  static StatusOr<std::unique_ptr<LayerStore>> Open(const std::string& dir);
+
+  // Builds an EROFS image (mkfs.erofs) from a host directory, verifies it
+  // (mounted tree equals the source: names, modes, owners, sizes, contents,
+  // symlinks, hardlinks, xattrs) and names it. The same content gives the
+  // same digest. AlreadyExists if `name` (with version) already points at a
+  // different digest. Nothing is left behind on error.
+  StatusOr<LayerInfo> BuildFromDir(std::string_view name, const std::string& dir);
+  // Same from a tar file (plain/gz/xz/zstd, via libarchive). OCI/docker
+  // whiteouts ".wh.<name>" become overlayfs whiteouts (0:0 char devices) and
+  // ".wh..wh..opq" an opaque dir (trusted.overlay.opaque=y). Rejected with
+  // InvalidArgument naming the entry: absolute or ".." paths, device nodes
+  // other than whiteouts, links pointing outside the tree.
+  StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path);
+
+  // ref: "kind/name", "kind/name@version" or "sha256:<hex>". NotFound if absent.
+  StatusOr<LayerInfo> Resolve(std::string_view ref) const;
+  std::vector<LayerInfo> List() const;
+  // Removes the name (and the blob when no other name points at it).
+  // The caller (node) refuses removal of layers in use.
+  Status Remove(std::string_view ref);
+  // Path of the blob of a digest.
+  std::string BlobPath(std::string_view digest) const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit LayerStore(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+// Mounts each layer once per node (file-backed EROFS through fsopen/fsconfig/
+// fsmount where the kernel allows, a loop device otherwise) under
+// <mount_root>/<hex>, shared by every sandbox using it. Refcounted; a mount
+// whose count dropped to zero is unmounted after `grace` (LRU), never while in
+// use. Thread-safe.
+class MountCache {
+ public:
+  // Adopts mounts left under mount_root by a previous daemon (refcount 0
+  // until sandboxes are re-adopted and Acquire() them again).
+  static StatusOr<std::unique_ptr<MountCache>> Open(const LayerStore* store,
+                                                    const std::string& mount_root,
+                                                    int64_t grace_ms);
+  // Mounts (if needed) and takes a reference; returns the mount path.
+  StatusOr<std::string> Acquire(std::string_view digest);
+  void Release(std::string_view digest);
+  // Unmounts unreferenced mounts whose grace expired (called periodically)
+  // or all unreferenced ones if `all`.
+  void Sweep(bool all = false);
+  bool IsMounted(std::string_view digest) const;
+  uint32_t RefCount(std::string_view digest) const;
+  size_t MountedCount() const;
+  static bool FileBackedErofsSupported();
+};
+
+}  // namespace warren::image

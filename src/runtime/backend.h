@@ -1,0 +1,162 @@
+// The Backend interface (DESIGN.md §3): how a sandbox is isolated. One
+// implementation per folder under src/runtime/ (container/ now; fncall/,
+// microvm/, vm/ later); every implementation passes tests/conformance/.
+//
+// Threading: a Backend and the Sandboxes it returns are thread-safe. Exec and
+// the file operations of one sandbox may run concurrently with each other;
+// Destroy may run concurrently with them and makes them return promptly
+// (Exec returns an outcome with signal=SIGKILL, file calls return an error).
+//
+// Errors: absl::Status with errno preserved (common/status.h). The outcome of
+// a command (exit code, signal, OOM, timeout) is an ExecOutcome, never an error.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace warren::runtime {
+
+// Limits of one sandbox. Units in the names; 0 is never passed here (the node
+// fills defaults before calling the backend).
+struct Resources {
+  uint32_t cpu_millis = 1000;   // 1000 = one core (cfs quota), also cpu weight
+  uint32_t memory_mb = 1024;    // memory cgroup limit (RSS + page cache + tmpfs)
+  uint32_t disk_mb = 1024;      // cap of the writable upper layer
+  uint32_t pids = 1024;         // pids cgroup limit
+  uint32_t open_files = 1024;   // RLIMIT_NOFILE
+  uint32_t tmpfs_mb = 256;      // cap of /dev/shm (tmpfs)
+};
+
+struct SandboxSpec {
+  std::string id;                          // [a-z0-9-]{1,63}, unique on the node
+  std::string dir;                         // private runtime dir, created by the caller, empty
+  std::vector<std::string> lower_dirs;     // mounted read-only layers, BOTTOM FIRST
+  Resources resources;
+  std::map<std::string, std::string> env;  // default env of every exec
+  std::string workdir = "/";
+  std::string user = "root";
+  std::string hostname;                    // default: id (truncated to 63)
+};
+
+struct ExecSpec {
+  std::vector<std::string> argv;           // argv[0] searched in PATH; or:
+  std::optional<std::string> shell;        // run as /bin/sh -c <shell>
+  std::map<std::string, std::string> env;  // merged over the sandbox env
+  std::string cwd;                         // empty: the sandbox workdir
+  std::string user;                        // empty: the sandbox user
+  std::string stdin_data;                  // fed then EOF; empty = immediate EOF
+  std::chrono::milliseconds timeout{0};    // 0 = none
+  std::chrono::milliseconds kill_grace{500};
+  uint64_t output_cap_bytes = 16u << 20;   // kept per stream
+};
+
+struct ExecOutcome {
+  int exit_code = 0;         // exit status, or 128+signal
+  int signal = 0;            // signal that ended the foreground process
+  bool oom_killed = false;   // the sandbox's memory cgroup OOM-killed during the exec
+  bool timed_out = false;
+  std::string stdout_data, stderr_data;  // bytes, at most output_cap_bytes each
+  bool stdout_truncated = false, stderr_truncated = false;
+  uint64_t stdout_total = 0, stderr_total = 0;
+  std::chrono::nanoseconds duration{0};
+};
+
+enum class FileType { kRegular, kDirectory, kSymlink, kOther };
+
+struct FileInfo {
+  std::string name;            // last component, byte-exact
+  std::string path;            // as asked, joined with name for listings
+  FileType type = FileType::kOther;
+  uint64_t size = 0;
+  uint32_t mode = 0;           // permission bits (07777)
+  uint32_t uid = 0, gid = 0;   // as seen inside the sandbox
+  int64_t mtime_ns = 0;
+  std::string symlink_target;
+};
+
+// Streamed write; the data becomes visible at `path` only on Commit() (written
+// to a temporary file in the same directory, then renamed). Destroying an
+// uncommitted writer removes the temporary file.
+class FileWriter {
+ public:
+  virtual ~FileWriter() = default;
+  virtual Status Write(std::string_view data) = 0;
+  virtual StatusOr<uint64_t> Commit() = 0;  // returns bytes written
+};
+
+class FileReader {
+ public:
+  virtual ~FileReader() = default;
+  // Reads up to `max` bytes; an empty string means end of file.
+  virtual StatusOr<std::string> Read(size_t max) = 0;
+};
+
+// File operations on paths inside the sandbox. Every path is resolved inside
+// the sandbox root (openat2 RESOLVE_IN_ROOT or equivalent): ".." stops at "/",
+// symlinks resolve as inside the sandbox, never onto the host. Errors name the
+// path and the errno (NotFound, PermissionDenied, ResourceExhausted for ENOSPC).
+// New files are owned by the sandbox's root (uid 0 inside).
+class SandboxFiles {
+ public:
+  virtual ~SandboxFiles() = default;
+  virtual StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode,
+                                                          bool make_parents) = 0;
+  virtual StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset,
+                                                         uint64_t length) = 0;
+  virtual StatusOr<FileInfo> Stat(const std::string& path) = 0;
+  virtual StatusOr<std::vector<FileInfo>> List(const std::string& path) = 0;
+  virtual Status Mkdir(const std::string& path, uint32_t mode, bool parents) = 0;
+  virtual Status Remove(const std::string& path, bool recursive) = 0;
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+};
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;  // does NOT destroy: the sandbox outlives the object
+  virtual const std::string& id() const = 0;
+  // Runs a command to completion of its foreground process (not pipe EOF).
+  // Processes it leaves in the background keep running; their output after
+  // the foreground exits is discarded. On timeout the exec's whole process tree
+  // (including setsid'ed and double-forked descendants) gets SIGTERM, then
+  // SIGKILL after kill_grace.
+  virtual StatusOr<ExecOutcome> Exec(const ExecSpec& spec) = 0;
+  virtual SandboxFiles& files() = 0;
+  // Kills every process, unmounts, removes cgroups and the runtime dir.
+  // Idempotent; safe to call concurrently with Exec.
+  virtual Status Destroy() = 0;
+  // What Backend::Adopt needs after a daemon restart (persisted by the node).
+  virtual nlohmann::json Record() const = 0;
+  virtual pid_t init_pid() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "container", ...
+  // Creates and starts a sandbox. On error nothing is left behind (no
+  // process, mount, cgroup, file under spec.dir).
+  virtual StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) = 0;
+  // Re-attaches to a sandbox that a previous daemon created, from its
+  // Record(). NotFound if it is gone (then call Cleanup).
+  virtual StatusOr<std::unique_ptr<Sandbox>> Adopt(const nlohmann::json& record) = 0;
+  // Removes whatever a half-created or dead sandbox left (processes, mounts,
+  // cgroups, dir), given as much of a record as was written: at least
+  // {"id": spec.id, "dir": spec.dir}, which the node persists before Create.
+  // Idempotent.
+  virtual Status Cleanup(const nlohmann::json& record) = 0;
+};
+
+}  // namespace warren::runtime
