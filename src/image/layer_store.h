@@ -12,8 +12,11 @@
 // Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +29,7 @@ enum class LayerKind { kBase, kWorkspace, kToolset };
 
 struct LayerName {
   LayerKind kind;
-  std::string name;     // [a-z0-9][a-z0-9._-]{0,127}, may contain '/' segments? no: single segment
+  std::string name;     // [a-z0-9][a-z0-9._-]{0,127}; one path segment (no '/')
   std::string version;  // [A-Za-z0-9][A-Za-z0-9._+-]{0,63}; empty = newest (lookups only)
   // Parses "kind/name" or "kind/name@version". InvalidArgument naming the
   // offending part otherwise.
@@ -43,14 +46,18 @@ struct LayerInfo {
 
 class LayerStore {
  public:
-  // Opens (creating if needed) a store directory.
+  // Opens (creating if needed) a store directory. Removes what builds of
+  // this host that died (their pid is gone) left in tmp/; builds of other
+  // hosts sharing the store are left alone.
   static StatusOr<std::unique_ptr<LayerStore>> Open(const std::string& dir);
 
   // Builds an EROFS image (mkfs.erofs) from a host directory, verifies it
   // (mounted tree equals the source: names, modes, owners, sizes, contents,
   // symlinks, hardlinks, xattrs) and names it. The same content gives the
   // same digest. AlreadyExists if `name` (with version) already points at a
-  // different digest. Nothing is left behind on error.
+  // different digest; InvalidArgument if `name` has no version. The tree
+  // must not change while it is built (verify would fail: Internal naming
+  // the first differing path). Nothing is left behind on error.
   StatusOr<LayerInfo> BuildFromDir(std::string_view name, const std::string& dir);
   // Same from a tar file (plain/gz/xz/zstd, via libarchive). OCI/docker
   // whiteouts ".wh.<name>" become overlayfs whiteouts (0:0 char devices) and
@@ -60,10 +67,17 @@ class LayerStore {
   StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path);
 
   // ref: "kind/name", "kind/name@version" or "sha256:<hex>". NotFound if absent.
+  // Without a version the newest version is picked: the one whose name was
+  // created last (created_at_ns), ties broken by version in natural order
+  // ("10" > "9"). For a named layer created_at_ns is when the name was
+  // created; for a bare digest, when the blob was built (and name is empty).
   StatusOr<LayerInfo> Resolve(std::string_view ref) const;
+  // Every name, sorted by name; unnamed blobs are not listed.
   std::vector<LayerInfo> List() const;
   // Removes the name (and the blob when no other name points at it).
-  // The caller (node) refuses removal of layers in use.
+  // ref must carry a version ("kind/name@version") or be a digest (which
+  // removes every name pointing at it, then the blob); InvalidArgument for
+  // "kind/name". The caller (node) refuses removal of layers in use.
   Status Remove(std::string_view ref);
   // Path of the blob of a digest.
   std::string BlobPath(std::string_view digest) const;
@@ -72,7 +86,18 @@ class LayerStore {
 
  private:
   explicit LayerStore(std::string dir) : dir_(std::move(dir)) {}
+  // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image.
+  StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src);
+  StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image,
+                              const std::string& hex, uint64_t size);
+  std::string NamePath(const LayerName& name) const;
+  std::string TmpPath(std::string_view what) const;
+
   std::string dir_;
+  // Serializes publish/remove within this process; across processes (nodes
+  // sharing the store) names are created with link(2), which fails if the
+  // name exists, and blobs are immutable.
+  mutable std::mutex mu_;
 };
 
 // Mounts each layer once per node (file-backed EROFS through fsopen/fsconfig/
@@ -96,7 +121,32 @@ class MountCache {
   bool IsMounted(std::string_view digest) const;
   uint32_t RefCount(std::string_view digest) const;
   size_t MountedCount() const;
+  // Probed once per process: the kernel mounts EROFS straight from a regular
+  // file (Linux >= 6.12 with CONFIG_EROFS_FS_BACKED_BY_FILE).
   static bool FileBackedErofsSupported();
+
+  ~MountCache();  // Leaves mounts in place (a restarted daemon adopts them).
+
+ private:
+  enum class State { kMounting, kMounted, kUnmounting, kUnmounted };
+  struct Entry {
+    State state = State::kUnmounted;
+    uint32_t refs = 0;
+    int64_t released_at_ms = 0;  // CLOCK_MONOTONIC, when refs dropped to 0
+  };
+  MountCache(const LayerStore* store, std::string mount_root, int64_t grace_ms)
+      : store_(store), mount_root_(std::move(mount_root)), grace_ms_(grace_ms) {}
+  Status Adopt();
+  std::string MountPath(const std::string& hex) const;
+
+  const LayerStore* store_;
+  const std::string mount_root_;
+  const int64_t grace_ms_;
+  // Guards entries_; never held across mount/umount: Acquire of one digest
+  // waits on cv_ while another thread mounts it (per-digest latch).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Entry> entries_;  // key: hex digest
 };
 
 }  // namespace warren::image

@@ -1,0 +1,350 @@
+#include "image/layer_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "common/unique_fd.h"
+#include "image/erofs.h"
+#include "image/fs_util.h"
+#include "image/tar_extract.h"
+#include "image/tree_compare.h"
+
+namespace warren::image {
+namespace {
+
+constexpr const char* kKinds[] = {"base", "workspace", "toolset"};
+constexpr char kDigestPrefix[] = "sha256:";
+
+// Removes a file or tree on scope exit unless released (rollback guard).
+class RemoveGuard {
+ public:
+  explicit RemoveGuard(std::string path) : path_(std::move(path)) {}
+  ~RemoveGuard() {
+    if (!path_.empty()) (void)RemoveTree(path_);
+  }
+  void Release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+bool IsHex64(std::string_view s) {
+  if (s.size() != 64) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// "sha256:<hex>" -> "<hex>"; InvalidArgument otherwise.
+StatusOr<std::string> DigestHex(std::string_view digest) {
+  std::string_view prefix(kDigestPrefix);
+  if (digest.substr(0, prefix.size()) != prefix || !IsHex64(digest.substr(prefix.size()))) {
+    return absl::InvalidArgumentError("digest \"" + std::string(digest) +
+                                      "\" is not sha256:<64 lower-case hex>");
+  }
+  return std::string(digest.substr(prefix.size()));
+}
+
+// Natural order: digit runs compare as numbers ("9" < "10"), the rest bytewise.
+bool VersionLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (isdigit(static_cast<unsigned char>(a[i])) && isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
+      while (j2 < b.size() && isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
+      std::string da = a.substr(i, i2 - i), db = b.substr(j, j2 - j);
+      da.erase(0, std::min(da.find_first_not_of('0'), da.size()));
+      db.erase(0, std::min(db.find_first_not_of('0'), db.size()));
+      if (da.size() != db.size()) return da.size() < db.size();
+      if (da != db) return da < db;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  if ((a.size() - i) != (b.size() - j)) return (a.size() - i) < (b.size() - j);
+  return a < b;
+}
+
+std::vector<std::string> ListNames(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;  // ".", "..", and never a valid name
+    out.emplace_back(e->d_name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LayerStore>> LayerStore::Open(const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') {
+    return absl::InvalidArgumentError("layer store dir \"" + dir + "\" must be absolute");
+  }
+  std::unique_ptr<LayerStore> s(new LayerStore(dir));
+  for (const char* sub : {"blobs/sha256", "meta", "tmp", "names/base", "names/workspace",
+                          "names/toolset"}) {
+    RETURN_IF_ERROR(MakeDirs(dir + "/" + sub));
+  }
+  // Staging trees from tars may hold setuid files and devices until they are
+  // built: nobody but root may reach them.
+  const std::string tmp = dir + "/tmp";
+  if (chmod(tmp.c_str(), 0700) != 0) return ErrnoToStatus(errno, "chmod(" + tmp + ")");
+  for (const std::string& name : ListNames(tmp)) {
+    if (MadeByDeadLocalProcess(name)) (void)RemoveTree(tmp + "/" + name);
+  }
+  return s;
+}
+
+std::string LayerStore::BlobPath(std::string_view digest) const {
+  std::string_view prefix(kDigestPrefix);
+  if (digest.substr(0, prefix.size()) == prefix) digest.remove_prefix(prefix.size());
+  return dir_ + "/blobs/sha256/" + std::string(digest);
+}
+
+std::string LayerStore::NamePath(const LayerName& name) const {
+  return dir_ + "/names/" + LayerName{name.kind, name.name, ""}.ToString() + "/" +
+         name.version;
+}
+
+std::string LayerStore::TmpPath(std::string_view what) const {
+  return dir_ + "/tmp/" + std::string(what) + "-" + UniqueSuffix();
+}
+
+StatusOr<LayerInfo> LayerStore::BuildFromDir(std::string_view name, const std::string& dir) {
+  ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(name));
+  if (n.version.empty()) {
+    return absl::InvalidArgumentError("layer name \"" + std::string(name) +
+                                      "\": building needs a version (kind/name@version)");
+  }
+  return BuildImage(n, dir);
+}
+
+StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::string& tar_path) {
+  ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(name));
+  if (n.version.empty()) {
+    return absl::InvalidArgumentError("layer name \"" + std::string(name) +
+                                      "\": building needs a version (kind/name@version)");
+  }
+  std::string stage = TmpPath("stage");
+  if (mkdir(stage.c_str(), 0755) != 0) return ErrnoToStatus(errno, "mkdir(" + stage + ")");
+  RemoveGuard remove_stage(stage);  // always: the staging tree is never kept
+  // mkdir applied the umask; the root of a layer without a "./" entry is 0755.
+  if (chmod(stage.c_str(), 0755) != 0) return ErrnoToStatus(errno, "chmod(" + stage + ")");
+  RETURN_IF_ERROR(ExtractTar(tar_path, stage));
+  return BuildImage(n, stage);
+}
+
+StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::string& src) {
+  UniqueFd src_fd(open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!src_fd.valid()) return ErrnoToStatus(errno, "open(" + src + ")");
+  std::string image = TmpPath("build") + ".erofs";
+  RemoveGuard remove_image(image);
+  RETURN_IF_ERROR(MkfsErofs(image, src));
+  if (chmod(image.c_str(), 0444) != 0) return ErrnoToStatus(errno, "chmod(" + image + ")");
+  struct stat st;
+  if (stat(image.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + image + ")");
+  ASSIGN_OR_RETURN(std::string hex, Sha256File(image));
+  {
+    // Verify through a detached mount: nothing is attached anywhere, and
+    // closing the fds unmounts it even if we fail half-way.
+    ASSIGN_OR_RETURN(UniqueFd mnt, MountErofs(image));
+    UniqueFd root(openat(mnt.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) return ErrnoToStatus(errno, "openat(mount of " + image + ")");
+    RETURN_IF_ERROR(CompareTrees(src_fd.get(), root.get()));
+  }
+  ASSIGN_OR_RETURN(LayerInfo info, Publish(name, image, hex, static_cast<uint64_t>(st.st_size)));
+  remove_image.Release();  // renamed into blobs/ or already unlinked
+  return info;
+}
+
+StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string& tmp_image,
+                                        const std::string& hex, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string digest = kDigestPrefix + hex;
+  const std::string name_path = NamePath(name);
+  auto existing = [&]() -> StatusOr<LayerInfo> {
+    ASSIGN_OR_RETURN(LayerInfo cur, Resolve(name.ToString()));
+    if (cur.digest != digest) {
+      return absl::AlreadyExistsError("layer " + name.ToString() + " already points at " +
+                                      cur.digest + ", not " + digest);
+    }
+    unlink(tmp_image.c_str());
+    return cur;
+  };
+  if (access(name_path.c_str(), F_OK) == 0) return existing();
+
+  const std::string blob = BlobPath(hex);
+  const std::string meta = dir_ + "/meta/" + hex + ".json";
+  bool new_blob = false;
+  if (access(blob.c_str(), F_OK) == 0) {
+    unlink(tmp_image.c_str());  // same digest, same bytes
+  } else {
+    if (rename(tmp_image.c_str(), blob.c_str()) != 0) {
+      return ErrnoToStatus(errno, "rename(" + tmp_image + ", " + blob + ")");
+    }
+    new_blob = true;
+  }
+  auto rollback = [&]() {
+    if (new_blob) {
+      unlink(blob.c_str());
+      unlink(meta.c_str());
+    }
+  };
+  if (access(meta.c_str(), F_OK) != 0) {
+    nlohmann::json j = {{"name", name.ToString()},
+                        {"size", size},
+                        {"created_at_ns", NowRealtimeNs()}};
+    if (Status s = WriteFileAtomic(meta, j.dump() + "\n"); !s.ok()) {
+      rollback();
+      return s;
+    }
+  }
+  Status s = MakeDirs(name_path.substr(0, name_path.rfind('/')));
+  if (s.ok()) s = CreateFileExclusive(name_path, digest + "\n");
+  if (!s.ok()) {
+    if (StatusErrno(s) == EEXIST) {
+      // Another node named it meanwhile; if it named these bytes, the blob
+      // is (also) theirs and stays.
+      StatusOr<LayerInfo> r = existing();
+      if (!r.ok()) rollback();
+      return r;
+    }
+    rollback();
+    return s;
+  }
+  return Resolve(name.ToString());
+}
+
+StatusOr<LayerInfo> LayerStore::Resolve(std::string_view ref) const {
+  if (ref.substr(0, strlen(kDigestPrefix)) == kDigestPrefix) {
+    ASSIGN_OR_RETURN(std::string hex, DigestHex(ref));
+    struct stat st;
+    const std::string blob = BlobPath(hex);
+    if (stat(blob.c_str(), &st) != 0) {
+      if (errno == ENOENT) return absl::NotFoundError("layer " + std::string(ref) + " not found");
+      return ErrnoToStatus(errno, "stat(" + blob + ")");
+    }
+    LayerInfo info;
+    info.digest = std::string(ref);
+    info.size_bytes = static_cast<uint64_t>(st.st_size);
+    info.created_at_ns = MtimeNs(st);
+    auto meta = ReadSmallFile(dir_ + "/meta/" + hex + ".json");
+    if (meta.ok()) {
+      auto j = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("created_at_ns") && j["created_at_ns"].is_number()) {
+        info.created_at_ns = j["created_at_ns"].get<int64_t>();
+      }
+    }
+    return info;
+  }
+  ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(ref));
+  if (n.version.empty()) {
+    // Newest: latest-created name, ties by natural version order.
+    const std::string dir = dir_ + "/names/" + n.ToString();
+    std::optional<std::pair<int64_t, std::string>> best;
+    for (const std::string& v : ListNames(dir)) {
+      struct stat st;
+      if (v.find(".tmp-") != std::string::npos) continue;  // a name being written
+      if (stat((dir + "/" + v).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      std::pair<int64_t, std::string> cand{MtimeNs(st), v};
+      if (!best || best->first < cand.first ||
+          (best->first == cand.first && VersionLess(best->second, cand.second))) {
+        best = cand;
+      }
+    }
+    if (!best) return absl::NotFoundError("layer " + n.ToString() + " not found");
+    n.version = best->second;
+  }
+  const std::string path = NamePath(n);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::NotFoundError("layer " + n.ToString() + " not found");
+    return ErrnoToStatus(errno, "stat(" + path + ")");
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, 4096));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (!DigestHex(text).ok()) {
+    return absl::DataLossError("name file " + path + " does not hold a digest");
+  }
+  ASSIGN_OR_RETURN(LayerInfo info, Resolve(text));
+  info.name = n.ToString();
+  info.created_at_ns = MtimeNs(st);
+  return info;
+}
+
+std::vector<LayerInfo> LayerStore::List() const {
+  std::vector<LayerInfo> out;
+  for (const char* kind : kKinds) {
+    const std::string kdir = dir_ + "/names/" + kind;
+    for (const std::string& name : ListNames(kdir)) {
+      for (const std::string& v : ListNames(kdir + "/" + name)) {
+        if (v.find(".tmp-") != std::string::npos) continue;
+        auto info = Resolve(std::string(kind) + "/" + name + "@" + v);
+        if (info.ok()) out.push_back(*std::move(info));
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LayerInfo& a, const LayerInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+Status LayerStore::Remove(std::string_view ref) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string digest;
+  std::vector<LayerName> names;
+  if (ref.substr(0, strlen(kDigestPrefix)) == kDigestPrefix) {
+    ASSIGN_OR_RETURN(LayerInfo info, Resolve(ref));
+    digest = info.digest;
+    for (const LayerInfo& l : List()) {
+      if (l.digest == digest) names.push_back(*LayerName::Parse(l.name));
+    }
+  } else {
+    ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(ref));
+    if (n.version.empty()) {
+      return absl::InvalidArgumentError("removing layer " + n.ToString() +
+                                        " needs an explicit @version or a digest");
+    }
+    ASSIGN_OR_RETURN(LayerInfo info, Resolve(ref));
+    digest = info.digest;
+    names.push_back(n);
+  }
+  for (const LayerName& n : names) {
+    const std::string path = NamePath(n);
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoToStatus(errno, "unlink(" + path + ")");
+    }
+    rmdir(path.substr(0, path.rfind('/')).c_str());  // fails (ENOTEMPTY) if other versions
+  }
+  for (const LayerInfo& l : List()) {
+    if (l.digest == digest) return absl::OkStatus();  // still named elsewhere
+  }
+  const std::string hex = digest.substr(strlen(kDigestPrefix));
+  const std::string blob = BlobPath(hex);
+  if (unlink(blob.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoToStatus(errno, "unlink(" + blob + ")");
+  }
+  unlink((dir_ + "/meta/" + hex + ".json").c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace warren::image

@@ -1,0 +1,24 @@
+// Safe tar extraction into a layer staging directory.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace warren::image {
+
+// Extracts the tar at `tar_path` (plain, gzip, xz, zstd, ... via libarchive)
+// into the existing empty directory `dest`, creating every entry with
+// openat-family calls relative to fds of directories already inside `dest`
+// (never through a symlink, never outside `dest`). Keeps numeric owners,
+// modes (incl. setuid), mtimes, xattrs, hardlinks, symlinks (any target) and
+// fifos. OCI whiteouts: "d/.wh.x" becomes the overlayfs whiteout "d/x" (char
+// device 0:0) and "d/.wh..wh..opq" sets trusted.overlay.opaque=y on "d".
+// A "./" entry sets the metadata of `dest` itself.
+// InvalidArgument naming the entry for: absolute paths, ".." components, a
+// path through a symlink or a non-directory, hardlinks to missing or outside
+// targets, char/block devices, an unreadable or truncated archive. On error
+// `dest` holds a partial tree that the caller removes.
+Status ExtractTar(const std::string& tar_path, const std::string& dest);
+
+}  // namespace warren::image

@@ -1,0 +1,702 @@
+#include "runtime/container/rooted_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#else
+struct open_how {
+  uint64_t flags;
+  uint64_t mode;
+  uint64_t resolve;
+};
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_IN_ROOT 0x10
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace warren::runtime {
+namespace internal {
+// Test hook: resolve with the component walk even where openat2 exists, so
+// the fallback runs the same suite. Not thread-safe against running calls.
+void SetForceWalkResolverForTest(bool force);
+}  // namespace internal
+
+namespace {
+
+constexpr uint32_t kOverflowId = 65534;
+constexpr int kOpenat2Retries = 32;       // EAGAIN: a concurrent rename raced a ".." walk
+constexpr int kMaxSymlinks = 40;          // as the kernel's MAXSYMLINKS
+constexpr int kMaxRemoveDepth = 256;      // one fd per level while removing a tree
+constexpr size_t kMaxReadChunk = 64u << 20;
+constexpr mode_t kParentDirMode = 0755;   // directories created by make_parents / parents
+// mode 0 means the API's default (warren.proto: WriteFileRequest.mode, MkdirRequest.mode).
+constexpr mode_t kDefaultFileMode = 0644;
+constexpr char kTempPrefix[] = ".warren-tmp-";
+
+std::atomic<bool> g_force_walk{false};
+// 0: not probed, 1: openat2 works, 2: openat2 is missing (ENOSYS).
+std::atomic<int> g_openat2_state{0};
+
+// A path as the sandbox sees it: components without "" and "."; ".." kept
+// (resolved by the kernel inside the root, never lexically).
+struct SandboxPath {
+  std::string asked;               // for error messages and FileInfo.path
+  std::vector<std::string> parts;
+  bool trailing_slash = false;
+
+  bool is_root() const { return parts.empty(); }
+  const std::string& last() const { return parts.back(); }
+  bool last_is_dotdot() const { return !parts.empty() && parts.back() == ".."; }
+  std::string Join(size_t n) const {
+    if (n == 0) return ".";
+    std::string out;
+    for (size_t i = 0; i < n; ++i) {
+      if (i) out += '/';
+      out += parts[i];
+    }
+    return out;
+  }
+  std::string Rel() const { return Join(parts.size()); }
+  std::string ParentRel() const { return Join(parts.size() - 1); }
+};
+
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\0') {
+      out += "\\0";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+Status Errno(int err, const std::string& op, const std::string& path) {
+  return ErrnoToStatus(err, op + "(" + Printable(path) + ")");
+}
+
+StatusOr<SandboxPath> Parse(const std::string& path, const std::string& op) {
+  if (path.empty()) return absl::InvalidArgumentError(op + "(): empty path");
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(op + "(" + Printable(path) + "): path contains a NUL byte");
+  }
+  SandboxPath p;
+  p.asked = path;
+  p.trailing_slash = path.back() == '/';
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(start, end - start);
+    if (!part.empty() && part != ".") p.parts.push_back(std::move(part));
+    start = end + 1;
+  }
+  return p;
+}
+
+// --- resolution inside the root -------------------------------------------
+
+int Openat2InRoot(int root, const std::string& rel, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  for (int i = 0; i < kOpenat2Retries; ++i) {
+    long fd = syscall(SYS_openat2, root, rel.c_str(), &how, sizeof(how));
+    if (fd >= 0) return static_cast<int>(fd);
+    if (errno != EAGAIN && errno != EINTR) return -errno;
+  }
+  return -EAGAIN;
+}
+
+std::deque<std::string> SplitForWalk(const std::string& s) {
+  std::deque<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find('/', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Reads the target of the symlink `name` in `dir` (name "" with an O_PATH fd
+// of the link itself).
+int ReadLink(int dir, const char* name, std::string* target) {
+  std::string buf(PATH_MAX, '\0');
+  ssize_t n = readlinkat(dir, name, buf.data(), buf.size());
+  if (n < 0) return -errno;
+  buf.resize(static_cast<size_t>(n));
+  *target = std::move(buf);
+  return 0;
+}
+
+// Fallback for kernels without openat2: the RESOLVE_IN_ROOT semantics by hand.
+// Every component is opened with O_NOFOLLOW relative to the fd of the
+// directory resolved so far; a symlink's target is spliced into the
+// remaining components (an absolute one restarts at the root); ".." pops the
+// stack of resolved directories and never goes above the root.
+int WalkInRoot(int root, const std::string& rel, int flags) {
+  if (rel.size() >= PATH_MAX) return -ENAMETOOLONG;
+  std::vector<UniqueFd> stack;
+  stack.emplace_back(openat(root, ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!stack.back().valid()) return -errno;
+  std::deque<std::string> todo = SplitForWalk(rel);
+  int links = 0;
+  auto splice = [&](const std::string& target) -> int {
+    if (++links > kMaxSymlinks) return -ELOOP;
+    if (target.empty()) return -ENOENT;
+    std::deque<std::string> more = SplitForWalk(target);
+    todo.insert(todo.begin(), more.begin(), more.end());
+    if (target[0] == '/') stack.resize(1);
+    return 0;
+  };
+  // Each iteration consumes a component and splices are limited to
+  // kMaxSymlinks targets of < PATH_MAX bytes, so this bound is never reached
+  // by a valid walk.
+  for (int iteration = 0;; ++iteration) {
+    if (iteration > (kMaxSymlinks + 1) * PATH_MAX) return -ELOOP;
+    while (!todo.empty() && todo.front() == ".") todo.pop_front();
+    if (todo.empty()) {
+      // The path named a directory already on the stack ("", ".", "a/..").
+      int fd = openat(stack.back().get(), ".", flags | O_CLOEXEC);
+      return fd >= 0 ? fd : -errno;
+    }
+    std::string c = std::move(todo.front());
+    todo.pop_front();
+    if (c == "..") {
+      if (stack.size() > 1) stack.pop_back();
+      continue;
+    }
+    const int dir = stack.back().get();
+    if (!todo.empty()) {
+      UniqueFd fd(openat(dir, c.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd.valid()) return -errno;
+      struct stat st;
+      if (fstat(fd.get(), &st) != 0) return -errno;
+      if (S_ISLNK(st.st_mode)) {
+        std::string target;
+        if (int rc = ReadLink(fd.get(), "", &target); rc != 0) return rc;
+        if (int rc = splice(target); rc != 0) return rc;
+        continue;
+      }
+      if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+      stack.push_back(std::move(fd));
+      continue;
+    }
+    int fd = openat(dir, c.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    if (fd >= 0) {
+      struct stat st;
+      if ((flags & O_PATH) && fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) {
+        close(fd);
+      } else {
+        return fd;
+      }
+    }
+    std::string target;
+    if (ReadLink(dir, c.c_str(), &target) != 0) return -err;  // not a symlink: the real error
+    if (int rc = splice(target); rc != 0) return rc;
+  }
+}
+
+// Opens `rel` inside `root` following symlinks as the sandbox would (inside
+// the root); returns an fd or -errno.
+int ResolveInRoot(int root, const std::string& rel, int flags) {
+  if (!g_force_walk.load(std::memory_order_relaxed) &&
+      g_openat2_state.load(std::memory_order_relaxed) != 2) {
+    int fd = Openat2InRoot(root, rel, flags);
+    if (fd != -ENOSYS) {
+      g_openat2_state.store(1, std::memory_order_relaxed);
+      return fd;
+    }
+    g_openat2_state.store(2, std::memory_order_relaxed);
+  }
+  return WalkInRoot(root, rel, flags);
+}
+
+// --- helpers ---------------------------------------------------------------
+
+struct DirEntry {
+  std::string name;
+  unsigned char type;
+};
+
+// All entries of an open directory except "." and "..", byte-exact names.
+StatusOr<std::vector<DirEntry>> ReadDir(int fd, const std::string& op, const std::string& path) {
+  struct Dirent64 {
+    ino64_t d_ino;
+    off64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+  };
+  std::vector<DirEntry> out;
+  alignas(8) char buf[64 * 1024];
+  while (true) {
+    long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno(errno, op, path);
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<Dirent64*>(buf + off);
+      off += d->d_reclen;
+      if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0) continue;
+      out.push_back(DirEntry{d->d_name, d->d_type});
+    }
+  }
+  return out;
+}
+
+std::string JoinShown(const std::string& dir, const std::string& name) {
+  if (!dir.empty() && dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+StatusOr<std::string> RandomSuffix() {
+  unsigned char bytes[8];
+  size_t got = 0;
+  for (int i = 0; i < 8 && got < sizeof(bytes); ++i) {
+    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "getrandom()");
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof(bytes)) return absl::InternalError("getrandom(): short read");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+class RootedWriter : public FileWriter {
+ public:
+  RootedWriter(UniqueFd parent, UniqueFd fd, std::string tmp_name, std::string name, std::string shown)
+      : parent_(std::move(parent)),
+        fd_(std::move(fd)),
+        tmp_name_(std::move(tmp_name)),
+        name_(std::move(name)),
+        shown_(std::move(shown)) {}
+
+  ~RootedWriter() override {
+    if (!committed_) unlinkat(parent_.get(), tmp_name_.c_str(), 0);
+  }
+
+  Status Write(std::string_view data) override {
+    if (committed_) return absl::FailedPreconditionError("write(" + shown_ + "): already committed");
+    RETURN_IF_ERROR(failed_);
+    while (!data.empty()) {
+      ssize_t n = write(fd_.get(), data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        failed_ = Errno(errno, "write", shown_);
+        return failed_;
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+      written_ += static_cast<uint64_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  StatusOr<uint64_t> Commit() override {
+    if (committed_) return absl::FailedPreconditionError("write(" + shown_ + "): already committed");
+    RETURN_IF_ERROR(failed_);
+    // close() reports delayed write errors of some file systems (NFS, FUSE).
+    if (close(fd_.release()) != 0 && errno != EINTR) {
+      failed_ = Errno(errno, "write", shown_);
+      return failed_;
+    }
+    if (renameat(parent_.get(), tmp_name_.c_str(), parent_.get(), name_.c_str()) != 0) {
+      failed_ = Errno(errno, "write", shown_);
+      return failed_;
+    }
+    committed_ = true;
+    return written_;
+  }
+
+ private:
+  UniqueFd parent_;
+  UniqueFd fd_;
+  std::string tmp_name_;
+  std::string name_;
+  std::string shown_;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+  Status failed_;
+};
+
+class RootedReader : public FileReader {
+ public:
+  RootedReader(UniqueFd fd, uint64_t offset, uint64_t remaining, std::string shown)
+      : fd_(std::move(fd)), offset_(offset), remaining_(remaining), shown_(std::move(shown)) {}
+
+  StatusOr<std::string> Read(size_t max) override {
+    size_t want = static_cast<size_t>(std::min<uint64_t>({max, remaining_, kMaxReadChunk}));
+    std::string out(want, '\0');
+    size_t got = 0;
+    while (got < want) {
+      ssize_t n = pread(fd_.get(), out.data() + got, want - got, static_cast<off_t>(offset_));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Errno(errno, "read", shown_);
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+      offset_ += static_cast<uint64_t>(n);
+    }
+    out.resize(got);
+    remaining_ -= got;
+    return out;
+  }
+
+ private:
+  UniqueFd fd_;
+  uint64_t offset_;
+  uint64_t remaining_;
+  std::string shown_;
+};
+
+class RootedFiles : public SandboxFiles {
+ public:
+  explicit RootedFiles(RootedFilesOptions options) : opt_(std::move(options)) {}
+
+  StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode,
+                                                  bool make_parents) override {
+    ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "write"));
+    if (mode == 0) mode = kDefaultFileMode;
+    RETURN_IF_ERROR(NeedsEntry(p, "write"));
+    if (p.trailing_slash) return Errno(EISDIR, "write", p.asked);
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    if (make_parents) RETURN_IF_ERROR(MakeDirs(root.get(), p, p.parts.size() - 1, "write"));
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "write"));
+    struct stat st;
+    if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+      return Errno(EISDIR, "write", p.asked);
+    }
+    ASSIGN_OR_RETURN(std::string suffix, RandomSuffix());
+    std::string tmp = kTempPrefix + suffix;
+    UniqueFd fd(openat(parent.get(), tmp.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.valid()) return Errno(errno, "write", p.asked);
+    // fchmod after fchown: chown clears set-id bits.
+    if (fchown(fd.get(), opt_.host_root_uid, opt_.host_root_gid) != 0 ||
+        fchmod(fd.get(), mode & 07777) != 0) {
+      int err = errno;
+      unlinkat(parent.get(), tmp.c_str(), 0);
+      return Errno(err, "write", p.asked);
+    }
+    // From here the writer owns the temporary file (unlinked unless committed).
+    return std::unique_ptr<FileWriter>(
+        std::make_unique<RootedWriter>(std::move(parent), std::move(fd), tmp, p.last(), p.asked));
+  }
+
+  StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset,
+                                                 uint64_t length) override {
+    ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "read"));
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    // O_NONBLOCK: opening a FIFO planted by the sandbox must not hang.
+    int fd = ResolveInRoot(root.get(), p.Rel(), O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) return Errno(-fd, "read", p.asked);
+    UniqueFd file(fd);
+    struct stat st;
+    if (fstat(file.get(), &st) != 0) return Errno(errno, "read", p.asked);
+    if (S_ISDIR(st.st_mode)) return Errno(EISDIR, "read", p.asked);
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError("read(" + Printable(p.asked) + "): not a regular file");
+    }
+    uint64_t remaining = length == 0 ? UINT64_MAX : length;
+    return std::unique_ptr<FileReader>(
+        std::make_unique<RootedReader>(std::move(file), offset, remaining, p.asked));
+  }
+
+  StatusOr<FileInfo> Stat(const std::string& path) override {
+    ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "stat"));
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    struct stat st;
+    FileInfo info;
+    info.path = p.asked;
+    if (p.is_root() || p.last_is_dotdot()) {
+      int fd = ResolveInRoot(root.get(), p.Rel(), O_PATH);
+      if (fd < 0) return Errno(-fd, "stat", p.asked);
+      UniqueFd dir(fd);
+      if (fstat(dir.get(), &st) != 0) return Errno(errno, "stat", p.asked);
+      info.name = p.is_root() ? "/" : "..";
+      Fill(st, &info);
+      return info;
+    }
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "stat"));
+    if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return Errno(errno, "stat", p.asked);
+    }
+    info.name = p.last();
+    Fill(st, &info);
+    if (S_ISLNK(st.st_mode)) {
+      if (int rc = ReadLink(parent.get(), p.last().c_str(), &info.symlink_target); rc != 0) {
+        return Errno(-rc, "stat", p.asked);
+      }
+    }
+    return info;
+  }
+
+  StatusOr<std::vector<FileInfo>> List(const std::string& path) override {
+    ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "list"));
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    int fd = ResolveInRoot(root.get(), p.Rel(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return Errno(-fd, "list", p.asked);
+    UniqueFd dir(fd);
+    ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDir(dir.get(), "list", p.asked));
+    std::sort(entries.begin(), entries.end(),
+              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    std::vector<FileInfo> out;
+    out.reserve(entries.size());
+    for (const DirEntry& e : entries) {
+      struct stat st;
+      if (fstatat(dir.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;  // removed by the sandbox meanwhile
+        return Errno(errno, "list", JoinShown(p.asked, e.name));
+      }
+      FileInfo info;
+      info.name = e.name;
+      info.path = JoinShown(p.asked, e.name);
+      Fill(st, &info);
+      if (S_ISLNK(st.st_mode)) ReadLink(dir.get(), e.name.c_str(), &info.symlink_target);
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+
+  Status Mkdir(const std::string& path, uint32_t mode, bool parents) override {
+    ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "mkdir"));
+    if (mode == 0) mode = kParentDirMode;
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    if (p.is_root() || p.last_is_dotdot()) {
+      // Names an existing directory.
+      if (!parents) return Errno(EEXIST, "mkdir", p.asked);
+      int fd = ResolveInRoot(root.get(), p.Rel(), O_PATH | O_DIRECTORY);
+      if (fd < 0) return Errno(-fd, "mkdir", p.asked);
+      close(fd);
+      return absl::OkStatus();
+    }
+    if (parents) RETURN_IF_ERROR(MakeDirs(root.get(), p, p.parts.size() - 1, "mkdir"));
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "mkdir"));
+    if (mkdirat(parent.get(), p.last().c_str(), 0700) != 0) {
+      int err = errno;
+      if (err == EEXIST && parents) {
+        // mkdir -p: an existing directory (or a symlink to one, inside the root) is success.
+        int fd = ResolveInRoot(root.get(), p.Rel(), O_PATH | O_DIRECTORY);
+        if (fd >= 0) {
+          close(fd);
+          return absl::OkStatus();
+        }
+      }
+      return Errno(err, "mkdir", p.asked);
+    }
+    return OwnNewDir(parent.get(), p.last(), mode, p.asked, "mkdir");
+  }
+
+  Status Remove(const std::string& path, bool recursive) override {
+    ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "remove"));
+    if (p.is_root()) return absl::InvalidArgumentError("remove(" + Printable(path) + "): cannot remove /");
+    RETURN_IF_ERROR(NeedsEntry(p, "remove"));
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "remove"));
+    struct stat st;
+    if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return Errno(errno, "remove", p.asked);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      if (unlinkat(parent.get(), p.last().c_str(), 0) != 0) return Errno(errno, "remove", p.asked);
+      return absl::OkStatus();
+    }
+    if (!recursive) {
+      if (unlinkat(parent.get(), p.last().c_str(), AT_REMOVEDIR) != 0) {
+        return Errno(errno, "remove", p.asked);
+      }
+      return absl::OkStatus();
+    }
+    return RemoveTree(parent.get(), p.last(), p.asked, 0);
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    ASSIGN_OR_RETURN(SandboxPath f, Parse(from, "rename"));
+    ASSIGN_OR_RETURN(SandboxPath t, Parse(to, "rename"));
+    const std::string shown = Printable(from) + " -> " + Printable(to);
+    if (f.is_root() || t.is_root() || f.last_is_dotdot() || t.last_is_dotdot()) {
+      return absl::InvalidArgumentError("rename(" + shown + "): both paths must name an entry");
+    }
+    ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
+    ASSIGN_OR_RETURN(UniqueFd fparent, OpenParent(root.get(), f, "rename"));
+    ASSIGN_OR_RETURN(UniqueFd tparent, OpenParent(root.get(), t, "rename"));
+    if (renameat(fparent.get(), f.last().c_str(), tparent.get(), t.last().c_str()) != 0) {
+      return ErrnoToStatus(errno, "rename(" + shown + ")");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  StatusOr<UniqueFd> OpenRoot() {
+    if (!opt_.open_root) return absl::FailedPreconditionError("sandbox files: no root");
+    return opt_.open_root();
+  }
+
+  static Status NeedsEntry(const SandboxPath& p, const std::string& op) {
+    if (p.is_root() || p.last_is_dotdot()) {
+      return absl::InvalidArgumentError(op + "(" + Printable(p.asked) +
+                                        "): the path must name an entry, not / or ..");
+    }
+    return absl::OkStatus();
+  }
+
+  // The directory holding the path's last component, resolved inside the root.
+  static StatusOr<UniqueFd> OpenParent(int root, const SandboxPath& p, const std::string& op) {
+    int fd = ResolveInRoot(root, p.ParentRel(), O_PATH | O_DIRECTORY);
+    if (fd < 0) return Errno(-fd, op, p.asked);
+    return UniqueFd(fd);
+  }
+
+  // mkdir -p of the first `count` components (symlinks followed inside the root).
+  Status MakeDirs(int root, const SandboxPath& p, size_t count, const std::string& op) {
+    for (size_t i = 0; i < count; ++i) {
+      int fd = ResolveInRoot(root, p.Join(i + 1), O_PATH | O_DIRECTORY);
+      if (fd >= 0) {
+        close(fd);
+        continue;
+      }
+      if (fd != -ENOENT || p.parts[i] == "..") return Errno(-fd, op, p.asked);
+      int parent = ResolveInRoot(root, p.Join(i), O_PATH | O_DIRECTORY);
+      if (parent < 0) return Errno(-parent, op, p.asked);
+      UniqueFd parent_fd(parent);
+      if (mkdirat(parent, p.parts[i].c_str(), 0700) != 0) {
+        if (errno != EEXIST) return Errno(errno, op, p.asked);
+        // Created concurrently, or a dangling symlink: resolve again.
+        fd = ResolveInRoot(root, p.Join(i + 1), O_PATH | O_DIRECTORY);
+        if (fd < 0) return Errno(-fd, op, p.asked);
+        close(fd);
+        continue;
+      }
+      RETURN_IF_ERROR(OwnNewDir(parent, p.parts[i], kParentDirMode, p.asked, op));
+    }
+    return absl::OkStatus();
+  }
+
+  // Gives a directory we just created to the sandbox's root with `mode`;
+  // removes it again if that fails.
+  Status OwnNewDir(int parent, const std::string& name, uint32_t mode, const std::string& shown,
+                   const std::string& op) {
+    UniqueFd dir(openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid() || fchown(dir.get(), opt_.host_root_uid, opt_.host_root_gid) != 0 ||
+        fchmod(dir.get(), mode & 07777) != 0) {
+      int err = errno;
+      unlinkat(parent, name.c_str(), AT_REMOVEDIR);
+      return Errno(err, op, shown);
+    }
+    return absl::OkStatus();
+  }
+
+  // rm -r of `name` in `dirfd`, never following symlinks and never entering
+  // another mount (a mount point inside the tree is an error, as EBUSY).
+  Status RemoveTree(int dirfd, const std::string& name, const std::string& shown, int depth) {
+    if (depth > kMaxRemoveDepth) {
+      return absl::FailedPreconditionError("remove(" + Printable(shown) + "): deeper than " +
+                                           std::to_string(kMaxRemoveDepth) + " levels");
+    }
+    UniqueFd dir(openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid()) {
+      if (errno == ENOTDIR || errno == ELOOP) {  // replaced by a file or symlink meanwhile
+        if (unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT) return Errno(errno, "remove", shown);
+        return absl::OkStatus();
+      }
+      if (errno == ENOENT) return absl::OkStatus();
+      return Errno(errno, "remove", shown);
+    }
+    struct statx stx;
+    if (statx(dir.get(), "", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx) == 0 &&
+        (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+        (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
+      return Errno(EBUSY, "remove", shown);
+    }
+    // A sandbox process may keep creating entries; retry a bounded number of times.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDir(dir.get(), "remove", shown));
+      for (const DirEntry& e : entries) {
+        const std::string child = JoinShown(shown, e.name);
+        bool is_dir = e.type == DT_DIR;
+        if (e.type == DT_UNKNOWN) {
+          struct stat st;
+          if (fstatat(dir.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) continue;
+            return Errno(errno, "remove", child);
+          }
+          is_dir = S_ISDIR(st.st_mode);
+        }
+        if (is_dir) {
+          RETURN_IF_ERROR(RemoveTree(dir.get(), e.name, child, depth + 1));
+        } else if (unlinkat(dir.get(), e.name.c_str(), 0) != 0 && errno != ENOENT) {
+          return Errno(errno, "remove", child);
+        }
+      }
+      if (unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return absl::OkStatus();
+      if (errno != ENOTEMPTY) return Errno(errno, "remove", shown);
+      lseek(dir.get(), 0, SEEK_SET);
+    }
+    return Errno(ENOTEMPTY, "remove", shown);
+  }
+
+  uint32_t SandboxId(uint32_t host, uint32_t base) const {
+    if (host >= base && static_cast<uint64_t>(host) < static_cast<uint64_t>(base) + opt_.id_range) {
+      return host - base;
+    }
+    return kOverflowId;
+  }
+
+  void Fill(const struct stat& st, FileInfo* info) const {
+    if (S_ISREG(st.st_mode)) {
+      info->type = FileType::kRegular;
+    } else if (S_ISDIR(st.st_mode)) {
+      info->type = FileType::kDirectory;
+    } else if (S_ISLNK(st.st_mode)) {
+      info->type = FileType::kSymlink;
+    } else {
+      info->type = FileType::kOther;
+    }
+    info->size = static_cast<uint64_t>(st.st_size);
+    info->mode = st.st_mode & 07777;
+    info->uid = SandboxId(st.st_uid, opt_.host_root_uid);
+    info->gid = SandboxId(st.st_gid, opt_.host_root_gid);
+    info->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  }
+
+  RootedFilesOptions opt_;
+};
+
+}  // namespace
+
+namespace internal {
+void SetForceWalkResolverForTest(bool force) { g_force_walk.store(force); }
+}  // namespace internal
+
+std::unique_ptr<SandboxFiles> NewRootedFiles(RootedFilesOptions options) {
+  return std::make_unique<RootedFiles>(std::move(options));
+}
+
+}  // namespace warren::runtime

@@ -1,0 +1,552 @@
+#include "runtime/container/rooted_files.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace warren::runtime {
+namespace internal {
+void SetForceWalkResolverForTest(bool force);
+}  // namespace internal
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
+
+std::string RandomTag() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << std::hex << rd() << rd();
+  return s.str();
+}
+
+bool HostExists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::string HostRead(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void HostWrite(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// Deterministic byte stream: any split into slices yields the same bytes.
+class Pattern {
+ public:
+  explicit Pattern(uint64_t seed) : x_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  std::string Next(size_t n) {
+    std::string out(n, '\0');
+    for (size_t i = 0; i < n; ++i) {
+      x_ ^= x_ << 13;
+      x_ ^= x_ >> 7;
+      x_ ^= x_ << 17;
+      out[i] = static_cast<char>(x_ >> 56);
+    }
+    return out;
+  }
+
+ private:
+  uint64_t x_;
+};
+
+class RootedFilesTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    internal::SetForceWalkResolverForTest(GetParam());
+    char tmpl[] = "/tmp/warren-rooted-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    tag_ = RandomTag();
+    ASSERT_EQ(mkdir((root_ + "/w").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((root_ + "/etc").c_str(), 0755), 0);
+    HostWrite(root_ + "/etc/hostname", "sandbox-hostname\n");
+    ASSERT_EQ(symlink("/", (root_ + "/escape").c_str()), 0);
+    ASSERT_EQ(symlink("/etc", (root_ + "/etc-link").c_str()), 0);
+    ASSERT_EQ(symlink("../../..", (root_ + "/w/up").c_str()), 0);
+    files_ = Make(root_, 0, 0);
+  }
+
+  void TearDown() override {
+    internal::SetForceWalkResolverForTest(false);
+    for (const std::string& m : mounts_) EXPECT_EQ(umount2(m.c_str(), MNT_DETACH), 0) << m;
+    for (const std::string& p : host_cleanup_) fs::remove_all(p);
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+
+  static std::unique_ptr<SandboxFiles> Make(const std::string& dir, uid_t uid, gid_t gid) {
+    RootedFilesOptions opt;
+    opt.open_root = [dir]() -> StatusOr<UniqueFd> {
+      UniqueFd fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!fd.valid()) return ErrnoToStatus(errno, "open(" + dir + ")");
+      return fd;
+    };
+    opt.host_root_uid = uid;
+    opt.host_root_gid = gid;
+    return NewRootedFiles(std::move(opt));
+  }
+
+  Status WriteFile(SandboxFiles& files, const std::string& path, const std::string& data,
+                   bool make_parents = false, uint32_t mode = 0644) {
+    ASSIGN_OR_RETURN(auto w, files.OpenWrite(path, mode, make_parents));
+    RETURN_IF_ERROR(w->Write(data));
+    ASSIGN_OR_RETURN(uint64_t n, w->Commit());
+    EXPECT_EQ(n, data.size());
+    return absl::OkStatus();
+  }
+  Status WriteFile(const std::string& path, const std::string& data, bool make_parents = false) {
+    return WriteFile(*files_, path, data, make_parents);
+  }
+
+  StatusOr<std::string> ReadFile(const std::string& path, size_t chunk = 1 << 20) {
+    ASSIGN_OR_RETURN(auto r, files_->OpenRead(path, 0, 0));
+    std::string out;
+    for (int i = 0; i < 1 << 20; ++i) {
+      ASSIGN_OR_RETURN(std::string part, r->Read(chunk));
+      if (part.empty()) return out;
+      EXPECT_LE(part.size(), chunk);
+      out += part;
+    }
+    return absl::InternalError("read did not end");
+  }
+
+  std::string HostTmp(const std::string& name) {
+    host_cleanup_.push_back("/tmp/" + name);
+    return "/tmp/" + name;
+  }
+
+  std::string root_, tag_;
+  std::unique_ptr<SandboxFiles> files_;
+  std::vector<std::string> host_cleanup_;
+  std::vector<std::string> mounts_;  // unmounted by TearDown, before the tree is removed
+};
+
+TEST_P(RootedFilesTest, TraversalNeverLeavesTheRoot) {
+  const std::string pwned = "pwned-" + tag_;
+  const std::string host_pwned = HostTmp(pwned);
+  const std::string host_pwned2 = HostTmp(pwned + "-2");
+  const std::string host_etc = "/etc/warren-pwned-" + tag_;
+  host_cleanup_.push_back(host_etc);
+  ASSERT_FALSE(HostExists(host_pwned));
+
+  // Without make_parents the sandbox has no /tmp: NotFound, nothing created.
+  Status s = WriteFile("../../tmp/" + pwned, "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("../../tmp/" + pwned));
+
+  EXPECT_TRUE(WriteFile("../../tmp/" + pwned, "a", true).ok());
+  EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "a");
+  EXPECT_TRUE(WriteFile("/w/../../../../tmp/" + pwned, "b").ok());
+  EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "b");
+  EXPECT_TRUE(WriteFile("/escape/tmp/" + pwned, "c").ok());
+  EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "c");
+  EXPECT_TRUE(WriteFile("/w/up/tmp/" + pwned + "-2", "d").ok());
+  EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned + "-2"), "d");
+  EXPECT_TRUE(WriteFile("/etc-link/warren-pwned-" + tag_, "e").ok());
+  EXPECT_EQ(HostRead(root_ + "/etc/warren-pwned-" + tag_), "e");
+  EXPECT_TRUE(WriteFile("..%2f..%2ftmp%2f" + pwned, "f").ok());
+  EXPECT_EQ(HostRead(root_ + "/..%2f..%2ftmp%2f" + pwned), "f");
+  EXPECT_TRUE(files_->Mkdir("/escape/tmp/d-" + tag_ + "/e", 0755, true).ok());
+  EXPECT_TRUE(HostExists(root_ + "/tmp/d-" + tag_ + "/e"));
+  EXPECT_TRUE(files_->Rename("/tmp/" + pwned, "/escape/../../tmp/" + pwned + "-moved").ok());
+  EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned + "-moved"), "c");
+
+  EXPECT_FALSE(HostExists(host_pwned));
+  EXPECT_FALSE(HostExists(host_pwned2));
+  EXPECT_FALSE(HostExists(host_pwned + "-moved"));
+  EXPECT_FALSE(HostExists("/tmp/d-" + tag_));
+  EXPECT_FALSE(HostExists(host_etc));
+  EXPECT_FALSE(HostExists("/tmp/..%2f..%2ftmp%2f" + pwned));
+}
+
+TEST_P(RootedFilesTest, FinalSymlinkIsReplacedNotFollowed) {
+  const std::string host_file = HostTmp("warren-hostfile-" + tag_);
+  HostWrite(host_file, "host");
+  ASSERT_EQ(symlink(host_file.c_str(), (root_ + "/w/link").c_str()), 0);
+  ASSERT_TRUE(WriteFile("/w/link", "sandbox").ok());
+  EXPECT_EQ(HostRead(host_file), "host");
+  struct stat st;
+  ASSERT_EQ(lstat((root_ + "/w/link").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(HostRead(root_ + "/w/link"), "sandbox");
+  // Removing a symlink to a host file removes the link only.
+  ASSERT_EQ(symlink(host_file.c_str(), (root_ + "/w/link2").c_str()), 0);
+  ASSERT_TRUE(files_->Remove("/w/link2", false).ok());
+  EXPECT_FALSE(HostExists(root_ + "/w/link2"));
+  EXPECT_EQ(HostRead(host_file), "host");
+}
+
+TEST_P(RootedFilesTest, ReadsResolveInsideTheRoot) {
+  StatusOr<std::string> got = ReadFile("/escape/etc/hostname");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "sandbox-hostname\n");
+  got = ReadFile("/etc-link/hostname");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "sandbox-hostname\n");
+  got = ReadFile("/w/up/w/up/../etc/hostname");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "sandbox-hostname\n");
+  // A final symlink is followed for reads, inside the root.
+  ASSERT_EQ(symlink("/etc/hostname", (root_ + "/w/hn").c_str()), 0);
+  got = ReadFile("/w/hn");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "sandbox-hostname\n");
+  // The host has /etc/passwd, the sandbox root does not.
+  got = ReadFile("../../../etc/passwd");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("../../../etc/passwd"));
+  // Magic links are refused (openat2) or absent (the walk): never the host's root.
+  ASSERT_EQ(symlink("/proc/self/root/etc/passwd", (root_ + "/w/magic").c_str()), 0);
+  got = ReadFile("/w/magic");
+  EXPECT_FALSE(got.ok());
+}
+
+TEST_P(RootedFilesTest, SizesRoundTripByteExact) {
+  const size_t sizes[] = {0, 1000, 17000, 19000, 65535, 65536, 65537, 1000000};
+  for (size_t size : sizes) {
+    std::string data = Pattern(size).Next(size);
+    std::string path = "/w/f-" + std::to_string(size);
+    ASSERT_TRUE(WriteFile(path, data).ok()) << size;
+    EXPECT_EQ(HostRead(root_ + path), data) << size;
+    StatusOr<std::string> got = ReadFile(path, 65536);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == data) << "size " << size << " got " << got->size();
+  }
+}
+
+TEST_P(RootedFilesTest, HundredMegabytesStreamedInChunks) {
+  constexpr size_t kChunk = 1 << 20;
+  constexpr size_t kTotal = 100 * kChunk;
+  auto w = files_->OpenWrite("/w/big", 0600, false);
+  ASSERT_TRUE(w.ok()) << w.status();
+  Pattern out(100);
+  for (size_t done = 0; done < kTotal; done += kChunk) ASSERT_TRUE((*w)->Write(out.Next(kChunk)).ok());
+  // Not visible before Commit.
+  EXPECT_FALSE(HostExists(root_ + "/w/big"));
+  StatusOr<uint64_t> n = (*w)->Commit();
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, kTotal);
+  auto r = files_->OpenRead("/w/big", 0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Pattern in(100);
+  size_t total = 0;
+  for (int i = 0; i < 1000; ++i) {
+    StatusOr<std::string> part = (*r)->Read(kChunk);
+    ASSERT_TRUE(part.ok()) << part.status();
+    if (part->empty()) break;
+    ASSERT_TRUE(*part == in.Next(part->size())) << "mismatch at " << total;
+    total += part->size();
+  }
+  EXPECT_EQ(total, kTotal);
+}
+
+TEST_P(RootedFilesTest, BinaryIsByteExactAndRangesWork) {
+  std::string data;
+  for (int rep = 0; rep < 4096; ++rep) {
+    for (int b = 0; b < 256; ++b) data.push_back(static_cast<char>(b));
+  }
+  ASSERT_TRUE(WriteFile("/w/bin", data).ok());
+  StatusOr<std::string> got = ReadFile("/w/bin", 4097);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == data);
+  auto r = files_->OpenRead("/w/bin", 1000, 500);
+  ASSERT_TRUE(r.ok()) << r.status();
+  StatusOr<std::string> part = (*r)->Read(1 << 20);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, data.substr(1000, 500));
+  part = (*r)->Read(1 << 20);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, "");
+}
+
+TEST_P(RootedFilesTest, ListReturnsNamesByteExact) {
+  const std::vector<std::string> names = {"\xff\xfe", "a\nb", "\xc3\xa9", "plain", " sp ", "\x80"};
+  for (size_t i = 0; i + 1 < names.size(); ++i) HostWrite(root_ + "/w/" + names[i], "x");
+  ASSERT_TRUE(WriteFile("/w/" + names.back(), "yy").ok());
+  StatusOr<std::vector<FileInfo>> list = files_->List("/w");
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> got;
+  for (const FileInfo& f : *list) {
+    got.push_back(f.name);
+    EXPECT_EQ(f.path, "/w/" + f.name);
+  }
+  std::vector<std::string> want = names;
+  want.push_back("up");
+  EXPECT_THAT(got, UnorderedElementsAreArray(want));
+  for (const FileInfo& f : *list) {
+    if (f.name == "up") {
+      EXPECT_EQ(f.type, FileType::kSymlink);
+      EXPECT_EQ(f.symlink_target, "../../..");
+    } else if (f.name == "\x80") {
+      EXPECT_EQ(f.type, FileType::kRegular);
+      EXPECT_EQ(f.size, 2u);
+    }
+  }
+  // Listing through a symlink lists inside the root.
+  list = files_->List("/escape/");
+  ASSERT_TRUE(list.ok()) << list.status();
+  bool saw_w = false;
+  for (const FileInfo& f : *list) saw_w |= f.name == "w" && f.path == "/escape/w";
+  EXPECT_TRUE(saw_w);
+}
+
+TEST_P(RootedFilesTest, StatUsesLstatSemantics) {
+  StatusOr<FileInfo> info = files_->Stat("/escape");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->type, FileType::kSymlink);
+  EXPECT_EQ(info->symlink_target, "/");
+  EXPECT_EQ(info->name, "escape");
+  info = files_->Stat("/w/up");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->symlink_target, "../../..");
+  info = files_->Stat("/w");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->type, FileType::kDirectory);
+  EXPECT_EQ(info->mode, 0755u);
+  info = files_->Stat("/");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->type, FileType::kDirectory);
+  info = files_->Stat("/nope");
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("/nope"));
+}
+
+TEST_P(RootedFilesTest, RemoveRecursiveNeverFollowsSymlinks) {
+  const std::string host_dir = HostTmp("warren-hostdir-" + tag_);
+  ASSERT_EQ(mkdir(host_dir.c_str(), 0755), 0);
+  HostWrite(host_dir + "/keep", "keep");
+  ASSERT_TRUE(fs::create_directories(root_ + "/w/tree/a/b"));
+  HostWrite(root_ + "/w/tree/a/b/file", "x");
+  HostWrite(root_ + "/w/tree/top", "y");
+  ASSERT_EQ(symlink(host_dir.c_str(), (root_ + "/w/tree/abs-link").c_str()), 0);
+  ASSERT_EQ(symlink(("../../../../../../../.." + host_dir).c_str(), (root_ + "/w/tree/a/rel-link").c_str()), 0);
+  ASSERT_EQ(symlink("/", (root_ + "/w/tree/a/b/root-link").c_str()), 0);
+
+  Status s = files_->Remove("/w/tree", false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(files_->Remove("/w/tree", true).ok());
+  EXPECT_FALSE(HostExists(root_ + "/w/tree"));
+  EXPECT_EQ(HostRead(host_dir + "/keep"), "keep");
+  EXPECT_TRUE(HostExists(root_ + "/etc/hostname"));
+  // The link itself, given as the path, is removed, not its target.
+  EXPECT_TRUE(files_->Remove("/escape", true).ok());
+  EXPECT_FALSE(HostExists(root_ + "/escape"));
+  EXPECT_TRUE(HostExists(root_ + "/w"));
+
+  EXPECT_EQ(files_->Remove("/", true).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(files_->Remove("/w/..", true).code(), absl::StatusCode::kInvalidArgument);
+  s = files_->Remove("/w/none", true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/w/none"));
+}
+
+TEST_P(RootedFilesTest, RenameAndMkdir) {
+  ASSERT_TRUE(WriteFile("/w/a", "A").ok());
+  ASSERT_TRUE(files_->Rename("/w/a", "/w/b").ok());
+  EXPECT_FALSE(HostExists(root_ + "/w/a"));
+  EXPECT_EQ(HostRead(root_ + "/w/b"), "A");
+  Status s = files_->Rename("/w/missing", "/w/c");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/w/missing"));
+
+  ASSERT_TRUE(files_->Mkdir("/w/d", 0750, false).ok());
+  struct stat st;
+  ASSERT_EQ(stat((root_ + "/w/d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_EQ(files_->Mkdir("/w/d", 0750, false).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(files_->Mkdir("/w/d", 0750, true).ok());
+  EXPECT_EQ(files_->Mkdir("/w/x/y", 0750, false).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(files_->Mkdir("/w/x/y/z", 0700, true).ok());
+  ASSERT_EQ(stat((root_ + "/w/x/y/z").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(stat((root_ + "/w/x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_TRUE(files_->Mkdir("/", 0755, true).ok());
+  // mode 0 is the API default: 0644 for files, 0755 for directories.
+  ASSERT_TRUE(WriteFile(*files_, "/w/m0", "x", false, 0).ok());
+  ASSERT_EQ(stat((root_ + "/w/m0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  ASSERT_TRUE(files_->Mkdir("/w/d0", 0, false).ok());
+  ASSERT_EQ(stat((root_ + "/w/d0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  // A file in the way.
+  EXPECT_FALSE(files_->Mkdir("/w/b/sub", 0755, true).ok());
+}
+
+TEST_P(RootedFilesTest, WriteErrorsNameThePath) {
+  Status s = WriteFile("/w/missing/f", "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/w/missing/f"));
+  s = WriteFile("/w", "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/w"));
+  EXPECT_EQ(WriteFile("", "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteFile(std::string("/w/a\0b", 6), "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteFile("/", "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(WriteFile("/w/newdir/", "x").ok());
+  EXPECT_FALSE(HostExists(root_ + "/w/newdir"));
+  // A FIFO does not hang a read.
+  ASSERT_EQ(mkfifo((root_ + "/w/fifo").c_str(), 0644), 0);
+  EXPECT_EQ(files_->OpenRead("/w/fifo", 0, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(files_->OpenRead("/w", 0, 0).ok());
+}
+
+TEST_P(RootedFilesTest, UncommittedWriterLeavesNothing) {
+  {
+    auto w = files_->OpenWrite("/w/never", 0644, false);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Write("data").ok());
+  }
+  EXPECT_FALSE(HostExists(root_ + "/w/never"));
+  for (const auto& e : fs::directory_iterator(root_ + "/w")) {
+    EXPECT_EQ(e.path().filename().string().find(".warren-tmp-"), std::string::npos) << e.path();
+  }
+}
+
+TEST_P(RootedFilesTest, NewFilesBelongToTheSandboxRoot) {
+  constexpr uid_t kBase = 100000;
+  auto files = Make(root_, kBase, kBase + 7);
+  ASSERT_TRUE(WriteFile(*files, "/w/p/q/owned", "x", true, 04751).ok());
+  ASSERT_TRUE(files->Mkdir("/w/m", 0710, false).ok());
+  struct stat st;
+  for (const char* p : {"/w/p", "/w/p/q", "/w/p/q/owned", "/w/m"}) {
+    ASSERT_EQ(lstat((root_ + p).c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_uid, kBase) << p;
+    EXPECT_EQ(st.st_gid, kBase + 7) << p;
+  }
+  ASSERT_EQ(lstat((root_ + "/w/p/q/owned").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 04751u);  // set-id kept: chmod after chown
+  StatusOr<FileInfo> info = files->Stat("/w/p/q/owned");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->uid, 0u);
+  EXPECT_EQ(info->gid, 0u);
+  // gid base is kBase+7: kBase+7+65536 is just past the mapped range.
+  ASSERT_EQ(chown((root_ + "/w/m").c_str(), kBase + 1000, kBase + 7 + 65536), 0);
+  info = files->Stat("/w/m");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->uid, 1000u);
+  EXPECT_EQ(info->gid, 65534u);
+  // Host root (outside the range) shows as the overflow id.
+  info = files->Stat("/etc");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->uid, 65534u);
+  EXPECT_EQ(info->gid, 65534u);
+}
+
+TEST_P(RootedFilesTest, OpenRootErrorPropagates) {
+  RootedFilesOptions opt;
+  opt.open_root = []() -> StatusOr<UniqueFd> { return absl::NotFoundError("sandbox sb-1 is gone"); };
+  auto files = NewRootedFiles(std::move(opt));
+  EXPECT_EQ(files->OpenWrite("/a", 0644, false).status().message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->OpenRead("/a", 0, 0).status().message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->Stat("/a").status().message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->List("/").status().message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->Mkdir("/a", 0755, true).message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->Remove("/a", true).message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->Rename("/a", "/b").message(), "sandbox sb-1 is gone");
+  EXPECT_EQ(files->Stat("/a").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(RootedFilesTest, FullFileSystemIsResourceExhaustedNamingThePath) {
+  const std::string mnt = root_ + "/small";
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0) {
+    GTEST_SKIP() << "cannot mount tmpfs: " << strerror(errno);
+  }
+  mounts_.push_back(mnt);
+  auto files = Make(mnt, 0, 0);
+  {
+    auto w = files->OpenWrite("/big", 0644, false);
+    ASSERT_TRUE(w.ok()) << w.status();
+    Status s;
+    for (int i = 0; i < 4 && s.ok(); ++i) s = (*w)->Write(std::string(1 << 20, 'z'));
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("/big"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("No space left"));
+    EXPECT_FALSE((*w)->Commit().ok());  // a failed write is never committed
+  }
+  // The temporary file is gone and the space is back.
+  StatusOr<std::vector<FileInfo>> list = files->List("/");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_TRUE(list->empty());
+  EXPECT_TRUE(WriteFile(*files, "/small-one", std::string(4096, 'a')).ok());
+}
+
+// The way the container backend uses it: the root is /proc/<init>/root of a
+// process whose root differs from ours (here a chroot'ed child).
+TEST_P(RootedFilesTest, RootThroughProcPidRoot) {
+  int gate[2];
+  ASSERT_EQ(pipe2(gate, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(gate[1]);
+    if (chroot(root_.c_str()) != 0) _exit(1);
+    char c;
+    (void)!read(gate[0], &c, 1);  // until the parent closes the pipe
+    _exit(0);
+  }
+  close(gate[0]);
+  RootedFilesOptions opt;
+  const std::string proc_root = "/proc/" + std::to_string(pid) + "/root";
+  opt.open_root = [proc_root]() -> StatusOr<UniqueFd> {
+    UniqueFd fd(open(proc_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + proc_root + ")");
+    return fd;
+  };
+  auto files = NewRootedFiles(std::move(opt));
+  // Wait (bounded) for the chroot to happen: then /proc/<pid>/root/w exists.
+  bool ready = false;
+  for (int i = 0; i < 500 && !ready; ++i) {
+    ready = HostExists(proc_root + "/w/up");
+    if (!ready) usleep(10000);
+  }
+  EXPECT_TRUE(ready);
+  const std::string pwned = "pwned-proc-" + tag_;
+  HostTmp(pwned);
+  EXPECT_TRUE(WriteFile(*files, "/escape/../../tmp/" + pwned, "p", true).ok());
+  EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "p");
+  EXPECT_FALSE(HostExists("/tmp/" + pwned));
+  StatusOr<FileInfo> info = files->Stat("/w/up/escape");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->symlink_target, "/");
+  close(gate[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // The process is gone: calls fail instead of touching anything.
+  EXPECT_FALSE(files->Stat("/w").ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Resolvers, RootedFilesTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("Walk") : std::string("Openat2");
+                         });
+
+}  // namespace
+}  // namespace warren::runtime
