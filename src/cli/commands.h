@@ -1,0 +1,158 @@
+// The `warren` command line: one verb per file (create.cc, exec.cc, ...).
+//
+// Parsing and running are split so argument handling is testable without a
+// daemon: MakeApp() wires every verb's flags into an Invocation, the chosen
+// verb's parse callback sets Invocation::run, and RunCli() then runs it.
+// The Build*Request() functions turn parsed flags into the gRPC request and
+// reject malformed input with InvalidArgument (a usage error, exit 2).
+//
+// Exit codes: 0 success, 1 error (RPC or local I/O; printed on stderr as
+// "error: <GRPC_CODE_NAME>: <message>"), 2 usage error. `warren exec` exits
+// with the command's own exit code instead.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "common/status.h"
+#include "warren/v1/warren.pb.h"
+
+namespace warren::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+
+inline constexpr char kDefaultAddr[] = "unix:/run/warren/warrend.sock";
+
+struct GlobalOptions {
+  // As given by --addr / WARREN_ADDR; see ResolveTarget() in client.h.
+  std::string addr = kDefaultAddr;
+  // Sent as "authorization: Bearer <token>" when non-empty.
+  std::string token;
+  bool json = false;
+};
+
+struct CreateArgs {
+  std::string backend = "container";
+  std::vector<std::string> layers;
+  uint32_t cpu_millis = 0;
+  uint32_t memory_mb = 0;
+  uint32_t disk_mb = 0;
+  uint32_t pids = 0;
+  uint32_t open_files = 0;
+  uint32_t tmpfs_mb = 0;
+  std::vector<std::string> env;     // K=V
+  std::vector<std::string> labels;  // K=V
+  std::string workdir;
+  std::string user;
+  std::string hostname;
+  uint32_t ttl_s = 0;
+  std::string job;
+};
+
+struct ExecArgs {
+  std::string id;
+  double timeout_s = 0;
+  std::vector<std::string> env;  // K=V
+  std::string cwd;
+  std::string user;
+  std::string stdin_file;   // read fully and sent as stdin
+  bool read_stdin = false;  // -i: read our stdin fully and send it
+  bool force_argv = false;  // --argv: a single CMD word is argv, not shell
+  uint64_t output_cap_bytes = 0;
+  // One word = shell string (`/bin/sh -c WORD`), several = argv.
+  std::vector<std::string> cmd;
+};
+
+struct LsArgs {
+  std::vector<std::string> labels;  // K=V
+  std::string job;
+};
+
+struct CpArgs {
+  std::string src;
+  std::string dst;
+  bool parents = false;    // -p: create missing parent directories remotely
+  bool recursive = false;  // -r: copy directories
+};
+
+struct LayerBuildArgs {
+  std::string name;
+  std::string dir;
+  std::string tar;  // path or "-" for stdin
+};
+
+// Everything one invocation parsed. Exactly one verb's callback sets `run`.
+struct Invocation {
+  GlobalOptions global;
+  CreateArgs create;
+  ExecArgs exec;
+  LsArgs ls;
+  std::string get_id;
+  std::vector<std::string> rm_ids;
+  CpArgs cp;
+  LayerBuildArgs layer_build;
+  std::string layer_ref;  // layer get / layer rm
+  // Words after exec's "--", split off before CLI11 sees them (CLI11 would
+  // hand them to the root parser); see ParseArgs().
+  bool exec_dashdash = false;
+  std::vector<std::string> exec_tail;
+  // "create", "exec", "layer build", ...: the verb that was chosen.
+  std::string verb;
+  std::function<int(Invocation&)> run;
+};
+
+// Verb registration: each adds a subcommand to `root` writing into `inv`.
+void AddCreateCommand(CLI::App& root, Invocation& inv);
+void AddExecCommand(CLI::App& root, Invocation& inv);
+void AddLsCommands(CLI::App& root, Invocation& inv);  // ls, get
+void AddRmCommand(CLI::App& root, Invocation& inv);
+void AddCpCommand(CLI::App& root, Invocation& inv);
+void AddLayerCommand(CLI::App& root, Invocation& inv);
+void AddStatusCommands(CLI::App& root, Invocation& inv);  // status, version
+
+// The whole command tree. `inv` must outlive the returned app.
+std::unique_ptr<CLI::App> MakeApp(Invocation& inv);
+
+// Parses argv[0..argc) into `inv` through `app` (from MakeApp(inv)). Returns
+// 0, or the exit code of a CLI11 ParseError after printing it (help: 0 is
+// returned as -1 so callers know to stop; usage errors: kExitUsage).
+int ParseArgs(CLI::App& app, Invocation& inv, int argc, const char* const* argv);
+
+// Parses argv and runs the chosen verb; returns the process exit code.
+int RunCli(int argc, const char* const* argv);
+
+// ------------------------------------------------------------ pure helpers
+
+// "K=V" split at the first '='; K must be non-empty. V may be empty.
+StatusOr<std::pair<std::string, std::string>> ParseKeyValue(
+    const std::string& kv, const std::string& flag);
+
+StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a);
+// Does not read stdin or --stdin-file (RunExec does).
+StatusOr<v1::ExecRequest> BuildExecRequest(const ExecArgs& a);
+StatusOr<v1::ListSandboxesRequest> BuildListRequest(const LsArgs& a);
+
+// One side of `warren cp`: "ID:/path" is remote, anything else is a host path
+// ("-" is stdin/stdout). A host path containing ':' before any '/' must be
+// written with a "./" prefix.
+struct CpEndpoint {
+  bool remote = false;
+  std::string sandbox_id;  // remote only
+  std::string path;
+};
+CpEndpoint ParseCpEndpoint(const std::string& arg);
+// Exactly one side must be remote, and the remote path must be non-empty.
+StatusOr<std::pair<CpEndpoint, CpEndpoint>> ParseCpArgs(const std::string& src,
+                                                        const std::string& dst);
+
+// Prints "error: <message>" plus a --help hint on stderr; returns kExitUsage.
+int UsageError(const Status& status);
+
+}  // namespace warren::cli

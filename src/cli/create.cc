@@ -1,0 +1,93 @@
+// warren create: make a sandbox; prints its id (or the Sandbox as JSON).
+#include <iostream>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/output.h"
+
+namespace warren::cli {
+namespace {
+
+int RunCreate(Invocation& inv) {
+  StatusOr<v1::CreateSandboxRequest> req = BuildCreateRequest(inv.create);
+  if (!req.ok()) return UsageError(req.status());
+  Client client(inv.global);
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::Sandbox sandbox;
+  Status st = FromGrpc(client.sandboxes().Create(&ctx, *req, &sandbox));
+  if (!st.ok()) {
+    PrintError(st);
+    return kExitError;
+  }
+  if (inv.global.json) {
+    PrintJson(SandboxToJson(sandbox));
+  } else {
+    std::cout << sandbox.id() << std::endl;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a) {
+  v1::CreateSandboxRequest req;
+  req.set_backend(a.backend);
+  for (const std::string& layer : a.layers) {
+    if (layer.empty()) return absl::InvalidArgumentError("--layer must not be empty");
+    req.add_layers(layer);
+  }
+  v1::Resources* r = req.mutable_resources();
+  r->set_cpu_millis(a.cpu_millis);
+  r->set_memory_mb(a.memory_mb);
+  r->set_disk_mb(a.disk_mb);
+  r->set_pids(a.pids);
+  r->set_open_files(a.open_files);
+  r->set_tmpfs_mb(a.tmpfs_mb);
+  for (const std::string& kv : a.env) {
+    ASSIGN_OR_RETURN(auto p, ParseKeyValue(kv, "--env"));
+    (*req.mutable_env())[p.first] = p.second;
+  }
+  for (const std::string& kv : a.labels) {
+    ASSIGN_OR_RETURN(auto p, ParseKeyValue(kv, "--label"));
+    (*req.mutable_labels())[p.first] = p.second;
+  }
+  req.set_workdir(a.workdir);
+  req.set_user(a.user);
+  req.set_hostname(a.hostname);
+  req.set_ttl_s(a.ttl_s);
+  req.set_job(a.job);
+  return req;
+}
+
+void AddCreateCommand(CLI::App& root, Invocation& inv) {
+  CreateArgs& a = inv.create;
+  CLI::App* sub = root.add_subcommand(
+      "create", "Create a sandbox; prints its id (--json: the Sandbox).");
+  sub->fallthrough();
+  sub->add_option("--backend", a.backend, "isolation backend")->capture_default_str();
+  sub->add_option("--layer", a.layers,
+                  "layer ref kind/name[@version] or sha256:<hex>; repeatable, bottom first")
+      ->allow_extra_args(false);
+  sub->add_option("--cpu", a.cpu_millis, "CPU in millicores (1000 = one core); 0 = default");
+  sub->add_option("--memory", a.memory_mb, "memory limit in MiB; 0 = default");
+  sub->add_option("--disk", a.disk_mb, "writable layer size cap in MiB; 0 = default");
+  sub->add_option("--pids", a.pids, "max tasks; 0 = default");
+  sub->add_option("--open-files", a.open_files, "RLIMIT_NOFILE; 0 = default");
+  sub->add_option("--tmpfs", a.tmpfs_mb, "/tmp and /dev/shm cap in MiB; 0 = default");
+  sub->add_option("--env", a.env, "K=V environment of every exec; repeatable")
+      ->allow_extra_args(false);
+  sub->add_option("--workdir", a.workdir, "default working directory of execs");
+  sub->add_option("--user", a.user, "default user of execs: root, a name, or uid[:gid]");
+  sub->add_option("--hostname", a.hostname, "hostname inside the sandbox");
+  sub->add_option("--label", a.labels, "K=V label; repeatable")
+      ->allow_extra_args(false);
+  sub->add_option("--ttl", a.ttl_s, "seconds until the node destroys it; 0 = none");
+  sub->add_option("--job", a.job, "owning job");
+  sub->callback([&inv] {
+    inv.verb = "create";
+    inv.run = RunCreate;
+  });
+}
+
+}  // namespace warren::cli

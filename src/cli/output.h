@@ -1,0 +1,60 @@
+// Output of the CLI: JSON documents (--json) and human tables. JSON keys are
+// the proto field names (snake_case); 64-bit numbers are JSON numbers, states
+// are lower-case words ("running"), bytes are base64 under "<field>_b64".
+// Text that is not valid UTF-8 is printed with U+FFFD replacements.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "warren/v1/warren.pb.h"
+
+namespace warren::cli {
+
+std::string StateName(v1::SandboxState state);
+std::string FileTypeName(v1::FileType type);
+
+nlohmann::json ResourcesToJson(const v1::Resources& r);
+nlohmann::json SandboxToJson(const v1::Sandbox& s);
+nlohmann::json LayerToJson(const v1::Layer& l);
+nlohmann::json NodeStatusToJson(const v1::NodeStatus& n);
+// stdout/stderr both as lossy text and exact base64 (stdout_b64, stderr_b64).
+nlohmann::json ExecResultToJson(const v1::ExecResult& r);
+
+// One JSON document, 2-space indented, newline-terminated, invalid UTF-8
+// replaced by U+FFFD (never throws).
+std::string DumpJson(const nlohmann::json& j);
+void PrintJson(const nlohmann::json& j);
+
+std::string Base64Encode(std::string_view bytes);
+
+// "42s", "5m", "3h", "2d" since created_at_ns; "-" if unknown (0).
+std::string FormatAge(int64_t created_at_ns, int64_t now_ns);
+// 1536 -> "1.5KiB", 0 -> "0B".
+std::string FormatBytes(uint64_t bytes);
+// Short digest for tables: "sha256:0123456789ab".
+std::string ShortDigest(const std::string& digest);
+int64_t NowNs();
+
+// Left-aligned columns separated by two spaces; the first row is the header.
+void PrintTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows);
+
+// "error: NOT_FOUND: <message>" on stderr.
+void PrintError(const Status& s);
+
+// read(2) until `len` bytes or EOF; returns the count (< len only at EOF).
+StatusOr<size_t> ReadFull(int fd, char* buf, size_t len, const std::string& what);
+
+// read(2) to EOF; EINTR retried.
+StatusOr<std::string> ReadAll(int fd, const std::string& what);
+
+// write(2) until done; EINTR retried.
+Status WriteAll(int fd, std::string_view data, const std::string& what);
+
+}  // namespace warren::cli
