@@ -1,0 +1,592 @@
+#include "api/services.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "api/status_map.h"
+#include "common/unique_fd.h"
+#include "node/log.h"
+
+namespace warren::api {
+namespace {
+
+namespace v1 = ::warren::v1;
+
+constexpr uint64_t kDefaultOutputCap = 16ull << 20;
+constexpr uint64_t kMaxOutputCap = 256ull << 20;
+constexpr size_t kReadChunk = 1 << 20;
+constexpr size_t kMaxWriteChunk = 16 << 20;
+
+grpc::Status Invalid(const std::string& msg) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
+}
+
+std::string Quote(const std::string& s) {
+  std::string v = s.size() > 80 ? s.substr(0, 80) + "..." : s;
+  return "\"" + absl::CHexEscape(v) + "\"";
+}
+
+// Constant-time comparison: the token must not leak through timing.
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+v1::SandboxState ToProto(node::SandboxState s) {
+  switch (s) {
+    case node::SandboxState::kCreating: return v1::SANDBOX_STATE_CREATING;
+    case node::SandboxState::kRunning: return v1::SANDBOX_STATE_RUNNING;
+    case node::SandboxState::kDestroying: return v1::SANDBOX_STATE_STOPPED;
+  }
+  return v1::SANDBOX_STATE_UNSPECIFIED;
+}
+
+void ToProto(const node::SandboxInfo& in, v1::Sandbox* out) {
+  out->set_id(in.id);
+  out->set_backend(in.backend);
+  out->set_state(ToProto(in.state));
+  for (const auto& d : in.layer_digests) out->add_layers(d);
+  for (const auto& n : in.layer_names) out->add_layer_names(n);
+  v1::Resources* r = out->mutable_resources();
+  r->set_cpu_millis(in.resources.cpu_millis);
+  r->set_memory_mb(in.resources.memory_mb);
+  r->set_disk_mb(in.resources.disk_mb);
+  r->set_pids(in.resources.pids);
+  r->set_open_files(in.resources.open_files);
+  r->set_tmpfs_mb(in.resources.tmpfs_mb);
+  for (const auto& [k, v] : in.labels) (*out->mutable_labels())[k] = v;
+  out->set_job(in.job);
+  out->set_created_at_ns(in.created_at_ns);
+  out->set_init_pid(in.init_pid);
+  out->set_hostname(in.hostname);
+}
+
+v1::FileType ToProto(runtime::FileType t) {
+  switch (t) {
+    case runtime::FileType::kRegular: return v1::FILE_TYPE_REGULAR;
+    case runtime::FileType::kDirectory: return v1::FILE_TYPE_DIRECTORY;
+    case runtime::FileType::kSymlink: return v1::FILE_TYPE_SYMLINK;
+    case runtime::FileType::kOther: return v1::FILE_TYPE_OTHER;
+  }
+  return v1::FILE_TYPE_UNSPECIFIED;
+}
+
+void ToProto(const runtime::FileInfo& in, v1::FileInfo* out) {
+  out->set_name(in.name);
+  out->set_path(in.path);
+  out->set_type(ToProto(in.type));
+  out->set_size(in.size);
+  out->set_mode(in.mode);
+  out->set_uid(in.uid);
+  out->set_gid(in.gid);
+  out->set_mtime_ns(in.mtime_ns);
+  out->set_symlink_target(in.symlink_target);
+}
+
+grpc::Status CheckPath(const std::string& field, const std::string& path) {
+  if (path.empty()) return Invalid(field + " is empty");
+  if (path.find('\0') != std::string::npos) return Invalid(field + "=" + Quote(path) + " contains NUL");
+  if (path.size() > 4096) return Invalid(field + " is longer than 4096 bytes");
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckId(const std::string& id) {
+  if (id.empty()) return Invalid("sandbox_id is empty");
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckEnv(const google::protobuf::Map<std::string, std::string>& env,
+                      std::map<std::string, std::string>* out) {
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
+      return Invalid("env key " + Quote(k) + " must be non-empty without '=' or NUL");
+    }
+    if (v.find('\0') != std::string::npos) return Invalid("env[" + Quote(k) + "] value contains NUL");
+    (*out)[k] = v;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+bool IsUnixPeer(const grpc::ServerContext& context) {
+  return context.peer().rfind("unix:", 0) == 0;
+}
+
+class WarrenServices::Impl {
+ public:
+  Impl(node::SandboxManager* m, ServiceOptions o) : m_(m), o_(std::move(o)) {}
+
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const {
+    if (IsUnixPeer(*ctx)) return grpc::Status::OK;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (o_.token.empty() || it == md.end()) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "TCP calls need 'authorization: Bearer <token>'");
+    }
+    std::string got(it->second.data(), it->second.size());
+    if (!SameSecret(got, "Bearer " + o_.token)) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "bad bearer token");
+    }
+    return grpc::Status::OK;
+  }
+
+  node::SandboxManager* m_;
+  ServiceOptions o_;
+};
+
+#define WARREN_AUTHORIZE(ctx)                          \
+  do {                                                 \
+    grpc::Status _auth = impl_->Authorize(ctx);        \
+    if (!_auth.ok()) return _auth;                     \
+  } while (0)
+#define ASSIGN_OR_RETURN_GRPC(lhs, expr) \
+  ASSIGN_OR_RETURN_GRPC_IMPL_(WARREN_CONCAT_(_gsor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN_GRPC_IMPL_(tmp, lhs, expr)       \
+  auto tmp = (expr);                                      \
+  if (!tmp.ok()) return ToGrpcStatus(tmp.status());       \
+  lhs = std::move(tmp).value()
+#define WARREN_RETURN_IF_GRPC_ERROR(expr) \
+  do {                                    \
+    grpc::Status _g = (expr);             \
+    if (!_g.ok()) return _g;              \
+  } while (0)
+
+namespace {
+
+class SandboxesService final : public v1::Sandboxes::Service {
+ public:
+  explicit SandboxesService(WarrenServices::Impl* impl) : impl_(impl) {}
+
+  grpc::Status Create(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req,
+                      v1::Sandbox* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    node::CreateRequest r;
+    r.backend = req->backend();
+    r.layers.assign(req->layers().begin(), req->layers().end());
+    const v1::Resources& res = req->resources();
+    r.resources = runtime::Resources{res.cpu_millis(), res.memory_mb(), res.disk_mb(),
+                                     res.pids(), res.open_files(), res.tmpfs_mb()};
+    r.env.insert(req->env().begin(), req->env().end());
+    r.workdir = req->workdir();
+    r.user = req->user();
+    r.hostname = req->hostname();
+    r.labels.insert(req->labels().begin(), req->labels().end());
+    r.ttl_s = req->ttl_s();
+    r.job = req->job();
+    StatusOr<node::SandboxInfo> info = impl_->m_->Create(r);
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    if (ctx->IsCancelled()) {
+      // Nobody will ever learn this id: do not leak the sandbox.
+      Status s = impl_->m_->Destroy(info->id);
+      node::Log(spdlog::level::info, "create cancelled by the client; sandbox destroyed",
+                {{"sandbox", info->id}, {"destroy", s.ToString()}});
+      return grpc::Status(grpc::StatusCode::CANCELLED, "create cancelled by the client");
+    }
+    ToProto(*info, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetSandboxRequest* req,
+                   v1::Sandbox* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    StatusOr<node::SandboxInfo> info = impl_->m_->Get(req->id());
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    ToProto(*info, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListSandboxesRequest* req,
+                    v1::ListSandboxesResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
+    for (const node::SandboxInfo& i : impl_->m_->List(labels, req->job())) {
+      ToProto(i, resp->add_sandboxes());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Destroy(grpc::ServerContext* ctx, const v1::DestroySandboxRequest* req,
+                       v1::DestroySandboxResponse*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    return ToGrpcStatus(impl_->m_->Destroy(req->id()));
+  }
+
+  grpc::Status Exec(grpc::ServerContext* ctx, const v1::ExecRequest* req,
+                    v1::ExecResult* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    runtime::ExecSpec spec;
+    bool has_argv = req->argv_size() > 0;
+    bool has_shell = !req->shell().empty();
+    if (has_argv == has_shell) return Invalid("exactly one of argv or shell must be given");
+    if (has_argv) {
+      for (int i = 0; i < req->argv_size(); ++i) {
+        const std::string& a = req->argv(i);
+        if (a.find('\0') != std::string::npos) {
+          return Invalid("argv[" + std::to_string(i) + "]=" + Quote(a) + " contains NUL");
+        }
+        spec.argv.push_back(a);
+      }
+      if (spec.argv[0].empty()) return Invalid("argv[0] is empty");
+    } else {
+      if (req->shell().find('\0') != std::string::npos) return Invalid("shell contains NUL");
+      spec.shell = req->shell();
+    }
+    WARREN_RETURN_IF_GRPC_ERROR(CheckEnv(req->env(), &spec.env));
+    if (!req->cwd().empty()) {
+      if (req->cwd()[0] != '/' || req->cwd().find('\0') != std::string::npos) {
+        return Invalid("cwd=" + Quote(req->cwd()) + " must be an absolute path");
+      }
+      spec.cwd = req->cwd();
+    }
+    if (!req->user().empty()) {
+      if (!node::ValidUser(req->user())) {
+        return Invalid("user=" + Quote(req->user()) +
+                       " must be \"root\", a user name or \"uid[:gid]\"");
+      }
+      spec.user = req->user();
+    }
+    spec.stdin_data = req->stdin();
+    spec.timeout = std::chrono::milliseconds(req->timeout_ms());
+    spec.kill_grace = std::chrono::milliseconds(req->kill_grace_ms() == 0 ? 500 : req->kill_grace_ms());
+    uint64_t cap = req->output_cap_bytes() == 0 ? kDefaultOutputCap : req->output_cap_bytes();
+    if (cap > kMaxOutputCap) {
+      return Invalid("output_cap_bytes=" + std::to_string(cap) + " exceeds the maximum of " +
+                     std::to_string(kMaxOutputCap));
+    }
+    spec.output_cap_bytes = cap;
+    StatusOr<runtime::ExecOutcome> out = impl_->m_->Exec(req->sandbox_id(), spec);
+    if (!out.ok()) return ToGrpcStatus(out.status());
+    resp->set_exit_code(out->exit_code);
+    resp->set_signal(out->signal);
+    resp->set_oom_killed(out->oom_killed);
+    resp->set_timed_out(out->timed_out);
+    *resp->mutable_stdout() = std::move(out->stdout_data);
+    *resp->mutable_stderr() = std::move(out->stderr_data);
+    resp->set_stdout_truncated(out->stdout_truncated);
+    resp->set_stderr_truncated(out->stderr_truncated);
+    resp->set_stdout_total_bytes(out->stdout_total);
+    resp->set_stderr_total_bytes(out->stderr_total);
+    resp->set_duration_ns(out->duration.count());
+    return grpc::Status::OK;
+  }
+
+ private:
+  WarrenServices::Impl* impl_;
+};
+
+class FilesService final : public v1::Files::Service {
+ public:
+  explicit FilesService(WarrenServices::Impl* impl) : impl_(impl) {}
+
+  grpc::Status Write(grpc::ServerContext* ctx, grpc::ServerReader<v1::WriteFileRequest>* reader,
+                     v1::WriteFileResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    v1::WriteFileRequest msg;
+    if (!reader->Read(&msg)) return Invalid("empty stream: the first message must carry the header");
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(msg.sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", msg.path()));
+    std::string path = msg.path();
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(msg.sandbox_id()));
+    ASSIGN_OR_RETURN_GRPC(std::unique_ptr<runtime::FileWriter> w,
+                          sb->files().OpenWrite(path, msg.mode() == 0 ? 0644 : msg.mode(),
+                                                msg.make_parents()));
+    do {
+      if (msg.data().size() > kMaxWriteChunk) {
+        return Invalid("data chunk of " + std::to_string(msg.data().size()) +
+                       " bytes exceeds 16 MiB; send 1 MiB chunks");
+      }
+      if (!msg.data().empty()) {
+        Status s = w->Write(msg.data());
+        if (!s.ok()) return ToGrpcStatus(s);
+      }
+    } while (reader->Read(&msg));
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "write cancelled");
+    ASSIGN_OR_RETURN_GRPC(uint64_t n, w->Commit());
+    resp->set_bytes_written(n);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Read(grpc::ServerContext* ctx, const v1::ReadFileRequest* req,
+                    grpc::ServerWriter<v1::ReadFileChunk>* writer) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+    ASSIGN_OR_RETURN_GRPC(std::unique_ptr<runtime::FileReader> r,
+                          sb->files().OpenRead(req->path(), req->offset(), req->length()));
+    v1::ReadFileChunk chunk;
+    while (true) {
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "read cancelled");
+      ASSIGN_OR_RETURN_GRPC(std::string data, r->Read(kReadChunk));
+      if (data.empty()) break;
+      *chunk.mutable_data() = std::move(data);
+      if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stat(grpc::ServerContext* ctx, const v1::StatRequest* req,
+                    v1::FileInfo* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+    ASSIGN_OR_RETURN_GRPC(runtime::FileInfo fi, sb->files().Stat(req->path()));
+    ToProto(fi, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListDir(grpc::ServerContext* ctx, const v1::ListDirRequest* req,
+                       v1::ListDirResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+    ASSIGN_OR_RETURN_GRPC(std::vector<runtime::FileInfo> entries, sb->files().List(req->path()));
+    for (const auto& fi : entries) ToProto(fi, resp->add_entries());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Mkdir(grpc::ServerContext* ctx, const v1::MkdirRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
+    if (req->mode() > 07777) return Invalid("mode=" + std::to_string(req->mode()) + " exceeds 07777");
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+    return ToGrpcStatus(
+        sb->files().Mkdir(req->path(), req->mode() == 0 ? 0755 : req->mode(), req->parents()));
+  }
+
+  grpc::Status Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+    return ToGrpcStatus(sb->files().Remove(req->path(), req->recursive()));
+  }
+
+  grpc::Status Rename(grpc::ServerContext* ctx, const v1::RenameRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("from", req->from()));
+    WARREN_RETURN_IF_GRPC_ERROR(CheckPath("to", req->to()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+    return ToGrpcStatus(sb->files().Rename(req->from(), req->to()));
+  }
+
+ private:
+  WarrenServices::Impl* impl_;
+};
+
+class LayersService final : public v1::Layers::Service {
+ public:
+  explicit LayersService(WarrenServices::Impl* impl) : impl_(impl) {}
+
+  void ToLayer(const image::LayerInfo& li, v1::Layer* out) {
+    out->set_digest(li.digest);
+    out->set_name(li.name);
+    out->set_size_bytes(li.size_bytes);
+    out->set_created_at_ns(li.created_at_ns);
+    out->set_in_use(impl_->m_->LayerUsers(li.digest));
+    out->set_mounted(impl_->m_->layers().IsMounted(li.digest));
+  }
+
+  grpc::Status Build(grpc::ServerContext* ctx, grpc::ServerReader<v1::BuildLayerRequest>* reader,
+                     v1::Layer* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    v1::BuildLayerRequest msg;
+    if (!reader->Read(&msg)) return Invalid("empty stream: the first message must carry the name");
+    if (msg.name().empty()) return Invalid("name is empty");
+    const std::string name = msg.name();
+    node::LayerProvider& layers = impl_->m_->layers();
+    if (!msg.source_dir().empty()) {
+      if (!IsUnixPeer(*ctx)) {
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                            "source_dir builds are accepted only over the unix socket");
+      }
+      if (msg.source_dir()[0] != '/') {
+        return Invalid("source_dir=" + Quote(msg.source_dir()) + " must be an absolute path");
+      }
+      if (!msg.tar_chunk().empty()) return Invalid("give either source_dir or tar_chunk, not both");
+      ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, layers.BuildFromDir(name, msg.source_dir()));
+      node::Log(spdlog::level::info, "layer built", {{"layer", name}, {"digest", li.digest}, {"from", msg.source_dir()}});
+      ToLayer(li, resp);
+      return grpc::Status::OK;
+    }
+    // Spool the tar next to the store (same file system, no copy of a huge
+    // upload into memory); removed whatever happens.
+    std::string dir = layers.TmpDir();
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ToGrpcStatus(ErrnoToStatus(errno, "mkdir(" + dir + ")"));
+    }
+    std::string path = dir + "/upload-XXXXXX";
+    UniqueFd fd(::mkostemp(path.data(), O_CLOEXEC));
+    if (!fd.valid()) return ToGrpcStatus(ErrnoToStatus(errno, "mkostemp(" + path + ")"));
+    struct Unlink {
+      std::string p;
+      ~Unlink() { ::unlink(p.c_str()); }
+    } unlink_guard{path};
+    uint64_t total = 0;
+    do {
+      if (!msg.source_dir().empty()) return Invalid("source_dir is only allowed in the first message");
+      const std::string& data = msg.tar_chunk();
+      size_t off = 0;
+      while (off < data.size()) {
+        ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ToGrpcStatus(ErrnoToStatus(errno, "write(" + path + ")"));
+        off += static_cast<size_t>(n);
+      }
+      total += data.size();
+    } while (reader->Read(&msg));
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+    if (total == 0) return Invalid("no tar data and no source_dir");
+    fd.reset();
+    ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, layers.BuildFromTar(name, path));
+    node::Log(spdlog::level::info, "layer built", {{"layer", name}, {"digest", li.digest}, {"tar_bytes", std::to_string(total)}});
+    ToLayer(li, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetLayerRequest* req, v1::Layer* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    if (req->ref().empty()) return Invalid("ref is empty");
+    ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, impl_->m_->layers().Resolve(req->ref()));
+    ToLayer(li, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListLayersRequest*,
+                    v1::ListLayersResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    for (const auto& li : impl_->m_->layers().List()) ToLayer(li, resp->add_layers());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Remove(grpc::ServerContext* ctx, const v1::RemoveLayerRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    if (req->ref().empty()) return Invalid("ref is empty");
+    return ToGrpcStatus(impl_->m_->RemoveLayer(req->ref()));
+  }
+
+ private:
+  WarrenServices::Impl* impl_;
+};
+
+uint64_t MemAvailableBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  for (int i = 0; i < 64 && f >> key >> kb >> unit; ++i) {
+    if (key == "MemAvailable:") return kb << 10;
+  }
+  return 0;
+}
+
+class NodeService final : public v1::Node::Service {
+ public:
+  explicit NodeService(WarrenServices::Impl* impl) : impl_(impl) {}
+
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::NodeStatusRequest*,
+                      v1::NodeStatus* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    node::SandboxManager& m = *impl_->m_;
+    node::NodeCounters c = m.Counters();
+    const NodeFacts& f = impl_->o_.facts;
+    resp->set_node_id(m.options().node_id);
+    resp->set_version(f.version);
+    for (const auto& b : m.BackendNames()) resp->add_backends(b);
+    resp->set_sandboxes(c.sandboxes);
+    resp->set_layers(static_cast<uint32_t>(m.layers().List().size()));
+    resp->set_layers_mounted(static_cast<uint32_t>(m.layers().MountedCount()));
+    if (f.cgroup_version != 0) resp->set_cgroup_version("v" + std::to_string(f.cgroup_version));
+    resp->set_cgroup_parent(f.cgroup_parent);
+    resp->set_idmapped_mounts(f.idmapped_mounts);
+    resp->set_file_backed_erofs(m.layers().FileBackedErofs());
+    resp->set_state_dir(m.options().state_dir);
+    resp->set_started_at_ns(c.started_at_ns);
+    resp->set_cpus(c.cpus);
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) resp->set_memory_total_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
+    resp->set_memory_available_bytes(MemAvailableBytes());
+    return grpc::Status::OK;
+  }
+
+ private:
+  WarrenServices::Impl* impl_;
+};
+
+}  // namespace
+
+struct WarrenServices::Holder {
+  explicit Holder(Impl* impl) : sandboxes(impl), files(impl), layers(impl), node(impl) {}
+  SandboxesService sandboxes;
+  FilesService files;
+  LayersService layers;
+  NodeService node;
+};
+
+WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions options)
+    : impl_(std::make_unique<Impl>(manager, std::move(options))),
+      holder_(std::make_unique<Holder>(impl_.get())) {}
+
+WarrenServices::~WarrenServices() = default;
+
+std::vector<grpc::Service*> WarrenServices::services() {
+  return {&holder_->sandboxes, &holder_->files, &holder_->layers, &holder_->node};
+}
+
+StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options,
+                                                    WarrenServices& services, int* tcp_port) {
+  grpc::ServerBuilder builder;
+  if (!options.unix_socket.empty()) {
+    builder.AddListeningPort("unix:" + options.unix_socket, grpc::InsecureServerCredentials());
+  }
+  if (!options.tcp_listen.empty()) {
+    builder.AddListeningPort(options.tcp_listen, grpc::InsecureServerCredentials(), tcp_port);
+  }
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Execs block a handler thread for their duration: allow many threads so
+  // hundreds of long execs do not starve short calls.
+  grpc::ResourceQuota quota("warrend");
+  quota.SetMaxThreads(options.max_threads);
+  builder.SetResourceQuota(quota);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  for (grpc::Service* s : services.services()) builder.RegisterService(s);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return absl::UnavailableError("gRPC server failed to start on unix:" + options.unix_socket +
+                                  (options.tcp_listen.empty() ? "" : " and " + options.tcp_listen) +
+                                  " (address in use or not permitted?)");
+  }
+  if (!options.tcp_listen.empty() && tcp_port != nullptr && *tcp_port == 0) {
+    server->Shutdown();
+    return absl::UnavailableError("could not listen on " + options.tcp_listen);
+  }
+  if (!options.unix_socket.empty() && ::chmod(options.unix_socket.c_str(), 0660) != 0) {
+    Status s = ErrnoToStatus(errno, "chmod(" + options.unix_socket + ")");
+    server->Shutdown();
+    return s;
+  }
+  return server;
+}
+
+}  // namespace warren::api

@@ -1,0 +1,54 @@
+#include "node/image_layer_provider.h"
+
+#include <utility>
+
+namespace warren::node {
+namespace {
+
+class ImageLayerProvider final : public LayerProvider {
+ public:
+  ImageLayerProvider(std::unique_ptr<image::LayerStore> store,
+                     std::unique_ptr<image::MountCache> cache)
+      : store_(std::move(store)), cache_(std::move(cache)) {}
+
+  StatusOr<image::LayerInfo> Resolve(const std::string& ref) const override {
+    return store_->Resolve(ref);
+  }
+  std::vector<image::LayerInfo> List() const override { return store_->List(); }
+  StatusOr<image::LayerInfo> BuildFromDir(const std::string& name,
+                                          const std::string& dir) override {
+    return store_->BuildFromDir(name, dir);
+  }
+  StatusOr<image::LayerInfo> BuildFromTar(const std::string& name,
+                                          const std::string& tar_path) override {
+    return store_->BuildFromTar(name, tar_path);
+  }
+  Status Remove(const std::string& ref) override { return store_->Remove(ref); }
+  std::string TmpDir() const override { return store_->dir() + "/tmp"; }
+  StatusOr<std::string> Acquire(const std::string& digest) override {
+    return cache_->Acquire(digest);
+  }
+  void Release(const std::string& digest) override { cache_->Release(digest); }
+  void Sweep() override { cache_->Sweep(false); }
+  bool IsMounted(const std::string& digest) const override { return cache_->IsMounted(digest); }
+  size_t MountedCount() const override { return cache_->MountedCount(); }
+  bool FileBackedErofs() const override { return image::MountCache::FileBackedErofsSupported(); }
+
+ private:
+  std::unique_ptr<image::LayerStore> store_;
+  std::unique_ptr<image::MountCache> cache_;  // destroyed first: it points at store_
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string& store_dir,
+                                                               const std::string& mount_root,
+                                                               int64_t grace_ms) {
+  ASSIGN_OR_RETURN(std::unique_ptr<image::LayerStore> store, image::LayerStore::Open(store_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
+                   image::MountCache::Open(store.get(), mount_root, grace_ms));
+  return std::unique_ptr<LayerProvider>(
+      std::make_unique<ImageLayerProvider>(std::move(store), std::move(cache)));
+}
+
+}  // namespace warren::node

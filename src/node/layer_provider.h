@@ -1,0 +1,48 @@
+// What the node needs from the image component (DESIGN.md §4): name
+// resolution, builds, and the per-node mount cache. An interface so the node
+// and API logic are testable without mounting EROFS images; the production
+// implementation (node/image_layer_provider.h) wraps image::LayerStore and
+// image::MountCache.
+//
+// Thread-safe. Errors as absl::Status (common/status.h): InvalidArgument for a
+// malformed ref (naming it), NotFound for an unknown one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "image/layer_store.h"
+
+namespace warren::node {
+
+class LayerProvider {
+ public:
+  virtual ~LayerProvider() = default;
+
+  // ref: "kind/name", "kind/name@version" or "sha256:<hex>".
+  virtual StatusOr<image::LayerInfo> Resolve(const std::string& ref) const = 0;
+  virtual std::vector<image::LayerInfo> List() const = 0;
+  virtual StatusOr<image::LayerInfo> BuildFromDir(const std::string& name,
+                                                  const std::string& dir) = 0;
+  virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name,
+                                                  const std::string& tar_path) = 0;
+  // Removes a name (the caller has checked the layer is not in use).
+  virtual Status Remove(const std::string& ref) = 0;
+  // A directory on the store's file system for spooling uploads.
+  virtual std::string TmpDir() const = 0;
+
+  // Mount cache: Acquire mounts (if needed) and takes one reference, returning
+  // the mount path (a lowerdir); every successful Acquire is paired with one
+  // Release. Sweep unmounts unreferenced mounts whose grace expired.
+  virtual StatusOr<std::string> Acquire(const std::string& digest) = 0;
+  virtual void Release(const std::string& digest) = 0;
+  virtual void Sweep() = 0;
+  virtual bool IsMounted(const std::string& digest) const = 0;
+  virtual size_t MountedCount() const = 0;
+  virtual bool FileBackedErofs() const = 0;
+};
+
+}  // namespace warren::node

@@ -1,0 +1,793 @@
+#include "node/sandbox_manager.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/escaping.h"
+#include "node/log.h"
+#include "node/rollback.h"
+
+namespace warren::node {
+
+namespace {
+
+constexpr uint32_t kDefaultCpuMillis = 1000;
+constexpr uint32_t kDefaultMemoryMb = 2048;
+constexpr uint32_t kDefaultDiskMb = 1024;
+constexpr uint32_t kDefaultPids = 1024;
+constexpr uint32_t kDefaultOpenFiles = 1024;
+constexpr uint32_t kDefaultTmpfsMb = 256;
+constexpr uint64_t kMaxDiskMb = 1u << 20;  // 1 TiB
+constexpr uint32_t kMaxPids = 4194304;
+constexpr uint32_t kMinOpenFiles = 16;
+constexpr uint32_t kMaxOpenFiles = 1048576;
+constexpr size_t kMaxLabels = 64;
+constexpr size_t kMaxEnvBytes = 1 << 20;
+constexpr auto kCreateWaitBound = std::chrono::minutes(10);
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Printable rendering of a user-supplied value for error messages.
+std::string Quote(const std::string& s) {
+  std::string v = s.size() > 80 ? s.substr(0, 80) + "..." : s;
+  return "\"" + absl::CHexEscape(v) + "\"";
+}
+
+bool HasControl(const std::string& s) {
+  return std::any_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+bool IsDigits(const std::string& s) {
+  return !s.empty() && s.size() <= 10 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+         std::stoull(s) <= 4294967294ull;
+}
+
+bool ValidHostname(const std::string& h) {
+  if (h.empty() || h.size() > 63) return false;
+  size_t start = 0;
+  while (start <= h.size()) {
+    size_t end = h.find('.', start);
+    if (end == std::string::npos) end = h.size();
+    std::string label = h.substr(start, end - start);
+    if (label.empty() || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+bool ValidLabelKey(const std::string& k) {
+  if (k.empty() || k.size() > 253) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+           c == '/';
+  });
+}
+
+bool ValidNodeId(const std::string& n) {
+  if (n.empty() || n.size() > 31) return false;
+  if (!std::islower(static_cast<unsigned char>(n[0])) && !std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+bool ValidSandboxId(const std::string& id) {
+  if (id.empty() || id.size() > 63 || id[0] == '-') return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+}  // namespace
+
+bool ValidUser(const std::string& u) {
+  if (u.empty() || u.size() > 32) return false;
+  size_t colon = u.find(':');
+  if (std::isdigit(static_cast<unsigned char>(u[0]))) {
+    if (colon == std::string::npos) return IsDigits(u);
+    return IsDigits(u.substr(0, colon)) && IsDigits(u.substr(colon + 1));
+  }
+  if (colon != std::string::npos) return false;
+  if (!(std::islower(static_cast<unsigned char>(u[0])) || u[0] == '_')) return false;
+  for (size_t i = 0; i < u.size(); ++i) {
+    char c = u[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              (c == '$' && i + 1 == u.size());
+    if (!ok) return false;
+  }
+  return true;
+}
+
+const char* SandboxStateName(SandboxState s) {
+  switch (s) {
+    case SandboxState::kCreating: return "creating";
+    case SandboxState::kRunning: return "running";
+    case SandboxState::kDestroying: return "destroying";
+  }
+  return "unknown";
+}
+
+struct SandboxManager::Entry {
+  SandboxInfo info;  // info.state guarded by SandboxManager::mu_
+  CreateRequest spec;
+  std::string dir;
+  runtime::Backend* backend = nullptr;
+  std::vector<std::string> acquired;  // digests holding a mount reference
+  std::shared_ptr<runtime::Sandbox> sandbox;
+  nlohmann::json backend_record;
+  bool destroy_running = false;  // guarded by mu_
+  nlohmann::json transitions = nlohmann::json::array();
+};
+
+StatusOr<std::unique_ptr<SandboxManager>> SandboxManager::New(
+    ManagerOptions options, std::vector<std::unique_ptr<runtime::Backend>> backends,
+    std::unique_ptr<LayerProvider> layers) {
+  if (!ValidNodeId(options.node_id)) {
+    return absl::InvalidArgumentError("node id " + Quote(options.node_id) +
+                                      " must match [a-z0-9][a-z0-9-]{0,30}");
+  }
+  if (options.state_dir.empty() || options.state_dir[0] != '/') {
+    return absl::InvalidArgumentError("state dir " + Quote(options.state_dir) +
+                                      " must be an absolute path");
+  }
+  if (layers == nullptr) return absl::InvalidArgumentError("no layer provider");
+  std::map<std::string, std::unique_ptr<runtime::Backend>> by_name;
+  for (auto& b : backends) {
+    std::string name = b->name();
+    by_name[name] = std::move(b);
+  }
+  if (by_name.empty()) return absl::InvalidArgumentError("no backend");
+  NodeLimits& l = options.limits;
+  if (l.cpus == 0) l.cpus = static_cast<uint32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  if (l.memory_mb == 0) {
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return ErrnoToStatus(errno, "sysinfo()");
+    l.memory_mb = static_cast<uint64_t>(si.totalram) * si.mem_unit >> 20;
+  }
+  if (l.max_sandboxes == 0) l.max_sandboxes = 16384;
+  if (l.max_creates_in_flight == 0) l.max_creates_in_flight = 4 * l.cpus;
+  for (const char* sub : {"", "/run"}) {
+    std::string d = options.state_dir + sub;
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoToStatus(errno, "mkdir(" + d + ")");
+    }
+  }
+  ASSIGN_OR_RETURN(RecordStore records, RecordStore::Open(options.state_dir + "/sandboxes"));
+  return std::unique_ptr<SandboxManager>(new SandboxManager(
+      std::move(options), std::move(by_name), std::move(layers), std::move(records)));
+}
+
+SandboxManager::SandboxManager(ManagerOptions options,
+                               std::map<std::string, std::unique_ptr<runtime::Backend>> backends,
+                               std::unique_ptr<LayerProvider> layers, RecordStore records)
+    : options_(std::move(options)),
+      backends_(std::move(backends)),
+      layers_(std::move(layers)),
+      records_(std::move(records)),
+      started_at_ns_(NowNs()) {}
+
+SandboxManager::~SandboxManager() {
+  {
+    std::lock_guard<std::mutex> l(sweep_mu_);
+    stopping_ = true;
+  }
+  sweep_cv_.notify_all();
+  if (sweep_thread_.joinable()) sweep_thread_.join();
+}
+
+std::string SandboxManager::RunDir(const std::string& id) const {
+  return options_.state_dir + "/run/" + id;
+}
+
+std::string SandboxManager::NewId() {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    unsigned char buf[6];
+    size_t got = 0;
+    while (got < sizeof(buf)) {
+      ssize_t n = getrandom(buf + got, sizeof(buf) - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+    std::string id = options_.node_id + "-" +
+                     absl::BytesToHexString(std::string(reinterpret_cast<char*>(buf), sizeof(buf)));
+    std::lock_guard<std::mutex> l(mu_);
+    if (!table_.count(id)) return id;
+  }
+  return {};
+}
+
+StatusOr<CreateRequest> SandboxManager::Normalize(const CreateRequest& in) const {
+  CreateRequest r = in;
+  const NodeLimits& lim = options_.limits;
+  if (r.backend.empty()) r.backend = "container";
+  if (!backends_.count(r.backend)) {
+    std::string names;
+    for (const auto& [n, b] : backends_) names += (names.empty() ? "" : ", ") + n;
+    return absl::InvalidArgumentError("backend " + Quote(r.backend) +
+                                      " is not available on this node (available: " + names + ")");
+  }
+  if (r.layers.empty()) {
+    return absl::InvalidArgumentError("layers: at least one layer is required");
+  }
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    if (r.layers[i].empty() || HasControl(r.layers[i]) || r.layers[i].size() > 512) {
+      return absl::InvalidArgumentError("layers[" + std::to_string(i) + "]=" + Quote(r.layers[i]) +
+                                        " is not a layer reference");
+    }
+  }
+  runtime::Resources& res = r.resources;
+  if (res.cpu_millis == 0) res.cpu_millis = kDefaultCpuMillis;
+  if (res.memory_mb == 0) res.memory_mb = kDefaultMemoryMb;
+  if (res.disk_mb == 0) res.disk_mb = kDefaultDiskMb;
+  if (res.pids == 0) res.pids = kDefaultPids;
+  if (res.open_files == 0) res.open_files = kDefaultOpenFiles;
+  if (res.tmpfs_mb == 0) res.tmpfs_mb = kDefaultTmpfsMb;
+  // Defaults may exceed a small host; clamp defaults only, never explicit asks.
+  if (in.resources.cpu_millis == 0) res.cpu_millis = std::min<uint32_t>(res.cpu_millis, 1000 * lim.cpus);
+  if (in.resources.memory_mb == 0) res.memory_mb = static_cast<uint32_t>(std::min<uint64_t>(res.memory_mb, lim.memory_mb));
+  if (in.resources.disk_mb == 0) res.disk_mb = static_cast<uint32_t>(std::min<uint64_t>(res.disk_mb, lim.memory_mb));
+  if (in.resources.tmpfs_mb == 0) res.tmpfs_mb = static_cast<uint32_t>(std::min<uint64_t>(res.tmpfs_mb, lim.memory_mb));
+  if (res.cpu_millis > 1000ull * lim.cpus) {
+    return absl::InvalidArgumentError(
+        "resources.cpu_millis=" + std::to_string(res.cpu_millis) + " exceeds this node's " +
+        std::to_string(1000ull * lim.cpus) + " (" + std::to_string(lim.cpus) + " cpus)");
+  }
+  if (res.memory_mb > lim.memory_mb) {
+    return absl::InvalidArgumentError("resources.memory_mb=" + std::to_string(res.memory_mb) +
+                                      " exceeds this node's memory of " +
+                                      std::to_string(lim.memory_mb) + " MiB");
+  }
+  // The upper layer lives in memory (tmpfs): bounded by RAM and by 1 TiB.
+  uint64_t disk_max = std::min<uint64_t>(kMaxDiskMb, lim.memory_mb);
+  if (res.disk_mb > disk_max) {
+    return absl::InvalidArgumentError("resources.disk_mb=" + std::to_string(res.disk_mb) +
+                                      " exceeds the maximum of " + std::to_string(disk_max) +
+                                      " MiB on this node");
+  }
+  if (res.tmpfs_mb > lim.memory_mb) {
+    return absl::InvalidArgumentError("resources.tmpfs_mb=" + std::to_string(res.tmpfs_mb) +
+                                      " exceeds this node's memory of " +
+                                      std::to_string(lim.memory_mb) + " MiB");
+  }
+  if (res.pids < 1 || res.pids > kMaxPids) {
+    return absl::InvalidArgumentError("resources.pids=" + std::to_string(res.pids) +
+                                      " is outside [1, " + std::to_string(kMaxPids) + "]");
+  }
+  if (res.open_files < kMinOpenFiles || res.open_files > kMaxOpenFiles) {
+    return absl::InvalidArgumentError("resources.open_files=" + std::to_string(res.open_files) +
+                                      " is outside [" + std::to_string(kMinOpenFiles) + ", " +
+                                      std::to_string(kMaxOpenFiles) + "]");
+  }
+  size_t env_bytes = 0;
+  for (const auto& [k, v] : r.env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("env key " + Quote(k) +
+                                        " must be non-empty without '=' or NUL");
+    }
+    if (v.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("env[" + Quote(k) + "] value contains NUL");
+    }
+    env_bytes += k.size() + v.size() + 2;
+  }
+  if (env_bytes > kMaxEnvBytes) {
+    return absl::InvalidArgumentError("env: " + std::to_string(env_bytes) +
+                                      " bytes exceeds the limit of 1 MiB");
+  }
+  if (r.workdir.empty()) r.workdir = "/";
+  if (r.workdir[0] != '/' || r.workdir.find('\0') != std::string::npos || r.workdir.size() > 4096) {
+    return absl::InvalidArgumentError("workdir=" + Quote(r.workdir) + " must be an absolute path");
+  }
+  if (r.user.empty()) r.user = "root";
+  if (!ValidUser(r.user)) {
+    return absl::InvalidArgumentError("user=" + Quote(r.user) +
+                                      " must be \"root\", a user name or \"uid[:gid]\"");
+  }
+  if (!r.hostname.empty() && !ValidHostname(r.hostname)) {
+    return absl::InvalidArgumentError("hostname=" + Quote(r.hostname) +
+                                      " is not a valid host name (letters, digits, '-', '.'; "
+                                      "at most 63 characters)");
+  }
+  if (r.labels.size() > kMaxLabels) {
+    return absl::InvalidArgumentError("labels: " + std::to_string(r.labels.size()) +
+                                      " labels exceed the maximum of " + std::to_string(kMaxLabels));
+  }
+  for (const auto& [k, v] : r.labels) {
+    if (!ValidLabelKey(k)) {
+      return absl::InvalidArgumentError("label key " + Quote(k) +
+                                        " must be 1-253 characters of [A-Za-z0-9._/-]");
+    }
+    if (v.size() > 1024 || HasControl(v)) {
+      return absl::InvalidArgumentError("labels[" + Quote(k) + "]=" + Quote(v) +
+                                        " must be at most 1024 bytes without control characters");
+    }
+  }
+  if (r.job.size() > 253 || HasControl(r.job)) {
+    return absl::InvalidArgumentError("job=" + Quote(r.job) +
+                                      " must be at most 253 bytes without control characters");
+  }
+  return r;
+}
+
+nlohmann::json SandboxManager::MakeRecord(const Entry& e, SandboxState state) const {
+  nlohmann::json env = nlohmann::json::object();
+  for (const auto& [k, v] : e.spec.env) env[absl::Base64Escape(k)] = absl::Base64Escape(v);
+  const runtime::Resources& r = e.info.resources;
+  nlohmann::json j = {
+      {"version", 1},
+      {"id", e.info.id},
+      {"state", SandboxStateName(state)},
+      {"backend", e.info.backend},
+      {"dir", e.dir},
+      {"layers", e.info.layer_digests},
+      {"layer_names", e.info.layer_names},
+      {"resources",
+       {{"cpu_millis", r.cpu_millis}, {"memory_mb", r.memory_mb}, {"disk_mb", r.disk_mb},
+        {"pids", r.pids}, {"open_files", r.open_files}, {"tmpfs_mb", r.tmpfs_mb}}},
+      {"env_b64", env},
+      {"workdir", e.spec.workdir},
+      {"user", e.spec.user},
+      {"hostname", e.info.hostname},
+      {"labels", e.info.labels},
+      {"job", e.info.job},
+      {"ttl_s", e.info.ttl_s},
+      {"created_at_ns", e.info.created_at_ns},
+      {"backend_record", e.backend_record},
+      {"transitions", e.transitions},
+  };
+  return j;
+}
+
+SandboxInfo SandboxManager::InfoOf(const Entry& e) const {
+  SandboxInfo i = e.info;
+  if (e.sandbox != nullptr) i.init_pid = e.sandbox->init_pid();
+  return i;
+}
+
+namespace {
+void AddTransition(nlohmann::json& transitions, SandboxState s, const std::string& reason) {
+  transitions.push_back({{"state", SandboxStateName(s)}, {"at_ns", NowNs()}, {"reason", reason}});
+}
+}  // namespace
+
+StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
+  ASSIGN_OR_RETURN(CreateRequest spec, Normalize(request));
+  Rollback rollback;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (creates_in_flight_ >= options_.limits.max_creates_in_flight) {
+      return absl::ResourceExhaustedError("node busy: " + std::to_string(creates_in_flight_) +
+                                          " creates in flight, retry");
+    }
+    if (table_.size() >= options_.limits.max_sandboxes) {
+      return absl::ResourceExhaustedError(
+          "node full: " + std::to_string(table_.size()) + " sandboxes (max " +
+          std::to_string(options_.limits.max_sandboxes) + "), retry later or on another node");
+    }
+    ++creates_in_flight_;
+  }
+  rollback.Add([this] {
+    std::lock_guard<std::mutex> l(mu_);
+    --creates_in_flight_;
+  });
+  std::string id = NewId();
+  if (id.empty()) return absl::InternalError("could not draw a unique sandbox id");
+
+  auto e = std::make_shared<Entry>();
+  e->spec = spec;
+  e->dir = RunDir(id);
+  e->backend = backends_.at(spec.backend).get();
+  e->info.id = id;
+  e->info.backend = spec.backend;
+  e->info.state = SandboxState::kCreating;
+  e->info.layer_names = spec.layers;
+  e->info.resources = spec.resources;
+  e->info.labels = spec.labels;
+  e->info.job = spec.job;
+  e->info.created_at_ns = NowNs();
+  e->info.hostname = spec.hostname.empty() ? id : spec.hostname;
+  e->info.ttl_s = spec.ttl_s;
+  AddTransition(e->transitions, SandboxState::kCreating, "create requested");
+
+  {
+    std::shared_lock<std::shared_mutex> layer_lock(layer_mu_);
+    for (size_t i = 0; i < spec.layers.size(); ++i) {
+      StatusOr<image::LayerInfo> li = layers_->Resolve(spec.layers[i]);
+      if (!li.ok()) {
+        Status s = li.status();
+        return Status(s.code(), "layers[" + std::to_string(i) + "]=" + Quote(spec.layers[i]) +
+                                    ": " + std::string(s.message()));
+      }
+      e->info.layer_digests.push_back(li->digest);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    table_[id] = e;
+  }
+  rollback.Add([this, id] {
+    std::lock_guard<std::mutex> l(mu_);
+    table_.erase(id);
+    cv_.notify_all();
+  });
+
+  e->backend_record = {{"id", id}, {"dir", e->dir}};
+  RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, SandboxState::kCreating)));
+  rollback.Add([this, id] {
+    Status s = records_.Remove(id);
+    if (!s.ok()) Log(spdlog::level::err, "rollback: removing record failed", {{"sandbox", id}, {"error", s.ToString()}});
+  });
+
+  if (::mkdir(e->dir.c_str(), 0700) != 0) {
+    Status s = ErrnoToStatus(errno, "mkdir(" + e->dir + ")");
+    if (StatusErrno(s) == ENOSPC) {
+      return absl::ResourceExhaustedError("state dir " + options_.state_dir + " is full: " +
+                                          std::string(s.message()));
+    }
+    return s;
+  }
+  rollback.Add([this, e] {
+    Status s = RemoveTree(e->dir);
+    if (!s.ok()) Log(spdlog::level::err, "rollback: removing dir failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
+  });
+
+  runtime::SandboxSpec bspec;
+  bspec.id = id;
+  bspec.dir = e->dir;
+  for (const std::string& digest : e->info.layer_digests) {
+    StatusOr<std::string> path = layers_->Acquire(digest);
+    if (!path.ok()) {
+      return Status(path.status().code(), "mounting layer " + digest + ": " +
+                                              std::string(path.status().message()));
+    }
+    e->acquired.push_back(digest);
+    rollback.Add([this, digest] { layers_->Release(digest); });
+    bspec.lower_dirs.push_back(*path);
+  }
+  bspec.resources = spec.resources;
+  bspec.env = spec.env;
+  bspec.workdir = spec.workdir;
+  bspec.user = spec.user;
+  bspec.hostname = e->info.hostname;
+
+  // Cleanup is idempotent and covers a backend that broke its "nothing left
+  // behind" promise; it runs before the dir removal registered above.
+  rollback.Add([this, e] {
+    Status s = e->backend->Cleanup(e->backend_record);
+    if (!s.ok()) Log(spdlog::level::err, "rollback: backend cleanup failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
+  });
+  StatusOr<std::unique_ptr<runtime::Sandbox>> sb = e->backend->Create(bspec);
+  if (!sb.ok()) {
+    Log(spdlog::level::warn, "create failed", {{"sandbox", id}, {"step", "backend"}, {"error", sb.status().ToString()}});
+    return sb.status();
+  }
+  e->sandbox = std::shared_ptr<runtime::Sandbox>(std::move(*sb));
+  rollback.Add([this, e] {
+    Status s = e->sandbox->Destroy();
+    if (!s.ok()) Log(spdlog::level::err, "rollback: destroy failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
+  });
+  e->backend_record = e->sandbox->Record();
+  if (!e->backend_record.is_object()) e->backend_record = nlohmann::json::object();
+  e->backend_record["id"] = id;
+  e->backend_record["dir"] = e->dir;
+  AddTransition(e->transitions, SandboxState::kRunning, "created");
+  Status st = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
+  if (!st.ok()) {
+    Log(spdlog::level::warn, "create failed", {{"sandbox", id}, {"step", "persist"}, {"error", st.ToString()}});
+    return st;
+  }
+
+  rollback.Commit();
+  SandboxInfo info;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    --creates_in_flight_;
+    e->info.state = SandboxState::kRunning;
+    info = InfoOf(*e);
+  }
+  cv_.notify_all();
+  Log(spdlog::level::info, "sandbox running", {{"sandbox", id}, {"reason", "created"}, {"backend", spec.backend}});
+  return info;
+}
+
+Status SandboxManager::Destroy(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    e = it->second;
+    // Wait for a create in progress or another destroy of this id.
+    bool settled = cv_.wait_for(l, kCreateWaitBound, [&] {
+      auto cur = table_.find(id);
+      return cur == table_.end() || cur->second != e ||
+             (e->info.state != SandboxState::kCreating && !e->destroy_running);
+    });
+    if (!settled) {
+      return absl::UnavailableError("sandbox " + id + " is still being created or destroyed; retry");
+    }
+    auto cur = table_.find(id);
+    if (cur == table_.end() || cur->second != e) return absl::OkStatus();  // already gone
+    e->info.state = SandboxState::kDestroying;
+    e->destroy_running = true;
+  }
+  AddTransition(e->transitions, SandboxState::kDestroying, "destroy requested");
+  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kDestroying));
+  if (!s.ok()) {
+    Log(spdlog::level::warn, "persisting destroying state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  }
+  Log(spdlog::level::info, "sandbox destroying", {{"sandbox", id}, {"reason", "destroy requested"}});
+  s = e->sandbox->Destroy();
+  if (!s.ok()) {
+    Log(spdlog::level::err, "destroy failed", {{"sandbox", id}, {"error", s.ToString()}});
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      e->destroy_running = false;
+    }
+    cv_.notify_all();
+    return s;
+  }
+  for (const std::string& d : e->acquired) layers_->Release(d);
+  e->acquired.clear();
+  Status rm = RemoveTree(e->dir);
+  if (!rm.ok()) Log(spdlog::level::err, "removing sandbox dir failed", {{"sandbox", id}, {"error", rm.ToString()}});
+  rm = records_.Remove(id);
+  if (!rm.ok()) Log(spdlog::level::err, "removing sandbox record failed", {{"sandbox", id}, {"error", rm.ToString()}});
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    table_.erase(id);
+    e->destroy_running = false;
+  }
+  cv_.notify_all();
+  Log(spdlog::level::info, "sandbox destroyed", {{"sandbox", id}, {"reason", "destroy requested"}});
+  return absl::OkStatus();
+}
+
+StatusOr<SandboxInfo> SandboxManager::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  return InfoOf(*it->second);
+}
+
+std::vector<SandboxInfo> SandboxManager::List(const std::map<std::string, std::string>& labels,
+                                              const std::string& job) const {
+  std::vector<SandboxInfo> out;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, e] : table_) {
+    if (!job.empty() && e->info.job != job) continue;
+    bool match = true;
+    for (const auto& [k, v] : labels) {
+      auto it = e->info.labels.find(k);
+      if (it == e->info.labels.end() || it->second != v) {
+        match = false;
+        break;
+      }
+    }
+    if (match) out.push_back(InfoOf(*e));
+  }
+  return out;
+}
+
+StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  if (it->second->info.state != SandboxState::kRunning) {
+    return absl::FailedPreconditionError("sandbox " + id + " is " +
+                                         SandboxStateName(it->second->info.state));
+  }
+  return it->second->sandbox;
+}
+
+StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id,
+                                                    const runtime::ExecSpec& spec) {
+  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Running(id));
+  return sb->Exec(spec);
+}
+
+uint32_t SandboxManager::LayerUsers(const std::string& digest) const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& [id, e] : table_) {
+    const auto& d = e->info.layer_digests;
+    if (std::find(d.begin(), d.end(), digest) != d.end()) ++n;
+  }
+  return n;
+}
+
+Status SandboxManager::RemoveLayer(const std::string& ref) {
+  std::unique_lock<std::shared_mutex> layer_lock(layer_mu_);
+  ASSIGN_OR_RETURN(image::LayerInfo info, layers_->Resolve(ref));
+  uint32_t users = LayerUsers(info.digest);
+  if (users > 0) {
+    return absl::FailedPreconditionError("layer " + ref + " (" + info.digest + ") is in use by " +
+                                         std::to_string(users) + " sandbox(es)");
+  }
+  RETURN_IF_ERROR(layers_->Remove(ref));
+  Log(spdlog::level::info, "layer removed", {{"layer", ref}, {"digest", info.digest}});
+  return absl::OkStatus();
+}
+
+std::vector<std::string> SandboxManager::BackendNames() const {
+  std::vector<std::string> out;
+  for (const auto& [n, b] : backends_) out.push_back(n);
+  return out;
+}
+
+NodeCounters SandboxManager::Counters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  NodeCounters c;
+  c.sandboxes = static_cast<uint32_t>(table_.size());
+  c.creates_in_flight = creates_in_flight_;
+  c.started_at_ns = started_at_ns_;
+  c.cpus = options_.limits.cpus;
+  c.memory_mb = options_.limits.memory_mb;
+  return c;
+}
+
+// ---------------------------------------------------------------- restart
+
+void SandboxManager::CleanupRecord(const std::string& id, const nlohmann::json& record,
+                                   const std::string& reason) {
+  nlohmann::json brec = record.contains("backend_record") && record["backend_record"].is_object()
+                            ? record["backend_record"]
+                            : nlohmann::json::object();
+  brec["id"] = id;
+  brec["dir"] = RunDir(id);
+  std::vector<runtime::Backend*> targets;
+  std::string bname = record.value("backend", std::string());
+  if (backends_.count(bname)) {
+    targets.push_back(backends_.at(bname).get());
+  } else {
+    for (const auto& [n, b] : backends_) targets.push_back(b.get());  // unknown: try all
+  }
+  for (runtime::Backend* b : targets) {
+    Status s = b->Cleanup(brec);
+    if (!s.ok()) {
+      Log(spdlog::level::err, "cleanup failed; record kept for the next start",
+          {{"sandbox", id}, {"reason", reason}, {"error", s.ToString()}});
+      return;
+    }
+  }
+  Status s = RemoveTree(RunDir(id));
+  if (!s.ok()) {
+    Log(spdlog::level::err, "removing sandbox dir failed; record kept",
+        {{"sandbox", id}, {"error", s.ToString()}});
+    return;
+  }
+  s = records_.Remove(id);
+  if (!s.ok()) Log(spdlog::level::err, "removing record failed", {{"sandbox", id}, {"error", s.ToString()}});
+  Log(spdlog::level::info, "sandbox cleaned up", {{"sandbox", id}, {"reason", reason}});
+}
+
+void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec) {
+  std::string state = rec.value("state", std::string());
+  if (rec.value("id", std::string()) != id) {
+    CleanupRecord(id, rec, "record id does not match its file name");
+    return;
+  }
+  if (state != "running") {
+    CleanupRecord(id, rec, "found in state '" + state + "' at start: half-created or half-destroyed");
+    return;
+  }
+  std::string bname = rec.value("backend", std::string());
+  auto bit = backends_.find(bname);
+  if (bit == backends_.end()) {
+    Log(spdlog::level::err, "record names an unavailable backend; left in place",
+        {{"sandbox", id}, {"backend", bname}});
+    return;
+  }
+  auto e = std::make_shared<Entry>();
+  try {
+    e->backend = bit->second.get();
+    e->dir = RunDir(id);
+    e->info.id = id;
+    e->info.backend = bname;
+    e->info.state = SandboxState::kRunning;
+    e->info.layer_digests = rec.at("layers").get<std::vector<std::string>>();
+    e->info.layer_names = rec.value("layer_names", std::vector<std::string>());
+    const auto& r = rec.at("resources");
+    e->info.resources = runtime::Resources{r.at("cpu_millis").get<uint32_t>(), r.at("memory_mb").get<uint32_t>(),
+                                           r.at("disk_mb").get<uint32_t>(), r.at("pids").get<uint32_t>(),
+                                           r.at("open_files").get<uint32_t>(), r.at("tmpfs_mb").get<uint32_t>()};
+    e->info.labels = rec.value("labels", std::map<std::string, std::string>());
+    e->info.job = rec.value("job", std::string());
+    e->info.hostname = rec.value("hostname", std::string());
+    e->info.ttl_s = rec.value("ttl_s", 0u);
+    e->info.created_at_ns = rec.value("created_at_ns", int64_t{0});
+    e->spec.backend = bname;
+    e->spec.layers = e->info.layer_names;
+    e->spec.resources = e->info.resources;
+    e->spec.workdir = rec.value("workdir", std::string("/"));
+    e->spec.user = rec.value("user", std::string("root"));
+    e->spec.hostname = e->info.hostname;
+    e->spec.labels = e->info.labels;
+    e->spec.job = e->info.job;
+    e->spec.ttl_s = e->info.ttl_s;
+    if (rec.contains("env_b64") && rec["env_b64"].is_object()) {
+      const nlohmann::json& env = rec["env_b64"];
+      for (auto it = env.begin(); it != env.end(); ++it) {
+        std::string key, val;
+        if (absl::Base64Unescape(it.key(), &key) &&
+            absl::Base64Unescape(it.value().get<std::string>(), &val)) {
+          e->spec.env[key] = val;
+        }
+      }
+    }
+    e->backend_record = rec.value("backend_record", nlohmann::json::object());
+    e->transitions = rec.value("transitions", nlohmann::json::array());
+  } catch (const std::exception& ex) {
+    CleanupRecord(id, rec, std::string("malformed record: ") + ex.what());
+    return;
+  }
+  StatusOr<std::unique_ptr<runtime::Sandbox>> sb = e->backend->Adopt(e->backend_record);
+  if (!sb.ok()) {
+    CleanupRecord(id, rec, "backend could not adopt it: " + sb.status().ToString());
+    return;
+  }
+  e->sandbox = std::shared_ptr<runtime::Sandbox>(std::move(*sb));
+  for (const std::string& d : e->info.layer_digests) {
+    StatusOr<std::string> p = layers_->Acquire(d);
+    if (!p.ok()) {
+      Log(spdlog::level::warn, "re-acquiring layer of adopted sandbox failed",
+          {{"sandbox", id}, {"digest", d}, {"error", p.status().ToString()}});
+      continue;
+    }
+    e->acquired.push_back(d);
+  }
+  AddTransition(e->transitions, SandboxState::kRunning, "adopted after daemon restart");
+  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
+  if (!s.ok()) Log(spdlog::level::warn, "persisting adopted record failed", {{"sandbox", id}, {"error", s.ToString()}});
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    table_[id] = e;
+  }
+  Log(spdlog::level::info, "sandbox adopted", {{"sandbox", id}, {"reason", "daemon restart"}});
+}
+
+Status SandboxManager::Start() {
+  struct stat st;
+  if (::stat(records_.dir().c_str(), &st) != 0) {
+    return ErrnoToStatus(errno, "stat(" + records_.dir() + ")");
+  }
+  for (RecordStore::Loaded& l : records_.LoadAll()) {
+    if (!ValidSandboxId(l.id)) {
+      Log(spdlog::level::err, "ignoring record with an invalid id", {{"file", l.id}});
+      continue;
+    }
+    if (!l.record.ok()) {
+      CleanupRecord(l.id, nlohmann::json::object(), "unreadable record: " + l.record.status().ToString());
+      continue;
+    }
+    RecoverOne(l.id, *l.record);
+  }
+  layers_->Sweep();
+  if (options_.sweep_interval.count() > 0) {
+    sweep_thread_ = std::thread([this] { SweepLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+void SandboxManager::SweepLoop() {
+  std::unique_lock<std::mutex> l(sweep_mu_);
+  while (!stopping_) {
+    sweep_cv_.wait_for(l, options_.sweep_interval, [this] { return stopping_; });
+    if (stopping_) break;
+    l.unlock();
+    layers_->Sweep();
+    l.lock();
+  }
+}
+
+}  // namespace warren::node

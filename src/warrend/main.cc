@@ -1,0 +1,342 @@
+// warrend: the node daemon (DESIGN.md §2). Serves the warren.v1 API on a unix
+// socket (and optionally TCP with a bearer token), owns the sandbox table,
+// and leaves sandboxes running when it stops: the next warrend on the same
+// state dir re-adopts them.
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "api/services.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "node/image_layer_provider.h"
+#include "node/log.h"
+#include "node/sandbox_manager.h"
+#include "runtime/container/container_backend.h"
+
+namespace warren {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnShutdownSignal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t ignored = ::write(g_signal_pipe[1], &b, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+struct Flags {
+  std::string state_dir = "/var/lib/warren";
+  std::string socket = "/run/warren/warrend.sock";
+  std::string listen;
+  std::string token_file;
+  std::string layer_store;
+  std::string init_path;
+  std::string node_id = "n0";
+  std::string log_level = "info";
+  std::string log_format = "text";
+  uint32_t max_sandboxes = 0;
+  uint32_t max_creates_in_flight = 0;
+  int64_t mount_grace_ms = 60000;
+};
+
+Status MkdirAll(const std::string& path, mode_t mode) {
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += "/" + part;
+    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      return ErrnoToStatus(errno, "mkdir(" + cur + ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Dirname(const std::string& p) {
+  size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+StatusOr<std::string> FindInit(const std::string& flag) {
+  if (!flag.empty()) {
+    char real[PATH_MAX];
+    if (::access(flag.c_str(), X_OK) != 0 || ::realpath(flag.c_str(), real) == nullptr) {
+      return ErrnoToStatus(errno, "--init-path " + flag);
+    }
+    return std::string(real);
+  }
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n < 0) return ErrnoToStatus(errno, "readlink(/proc/self/exe)");
+  std::string dir = Dirname(std::string(buf, static_cast<size_t>(n)));
+  std::vector<std::string> candidates = {dir + "/warren-init", dir + "/../init/warren-init",
+                                         "/usr/lib/warren/warren-init"};
+  for (const std::string& c : candidates) {
+    if (::access(c.c_str(), X_OK) == 0) {
+      char real[PATH_MAX];
+      if (::realpath(c.c_str(), real) != nullptr) return std::string(real);
+      return c;
+    }
+  }
+  return absl::NotFoundError("warren-init not found (looked at " + candidates[0] + ", " +
+                             candidates[1] + ", " + candidates[2] + "); pass --init-path");
+}
+
+// Holds an exclusive lock on <state_dir>/warrend.lock for the daemon's life.
+// A POSIX record lock (not flock): it belongs to this process only, so
+// children forked by backends never keep it alive after the daemon dies.
+StatusOr<UniqueFd> LockStateDir(const std::string& state_dir) {
+  std::string path = state_dir + "/warrend.lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  if (::fcntl(fd.get(), F_SETLK, &lk) != 0) {
+    int err = errno;
+    if (err == EAGAIN || err == EACCES) {
+      struct flock who {};
+      who.l_type = F_WRLCK;
+      who.l_whence = SEEK_SET;
+      std::string pid = "?";
+      if (::fcntl(fd.get(), F_GETLK, &who) == 0 && who.l_type != F_UNLCK) {
+        pid = std::to_string(who.l_pid);
+      }
+      return absl::FailedPreconditionError("another warrend (pid " + pid +
+                                           ") is running on state dir " + state_dir);
+    }
+    return ErrnoToStatus(err, "fcntl(F_SETLK, " + path + ")");
+  }
+  std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), pid.data(), pid.size(), 0) < 0) {
+    return ErrnoToStatus(errno, "write(" + path + ")");
+  }
+  return fd;
+}
+
+// Removes a socket file left by a daemon that died; refuses a live one.
+Status PrepareSocket(const std::string& path) {
+  RETURN_IF_ERROR(MkdirAll(Dirname(path), 0755));
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoToStatus(errno, "lstat(" + path + ")");
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError("--socket " + path + " exists and is not a socket");
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError("--socket " + path + " is too long for a unix socket");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    return absl::FailedPreconditionError("--socket " + path +
+                                         " is served by another live process");
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoToStatus(errno, "unlink(" + path + ")");
+  }
+  node::Log(spdlog::level::info, "removed stale socket", {{"socket", path}});
+  return absl::OkStatus();
+}
+
+StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return ErrnoToStatus(errno, "open(" + path + ")");
+  std::string token;
+  std::getline(f, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
+    token.pop_back();
+  }
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError("--token-file " + path +
+                                      ": the token must be at least 16 characters");
+  }
+  return token;
+}
+
+int Run(const Flags& flags) {
+  auto fail = [](const Status& s) {
+    node::Log(spdlog::level::critical, "warrend cannot start", {{"error", s.ToString()}});
+    return 1;
+  };
+  if (flags.state_dir.empty() || flags.state_dir[0] != '/') {
+    return fail(absl::InvalidArgumentError("--state-dir must be an absolute path"));
+  }
+  if (!flags.listen.empty() && flags.token_file.empty()) {
+    return fail(absl::InvalidArgumentError("--listen needs --token-file (TCP callers must "
+                                           "present a bearer token)"));
+  }
+  std::string token;
+  if (!flags.token_file.empty()) {
+    StatusOr<std::string> t = ReadToken(flags.token_file);
+    if (!t.ok()) return fail(t.status());
+    token = *t;
+  }
+  if (Status s = MkdirAll(flags.state_dir, 0711); !s.ok()) return fail(s);
+  StatusOr<UniqueFd> lock = LockStateDir(flags.state_dir);
+  if (!lock.ok()) return fail(lock.status());
+  if (Status s = PrepareSocket(flags.socket); !s.ok()) return fail(s);
+  StatusOr<std::string> init = FindInit(flags.init_path);
+  if (!init.ok()) return fail(init.status());
+
+  runtime::ContainerOptions copt;
+  copt.init_path = *init;
+  StatusOr<std::unique_ptr<runtime::Backend>> container = runtime::NewContainerBackend(copt);
+  if (!container.ok()) return fail(container.status());
+  std::vector<std::unique_ptr<runtime::Backend>> backends;
+  backends.push_back(std::move(*container));
+
+  std::string store_dir = flags.layer_store.empty() ? flags.state_dir + "/layers" : flags.layer_store;
+  StatusOr<std::unique_ptr<node::LayerProvider>> layers =
+      node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms);
+  if (!layers.ok()) return fail(layers.status());
+
+  node::ManagerOptions mopt;
+  mopt.node_id = flags.node_id;
+  mopt.state_dir = flags.state_dir;
+  mopt.limits.max_sandboxes = flags.max_sandboxes;
+  mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
+  StatusOr<std::unique_ptr<node::SandboxManager>> manager =
+      node::SandboxManager::New(mopt, std::move(backends), std::move(*layers));
+  if (!manager.ok()) return fail(manager.status());
+  if (Status s = (*manager)->Start(); !s.ok()) return fail(s);
+
+  // The probe only feeds Node.Status: it must never hold up serving.
+  auto probe = std::make_shared<std::promise<runtime::HostFeatures>>();
+  std::future<runtime::HostFeatures> probed = probe->get_future();
+  std::thread([probe] { probe->set_value(runtime::ProbeHostFeatures()); }).detach();
+  runtime::HostFeatures hf;
+  if (probed.wait_for(std::chrono::seconds(5)) == std::future_status::ready) {
+    hf = probed.get();
+  } else {
+    node::Log(spdlog::level::warn,
+              "host feature probe did not finish in 5 s; Node.Status reports them unknown");
+  }
+  api::ServiceOptions sopt;
+  sopt.token = token;
+  sopt.facts.cgroup_version = hf.cgroup_version;
+  sopt.facts.cgroup_parent = hf.cgroup_parent;
+  sopt.facts.idmapped_mounts = hf.idmapped_mounts;
+  api::WarrenServices services(manager->get(), sopt);
+  api::ServerOptions server_opt;
+  server_opt.unix_socket = flags.socket;
+  server_opt.tcp_listen = flags.listen;
+  int tcp_port = 0;
+  StatusOr<std::unique_ptr<grpc::Server>> server =
+      api::StartServer(server_opt, services, flags.listen.empty() ? nullptr : &tcp_port);
+  if (!server.ok()) return fail(server.status());
+
+  // SIGTERM/SIGINT are turned into a byte on g_signal_pipe by an
+  // async-signal-safe handler (nothing is blocked, so forked children do
+  // not inherit a blocked signal mask); this thread does the shutdown.
+  // Until here SIGTERM/SIGINT kill the process (nothing to shut down yet).
+  struct sigaction sa {};
+  sa.sa_handler = OnShutdownSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::thread signal_thread([&server, socket = flags.socket] {
+    unsigned char sig = 0;
+    while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    node::Log(spdlog::level::info, "shutting down; sandboxes keep running",
+              {{"signal", strsignal(sig)}});
+    // In-flight calls get a grace period, then are cancelled. A sync
+    // handler still blocked in a long exec would hold Shutdown() forever:
+    // past a second grace the process exits anyway (sandboxes are persisted
+    // and outlive the daemon; that exec's result is lost, as in a crash).
+    std::thread([socket] {
+      std::this_thread::sleep_for(std::chrono::seconds(20));
+      node::Log(spdlog::level::warn, "in-flight calls did not finish; exiting without them");
+      ::unlink(socket.c_str());
+      ::_exit(0);
+    }).detach();
+    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  });
+
+  node::Log(spdlog::level::info, "warrend ready",
+            {{"socket", flags.socket}, {"state_dir", flags.state_dir}, {"node_id", flags.node_id},
+             {"tcp", flags.listen.empty() ? "" : flags.listen + " (port " + std::to_string(tcp_port) + ")"},
+             {"init", *init}, {"cgroup", "v" + std::to_string(hf.cgroup_version) + " " + hf.cgroup_parent}});
+  std::fprintf(stderr, "warrend ready on unix:%s\n", flags.socket.c_str());
+  std::fflush(stderr);
+  (*server)->Wait();
+  signal_thread.join();
+  ::unlink(flags.socket.c_str());
+  server->reset();
+  manager->reset();
+  node::Log(spdlog::level::info, "warrend stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace warren
+
+int main(int argc, char** argv) {
+  warren::Flags f;
+  CLI::App app{"warrend: the warren node daemon"};
+  app.add_option("--state-dir", f.state_dir, "state directory (records, runtime dirs, mounts)")
+      ->capture_default_str();
+  app.add_option("--socket", f.socket, "unix socket to serve on")->capture_default_str();
+  app.add_option("--listen", f.listen, "also serve TCP on HOST:PORT (needs --token-file)");
+  app.add_option("--token-file", f.token_file, "file holding the bearer token for TCP callers");
+  app.add_option("--layer-store", f.layer_store, "layer store directory (default <state-dir>/layers)");
+  app.add_option("--init-path", f.init_path,
+                 "warren-init binary (default: next to warrend or ../init/warren-init)");
+  app.add_option("--node-id", f.node_id, "node id, prefix of sandbox ids")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error|critical|off")
+      ->capture_default_str();
+  app.add_option("--log-format", f.log_format, "text|json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--max-sandboxes", f.max_sandboxes, "admission: max sandboxes (0 = 16384)");
+  app.add_option("--max-creates-in-flight", f.max_creates_in_flight,
+                 "admission: max concurrent creates (0 = 4 x cpus)");
+  app.add_option("--mount-grace-ms", f.mount_grace_ms,
+                 "keep an unused layer mount this long before unmounting")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  warren::Status s = warren::node::SetupLogging(
+      f.log_format == "json" ? warren::node::LogFormat::kJson : warren::node::LogFormat::kText,
+      f.log_level);
+  if (!s.ok()) {
+    std::fprintf(stderr, "warrend: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  if (::pipe2(warren::g_signal_pipe, O_CLOEXEC) != 0) {
+    std::perror("warrend: pipe2");
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  return warren::Run(f);
+}
