@@ -5,6 +5,43 @@
 // private to the sandbox. PID 1 is warren-init (src/init), a tiny static
 // reaper. Exec goes from the daemon into the sandbox (setns + fork); there is
 // no control socket inside the sandbox.
+//
+// Implementation contract (container_backend.cc):
+// * Nothing is mounted in the daemon's mount namespace: the upper tmpfs, the
+//   idmapped lower clones and the overlay are detached mounts handed to the
+//   sandbox's first process, which attaches them in its private mount
+//   namespace at <spec.dir>/rootfs and pivot_roots there. Killing the
+//   sandbox's processes therefore releases all of its mounts (Destroy and
+//   Cleanup never need to unmount).
+// * Disk limit: the kernel has no quota support, so the upper layer is a tmpfs
+//   of size disk_mb (nr_inodes bounded). Its pages are ALSO charged to the
+//   sandbox's memory cgroup: files written count against memory_mb.
+// * Ids: root inside = host uid/gid uid_base + slot*uid_range (setgroups
+//   denied). Lower layers are idmapped (MOUNT_ATTR_IDMAP) so host-root-owned
+//   layer files appear owned by root inside.
+// * Capabilities of root inside: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID
+//   SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT AUDIT_WRITE SETFCAP (bounding
+//   set too); other users get none. no_new_privs and the seccomp profile
+//   apply to every process. /proc/{kcore,keys,kpage*,sysrq-trigger,
+//   timer_list,sched_debug,kallsyms,...} are masked, /proc/{sys,bus,fs,irq}
+//   and /sys are read-only; /dev holds null zero full random urandom tty, a
+//   private devpts and /dev/shm (tmpfs of tmpfs_mb). Network: a new netns with
+//   only loopback (up).
+// * Exec: a helper forked from the daemon joins the sandbox cgroup and a fresh
+//   per-exec sub-cgroup (v1: pids+freezer), setns()es into the init's
+//   namespaces and clones the command with CLONE_PARENT, so the command is a
+//   direct child of the daemon process. The daemon must therefore never call
+//   waitpid(-1)/wait() (wait for specific pids only). Completion follows that
+//   process (pidfd), not pipe EOF; output beyond output_cap_bytes per stream is
+//   counted and discarded (daemon memory per running exec: 1 MiB buffer +
+//   up to 2*output_cap_bytes). Background processes left by an exec keep
+//   running in their exec cgroup until they exit or the sandbox is destroyed;
+//   their later output is discarded. On timeout every process of the exec
+//   cgroup gets SIGTERM, then SIGKILL after kill_grace (signalled frozen), and
+//   Exec returns once that cgroup is empty.
+// * The sandbox's init is a child of the daemon process that created it; after
+//   a restart (Adopt) it is reparented to the host's init/subreaper, which
+//   reaps it when it dies.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,511 @@
+#include "jail/cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+namespace warren::jail {
+namespace {
+
+constexpr int64_t kCfsPeriodUs = 100000;
+
+Status WriteFile(const std::string& path, const std::string& value) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+  ssize_t n = ::write(fd.get(), value.data(), value.size());
+  if (n < 0) return ErrnoToStatus(errno, "write(" + path + ", " + value + ")");
+  return absl::OkStatus();
+}
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  for (int i = 0; i < 4096; ++i) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, n);
+  }
+  return out;
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+std::vector<pid_t> ReadPids(const std::string& dir, bool recursive, int depth = 0) {
+  std::vector<pid_t> pids;
+  auto text = ReadFile(dir + "/cgroup.procs");
+  if (text) {
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      int p;
+      if (absl::SimpleAtoi(line, &p) && p > 0) pids.push_back(p);
+    }
+  }
+  if (recursive && depth < 8) {
+    UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d.valid()) return pids;
+    DIR* dp = ::fdopendir(d.release());
+    if (!dp) return pids;
+    while (struct dirent* e = ::readdir(dp)) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+      auto sub = ReadPids(dir + "/" + e->d_name, true, depth + 1);
+      pids.insert(pids.end(), sub.begin(), sub.end());
+    }
+    ::closedir(dp);
+  }
+  return pids;
+}
+
+// Removes `dir`'s sub-directories (depth first) then `dir`. ENOENT ignored.
+Status RemoveTree(const std::string& dir, int depth = 0) {
+  if (depth < 8) {
+    UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d.valid()) {
+      if (errno == ENOENT) return absl::OkStatus();
+      return ErrnoToStatus(errno, "open(" + dir + ")");
+    }
+    std::vector<std::string> subs;
+    if (DIR* dp = ::fdopendir(d.release())) {
+      while (struct dirent* e = ::readdir(dp)) {
+        if (e->d_type == DT_DIR && e->d_name[0] != '.') subs.push_back(e->d_name);
+      }
+      ::closedir(dp);
+    }
+    for (const auto& s : subs) RETURN_IF_ERROR(RemoveTree(dir + "/" + s, depth + 1));
+  }
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "rmdir(" + dir + ")");
+  return absl::OkStatus();
+}
+
+std::string Join(const std::string& a, const std::string& b) {
+  if (b.empty()) return a;
+  return a + "/" + b;
+}
+
+// Own cgroup path per controller ("memory" -> "/process_api/x"; "" -> v2).
+std::map<std::string, std::string> OwnCgroups() {
+  std::map<std::string, std::string> own;
+  auto text = ReadFile("/proc/self/cgroup");
+  if (!text) return own;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() != 3) continue;
+    for (absl::string_view c : absl::StrSplit(f[1], ',')) own[std::string(c)] = f[2];
+  }
+  return own;
+}
+
+// cgroup (v1) mount points per controller, and the cgroup2 mount point.
+struct Mounts {
+  std::map<std::string, std::string> v1;  // controller -> mount point
+  std::string v2;
+  bool v2_at_root = false;
+};
+
+Mounts FindMounts() {
+  Mounts m;
+  auto text = ReadFile("/proc/self/mountinfo");
+  if (!text) return m;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    auto sep = std::find(f.begin(), f.end(), "-");
+    if (f.size() < 5 || sep == f.end() || sep + 3 >= f.end() + 1) continue;
+    if (sep + 2 >= f.end()) continue;
+    const std::string& fstype = *(sep + 1);
+    const std::string& mp = f[4];
+    if (fstype == "cgroup2") {
+      if (m.v2.empty() || mp == "/sys/fs/cgroup") m.v2 = mp;
+    } else if (fstype == "cgroup" && sep + 3 < f.end()) {
+      for (absl::string_view opt : absl::StrSplit(*(sep + 3), ',')) {
+        std::string o(opt);
+        if (o == "cpu" || o == "memory" || o == "pids" || o == "freezer") m.v1[o] = mp;
+      }
+    }
+  }
+  m.v2_at_root = m.v2 == "/sys/fs/cgroup";
+  return m;
+}
+
+uint64_t ParseKey(const std::string& text, const std::string& key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(line, ' ');
+    uint64_t v;
+    if (kv.size() == 2 && kv[0] == key && absl::SimpleAtoi(kv[1], &v)) return v;
+  }
+  return 0;
+}
+
+void KillPids(const std::vector<pid_t>& pids, int sig) {
+  for (pid_t p : pids) ::kill(p, sig);  // ESRCH: raced with exit, fine
+}
+
+// ---------------------------------------------------------------- v1
+class CgroupV1 : public Cgroup {
+ public:
+  // hiers: controller -> directory of this cgroup.
+  CgroupV1(std::string rel, std::map<std::string, std::string> hiers)
+      : rel_(std::move(rel)), hiers_(std::move(hiers)) {}
+
+  const std::string& rel() const override { return rel_; }
+  std::vector<std::string> dirs() const override {
+    std::vector<std::string> d;
+    for (const auto& [c, dir] : hiers_) d.push_back(dir);
+    return d;
+  }
+
+  Status SetLimits(const CgroupLimits& l) override {
+    if (l.cpu_millis && hiers_.count("cpu")) {
+      const std::string& d = hiers_.at("cpu");
+      RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
+      RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_quota_us",
+                                std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000)));
+      RETURN_IF_ERROR(WriteFile(d + "/cpu.shares", std::to_string(std::max<uint64_t>(2, l.cpu_millis * 1024ull / 1000))));
+    }
+    if (l.memory_bytes && hiers_.count("memory")) {
+      const std::string& d = hiers_.at("memory");
+      RETURN_IF_ERROR(WriteFile(d + "/memory.limit_in_bytes", std::to_string(l.memory_bytes)));
+      if (Exists(d + "/memory.memsw.limit_in_bytes")) {
+        RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", std::to_string(l.memory_bytes)));
+      }
+    }
+    if (l.pids && hiers_.count("pids")) {
+      RETURN_IF_ERROR(WriteFile(hiers_.at("pids") + "/pids.max", std::to_string(l.pids)));
+    }
+    return absl::OkStatus();
+  }
+
+  Status AddProcess(pid_t pid) override {
+    for (const auto& [c, d] : hiers_) RETURN_IF_ERROR(WriteFile(d + "/cgroup.procs", std::to_string(pid)));
+    return absl::OkStatus();
+  }
+
+  StatusOr<std::vector<UniqueFd>> OpenProcsFds() override {
+    std::vector<UniqueFd> fds;
+    for (const auto& [c, d] : hiers_) {
+      std::string p = d + "/cgroup.procs";
+      UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd.valid()) return ErrnoToStatus(errno, "open(" + p + ")");
+      fds.push_back(std::move(fd));
+    }
+    return fds;
+  }
+
+  bool ChildrenCoverAllControllers() const override { return false; }
+
+  StatusOr<std::unique_ptr<Cgroup>> CreateChild(const std::string& name) override {
+    std::map<std::string, std::string> sub;
+    for (const char* c : {"pids", "freezer"}) {
+      auto it = hiers_.find(c);
+      if (it == hiers_.end()) continue;
+      std::string d = it->second + "/" + name;
+      if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
+        Status st = ErrnoToStatus(errno, "mkdir(" + d + ")");
+        for (auto& [cc, dd] : sub) ::rmdir(dd.c_str());
+        return st;
+      }
+      sub[c] = d;
+    }
+    return std::unique_ptr<Cgroup>(new CgroupV1(Join(rel_, name), std::move(sub)));
+  }
+
+  std::vector<pid_t> Pids(bool recursive) const override {
+    for (const char* c : {"freezer", "pids"}) {
+      auto it = hiers_.find(c);
+      if (it != hiers_.end()) return ReadPids(it->second, recursive);
+    }
+    return {};
+  }
+
+  Status Freeze() override {
+    auto it = hiers_.find("freezer");
+    if (it == hiers_.end()) return absl::OkStatus();
+    RETURN_IF_ERROR(WriteFile(it->second + "/freezer.state", "FROZEN"));
+    for (int i = 0; i < 1000; ++i) {
+      auto s = ReadFile(it->second + "/freezer.state");
+      if (!s || s->rfind("FROZEN", 0) == 0) return absl::OkStatus();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return absl::DeadlineExceededError("freezer.state of " + it->second + " never became FROZEN");
+  }
+
+  Status Thaw() override {
+    auto it = hiers_.find("freezer");
+    if (it == hiers_.end()) return absl::OkStatus();
+    return WriteFile(it->second + "/freezer.state", "THAWED");
+  }
+
+  Status SignalAll(int sig) override {
+    Status fz = Freeze();
+    KillPids(Pids(true), sig);
+    Status th = Thaw();
+    if (!fz.ok() && !Exists(hiers_.begin()->second)) return absl::OkStatus();
+    return th;
+  }
+
+  uint64_t OomKillCount() const override {
+    auto it = hiers_.find("memory");
+    if (it == hiers_.end()) return 0;
+    auto t = ReadFile(it->second + "/memory.oom_control");
+    return t ? ParseKey(*t, "oom_kill") : 0;
+  }
+
+  Status Remove() override {
+    Status first;
+    for (const auto& [c, d] : hiers_) {
+      Status st = RemoveTree(d);
+      if (!st.ok() && first.ok()) first = st;
+    }
+    return first;
+  }
+
+ private:
+  std::string rel_;
+  std::map<std::string, std::string> hiers_;
+};
+
+class CgroupManagerV1 : public CgroupManager {
+ public:
+  explicit CgroupManagerV1(std::map<std::string, std::string> bases) : bases_(std::move(bases)) {}
+  int version() const override { return 1; }
+  std::string parent() const override { return parent_; }
+  void set_parent(std::string p) { parent_ = std::move(p); }
+
+  StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel,
+                                          const CgroupLimits& limits) override {
+    std::map<std::string, std::string> made;
+    std::vector<std::string> created;  // for rollback, deepest last
+    auto rollback = [&] {
+      for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+    };
+    for (const auto& [c, base] : bases_) {
+      std::string path = base;
+      // Create the base and each component of rel.
+      std::vector<std::string> comps = {""};
+      for (absl::string_view s : absl::StrSplit(rel, '/', absl::SkipEmpty())) comps.emplace_back(s);
+      for (const auto& comp : comps) {
+        if (!comp.empty()) path += "/" + comp;
+        if (::mkdir(path.c_str(), 0755) == 0) {
+          created.push_back(path);
+          // v1 cpuset-like inheritance is not needed for cpu/memory/pids/freezer.
+        } else if (errno != EEXIST) {
+          Status st = ErrnoToStatus(errno, "mkdir(" + path + ")");
+          rollback();
+          return st;
+        }
+      }
+      made[c] = path;
+    }
+    auto cg = std::make_unique<CgroupV1>(rel, std::move(made));
+    Status st = cg->SetLimits(limits);
+    if (!st.ok()) {
+      rollback();
+      return st;
+    }
+    return std::unique_ptr<Cgroup>(std::move(cg));
+  }
+
+  StatusOr<std::unique_ptr<Cgroup>> Open(const std::string& rel) override {
+    std::map<std::string, std::string> found;
+    for (const auto& [c, base] : bases_) {
+      std::string p = Join(base, rel);
+      if (Exists(p)) found[c] = p;
+    }
+    if (found.empty()) return absl::NotFoundError("cgroup " + rel + " not found");
+    return std::unique_ptr<Cgroup>(new CgroupV1(rel, std::move(found)));
+  }
+
+ private:
+  std::map<std::string, std::string> bases_;  // controller -> <mnt><own>/<name>
+  std::string parent_;
+};
+
+// ---------------------------------------------------------------- v2
+class CgroupV2 : public Cgroup {
+ public:
+  CgroupV2(std::string rel, std::string dir) : rel_(std::move(rel)), dir_(std::move(dir)) {}
+  const std::string& rel() const override { return rel_; }
+  std::vector<std::string> dirs() const override { return {dir_}; }
+
+  Status SetLimits(const CgroupLimits& l) override {
+    if (l.cpu_millis) {
+      RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.max", std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000) +
+                                                      " " + std::to_string(kCfsPeriodUs)));
+      RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.weight",
+                                std::to_string(std::clamp<uint64_t>(l.cpu_millis / 10, 1, 10000))));
+    }
+    if (l.memory_bytes) {
+      RETURN_IF_ERROR(WriteFile(dir_ + "/memory.max", std::to_string(l.memory_bytes)));
+      if (Exists(dir_ + "/memory.swap.max")) RETURN_IF_ERROR(WriteFile(dir_ + "/memory.swap.max", "0"));
+    }
+    if (l.pids) RETURN_IF_ERROR(WriteFile(dir_ + "/pids.max", std::to_string(l.pids)));
+    return absl::OkStatus();
+  }
+
+  Status AddProcess(pid_t pid) override { return WriteFile(dir_ + "/cgroup.procs", std::to_string(pid)); }
+
+  StatusOr<std::vector<UniqueFd>> OpenProcsFds() override {
+    std::string p = dir_ + "/cgroup.procs";
+    UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + p + ")");
+    std::vector<UniqueFd> v;
+    v.push_back(std::move(fd));
+    return v;
+  }
+
+  bool ChildrenCoverAllControllers() const override { return true; }
+
+  StatusOr<std::unique_ptr<Cgroup>> CreateChild(const std::string& name) override {
+    std::string d = dir_ + "/" + name;
+    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + d + ")");
+    return std::unique_ptr<Cgroup>(new CgroupV2(Join(rel_, name), d));
+  }
+
+  std::vector<pid_t> Pids(bool recursive) const override { return ReadPids(dir_, recursive); }
+
+  Status Freeze() override {
+    RETURN_IF_ERROR(WriteFile(dir_ + "/cgroup.freeze", "1"));
+    for (int i = 0; i < 1000; ++i) {
+      auto t = ReadFile(dir_ + "/cgroup.events");
+      if (!t || ParseKey(*t, "frozen") == 1) return absl::OkStatus();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return absl::DeadlineExceededError("cgroup.events of " + dir_ + " never reported frozen 1");
+  }
+  Status Thaw() override { return WriteFile(dir_ + "/cgroup.freeze", "0"); }
+
+  Status SignalAll(int sig) override {
+    if (sig == SIGKILL && Exists(dir_ + "/cgroup.kill")) return WriteFile(dir_ + "/cgroup.kill", "1");
+    (void)Freeze();
+    KillPids(Pids(true), sig);
+    return Thaw();
+  }
+
+  uint64_t OomKillCount() const override {
+    auto t = ReadFile(dir_ + "/memory.events");
+    return t ? ParseKey(*t, "oom_kill") : 0;
+  }
+
+  Status Remove() override { return RemoveTree(dir_); }
+
+ private:
+  std::string rel_, dir_;
+};
+
+class CgroupManagerV2 : public CgroupManager {
+ public:
+  CgroupManagerV2(std::string base, std::string parent) : base_(std::move(base)), parent_(std::move(parent)) {}
+  int version() const override { return 2; }
+  std::string parent() const override { return parent_; }
+
+  StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel,
+                                          const CgroupLimits& limits) override {
+    std::vector<std::string> created;
+    auto rollback = [&] {
+      for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+    };
+    std::string path = base_;
+    // Best effort: delegate the controllers from the daemon's own cgroup down
+    // (fails with EBUSY if the daemon's process lives there and it is not
+    // the root: start the daemon in a leaf of a delegated subtree).
+    (void)WriteFile(base_.substr(0, base_.rfind('/')) + "/cgroup.subtree_control", "+cpu +memory +pids");
+    std::vector<std::string> comps = {""};
+    for (absl::string_view s : absl::StrSplit(rel, '/', absl::SkipEmpty())) comps.emplace_back(s);
+    for (size_t i = 0; i < comps.size(); ++i) {
+      if (!comps[i].empty()) path += "/" + comps[i];
+      if (::mkdir(path.c_str(), 0755) == 0) {
+        created.push_back(path);
+      } else if (errno != EEXIST) {
+        Status st = ErrnoToStatus(errno, "mkdir(" + path + ")");
+        rollback();
+        return st;
+      }
+      // Delegate the controllers one level further down (no-internal-process
+      // rule: sandboxes keep their processes in leaves).
+      (void)WriteFile(path + "/cgroup.subtree_control", "+cpu +memory +pids");
+    }
+    auto cg = std::make_unique<CgroupV2>(rel, path);
+    Status st = cg->SetLimits(limits);
+    if (!st.ok()) {
+      rollback();
+      return st;
+    }
+    return std::unique_ptr<Cgroup>(std::move(cg));
+  }
+
+  StatusOr<std::unique_ptr<Cgroup>> Open(const std::string& rel) override {
+    std::string p = Join(base_, rel);
+    if (!Exists(p)) return absl::NotFoundError("cgroup " + p + " not found");
+    return std::unique_ptr<Cgroup>(new CgroupV2(rel, p));
+  }
+
+ private:
+  std::string base_, parent_;
+};
+
+}  // namespace
+
+Status Cgroup::Destroy(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int i = 0; i < 10000; ++i) {
+    if (Empty()) break;
+    (void)SignalAll(SIGKILL);
+    if (std::chrono::steady_clock::now() > deadline) {
+      (void)Thaw();
+      return absl::DeadlineExceededError("cgroup " + rel() + " still has processes after SIGKILL");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(i < 20 ? 1 : 10));
+  }
+  // An empty cgroup may still be briefly busy while exiting tasks detach.
+  Status st;
+  for (int i = 0; i < 200; ++i) {
+    st = Remove();
+    if (st.ok() || StatusErrno(st) != EBUSY || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return st;
+}
+
+StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const std::string& name) {
+  Mounts m = FindMounts();
+  auto own = OwnCgroups();
+  if (m.v2_at_root && Exists(m.v2 + "/cgroup.controllers")) {
+    std::string ownp = own.count("") ? own[""] : "/";
+    std::string ctl_path = m.v2 + (ownp == "/" ? "" : ownp) + "/cgroup.controllers";
+    auto c = ReadFile(ctl_path);
+    if (c && c->find("memory") != std::string::npos) {
+      std::string rel = (ownp == "/" ? "" : ownp) + "/" + name;
+      return std::unique_ptr<CgroupManager>(new CgroupManagerV2(m.v2 + rel, rel));
+    }
+  }
+  for (const char* req : {"memory", "pids", "freezer"}) {
+    if (!m.v1.count(req)) {
+      return absl::FailedPreconditionError(std::string("no usable cgroup v2 and no cgroup v1 '") + req +
+                                           "' hierarchy mounted");
+    }
+  }
+  std::map<std::string, std::string> bases;
+  for (const auto& [c, mp] : m.v1) {
+    std::string ownp = own.count(c) ? own[c] : "/";
+    bases[c] = mp + (ownp == "/" ? "" : ownp) + "/" + name;
+  }
+  auto mgr = std::make_unique<CgroupManagerV1>(bases);
+  std::string ownmem = own.count("memory") ? own["memory"] : "/";
+  mgr->set_parent((ownmem == "/" ? "" : ownmem) + "/" + name);
+  return std::unique_ptr<CgroupManager>(std::move(mgr));
+}
+
+}  // namespace warren::jail

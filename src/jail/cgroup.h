@@ -1,0 +1,102 @@
+// cgroups for sandboxes (DESIGN.md §6): one interface, a v1 and a v2
+// implementation, chosen by probing the host (Detect()).
+//
+// Every cgroup is created under the cgroup the calling process was started in
+// (per controller for v1, read from /proc/self/cgroup), in a subtree named
+// `name` (e.g. "warren"): <own>/<name>/<rel>. Nothing outside that subtree is
+// ever written.
+//
+// v1: the sandbox cgroup exists in the cpu, memory, pids and freezer
+// hierarchies (those present); exec sub-cgroups (CreateChild) only in pids and
+// freezer, so that memory accounting and the OOM counter stay on the sandbox
+// memcg (v1 does not propagate memory events to parents).
+// v2: every cgroup lives in the unified hierarchy; controllers are enabled in
+// cgroup.subtree_control down from the daemon's cgroup (best effort: a
+// non-delegated hierarchy leaves the limits unset and SetLimits fails).
+//
+// Thread-safety: Cgroup objects are immutable after creation; concurrent calls
+// on one object are safe (they only read/write cgroupfs files).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace warren::jail {
+
+struct CgroupLimits {
+  uint32_t cpu_millis = 0;     // 1000 = one core of CFS quota; also sets the weight. 0 = unset
+  uint64_t memory_bytes = 0;   // memory limit (v1 also memsw when present). 0 = unset
+  uint32_t pids = 0;           // pids.max. 0 = unset
+};
+
+class Cgroup {
+ public:
+  virtual ~Cgroup() = default;
+  // Path relative to the subtree root, e.g. "sb-1" or "sb-1/exec-3".
+  virtual const std::string& rel() const = 0;
+  // One directory per hierarchy this cgroup exists in.
+  virtual std::vector<std::string> dirs() const = 0;
+  virtual Status SetLimits(const CgroupLimits& limits) = 0;
+  // Moves a process (and, v2, its threads) into this cgroup in every hierarchy.
+  virtual Status AddProcess(pid_t pid) = 0;
+  // O_WRONLY|O_CLOEXEC fds of cgroup.procs, one per hierarchy: a freshly
+  // forked child joins the cgroup with write(fd, "0", 1) (async-signal-safe).
+  virtual StatusOr<std::vector<UniqueFd>> OpenProcsFds() = 0;
+  // True when a child cgroup covers every controller of this one (v2), so a
+  // process joins only the child; false for v1, where a process must also
+  // join this cgroup for the controllers children lack (memory, cpu). v2's
+  // no-internal-process rule forbids joining a cgroup that has children.
+  virtual bool ChildrenCoverAllControllers() const = 0;
+  // Creates (or opens if it exists) a sub-cgroup (see header comment for v1).
+  virtual StatusOr<std::unique_ptr<Cgroup>> CreateChild(const std::string& name) = 0;
+  // Pids (host pid namespace) of this cgroup and, if `recursive`, its
+  // descendants, read from the hierarchy that tracks all processes
+  // (freezer/pids for v1).
+  virtual std::vector<pid_t> Pids(bool recursive) const = 0;
+  virtual bool Empty() const { return Pids(true).empty(); }
+  // Freezes/thaws the cgroup and its descendants; Freeze waits (bounded by
+  // 1 s) until the kernel reports the frozen state.
+  virtual Status Freeze() = 0;
+  virtual Status Thaw() = 0;
+  // Sends `sig` to every process of the subtree with the subtree frozen, so
+  // that no process forks its way out between listing and signalling.
+  // SIGKILL on v2 uses cgroup.kill.
+  virtual Status SignalAll(int sig) = 0;
+  // The memory cgroup's oom_kill counter (v1 memory.oom_control, v2
+  // memory.events); 0 when not available.
+  virtual uint64_t OomKillCount() const = 0;
+  // Removes the cgroup's descendants then itself (they must be empty).
+  // NotFound is not an error (idempotent).
+  virtual Status Remove() = 0;
+  // Kill everything (SIGKILL), wait until empty for at most `timeout`, remove.
+  Status Destroy(std::chrono::milliseconds timeout);
+};
+
+class CgroupManager {
+ public:
+  virtual ~CgroupManager() = default;
+  // Probes the host: v2 if /sys/fs/cgroup is a cgroup2 mount with the
+  // memory controller available, else v1 (memory, pids, freezer required;
+  // cpu optional). FailedPrecondition if neither works.
+  static StatusOr<std::unique_ptr<CgroupManager>> Detect(const std::string& name);
+  virtual int version() const = 0;
+  // "<own path>/<name>" of the memory controller (v1) or unified (v2),
+  // e.g. "/process_api/abc/warren".
+  virtual std::string parent() const = 0;
+  // Creates <subtree>/<rel> (parents as needed) with the given limits. On
+  // failure nothing new is left behind.
+  virtual StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel,
+                                                  const CgroupLimits& limits) = 0;
+  // An existing cgroup (nothing is created); NotFound if absent everywhere.
+  virtual StatusOr<std::unique_ptr<Cgroup>> Open(const std::string& rel) = 0;
+};
+
+}  // namespace warren::jail

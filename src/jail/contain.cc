@@ -1,0 +1,95 @@
+#include "jail/contain.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace warren::jail {
+
+uint64_t DefaultCapabilityMask() {
+  const int caps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,
+                      CAP_KILL,   CAP_SETGID,       CAP_SETUID,           CAP_SETPCAP,
+                      CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_AUDIT_WRITE, CAP_SETFCAP};
+  uint64_t m = 0;
+  for (int c : caps) m |= uint64_t{1} << c;
+  return m;
+}
+
+int LastCapability() {
+  int fd = ::open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return CAP_LAST_CAP;
+  char buf[16] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return CAP_LAST_CAP;
+  int v = atoi(buf);
+  return v > 0 && v < 64 ? v : CAP_LAST_CAP;
+}
+
+int DropCapabilities(uint64_t keep, int last_cap) {
+  for (int c = 0; c <= last_cap; ++c) {
+    if (keep & (uint64_t{1} << c)) continue;
+    if (::prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) return -errno;
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return -errno;
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  data[0].effective = data[0].permitted = static_cast<uint32_t>(keep);
+  data[1].effective = data[1].permitted = static_cast<uint32_t>(keep >> 32);
+  if (::syscall(SYS_capset, &hdr, data) != 0) return -errno;
+  return 0;
+}
+
+int ApplyRlimits(const RlimitSetting* limits, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (::setrlimit(static_cast<__rlimit_resource>(limits[i].resource), &limits[i].limit) != 0) return -errno;
+  }
+  return 0;
+}
+
+int LoopbackUp() {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -errno;
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  memcpy(ifr.ifr_name, "lo", 3);
+  int rc = 0;
+  if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) {
+    rc = -errno;
+  } else {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) rc = -errno;
+  }
+  ::close(s);
+  return rc;
+}
+
+int WriteAll(int fd, const void* buf, size_t len) {
+  const char* p = static_cast<const char*>(buf);
+  for (int i = 0; len > 0 && i < 1 << 20; ++i) {
+    ssize_t n = ::write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return len == 0 ? 0 : -EIO;
+}
+
+void ChildFail(int fd, int step, int err) {
+  ChildError e{step, err};
+  (void)WriteAll(fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+}  // namespace warren::jail

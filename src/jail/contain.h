@@ -1,0 +1,59 @@
+// Steps of the containment ladder that run in a freshly cloned/forked child
+// of the (multithreaded) daemon, between clone and exec (CONVENTIONS.md:
+// cgroup placement -> namespaces -> mounts/pivot_root -> rlimits ->
+// capabilities/no_new_privs -> close fds -> seccomp -> exec).
+//
+// Every function marked "async-signal-safe" only issues raw syscalls on
+// memory prepared by the parent: no allocation, no locks, no logging. They
+// return 0 or -errno. The parent-side helpers (not marked) may allocate.
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace warren::jail {
+
+// Capabilities kept by root inside a sandbox (Docker's default set minus
+// MKNOD and NET_RAW): CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID,
+// SETUID, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, AUDIT_WRITE, SETFCAP. All
+// others (SYS_ADMIN, NET_ADMIN, SYS_PTRACE, MKNOD, ...) are removed from the
+// bounding, permitted, effective, inheritable and ambient sets.
+uint64_t DefaultCapabilityMask();
+
+// Highest capability number of the running kernel
+// (/proc/sys/kernel/cap_last_cap; parent side).
+int LastCapability();
+
+// Async-signal-safe: drops every capability not in `keep` from the bounding
+// set (needs CAP_SETPCAP, so call before changing uid), then sets
+// permitted = effective = keep, inheritable = 0, clears ambient.
+int DropCapabilities(uint64_t keep, int last_cap);
+
+struct RlimitSetting {
+  int resource;
+  struct rlimit limit;
+};
+
+// Async-signal-safe.
+int ApplyRlimits(const RlimitSetting* limits, size_t n);
+
+// Async-signal-safe: brings the loopback interface of the current network
+// namespace up (ioctl SIOCSIFFLAGS; needs CAP_NET_ADMIN in the netns' owner).
+int LoopbackUp();
+
+// Async-signal-safe: write all of buf, retrying on EINTR/short writes.
+int WriteAll(int fd, const void* buf, size_t len);
+
+// Async-signal-safe: report a failed step to the parent as {step, errno}
+// over `fd`, then _exit(127).
+[[noreturn]] void ChildFail(int fd, int step, int err);
+
+struct ChildError {
+  int32_t step = 0;
+  int32_t err = 0;
+};
+
+}  // namespace warren::jail

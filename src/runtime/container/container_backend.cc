@@ -1,0 +1,1235 @@
+// The container backend. Layout of one sandbox:
+//
+//   host (daemon) mount namespace: NOTHING is mounted per sandbox. The
+//   writable tmpfs (upper/ + work/), the idmapped clones of the lower layers
+//   and the overlay are all created as detached mounts (fsopen/fsmount,
+//   open_tree(OPEN_TREE_CLONE)) and handed to the sandbox's first process over
+//   a unix socket (SCM_RIGHTS); it attaches the overlay in its own private
+//   mount namespace. All of a sandbox's mounts therefore die with its mount
+//   namespace: killing the sandbox's processes is enough to release them,
+//   which makes Destroy and Cleanup (after a daemon crash) trivially complete.
+//
+//   spec.dir/rootfs   empty directory, the mount point of the overlay inside
+//                     the sandbox's mount namespace only (pivot_root target).
+//
+//   Disk limit: the kernel has no quota support, so the upper layer lives on a
+//   tmpfs of size disk_mb; its pages are charged to the sandbox's memory
+//   cgroup (the tmpfs is written by sandbox processes), i.e. files written to
+//   the upper count against memory_mb too.
+//
+//   Ownership: root inside = host uid_base + slot*uid_range. The lower layers
+//   are idmapped (MOUNT_ATTR_IDMAP with the sandbox's user namespace) so
+//   root-owned layer files appear owned by root inside; the tmpfs root is
+//   owned by the sandbox's root.
+#include "runtime/container/container_backend.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <linux/openat2.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "jail/cgroup.h"
+#include "jail/contain.h"
+#include "jail/seccomp.h"
+#include "runtime/container/rooted_files.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace warren::runtime {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
+                         CLONE_NEWNET | CLONE_NEWCGROUP;
+
+// ---- raw syscalls (glibc 2.36 lacks wrappers for some of them)
+int FsOpen(const char* fs, unsigned flags) { return static_cast<int>(syscall(SYS_fsopen, fs, flags)); }
+int FsConfig(int fd, unsigned cmd, const char* key, const void* val, int aux) {
+  return static_cast<int>(syscall(SYS_fsconfig, fd, cmd, key, val, aux));
+}
+int FsMount(int fd, unsigned flags, unsigned attrs) {
+  return static_cast<int>(syscall(SYS_fsmount, fd, flags, attrs));
+}
+int OpenTree(int dfd, const char* path, unsigned flags) {
+  return static_cast<int>(syscall(SYS_open_tree, dfd, path, flags));
+}
+int MountSetattr(int dfd, const char* path, unsigned flags, mount_attr* attr) {
+  return static_cast<int>(syscall(SYS_mount_setattr, dfd, path, flags, attr, sizeof(*attr)));
+}
+int MoveMount(int from_dfd, const char* from, int to_dfd, const char* to, unsigned flags) {
+  return static_cast<int>(syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags));
+}
+int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int PidfdSignal(int pidfd, int sig) { return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
+
+// glibc's set*id() wrappers broadcast the change to every thread of the
+// process (nptl setxid), taking locks: in a child forked from the
+// multithreaded daemon by raw clone3 that deadlocks. Children use these.
+int RawSetresuid(uid_t u) { return static_cast<int>(syscall(SYS_setresuid, u, u, u)); }
+int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid, g, g, g)); }
+
+Status Errno(const std::string& what) { return ErrnoToStatus(errno, what); }
+
+// Reads a whole small file; nullopt on error.
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  for (int i = 0; i < 256; ++i) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); 0 if gone.
+uint64_t ProcStartTime(pid_t pid) {
+  auto s = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!s) return 0;
+  size_t rp = s->rfind(')');
+  if (rp == std::string::npos) return 0;
+  std::vector<std::string> f = absl::StrSplit(s->substr(rp + 2), ' ');
+  // f[0] is field 3 (state); field 22 is f[19].
+  uint64_t v = 0;
+  if (f.size() > 19 && absl::SimpleAtoi(f[19], &v)) return v;
+  return 0;
+}
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 63) return false;
+  return std::all_of(id.begin(), id.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+}
+
+// Child-side failure steps, reported as {step, errno}.
+enum Step : int32_t {
+  kStepRecvRootfs = 1, kStepUnshareCgroup, kStepHostname, kStepPrivate, kStepAttachRoot, kStepChdirRoot,
+  kStepSetId, kStepMkdir, kStepProc, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepSys, kStepMask,
+  kStepPivot, kStepLoopback, kStepStdio, kStepRlimits, kStepCaps, kStepNoNewPrivs, kStepSeccomp, kStepExec,
+  kStepCgroup, kStepSetgroups, kStepSetns, kStepFork, kStepChdir, kStepDup,
+};
+
+const char* StepName(int32_t s) {
+  static const char* const kNames[] = {
+      "?", "recvmsg(rootfs fd)", "unshare(CLONE_NEWCGROUP)", "sethostname", "mount(/, MS_PRIVATE)",
+      "move_mount(rootfs)", "chdir(rootfs)", "setresuid/setresgid(0)", "mkdir(mount point)", "mount(proc)",
+      "mount(/dev tmpfs)", "bind(/dev node)", "mount(devpts)", "mount(/dev/shm)", "mount(/sys)",
+      "mask /proc path", "pivot_root", "loopback up", "stdio", "setrlimit", "drop capabilities",
+      "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp", "execve", "join cgroup", "setgroups", "setns(pidfd)",
+      "clone(CLONE_PARENT)", "chdir(cwd)", "dup2(stdio)"};
+  return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
+}
+
+// Async-signal-safe: default dispositions and an empty mask (the daemon may
+// ignore SIGPIPE or block signals in its threads).
+void ResetSignals() {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    sigaction(s, &sa, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Raw fork-like clone3 (no new stack: the child continues on a copy of ours).
+pid_t Clone3(uint64_t flags, int* pidfd_out) {
+  struct clone_args args;
+  memset(&args, 0, sizeof args);
+  args.flags = flags;
+  args.exit_signal = SIGCHLD;
+  if (flags & CLONE_PIDFD) args.pidfd = reinterpret_cast<uint64_t>(pidfd_out);
+  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
+}
+
+// ------------------------------------------------------------------ plans
+// Everything the sandbox's first process needs, prepared before clone.
+struct InitPlan {
+  int sock = -1;       // child end of the SCM_RIGHTS socketpair
+  int err_fd = -1;     // write end of the error pipe (O_CLOEXEC: EOF = exec ok)
+  int init_exe = -1;   // O_PATH fd of warren-init
+  int last_cap = 40;
+  std::string hostname;
+  std::string rootfs;  // spec.dir/rootfs
+  std::string shm_opts, dev_opts;
+  std::vector<jail::RlimitSetting> rlimits;
+  const jail::SeccompProgram* seccomp = nullptr;
+};
+
+const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+const char* const kMaskFiles[] = {"proc/kcore",       "proc/sysrq-trigger", "proc/keys",        "proc/kpagecount",
+                                  "proc/kpageflags",  "proc/kpagecgroup",   "proc/timer_list",  "proc/sched_debug",
+                                  "proc/latency_stats", "proc/timer_stats", "proc/kallsyms",    "proc/vmallocinfo"};
+const char* const kMaskDirs[] = {"proc/acpi", "proc/scsi", "sys/firmware", "proc/driver"};
+const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/irq"};
+
+// Async-signal-safe. Runs as the sandbox's first process (pid 1 of its pid
+// namespace) until it execs warren-init.
+[[noreturn]] void InitChild(const InitPlan& p) {
+  const int e = p.err_fd;
+  ResetSignals();
+  ::umask(0);
+  // 1. Wait for the parent: maps written, cgroup joined, rootfs mount sent.
+  int rootfs = -1;
+  {
+    char byte = 0;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof cbuf);
+    iovec iov{&byte, 1};
+    msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    ssize_t n;
+    do n = ::recvmsg(p.sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+    if (n <= 0) ::_exit(1);  // parent gave up: nothing to report
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    if (!c || c->cmsg_type != SCM_RIGHTS) jail::ChildFail(e, kStepRecvRootfs, EBADF);
+    memcpy(&rootfs, CMSG_DATA(c), sizeof(int));
+    ::close(p.sock);
+  }
+  // 2. Namespaces: the cgroup namespace is created only now, after the
+  // parent placed us in the sandbox cgroup, so that it is rooted there.
+  if (::unshare(CLONE_NEWCGROUP) != 0) jail::ChildFail(e, kStepUnshareCgroup, errno);
+  if (::sethostname(p.hostname.data(), p.hostname.size()) != 0) jail::ChildFail(e, kStepHostname, errno);
+  // 3. Mounts.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) jail::ChildFail(e, kStepPrivate, errno);
+  // Still host uid 0 (owner of spec.dir) here: reach the mount point first.
+  if (MoveMount(rootfs, "", AT_FDCWD, p.rootfs.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    jail::ChildFail(e, kStepAttachRoot, errno);
+  ::close(rootfs);
+  if (::chdir(p.rootfs.c_str()) != 0) jail::ChildFail(e, kStepChdirRoot, errno);
+  // Become the sandbox's root (host uid_base) so that everything created from
+  // now on belongs to it. Capabilities in the user namespace are kept.
+  if (RawSetresgid(0) != 0 || RawSetresuid(0) != 0) jail::ChildFail(e, kStepSetId, errno);
+  for (const char* d : {"proc", "dev", "sys", "tmp"}) {
+    if (::mkdir(d, strcmp(d, "tmp") == 0 ? 01777 : 0755) != 0 && errno != EEXIST)
+      jail::ChildFail(e, kStepMkdir, errno);
+  }
+  if (::mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    jail::ChildFail(e, kStepProc, errno);
+  if (::mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, p.dev_opts.c_str()) != 0)
+    jail::ChildFail(e, kStepDev, errno);
+  {
+    char path[64], src[64];
+    for (const char* n : kDevNodes) {
+      memcpy(path, "dev/", 5);
+      memcpy(src, "/dev/", 6);
+      strncat(path, n, sizeof path - 8);
+      strncat(src, n, sizeof src - 8);
+      int fd = ::open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+      if (fd < 0) jail::ChildFail(e, kStepDevNode, errno);
+      ::close(fd);
+      if (::mount(src, path, nullptr, MS_BIND, nullptr) != 0) jail::ChildFail(e, kStepDevNode, errno);
+    }
+  }
+  const char* const links[][2] = {{"/proc/self/fd", "dev/fd"},     {"/proc/self/fd/0", "dev/stdin"},
+                                  {"/proc/self/fd/1", "dev/stdout"}, {"/proc/self/fd/2", "dev/stderr"},
+                                  {"pts/ptmx", "dev/ptmx"},          {"/proc/kcore", "dev/core"}};
+  for (const auto& l : links) (void)::symlink(l[0], l[1]);
+  if (::mkdir("dev/pts", 0755) != 0 || ::mkdir("dev/shm", 01777) != 0 || ::mkdir("dev/mqueue", 0755) != 0)
+    jail::ChildFail(e, kStepMkdir, errno);
+  if (::mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0)
+    jail::ChildFail(e, kStepDevPts, errno);
+  if (::mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, p.shm_opts.c_str()) != 0)
+    jail::ChildFail(e, kStepShm, errno);
+  (void)::mount("mqueue", "dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+  if (::mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    // No sysfs for this netns/userns: an empty read-only tmpfs instead.
+    if (::mount("tmpfs", "sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555") != 0)
+      jail::ChildFail(e, kStepSys, errno);
+  }
+  for (const char* m : kMaskFiles) {
+    if (::mount("/dev/null", m, nullptr, MS_BIND, nullptr) != 0 && errno != ENOENT)
+      jail::ChildFail(e, kStepMask, errno);
+  }
+  for (const char* m : kMaskDirs) {
+    if (::mount("tmpfs", m, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555") != 0 &&
+        errno != ENOENT)
+      jail::ChildFail(e, kStepMask, errno);
+  }
+  for (const char* m : kReadOnlyDirs) {
+    if (::mount(m, m, nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+      if (errno == ENOENT) continue;
+      jail::ChildFail(e, kStepMask, errno);
+    }
+    if (::mount(nullptr, m, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                nullptr) != 0)
+      jail::ChildFail(e, kStepMask, errno);
+  }
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) jail::ChildFail(e, kStepPivot, errno);
+  if (::umount2(".", MNT_DETACH) != 0) jail::ChildFail(e, kStepPivot, errno);
+  if (::chdir("/") != 0) jail::ChildFail(e, kStepPivot, errno);
+  if (int rc = jail::LoopbackUp(); rc != 0) jail::ChildFail(e, kStepLoopback, -rc);
+  // 4. stdio -> /dev/null, rlimits, capabilities, no_new_privs, seccomp.
+  int nul = ::open("/dev/null", O_RDWR);
+  if (nul < 0 || ::dup2(nul, 0) < 0 || ::dup2(nul, 1) < 0 || ::dup2(nul, 2) < 0) jail::ChildFail(e, kStepStdio, errno);
+  if (nul > 2) ::close(nul);
+  ::setsid();
+  if (int rc = jail::ApplyRlimits(p.rlimits.data(), p.rlimits.size()); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
+  if (int rc = jail::DropCapabilities(0, p.last_cap); rc != 0) jail::ChildFail(e, kStepCaps, -rc);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
+  ::umask(022);
+  // Everything but the error pipe and the init binary fd is already
+  // O_CLOEXEC or becomes so here; both of those close on exec too.
+  ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (p.seccomp) {
+    sock_fprog prog = p.seccomp->prog();
+    if (int rc = jail::InstallSeccompProgram(&prog); rc != 0) jail::ChildFail(e, kStepSeccomp, -rc);
+  }
+  char arg0[] = "warren-init";
+  char* argv[] = {arg0, nullptr};
+  char* envp[] = {nullptr};
+  ::syscall(SYS_execveat, p.init_exe, "", argv, envp, AT_EMPTY_PATH);
+  jail::ChildFail(e, kStepExec, errno);
+}
+
+// Exec helper plan (see ContainerSandbox::Exec).
+struct ExecPlan {
+  int pidfd = -1;                   // of the sandbox init
+  std::vector<int> cgroup_fds;      // cgroup.procs to write "0" into, in order
+  int report_fd = -1;               // helper -> daemon: grandchild pid, then errors
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string cwd;
+  std::vector<std::string> candidates;  // absolute paths to try for argv[0]
+  std::vector<char*> argv, envp;        // NUL-terminated arrays into the strings below
+  std::vector<std::string> argv_s, envp_s;
+  std::string not_found_msg;
+  std::vector<jail::RlimitSetting> rlimits;
+  uint64_t caps = 0;
+  int last_cap = 40;
+  const jail::SeccompProgram* seccomp = nullptr;
+};
+
+// Async-signal-safe. The grandchild: runs inside the sandbox's namespaces,
+// a child of the daemon (CLONE_PARENT), until execve.
+[[noreturn]] void ExecGrandchild(const ExecPlan& p) {
+  const int e = p.report_fd;
+  if (RawSetresgid(p.gid) != 0) jail::ChildFail(e, kStepSetId, errno);
+  // Capabilities first (dropping from the bounding set needs CAP_SETPCAP),
+  // then the uid change clears permitted/effective for a non-root user
+  // (no PR_SET_KEEPCAPS), and no_new_privs keeps it that way across execve.
+  if (int rc = jail::DropCapabilities(p.caps, p.last_cap); rc != 0) jail::ChildFail(e, kStepCaps, -rc);
+  if (RawSetresuid(p.uid) != 0) jail::ChildFail(e, kStepSetId, errno);
+  if (::chdir(p.cwd.c_str()) != 0) jail::ChildFail(e, kStepChdir, errno);
+  if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0)
+    jail::ChildFail(e, kStepDup, errno);
+  if (int rc = jail::ApplyRlimits(p.rlimits.data(), p.rlimits.size()); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
+  ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  ::umask(022);
+  ResetSignals();
+  if (p.seccomp) {
+    sock_fprog prog = p.seccomp->prog();
+    if (int rc = jail::InstallSeccompProgram(&prog); rc != 0) jail::ChildFail(e, kStepSeccomp, -rc);
+  }
+  int last = ENOENT;
+  for (const auto& c : p.candidates) {
+    ::execve(c.c_str(), p.argv.data(), p.envp.data());
+    if (errno != ENOENT && errno != ENOTDIR) last = errno;
+  }
+  // Like a shell: "not found" -> 127, found but not executable -> 126.
+  (void)jail::WriteAll(2, p.not_found_msg.data(), p.not_found_msg.size());
+  ::_exit(last == ENOENT ? 127 : 126);
+}
+
+// Async-signal-safe. The helper: forked from the daemon, joins the exec's
+// cgroups and the sandbox's namespaces, then clones the grandchild as a
+// sibling (CLONE_PARENT) so the daemon can wait for it directly.
+[[noreturn]] void ExecHelper(const ExecPlan& p) {
+  const int e = p.report_fd;
+  for (int fd : p.cgroup_fds) {
+    if (::write(fd, "0", 1) != 1) jail::ChildFail(e, kStepCgroup, errno);
+  }
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0) jail::ChildFail(e, kStepSetgroups, errno);
+  if (::setns(p.pidfd, kNsFlags) != 0) jail::ChildFail(e, kStepSetns, errno);
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+  if (pid < 0) jail::ChildFail(e, kStepFork, errno);
+  if (pid == 0) ExecGrandchild(p);
+  jail::ChildError msg{0, pid};  // step 0 = "started, pid follows"
+  (void)jail::WriteAll(e, &msg, sizeof msg);
+  ::_exit(0);
+}
+
+// ------------------------------------------------------------------ state
+struct BackendState {
+  ContainerOptions options;
+  std::unique_ptr<jail::CgroupManager> cgroups;
+  jail::SeccompProgram seccomp;
+  bool have_seccomp = false;
+  UniqueFd init_exe;  // O_PATH of warren-init
+  int last_cap = 40;
+  std::mutex mu;
+  std::set<uint32_t> slots;
+
+  StatusOr<uint32_t> TakeSlot() {
+    std::lock_guard<std::mutex> l(mu);
+    for (uint32_t k = 0; k < options.max_sandboxes; ++k) {
+      if (slots.insert(k).second) return k;
+    }
+    return absl::ResourceExhaustedError("all " + std::to_string(options.max_sandboxes) +
+                                        " uid slots in use; retry after a destroy");
+  }
+  bool TakeSpecificSlot(uint32_t k) {
+    std::lock_guard<std::mutex> l(mu);
+    return slots.insert(k).second;
+  }
+  void ReleaseSlot(uint32_t k) {
+    std::lock_guard<std::mutex> l(mu);
+    slots.erase(k);
+  }
+  uid_t HostUid(uint32_t slot) const { return options.uid_base + slot * options.uid_range; }
+};
+
+// Undo list for multi-step operations: run in reverse unless Release()d.
+class Rollback {
+ public:
+  ~Rollback() {
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
+  }
+  void Add(std::function<void()> f) { undo_.push_back(std::move(f)); }
+  void Release() { undo_.clear(); }
+
+ private:
+  std::vector<std::function<void()>> undo_;
+};
+
+std::vector<jail::RlimitSetting> SandboxRlimits(const Resources& r) {
+  rlim_t nofile = r.open_files;
+  return {{RLIMIT_NOFILE, {nofile, nofile}}, {RLIMIT_CORE, {0, 0}}};
+}
+
+struct UserIds {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// Reads a file of the sandbox (resolved inside its root).
+std::optional<std::string> ReadInRoot(int root_fd, const char* rel) {
+  struct open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = O_RDONLY | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(syscall(SYS_openat2, root_fd, rel, &how, sizeof how)));
+  if (!fd.valid()) return std::nullopt;
+  std::string out;
+  char buf[8192];
+  for (int i = 0; i < 1024; ++i) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// "root", a name from the sandbox's /etc/passwd, or "uid[:gid]".
+StatusOr<UserIds> ResolveUser(const std::string& user, int root_fd, uint32_t range) {
+  UserIds ids;
+  if (user.empty() || user == "root") return ids;
+  std::vector<std::string> parts = absl::StrSplit(user, absl::MaxSplits(':', 1));
+  uint32_t u, g;
+  if (absl::SimpleAtoi(parts[0], &u)) {
+    ids.uid = u;
+    ids.gid = u;
+    if (parts.size() == 2) {
+      if (!absl::SimpleAtoi(parts[1], &g)) return absl::InvalidArgumentError("bad gid in user '" + user + "'");
+      ids.gid = g;
+    }
+  } else {
+    auto passwd = ReadInRoot(root_fd, "/etc/passwd");
+    bool found = false;
+    if (passwd) {
+      for (absl::string_view line : absl::StrSplit(*passwd, '\n')) {
+        std::vector<std::string> f = absl::StrSplit(line, ':');
+        if (f.size() >= 4 && f[0] == parts[0] && absl::SimpleAtoi(f[2], &u) && absl::SimpleAtoi(f[3], &g)) {
+          ids.uid = u;
+          ids.gid = g;
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) return absl::NotFoundError("user '" + parts[0] + "' not found in the sandbox's /etc/passwd");
+    if (parts.size() == 2 && !absl::SimpleAtoi(parts[1], &g))
+      return absl::InvalidArgumentError("bad gid in user '" + user + "'");
+    if (parts.size() == 2) ids.gid = g;
+  }
+  if (ids.uid >= range || ids.gid >= range)
+    return absl::InvalidArgumentError("user '" + user + "' is outside the sandbox's id range");
+  return ids;
+}
+
+// Makes a pipe with a bigger buffer (throughput of huge outputs).
+Status MakePipe(UniqueFd& r, UniqueFd& w) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return Errno("pipe2");
+  r.reset(p[0]);
+  w.reset(p[1]);
+  (void)::fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
+  return absl::OkStatus();
+}
+
+// Blocks SIGPIPE in the calling thread while alive and discards a pending
+// one on exit, so writing to a closed stdin pipe yields EPIPE only.
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, &old_);
+  }
+  ~ScopedSigpipeBlock() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    timespec zero{0, 0};
+    while (sigtimedwait(&s, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+};
+
+// ------------------------------------------------------------------ sandbox
+class ContainerSandbox : public Sandbox {
+ public:
+  ContainerSandbox(std::shared_ptr<BackendState> st, SandboxSpec spec, uint32_t slot, pid_t init_pid,
+                   uint64_t start_time, UniqueFd pidfd, std::unique_ptr<jail::Cgroup> cg)
+      : st_(std::move(st)),
+        spec_(std::move(spec)),
+        slot_(slot),
+        init_pid_(init_pid),
+        start_time_(start_time),
+        pidfd_(std::move(pidfd)),
+        cgroup_(std::move(cg)),
+        // Unique across daemon restarts: an adopted sandbox may still hold
+        // exec cgroups (background processes) named by the previous daemon.
+        exec_seq_(static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count())) {
+    RootedFilesOptions fo;
+    const pid_t pid = init_pid_;
+    const int pidfd_raw = pidfd_.get();
+    std::atomic<bool>* destroyed = &destroyed_;
+    fo.open_root = [pid, pidfd_raw, destroyed]() -> StatusOr<UniqueFd> {
+      if (destroyed->load()) return absl::FailedPreconditionError("sandbox destroyed");
+      std::string p = "/proc/" + std::to_string(pid) + "/root";
+      UniqueFd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!fd.valid()) return ErrnoToStatus(errno, "open(" + p + ")");
+      // The pid may have been reused if init died: the pidfd tells.
+      if (PidfdSignal(pidfd_raw, 0) != 0) return absl::FailedPreconditionError("sandbox init is gone");
+      return fd;
+    };
+    fo.host_root_uid = st_->HostUid(slot_);
+    fo.host_root_gid = st_->HostUid(slot_);
+    fo.id_range = st_->options.uid_range;
+    files_ = NewRootedFiles(std::move(fo));
+  }
+
+  ~ContainerSandbox() override = default;
+
+  const std::string& id() const override { return spec_.id; }
+  pid_t init_pid() const override { return init_pid_; }
+  SandboxFiles& files() override { return *files_; }
+
+  nlohmann::json Record() const override {
+    nlohmann::json env = nlohmann::json::object();
+    for (const auto& [k, v] : spec_.env) env[k] = v;
+    return {{"id", spec_.id},
+            {"dir", spec_.dir},
+            {"init_pid", init_pid_},
+            {"init_start_time", start_time_},
+            {"slot", slot_},
+            {"host_uid", st_->HostUid(slot_)},
+            {"cgroup", cgroup_->rel()},
+            {"cgroup_dirs", cgroup_->dirs()},
+            {"workdir", spec_.workdir},
+            {"user", spec_.user},
+            {"hostname", spec_.hostname},
+            {"env", env},
+            {"resources",
+             {{"cpu_millis", spec_.resources.cpu_millis},
+              {"memory_mb", spec_.resources.memory_mb},
+              {"disk_mb", spec_.resources.disk_mb},
+              {"pids", spec_.resources.pids},
+              {"open_files", spec_.resources.open_files},
+              {"tmpfs_mb", spec_.resources.tmpfs_mb}}}};
+  }
+
+  StatusOr<ExecOutcome> Exec(const ExecSpec& es) override;
+  Status Destroy() override;
+
+ private:
+  void SweepExecCgroups();
+
+  std::shared_ptr<BackendState> st_;
+  SandboxSpec spec_;
+  uint32_t slot_;
+  pid_t init_pid_;
+  uint64_t start_time_;
+  UniqueFd pidfd_;
+  std::unique_ptr<jail::Cgroup> cgroup_;
+  std::unique_ptr<SandboxFiles> files_;
+  std::atomic<bool> destroyed_{false};
+  std::mutex mu_;  // guards lingering_, destroy_done_
+  std::vector<std::unique_ptr<jail::Cgroup>> lingering_;  // exec cgroups with background processes
+  bool destroy_done_ = false;
+  std::atomic<uint64_t> exec_seq_;
+};
+
+void ContainerSandbox::SweepExecCgroups() {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = lingering_.begin(); it != lingering_.end();) {
+    if ((*it)->Empty() && (*it)->Remove().ok()) {
+      it = lingering_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
+  const auto t0 = Clock::now();
+  if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " is destroyed");
+  if (es.argv.empty() && !es.shell) return absl::InvalidArgumentError("exec: neither argv nor shell given");
+  SweepExecCgroups();
+
+  ExecPlan plan;
+  plan.pidfd = pidfd_.get();
+  plan.last_cap = st_->last_cap;
+  plan.caps = jail::DefaultCapabilityMask();
+  plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
+  plan.rlimits = SandboxRlimits(spec_.resources);
+  {
+    std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";
+    UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid() || PidfdSignal(pidfd_.get(), 0) != 0)
+      return absl::FailedPreconditionError("sandbox " + spec_.id + " has no running init");
+    ASSIGN_OR_RETURN(UserIds ids, ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(),
+                                              st_->options.uid_range));
+    plan.uid = ids.uid;
+    plan.gid = ids.gid;
+  }
+  plan.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
+
+  // argv / env (exact: sandbox env, then exec env over it; PATH defaulted).
+  if (es.shell) {
+    plan.argv_s = {"/bin/sh", "-c", *es.shell};
+  } else {
+    plan.argv_s = es.argv;
+  }
+  for (const auto& a : plan.argv_s) {
+    if (a.find('\0') != std::string::npos) return absl::InvalidArgumentError("exec: argv contains a NUL byte");
+  }
+  std::map<std::string, std::string> env = spec_.env;
+  for (const auto& [k, v] : es.env) env[k] = v;
+  if (!env.count("PATH")) env["PATH"] = kDefaultPath;
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos)
+      return absl::InvalidArgumentError("exec: bad environment variable name or value for '" + k + "'");
+    plan.envp_s.push_back(k + "=" + v);
+  }
+  const std::string& a0 = plan.argv_s[0];
+  if (a0.find('/') != std::string::npos) {
+    plan.candidates.push_back(a0);
+  } else {
+    for (absl::string_view d : absl::StrSplit(env["PATH"], ':', absl::SkipEmpty()))
+      plan.candidates.push_back(std::string(d) + "/" + a0);
+  }
+  plan.not_found_msg = "warren: " + a0 + ": not found\n";
+  for (auto& s : plan.argv_s) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (auto& s : plan.envp_s) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+
+  // Per-exec cgroup: tracks the whole tree (setsid / double fork included).
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> ecg,
+                   cgroup_->CreateChild("exec-" + std::to_string(exec_seq_.fetch_add(1))));
+  Rollback rb;
+  rb.Add([&ecg] { (void)ecg->Destroy(milliseconds(2000)); });
+  std::vector<UniqueFd> sb_fds;
+  if (!cgroup_->ChildrenCoverAllControllers()) {
+    ASSIGN_OR_RETURN(sb_fds, cgroup_->OpenProcsFds());
+  }
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> ex_fds, ecg->OpenProcsFds());
+  for (auto& f : sb_fds) plan.cgroup_fds.push_back(f.get());
+  for (auto& f : ex_fds) plan.cgroup_fds.push_back(f.get());
+
+  UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w;
+  RETURN_IF_ERROR(MakePipe(in_r, in_w));
+  RETURN_IF_ERROR(MakePipe(out_r, out_w));
+  RETURN_IF_ERROR(MakePipe(err_r, err_w));
+  RETURN_IF_ERROR(MakePipe(rep_r, rep_w));
+  plan.stdin_fd = in_r.get();
+  plan.stdout_fd = out_w.get();
+  plan.stderr_fd = err_w.get();
+  plan.report_fd = rep_w.get();
+
+  const uint64_t oom_before = cgroup_->OomKillCount();
+  pid_t helper = Clone3(0, nullptr);
+  if (helper < 0) return Errno("clone3(exec helper)");
+  if (helper == 0) ExecHelper(plan);
+  in_r.reset();
+  out_w.reset();
+  err_w.reset();
+  rep_w.reset();
+  sb_fds.clear();
+  ex_fds.clear();
+
+  // The helper reports {0, pid} then exits; the grandchild reports
+  // {step, errno} only if it fails before execve (the pipe is O_CLOEXEC).
+  jail::ChildError msg;
+  ssize_t n;
+  do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+  int hs = 0;
+  while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
+  }
+  if (n != sizeof msg) {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
+    return absl::InternalError("exec helper for sandbox " + spec_.id + " died before starting the command");
+  }
+  if (msg.step != 0) {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
+    return ErrnoToStatus(msg.err, std::string("exec helper: ") + StepName(msg.step));
+  }
+  const pid_t child = msg.err;
+  UniqueFd cpidfd(PidfdOpen(child));  // our (un-reaped) child: no pid reuse race
+  if (!cpidfd.valid()) {
+    Status s = Errno("pidfd_open(" + std::to_string(child) + ")");
+    (void)::waitpid(child, nullptr, 0);
+    return s;
+  }
+
+  ExecOutcome out;
+  ScopedSigpipeBlock no_sigpipe;
+  size_t stdin_off = 0;
+  if (es.stdin_data.empty()) in_w.reset();
+  if (in_w.valid()) ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
+  std::string buf(1 << 20, '\0');
+  auto drain = [&](UniqueFd& fd, std::string& data, uint64_t& total, bool& trunc, int max_reads) {
+    for (int i = 0; i < max_reads && fd.valid(); ++i) {
+      ssize_t r = ::read(fd.get(), buf.data(), buf.size());
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return;  // EAGAIN: nothing more right now
+      if (r == 0) {
+        fd.reset();
+        return;
+      }
+      total += static_cast<uint64_t>(r);
+      uint64_t room = es.output_cap_bytes > data.size() ? es.output_cap_bytes - data.size() : 0;
+      size_t take = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(r)));
+      data.append(buf.data(), take);
+      if (take < static_cast<size_t>(r)) trunc = true;
+    }
+  };
+
+  const auto deadline = es.timeout.count() > 0 ? t0 + es.timeout : Clock::time_point::max();
+  Clock::time_point kill_at = Clock::time_point::max();
+  bool exited = false;
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  for (uint64_t iter = 0; !exited; ++iter) {
+    pollfd pfds[4];
+    int np = 0;
+    pfds[np++] = {cpidfd.get(), POLLIN, 0};
+    int out_i = -1, err_i = -1, in_i = -1;
+    if (out_r.valid()) { out_i = np; pfds[np++] = {out_r.get(), POLLIN, 0}; }
+    if (err_r.valid()) { err_i = np; pfds[np++] = {err_r.get(), POLLIN, 0}; }
+    if (in_w.valid()) { in_i = np; pfds[np++] = {in_w.get(), POLLOUT, 0}; }
+    auto now = Clock::now();
+    auto next = std::min(deadline, kill_at);
+    int wait_ms = next == Clock::time_point::max()
+                      ? 1000
+                      : static_cast<int>(std::clamp<int64_t>(
+                            std::chrono::duration_cast<milliseconds>(next - now).count() + 1, 0, 1000));
+    int pr = ::poll(pfds, static_cast<nfds_t>(np), wait_ms);
+    if (pr < 0 && errno != EINTR) return Errno("poll(exec pipes)");
+    if (out_i >= 0 && pfds[out_i].revents) drain(out_r, out.stdout_data, out.stdout_total, out.stdout_truncated, 4);
+    if (err_i >= 0 && pfds[err_i].revents) drain(err_r, out.stderr_data, out.stderr_total, out.stderr_truncated, 4);
+    if (in_i >= 0 && pfds[in_i].revents) {
+      ssize_t w = ::write(in_w.get(), es.stdin_data.data() + stdin_off, es.stdin_data.size() - stdin_off);
+      if (w > 0) stdin_off += static_cast<size_t>(w);
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || stdin_off == es.stdin_data.size()) in_w.reset();
+    }
+    if (pfds[0].revents & POLLIN) {
+      memset(&info, 0, sizeof info);
+      if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(cpidfd.get()), &info, WEXITED | WNOHANG) == 0 &&
+          info.si_pid != 0)
+        exited = true;
+    }
+    now = Clock::now();
+    if (!exited && now >= deadline && !out.timed_out) {
+      out.timed_out = true;
+      (void)ecg->SignalAll(SIGTERM);
+      kill_at = now + es.kill_grace;
+    }
+    if (!exited && now >= kill_at) {
+      (void)ecg->SignalAll(SIGKILL);
+      kill_at = now + milliseconds(200);  // re-kill until the foreground is gone
+    }
+  }
+  // The foreground is gone: take what is already in the pipes, then stop.
+  drain(out_r, out.stdout_data, out.stdout_total, out.stdout_truncated, 64);
+  drain(err_r, out.stderr_data, out.stderr_total, out.stderr_truncated, 64);
+  // A failure between fork and execve (bad cwd, ...) is an error, not an outcome.
+  ::fcntl(rep_r.get(), F_SETFL, O_NONBLOCK);
+  if (::read(rep_r.get(), &msg, sizeof msg) == sizeof msg && msg.step != 0) {
+    (void)ecg->Destroy(milliseconds(2000));
+    rb.Release();
+    std::string what = std::string("exec: ") + StepName(msg.step);
+    if (msg.step == kStepChdir) what += " " + plan.cwd;
+    return ErrnoToStatus(msg.err, what);
+  }
+  if (info.si_code == CLD_EXITED) {
+    out.exit_code = info.si_status;
+  } else {
+    out.signal = info.si_status;
+    out.exit_code = 128 + info.si_status;
+  }
+  // Any OOM kill in the sandbox's memcg during the exec (the victim may be a
+  // child of the foreground shell, which then exits 137 by itself). Concurrent
+  // execs of one sandbox share the counter.
+  out.oom_killed = cgroup_->OomKillCount() > oom_before;
+  if (out.timed_out) {
+    // The whole tree goes: SIGTERM was sent; give the rest kill_grace, then SIGKILL.
+    auto until = std::max(kill_at, Clock::now());
+    for (int i = 0; i < 10000 && !ecg->Empty() && Clock::now() < until; ++i)
+      std::this_thread::sleep_for(milliseconds(5));
+    (void)ecg->Destroy(milliseconds(2000));
+    rb.Release();
+  } else {
+    rb.Release();
+    if (ecg->Empty() && ecg->Remove().ok()) {
+      // done
+    } else {
+      // Background processes stay alive (documented policy) in their exec
+      // cgroup until they exit or the sandbox is destroyed.
+      std::lock_guard<std::mutex> l(mu_);
+      lingering_.push_back(std::move(ecg));
+    }
+  }
+  out.duration = Clock::now() - t0;
+  return out;
+}
+
+Status ContainerSandbox::Destroy() {
+  destroyed_.store(true);
+  std::lock_guard<std::mutex> l(mu_);
+  if (destroy_done_) return absl::OkStatus();
+  // SIGKILL of the pid namespace's init kills every process in it; the cgroup
+  // kill catches helpers still outside the pid namespace.
+  if (pidfd_.valid()) {
+    (void)PidfdSignal(pidfd_.get(), SIGKILL);
+    pollfd pfd{pidfd_.get(), POLLIN, 0};
+    (void)::poll(&pfd, 1, 2000);
+    // init is a child of the daemon that created it (not after Adopt by
+    // another process): reap it so it does not linger as a zombie.
+    (void)::waitpid(init_pid_, nullptr, WNOHANG);
+  }
+  Status cs = cgroup_->Destroy(milliseconds(5000));
+  lingering_.clear();
+  std::string rootfs = spec_.dir + "/rootfs";
+  if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT && cs.ok()) cs = Errno("rmdir(" + rootfs + ")");
+  // The runtime dir goes too when empty (the caller may keep its own files there).
+  if (::rmdir(spec_.dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST && cs.ok())
+    cs = Errno("rmdir(" + spec_.dir + ")");
+  if (cs.ok()) {
+    destroy_done_ = true;
+    st_->ReleaseSlot(slot_);
+  }
+  return cs;
+}
+
+// ------------------------------------------------------------------ backend
+class ContainerBackend : public Backend {
+ public:
+  explicit ContainerBackend(std::shared_ptr<BackendState> st) : st_(std::move(st)) {}
+  std::string name() const override { return "container"; }
+  StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override;
+  StatusOr<std::unique_ptr<Sandbox>> Adopt(const nlohmann::json& record) override;
+  Status Cleanup(const nlohmann::json& record) override;
+
+ private:
+  std::shared_ptr<BackendState> st_;
+};
+
+// Builds the detached overlay mount (tmpfs upper + idmapped lowers).
+StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid) {
+  // 1. tmpfs for upper/ and work/: its size is the disk limit.
+  UniqueFd fsfd(FsOpen("tmpfs", FSOPEN_CLOEXEC));
+  if (!fsfd.valid()) return Errno("fsopen(tmpfs)");
+  const uint64_t inodes = std::max<uint64_t>(16384, uint64_t{spec.resources.disk_mb} * 256);
+  const std::string size = std::to_string(spec.resources.disk_mb) + "m", ino = std::to_string(inodes),
+                    uid = std::to_string(host_uid);
+  for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
+           {"size", size}, {"nr_inodes", ino}, {"mode", "0755"}, {"uid", uid}, {"gid", uid}}) {
+    if (FsConfig(fsfd.get(), FSCONFIG_SET_STRING, k, v.c_str(), 0) != 0)
+      return Errno(std::string("fsconfig(tmpfs, ") + k + "=" + v + ")");
+  }
+  if (FsConfig(fsfd.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return Errno("fsconfig(tmpfs, create)");
+  UniqueFd tmnt(FsMount(fsfd.get(), FSMOUNT_CLOEXEC, 0));
+  if (!tmnt.valid()) return Errno("fsmount(tmpfs)");
+  for (const char* d : {"upper", "work"}) {
+    if (::mkdirat(tmnt.get(), d, 0755) != 0) return Errno(std::string("mkdirat(tmpfs, ") + d + ")");
+    if (::fchownat(tmnt.get(), d, host_uid, host_uid, AT_SYMLINK_NOFOLLOW) != 0)
+      return Errno(std::string("fchownat(tmpfs, ") + d + ")");
+  }
+  UniqueFd upper(::openat(tmnt.get(), "upper", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd work(::openat(tmnt.get(), "work", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!upper.valid() || !work.valid()) return Errno("openat(tmpfs, upper|work)");
+
+  // 2. Idmapped, read-only clones of the lower layers.
+  std::vector<UniqueFd> lowers;
+  for (const auto& dir : spec.lower_dirs) {
+    UniqueFd l(OpenTree(AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    if (!l.valid()) return Errno("open_tree(" + dir + ", OPEN_TREE_CLONE)");
+    mount_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+    if (MountSetattr(l.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr) != 0) {
+      // File systems that cannot be idmapped (overlayfs, some network file
+      // systems): fall back to a plain read-only clone. Its files then appear
+      // owned by nobody (65534) inside, but stay readable per their modes.
+      if (errno != EINVAL && errno != EOPNOTSUPP && errno != EPERM)
+        return Errno("mount_setattr(" + dir + ", MOUNT_ATTR_IDMAP)");
+      attr.attr_set = MOUNT_ATTR_RDONLY;
+      attr.userns_fd = 0;
+      if (MountSetattr(l.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr) != 0)
+        return Errno("mount_setattr(" + dir + ", MOUNT_ATTR_RDONLY)");
+    }
+    lowers.push_back(std::move(l));
+  }
+
+  // 3. The overlay, layers given by fd (top first).
+  UniqueFd ofs(FsOpen("overlay", FSOPEN_CLOEXEC));
+  if (!ofs.valid()) return Errno("fsopen(overlay)");
+  for (auto it = lowers.rbegin(); it != lowers.rend(); ++it) {
+    if (FsConfig(ofs.get(), FSCONFIG_SET_FD, "lowerdir+", nullptr, it->get()) != 0)
+      return Errno("fsconfig(overlay, lowerdir+)");
+  }
+  if (FsConfig(ofs.get(), FSCONFIG_SET_FD, "upperdir", nullptr, upper.get()) != 0)
+    return Errno("fsconfig(overlay, upperdir)");
+  if (FsConfig(ofs.get(), FSCONFIG_SET_FD, "workdir", nullptr, work.get()) != 0)
+    return Errno("fsconfig(overlay, workdir)");
+  if (FsConfig(ofs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return Errno("fsconfig(overlay, create)");
+  UniqueFd omnt(FsMount(ofs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV));
+  if (!omnt.valid()) return Errno("fsmount(overlay)");
+  return omnt;
+}
+
+Status WriteString(const std::string& path, const std::string& v) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return Errno("open(" + path + ")");
+  if (::write(fd.get(), v.data(), v.size()) != static_cast<ssize_t>(v.size()))
+    return Errno("write(" + path + ", " + v + ")");
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& in) {
+  SandboxSpec spec = in;
+  if (!ValidId(spec.id)) return absl::InvalidArgumentError("bad sandbox id '" + spec.id + "'");
+  if (spec.dir.empty() || spec.dir[0] != '/') return absl::InvalidArgumentError("sandbox dir must be absolute");
+  if (spec.lower_dirs.empty()) return absl::InvalidArgumentError("sandbox needs at least one lower dir");
+  if (spec.hostname.empty()) spec.hostname = spec.id.substr(0, 63);
+  Rollback rb;
+
+  ASSIGN_OR_RETURN(uint32_t slot, st_->TakeSlot());
+  rb.Add([this, slot] { st_->ReleaseSlot(slot); });
+  const uid_t host_uid = st_->HostUid(slot);
+
+  jail::CgroupLimits lim;
+  lim.cpu_millis = spec.resources.cpu_millis;
+  lim.memory_bytes = uint64_t{spec.resources.memory_mb} << 20;
+  lim.pids = spec.resources.pids;
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Create(spec.id, lim));
+  rb.Add([this, id = spec.id] {
+    if (auto c = st_->cgroups->Open(id); c.ok()) (void)(*c)->Destroy(milliseconds(5000));
+  });
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> init_cg, cg->CreateChild("init"));
+
+  const std::string rootfs = spec.dir + "/rootfs";
+  if (::mkdir(rootfs.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir(" + rootfs + ")");
+  rb.Add([rootfs] { ::rmdir(rootfs.c_str()); });
+
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return Errno("socketpair");
+  UniqueFd sock_parent(sp[0]), sock_child(sp[1]);
+  UniqueFd err_r, err_w;
+  {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return Errno("pipe2");
+    err_r.reset(p[0]);
+    err_w.reset(p[1]);
+  }
+  InitPlan plan;
+  plan.sock = sock_child.get();
+  plan.err_fd = err_w.get();
+  plan.init_exe = st_->init_exe.get();
+  plan.last_cap = st_->last_cap;
+  plan.hostname = spec.hostname;
+  plan.rootfs = rootfs;
+  plan.dev_opts = "size=64k,nr_inodes=256,mode=755";
+  plan.shm_opts = "size=" + std::to_string(spec.resources.tmpfs_mb) + "m,nr_inodes=65536,mode=1777";
+  plan.rlimits = SandboxRlimits(spec.resources);
+  plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
+
+  int pidfd_raw = -1;
+  pid_t pid = Clone3(CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
+                         CLONE_NEWNET,
+                     &pidfd_raw);
+  if (pid < 0) return Errno("clone3(sandbox init)");
+  if (pid == 0) InitChild(plan);
+  UniqueFd pidfd(pidfd_raw);
+  rb.Add([pid] {
+    (void)::kill(pid, SIGKILL);  // our un-reaped child: the pid cannot be reused
+    (void)::waitpid(pid, nullptr, 0);
+  });
+  sock_child.reset();
+  err_w.reset();
+
+  const std::string proc = "/proc/" + std::to_string(pid);
+  RETURN_IF_ERROR(WriteString(proc + "/uid_map", "0 " + std::to_string(host_uid) + " " +
+                                                     std::to_string(st_->options.uid_range) + "\n"));
+  RETURN_IF_ERROR(WriteString(proc + "/setgroups", "deny"));
+  RETURN_IF_ERROR(WriteString(proc + "/gid_map", "0 " + std::to_string(host_uid) + " " +
+                                                     std::to_string(st_->options.uid_range) + "\n"));
+  if (!cg->ChildrenCoverAllControllers()) RETURN_IF_ERROR(cg->AddProcess(pid));
+  RETURN_IF_ERROR(init_cg->AddProcess(pid));
+  UniqueFd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!userns.valid()) return Errno("open(" + proc + "/ns/user)");
+  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid));
+
+  {
+    char byte = 'g';
+    iovec iov{&byte, 1};
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof cbuf);
+    msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int fd = rootfs_mnt.get();
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (::sendmsg(sock_parent.get(), &msg, MSG_NOSIGNAL) != 1) return Errno("sendmsg(rootfs fd)");
+  }
+  rootfs_mnt.reset();
+  sock_parent.reset();
+
+  // EOF on the error pipe = warren-init was exec'd.
+  jail::ChildError ce;
+  ssize_t n;
+  do n = ::read(err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  if (n == sizeof ce) {
+    return ErrnoToStatus(ce.err, "sandbox " + spec.id + " setup: " + StepName(ce.step));
+  }
+  if (n != 0) return absl::InternalError("sandbox " + spec.id + " init died during setup");
+  const uint64_t start = ProcStartTime(pid);
+  auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
+  rb.Release();
+  // Like a container WORKDIR: the default cwd of every exec must exist.
+  if (!spec.workdir.empty() && spec.workdir != "/") {
+    Status ws = sb->files().Mkdir(spec.workdir, 0755, true);
+    if (!ws.ok() && ws.code() != absl::StatusCode::kAlreadyExists) {
+      (void)sb->Destroy();
+      return Status(ws.code(), "sandbox " + spec.id + ": workdir: " + std::string(ws.message()));
+    }
+  }
+  return std::unique_ptr<Sandbox>(std::move(sb));
+}
+
+StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const nlohmann::json& r) {
+  SandboxSpec spec;
+  uint32_t slot;
+  pid_t pid;
+  uint64_t start;
+  std::string cg_rel;
+  try {
+    spec.id = r.at("id").get<std::string>();
+    spec.dir = r.at("dir").get<std::string>();
+    pid = r.at("init_pid").get<pid_t>();
+    start = r.at("init_start_time").get<uint64_t>();
+    slot = r.at("slot").get<uint32_t>();
+    cg_rel = r.value("cgroup", spec.id);
+    spec.workdir = r.value("workdir", std::string("/"));
+    spec.user = r.value("user", std::string("root"));
+    spec.hostname = r.value("hostname", spec.id);
+    if (r.contains("env")) {
+      for (const auto& [k, v] : r.at("env").items()) spec.env[k] = v.get<std::string>();
+    }
+    if (r.contains("resources")) {
+      const auto& x = r.at("resources");
+      spec.resources.cpu_millis = x.value("cpu_millis", spec.resources.cpu_millis);
+      spec.resources.memory_mb = x.value("memory_mb", spec.resources.memory_mb);
+      spec.resources.disk_mb = x.value("disk_mb", spec.resources.disk_mb);
+      spec.resources.pids = x.value("pids", spec.resources.pids);
+      spec.resources.open_files = x.value("open_files", spec.resources.open_files);
+      spec.resources.tmpfs_mb = x.value("tmpfs_mb", spec.resources.tmpfs_mb);
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(std::string("bad container sandbox record: ") + e.what());
+  }
+  UniqueFd pidfd(PidfdOpen(pid));
+  if (!pidfd.valid()) return absl::NotFoundError("sandbox " + spec.id + ": init pid " + std::to_string(pid) + " is gone");
+  if (ProcStartTime(pid) != start)
+    return absl::NotFoundError("sandbox " + spec.id + ": init pid " + std::to_string(pid) + " was reused");
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Open(cg_rel));
+  if (!st_->TakeSpecificSlot(slot))
+    return absl::AlreadyExistsError("sandbox " + spec.id + ": uid slot " + std::to_string(slot) + " already in use");
+  return std::unique_ptr<Sandbox>(
+      new ContainerSandbox(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg)));
+}
+
+Status ContainerBackend::Cleanup(const nlohmann::json& r) {
+  std::string id, dir;
+  try {
+    id = r.at("id").get<std::string>();
+    dir = r.at("dir").get<std::string>();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(std::string("cleanup record needs id and dir: ") + e.what());
+  }
+  if (!ValidId(id)) return absl::InvalidArgumentError("bad sandbox id '" + id + "'");
+  // A recorded init that is still the same process: kill its pid namespace.
+  if (r.contains("init_pid") && r.contains("init_start_time")) {
+    pid_t pid = r["init_pid"].get<pid_t>();
+    UniqueFd pidfd(PidfdOpen(pid));
+    if (pidfd.valid() && ProcStartTime(pid) == r["init_start_time"].get<uint64_t>())
+      (void)PidfdSignal(pidfd.get(), SIGKILL);
+  }
+  // Every process of the sandbox is in its cgroup; all its mounts live in its
+  // own mount namespace, which dies with them.
+  auto cg = st_->cgroups->Open(r.value("cgroup", id));
+  if (cg.ok()) RETURN_IF_ERROR((*cg)->Destroy(milliseconds(5000)));
+  // Mounts a daemon of an older layout may have left on the host under dir.
+  if (auto mi = ReadSmallFile("/proc/self/mountinfo")) {
+    std::vector<std::string> targets;
+    for (absl::string_view line : absl::StrSplit(*mi, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ');
+      if (f.size() > 4 && (f[4] == dir || f[4].rfind(dir + "/", 0) == 0)) targets.push_back(f[4]);
+    }
+    std::sort(targets.begin(), targets.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    for (const auto& t : targets) {
+      if (::umount2(t.c_str(), UMOUNT_NOFOLLOW) != 0) (void)::umount2(t.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+    }
+  }
+  std::string rootfs = dir + "/rootfs";
+  if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT) return Errno("rmdir(" + rootfs + ")");
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
+    return Errno("rmdir(" + dir + ")");
+  if (r.contains("slot")) st_->ReleaseSlot(r["slot"].get<uint32_t>());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+HostFeatures ProbeHostFeatures() {
+  HostFeatures f;
+  if (auto m = jail::CgroupManager::Detect("warren"); m.ok()) {
+    f.cgroup_version = (*m)->version();
+    f.cgroup_parent = (*m)->parent();
+  }
+  auto maxns = ReadSmallFile("/proc/sys/user/max_user_namespaces");
+  int n = 0;
+  f.user_namespaces = maxns && absl::SimpleAtoi(absl::StripAsciiWhitespace(*maxns), &n) && n > 0;
+  if (!f.user_namespaces) return f;
+  // Idmapped mounts: a tmpfs idmapped with a real (mapped) user namespace of a
+  // short-lived child, exactly what Create does with lower layers.
+  int sync[2];
+  if (::pipe2(sync, O_CLOEXEC) != 0) return f;
+  UniqueFd sync_r(sync[0]), sync_w(sync[1]);
+  pid_t pid = Clone3(CLONE_NEWUSER, nullptr);
+  if (pid < 0) return f;
+  if (pid == 0) {
+    ::close(sync[1]);  // our copy of the write end: EOF when the parent closes its own
+    char b;
+    ::_exit(::read(sync_r.get(), &b, 1) < 0 ? 1 : 0);
+  }
+  sync_r.reset();
+  const std::string proc = "/proc/" + std::to_string(pid);
+  if (WriteString(proc + "/uid_map", "0 4000000000 1\n").ok() && WriteString(proc + "/setgroups", "deny").ok() &&
+      WriteString(proc + "/gid_map", "0 4000000000 1\n").ok()) {
+    UniqueFd ns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fs(FsOpen("tmpfs", FSOPEN_CLOEXEC));
+    if (ns.valid() && fs.valid() && FsConfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0) {
+      UniqueFd mnt(FsMount(fs.get(), FSMOUNT_CLOEXEC, 0));
+      mount_attr attr;
+      memset(&attr, 0, sizeof attr);
+      attr.attr_set = MOUNT_ATTR_IDMAP;
+      attr.userns_fd = static_cast<uint64_t>(ns.get());
+      f.idmapped_mounts = mnt.valid() && MountSetattr(mnt.get(), "", AT_EMPTY_PATH, &attr) == 0;
+    }
+  }
+  sync_w.reset();
+  (void)::waitpid(pid, nullptr, 0);
+  return f;
+}
+
+StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& options) {
+  auto st = std::make_shared<BackendState>();
+  st->options = options;
+  if (options.uid_range == 0 || options.max_sandboxes == 0)
+    return absl::InvalidArgumentError("uid_range and max_sandboxes must be > 0");
+  if (uint64_t{options.uid_base} + uint64_t{options.uid_range} * options.max_sandboxes > 0xFFFFFFFEull)
+    return absl::InvalidArgumentError("uid_base + uid_range*max_sandboxes overflows the uid space");
+  ASSIGN_OR_RETURN(st->cgroups, jail::CgroupManager::Detect(options.cgroup_name));
+  st->init_exe.reset(::open(options.init_path.c_str(), O_PATH | O_CLOEXEC));
+  if (!st->init_exe.valid()) return Errno("open(" + options.init_path + ")");
+  st->last_cap = jail::LastCapability();
+#ifdef WARREN_HAVE_SECCOMP
+  ASSIGN_OR_RETURN(st->seccomp, jail::CompileSeccompProfile(options.seccomp_profile.empty()
+                                                                ? jail::DefaultSeccompProfile()
+                                                                : options.seccomp_profile));
+  st->have_seccomp = true;
+#endif
+  return std::unique_ptr<Backend>(new ContainerBackend(std::move(st)));
+}
+
+}  // namespace warren::runtime

@@ -1,0 +1,232 @@
+// cgroups on the real kernel (root). Uses a private subtree
+// "warren-cgtest-<pid>" under this process's own cgroups.
+#include "jail/cgroup.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace warren::jail {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& p) { return ::access(p.c_str(), F_OK) == 0; }
+
+// A child that waits on a pipe, then runs `fn` and exits.
+struct Child {
+  pid_t pid = -1;
+  int go = -1;
+  template <typename F>
+  static Child Spawn(F fn) {
+    int p[2];
+    if (::pipe(p) != 0) std::abort();
+    Child c;
+    c.pid = ::fork();
+    if (c.pid == 0) {
+      ::close(p[1]);
+      char b;
+      if (::read(p[0], &b, 1) != 1) ::_exit(2);
+      fn();
+      ::_exit(0);
+    }
+    ::close(p[0]);
+    c.go = p[1];
+    return c;
+  }
+  void Go() {
+    if (::write(go, "g", 1) != 1) std::abort();
+    ::close(go);
+  }
+  int Wait() {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return st;
+  }
+};
+
+class CgroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    name_ = "warren-cgtest-" + std::to_string(::getpid());
+    auto m = CgroupManager::Detect(name_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    mgr_ = std::move(*m);
+  }
+  void TearDown() override {
+    if (!mgr_) return;
+    // Remove the subtree root itself.
+    auto root = mgr_->Open("");
+    if (root.ok()) (void)(*root)->Destroy(2000ms);
+  }
+  std::string name_;
+  std::unique_ptr<CgroupManager> mgr_;
+};
+
+TEST_F(CgroupTest, DetectNestsUnderOwnCgroup) {
+  EXPECT_TRUE(mgr_->version() == 1 || mgr_->version() == 2);
+  std::string own = Slurp("/proc/self/cgroup");
+  // The parent is <own cgroup of the memory controller (v1) / unified (v2)>/<name>.
+  EXPECT_NE(mgr_->parent().find(name_), std::string::npos);
+  if (mgr_->version() == 1) {
+    std::string mem;
+    std::istringstream in(own);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(":memory:") != std::string::npos) mem = line.substr(line.find(":memory:") + 8);
+    }
+    EXPECT_EQ(mgr_->parent(), (mem == "/" ? "" : mem) + "/" + name_);
+  }
+}
+
+TEST_F(CgroupTest, CreateSetsLimitsAndDestroyRemoves) {
+  CgroupLimits l;
+  l.cpu_millis = 500;
+  l.memory_bytes = 64ull << 20;
+  l.pids = 17;
+  auto cg = mgr_->Create("sb1", l);
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  auto dirs = (*cg)->dirs();
+  ASSERT_FALSE(dirs.empty());
+  bool saw_mem = false, saw_pids = false;
+  for (const auto& d : dirs) {
+    ASSERT_NE(d.find(name_ + "/sb1"), std::string::npos) << d;
+    if (Exists(d + "/memory.limit_in_bytes")) {
+      EXPECT_EQ(Slurp(d + "/memory.limit_in_bytes"), std::to_string(64ull << 20) + "\n");
+      saw_mem = true;
+    }
+    if (Exists(d + "/memory.max")) {
+      EXPECT_EQ(Slurp(d + "/memory.max"), std::to_string(64ull << 20) + "\n");
+      saw_mem = true;
+    }
+    if (Exists(d + "/pids.max")) {
+      EXPECT_EQ(Slurp(d + "/pids.max"), "17\n");
+      saw_pids = true;
+    }
+    if (Exists(d + "/cpu.cfs_quota_us")) {
+      EXPECT_EQ(Slurp(d + "/cpu.cfs_quota_us"), "50000\n");
+    }
+  }
+  EXPECT_TRUE(saw_mem);
+  EXPECT_TRUE(saw_pids);
+  auto again = mgr_->Open("sb1");
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  for (const auto& d : dirs) EXPECT_FALSE(Exists(d)) << d;
+  EXPECT_EQ(mgr_->Open("sb1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*cg)->Remove().ok());  // idempotent
+}
+
+TEST_F(CgroupTest, PidsLimitIsEnforced) {
+  CgroupLimits l;
+  l.pids = 3;
+  auto cg = mgr_->Create("pids", l);
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  Child c = Child::Spawn([] {
+    int ok = 0;
+    for (int i = 0; i < 10; ++i) {
+      pid_t p = ::fork();
+      if (p == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+      if (p > 0) ++ok;
+    }
+    ::_exit(ok);
+  });
+  ASSERT_TRUE((*cg)->AddProcess(c.pid).ok());
+  c.Go();
+  int st = c.Wait();
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 2);  // itself + 2 children = pids.max 3
+  // Orphans left in the cgroup: SignalAll kills them, Destroy waits.
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ((*cg)->Pids(true).size(), 2u);
+  ASSERT_TRUE((*cg)->Destroy(3000ms).ok());
+}
+
+TEST_F(CgroupTest, ChildCgroupsTrackEscapedProcessesAndFreeze) {
+  auto cg = mgr_->Create("tree", CgroupLimits{});
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  auto sub = (*cg)->CreateChild("exec-1");
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  // The child joins through the pre-opened fds (the async-signal-safe path)
+  // and double-forks a setsid'ed grandchild.
+  auto fds = (*sub)->OpenProcsFds();
+  ASSERT_TRUE(fds.ok());
+  std::vector<int> raw;
+  for (auto& f : *fds) raw.push_back(f.get());
+  Child c = Child::Spawn([&raw] {
+    for (int fd : raw) {
+      if (::write(fd, "0", 1) != 1) ::_exit(3);
+    }
+    if (::fork() == 0) {
+      ::setsid();
+      if (::fork() == 0) {
+        for (;;) ::pause();
+      }
+      ::_exit(0);
+    }
+    ::_exit(0);
+  });
+  c.Go();
+  c.Wait();
+  std::this_thread::sleep_for(100ms);
+  auto pids = (*sub)->Pids(false);
+  ASSERT_EQ(pids.size(), 1u);  // the escaped grandchild
+  EXPECT_EQ((*cg)->Pids(true).size(), 1u);
+  EXPECT_TRUE((*cg)->Pids(false).empty());
+  ASSERT_TRUE((*sub)->Freeze().ok());  // waits until the kernel reports it frozen
+  for (const auto& d : (*sub)->dirs()) {
+    if (Exists(d + "/freezer.state")) {
+      EXPECT_EQ(Slurp(d + "/freezer.state"), "FROZEN\n");
+    }
+  }
+  ASSERT_TRUE((*sub)->Thaw().ok());
+  ASSERT_TRUE((*sub)->SignalAll(SIGTERM).ok());
+  for (int i = 0; i < 200 && !(*sub)->Empty(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE((*sub)->Empty());
+  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+}
+
+TEST_F(CgroupTest, OomKillIsCounted) {
+  CgroupLimits l;
+  l.memory_bytes = 32ull << 20;
+  auto cg = mgr_->Create("oom", l);
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  uint64_t before = (*cg)->OomKillCount();
+  Child c = Child::Spawn([] {
+    for (int i = 0; i < 64; ++i) {
+      char* p = static_cast<char*>(std::malloc(8 << 20));
+      if (!p) ::_exit(4);
+      std::memset(p, 1, 8 << 20);
+    }
+    ::_exit(0);
+  });
+  ASSERT_TRUE((*cg)->AddProcess(c.pid).ok());
+  c.Go();
+  int st = c.Wait();
+  ASSERT_TRUE(WIFSIGNALED(st)) << st;
+  EXPECT_EQ(WTERMSIG(st), SIGKILL);
+  EXPECT_EQ((*cg)->OomKillCount(), before + 1);
+  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+}
+
+}  // namespace
+}  // namespace warren::jail

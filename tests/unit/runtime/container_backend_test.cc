@@ -1,0 +1,779 @@
+// The container backend on the real kernel (run as root). The image is a
+// host directory holding a static busybox (Debian busybox-static) with its
+// applets as symlinks, plus /etc/passwd; it is used read-only as the lower
+// layer, idmapped like an EROFS layer would be.
+#include "runtime/container/container_backend.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "jail/cgroup.h"
+
+namespace warren::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+std::string Sh(const std::string& cmd) {
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  ::pclose(f);
+  return out;
+}
+
+// Builds the busybox image once per test binary.
+const std::string& BusyboxImage() {
+  // Leaked on purpose: the atexit hook below must still see it.
+  static const std::string& dir = *new std::string([] {
+    std::atexit([] { fs::remove_all(BusyboxImage()); });
+    char tmpl[] = "/tmp/warren-ct-image-XXXXXX";
+    std::string d = ::mkdtemp(tmpl);
+    ::chmod(d.c_str(), 0755);
+    fs::create_directories(d + "/bin");
+    fs::create_directories(d + "/etc");
+    fs::create_directories(d + "/w");
+    fs::create_directories(d + "/root");
+    fs::copy_file("/bin/busybox", d + "/bin/busybox");
+    std::string list = Sh("/bin/busybox --list");
+    std::istringstream in(list);
+    for (std::string applet; std::getline(in, applet);) {
+      if (applet.empty() || applet == "busybox") continue;
+      ::symlink("busybox", (d + "/bin/" + applet).c_str());
+    }
+    std::ofstream(d + "/etc/passwd") << "root:x:0:0:root:/root:/bin/sh\n"
+                                     << "agent:x:1000:1000:agent:/w:/bin/sh\n"
+                                     << "nobody:x:65534:65534:nobody:/:/bin/false\n";
+    std::ofstream(d + "/etc/group") << "root:x:0:\nagent:x:1000:\n";
+    std::ofstream(d + "/etc/hostname-image") << "image\n";
+    return d;
+  }());
+  return dir;
+}
+
+ExecSpec Argv(std::vector<std::string> argv) {
+  ExecSpec e;
+  e.argv = std::move(argv);
+  return e;
+}
+
+class ContainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    ContainerOptions o;
+    o.init_path = WARREN_INIT_PATH;
+    o.cgroup_name = "warren-test-" + std::to_string(::getpid());
+    o.uid_base = 2000000 + (static_cast<uint32_t>(::getpid()) % 64) * 65536 * 32;
+    o.max_sandboxes = 32;
+    auto b = NewContainerBackend(o);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = std::move(*b);
+    options_ = o;
+  }
+  void TearDown() override {
+    for (auto& [sb, dir] : sandboxes_) {
+      if (sb) (void)sb->Destroy();
+      fs::remove_all(dir);
+    }
+    sandboxes_.clear();
+    backend_.reset();
+    auto m = jail::CgroupManager::Detect(options_.cgroup_name);
+    if (m.ok()) {
+      // The subtree root itself (<own>/warren-test-<pid>) in every hierarchy.
+      for (const char* c : {"cpu", "memory", "pids", "freezer"}) {
+        std::string own = Sh(std::string("grep -E ':([^:]*,)?") + c + "(,[^:]*)?:' /proc/self/cgroup | cut -d: -f3");
+        while (!own.empty() && own.back() == '\n') own.pop_back();
+        std::string p = std::string("/sys/fs/cgroup/") + c + (own == "/" ? "" : own) + "/" + options_.cgroup_name;
+        ::rmdir(p.c_str());
+      }
+    }
+  }
+
+  SandboxSpec Spec(const std::string& id) {
+    SandboxSpec s;
+    s.id = id;
+    char tmpl[] = "/tmp/warren-ct-sb-XXXXXX";
+    s.dir = ::mkdtemp(tmpl);
+    s.lower_dirs = {BusyboxImage()};
+    s.resources.memory_mb = 256;
+    s.resources.disk_mb = 64;
+    s.resources.pids = 256;
+    s.resources.tmpfs_mb = 16;
+    return s;
+  }
+
+  Sandbox* Make(const std::string& id, SandboxSpec* out_spec = nullptr) {
+    SandboxSpec s = Spec(id);
+    if (out_spec) *out_spec = s;
+    auto sb = backend_->Create(s);
+    EXPECT_TRUE(sb.ok()) << sb.status();
+    if (!sb.ok()) {
+      fs::remove_all(s.dir);
+      return nullptr;
+    }
+    sandboxes_.emplace_back(std::move(*sb), s.dir);
+    return sandboxes_.back().first.get();
+  }
+
+  ExecOutcome Run(Sandbox* sb, const std::string& cmd, std::chrono::milliseconds timeout = 20s,
+                  const std::string& in = "") {
+    ExecSpec e;
+    e.shell = cmd;
+    e.timeout = timeout;
+    e.stdin_data = in;
+    auto r = sb->Exec(e);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ExecOutcome{};
+  }
+
+  std::unique_ptr<Backend> backend_;
+  ContainerOptions options_;
+  std::vector<std::pair<std::unique_ptr<Sandbox>, std::string>> sandboxes_;
+};
+
+TEST(ContainerProbe, HostFeatures) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  HostFeatures f = ProbeHostFeatures();
+  EXPECT_TRUE(f.cgroup_version == 1 || f.cgroup_version == 2);
+  EXPECT_THAT(f.cgroup_parent, HasSubstr("/warren"));
+  EXPECT_TRUE(f.user_namespaces);
+  EXPECT_TRUE(f.idmapped_mounts);  // kernel 6.x: required by Create
+}
+
+TEST_F(ContainerTest, EchoHi) {
+  Sandbox* sb = Make("echo-hi");
+  ASSERT_NE(sb, nullptr);
+  ExecOutcome r = Run(sb, "echo hi");
+  EXPECT_EQ(r.stdout_data, "hi\n");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.stderr_data, "");
+  EXPECT_EQ(r.stdout_total, 3u);
+  EXPECT_FALSE(r.timed_out);
+}
+
+TEST_F(ContainerTest, NamespacesIdentityAndInit) {
+  Sandbox* sb = Make("ns-id");
+  ASSERT_NE(sb, nullptr);
+  EXPECT_EQ(Run(sb, "hostname").stdout_data, "ns-id\n");
+  EXPECT_EQ(Run(sb, "id -u; id -g").stdout_data, "0\n0\n");
+  // Layer files (root-owned on the host) appear owned by root inside.
+  EXPECT_EQ(Run(sb, "stat -c %u:%g /bin/busybox").stdout_data, "0:0\n");
+  EXPECT_EQ(Run(sb, "tr '\\0' ' ' < /proc/1/cmdline").stdout_data, "warren-init ");
+  // PID 1 costs well under 1 MiB and survives signals sent from inside.
+  ExecOutcome rss = Run(sb, "kill -TERM 1; kill -INT 1; kill -HUP 1; sleep 0.1; awk '/VmRSS/ {print ($2 < 1024)}' /proc/1/status");
+  EXPECT_EQ(rss.stdout_data, "1\n");
+  // Only loopback, and it is up.
+  ExecOutcome net = Run(sb, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+  EXPECT_EQ(net.stdout_data, "lo\n");
+  EXPECT_EQ(Run(sb, "cat /sys/class/net/lo/operstate 2>/dev/null || echo none").exit_code, 0);
+  // The host's pid 1 and processes are invisible.
+  EXPECT_EQ(Run(sb, "ls /proc | grep -c '^[0-9]' | awk '{print ($1 < 10)}'").stdout_data, "1\n");
+  // Writable root (overlay upper), /tmp sticky.
+  EXPECT_EQ(Run(sb, "echo x > /newfile && cat /newfile && stat -c %a /tmp").stdout_data, "x\n1777\n");
+}
+
+TEST_F(ContainerTest, A01NonUtf8BytesExact) {
+  Sandbox* sb = Make("a01");
+  ASSERT_NE(sb, nullptr);
+  ExecOutcome r = Run(sb, "printf 'ok \\377\\376\\215 end\\n'; printf 'err \\303\\050\\n' >&2; exit 3");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.stdout_data, std::string("ok \xff\xfe\x8d end\n"));
+  EXPECT_EQ(r.stderr_data, std::string("err \xc3\x28\n"));
+}
+
+TEST_F(ContainerTest, A02NulBytesAndRandomFileRoundTrip) {
+  Sandbox* sb = Make("a02");
+  ASSERT_NE(sb, nullptr);
+  ExecOutcome r = Run(sb, "printf 'a\\0b\\0c'");
+  EXPECT_EQ(r.stdout_data, std::string("a\0b\0c", 5));
+  std::string data(1 << 20, '\0');
+  std::mt19937_64 rng(42);
+  for (auto& c : data) c = static_cast<char>(rng());
+  auto w = sb->files().OpenWrite("/w/random.bin", 0644, true);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->Write(data).ok());
+  auto n = (*w)->Commit();
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, data.size());
+  ExecOutcome cat = Run(sb, "cat /w/random.bin");
+  EXPECT_EQ(cat.stdout_data.size(), data.size());
+  EXPECT_TRUE(cat.stdout_data == data);
+  // Owned by the sandbox's root, seen from inside.
+  EXPECT_EQ(Run(sb, "stat -c %u:%g /w/random.bin").stdout_data, "0:0\n");
+}
+
+TEST_F(ContainerTest, A03HugeOutputIsTruncatedWithTotals) {
+  Sandbox* sb = Make("a03");
+  ASSERT_NE(sb, nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  ExecOutcome r = Run(sb, "yes x | head -c 300000000", 60s);
+  auto dt = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.stdout_total, 300000000u);
+  EXPECT_TRUE(r.stdout_truncated);
+  EXPECT_EQ(r.stdout_data.size(), 16u << 20);
+  EXPECT_LT(dt, 30s);
+  ExecOutcome e = Run(sb, "head -c 200000 /dev/zero >&2; echo done");
+  EXPECT_EQ(e.stdout_data, "done\n");
+  EXPECT_EQ(e.stderr_data, std::string(200000, '\0'));
+  EXPECT_FALSE(e.stderr_truncated);
+  ExecSpec small;
+  small.shell = "seq 1 100000";
+  small.output_cap_bytes = 10;
+  auto s = sb->Exec(small);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->stdout_data, "1\n2\n3\n4\n5\n");
+  EXPECT_TRUE(s->stdout_truncated);
+  EXPECT_EQ(s->stdout_total, 588895u);
+}
+
+TEST_F(ContainerTest, A04TimeoutKillsTheWholeTree) {
+  Sandbox* sb = Make("a04");
+  ASSERT_NE(sb, nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  ExecOutcome r = Run(sb, "echo start; sleep 10", 1s);
+  auto dt = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.stdout_data, "start\n");
+  EXPECT_LT(dt, 3s);
+  EXPECT_GE(dt, 900ms);
+  EXPECT_EQ(Run(sb, "ps -o comm | grep -c sleep").stdout_data, "0\n");
+  // setsid'ed, double-forked and TERM-ignoring descendants go too.
+  t0 = std::chrono::steady_clock::now();
+  ExecSpec e;
+  e.shell = "setsid sh -c 'trap \"\" TERM; sleep 100' & (sh -c 'sleep 101 &' &); trap '' TERM; sleep 102";
+  e.timeout = 1s;
+  e.kill_grace = 300ms;
+  auto k = sb->Exec(e);
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(k->timed_out);
+  EXPECT_EQ(k->signal, SIGKILL);
+  EXPECT_EQ(k->exit_code, 128 + SIGKILL);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
+  EXPECT_EQ(Run(sb, "ps -o comm | grep -c sleep").stdout_data, "0\n");
+}
+
+TEST_F(ContainerTest, A05BackgroundChildHoldingStdoutReturnsAtOnce) {
+  Sandbox* sb = Make("a05");
+  ASSERT_NE(sb, nullptr);
+  for (int i = 0; i < 2; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    ExecOutcome r = Run(sb, "sh -c 'sleep 1000 &'; echo back");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_EQ(r.stdout_data, "back\n");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  // (Debian's busybox has no nohup applet: setsid is the same kind of escape.)
+  ExecOutcome r = Run(sb, "setsid tail -f /dev/null &");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_EQ(r.exit_code, 0);
+  // Policy: background processes keep running until the sandbox is destroyed.
+  EXPECT_EQ(Run(sb, "sleep 0.3; ps -o comm | grep -c -e sleep -e tail").stdout_data, "3\n");
+}
+
+TEST_F(ContainerTest, A06Stdin) {
+  Sandbox* sb = Make("a06");
+  ASSERT_NE(sb, nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Run(sb, "cat; echo done", 5s).stdout_data, "done\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_EQ(Run(sb, "read -r x; echo rc=$?").stdout_data, "rc=1\n");
+  EXPECT_EQ(Run(sb, "cat", 5s, "abc").stdout_data, "abc");
+  std::string big(3 << 20, 'z');
+  EXPECT_EQ(Run(sb, "wc -c", 10s, big).stdout_data, std::to_string(big.size()) + "\n");
+  // A reader that stops early must not hang or kill the daemon (EPIPE).
+  EXPECT_EQ(Run(sb, "head -c 1", 10s, big).stdout_data, "z");
+}
+
+TEST_F(ContainerTest, A07ExitStatus) {
+  Sandbox* sb = Make("a07");
+  ASSERT_NE(sb, nullptr);
+  ExecOutcome r = Run(sb, "kill -9 $$");
+  EXPECT_EQ(r.exit_code, 137);
+  EXPECT_EQ(r.signal, 9);
+  EXPECT_FALSE(r.oom_killed);
+  r = Run(sb, "kill -TERM $$");
+  EXPECT_EQ(r.exit_code, 143);
+  EXPECT_EQ(r.signal, 15);
+  EXPECT_EQ(Run(sb, "exit 255").exit_code, 255);
+  EXPECT_EQ(Run(sb, "exit 300").exit_code, 44);
+  r = Run(sb, "no-such-command-xyz");
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(r.stderr_data, HasSubstr("not found"));
+  EXPECT_EQ(Run(sb, "true").exit_code, 0);
+  ExecSpec e;
+  e.argv = {"no-such-binary"};
+  auto a = sb->Exec(e);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->exit_code, 127);
+  EXPECT_THAT(a->stderr_data, HasSubstr("not found"));
+}
+
+TEST_F(ContainerTest, A08ZombiesAreReapedByInit) {
+  Sandbox* sb = Make("a08");
+  ASSERT_NE(sb, nullptr);
+  Run(sb, "for i in 1 2 3 4 5; do sh -c 'sh -c \"sleep 1\" &' & wait; done");
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(Run(sb, "ps -o stat | grep -c '^Z'").stdout_data, "0\n");
+  for (int i = 0; i < 200; ++i) {
+    ExecOutcome r = Run(sb, "sh -c 'sh -c true &' &");
+    ASSERT_EQ(r.exit_code, 0);
+  }
+  EXPECT_EQ(Run(sb, "echo ok").stdout_data, "ok\n");
+}
+
+TEST_F(ContainerTest, ExecEnvCwdUser) {
+  SandboxSpec s = Spec("env");
+  s.env = {{"A", "1"}, {"B", "two words"}};
+  s.workdir = "/w";
+  auto c = backend_->Create(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  sandboxes_.emplace_back(std::move(*c), s.dir);
+  Sandbox* sb = sandboxes_.back().first.get();
+  ExecSpec e;
+  e.argv = {"env"};
+  e.env = {{"B", "over"}, {"C", "\xff"}};
+  auto r = sb->Exec(e);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stdout_data, "A=1\nB=over\nC=\xff\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
+  EXPECT_EQ(Run(sb, "pwd").stdout_data, "/w\n");
+  // A workdir missing from the image is created, owned by the sandbox's root.
+  SandboxSpec s2 = Spec("workdir");
+  s2.workdir = "/home/agent/repo";
+  auto c2 = backend_->Create(s2);
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  sandboxes_.emplace_back(std::move(*c2), s2.dir);
+  EXPECT_EQ(Run(sandboxes_.back().first.get(), "pwd; stat -c %u .").stdout_data, "/home/agent/repo\n0\n");
+  e.argv = {"pwd"};
+  e.cwd = "/bin";
+  EXPECT_EQ(sb->Exec(e)->stdout_data, "/bin\n");
+  e.cwd = "/does/not/exist";
+  auto bad = sb->Exec(e);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("/does/not/exist"));
+  e.cwd = "";
+  e.argv = {"id"};
+  e.user = "agent";
+  EXPECT_THAT(sb->Exec(e)->stdout_data, HasSubstr("uid=1000(agent) gid=1000(agent)"));
+  e.user = "1234:5678";
+  EXPECT_THAT(sb->Exec(e)->stdout_data, HasSubstr("uid=1234 gid=5678"));
+  e.user = "nosuchuser";
+  EXPECT_EQ(sb->Exec(e).status().code(), absl::StatusCode::kNotFound);
+  // A non-root user has no capabilities at all.
+  e.argv = {"sh", "-c", "grep CapEff /proc/self/status"};
+  e.user = "agent";
+  EXPECT_EQ(sb->Exec(e)->stdout_data, "CapEff:\t0000000000000000\n");
+}
+
+TEST_F(ContainerTest, ContainmentCapsSeccompMasks) {
+  Sandbox* sb = Make("jail");
+  ASSERT_NE(sb, nullptr);
+  // Docker-like minimal set for root: 0xa80425fb minus MKNOD(27), NET_RAW(13) = 0xa00405fb.
+  EXPECT_EQ(Run(sb, "grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status").stdout_data,
+            "CapEff:\t00000000a00405fb\nCapBnd:\t00000000a00405fb\nNoNewPrivs:\t1\n");
+#ifdef WARREN_HAVE_SECCOMP
+  EXPECT_EQ(Run(sb, "grep '^Seccomp:' /proc/self/status").stdout_data, "Seccomp:\t2\n");
+#endif
+  // No nested namespaces / mounts from inside.
+  EXPECT_NE(Run(sb, "unshare -r true 2>/dev/null").exit_code, 0);
+  EXPECT_NE(Run(sb, "mount -t tmpfs x /mnt 2>/dev/null").exit_code, 0);
+  // Masked /proc paths read as empty, /proc/sys is read-only.
+  EXPECT_EQ(Run(sb, "cat /proc/kcore /proc/kpagecgroup /proc/kpageflags /proc/sysrq-trigger /proc/keys 2>/dev/null | wc -c")
+                .stdout_data,
+            "0\n");
+  EXPECT_NE(Run(sb, "echo 1 > /proc/sys/kernel/domainname").exit_code, 0);
+  EXPECT_NE(Run(sb, "echo c > /proc/sysrq-trigger; echo x > /sys/kernel/uevent_helper").exit_code, 0);
+  // /dev is minimal.
+  EXPECT_EQ(Run(sb, "ls /dev | tr '\\n' ' '").stdout_data,
+            "core fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero ");
+  EXPECT_EQ(Run(sb, "head -c 4 /dev/zero | wc -c; echo x > /dev/null && echo ok").stdout_data, "4\nok\n");
+  EXPECT_NE(Run(sb, "mknod /tmp/sda b 8 0 2>/dev/null").exit_code, 0);
+}
+
+TEST_F(ContainerTest, A09FilesNeverEscapeTheSandboxRoot) {
+  Sandbox* sb = Make("a09");
+  ASSERT_NE(sb, nullptr);
+  const std::string tag = "warren-pwned-" + std::to_string(::getpid());
+  ASSERT_EQ(Run(sb, "ln -s / /escape && mkdir -p /w && ln -s /etc /w/link && ln -s /tmp /w/tmplink").exit_code, 0);
+  for (const std::string& p : {"../../tmp/" + tag, "/w/../../../../tmp/" + tag, "..%2f..%2ftmp%2f" + tag,
+                               "/escape/tmp/" + tag, "/w/tmplink/" + tag, "/w/link/" + tag}) {
+    auto w = sb->files().OpenWrite(p, 0644, true);
+    if (w.ok()) {
+      ASSERT_TRUE((*w)->Write("x").ok());
+      (void)(*w)->Commit();
+    }
+    EXPECT_FALSE(fs::exists("/tmp/" + tag)) << p;
+    EXPECT_FALSE(fs::exists("/etc/" + tag)) << p;
+  }
+  // What landed, landed inside.
+  EXPECT_EQ(Run(sb, "cat /tmp/" + tag + " /etc/" + tag).stdout_data, "xx");
+  auto st = sb->files().Stat("/escape");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->type, FileType::kSymlink);
+  EXPECT_EQ(st->symlink_target, "/");
+  auto ls = sb->files().List("/w/link/..");
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  bool saw_busybox_bin = false;
+  for (const auto& f : *ls) saw_busybox_bin |= f.name == "bin";
+  EXPECT_TRUE(saw_busybox_bin);
+  auto rd = sb->files().OpenRead("/escape/etc/passwd", 0, 0);
+  ASSERT_TRUE(rd.ok()) << rd.status();
+  auto text = (*rd)->Read(1 << 16);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("agent:x:1000"));  // the sandbox's passwd, not the host's
+}
+
+TEST_F(ContainerTest, A14ForkBombStaysInItsSandbox) {
+  SandboxSpec s = Spec("bomb");
+  s.resources.pids = 64;
+  auto a = backend_->Create(s);
+  ASSERT_TRUE(a.ok()) << a.status();
+  sandboxes_.emplace_back(std::move(*a), s.dir);
+  Sandbox* bomb = sandboxes_.back().first.get();
+  Sandbox* b = Make("calm");
+  ASSERT_NE(b, nullptr);
+  std::thread t([&] {
+    ExecSpec e;
+    e.shell = ":(){ :|:& };:";
+    e.timeout = 4s;
+    auto r = bomb->Exec(e);
+    EXPECT_TRUE(r.ok()) << r.status();
+  });
+  std::chrono::nanoseconds worst{0};
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(500ms);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(Run(b, "echo ok").stdout_data, "ok\n");
+    worst = std::max(worst, std::chrono::steady_clock::now() - t0);
+  }
+  t.join();
+  EXPECT_LT(worst, 1s);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(bomb->Destroy().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+TEST_F(ContainerTest, A15OutOfMemory) {
+  SandboxSpec s = Spec("oom");
+  s.resources.memory_mb = 64;
+  auto a = backend_->Create(s);
+  ASSERT_TRUE(a.ok()) << a.status();
+  sandboxes_.emplace_back(std::move(*a), s.dir);
+  Sandbox* sb = sandboxes_.back().first.get();
+  ASSERT_EQ(Run(sb, "echo keep > /w/keep").exit_code, 0);
+  ExecOutcome r = Run(sb, "awk 'BEGIN { s = \"xxxxxxxxxxxxxxxx\"; while (1) s = s s }'", 30s);
+  EXPECT_EQ(r.exit_code, 137);
+  EXPECT_EQ(r.signal, 9);
+  EXPECT_TRUE(r.oom_killed);
+  EXPECT_EQ(Run(sb, "cat /w/keep").stdout_data, "keep\n");
+  EXPECT_FALSE(Run(sb, "echo ok").oom_killed);
+}
+
+TEST_F(ContainerTest, A16DiskFull) {
+  Sandbox* sb = Make("disk");  // disk_mb = 64, tmpfs_mb = 16
+  ASSERT_NE(sb, nullptr);
+  ExecOutcome r = Run(sb, "dd if=/dev/zero of=/big bs=1M count=128");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.stderr_data, HasSubstr("No space left"));
+  auto w = sb->files().OpenWrite("/more", 0644, false);
+  if (w.ok()) {
+    Status ws = (*w)->Write(std::string(1 << 20, 'a'));
+    StatusOr<uint64_t> c = ws.ok() ? (*w)->Commit() : StatusOr<uint64_t>(ws);
+    EXPECT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+  }
+  EXPECT_EQ(Run(sb, "rm /big && dd if=/dev/zero of=/big bs=1M count=32 2>/dev/null && echo ok").stdout_data, "ok\n");
+  r = Run(sb, "dd if=/dev/zero of=/dev/shm/big bs=1M count=64");
+  EXPECT_THAT(r.stderr_data, HasSubstr("No space left"));
+  EXPECT_EQ(Run(sb, "df -m /dev/shm | tail -1 | awk '{print $2}'").stdout_data, "16\n");
+}
+
+TEST_F(ContainerTest, ConcurrentExecs) {
+  Sandbox* sb = Make("conc");
+  ASSERT_NE(sb, nullptr);
+  std::vector<std::thread> ts;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        ExecSpec e;
+        e.shell = "echo " + std::to_string(t * 100 + i) + "; sleep 0.0" + std::to_string(i);
+        auto r = sb->Exec(e);
+        if (r.ok() && r->stdout_data == std::to_string(t * 100 + i) + "\n") good++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(good.load(), 40);
+}
+
+TEST_F(ContainerTest, DestroyLeavesNothingAndIsIdempotent) {
+  std::string mounts_before = Sh("cat /proc/self/mountinfo | wc -l");
+  SandboxSpec spec;
+  Sandbox* sb = Make("gone", &spec);
+  ASSERT_NE(sb, nullptr);
+  Run(sb, "sh -c 'trap \"\" TERM; sleep 1000 & sleep 1000 & wait' &");
+  nlohmann::json rec = sb->Record();
+  pid_t init = sb->init_pid();
+  std::vector<std::string> dirs = rec["cgroup_dirs"].get<std::vector<std::string>>();
+  ASSERT_FALSE(dirs.empty());
+  for (const auto& d : dirs) EXPECT_TRUE(fs::exists(d)) << d;
+  // Exec concurrent with Destroy returns promptly.
+  std::thread t([&] {
+    ExecSpec e;
+    e.shell = "sleep 100";
+    auto r = sb->Exec(e);
+    if (r.ok()) {
+      EXPECT_EQ(r->signal, SIGKILL);
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sb->Destroy().ok());
+  t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_TRUE(sb->Destroy().ok());
+  for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  EXPECT_NE(::kill(init, 0), 0);
+  EXPECT_FALSE(fs::exists(spec.dir));
+  EXPECT_EQ(Sh("cat /proc/self/mountinfo | wc -l"), mounts_before);
+  EXPECT_FALSE(sb->Exec(Argv({"true"})).ok());
+  EXPECT_FALSE(sb->files().Stat("/").ok());
+}
+
+TEST_F(ContainerTest, AdoptAfterRestart) {
+  Sandbox* sb = Make("adopt");
+  ASSERT_NE(sb, nullptr);
+  ASSERT_EQ(Run(sb, "echo state > /w/f").exit_code, 0);
+  nlohmann::json rec = nlohmann::json::parse(sb->Record().dump());
+  auto b2 = NewContainerBackend(options_);
+  ASSERT_TRUE(b2.ok());
+  auto again = (*b2)->Adopt(rec);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->init_pid(), sb->init_pid());
+  ExecSpec e;
+  e.shell = "cat /w/f; hostname";
+  auto r = (*again)->Exec(e);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stdout_data, "state\nadopt\n");
+  // A record whose init is gone (or reused) is NotFound.
+  nlohmann::json stale = rec;
+  stale["init_start_time"] = rec["init_start_time"].get<uint64_t>() + 1;
+  EXPECT_EQ((*b2)->Adopt(stale).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*again)->Destroy().ok());
+  EXPECT_EQ((*b2)->Adopt(rec).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ContainerTest, CleanupFromIdAndDirOnly) {
+  SandboxSpec spec;
+  Sandbox* sb = Make("crashed", &spec);
+  ASSERT_NE(sb, nullptr);
+  Run(sb, "sleep 1000 &");
+  auto dirs = sb->Record()["cgroup_dirs"].get<std::vector<std::string>>();
+  pid_t init = sb->init_pid();
+  nlohmann::json minimal = {{"id", spec.id}, {"dir", spec.dir}};
+  ASSERT_TRUE(backend_->Cleanup(minimal).ok());
+  for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  std::this_thread::sleep_for(50ms);
+  (void)::waitpid(init, nullptr, WNOHANG);
+  EXPECT_NE(::kill(init, 0), 0);
+  EXPECT_FALSE(fs::exists(spec.dir));
+  EXPECT_TRUE(backend_->Cleanup(minimal).ok());  // idempotent
+  // Cleanup of something that never got further than its dir.
+  char tmpl[] = "/tmp/warren-ct-sb-XXXXXX";
+  std::string half = ::mkdtemp(tmpl);
+  ::mkdir((half + "/rootfs").c_str(), 0755);
+  EXPECT_TRUE(backend_->Cleanup({{"id", "half"}, {"dir", half}}).ok());
+  EXPECT_FALSE(fs::exists(half + "/rootfs"));
+  fs::remove_all(half);
+}
+
+TEST_F(ContainerTest, CreateFailureLeavesNothing) {
+  SandboxSpec s = Spec("broken");
+  s.lower_dirs = {"/nonexistent/layer"};
+  auto r = backend_->Create(s);
+  EXPECT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/layer"));
+  EXPECT_FALSE(fs::exists(s.dir + "/rootfs"));
+  EXPECT_FALSE(jail::CgroupManager::Detect(options_.cgroup_name).value()->Open("broken").ok());
+  fs::remove_all(s.dir);
+}
+
+// The Debian rootfs another engineer debootstraps (read-only lower layer), with
+// a second "workspace" layer stacked on top.
+TEST_F(ContainerTest, DebianLayersPythonStdinOom) {
+  const std::string base = "/var/cache/warren/rootfs/debian-12";
+  if (!fs::exists(base + ".complete") || !fs::exists(base + "/usr/bin/python3"))
+    GTEST_SKIP() << base << " not (yet) debootstrapped";
+  char tmpl[] = "/tmp/warren-ct-ws-XXXXXX";
+  std::string ws = ::mkdtemp(tmpl);
+  ::chmod(ws.c_str(), 0755);
+  fs::create_directories(ws + "/w");
+  std::ofstream(ws + "/w/task.txt") << "task\n";
+  std::ofstream(ws + "/etc-os-release-override") << "x\n";
+  SandboxSpec s = Spec("debian");
+  s.lower_dirs = {base, ws};
+  s.resources.memory_mb = 256;
+  auto c = backend_->Create(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  sandboxes_.emplace_back(std::move(*c), s.dir);
+  Sandbox* sb = sandboxes_.back().first.get();
+  EXPECT_EQ(Run(sb, "cat /w/task.txt; . /etc/os-release; echo $ID").stdout_data, "task\ndebian\n");
+  EXPECT_EQ(Run(sb, "python3 -c 'import sys;print(repr(sys.stdin.read()))'", 20s, "abc").stdout_data, "'abc'\n");
+  EXPECT_EQ(Run(sb, "stat -c %U:%G /usr/bin/python3.11 /etc/shadow").stdout_data, "root:root\nroot:shadow\n");
+  ExecOutcome nf = Run(sb, "definitely-not-a-command");
+  EXPECT_EQ(nf.exit_code, 127);
+  EXPECT_THAT(nf.stderr_data, HasSubstr("not found"));
+  ExecOutcome oom = Run(sb, "python3 -c 'x=bytearray(2<<30)'", 60s);
+  EXPECT_EQ(oom.exit_code, 137);
+  EXPECT_TRUE(oom.oom_killed);
+  EXPECT_EQ(Run(sb, "echo ok").stdout_data, "ok\n");
+  // apt-style writes over a lower file are copied up, the layer is untouched.
+  EXPECT_EQ(Run(sb, "echo changed > /etc/hostname && cat /etc/hostname").stdout_data, "changed\n");
+  EXPECT_NE(Sh("cat " + base + "/etc/hostname"), "changed\n");
+  EXPECT_TRUE(sb->Destroy().ok());
+  fs::remove_all(ws);
+}
+
+// A lower that cannot be idmapped (overlayfs) is used un-idmapped.
+TEST_F(ContainerTest, NonIdmappableLowerFallsBack) {
+  char tmpl[] = "/tmp/warren-ct-ovl-XXXXXX";
+  std::string d = ::mkdtemp(tmpl);
+  ::chmod(d.c_str(), 0755);
+  for (const char* s : {"/l", "/u", "/w", "/m"}) fs::create_directories(d + s);
+  std::ofstream(d + "/l/from-ovl") << "ovl\n";
+  ::chmod((d + "/l/from-ovl").c_str(), 0644);
+  std::string opts = "lowerdir=" + d + "/l,upperdir=" + d + "/u,workdir=" + d + "/w";
+  ASSERT_EQ(::mount("overlay", (d + "/m").c_str(), "overlay", 0, opts.c_str()), 0) << strerror(errno);
+  SandboxSpec s = Spec("ovl-lower");
+  s.lower_dirs = {BusyboxImage(), d + "/m"};
+  auto c = backend_->Create(s);
+  if (c.ok()) {
+    ExecSpec e;
+    e.shell = "cat /from-ovl; stat -c %u /from-ovl";
+    auto r = (*c)->Exec(e);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->stdout_data, "ovl\n65534\n");
+    EXPECT_TRUE((*c)->Destroy().ok());
+  }
+  fs::remove_all(s.dir);
+  EXPECT_EQ(::umount2((d + "/m").c_str(), 0), 0);
+  fs::remove_all(d);
+  ASSERT_TRUE(c.ok()) << c.status();
+}
+
+// Processes on the host whose real uid falls in this backend's uid range.
+int ProcessesInUidRange(uint32_t base, uint32_t span) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.empty() || !isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream st(e.path() / "status");
+    for (std::string line; std::getline(st, line);) {
+      if (line.rfind("Uid:", 0) == 0) {
+        uint64_t uid = std::strtoull(line.c_str() + 4, nullptr, 10);
+        if (uid >= base && uid < base + uint64_t{span}) ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
+  const std::string mounts_before = Sh("wc -l < /proc/self/mountinfo");
+  const uint32_t span = options_.uid_range * options_.max_sandboxes;
+  const int procs_before = ProcessesInUidRange(options_.uid_base, span);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 12; ++i) {
+        SandboxSpec s = Spec("cyc-" + std::to_string(t) + "-" + std::to_string(i));
+        auto sb = backend_->Create(s);
+        if (!sb.ok()) {
+          ADD_FAILURE() << sb.status();
+          fs::remove_all(s.dir);
+          continue;
+        }
+        ExecSpec bg;
+        bg.shell = "sh -c 'trap \"\" TERM; sleep 1000 & sleep 1000 & wait' &";
+        auto r = (*sb)->Exec(bg);
+        if (r.ok() && r->exit_code == 0) ++ok;
+        std::thread mid;
+        if (i % 3 == 0) {  // destroyed mid-exec
+          mid = std::thread([&sb] {
+            ExecSpec e;
+            e.shell = "echo started; sleep 100";
+            (void)(*sb)->Exec(e);
+          });
+          std::this_thread::sleep_for(20ms);
+        }
+        Status d = (*sb)->Destroy();
+        EXPECT_TRUE(d.ok()) << d;
+        if (mid.joinable()) mid.join();
+        fs::remove_all(s.dir);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 48);
+  EXPECT_EQ(Sh("wc -l < /proc/self/mountinfo"), mounts_before);
+  // Processes die asynchronously after SIGKILL of their pid namespace's init;
+  // Destroy waited for the cgroups to be empty, so nothing may remain.
+  EXPECT_EQ(ProcessesInUidRange(options_.uid_base, span), procs_before);
+  auto mgr = jail::CgroupManager::Detect(options_.cgroup_name);
+  ASSERT_TRUE(mgr.ok());
+  auto root = (*mgr)->Open("");
+  ASSERT_TRUE(root.ok());
+  for (const auto& d : (*root)->dirs()) {
+    int subdirs = 0;
+    for (const auto& e : fs::directory_iterator(d)) subdirs += e.is_directory();
+    EXPECT_EQ(subdirs, 0) << d;
+  }
+}
+
+TEST_F(ContainerTest, CreateExecDestroyIsFast) {
+  std::chrono::nanoseconds best = std::chrono::hours(1);
+  for (int i = 0; i < 5; ++i) {
+    SandboxSpec s = Spec("fast-" + std::to_string(i));
+    auto t0 = std::chrono::steady_clock::now();
+    auto sb = backend_->Create(s);
+    ASSERT_TRUE(sb.ok()) << sb.status();
+    auto r = (*sb)->Exec(Argv({"true"}));
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE((*sb)->Destroy().ok());
+    best = std::min(best, std::chrono::steady_clock::now() - t0);
+    fs::remove_all(s.dir);
+  }
+  std::printf("create+exec+destroy best of 5: %.1f ms\n", best.count() / 1e6);
+  EXPECT_LT(best, 500ms);
+}
+
+}  // namespace
+}  // namespace warren::runtime
