@@ -1,0 +1,35 @@
+#!/bin/bash
+# Regenerates the Python gRPC stubs of api/warren/v1/warren.proto into
+# sdk/python/warren/_proto/ (committed). Needs grpcio-tools in the Python that
+# runs it (default: .venv/bin/python). The generated grpc module's absolute
+# import "from warren.v1 import warren_pb2" would clash with the SDK package
+# `warren`, so it is rewritten to a package-relative import.
+# After regenerating, keep sdk/python/pyproject.toml's grpcio/protobuf lower
+# bounds >= the versions printed at the end.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-$root/.venv/bin/python}
+out=$root/sdk/python/warren/_proto
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$py" -m grpc_tools.protoc --proto_path="$root/api" \
+  --python_out="$tmp" --pyi_out="$tmp" --grpc_python_out="$tmp" \
+  "$root/api/warren/v1/warren.proto" "$root/api/warren/v1/fncall.proto"
+
+mkdir -p "$out"
+cp "$tmp/warren/v1/warren_pb2.py" "$tmp/warren/v1/warren_pb2.pyi" "$out/"
+sed -e 's/^from warren\.v1 import warren_pb2 as /from . import warren_pb2 as /' \
+  "$tmp/warren/v1/warren_pb2_grpc.py" > "$out/warren_pb2_grpc.py"
+# fncall.proto (issue 5) imports warren.proto: same rewrite in its modules.
+for f in fncall_pb2.py fncall_pb2_grpc.py; do
+  sed -e 's/^from warren\.v1 import \(warren_pb2\|fncall_pb2\) as /from . import \1 as /' \
+    "$tmp/warren/v1/$f" > "$out/$f"
+done
+cp "$tmp/warren/v1/fncall_pb2.pyi" "$out/"
+if grep -q '^from warren\.v1' "$out/warren_pb2_grpc.py" "$out/fncall_pb2.py" "$out/fncall_pb2_grpc.py"; then
+  echo "$0: import rewrite failed" >&2
+  exit 1
+fi
+[[ -e "$out/__init__.py" ]] || echo '"""Generated gRPC stubs of api/warren/v1/warren.proto (scripts/gen-proto-py.sh)."""' > "$out/__init__.py"
+"$py" -c 'import grpc_tools, grpc, google.protobuf as p; from importlib.metadata import version as v; print("generated with grpcio-tools", v("grpcio-tools"), "protobuf", p.__version__)'

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Sets up a fresh Debian 12 machine (as root) to build, run and test warren:
+# system packages, the release build (build/), the Python venv (.venv) with
+# the SDK and pytest, and the base rootfs for the base layer. Idempotent:
+# re-running only does what is missing or out of date.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+if [[ $EUID -ne 0 ]]; then
+  echo "$0: must run as root" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libseccomp-dev libarchive-dev libspdlog-dev libcli11-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev libcap-dev libssl-dev
+  erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
+  python3 python3-venv python3-pip
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  apt-get update
+  apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+echo "setup: building (release preset)"
+cmake --preset release
+cmake --build build -j2
+
+echo "setup: Python venv"
+py=/usr/bin/python3
+[[ -x $py ]] || py=$(command -v python3)
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import sys' 2>/dev/null; then
+  rm -rf .venv
+  "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2"
+
+echo "setup: base rootfs"
+scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12
+
+echo "setup: done"

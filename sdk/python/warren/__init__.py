@@ -1,0 +1,31 @@
+"""warren: Python SDK of the warren sandbox platform.
+
+    import warren
+    client = warren.Client()               # WARREN_ADDR or unix:/run/warren/warrend.sock
+    with client.create(layers=["base/debian-12"], cpu=1, memory_mb=1024) as sb:
+        r = sb.exec("echo hi", timeout=60)  # r.exit_code r.stdout (bytes) r.text
+        sb.files.write("/w/a.txt", b"hi", make_parents=True)
+
+Errors are the exception hierarchy of warren.errors, mapped one-to-one from
+gRPC status codes.
+"""
+
+from .aio import AsyncClient, AsyncSandbox
+from .client import CHUNK_SIZE, DEFAULT_ADDR, Client, Files, Layers, Sandbox
+from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
+                     FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
+                     PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
+                     Unimplemented, Unknown, WarrenError)
+from .types import ExecResult, FileInfo, Layer, NodeStatus, Resources, SandboxInfo
+from .fncall import FnCallRequest, FnCallResult  # fncall (issue 5)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "AsyncClient", "AsyncSandbox", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE",
+    "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "Resources", "SandboxInfo",
+    "WarrenError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
+    "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
+    "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",
+    "Unauthenticated", "Unavailable", "Unimplemented", "Unknown",
+]

@@ -1,0 +1,531 @@
+"""Synchronous client of warrend (api/warren/v1/warren.proto).
+
+A Client is thread-safe: one Client (one gRPC channel) can serve many threads
+creating, executing in and destroying sandboxes concurrently.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import functools
+from typing import (Any, BinaryIO, Callable, Dict, Iterator, List,
+                    Mapping, Optional, Sequence, Tuple, TypeVar, Union)
+
+import grpc
+
+from . import errors
+from ._proto import warren_pb2 as pb
+from ._proto import warren_pb2_grpc as pb_grpc
+from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
+
+__all__ = ["Client", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE"]
+
+DEFAULT_ADDR = "unix:/run/warren/warrend.sock"
+# Size of the data chunks of streamed uploads (files, layer tars): 1 MiB.
+CHUNK_SIZE = 1 << 20
+# Largest value of a uint32 field.
+_U32_MAX = (1 << 32) - 1
+# Seconds added to an exec's timeout to form its RPC deadline: covers the
+# SIGTERM→SIGKILL grace period, output transfer and queueing in the daemon.
+EXEC_DEADLINE_MARGIN_S = 30.0
+# Bytes kept per stream by the daemon at most (ExecRequest.output_cap_bytes).
+MAX_OUTPUT_CAP = 256 << 20
+
+PathLike = Union[str, bytes, "os.PathLike[str]"]
+Data = Union[bytes, bytearray, memoryview, str, BinaryIO]
+T = TypeVar("T")
+
+
+def _call(fn: Callable[..., T]) -> Callable[..., T]:
+    """Turns grpc.RpcError raised by fn into the matching WarrenError."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    return wrapper
+
+
+def _target(addr: str) -> str:
+    """gRPC target of an address: "unix:/path", "/path" (a unix socket) or
+    "host:port" (TCP)."""
+    if addr.startswith("unix:"):
+        return addr
+    if addr.startswith("/"):
+        return "unix:" + addr
+    return addr
+
+
+def _path_bytes(path: PathLike) -> bytes:
+    if isinstance(path, bytes):
+        return path
+    return os.fsencode(os.fspath(path))
+
+
+def _u32(name: str, value: Optional[Union[int, float]]) -> int:
+    """Validates an optional unsigned 32-bit limit (None = node default)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidArgument(f"{name} must be an integer, got {value!r}")
+    if value < 0:
+        raise errors.InvalidArgument(f"{name} must be >= 0, got {value}")
+    if value > _U32_MAX:
+        raise errors.InvalidArgument(f"{name} too large: {value} > {_U32_MAX}")
+    return value
+
+
+def _env_pb(env: Optional[Mapping[str, Union[str, bytes]]]) -> Dict[str, bytes]:
+    """Env values are sent byte-exact; keys are validated by the daemon
+    (non-empty, no '=' or NUL: InvalidArgument naming the key)."""
+    out: Dict[str, bytes] = {}
+    for k, v in (env or {}).items():
+        if not isinstance(k, str):
+            raise errors.InvalidArgument(f"env key must be str, got {k!r}")
+        out[k] = v if isinstance(v, bytes) else os.fsencode(str(v))
+    return out
+
+
+def _chunks(data: Data) -> Iterator[bytes]:
+    """Yields data in chunks of at most CHUNK_SIZE bytes; a file-like object
+    is read lazily (never loaded whole)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        mv = memoryview(data)
+        for off in range(0, len(mv), CHUNK_SIZE):
+            yield bytes(mv[off:off + CHUNK_SIZE])
+        return
+    if not hasattr(data, "read"):
+        raise errors.InvalidArgument(
+            f"data must be bytes, str or a binary file object, got {type(data).__name__}")
+    while True:
+        chunk = data.read(CHUNK_SIZE)
+        if not chunk:
+            return
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8")
+        yield chunk
+
+
+class Files:
+    """File API of one sandbox (``sb.files``). Paths are absolute inside the
+    sandbox (relative ones are taken from "/"), str (encoded with
+    surrogateescape) or bytes. They are resolved inside the sandbox root:
+    ".." never climbs above its "/".
+
+    Errors: NotFound (missing path), PermissionDenied, InvalidArgument,
+    ResourceExhausted (no space left), FailedPrecondition (sandbox not
+    running, directory not empty), each naming the path.
+    """
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sb = sandbox
+        self._stub = pb_grpc.FilesStub(sandbox._client._channel)
+
+    def _md(self) -> Optional[List[Tuple[str, str]]]:
+        return self._sb._client._metadata
+
+    @_call
+    def write(self, path: PathLike, data: Data, mode: int = 0o644,
+              make_parents: bool = False, timeout: Optional[float] = None) -> int:
+        """Creates or replaces the file at path with data (bytes, str as UTF-8,
+        or a binary file object read in 1 MiB chunks; any size, streamed).
+        mode: permission bits of a new file. make_parents: create missing
+        parent directories (0755). Returns the number of bytes written.
+        timeout: RPC deadline in seconds (None = none)."""
+        p = _path_bytes(path)
+        mode = _u32("mode", mode) & 0o7777
+
+        def requests() -> Iterator[pb.WriteFileRequest]:
+            first = True
+            for chunk in _chunks(data):
+                if first:
+                    first = False
+                    yield pb.WriteFileRequest(sandbox_id=self._sb.id, path=p, mode=mode,
+                                              make_parents=make_parents, data=chunk)
+                else:
+                    yield pb.WriteFileRequest(data=chunk)
+            if first:  # empty file: the header alone
+                yield pb.WriteFileRequest(sandbox_id=self._sb.id, path=p, mode=mode,
+                                          make_parents=make_parents)
+
+        resp = self._stub.Write(requests(), metadata=self._md(), timeout=timeout)
+        return resp.bytes_written
+
+    def read_stream(self, path: PathLike, offset: int = 0, length: int = 0,
+                    timeout: Optional[float] = None) -> Iterator[bytes]:
+        """Yields the file's bytes in chunks of at most 1 MiB, from offset
+        (bytes), length bytes (0 = to the end). Errors are raised while
+        iterating."""
+        req = pb.ReadFileRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                 offset=_u32_or_u64("offset", offset),
+                                 length=_u32_or_u64("length", length))
+        try:
+            for chunk in self._stub.Read(req, metadata=self._md(), timeout=timeout):
+                yield bytes(chunk.data)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def read(self, path: PathLike, offset: int = 0, length: int = 0,
+             timeout: Optional[float] = None) -> bytes:
+        """Returns the file's bytes (byte-exact), see read_stream."""
+        buf = io.BytesIO()
+        for chunk in self.read_stream(path, offset, length, timeout):
+            buf.write(chunk)
+        return buf.getvalue()
+
+    @_call
+    def stat(self, path: PathLike) -> FileInfo:
+        """Returns the FileInfo of path (symlinks are not followed at the last
+        component). NotFound if it does not exist."""
+        return FileInfo._from_pb(self._stub.Stat(
+            pb.StatRequest(sandbox_id=self._sb.id, path=_path_bytes(path)),
+            metadata=self._md()))
+
+    @_call
+    def list(self, path: PathLike) -> List[FileInfo]:
+        """Returns the entries of the directory path (no "." or "..")."""
+        resp = self._stub.ListDir(
+            pb.ListDirRequest(sandbox_id=self._sb.id, path=_path_bytes(path)),
+            metadata=self._md())
+        return [FileInfo._from_pb(e) for e in resp.entries]
+
+    @_call
+    def mkdir(self, path: PathLike, parents: bool = False, mode: int = 0o755) -> None:
+        """Creates a directory. parents: like mkdir -p (missing parents are
+        created, no error if it exists); otherwise AlreadyExists if it exists."""
+        self._stub.Mkdir(pb.MkdirRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                         mode=_u32("mode", mode) & 0o7777, parents=parents),
+                         metadata=self._md())
+
+    @_call
+    def remove(self, path: PathLike, recursive: bool = False) -> None:
+        """Removes a file, symlink or empty directory; recursive removes a
+        whole tree. FailedPrecondition for a non-empty directory otherwise."""
+        self._stub.Remove(pb.RemoveRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                           recursive=recursive), metadata=self._md())
+
+    @_call
+    def rename(self, src: PathLike, dst: PathLike) -> None:
+        """Renames src to dst (replacing dst like rename(2))."""
+        self._stub.Rename(pb.RenameRequest(sandbox_id=self._sb.id, to=_path_bytes(dst),
+                                           **{"from": _path_bytes(src)}),
+                          metadata=self._md())
+
+    def exists(self, path: PathLike) -> bool:
+        """True if path exists (a dangling symlink counts as existing)."""
+        try:
+            self.stat(path)
+            return True
+        except errors.NotFound:
+            return False
+
+
+def _u32_or_u64(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value >= 1 << 64:
+        raise errors.InvalidArgument(f"{name} must be an integer in [0, 2^64), got {value!r}")
+    return value
+
+
+class Sandbox:
+    """Handle of one sandbox. Usable as a context manager: leaving the block
+    destroys the sandbox. Thread-safe: execs and file calls may run
+    concurrently; destroy() makes running execs return promptly."""
+
+    def __init__(self, client: "Client", info: SandboxInfo):
+        self._client = client
+        self._info = info
+        self.id: str = info.id
+        self.files = Files(self)
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r})"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.destroy()
+        except errors.NotFound:
+            pass
+
+    @property
+    def cached_info(self) -> SandboxInfo:
+        """The SandboxInfo of the last create/get/list/info call (no RPC)."""
+        return self._info
+
+    def info(self) -> SandboxInfo:
+        """Fetches the sandbox's current SandboxInfo. NotFound once destroyed."""
+        self._info = self._client._get_info(self.id)
+        return self._info
+
+    def destroy(self, timeout: Optional[float] = None) -> None:
+        """Destroys the sandbox: its processes are killed, its files are gone.
+        NotFound if it does not exist (any more). timeout: RPC deadline in
+        seconds (None = none)."""
+        self._client.destroy(self.id, timeout)
+
+    @_call
+    def exec(self, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+             env: Optional[Mapping[str, Union[str, bytes]]] = None,
+             cwd: Optional[str] = None, user: Optional[str] = None,
+             stdin: Optional[Union[bytes, str]] = None,
+             timeout: Optional[float] = None,
+             output_cap: Optional[int] = None,
+             kill_grace: Optional[float] = None) -> ExecResult:
+        """Runs a command in the sandbox and waits for it.
+
+        cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
+            is an argv (argv[0] searched in PATH), items str or bytes.
+        env: added to the sandbox env (values byte-exact).
+        cwd: working directory (default: the sandbox workdir). user: "root",
+            a name from the sandbox's /etc/passwd or "uid[:gid]".
+        stdin: bytes (str as UTF-8) fed to stdin, then EOF; None = immediate EOF.
+        timeout: seconds; on expiry the whole process tree of the exec gets
+            SIGTERM, then SIGKILL after kill_grace seconds (default 0.5); the
+            result then has timed_out=True. None = no timeout.
+        output_cap: bytes kept per stream (default 16 MiB, max 256 MiB); the
+            rest is counted but dropped (stdout_truncated/stderr_truncated).
+
+        Returns an ExecResult: a non-zero exit, a signal, an OOM kill or a
+        timeout is an outcome, not an exception. Raises NotFound (unknown
+        sandbox), InvalidArgument (bad env key, cwd, user, limits),
+        FailedPrecondition (sandbox not running), DeadlineExceeded (the
+        daemon did not answer within timeout + EXEC_DEADLINE_MARGIN_S).
+        """
+        req = pb.ExecRequest(sandbox_id=self.id, env=_env_pb(env), cwd=cwd or "",
+                             user=user or "")
+        if isinstance(cmd, (str, bytes)):
+            req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
+        else:
+            argv = [a if isinstance(a, bytes) else os.fsencode(a) for a in cmd]
+            if not argv:
+                raise errors.InvalidArgument("exec: empty argv")
+            req.argv.extend(argv)
+        if stdin is not None:
+            req.stdin = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+        deadline: Optional[float] = None
+        if timeout is not None:
+            if timeout <= 0:
+                raise errors.InvalidArgument(f"exec: timeout must be > 0 seconds, got {timeout}")
+            ms = max(1, int(round(timeout * 1000)))
+            req.timeout_ms = _u32("timeout (ms)", ms)
+            grace = kill_grace if kill_grace is not None else 0.5
+            deadline = timeout + grace + EXEC_DEADLINE_MARGIN_S
+        if kill_grace is not None:
+            if kill_grace < 0:
+                raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
+            req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
+        if output_cap is not None:
+            if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
+                    not 0 < output_cap <= MAX_OUTPUT_CAP:
+                raise errors.InvalidArgument(
+                    f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
+            req.output_cap_bytes = output_cap
+        r = self._client._sandboxes.Exec(req, metadata=self._client._metadata,
+                                         timeout=deadline)
+        return ExecResult._from_pb(r)
+
+
+class Layers:
+    """Layer API (``client.layers``): read-only EROFS layers named
+    "kind/name@version" (kind in base, workspace, toolset) and addressed by
+    "sha256:<hex>"."""
+
+    def __init__(self, client: "Client"):
+        self._client = client
+        self._stub = pb_grpc.LayersStub(client._channel)
+
+    @_call
+    def build(self, name: str, dir: Optional[str] = None,
+              tar: Optional[Union[str, "os.PathLike[str]", BinaryIO]] = None,
+              timeout: Optional[float] = None) -> Layer:
+        """Builds (and verifies) a layer and names it.
+
+        Exactly one of dir (a directory on the daemon's host; root only, unix
+        socket only) or tar (a path or binary file object of a tar, plain/gz/
+        xz/zstd, streamed in 1 MiB chunks; OCI whiteouts honoured).
+        Raises InvalidArgument (bad name; a tar entry with an absolute or ".."
+        path or a device node, named in the message), AlreadyExists (the
+        name@version points at a different digest), PermissionDenied.
+        timeout: RPC deadline in seconds (None = none).
+        """
+        if (dir is None) == (tar is None):
+            raise errors.InvalidArgument("layers.build: give exactly one of dir= or tar=")
+        md = self._client._metadata
+        if dir is not None:
+            req = pb.BuildLayerRequest(name=name, source_dir=os.path.abspath(dir))
+            return Layer._from_pb(self._stub.Build(iter([req]), metadata=md, timeout=timeout))
+        assert tar is not None
+        if isinstance(tar, (str, os.PathLike)):
+            with open(tar, "rb") as f:
+                return self._build_tar(name, f, timeout)
+        return self._build_tar(name, tar, timeout)
+
+    def _build_tar(self, name: str, f: BinaryIO, timeout: Optional[float]) -> Layer:
+        def requests() -> Iterator[pb.BuildLayerRequest]:
+            yield pb.BuildLayerRequest(name=name)
+            for chunk in _chunks(f):
+                yield pb.BuildLayerRequest(tar_chunk=chunk)
+
+        return Layer._from_pb(self._stub.Build(requests(), metadata=self._client._metadata,
+                                               timeout=timeout))
+
+    @_call
+    def list(self) -> List[Layer]:
+        """All layers in the store."""
+        return [Layer._from_pb(l) for l in self._stub.List(
+            pb.ListLayersRequest(), metadata=self._client._metadata).layers]
+
+    @_call
+    def get(self, ref: str) -> Layer:
+        """ref: "kind/name", "kind/name@version" (no version = newest) or
+        "sha256:<hex>". NotFound if absent."""
+        return Layer._from_pb(self._stub.Get(pb.GetLayerRequest(ref=ref),
+                                             metadata=self._client._metadata))
+
+    @_call
+    def remove(self, ref: str) -> None:
+        """Removes the name (and the image when nothing else points at it).
+        FailedPrecondition if a sandbox uses it."""
+        self._stub.Remove(pb.RemoveLayerRequest(ref=ref), metadata=self._client._metadata)
+
+
+class Client:
+    """Connection to one warrend.
+
+    addr: "unix:/path" or "/path" (unix socket) or "host:port" (TCP).
+        Default: env WARREN_ADDR, else unix:/run/warren/warrend.sock.
+    token: bearer token sent as "authorization: Bearer <token>" (needed over
+        TCP). Default: env WARREN_TOKEN.
+
+    Thread-safe. Use as a context manager or call close() to release the
+    channel. Nothing is contacted until the first call; an unreachable daemon
+    raises Unavailable then.
+    """
+
+    def __init__(self, addr: Optional[str] = None, token: Optional[str] = None):
+        self.addr = addr or os.environ.get("WARREN_ADDR") or DEFAULT_ADDR
+        token = token if token is not None else os.environ.get("WARREN_TOKEN")
+        self._metadata: Optional[List[Tuple[str, str]]] = (
+            [("authorization", f"Bearer {token}")] if token else None)
+        self._channel = grpc.insecure_channel(
+            _target(self.addr),
+            options=[
+                # Exec results carry up to 2 x 256 MiB of output.
+                ("grpc.max_receive_message_length", -1),
+                ("grpc.max_send_message_length", -1),
+            ])
+        self._sandboxes = pb_grpc.SandboxesStub(self._channel)
+        self._node = pb_grpc.NodeStub(self._channel)
+        self.layers = Layers(self)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    @_call
+    def create(self, backend: str = "container", layers: Sequence[str] = (), *,
+               cpu: Optional[float] = None, memory_mb: Optional[int] = None,
+               disk_mb: Optional[int] = None, pids: Optional[int] = None,
+               open_files: Optional[int] = None, tmpfs_mb: Optional[int] = None,
+               env: Optional[Mapping[str, Union[str, bytes]]] = None,
+               workdir: Optional[str] = None, user: Optional[str] = None,
+               hostname: Optional[str] = None,
+               labels: Optional[Mapping[str, str]] = None,
+               ttl_s: Optional[int] = None, job: Optional[str] = None,
+               timeout: Optional[float] = None) -> Sandbox:
+        """Creates a sandbox and returns it running.
+
+        layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
+        cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
+        tmpfs_mb (/tmp and /dev/shm each) in MiB; pids: max tasks;
+        open_files: RLIMIT_NOFILE. None = node default. ttl_s: seconds of
+        life, None = none. timeout: RPC deadline in seconds (None = none).
+
+        Raises InvalidArgument (bad layer ref, limit, env key, workdir, ...),
+        NotFound (unknown layer), ResourceExhausted (node full / busy / disk
+        full: retryable), Unavailable (daemon unreachable: retryable).
+        """
+        res = pb.Resources(
+            memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
+            pids=_u32("pids", pids), open_files=_u32("open_files", open_files),
+            tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb))
+        if cpu is not None:
+            if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
+                raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
+            millis = int(round(cpu * 1000))
+            res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
+        req = pb.CreateSandboxRequest(
+            backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
+            workdir=workdir or "", user=user or "", hostname=hostname or "",
+            labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "")
+        s = self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout)
+        return Sandbox(self, SandboxInfo._from_pb(s))
+
+    @_call
+    def _get_info(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo._from_pb(self._sandboxes.Get(
+            pb.GetSandboxRequest(id=sandbox_id), metadata=self._metadata))
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """Returns the sandbox with this id. NotFound if there is none."""
+        return Sandbox(self, self._get_info(sandbox_id))
+
+    @_call
+    def list(self, labels: Optional[Mapping[str, str]] = None,
+             job: Optional[str] = None, timeout: Optional[float] = None) -> List[Sandbox]:
+        """Sandboxes carrying all of labels (and of job, if given). timeout:
+        RPC deadline in seconds (None = none)."""
+        resp = self._sandboxes.List(
+            pb.ListSandboxesRequest(labels=dict(labels or {}), job=job or ""),
+            metadata=self._metadata, timeout=timeout)
+        return [Sandbox(self, SandboxInfo._from_pb(s)) for s in resp.sandboxes]
+
+    @_call
+    def destroy(self, sandbox_id: str, timeout: Optional[float] = None) -> None:
+        """Destroys a sandbox. NotFound if it does not exist. timeout: RPC
+        deadline in seconds (None = none)."""
+        self._sandboxes.Destroy(pb.DestroySandboxRequest(id=sandbox_id),
+                                metadata=self._metadata, timeout=timeout)
+
+    # ------------------------------------------------------------ fncall (issue 5)
+    def fncall(self, code: Union[str, bytes], language: str = "python", *,
+               stdin: Union[str, bytes] = b"", files: Optional[Mapping[str, Union[str, bytes]]] = None,
+               fetch_files: Sequence[str] = (), env: Optional[Mapping[str, Union[str, bytes]]] = None,
+               timeout: Optional[float] = None, compile_timeout: Optional[float] = None,
+               memory_mb: Optional[int] = None, layers: Sequence[str] = ()) -> "FnCallResult":
+        """Runs `code` once on the fncall backend's warm pool (see warren.fncall)."""
+        from .fncall import FnCallRequest
+        return self._fncall().call(FnCallRequest(
+            code=code, language=language, stdin=stdin, files=dict(files or {}), fetch_files=fetch_files,
+            env=dict(env or {}), timeout=timeout, compile_timeout=compile_timeout, memory_mb=memory_mb,
+            layers=layers))
+
+    def fncall_batch(self, requests: Sequence["FnCallRequest"], concurrency: int = 0) -> List["FnCallResult"]:
+        """Runs many warren.FnCallRequest concurrently; results in request order."""
+        return self._fncall().batch(requests, concurrency)
+
+    def _fncall(self) -> "FnCall":
+        from .fncall import FnCall
+        if getattr(self, "_fncall_svc", None) is None:
+            self._fncall_svc = FnCall(self._channel, self._metadata)
+        return self._fncall_svc
+
+    @_call
+    def status(self, timeout: Optional[float] = None) -> NodeStatus:
+        """Status of the node. Unavailable if the daemon is not reachable."""
+        return NodeStatus._from_pb(self._node.Status(
+            pb.NodeStatusRequest(), metadata=self._metadata, timeout=timeout))

@@ -1,0 +1,122 @@
+"""Lifecycle for RL (issue 4; DESIGN.md section 5): TTL, pause/resume,
+snapshots (pack_diff), fork, tamper-proof grading and the audit log, over the
+Lifecycle gRPC service. Used through Sandbox methods (sb.pause(),
+sb.snapshot(), sb.grade(), ...); this module holds the implementation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import errors
+from ._proto import warren_pb2 as pb
+from ._proto import warren_pb2_grpc as pb_grpc
+from .types import ExecResult, Layer, SandboxInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client, Sandbox
+
+__all__ = ["Snapshot", "GradeResult", "Lifecycle"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A sandbox's upper packed as a layer. `layers` are the digests of the
+    sandbox's layers plus the new one, bottom first: create(layers=snap.layers)
+    starts a sandbox with the snapshotted file system."""
+
+    layer: Layer
+    layers: List[str]
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The grader's outcome (run in a fresh sandbox) and the protected paths
+    the agent's changes touched (restored before grading)."""
+
+    result: ExecResult
+    touched: List[str]
+    grade_sandbox_id: str
+
+    @property
+    def passed(self) -> bool:
+        return self.result.exit_code == 0
+
+
+def _exec_request(cmd: Union[str, bytes, Sequence[Union[str, bytes]]],
+                  timeout: Optional[float], env: Optional[Mapping[str, Union[str, bytes]]],
+                  cwd: Optional[str]) -> "pb.ExecRequest":
+    req = pb.ExecRequest(cwd=cwd or "")
+    for k, v in (env or {}).items():
+        req.env[k] = v if isinstance(v, bytes) else v.encode("utf-8", "surrogateescape")
+    if isinstance(cmd, (str, bytes)):
+        req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
+    else:
+        argv = [a if isinstance(a, bytes) else os.fsencode(a) for a in cmd]
+        if not argv:
+            raise errors.InvalidArgument("grade: empty argv")
+        req.argv.extend(argv)
+    if timeout is not None:
+        if timeout <= 0:
+            raise errors.InvalidArgument(f"grade: timeout must be > 0 seconds, got {timeout}")
+        req.timeout_ms = max(1, int(round(timeout * 1000)))
+    return req
+
+
+class Lifecycle:
+    """Lifecycle calls of one Client (thread-safe)."""
+
+    def __init__(self, client: "Client"):
+        self._client = client
+        self._stub = pb_grpc.LifecycleStub(client._channel)
+
+    def _md(self) -> Any:
+        return self._client._metadata
+
+    def _wrap(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from .client import _call
+        return _call(fn)(*args, **kwargs)
+
+    def extend_ttl(self, sandbox_id: str, ttl_s: int) -> SandboxInfo:
+        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.ExtendTtl(
+            pb.ExtendTtlRequest(id=sandbox_id, ttl_s=int(ttl_s)), metadata=self._md())))
+
+    def pause(self, sandbox_id: str) -> SandboxInfo:
+        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Pause(
+            pb.PauseRequest(id=sandbox_id), metadata=self._md())))
+
+    def resume(self, sandbox_id: str) -> SandboxInfo:
+        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Resume(
+            pb.ResumeRequest(id=sandbox_id), metadata=self._md())))
+
+    def snapshot(self, sandbox_id: str, name: Optional[str] = None,
+                 exclude: Sequence[str] = (), pause: bool = True,
+                 timeout: Optional[float] = None) -> Snapshot:
+        def run() -> Snapshot:
+            r = self._stub.Snapshot(pb.SnapshotRequest(
+                id=sandbox_id, name=name or "", exclude=list(exclude), no_pause=not pause),
+                metadata=self._md(), timeout=timeout)
+            return Snapshot(layer=Layer._from_pb(r.layer), layers=list(r.layers))
+        return self._wrap(run)
+
+    def grade(self, sandbox_id: str, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
+              protected: Sequence[str] = (), timeout: Optional[float] = None,
+              env: Optional[Mapping[str, Union[str, bytes]]] = None,
+              cwd: Optional[str] = None) -> GradeResult:
+        req = pb.GradeRequest(id=sandbox_id, grader=_exec_request(grader, timeout, env, cwd),
+                              protected_paths=list(protected))
+
+        def run() -> GradeResult:
+            r = self._stub.Grade(req, metadata=self._md())
+            return GradeResult(result=ExecResult._from_pb(r.result), touched=list(r.touched),
+                               grade_sandbox_id=r.grade_sandbox_id)
+        return self._wrap(run)
+
+    def audit_log(self, sandbox_id: str) -> List[Dict[str, Any]]:
+        def run() -> List[Dict[str, Any]]:
+            r = self._stub.AuditLog(pb.AuditLogRequest(id=sandbox_id), metadata=self._md())
+            return [json.loads(e) for e in r.entries]
+        return self._wrap(run)

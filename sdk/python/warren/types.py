@@ -1,0 +1,257 @@
+"""Plain result types returned by the SDK (no gRPC objects leak out)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, List
+
+from ._proto import warren_pb2 as pb
+
+__all__ = ["ExecResult", "FileInfo", "Layer", "SandboxInfo", "NodeStatus", "Resources"]
+
+_STATES = {
+    pb.SANDBOX_STATE_UNSPECIFIED: "unspecified",
+    pb.SANDBOX_STATE_CREATING: "creating",
+    pb.SANDBOX_STATE_RUNNING: "running",
+    pb.SANDBOX_STATE_PAUSED: "paused",
+    pb.SANDBOX_STATE_STOPPED: "stopped",
+    pb.SANDBOX_STATE_DESTROYED: "destroyed",
+}
+
+_FILE_TYPES = {
+    pb.FILE_TYPE_UNSPECIFIED: "unspecified",
+    pb.FILE_TYPE_REGULAR: "file",
+    pb.FILE_TYPE_DIRECTORY: "dir",
+    pb.FILE_TYPE_SYMLINK: "symlink",
+    pb.FILE_TYPE_OTHER: "other",
+}
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Outcome of one command. A non-zero exit, a signal, an OOM kill or a
+    timeout is an outcome, never an exception.
+
+    exit_code follows the shell convention: the exit status, or 128+signal.
+    signal is the signal that ended the process (0 if it exited).
+    oom_killed: the sandbox's memory cgroup OOM-killed a process during the exec.
+    stdout/stderr are the raw bytes kept (at most output_cap bytes each);
+    *_total_bytes count every byte produced, kept or not; *_truncated say
+    whether bytes were dropped. duration_s is the wall time in seconds.
+    """
+
+    exit_code: int
+    signal: int = 0
+    oom_killed: bool = False
+    timed_out: bool = False
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout_total_bytes: int = 0
+    stderr_total_bytes: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 (no signal, no timeout)."""
+        return self.exit_code == 0 and self.signal == 0 and not self.timed_out
+
+    @property
+    def stdout_text(self) -> str:
+        """stdout decoded as UTF-8; invalid bytes become U+FFFD (never raises)."""
+        return _decode(self.stdout)
+
+    @property
+    def stderr_text(self) -> str:
+        """stderr decoded as UTF-8; invalid bytes become U+FFFD (never raises)."""
+        return _decode(self.stderr)
+
+    @property
+    def text(self) -> str:
+        """Same as stdout_text."""
+        return self.stdout_text
+
+    @classmethod
+    def _from_pb(cls, r: "pb.ExecResult") -> "ExecResult":
+        return cls(
+            exit_code=r.exit_code,
+            signal=r.signal,
+            oom_killed=r.oom_killed,
+            timed_out=r.timed_out,
+            stdout=bytes(r.stdout),
+            stderr=bytes(r.stderr),
+            stdout_truncated=r.stdout_truncated,
+            stderr_truncated=r.stderr_truncated,
+            stdout_total_bytes=r.stdout_total_bytes,
+            stderr_total_bytes=r.stderr_total_bytes,
+            duration_s=r.duration_ns / 1e9,
+        )
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file inside a sandbox.
+
+    name_bytes/path_bytes are byte-exact; name/path are the same decoded as
+    UTF-8 with surrogateescape (``os.fsencode(info.name) == info.name_bytes``).
+    type is one of "file", "dir", "symlink", "other". size in bytes, mode the
+    permission bits (0o7777), uid/gid as seen inside the sandbox, mtime_ns in
+    Unix nanoseconds.
+    """
+
+    name: str
+    name_bytes: bytes
+    path: str
+    path_bytes: bytes
+    type: str
+    size: int
+    mode: int
+    uid: int
+    gid: int
+    mtime_ns: int
+    symlink_target: bytes = b""
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.type == "symlink"
+
+    @classmethod
+    def _from_pb(cls, f: "pb.FileInfo") -> "FileInfo":
+        return cls(
+            name=os.fsdecode(bytes(f.name)),
+            name_bytes=bytes(f.name),
+            path=os.fsdecode(bytes(f.path)),
+            path_bytes=bytes(f.path),
+            type=_FILE_TYPES.get(f.type, "other"),
+            size=f.size,
+            mode=f.mode,
+            uid=f.uid,
+            gid=f.gid,
+            mtime_ns=f.mtime_ns,
+            symlink_target=bytes(f.symlink_target),
+        )
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A read-only layer in the node's store.
+
+    digest "sha256:<hex>" of the EROFS image; name "kind/name@version";
+    size_bytes of the image; created_at_ns Unix nanoseconds; in_use = number
+    of sandboxes using it on this node; mounted = mounted on this node.
+    """
+
+    digest: str
+    name: str
+    size_bytes: int
+    created_at_ns: int
+    in_use: int
+    mounted: bool
+
+    @classmethod
+    def _from_pb(cls, l: "pb.Layer") -> "Layer":
+        return cls(l.digest, l.name, l.size_bytes, l.created_at_ns, l.in_use, l.mounted)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Limits of a sandbox: cpu_millis (1000 = one core), memory_mb, disk_mb
+    (writable upper cap), pids, open_files, tmpfs_mb (/tmp and /dev/shm each)."""
+
+    cpu_millis: int
+    memory_mb: int
+    disk_mb: int
+    pids: int
+    open_files: int
+    tmpfs_mb: int
+
+    @property
+    def cpu(self) -> float:
+        """CPU in cores."""
+        return self.cpu_millis / 1000.0
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What the daemon knows about a sandbox. state is one of "creating",
+    "running", "paused", "stopped", "destroyed". layers are digests bottom
+    first, layer_names the refs they were asked by. created_at_ns Unix ns.
+    init_pid is the PID of the sandbox's init on the node (diagnostics)."""
+
+    id: str
+    backend: str
+    state: str
+    layers: List[str]
+    layer_names: List[str]
+    resources: Resources
+    labels: Dict[str, str]
+    job: str
+    created_at_ns: int
+    init_pid: int
+    hostname: str
+
+    @classmethod
+    def _from_pb(cls, s: "pb.Sandbox") -> "SandboxInfo":
+        r = s.resources
+        return cls(
+            id=s.id,
+            backend=s.backend,
+            state=_STATES.get(s.state, "unspecified"),
+            layers=list(s.layers),
+            layer_names=list(s.layer_names),
+            resources=Resources(r.cpu_millis, r.memory_mb, r.disk_mb, r.pids,
+                                r.open_files, r.tmpfs_mb),
+            labels=dict(s.labels),
+            job=s.job,
+            created_at_ns=s.created_at_ns,
+            init_pid=s.init_pid,
+            hostname=s.hostname,
+        )
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """Status of the node (warrend). memory_* in bytes, started_at_ns Unix ns,
+    cgroup_version "v1" or "v2", cgroup_parent the cgroup sandboxes nest under."""
+
+    node_id: str
+    version: str
+    backends: List[str]
+    sandboxes: int
+    layers: int
+    layers_mounted: int
+    cgroup_version: str
+    cgroup_parent: str
+    idmapped_mounts: bool
+    file_backed_erofs: bool
+    state_dir: str
+    started_at_ns: int
+    cpus: int
+    memory_total_bytes: int
+    memory_available_bytes: int
+
+    @classmethod
+    def _from_pb(cls, n: "pb.NodeStatus") -> "NodeStatus":
+        return cls(
+            node_id=n.node_id, version=n.version, backends=list(n.backends),
+            sandboxes=n.sandboxes, layers=n.layers, layers_mounted=n.layers_mounted,
+            cgroup_version=n.cgroup_version, cgroup_parent=n.cgroup_parent,
+            idmapped_mounts=n.idmapped_mounts, file_backed_erofs=n.file_backed_erofs,
+            state_dir=n.state_dir, started_at_ns=n.started_at_ns, cpus=n.cpus,
+            memory_total_bytes=n.memory_total_bytes,
+            memory_available_bytes=n.memory_available_bytes,
+        )

@@ -1,0 +1,82 @@
+"""Sandboxes outlive their daemon: kill -9 warrend with 20 sandboxes running,
+restart it on the same state dir, everything is re-adopted; a create cut
+short by the crash is cleaned up. Runs its own daemon (node n1) on a private
+state dir, sharing the session's layer store."""
+
+import os
+import threading
+import time
+
+import pytest
+
+import warren
+from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
+
+
+@pytest.mark.timeout(900)
+def test_kill9_restart_readopts_and_cleans(test_root, layer_store, base_layer, daemon):
+    d = Daemon(test_root, "restart", layer_store, NODE_PREFIX + "b")
+    base = host_snapshot([daemon, d])
+    d.start()
+    try:
+        c = d.client
+        sbs = {}
+        for i in range(20):
+            sb = c.create(layers=[base_layer], labels={"restart": "1"})
+            content = f"{sb.id} {i} ".encode() + os.urandom(16)
+            sb.files.write("/w/id.txt", content, make_parents=True)
+            assert sb.exec("sleep 1000 &", timeout=30).exit_code == 0
+            sbs[sb.id] = (content, sb.cached_info.init_pid)
+        d.kill9()
+        # the sandboxes outlive the daemon
+        for sid, (_, init_pid) in sbs.items():
+            if init_pid > 0:
+                assert os.path.exists(f"/proc/{init_pid}"), f"{sid}: init {init_pid} died with warrend"
+        d.start()
+        c = d.client
+        listed = {s.id: s for s in c.list()}
+        assert set(listed) == set(sbs)
+        for sid, (content, _) in sbs.items():
+            sb = listed[sid]
+            assert sb.cached_info.state == "running"
+            assert sb.files.read("/w/id.txt") == content
+            r = sb.exec("cat /w/id.txt; pgrep -c sleep", timeout=30)
+            assert r.exit_code == 0 and r.stdout.startswith(content)
+            assert r.stdout[len(content):] == b"1\n"  # its background process survived too
+
+        # Crash in the middle of creates: nothing half-created survives a restart.
+        results = []
+
+        def create():
+            try:
+                results.append(c.create(layers=[base_layer], labels={"half": "1"}, timeout=60).id)
+            except warren.WarrenError as e:
+                results.append(e)
+
+        threads = [threading.Thread(target=create) for _ in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(0.05)
+        d.kill9()
+        for t in threads:
+            t.join(timeout=90)
+        d.start()
+        c = d.client
+        listed = {s.id: s for s in c.list()}
+        for sid, sb in listed.items():
+            assert sb.cached_info.state == "running", f"{sid} left in state {sb.cached_info.state}"
+            assert sb.exec("echo ok", timeout=30).stdout == b"ok\n"
+        assert set(sbs) <= set(listed)
+        # the node's records and runtime dirs are exactly the listed sandboxes
+        recs = {f[:-5] for f in os.listdir(d.state_dir / "sandboxes") if f.endswith(".json")}
+        assert recs == set(listed), (recs ^ set(listed))
+        runs = set(os.listdir(d.state_dir / "run")) if (d.state_dir / "run").exists() else set()
+        assert runs == set(listed), (runs ^ set(listed))
+        for sid in listed:
+            c.destroy(sid)
+        assert c.list() == []
+        assert_back_to_baseline([daemon, d], base, timeout=60, clients=[c])
+    finally:
+        if d.proc and d.proc.poll() is None:
+            d.stop()
+    assert d.proc.returncode == 0
