@@ -18,6 +18,12 @@ namespace {
 namespace fs = std::filesystem;
 namespace v1 = ::warren::v1;
 
+TEST(StatusMapTest, InvalidUtf8InMessagesIsEscaped) {
+  // A sandbox path with non-UTF-8 bytes must not make gRPC drop the message.
+  grpc::Status g = ToGrpcStatus(absl::NotFoundError("stat(/w/\xfe.txt): gone \xc3\xa9 \xed\xa0\x80"));
+  EXPECT_EQ(g.error_message(), "stat(/w/\\xfe.txt): gone \xc3\xa9 \\xed\\xa0\\x80");
+}
+
 TEST(StatusMapTest, CodesAndMessagesMapOneToOne) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
   struct Case {
