@@ -19,6 +19,7 @@ pkgs=(
   libabsl-dev libseccomp-dev libarchive-dev libspdlog-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libcap-dev libssl-dev
   erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
+  libcpp-httplib-dev
   python3 python3-venv python3-pip
 )
 missing=()

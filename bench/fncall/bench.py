@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""fncall benchmark (issue 5 targets: >= 1,000 trivial python calls/s via the
+SDK batch call, p50 <= 5 ms for a single call), against starting python3 in a
+fresh container sandbox per call, measured in the same run.
+
+Starts its own warrend on a private temp state dir and layer store, builds
+base/debian-12@1 from --rootfs, runs the rows, stops the daemon and removes
+what it made (mounts under the temp dir included). Prints a markdown section;
+with --append it is appended to bench/RESULTS.md.
+
+Rows:
+  container_python  create(container) -> exec python3 -c 'print(1+1)' -> destroy, one at a time
+  fncall_single     client.fncall("print(1+1)"), one at a time (latency)
+  fncall_batch      client.fncall_batch of --batch trivial calls, repeated (throughput)
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "sdk/python"))
+import warren  # noqa: E402
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[max(0, min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5)))]
+
+
+def row(name, n, secs, lat_ms):
+    rate = n / secs if secs > 0 else 0
+    if lat_ms:
+        return name, n, rate, pct(lat_ms, 0.5), pct(lat_ms, 0.9), pct(lat_ms, 0.99)
+    return name, n, rate, None, None, None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--warrend", default=str(REPO / "build/src/warrend/warrend"))
+    ap.add_argument("--rootfs", default="/var/cache/warren/rootfs/debian-12")
+    ap.add_argument("--single", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--container", type=int, default=30)
+    ap.add_argument("--workers", type=int, default=0, help="--fncall-max-workers (0 = daemon default)")
+    ap.add_argument("--append", action="store_true")
+    args = ap.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="warren-fncall-bench-", dir="/var/tmp"))
+    sock = root / "warrend.sock"
+    cmd = [args.warrend, "--state-dir", str(root / "state"), "--socket", str(sock),
+           "--layer-store", str(root / "layers"), "--node-id", "nb"]
+    if args.workers:
+        cmd += ["--fncall-max-workers", str(args.workers)]
+    log = open(root / "warrend.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    load_before = os.getloadavg()
+    rows = []
+    try:
+        client = warren.Client("unix:" + str(sock))
+        for _ in range(600):
+            try:
+                client.status(timeout=2)
+                break
+            except warren.WarrenError:
+                time.sleep(0.1)
+        layer = client.layers.build("base/debian-12@1", dir=args.rootfs).name
+        code = "print(1+1)"
+
+        # Warm-up (spawns the pool's workers), not measured.
+        client.fncall_batch([warren.FnCallRequest(code, layers=[layer])] * 64)
+
+        # container baseline: fresh sandbox per call.
+        lat = []
+        t0 = time.monotonic()
+        for _ in range(args.container):
+            s = time.monotonic()
+            with client.create(backend="container", layers=[layer]) as sb:
+                r = sb.exec(["python3", "-c", code], timeout=30)
+                assert r.stdout == b"2\n", r
+            lat.append((time.monotonic() - s) * 1000)
+        rows.append(row("container_python (create+exec python3+destroy)", args.container,
+                        time.monotonic() - t0, lat))
+
+        lat = []
+        t0 = time.monotonic()
+        for _ in range(args.single):
+            s = time.monotonic()
+            r = client.fncall(code, layers=[layer])
+            lat.append((time.monotonic() - s) * 1000)
+            assert r.stdout == b"2\n", r
+        rows.append(row("fncall_single", args.single, time.monotonic() - t0, lat))
+
+        n = 0
+        t0 = time.monotonic()
+        for _ in range(args.batches):
+            rs = client.fncall_batch([warren.FnCallRequest(code, layers=[layer])] * args.batch)
+            assert all(r.stdout == b"2\n" for r in rs), [r for r in rs if r.stdout != b"2\n"][:1]
+            n += len(rs)
+        rows.append(row(f"fncall_batch ({args.batch} per batch)", n, time.monotonic() - t0, None))
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for line in reversed(open("/proc/self/mountinfo").read().splitlines()):
+            mp = line.split()[4]
+            if mp.startswith(str(root)):
+                subprocess.run(["umount", "-l", mp], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+    base_rate = rows[0][2]
+    base_p50 = rows[0][3]
+    out = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — fncall (issue 5)", "",
+           f"- command: `{' '.join([sys.argv[0]] + sys.argv[1:])}`",
+           f"- machine: kernel {os.uname().release}, nproc {os.cpu_count()}; load average before/after: "
+           f"{' '.join('%.2f' % x for x in load_before)} / {' '.join('%.2f' % x for x in os.getloadavg())}",
+           "- call: `print(1+1)` in python, through the Python SDK over the unix socket; layer base/debian-12@1",
+           "- targets: >= 1,000 calls/s (batch), p50 <= 5 ms (single)", "",
+           "| row | n | rate /s | p50 ms | p90 ms | p99 ms | rate / container | p50 / container |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, n, rate, p50, p90, p99 in rows:
+        f = (lambda v: "%.2f" % v if v is not None else "-")
+        out.append(f"| {name} | {n} | {rate:.1f} | {f(p50)} | {f(p90)} | {f(p99)} | {rate / base_rate:.1f} | "
+                   f"{f(p50 / base_p50 if p50 else None)} |")
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.append:
+        with open(REPO / "bench/RESULTS.md", "a") as fh:
+            fh.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+// The `fncall` backend (DESIGN.md §3, issue 5): stateless function calls on a
+// warm pool of pre-isolated workers.
+//
+// A worker is a jailed process tree: user (root inside = one unprivileged
+// host uid per worker), mnt, pid, net (loopback only), ipc and uts
+// namespaces; a cgroup <daemon cgroup>/<cgroup_name>/w<N> with cpu, memory and
+// pids limits; a read-only root (the layer mount itself, or a read-only
+// overlay of several layers: no upper); private /dev, /proc and a scratch
+// tmpfs; no_new_privs. Its PID 1 is the python zygote (zygote.py), which
+// holds the standard library pre-imported and forks per call; every call
+// runs in a fresh mount namespace (fresh tmpfs /tmp = cwd and scratch) and a
+// fresh pid namespace, with no capabilities and the seccomp profile. Nothing
+// of one call (files, env, processes, imported modules, monkeypatches) is
+// visible to the next: each call is a fork of the pristine zygote, and its
+// namespaces die with it. A worker whose protocol breaks (crash, garbage,
+// deadline) is destroyed, never reused.
+//
+// The layer stack must contain /usr/bin/python3 (the zygote is python for
+// every language); C/C++ additionally need gcc/g++ (a toolset layer with
+// build-essential), else the call returns a SandboxError naming the compiler.
+//
+// Thread-safety: FnCallPool is thread-safe; Call may run concurrently from
+// any number of threads (at most max_workers run at once, others wait).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/backend.h"
+
+namespace warren::runtime {
+
+struct FnCallRequest {
+  std::string language = "python";    // python, bash, cpp, c
+  std::string code;
+  std::string stdin_data;
+  std::map<std::string, std::string> files;   // path (relative to /tmp or under /tmp) -> bytes
+  std::vector<std::string> fetch_files;       // read back after the run
+  std::map<std::string, std::string> env;     // over the default env
+  std::chrono::milliseconds run_timeout{10000};      // 0 = none
+  std::chrono::milliseconds compile_timeout{10000};  // C/C++ only
+  uint32_t memory_mb = 512;                   // 0 = pool default
+  uint64_t output_cap_bytes = 16u << 20;      // per stream
+};
+
+struct FnCallResult {
+  // Set for compiled languages. run is unset when compilation failed.
+  std::optional<ExecOutcome> compile;
+  std::optional<ExecOutcome> run;
+  std::map<std::string, std::string> files;   // fetched
+  std::vector<std::string> missing_files;
+  // Non-empty when the platform (not the code) failed: bad request for the
+  // image, worker lost. The call's outcome fields are then partial.
+  std::string sandbox_error;
+  std::chrono::nanoseconds duration{0};
+};
+
+struct FnCallOptions {
+  std::string cgroup_name = "warren-fncall";
+  // An empty directory; every worker mounts its root over it in its own
+  // mount namespace (the host never sees those mounts).
+  std::string mount_point;
+  uint32_t max_workers = 16;      // per node, over all pools
+  std::chrono::milliseconds idle_timeout{30000};  // idle workers beyond that are destroyed
+  uint32_t cpu_millis = 1000;     // per worker
+  uint32_t pids = 256;            // per worker (zygote included)
+  uint32_t scratch_mb = 256;      // per-call /tmp tmpfs (charged to memory)
+  uint32_t default_memory_mb = 512;
+  uint32_t uid_base = 2100000000;  // worker k: root inside = host uid uid_base + k
+  uint32_t uid_count = 65536;
+  std::string seccomp_profile;     // JSON; empty = the built-in default profile
+};
+
+struct FnCallStats {
+  uint32_t workers = 0, idle = 0, busy = 0, pools = 0;
+  uint64_t calls = 0, spawned = 0, discarded = 0;
+};
+
+class FnCallPool {
+ public:
+  virtual ~FnCallPool() = default;
+  // Runs one call on a worker of the pool for `lower_dirs` (mounted layers,
+  // bottom first; the pool is created on first use). Errors: InvalidArgument
+  // (bad request), ResourceExhausted (no worker within the wait budget),
+  // Internal (worker spawn failed). The code's outcome is never an error.
+  virtual StatusOr<FnCallResult> Call(const std::vector<std::string>& lower_dirs,
+                                      const FnCallRequest& request) = 0;
+  // Destroys idle workers unused for idle_timeout. Called periodically by an
+  // internal thread; public for tests.
+  virtual void Shrink(std::chrono::milliseconds idle_timeout) = 0;
+  virtual FnCallStats Stats() const = 0;
+};
+
+StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options);
+
+// The zygote source (zygote.py), embedded at build time.
+const std::string& ZygoteSource();
+
+}  // namespace warren::runtime

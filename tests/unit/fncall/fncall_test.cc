@@ -1,0 +1,314 @@
+// Real-kernel tests of the fncall pool: workers are jailed python zygotes over
+// a read-only root (the debian-12 base rootfs dir, WARREN_BASE_ROOTFS), so
+// these need root, user namespaces and cgroups; they skip with a reason when
+// the base rootfs is absent.
+#include "runtime/fncall/fncall.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include "jail/cgroup.h"
+
+namespace warren::runtime {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string BaseRootfs() {
+  const char* e = ::getenv("WARREN_BASE_ROOTFS");
+  return e ? e : "/var/cache/warren/rootfs/debian-12";
+}
+
+class FnCallTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    struct stat st;
+    if (::stat((BaseRootfs() + "/usr/bin/python3").c_str(), &st) != 0)
+      GTEST_SKIP() << "no base rootfs with python3 at " << BaseRootfs() << " (set WARREN_BASE_ROOTFS)";
+    char tmpl[] = "/tmp/fncall-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    FnCallOptions o;
+    o.mount_point = dir_ + "/root";
+    o.max_workers = ::getenv("FNCALL_TEST_WORKERS") ? atoi(::getenv("FNCALL_TEST_WORKERS")) : 2;
+    o.cgroup_name = "warren-fncall-test";
+    auto p = NewFnCallPool(o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    pool_ = std::move(*p);
+  }
+  void TearDown() override {
+    pool_.reset();
+    if (!dir_.empty()) {
+      ::rmdir((dir_ + "/root").c_str());
+      ::rmdir(dir_.c_str());
+    }
+  }
+  FnCallResult Run(const std::string& lang, const std::string& code, milliseconds timeout = milliseconds(10000),
+                   uint32_t memory_mb = 256, const std::string& in = "") {
+    FnCallRequest r;
+    r.language = lang;
+    r.code = code;
+    r.run_timeout = timeout;
+    r.memory_mb = memory_mb;
+    r.stdin_data = in;
+    auto res = pool_->Call({BaseRootfs()}, r);
+    EXPECT_TRUE(res.ok()) << res.status();
+    return res.ok() ? *res : FnCallResult{};
+  }
+  std::string dir_;
+  std::unique_ptr<FnCallPool> pool_;
+};
+
+TEST_F(FnCallTest, PythonSuccessStdinAndErrors) {
+  auto r = Run("python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))", milliseconds(10000), 256,
+               "1 2 3");
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.run->exit_code, 0);
+  EXPECT_EQ(r.run->stdout_data, "6\n");
+  r = Run("python", "raise ValueError('boom')");
+  ASSERT_TRUE(r.run.has_value());
+  EXPECT_EQ(r.run->exit_code, 1);
+  EXPECT_NE(r.run->stderr_data.find("ValueError: boom"), std::string::npos) << r.run->stderr_data;
+  r = Run("python", "import sys; sys.exit(7)");
+  EXPECT_EQ(r.run->exit_code, 7);
+  // Python code runs as PID 1 of its namespace (no extra fork): faults still
+  // kill it and are reported as signals.
+  r = Run("python", "import ctypes; ctypes.string_at(0)");
+  EXPECT_EQ(r.run->signal, SIGSEGV);
+  EXPECT_EQ(r.run->exit_code, 128 + SIGSEGV);
+  r = Run("bash", "kill -9 $$");
+  EXPECT_EQ(r.run->signal, SIGKILL);
+  EXPECT_EQ(r.run->exit_code, 137);
+  r = Run("python", "import sys; sys.stdout.buffer.write(bytes([0, 255, 10]))");
+  EXPECT_EQ(r.run->stdout_data, std::string("\0\xff\n", 3));
+}
+
+TEST_F(FnCallTest, BashAndNoNetwork) {
+  auto r = Run("bash", "echo hi $((6*7)); echo err >&2; exit 3");
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.run->exit_code, 3);
+  EXPECT_EQ(r.run->stdout_data, "hi 42\n");
+  EXPECT_EQ(r.run->stderr_data, "err\n");
+  r = Run("bash", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+  EXPECT_EQ(r.run->stdout_data, "lo\n");
+  r = Run("python", "import socket\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=2)\nexcept OSError as e:\n  print('no network', e.errno)");
+  EXPECT_EQ(r.run->stdout_data.substr(0, 10), "no network") << r.run->stdout_data;
+  r = Run("bash", "touch /usr/x 2>&1; id -u; cat /proc/self/status | grep CapEff");
+  EXPECT_NE(r.run->stdout_data.find("Read-only file system"), std::string::npos) << r.run->stdout_data;
+  EXPECT_NE(r.run->stdout_data.find("CapEff:\t0000000000000000"), std::string::npos) << r.run->stdout_data;
+}
+
+TEST_F(FnCallTest, NothingCarriesOverBetweenCalls) {
+  // max_workers=2 and sequential calls: the same warm worker serves them.
+  for (int i = 0; i < 3; ++i) {
+    auto r = Run("python",
+                 "import os, json, subprocess\n"
+                 "seen = {'file': os.path.exists('/tmp/mark'), 'env': os.environ.get('MARK'),\n"
+                 "        'shm': os.listdir('/dev/shm'), 'ipc': open('/proc/sysvipc/shm').read().count('\\n'),\n"
+                 "        'patched': hasattr(json, 'warren_mark'),\n"
+                 "        'procs': len([p for p in os.listdir('/proc') if p.isdigit()])}\n"
+                 "print(json.dumps(seen, sort_keys=True))\n"
+                 "open('/tmp/mark', 'w').write('x'); os.environ['MARK'] = '1'; json.warren_mark = 1\n"
+                 "open('/dev/shm/mark', 'w').write('x')\n"
+                 "import ctypes; libc = ctypes.CDLL(None); assert libc.shmget(0, 4096, 0o1600) >= 0\n"
+                 "try:\n  open('/dev/mark', 'w')\nexcept OSError as e:\n  assert e.errno == 30, e\n"
+                 "json.dumps = lambda *a, **k: 'PATCHED'\n"
+                 "subprocess.Popen(['sleep', '1000'], start_new_session=True)\n");
+    ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+    EXPECT_EQ(r.run->exit_code, 0) << r.run->stderr_data;
+    // procs: only the call's python process itself (PID 1 of its namespace).
+    EXPECT_EQ(r.run->stdout_data, "{\"env\": null, \"file\": false, \"ipc\": 1, \"patched\": false, \"procs\": 1, \"shm\": []}\n")
+        << "call " << i;
+  }
+  EXPECT_LE(pool_->Stats().spawned, 2u);
+}
+
+TEST_F(FnCallTest, TimeoutForkBombOomAndClosedStdoutLeaveThePoolHealthy) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = Run("python", "print('start', flush=True)\nwhile True: pass", milliseconds(1000));
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_TRUE(r.run->timed_out);
+  EXPECT_EQ(r.run->stdout_data, "start\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+
+  // The bomb is bounded by the worker's pids limit and dies with the call's
+  // pid namespace when the time-out kills the call.
+  t0 = std::chrono::steady_clock::now();
+  r = Run("bash", ":(){ :|:& };:; sleep 5", milliseconds(2000));
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_TRUE(r.run->timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+
+  r = Run("python", "x = bytearray(10 << 30)\nprint('survived')", milliseconds(20000), 256);
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_NE(r.run->exit_code, 0);
+  EXPECT_TRUE(r.run->oom_killed || r.run->stderr_data.find("MemoryError") != std::string::npos)
+      << r.run->exit_code << " " << r.run->stderr_data;
+
+  r = Run("python", "import os, time\nos.close(1)\ntime.sleep(0.2)\nprint('x', file=__import__('sys').stderr)");
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.run->stderr_data, "x\n");
+
+  r = Run("python", "print('still fine')");
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.run->stdout_data, "still fine\n");
+}
+
+TEST_F(FnCallTest, FilesInAndOut) {
+  FnCallRequest q;
+  q.language = "python";
+  q.code = "d = open('data/in.txt').read()\nopen('out.txt', 'w').write(d.upper())";
+  q.files["data/in.txt"] = "hello";
+  q.fetch_files = {"out.txt", "nope.txt"};
+  auto r = pool_->Call({BaseRootfs()}, q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->run.has_value()) << r->sandbox_error;
+  EXPECT_EQ(r->run->exit_code, 0) << r->run->stderr_data;
+  EXPECT_EQ(r->files["out.txt"], "HELLO");
+  EXPECT_EQ(r->missing_files, std::vector<std::string>{"nope.txt"});
+  q.files.clear();
+  q.files["../../etc/x"] = "no";
+  r = pool_->Call({BaseRootfs()}, q);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->sandbox_error.find("escapes"), std::string::npos) << r->sandbox_error;
+}
+
+std::string ToolsetRootfs() {
+  const char* e = ::getenv("WARREN_TOOLSET_ROOTFS");
+  return e ? e : "/var/cache/warren/rootfs/toolset-gcc";
+}
+
+TEST_F(FnCallTest, CppWithoutCompilerIsAClearSandboxError) {
+  struct stat st;
+  if (::stat((BaseRootfs() + "/usr/bin/g++").c_str(), &st) == 0) GTEST_SKIP() << "base rootfs has g++";
+  auto r = Run("cpp", "int main(){}");
+  EXPECT_FALSE(r.run.has_value());
+  EXPECT_NE(r.sandbox_error.find("g++ is not in this image"), std::string::npos) << r.sandbox_error;
+}
+
+// Two layers (base + a gcc toolset, bench/fncall/make_gcc_toolset.sh): the
+// worker root is a read-only overlay of both.
+TEST_F(FnCallTest, CppCompileErrorRunAndTimeoutOnToolsetLayer) {
+  struct stat st;
+  if (::stat((ToolsetRootfs() + "/usr/bin/g++").c_str(), &st) != 0)
+    GTEST_SKIP() << "no toolset rootfs with g++ at " << ToolsetRootfs()
+                 << " (bench/fncall/make_gcc_toolset.sh builds one; or set WARREN_TOOLSET_ROOTFS)";
+  const std::vector<std::string> layers = {BaseRootfs(), ToolsetRootfs()};
+  auto call = [&](const std::string& code, milliseconds timeout) {
+    FnCallRequest q;
+    q.language = "cpp";
+    q.code = code;
+    q.run_timeout = timeout;
+    q.compile_timeout = milliseconds(60000);
+    q.stdin_data = "20 22";
+    auto r = pool_->Call(layers, q);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : FnCallResult{};
+  };
+  auto r = call("#include <iostream>\nint main(){int a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}",
+                milliseconds(10000));
+  ASSERT_TRUE(r.compile.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.compile->exit_code, 0) << r.compile->stderr_data;
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.run->stdout_data, "42\n") << r.run->stderr_data;
+  r = call("int main( {", milliseconds(10000));
+  ASSERT_TRUE(r.compile.has_value()) << r.sandbox_error;
+  EXPECT_NE(r.compile->exit_code, 0);
+  EXPECT_NE(r.compile->stderr_data.find("error"), std::string::npos);
+  EXPECT_FALSE(r.run.has_value());
+  r = call("int main(){return *(volatile int*)0;}", milliseconds(10000));
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_EQ(r.run->signal, SIGSEGV);
+  r = call("int main(){for(;;);}", milliseconds(1000));
+  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+  EXPECT_TRUE(r.run->timed_out);
+}
+
+TEST_F(FnCallTest, MemoryLimitFollowsEachCallAndNothingIsLeftBehind) {
+  for (uint32_t mb : {128u, 1024u, 128u}) {
+    auto r = Run("python", "x = bytearray(300 << 20); print(len(x) >> 20)", milliseconds(20000), mb);
+    ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+    if (mb == 1024) {
+      EXPECT_EQ(r.run->stdout_data, "300\n") << r.run->stderr_data;
+    } else {
+      EXPECT_NE(r.run->exit_code, 0);
+      EXPECT_TRUE(r.run->oom_killed || r.run->stderr_data.find("MemoryError") != std::string::npos);
+    }
+  }
+  auto mgr = jail::CgroupManager::Detect("warren-fncall-test");
+  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  const std::string dir = std::string((*mgr)->version() == 1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") +
+                          (*mgr)->parent();
+  auto workers = [&] {
+    int n = 0;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d)) n += e->d_name[0] == 'w';
+      ::closedir(d);
+    }
+    return n;
+  };
+  EXPECT_GE(workers(), 1);
+  pool_.reset();
+  EXPECT_EQ(workers(), 0) << dir;
+}
+
+TEST_F(FnCallTest, ConcurrentCallsAndShrink) {
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    ts.emplace_back([&, i] {
+      for (int j = 0; j < 10; ++j) {
+        FnCallRequest q;
+        q.code = "print(" + std::to_string(i * 100 + j) + ")";
+        auto r = pool_->Call({BaseRootfs()}, q);
+        if (r.ok() && r->run && r->run->stdout_data == std::to_string(i * 100 + j) + "\n") ++ok;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 40);
+  EXPECT_LE(pool_->Stats().workers, 2u);
+  pool_->Shrink(milliseconds(0));
+  EXPECT_EQ(pool_->Stats().workers, 0u);
+}
+
+}  // namespace
+}  // namespace warren::runtime
+
+namespace warren::runtime {
+namespace {
+// Not a correctness test: prints the pool's raw call rate (bench/fncall has
+// the end-to-end benchmark). Run with --gtest_also_run_disabled_tests.
+TEST_F(FnCallTest, DISABLED_RawThroughput) {
+  for (int conc : {1, 2, 4}) {
+    std::atomic<int> done{0};
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ts;
+    for (int i = 0; i < conc; ++i) {
+      ts.emplace_back([&] {
+        for (int j = 0; j < 300 / conc; ++j) {
+          FnCallRequest q;
+          q.code = "print(1+1)";
+          auto r = pool_->Call({BaseRootfs()}, q);
+          if (r.ok() && r->run && r->run->stdout_data == "2\n") ++done;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("concurrency %d: %d calls in %.2fs = %.0f calls/s\n", conc, done.load(), s, done / s);
+  }
+}
+}  // namespace
+}  // namespace warren::runtime
