@@ -24,6 +24,12 @@ constexpr uint64_t kMaxOutputCap = 256ull << 20;
 constexpr size_t kReadChunk = 1 << 20;
 constexpr size_t kMaxWriteChunk = 16 << 20;
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 grpc::Status Invalid(const std::string& msg) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
 }
@@ -46,6 +52,7 @@ v1::SandboxState ToProto(node::SandboxState s) {
     case node::SandboxState::kCreating: return v1::SANDBOX_STATE_CREATING;
     case node::SandboxState::kRunning: return v1::SANDBOX_STATE_RUNNING;
     case node::SandboxState::kDestroying: return v1::SANDBOX_STATE_STOPPED;
+    case node::SandboxState::kPaused: return v1::SANDBOX_STATE_PAUSED;
   }
   return v1::SANDBOX_STATE_UNSPECIFIED;
 }
@@ -68,6 +75,10 @@ void ToProto(const node::SandboxInfo& in, v1::Sandbox* out) {
   out->set_created_at_ns(in.created_at_ns);
   out->set_init_pid(in.init_pid);
   out->set_hostname(in.hostname);
+  out->set_expires_at_ns(in.expires_at_ns);
+  out->set_idle_timeout_s(in.idle_timeout_s);
+  out->set_last_activity_ns(in.last_activity_ns);
+  out->set_ttl_s(in.ttl_s);
 }
 
 v1::FileType ToProto(runtime::FileType t) {
@@ -114,6 +125,66 @@ grpc::Status CheckEnv(const google::protobuf::Map<std::string, std::string>& env
     (*out)[k] = v;
   }
   return grpc::Status::OK;
+}
+
+grpc::Status ToExecSpec(const v1::ExecRequest& r, runtime::ExecSpec* out) {
+  const v1::ExecRequest* req = &r;
+  runtime::ExecSpec& spec = *out;
+  bool has_argv = req->argv_size() > 0;
+  bool has_shell = !req->shell().empty();
+  if (has_argv == has_shell) return Invalid("exactly one of argv or shell must be given");
+  if (has_argv) {
+    for (int i = 0; i < req->argv_size(); ++i) {
+      const std::string& a = req->argv(i);
+      if (a.find('\0') != std::string::npos) {
+        return Invalid("argv[" + std::to_string(i) + "]=" + Quote(a) + " contains NUL");
+      }
+      spec.argv.push_back(a);
+    }
+    if (spec.argv[0].empty()) return Invalid("argv[0] is empty");
+  } else {
+    if (req->shell().find('\0') != std::string::npos) return Invalid("shell contains NUL");
+    spec.shell = req->shell();
+  }
+  if (grpc::Status es = CheckEnv(req->env(), &spec.env); !es.ok()) return es;
+  if (!req->cwd().empty()) {
+    if (req->cwd()[0] != '/' || req->cwd().find('\0') != std::string::npos) {
+      return Invalid("cwd=" + Quote(req->cwd()) + " must be an absolute path");
+    }
+    spec.cwd = req->cwd();
+  }
+  if (!req->user().empty()) {
+    if (!node::ValidUser(req->user())) {
+      return Invalid("user=" + Quote(req->user()) +
+                     " must be \"root\", a user name or \"uid[:gid]\"");
+    }
+    spec.user = req->user();
+  }
+  spec.stdin_data = req->stdin();
+  spec.timeout = std::chrono::milliseconds(req->timeout_ms());
+  spec.kill_grace = std::chrono::milliseconds(req->kill_grace_ms() == 0 ? 500 : req->kill_grace_ms());
+  uint64_t cap = req->output_cap_bytes() == 0 ? kDefaultOutputCap : req->output_cap_bytes();
+  if (cap > kMaxOutputCap) {
+    return Invalid("output_cap_bytes=" + std::to_string(cap) + " exceeds the maximum of " +
+                   std::to_string(kMaxOutputCap));
+  }
+  spec.output_cap_bytes = cap;
+  return grpc::Status::OK;
+}
+
+void ToProto(runtime::ExecOutcome&& o, v1::ExecResult* resp) {
+  runtime::ExecOutcome* out = &o;
+  resp->set_exit_code(out->exit_code);
+  resp->set_signal(out->signal);
+  resp->set_oom_killed(out->oom_killed);
+  resp->set_timed_out(out->timed_out);
+  *resp->mutable_stdout() = std::move(out->stdout_data);
+  *resp->mutable_stderr() = std::move(out->stderr_data);
+  resp->set_stdout_truncated(out->stdout_truncated);
+  resp->set_stderr_truncated(out->stderr_truncated);
+  resp->set_stdout_total_bytes(out->stdout_total);
+  resp->set_stderr_total_bytes(out->stderr_total);
+  resp->set_duration_ns(out->duration.count());
 }
 
 }  // namespace
@@ -184,6 +255,7 @@ class SandboxesService final : public v1::Sandboxes::Service {
     r.labels.insert(req->labels().begin(), req->labels().end());
     r.ttl_s = req->ttl_s();
     r.job = req->job();
+    r.idle_timeout_s = req->idle_timeout_s();
     StatusOr<node::SandboxInfo> info = impl_->m_->Create(r);
     if (!info.ok()) return ToGrpcStatus(info.status());
     if (ctx->IsCancelled()) {
@@ -229,58 +301,10 @@ class SandboxesService final : public v1::Sandboxes::Service {
     WARREN_AUTHORIZE(ctx);
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     runtime::ExecSpec spec;
-    bool has_argv = req->argv_size() > 0;
-    bool has_shell = !req->shell().empty();
-    if (has_argv == has_shell) return Invalid("exactly one of argv or shell must be given");
-    if (has_argv) {
-      for (int i = 0; i < req->argv_size(); ++i) {
-        const std::string& a = req->argv(i);
-        if (a.find('\0') != std::string::npos) {
-          return Invalid("argv[" + std::to_string(i) + "]=" + Quote(a) + " contains NUL");
-        }
-        spec.argv.push_back(a);
-      }
-      if (spec.argv[0].empty()) return Invalid("argv[0] is empty");
-    } else {
-      if (req->shell().find('\0') != std::string::npos) return Invalid("shell contains NUL");
-      spec.shell = req->shell();
-    }
-    WARREN_RETURN_IF_GRPC_ERROR(CheckEnv(req->env(), &spec.env));
-    if (!req->cwd().empty()) {
-      if (req->cwd()[0] != '/' || req->cwd().find('\0') != std::string::npos) {
-        return Invalid("cwd=" + Quote(req->cwd()) + " must be an absolute path");
-      }
-      spec.cwd = req->cwd();
-    }
-    if (!req->user().empty()) {
-      if (!node::ValidUser(req->user())) {
-        return Invalid("user=" + Quote(req->user()) +
-                       " must be \"root\", a user name or \"uid[:gid]\"");
-      }
-      spec.user = req->user();
-    }
-    spec.stdin_data = req->stdin();
-    spec.timeout = std::chrono::milliseconds(req->timeout_ms());
-    spec.kill_grace = std::chrono::milliseconds(req->kill_grace_ms() == 0 ? 500 : req->kill_grace_ms());
-    uint64_t cap = req->output_cap_bytes() == 0 ? kDefaultOutputCap : req->output_cap_bytes();
-    if (cap > kMaxOutputCap) {
-      return Invalid("output_cap_bytes=" + std::to_string(cap) + " exceeds the maximum of " +
-                     std::to_string(kMaxOutputCap));
-    }
-    spec.output_cap_bytes = cap;
-    StatusOr<runtime::ExecOutcome> out = impl_->m_->Exec(req->sandbox_id(), spec);
+    WARREN_RETURN_IF_GRPC_ERROR(ToExecSpec(*req, &spec));
+    StatusOr<runtime::ExecOutcome> out = impl_->m_->Exec(req->sandbox_id(), spec, req->request_id());
     if (!out.ok()) return ToGrpcStatus(out.status());
-    resp->set_exit_code(out->exit_code);
-    resp->set_signal(out->signal);
-    resp->set_oom_killed(out->oom_killed);
-    resp->set_timed_out(out->timed_out);
-    *resp->mutable_stdout() = std::move(out->stdout_data);
-    *resp->mutable_stderr() = std::move(out->stderr_data);
-    resp->set_stdout_truncated(out->stdout_truncated);
-    resp->set_stderr_truncated(out->stderr_truncated);
-    resp->set_stdout_total_bytes(out->stdout_total);
-    resp->set_stderr_total_bytes(out->stderr_total);
-    resp->set_duration_ns(out->duration.count());
+    ToProto(std::move(*out), resp);
     return grpc::Status::OK;
   }
 
@@ -292,6 +316,17 @@ class FilesService final : public v1::Files::Service {
  public:
   explicit FilesService(WarrenServices::Impl* impl) : impl_(impl) {}
 
+  // Records a file call in the sandbox's audit log; returns `st`.
+  grpc::Status Audited(const std::string& id, const char* op, const std::string& path, int64_t t0,
+                       grpc::Status st, uint64_t bytes = 0, const std::string& to = std::string()) {
+    nlohmann::json a = {{"op", op}, {"path", path}, {"start_ns", t0}, {"end_ns", NowNs()}};
+    if (!to.empty()) a["to"] = to;
+    if (bytes > 0) a["bytes"] = bytes;
+    if (!st.ok()) a["error"] = st.error_message();
+    impl_->m_->Audit(id, std::move(a));
+    return st;
+  }
+
   grpc::Status Write(grpc::ServerContext* ctx, grpc::ServerReader<v1::WriteFileRequest>* reader,
                      v1::WriteFileResponse* resp) override {
     WARREN_AUTHORIZE(ctx);
@@ -299,24 +334,41 @@ class FilesService final : public v1::Files::Service {
     if (!reader->Read(&msg)) return Invalid("empty stream: the first message must carry the header");
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(msg.sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", msg.path()));
-    std::string path = msg.path();
-    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(msg.sandbox_id()));
-    ASSIGN_OR_RETURN_GRPC(std::unique_ptr<runtime::FileWriter> w,
-                          sb->files().OpenWrite(path, msg.mode() == 0 ? 0644 : msg.mode(),
-                                                msg.make_parents()));
-    do {
-      if (msg.data().size() > kMaxWriteChunk) {
-        return Invalid("data chunk of " + std::to_string(msg.data().size()) +
-                       " bytes exceeds 16 MiB; send 1 MiB chunks");
-      }
-      if (!msg.data().empty()) {
-        Status s = w->Write(msg.data());
-        if (!s.ok()) return ToGrpcStatus(s);
-      }
-    } while (reader->Read(&msg));
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "write cancelled");
-    ASSIGN_OR_RETURN_GRPC(uint64_t n, w->Commit());
-    resp->set_bytes_written(n);
+    const std::string path = msg.path();
+    const std::string id = msg.sandbox_id();
+    const std::string request_id = msg.request_id();
+    const int64_t t0 = NowNs();
+    bool ran = false;
+    StatusOr<node::RecordedCall> rc = impl_->m_->Idempotent(id, request_id, [&]() -> StatusOr<node::RecordedCall> {
+      ran = true;
+      ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(id));
+      ASSIGN_OR_RETURN(std::unique_ptr<runtime::FileWriter> w,
+                       sb->files().OpenWrite(path, msg.mode() == 0 ? 0644 : msg.mode(), msg.make_parents()));
+      do {
+        if (msg.data().size() > kMaxWriteChunk) {
+          return absl::InvalidArgumentError("data chunk of " + std::to_string(msg.data().size()) +
+                                            " bytes exceeds 16 MiB; send 1 MiB chunks");
+        }
+        if (!msg.data().empty()) RETURN_IF_ERROR(w->Write(msg.data()));
+      } while (reader->Read(&msg));
+      if (ctx->IsCancelled()) return absl::CancelledError("write cancelled");
+      node::RecordedCall r;
+      ASSIGN_OR_RETURN(r.bytes, w->Commit());
+      return r;
+    });
+    nlohmann::json a = {{"op", "write"}, {"path", path}, {"start_ns", t0}, {"end_ns", NowNs()}};
+    if (!request_id.empty()) {
+      a["request_id"] = request_id;
+      a["replayed"] = !ran;
+    }
+    if (rc.ok()) {
+      a["bytes"] = rc->bytes;
+    } else {
+      a["error"] = rc.status().ToString();
+    }
+    impl_->m_->Audit(id, std::move(a));
+    if (!rc.ok()) return ToGrpcStatus(rc.status());
+    resp->set_bytes_written(rc->bytes);
     return grpc::Status::OK;
   }
 
@@ -325,18 +377,24 @@ class FilesService final : public v1::Files::Service {
     WARREN_AUTHORIZE(ctx);
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
-    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
-    ASSIGN_OR_RETURN_GRPC(std::unique_ptr<runtime::FileReader> r,
-                          sb->files().OpenRead(req->path(), req->offset(), req->length()));
-    v1::ReadFileChunk chunk;
-    while (true) {
-      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "read cancelled");
-      ASSIGN_OR_RETURN_GRPC(std::string data, r->Read(kReadChunk));
-      if (data.empty()) break;
-      *chunk.mutable_data() = std::move(data);
-      if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    }
-    return grpc::Status::OK;
+    const int64_t t0 = NowNs();
+    uint64_t total = 0;
+    grpc::Status st = [&]() -> grpc::Status {
+      ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
+      ASSIGN_OR_RETURN_GRPC(std::unique_ptr<runtime::FileReader> r,
+                            sb->files().OpenRead(req->path(), req->offset(), req->length()));
+      v1::ReadFileChunk chunk;
+      while (true) {
+        if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "read cancelled");
+        ASSIGN_OR_RETURN_GRPC(std::string data, r->Read(kReadChunk));
+        if (data.empty()) break;
+        total += data.size();
+        *chunk.mutable_data() = std::move(data);
+        if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      }
+      return grpc::Status::OK;
+    }();
+    return Audited(req->sandbox_id(), "read", req->path(), t0, st, total);
   }
 
   grpc::Status Stat(grpc::ServerContext* ctx, const v1::StatRequest* req,
@@ -345,9 +403,11 @@ class FilesService final : public v1::Files::Service {
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
     ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
-    ASSIGN_OR_RETURN_GRPC(runtime::FileInfo fi, sb->files().Stat(req->path()));
-    ToProto(fi, resp);
-    return grpc::Status::OK;
+    const int64_t t0 = NowNs();
+    StatusOr<runtime::FileInfo> fi = sb->files().Stat(req->path());
+    if (fi.ok()) ToProto(*fi, resp);
+    return Audited(req->sandbox_id(), "stat", req->path(), t0,
+                   fi.ok() ? grpc::Status::OK : ToGrpcStatus(fi.status()));
   }
 
   grpc::Status ListDir(grpc::ServerContext* ctx, const v1::ListDirRequest* req,
@@ -356,9 +416,13 @@ class FilesService final : public v1::Files::Service {
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
     ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
-    ASSIGN_OR_RETURN_GRPC(std::vector<runtime::FileInfo> entries, sb->files().List(req->path()));
-    for (const auto& fi : entries) ToProto(fi, resp->add_entries());
-    return grpc::Status::OK;
+    const int64_t t0 = NowNs();
+    StatusOr<std::vector<runtime::FileInfo>> entries = sb->files().List(req->path());
+    if (entries.ok()) {
+      for (const auto& fi : *entries) ToProto(fi, resp->add_entries());
+    }
+    return Audited(req->sandbox_id(), "list", req->path(), t0,
+                   entries.ok() ? grpc::Status::OK : ToGrpcStatus(entries.status()));
   }
 
   grpc::Status Mkdir(grpc::ServerContext* ctx, const v1::MkdirRequest* req, v1::Empty*) override {
@@ -366,17 +430,20 @@ class FilesService final : public v1::Files::Service {
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
     if (req->mode() > 07777) return Invalid("mode=" + std::to_string(req->mode()) + " exceeds 07777");
+    const int64_t t0 = NowNs();
     ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
-    return ToGrpcStatus(
-        sb->files().Mkdir(req->path(), req->mode() == 0 ? 0755 : req->mode(), req->parents()));
+    return Audited(req->sandbox_id(), "mkdir", req->path(), t0, ToGrpcStatus(
+        sb->files().Mkdir(req->path(), req->mode() == 0 ? 0755 : req->mode(), req->parents())));
   }
 
   grpc::Status Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req, v1::Empty*) override {
     WARREN_AUTHORIZE(ctx);
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
+    const int64_t t0 = NowNs();
     ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
-    return ToGrpcStatus(sb->files().Remove(req->path(), req->recursive()));
+    return Audited(req->sandbox_id(), "remove", req->path(), t0,
+                   ToGrpcStatus(sb->files().Remove(req->path(), req->recursive())));
   }
 
   grpc::Status Rename(grpc::ServerContext* ctx, const v1::RenameRequest* req, v1::Empty*) override {
@@ -384,8 +451,10 @@ class FilesService final : public v1::Files::Service {
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("from", req->from()));
     WARREN_RETURN_IF_GRPC_ERROR(CheckPath("to", req->to()));
+    const int64_t t0 = NowNs();
     ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, impl_->m_->Running(req->sandbox_id()));
-    return ToGrpcStatus(sb->files().Rename(req->from(), req->to()));
+    return Audited(req->sandbox_id(), "rename", req->from(), t0,
+                   ToGrpcStatus(sb->files().Rename(req->from(), req->to())), 0, req->to());
   }
 
  private:
@@ -531,14 +600,144 @@ class NodeService final : public v1::Node::Service {
   WarrenServices::Impl* impl_;
 };
 
+class LifecycleService final : public v1::Lifecycle::Service {
+ public:
+  explicit LifecycleService(WarrenServices::Impl* impl) : impl_(impl) {}
+
+  grpc::Status ExtendTtl(grpc::ServerContext* ctx, const v1::ExtendTtlRequest* req, v1::Sandbox* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->ExtendTtl(req->id(), req->ttl_s()));
+    ToProto(info, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Pause(grpc::ServerContext* ctx, const v1::PauseRequest* req, v1::Sandbox* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Pause(req->id())));
+    ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->Get(req->id()));
+    ToProto(info, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req, v1::Sandbox* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Resume(req->id())));
+    ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->Get(req->id()));
+    ToProto(info, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Snapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest* req,
+                        v1::SnapshotResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    node::SnapshotRequest r;
+    r.id = req->id();
+    r.name = req->name();
+    r.exclude.assign(req->exclude().begin(), req->exclude().end());
+    for (const auto& x : r.exclude) {
+      if (x.empty() || x.find('\0') != std::string::npos) return Invalid("exclude entry " + Quote(x) + " is empty or has NUL");
+    }
+    r.pause = !req->no_pause();
+    ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->Get(req->id()));
+    ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, impl_->m_->Snapshot(r));
+    v1::Layer* l = resp->mutable_layer();
+    l->set_digest(li.digest);
+    l->set_name(li.name);
+    l->set_size_bytes(li.size_bytes);
+    l->set_created_at_ns(li.created_at_ns);
+    for (const auto& d : info.layer_digests) resp->add_layers(d);
+    resp->add_layers(li.digest);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Grade(grpc::ServerContext* ctx, const v1::GradeRequest* req, v1::GradeResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    node::GradeRequest g;
+    g.id = req->id();
+    WARREN_RETURN_IF_GRPC_ERROR(ToExecSpec(req->grader(), &g.grader));
+    g.protected_paths.assign(req->protected_paths().begin(), req->protected_paths().end());
+    ASSIGN_OR_RETURN_GRPC(node::GradeResult res, impl_->m_->Grade(g));
+    ToProto(std::move(res.outcome), resp->mutable_result());
+    for (const auto& t : res.touched) resp->add_touched(t);
+    resp->set_grade_sandbox_id(res.grade_sandbox_id);
+    return grpc::Status::OK;
+  }
+
+  static void ToJob(const node::JobInfo& j, v1::Job* out) {
+    out->set_name(j.name);
+    out->set_lease_s(j.lease_s);
+    out->set_grace_s(j.grace_s);
+    out->set_lease_expires_at_ns(j.lease_expires_at_ns);
+    out->set_lapsed(j.lapsed);
+    out->set_lapsed_at_ns(j.lapsed_at_ns);
+    out->set_sandboxes(j.sandboxes);
+  }
+
+  grpc::Status JobHeartbeat(grpc::ServerContext* ctx, const v1::JobHeartbeatRequest* req, v1::Job* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    ASSIGN_OR_RETURN_GRPC(node::JobInfo j, impl_->m_->JobHeartbeat(req->job(), req->lease_s(), req->grace_s()));
+    ToJob(j, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::Job* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    if (req->job().empty()) return Invalid("job is empty");
+    ASSIGN_OR_RETURN_GRPC(node::JobInfo j, impl_->m_->GetJob(req->job()));
+    ToJob(j, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SuspendJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::JobActionResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    if (req->job().empty()) return Invalid("job is empty");
+    resp->set_affected(impl_->m_->SuspendJob(req->job(), "job suspend requested"));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ResumeJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::JobActionResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    if (req->job().empty()) return Invalid("job is empty");
+    resp->set_affected(impl_->m_->ResumeJob(req->job()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DestroyJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::JobActionResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    if (req->job().empty()) return Invalid("job is empty");
+    resp->set_affected(impl_->m_->DestroyJob(req->job(), "job destroy requested"));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AuditLog(grpc::ServerContext* ctx, const v1::AuditLogRequest* req,
+                        v1::AuditLogResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    ASSIGN_OR_RETURN_GRPC(std::vector<nlohmann::json> entries, impl_->m_->AuditLog(req->id()));
+    for (const auto& e : entries) {
+      resp->add_entries(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  WarrenServices::Impl* impl_;
+};
+
 }  // namespace
 
 struct WarrenServices::Holder {
-  explicit Holder(Impl* impl) : sandboxes(impl), files(impl), layers(impl), node(impl) {}
+  explicit Holder(Impl* impl) : sandboxes(impl), files(impl), layers(impl), node(impl), lifecycle(impl) {}
   SandboxesService sandboxes;
   FilesService files;
   LayersService layers;
   NodeService node;
+  LifecycleService lifecycle;
 };
 
 WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions options)
@@ -548,7 +747,7 @@ WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions opt
 WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
-  return {&holder_->sandboxes, &holder_->files, &holder_->layers, &holder_->node};
+  return {&holder_->sandboxes, &holder_->files, &holder_->layers, &holder_->node, &holder_->lifecycle};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options,

@@ -49,6 +49,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddCpCommand(*app, inv);
   AddLayerCommand(*app, inv);
   AddStatusCommands(*app, inv);
+  AddLifecycleCommands(*app, inv);
   return app;
 }
 

@@ -39,6 +39,7 @@ class Client {
   v1::Files::Stub& files() { return *files_; }
   v1::Layers::Stub& layers() { return *layers_; }
   v1::Node::Stub& node() { return *node_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
 
  private:
   std::string token_;

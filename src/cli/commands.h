@@ -103,6 +103,8 @@ struct Invocation {
   // hand them to the root parser); see ParseArgs().
   bool exec_dashdash = false;
   std::vector<std::string> exec_tail;
+  // audit, pause, resume (lifecycle.cc): the sandbox id.
+  std::string lifecycle_id;
   // "create", "exec", "layer build", ...: the verb that was chosen.
   std::string verb;
   std::function<int(Invocation&)> run;
@@ -116,6 +118,7 @@ void AddRmCommand(CLI::App& root, Invocation& inv);
 void AddCpCommand(CLI::App& root, Invocation& inv);
 void AddLayerCommand(CLI::App& root, Invocation& inv);
 void AddStatusCommands(CLI::App& root, Invocation& inv);  // status, version
+void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);

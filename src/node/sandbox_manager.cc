@@ -5,12 +5,16 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 
 #include "absl/strings/escaping.h"
 #include "node/log.h"
 #include "node/rollback.h"
+#include "node/upper_copy.h"
 
 namespace warren::node {
 
@@ -117,6 +121,7 @@ const char* SandboxStateName(SandboxState s) {
     case SandboxState::kCreating: return "creating";
     case SandboxState::kRunning: return "running";
     case SandboxState::kDestroying: return "destroying";
+    case SandboxState::kPaused: return "paused";
   }
   return "unknown";
 }
@@ -130,6 +135,8 @@ struct SandboxManager::Entry {
   std::shared_ptr<runtime::Sandbox> sandbox;
   nlohmann::json backend_record;
   bool destroy_running = false;  // guarded by mu_
+  int inflight_execs = 0;        // guarded by mu_; an exec running is never idle
+  std::mutex pause_mu;           // serializes Pause/Resume of this sandbox
   nlohmann::json transitions = nlohmann::json::array();
 };
 
@@ -160,7 +167,7 @@ StatusOr<std::unique_ptr<SandboxManager>> SandboxManager::New(
   }
   if (l.max_sandboxes == 0) l.max_sandboxes = 16384;
   if (l.max_creates_in_flight == 0) l.max_creates_in_flight = 4 * l.cpus;
-  for (const char* sub : {"", "/run"}) {
+  for (const char* sub : {"", "/run", "/audit", "/tmp"}) {
     std::string d = options.state_dir + sub;
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
       return ErrnoToStatus(errno, "mkdir(" + d + ")");
@@ -187,6 +194,7 @@ SandboxManager::~SandboxManager() {
   }
   sweep_cv_.notify_all();
   if (sweep_thread_.joinable()) sweep_thread_.join();
+  if (reap_thread_.joinable()) reap_thread_.join();
 }
 
 std::string SandboxManager::RunDir(const std::string& id) const {
@@ -328,7 +336,12 @@ nlohmann::json SandboxManager::MakeRecord(const Entry& e, SandboxState state) co
   nlohmann::json j = {
       {"version", 1},
       {"id", e.info.id},
-      {"state", SandboxStateName(state)},
+      // A paused sandbox is persisted as "running" + "paused" (older daemons
+      // adopt it as running).
+      {"state", SandboxStateName(state == SandboxState::kPaused ? SandboxState::kRunning : state)},
+      {"paused", state == SandboxState::kPaused},
+      {"expires_at_ns", e.info.expires_at_ns},
+      {"idle_timeout_s", e.info.idle_timeout_s},
       {"backend", e.info.backend},
       {"dir", e.dir},
       {"layers", e.info.layer_digests},
@@ -399,6 +412,9 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
   e->info.created_at_ns = NowNs();
   e->info.hostname = spec.hostname.empty() ? id : spec.hostname;
   e->info.ttl_s = spec.ttl_s;
+  e->info.expires_at_ns = spec.ttl_s > 0 ? e->info.created_at_ns + int64_t{spec.ttl_s} * 1000000000 : 0;
+  e->info.idle_timeout_s = spec.idle_timeout_s;
+  e->info.last_activity_ns = e->info.created_at_ns;
   AddTransition(e->transitions, SandboxState::kCreating, "create requested");
 
   {
@@ -501,6 +517,10 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
 }
 
 Status SandboxManager::Destroy(const std::string& id) {
+  return DestroyWithReason(id, "destroy requested");
+}
+
+Status SandboxManager::DestroyWithReason(const std::string& id, const std::string& reason) {
   std::shared_ptr<Entry> e;
   {
     std::unique_lock<std::mutex> l(mu_);
@@ -521,12 +541,12 @@ Status SandboxManager::Destroy(const std::string& id) {
     e->info.state = SandboxState::kDestroying;
     e->destroy_running = true;
   }
-  AddTransition(e->transitions, SandboxState::kDestroying, "destroy requested");
+  AddTransition(e->transitions, SandboxState::kDestroying, reason);
   Status s = records_.Put(id, MakeRecord(*e, SandboxState::kDestroying));
   if (!s.ok()) {
     Log(spdlog::level::warn, "persisting destroying state failed", {{"sandbox", id}, {"error", s.ToString()}});
   }
-  Log(spdlog::level::info, "sandbox destroying", {{"sandbox", id}, {"reason", "destroy requested"}});
+  Log(spdlog::level::info, "sandbox destroying", {{"sandbox", id}, {"reason", reason}});
   s = e->sandbox->Destroy();
   if (!s.ok()) {
     Log(spdlog::level::err, "destroy failed", {{"sandbox", id}, {"error", s.ToString()}});
@@ -549,7 +569,17 @@ Status SandboxManager::Destroy(const std::string& id) {
     e->destroy_running = false;
   }
   cv_.notify_all();
-  Log(spdlog::level::info, "sandbox destroyed", {{"sandbox", id}, {"reason", "destroy requested"}});
+  {
+    std::lock_guard<std::mutex> l(calls_mu_);
+    calls_.erase(id);
+    call_order_.erase(id);
+  }
+  calls_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> l(audit_mu_);
+    (void)::unlink(AuditPath(id).c_str());
+  }
+  Log(spdlog::level::info, "sandbox destroyed", {{"sandbox", id}, {"reason", reason}});
   return absl::OkStatus();
 }
 
@@ -580,6 +610,21 @@ std::vector<SandboxInfo> SandboxManager::List(const std::map<std::string, std::s
 }
 
 StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::string& id) const {
+  bool paused = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    paused = it->second->info.state == SandboxState::kPaused;
+    if (!paused && it->second->info.state != SandboxState::kRunning) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " +
+                                           SandboxStateName(it->second->info.state));
+    }
+    it->second->info.last_activity_ns = NowNs();
+    if (!paused) return it->second->sandbox;
+  }
+  // Any call on a paused sandbox resumes it.
+  RETURN_IF_ERROR(const_cast<SandboxManager*>(this)->Resume(id));
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(id);
   if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
@@ -590,10 +635,59 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::s
   return it->second->sandbox;
 }
 
+void SandboxManager::Touch(const std::string& id, int delta_inflight) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return;
+  it->second->inflight_execs += delta_inflight;
+  it->second->info.last_activity_ns = NowNs();
+}
+
 StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id,
                                                     const runtime::ExecSpec& spec) {
-  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Running(id));
-  return sb->Exec(spec);
+  return Exec(id, spec, "");
+}
+
+StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const runtime::ExecSpec& spec,
+                                                    const std::string& request_id) {
+  bool ran = false;
+  const int64_t start = NowNs();
+  StatusOr<RecordedCall> rc = Idempotent(id, request_id, [&]() -> StatusOr<RecordedCall> {
+    ran = true;
+    ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Running(id));
+    Touch(id, +1);
+    StatusOr<runtime::ExecOutcome> out = sb->Exec(spec);
+    Touch(id, -1);
+    if (!out.ok()) return out.status();
+    RecordedCall r;
+    r.outcome = std::move(*out);
+    return r;
+  });
+  nlohmann::json a = {{"op", "exec"}, {"start_ns", start}, {"end_ns", NowNs()}};
+  if (spec.shell) {
+    a["shell"] = *spec.shell;
+  } else {
+    a["argv"] = spec.argv;
+  }
+  a["stdin_bytes"] = spec.stdin_data.size();
+  if (!request_id.empty()) {
+    a["request_id"] = request_id;
+    a["replayed"] = !ran;
+  }
+  if (rc.ok()) {
+    const runtime::ExecOutcome& o = rc->outcome;
+    a["exit_code"] = o.exit_code;
+    a["signal"] = o.signal;
+    a["timed_out"] = o.timed_out;
+    a["oom_killed"] = o.oom_killed;
+    a["stdout_bytes"] = o.stdout_total;
+    a["stderr_bytes"] = o.stderr_total;
+  } else {
+    a["error"] = rc.status().ToString();
+  }
+  if (rc.ok() || rc.status().code() != absl::StatusCode::kNotFound) Audit(id, std::move(a));
+  if (!rc.ok()) return rc.status();
+  return std::move(rc->outcome);
 }
 
 uint32_t SandboxManager::LayerUsers(const std::string& digest) const {
@@ -668,6 +762,7 @@ void SandboxManager::CleanupRecord(const std::string& id, const nlohmann::json& 
   }
   s = records_.Remove(id);
   if (!s.ok()) Log(spdlog::level::err, "removing record failed", {{"sandbox", id}, {"error", s.ToString()}});
+  (void)::unlink(AuditPath(id).c_str());
   Log(spdlog::level::info, "sandbox cleaned up", {{"sandbox", id}, {"reason", reason}});
 }
 
@@ -706,6 +801,10 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     e->info.hostname = rec.value("hostname", std::string());
     e->info.ttl_s = rec.value("ttl_s", 0u);
     e->info.created_at_ns = rec.value("created_at_ns", int64_t{0});
+    e->info.expires_at_ns = rec.value("expires_at_ns", int64_t{0});
+    e->info.idle_timeout_s = rec.value("idle_timeout_s", 0u);
+    e->info.last_activity_ns = NowNs();  // idle time restarts with the daemon
+    if (rec.value("paused", false)) e->info.state = SandboxState::kPaused;
     e->spec.backend = bname;
     e->spec.layers = e->info.layer_names;
     e->spec.resources = e->info.resources;
@@ -715,6 +814,7 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     e->spec.labels = e->info.labels;
     e->spec.job = e->info.job;
     e->spec.ttl_s = e->info.ttl_s;
+    e->spec.idle_timeout_s = e->info.idle_timeout_s;
     if (rec.contains("env_b64") && rec["env_b64"].is_object()) {
       const nlohmann::json& env = rec["env_b64"];
       for (auto it = env.begin(); it != env.end(); ++it) {
@@ -746,8 +846,8 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     }
     e->acquired.push_back(d);
   }
-  AddTransition(e->transitions, SandboxState::kRunning, "adopted after daemon restart");
-  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
+  AddTransition(e->transitions, e->info.state, "adopted after daemon restart");
+  Status s = records_.Put(id, MakeRecord(*e, e->info.state));
   if (!s.ok()) Log(spdlog::level::warn, "persisting adopted record failed", {{"sandbox", id}, {"error", s.ToString()}});
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -773,8 +873,18 @@ Status SandboxManager::Start() {
     RecoverOne(l.id, *l.record);
   }
   layers_->Sweep();
+  // Snapshot/grade staging trees a previous daemon left behind.
+  {
+    Status ts = RemoveTree(options_.state_dir + "/tmp");
+    if (!ts.ok()) Log(spdlog::level::warn, "cleaning the tmp dir failed", {{"error", ts.ToString()}});
+    (void)::mkdir((options_.state_dir + "/tmp").c_str(), 0700);
+  }
+  LoadJobs();
   if (options_.sweep_interval.count() > 0) {
     sweep_thread_ = std::thread([this] { SweepLoop(); });
+  }
+  if (options_.reap_interval.count() > 0) {
+    reap_thread_ = std::thread([this] { ReapLoop(); });
   }
   return absl::OkStatus();
 }
@@ -786,6 +896,541 @@ void SandboxManager::SweepLoop() {
     if (stopping_) break;
     l.unlock();
     layers_->Sweep();
+    l.lock();
+  }
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+struct SandboxManager::CallSlot {
+  bool done = false;
+  Status status;
+  RecordedCall result;
+};
+
+StatusOr<RecordedCall> SandboxManager::Idempotent(const std::string& id, const std::string& request_id,
+                                                  const std::function<StatusOr<RecordedCall>()>& run) {
+  if (request_id.empty()) return run();
+  if (request_id.size() > 256 || HasControl(request_id)) {
+    return absl::InvalidArgumentError("request_id=" + Quote(request_id) +
+                                      " must be at most 256 bytes without control characters");
+  }
+  std::shared_ptr<CallSlot> slot;
+  {
+    std::unique_lock<std::mutex> l(calls_mu_);
+    auto& m = calls_[id];
+    auto it = m.find(request_id);
+    if (it != m.end()) {
+      slot = it->second;
+      // A duplicate of a call in progress waits for it (bounded: a day).
+      if (!calls_cv_.wait_for(l, std::chrono::hours(24), [&] { return slot->done; })) {
+        return absl::UnavailableError("request " + request_id + " is still running; retry");
+      }
+      if (!slot->status.ok()) return slot->status;
+      return slot->result;
+    }
+    slot = std::make_shared<CallSlot>();
+    m[request_id] = slot;
+    call_order_[id].push_back(request_id);
+  }
+  StatusOr<RecordedCall> r = run();
+  {
+    std::lock_guard<std::mutex> l(calls_mu_);
+    slot->done = true;
+    auto cit = calls_.find(id);
+    if (r.ok()) {
+      slot->result = *r;
+    } else {
+      slot->status = r.status();
+      // Not recorded: a later retry runs again.
+      if (cit != calls_.end()) {
+        auto sit = cit->second.find(request_id);
+        if (sit != cit->second.end() && sit->second == slot) cit->second.erase(sit);
+      }
+    }
+    auto oit = call_order_.find(id);
+    if (cit != calls_.end() && oit != call_order_.end()) {
+      std::vector<std::string>& order = oit->second;
+      size_t drop = 0;
+      while (order.size() - drop > options_.max_recorded_calls) {
+        auto sit = cit->second.find(order[drop]);
+        if (sit != cit->second.end() && !sit->second->done) break;  // oldest still running
+        if (sit != cit->second.end()) cit->second.erase(sit);
+        ++drop;
+      }
+      order.erase(order.begin(), order.begin() + static_cast<long>(drop));
+      if (cit->second.empty()) {
+        calls_.erase(cit);
+        call_order_.erase(oit);
+      }
+    }
+  }
+  calls_cv_.notify_all();
+  return r;
+}
+
+StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t ttl_s) {
+  std::shared_ptr<Entry> e;
+  SandboxState state;
+  SandboxInfo info;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    e = it->second;
+    state = e->info.state;
+    if (state != SandboxState::kRunning && state != SandboxState::kPaused) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(state));
+    }
+    e->info.ttl_s = ttl_s;
+    e->spec.ttl_s = ttl_s;
+    e->info.expires_at_ns = ttl_s > 0 ? NowNs() + int64_t{ttl_s} * 1000000000 : 0;
+    info = InfoOf(*e);
+  }
+  RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, state)));
+  return info;
+}
+
+Status SandboxManager::Pause(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    e = it->second;
+  }
+  std::lock_guard<std::mutex> pl(e->pause_mu);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (e->info.state == SandboxState::kPaused) return absl::OkStatus();
+    if (e->info.state != SandboxState::kRunning) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+  }
+  RETURN_IF_ERROR(e->sandbox->Pause());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    e->info.state = SandboxState::kPaused;
+  }
+  AddTransition(e->transitions, SandboxState::kPaused, "pause requested");
+  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kPaused));
+  if (!s.ok()) Log(spdlog::level::warn, "persisting paused state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  Log(spdlog::level::info, "sandbox paused", {{"sandbox", id}});
+  return absl::OkStatus();
+}
+
+Status SandboxManager::Resume(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    e = it->second;
+  }
+  std::lock_guard<std::mutex> pl(e->pause_mu);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (e->info.state == SandboxState::kRunning) return absl::OkStatus();
+    if (e->info.state != SandboxState::kPaused) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+  }
+  RETURN_IF_ERROR(e->sandbox->Resume());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    e->info.state = SandboxState::kRunning;
+    e->info.last_activity_ns = NowNs();
+  }
+  AddTransition(e->transitions, SandboxState::kRunning, "resumed");
+  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
+  if (!s.ok()) Log(spdlog::level::warn, "persisting resumed state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  Log(spdlog::level::info, "sandbox resumed", {{"sandbox", id}});
+  return absl::OkStatus();
+}
+
+namespace {
+// Pauses a running sandbox for a consistent read of its upper; resumes on
+// destruction unless it was already paused (by the node or a snapshot).
+class FreezeGuard {
+ public:
+  FreezeGuard(runtime::Sandbox* sb, bool want) : sb_(sb) {
+    if (want) frozen_ = sb_->Pause().ok();
+  }
+  ~FreezeGuard() { Release(); }
+  void Release() {
+    if (frozen_) (void)sb_->Resume();
+    frozen_ = false;
+  }
+
+ private:
+  runtime::Sandbox* sb_;
+  bool frozen_ = false;
+};
+
+bool ValidInsidePath(const std::string& p) {
+  if (p.empty() || p[0] != '/' || p.size() > 4096 || p.find('\0') != std::string::npos) return false;
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t j = p.find('/', i);
+    if (j == std::string::npos) j = p.size();
+    std::string c = p.substr(i, j - i);
+    if (c == "..") return false;
+    i = j + 1;
+  }
+  return true;
+}
+}  // namespace
+
+StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) {
+  std::shared_ptr<Entry> e;
+  bool paused;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(req.id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(req.id) + " not found");
+    e = it->second;
+    paused = e->info.state == SandboxState::kPaused;
+    if (!paused && e->info.state != SandboxState::kRunning) {
+      return absl::FailedPreconditionError("sandbox " + req.id + " is " + SandboxStateName(e->info.state));
+    }
+  }
+  const int64_t t0 = NowNs();
+  const std::string name =
+      req.name.empty() ? "workspace/snap-" + req.id + "@" + std::to_string(t0) : req.name;
+  if (name.find('@') == std::string::npos) {
+    return absl::InvalidArgumentError("snapshot name " + Quote(name) + " must be kind/name@version");
+  }
+  ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
+  UpperCopyOptions co;
+  co.host_root_id = e->sandbox->upper_host_root_id();
+  co.id_range = e->sandbox->upper_id_range();
+  co.exclude = req.exclude;
+  const std::string staging = options_.state_dir + "/tmp/snap-" + req.id + "-" + std::to_string(t0);
+  {
+    FreezeGuard freeze(e->sandbox.get(), req.pause && !paused);
+    RETURN_IF_ERROR(CopyUpperTree(upper.get(), staging, co));
+  }
+  StatusOr<image::LayerInfo> li = layers_->BuildFromDir(name, staging);
+  Status rm = RemoveTree(staging);
+  if (!rm.ok()) Log(spdlog::level::warn, "removing snapshot staging failed", {{"dir", staging}, {"error", rm.ToString()}});
+  if (!li.ok()) return li.status();
+  Log(spdlog::level::info, "snapshot", {{"sandbox", req.id}, {"layer", name}, {"digest", li->digest},
+                                        {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+  return li;
+}
+
+// Grading without reward hacking: the agent's upper is copied WITHOUT the
+// protected paths (plus the shell the grader runs with), the protected paths
+// are restored from the pristine layers, the result becomes a temporary
+// layer, and the grader runs in a FRESH sandbox from the pristine layers +
+// that layer (never in the agent's sandbox, never with its /bin/sh). The
+// fresh sandbox and the layer are removed afterwards.
+StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
+  static const char* const kAlwaysProtected[] = {"/bin", "/usr/bin/sh", "/usr/bin/dash", "/usr/bin/bash"};
+  std::shared_ptr<Entry> e;
+  bool paused;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(req.id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(req.id) + " not found");
+    e = it->second;
+    paused = e->info.state == SandboxState::kPaused;
+    if (!paused && e->info.state != SandboxState::kRunning) {
+      return absl::FailedPreconditionError("sandbox " + req.id + " is " + SandboxStateName(e->info.state));
+    }
+  }
+  std::vector<std::string> prot;
+  for (const std::string& p : req.protected_paths) {
+    if (!ValidInsidePath(p) || p == "/") {
+      return absl::InvalidArgumentError("protected path " + Quote(p) + " must be absolute, not \"/\", without \"..\"");
+    }
+    std::string q = p;
+    while (q.size() > 1 && q.back() == '/') q.pop_back();
+    prot.push_back(q);
+  }
+  const size_t user_count = prot.size();
+  for (const char* p : kAlwaysProtected) prot.push_back(p);
+
+  GradeResult res;
+  const int64_t t0 = NowNs();
+  const std::string name = "workspace/grade-" + req.id + "@" + std::to_string(t0);
+  const std::string staging = options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0);
+  ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
+  UpperCopyOptions co;
+  co.host_root_id = e->sandbox->upper_host_root_id();
+  co.id_range = e->sandbox->upper_id_range();
+  co.exclude = prot;
+  Rollback rollback;
+  {
+    FreezeGuard freeze(e->sandbox.get(), !paused);
+    for (size_t i = 0; i < user_count; ++i) {
+      if (UpperTouches(upper.get(), prot[i])) res.touched.push_back(prot[i]);
+    }
+    RETURN_IF_ERROR(CopyUpperTree(upper.get(), staging, co));
+  }
+  rollback.Add([staging] { (void)RemoveTree(staging); });
+  std::vector<std::string> lowers;
+  for (const std::string& d : e->info.layer_digests) {
+    ASSIGN_OR_RETURN(std::string path, layers_->Acquire(d));
+    rollback.Add([this, d] { layers_->Release(d); });
+    lowers.push_back(path);
+  }
+  for (const std::string& p : prot) RETURN_IF_ERROR(RestoreFromLowers(staging, p, lowers));
+  ASSIGN_OR_RETURN(image::LayerInfo li, layers_->BuildFromDir(name, staging));
+  rollback.Add([this, name] {
+    Status s = RemoveLayer(name);
+    if (!s.ok()) Log(spdlog::level::warn, "removing grade layer failed", {{"layer", name}, {"error", s.ToString()}});
+  });
+  CreateRequest cr = e->spec;
+  cr.layers = e->info.layer_digests;
+  cr.layers.push_back(li.digest);
+  cr.labels["warren.grade-of"] = req.id;
+  cr.ttl_s = 0;
+  cr.idle_timeout_s = 0;
+  cr.job.clear();
+  ASSIGN_OR_RETURN(SandboxInfo g, Create(cr));
+  res.grade_sandbox_id = g.id;
+  StatusOr<runtime::ExecOutcome> out = Exec(g.id, req.grader);
+  Status ds = Destroy(g.id);
+  if (!ds.ok()) Log(spdlog::level::warn, "destroying grade sandbox failed", {{"sandbox", g.id}, {"error", ds.ToString()}});
+  if (!out.ok()) return out.status();
+  res.outcome = std::move(*out);
+  Log(spdlog::level::info, "graded", {{"sandbox", req.id}, {"exit", std::to_string(res.outcome.exit_code)},
+                                      {"touched", std::to_string(res.touched.size())}});
+  return res;
+}
+
+std::string SandboxManager::AuditPath(const std::string& id) const {
+  return options_.state_dir + "/audit/" + id + ".jsonl";
+}
+
+void SandboxManager::Audit(const std::string& id, nlohmann::json entry) const {
+  if (!ValidSandboxId(id)) return;
+  std::string line = entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::lock_guard<std::mutex> l(audit_mu_);
+  {
+    std::lock_guard<std::mutex> tl(mu_);
+    if (!table_.count(id)) return;  // gone: no log to resurrect
+  }
+  const std::string path = AuditPath(id);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd.valid() || ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    Log(spdlog::level::warn, "audit write failed", {{"sandbox", id}, {"error", ErrnoToStatus(errno, "write(" + path + ")").ToString()}});
+  }
+}
+
+StatusOr<std::vector<nlohmann::json>> SandboxManager::AuditLog(const std::string& id) const {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!table_.count(id)) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  }
+  std::vector<nlohmann::json> out;
+  std::lock_guard<std::mutex> l(audit_mu_);
+  std::ifstream f(AuditPath(id));
+  std::string line;
+  size_t bytes = 0;
+  while (std::getline(f, line) && bytes < (64u << 20)) {
+    bytes += line.size();
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- jobs
+
+namespace {
+constexpr uint32_t kDefaultLeaseS = 60;
+constexpr uint32_t kDefaultGraceS = 300;
+}  // namespace
+
+void SandboxManager::SaveJobsLocked() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, job] : jobs_) {
+    j[name] = {{"lease_s", job.lease_s}, {"grace_s", job.grace_s},
+               {"lease_expires_at_ns", job.lease_expires_at_ns}, {"lapsed", job.lapsed},
+               {"lapsed_at_ns", job.lapsed_at_ns}};
+  }
+  const std::string path = options_.state_dir + "/jobs.json", tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (!f.good()) {
+      Log(spdlog::level::warn, "persisting jobs failed", {{"file", tmp}});
+      return;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Log(spdlog::level::warn, "persisting jobs failed", {{"error", ErrnoToStatus(errno, "rename(" + tmp + ")").ToString()}});
+  }
+}
+
+void SandboxManager::LoadJobs() {
+  std::ifstream f(options_.state_dir + "/jobs.json");
+  if (!f.good()) return;
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  std::lock_guard<std::mutex> l(jobs_mu_);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_object()) continue;
+    JobInfo job;
+    job.name = it.key();
+    job.lease_s = it.value().value("lease_s", 0u);
+    job.grace_s = it.value().value("grace_s", 0u);
+    job.lease_expires_at_ns = it.value().value("lease_expires_at_ns", int64_t{0});
+    job.lapsed = it.value().value("lapsed", false);
+    job.lapsed_at_ns = it.value().value("lapsed_at_ns", int64_t{0});
+    jobs_[job.name] = job;
+  }
+}
+
+StatusOr<JobInfo> SandboxManager::JobHeartbeat(const std::string& job, uint32_t lease_s, uint32_t grace_s) {
+  if (job.empty() || job.size() > 253 || HasControl(job)) {
+    return absl::InvalidArgumentError("job=" + Quote(job) + " must be 1-253 bytes without control characters");
+  }
+  bool revive = false;
+  JobInfo out;
+  {
+    std::lock_guard<std::mutex> l(jobs_mu_);
+    JobInfo& j = jobs_[job];
+    j.name = job;
+    if (lease_s > 0) j.lease_s = lease_s;
+    if (grace_s > 0) j.grace_s = grace_s;
+    if (j.lease_s == 0) j.lease_s = kDefaultLeaseS;
+    if (j.grace_s == 0) j.grace_s = kDefaultGraceS;
+    j.lease_expires_at_ns = NowNs() + int64_t{j.lease_s} * 1000000000;
+    revive = j.lapsed;
+    j.lapsed = false;
+    j.lapsed_at_ns = 0;
+    SaveJobsLocked();
+    out = j;
+  }
+  if (revive) {
+    uint32_t n = ResumeJob(job);
+    Log(spdlog::level::info, "job lease renewed after lapse; sandboxes resumed", {{"job", job}, {"sandboxes", std::to_string(n)}});
+  }
+  out.sandboxes = static_cast<uint32_t>(List({}, job).size());
+  return out;
+}
+
+StatusOr<JobInfo> SandboxManager::GetJob(const std::string& job) const {
+  JobInfo out;
+  {
+    std::lock_guard<std::mutex> l(jobs_mu_);
+    auto it = jobs_.find(job);
+    if (it != jobs_.end()) out = it->second;
+  }
+  out.name = job;
+  out.sandboxes = static_cast<uint32_t>(List({}, job).size());
+  if (out.lease_s == 0 && out.sandboxes == 0) return absl::NotFoundError("job " + Quote(job) + " not found");
+  return out;
+}
+
+uint32_t SandboxManager::SuspendJob(const std::string& job, const std::string& reason) {
+  uint32_t n = 0;
+  for (const SandboxInfo& i : List({}, job)) {
+    if (i.state != SandboxState::kRunning) continue;
+    Status s = Pause(i.id);
+    if (s.ok()) {
+      ++n;
+    } else {
+      Log(spdlog::level::warn, "suspending sandbox of job failed", {{"job", job}, {"sandbox", i.id}, {"reason", reason}, {"error", s.ToString()}});
+    }
+  }
+  return n;
+}
+
+uint32_t SandboxManager::ResumeJob(const std::string& job) {
+  uint32_t n = 0;
+  for (const SandboxInfo& i : List({}, job)) {
+    if (i.state != SandboxState::kPaused) continue;
+    Status s = Resume(i.id);
+    if (s.ok()) {
+      ++n;
+    } else {
+      Log(spdlog::level::warn, "resuming sandbox of job failed", {{"job", job}, {"sandbox", i.id}, {"error", s.ToString()}});
+    }
+  }
+  return n;
+}
+
+uint32_t SandboxManager::DestroyJob(const std::string& job, const std::string& reason) {
+  uint32_t n = 0;
+  for (const SandboxInfo& i : List({}, job)) {
+    Status s = DestroyWithReason(i.id, reason);
+    if (s.ok()) ++n;
+  }
+  std::lock_guard<std::mutex> l(jobs_mu_);
+  jobs_.erase(job);
+  SaveJobsLocked();
+  return n;
+}
+
+void SandboxManager::ReapJobs() {
+  std::vector<std::string> lapse, expire;
+  {
+    std::lock_guard<std::mutex> l(jobs_mu_);
+    const int64_t now = NowNs();
+    bool changed = false;
+    for (auto& [name, j] : jobs_) {
+      if (j.lease_s == 0 || j.lease_expires_at_ns == 0) continue;
+      if (!j.lapsed && now >= j.lease_expires_at_ns) {
+        j.lapsed = true;
+        j.lapsed_at_ns = now;
+        changed = true;
+        lapse.push_back(name);
+      } else if (j.lapsed && now >= j.lapsed_at_ns + int64_t{j.grace_s} * 1000000000) {
+        expire.push_back(name);
+      }
+    }
+    if (changed) SaveJobsLocked();
+  }
+  for (const std::string& job : lapse) {
+    uint32_t n = SuspendJob(job, "job lease lapsed");
+    Log(spdlog::level::info, "job lease lapsed; sandboxes suspended", {{"job", job}, {"sandboxes", std::to_string(n)}});
+  }
+  for (const std::string& job : expire) {
+    uint32_t n = DestroyJob(job, "job lease lapsed beyond its grace period");
+    Log(spdlog::level::info, "job grace expired; sandboxes destroyed", {{"job", job}, {"sandboxes", std::to_string(n)}});
+  }
+}
+
+std::vector<std::string> SandboxManager::ReapExpired() {
+  ReapJobs();
+  std::vector<std::pair<std::string, std::string>> victims;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const int64_t now = NowNs();
+    for (const auto& [id, e] : table_) {
+      const SandboxInfo& i = e->info;
+      if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused) continue;
+      if (i.expires_at_ns > 0 && now >= i.expires_at_ns) {
+        victims.emplace_back(id, "ttl expired");
+      } else if (i.idle_timeout_s > 0 && e->inflight_execs == 0 && i.state == SandboxState::kRunning &&
+                 now - i.last_activity_ns >= int64_t{i.idle_timeout_s} * 1000000000) {
+        victims.emplace_back(id, "idle timeout");
+      }
+    }
+  }
+  std::vector<std::string> done;
+  for (const auto& [id, reason] : victims) {
+    Status s = DestroyWithReason(id, reason);
+    if (s.ok()) {
+      done.push_back(id);
+    } else if (s.code() != absl::StatusCode::kNotFound) {
+      Log(spdlog::level::warn, "reaping failed", {{"sandbox", id}, {"reason", reason}, {"error", s.ToString()}});
+    }
+  }
+  return done;
+}
+
+void SandboxManager::ReapLoop() {
+  std::unique_lock<std::mutex> l(sweep_mu_);
+  while (!stopping_) {
+    sweep_cv_.wait_for(l, options_.reap_interval, [this] { return stopping_; });
+    if (stopping_) break;
+    l.unlock();
+    ReapExpired();
     l.lock();
   }
 }

@@ -19,6 +19,20 @@
 // The manager's destructor (daemon shutdown) does NOT destroy sandboxes: they
 // outlive the daemon and are re-adopted by the next Start().
 //
+// Lifecycle for RL (issue 4), enforced here, not by clients:
+//   TTL: expires_at_ns (persisted in the record) = create/ExtendTtl time + ttl;
+//   idle: no exec/file call for idle_timeout_s (a running exec is never idle,
+//   a paused sandbox neither; idle time restarts with the daemon). A reaper
+//   thread (reap_interval) destroys expired sandboxes with the reason recorded.
+//   Pause/Resume: cgroup freezer via the backend; "paused" is persisted (the
+//   freezer state outlives the daemon); any exec/file call (Running()) resumes
+//   first. Jobs: a lease per job renewed by JobHeartbeat; on lapse the job's
+//   sandboxes are paused ("suspended": no memory is reclaimed, see
+//   bench/RESULTS.md), destroyed after grace_s unless a heartbeat comes first
+//   (which resumes them). Snapshot/Grade: see upper_copy.h. Audit log: one
+//   JSON line per exec/file call in <state_dir>/audit/<id>.jsonl, removed
+//   with the sandbox. Request ids: in memory only (lost on daemon restart).
+//
 // Thread-safe. Errors (absl::Status): InvalidArgument naming the field and
 // value; NotFound for unknown ids or layers; FailedPrecondition for a
 // sandbox that is not running; ResourceExhausted (retryable) when admission
@@ -28,6 +42,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,7 +60,7 @@
 
 namespace warren::node {
 
-enum class SandboxState { kCreating, kRunning, kDestroying };
+enum class SandboxState { kCreating, kRunning, kDestroying, kPaused };
 const char* SandboxStateName(SandboxState s);
 
 // A user spec as accepted by create and exec: "root", a user name
@@ -64,6 +79,7 @@ struct CreateRequest {
   std::map<std::string, std::string> labels;
   uint32_t ttl_s = 0;
   std::string job;
+  uint32_t idle_timeout_s = 0;      // 0 = none
 };
 
 // A snapshot of one table entry.
@@ -80,6 +96,46 @@ struct SandboxInfo {
   pid_t init_pid = 0;
   std::string hostname;
   uint32_t ttl_s = 0;
+  int64_t expires_at_ns = 0;     // unix ns; 0 = no TTL
+  uint32_t idle_timeout_s = 0;   // 0 = none
+  int64_t last_activity_ns = 0;  // unix ns of the end of the last exec/file call
+};
+
+// Result of a call recorded for idempotent retries (request ids).
+struct RecordedCall {
+  runtime::ExecOutcome outcome;  // exec
+  uint64_t bytes = 0;            // file write
+};
+
+// A job's lease (DESIGN.md §5): renewed by the trainer's heartbeats. When it
+// lapses, the job's sandboxes are paused ("suspended"); when it stays lapsed
+// for grace_s, they are destroyed. A heartbeat within the grace resumes them.
+struct JobInfo {
+  std::string name;
+  uint32_t lease_s = 0;            // 0 = no lease (never lapses)
+  uint32_t grace_s = 0;
+  int64_t lease_expires_at_ns = 0;
+  bool lapsed = false;
+  int64_t lapsed_at_ns = 0;
+  uint32_t sandboxes = 0;          // filled by GetJob
+};
+
+struct SnapshotRequest {
+  std::string id;
+  std::string name;                  // "kind/name@version"; empty = "workspace/snap-<id>@<unix ns>"
+  std::vector<std::string> exclude;  // see UpperCopyOptions::exclude
+  bool pause = true;                 // freeze the sandbox for a consistent cut
+};
+
+struct GradeRequest {
+  std::string id;
+  runtime::ExecSpec grader;              // run in a fresh sandbox
+  std::vector<std::string> protected_paths;
+};
+struct GradeResult {
+  runtime::ExecOutcome outcome;
+  std::vector<std::string> touched;      // protected paths the agent's upper changes
+  std::string grade_sandbox_id;
 };
 
 struct NodeLimits {
@@ -94,6 +150,8 @@ struct ManagerOptions {
   std::string state_dir;       // records in <state_dir>/sandboxes, dirs in <state_dir>/run
   NodeLimits limits;
   std::chrono::milliseconds sweep_interval{10000};  // 0 = no periodic sweep thread
+  std::chrono::milliseconds reap_interval{500};     // TTL/idle reaper period; 0 = no reaper thread
+  size_t max_recorded_calls = 1024;                 // per sandbox, for request ids
 };
 
 struct NodeCounters {
@@ -132,6 +190,50 @@ class SandboxManager {
   StatusOr<std::shared_ptr<runtime::Sandbox>> Running(const std::string& id) const;
   StatusOr<runtime::ExecOutcome> Exec(const std::string& id, const runtime::ExecSpec& spec);
 
+  // ---- lifecycle (issue 4; DESIGN.md §5)
+  // Exec with a request id: the first call with (id, request_id) runs, later
+  // ones return its recorded outcome (a concurrent duplicate waits for the
+  // first). Recorded in memory, at most max_recorded_calls per sandbox
+  // (oldest dropped), dropped with the sandbox and on daemon restart.
+  // An empty request_id runs unconditionally. Calls that fail with an error
+  // are not recorded (duplicates waiting on them get the same error).
+  StatusOr<runtime::ExecOutcome> Exec(const std::string& id, const runtime::ExecSpec& spec,
+                                      const std::string& request_id);
+  // Same for any call (file writes): `run` executes at most once per key.
+  StatusOr<RecordedCall> Idempotent(const std::string& id, const std::string& request_id,
+                                    const std::function<StatusOr<RecordedCall>()>& run);
+  // Sets the TTL to `ttl_s` seconds from now (0 = no TTL). Persisted.
+  StatusOr<SandboxInfo> ExtendTtl(const std::string& id, uint32_t ttl_s);
+  // Freezes every process (state kPaused, persisted). Any exec or file call
+  // (Running()) resumes it first. Idempotent.
+  Status Pause(const std::string& id);
+  Status Resume(const std::string& id);
+  // Packs the sandbox's upper (minus `exclude`) into a new layer: ids mapped
+  // back to those inside, whiteouts/opaque dirs/xattrs/hardlinks kept. A
+  // sandbox from the same layers + this one shows the snapshotted state.
+  StatusOr<image::LayerInfo> Snapshot(const SnapshotRequest& request);
+  // Tamper-proof grading: see the .cc.
+  StatusOr<GradeResult> Grade(const GradeRequest& request);
+  // Audit log of a sandbox: one JSON object per exec / file call, oldest first
+  // (<state_dir>/audit/<id>.jsonl, outside every sandbox; removed on destroy).
+  StatusOr<std::vector<nlohmann::json>> AuditLog(const std::string& id) const;
+  // Appends one record (the API calls this for file operations).
+  void Audit(const std::string& id, nlohmann::json entry) const;
+  // Jobs. Heartbeat renews (or starts) the lease: lease_s/grace_s 0 keep the
+  // previous values (defaults 60 s / 300 s). Persisted in <state_dir>/jobs.json.
+  StatusOr<JobInfo> JobHeartbeat(const std::string& job, uint32_t lease_s, uint32_t grace_s);
+  StatusOr<JobInfo> GetJob(const std::string& job) const;
+  // Pause / resume / destroy every sandbox of a job; returns how many were
+  // affected. Errors of single sandboxes are logged and skipped.
+  uint32_t SuspendJob(const std::string& job, const std::string& reason);
+  uint32_t ResumeJob(const std::string& job);
+  uint32_t DestroyJob(const std::string& job, const std::string& reason);
+  // Destroys sandboxes whose TTL or idle timeout expired (the reaper thread
+  // calls this; a paused sandbox is never idle, its TTL still runs), pauses
+  // the sandboxes of jobs whose lease lapsed and destroys them after the
+  // grace period; returns the ids destroyed for TTL/idle.
+  std::vector<std::string> ReapExpired();
+
   // Layers: number of sandboxes in the table using `digest`, and removal that
   // refuses (FailedPrecondition) a layer in use.
   uint32_t LayerUsers(const std::string& digest) const;
@@ -157,6 +259,11 @@ class SandboxManager {
   void RecoverOne(const std::string& id, const nlohmann::json& record);
   void CleanupRecord(const std::string& id, const nlohmann::json& record, const std::string& reason);
   void SweepLoop();
+  void ReapLoop();
+  Status DestroyWithReason(const std::string& id, const std::string& reason);
+  // Marks activity (an exec/file call starting: +1, ending: -1).
+  void Touch(const std::string& id, int delta_inflight) const;
+  std::string AuditPath(const std::string& id) const;
 
   const ManagerOptions options_;
   const std::map<std::string, std::unique_ptr<runtime::Backend>> backends_;
@@ -176,6 +283,20 @@ class SandboxManager {
   std::condition_variable sweep_cv_;
   bool stopping_ = false;
   std::thread sweep_thread_;
+  std::thread reap_thread_;
+
+  struct CallSlot;
+  std::mutex calls_mu_;
+  std::condition_variable calls_cv_;
+  std::map<std::string, std::map<std::string, std::shared_ptr<CallSlot>>> calls_;  // id -> request id -> slot
+  std::map<std::string, std::vector<std::string>> call_order_;                       // id -> request ids, oldest first
+  mutable std::mutex audit_mu_;
+
+  mutable std::mutex jobs_mu_;
+  std::map<std::string, JobInfo> jobs_;
+  void SaveJobsLocked() const;
+  void LoadJobs();
+  void ReapJobs();
 };
 
 }  // namespace warren::node

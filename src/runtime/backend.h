@@ -140,6 +140,22 @@ class Sandbox {
   // What Backend::Adopt needs after a daemon restart (persisted by the node).
   virtual nlohmann::json Record() const = 0;
   virtual pid_t init_pid() const = 0;
+
+  // ---- lifecycle (issue 4); defaults: Unimplemented.
+  // Freezes every process of the sandbox (cgroup freezer); Resume thaws them.
+  // Both idempotent. While paused, Exec would block: the node resumes first.
+  virtual Status Pause() { return absl::UnimplementedError("pause is not supported by this backend"); }
+  virtual Status Resume() { return absl::UnimplementedError("resume is not supported by this backend"); }
+  // A read-only directory fd (O_RDONLY|O_DIRECTORY) on the sandbox's overlay
+  // upper dir, readable by the daemon: files there carry HOST ids (see
+  // upper_host_root_id), overlay whiteouts (0:0 char devices) and
+  // trusted.overlay.* xattrs. Caller owns the fd.
+  virtual StatusOr<UniqueFd> OpenUpper() { return absl::UnimplementedError("snapshot is not supported by this backend"); }
+  // Host uid (= gid) of root inside the sandbox; ids in the upper minus this
+  // are the ids inside. 0 when not id-mapped.
+  virtual uint32_t upper_host_root_id() const { return 0; }
+  // Size of the id range mapped into the sandbox.
+  virtual uint32_t upper_id_range() const { return 0; }
 };
 
 class Backend {

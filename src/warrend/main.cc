@@ -23,7 +23,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/fncall_service.h"  // fncall (issue 5)
 #include "api/services.h"
+#include "http/run_code_server.h"  // fncall (issue 5)
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "node/image_layer_provider.h"
@@ -57,6 +59,10 @@ struct Flags {
   uint32_t max_sandboxes = 0;
   uint32_t max_creates_in_flight = 0;
   int64_t mount_grace_ms = 60000;
+  // fncall (issue 5)
+  std::string http_listen;
+  uint32_t fncall_max_workers = 0;
+  std::vector<std::string> fncall_layers = {"base/debian-12"};
 };
 
 Status MkdirAll(const std::string& path, mode_t mode) {
@@ -246,12 +252,28 @@ int Run(const Flags& flags) {
   sopt.facts.cgroup_parent = hf.cgroup_parent;
   sopt.facts.idmapped_mounts = hf.idmapped_mounts;
   api::WarrenServices services(manager->get(), sopt);
+  // fncall (issue 5): warm worker pool, FnCall gRPC service, optional HTTP /run_code.
+  runtime::FnCallOptions fopt;
+  fopt.mount_point = flags.state_dir + "/fncall-root";
+  fopt.max_workers = flags.fncall_max_workers ? flags.fncall_max_workers
+                                              : std::max(4u, 4 * std::thread::hardware_concurrency());
+  StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);
+  if (!fncall_pool.ok()) return fail(fncall_pool.status());
+  api::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers);
+  api::FnCallServiceImpl fncall_service(&fncall_frontend, token);
+  std::unique_ptr<http::RunCodeServer> http_server;
+  if (!flags.http_listen.empty()) {
+    StatusOr<std::unique_ptr<http::RunCodeServer>> h = http::RunCodeServer::Start(&fncall_frontend, flags.http_listen);
+    if (!h.ok()) return fail(h.status());
+    http_server = std::move(*h);
+    std::fprintf(stderr, "warrend /run_code on http://%s (port %d)\n", flags.http_listen.c_str(), http_server->port());
+  }
   api::ServerOptions server_opt;
   server_opt.unix_socket = flags.socket;
   server_opt.tcp_listen = flags.listen;
   int tcp_port = 0;
-  StatusOr<std::unique_ptr<grpc::Server>> server =
-      api::StartServer(server_opt, services, flags.listen.empty() ? nullptr : &tcp_port);
+  StatusOr<std::unique_ptr<grpc::Server>> server = api::StartServerWith(
+      server_opt, services, {&fncall_service}, flags.listen.empty() ? nullptr : &tcp_port);
   if (!server.ok()) return fail(server.status());
 
   // SIGTERM/SIGINT are turned into a byte on g_signal_pipe by an
@@ -293,6 +315,9 @@ int Run(const Flags& flags) {
   signal_thread.join();
   ::unlink(flags.socket.c_str());
   server->reset();
+  if (http_server) http_server->Stop();
+  fncall_pool->reset();  // fncall workers go before the layer mounts they use
+  fncall_frontend.ReleaseLayers();
   manager->reset();
   node::Log(spdlog::level::info, "warrend stopped");
   return 0;
@@ -323,6 +348,11 @@ int main(int argc, char** argv) {
                  "admission: max concurrent creates (0 = 4 x cpus)");
   app.add_option("--mount-grace-ms", f.mount_grace_ms,
                  "keep an unused layer mount this long before unmounting")
+      ->capture_default_str();
+  app.add_option("--http-listen", f.http_listen,
+                 "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
+  app.add_option("--fncall-max-workers", f.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
+  app.add_option("--fncall-layers", f.fncall_layers, "fncall: default layers of calls that name none")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

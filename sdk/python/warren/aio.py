@@ -91,6 +91,29 @@ class AsyncSandbox:
     async def exec(self, cmd: Any, **kwargs: Any) -> ExecResult:
         return await asyncio.to_thread(lambda: self._sb.exec(cmd, **kwargs))
 
+    # lifecycle (issue 4): see Sandbox.
+    async def pause(self) -> SandboxInfo:
+        return await asyncio.to_thread(self._sb.pause)
+
+    async def resume(self) -> SandboxInfo:
+        return await asyncio.to_thread(self._sb.resume)
+
+    async def extend_ttl(self, ttl_s: int) -> SandboxInfo:
+        return await asyncio.to_thread(self._sb.extend_ttl, ttl_s)
+
+    async def snapshot(self, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(lambda: self._sb.snapshot(**kwargs))
+
+    async def fork(self, n: int, **kwargs: Any) -> List["AsyncSandbox"]:
+        kids = await asyncio.to_thread(lambda: self._sb.fork(n, **kwargs))
+        return [AsyncSandbox(k) for k in kids]
+
+    async def grade(self, grader: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(lambda: self._sb.grade(grader, **kwargs))
+
+    async def audit_log(self) -> List[Any]:
+        return await asyncio.to_thread(self._sb.audit_log)
+
 
 class AsyncLayers:
     """Async twin of warren.Layers."""

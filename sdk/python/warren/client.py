@@ -19,6 +19,9 @@ from ._proto import warren_pb2 as pb
 from ._proto import warren_pb2_grpc as pb_grpc
 from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
 
+if False:  # typing only (lifecycle imports this module)
+    from .lifecycle import GradeResult, Job, Lifecycle, Snapshot  # noqa: F401
+
 __all__ = ["Client", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE"]
 
 DEFAULT_ADDR = "unix:/run/warren/warrend.sock"
@@ -132,7 +135,8 @@ class Files:
 
     @_call
     def write(self, path: PathLike, data: Data, mode: int = 0o644,
-              make_parents: bool = False, timeout: Optional[float] = None) -> int:
+              make_parents: bool = False, timeout: Optional[float] = None,
+              request_id: Optional[str] = None) -> int:
         """Creates or replaces the file at path with data (bytes, str as UTF-8,
         or a binary file object read in 1 MiB chunks; any size, streamed).
         mode: permission bits of a new file. make_parents: create missing
@@ -147,12 +151,13 @@ class Files:
                 if first:
                     first = False
                     yield pb.WriteFileRequest(sandbox_id=self._sb.id, path=p, mode=mode,
-                                              make_parents=make_parents, data=chunk)
+                                              make_parents=make_parents, data=chunk,
+                                              request_id=request_id or "")
                 else:
                     yield pb.WriteFileRequest(data=chunk)
             if first:  # empty file: the header alone
                 yield pb.WriteFileRequest(sandbox_id=self._sb.id, path=p, mode=mode,
-                                          make_parents=make_parents)
+                                          make_parents=make_parents, request_id=request_id or "")
 
         resp = self._stub.Write(requests(), metadata=self._md(), timeout=timeout)
         return resp.bytes_written
@@ -278,7 +283,8 @@ class Sandbox:
              stdin: Optional[Union[bytes, str]] = None,
              timeout: Optional[float] = None,
              output_cap: Optional[int] = None,
-             kill_grace: Optional[float] = None) -> ExecResult:
+             kill_grace: Optional[float] = None,
+             request_id: Optional[str] = None) -> ExecResult:
         """Runs a command in the sandbox and waits for it.
 
         cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
@@ -300,7 +306,7 @@ class Sandbox:
         daemon did not answer within timeout + EXEC_DEADLINE_MARGIN_S).
         """
         req = pb.ExecRequest(sandbox_id=self.id, env=_env_pb(env), cwd=cwd or "",
-                             user=user or "")
+                             user=user or "", request_id=request_id or "")
         if isinstance(cmd, (str, bytes)):
             req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
         else:
@@ -331,6 +337,66 @@ class Sandbox:
         r = self._client._sandboxes.Exec(req, metadata=self._client._metadata,
                                          timeout=deadline)
         return ExecResult._from_pb(r)
+
+    # ------------------------------------------------------------ lifecycle (issue 4)
+    # request_id on exec()/files.write(): a retry with the same id returns the
+    # first call's recorded result instead of running again (see warren.proto).
+
+    def pause(self) -> SandboxInfo:
+        """Freezes every process of the sandbox; any exec/file call resumes it."""
+        self._info = self._client._lifecycle().pause(self.id)
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        self._info = self._client._lifecycle().resume(self.id)
+        return self._info
+
+    def extend_ttl(self, ttl_s: int) -> SandboxInfo:
+        """Sets the TTL to ttl_s seconds from now (0 = no TTL)."""
+        self._info = self._client._lifecycle().extend_ttl(self.id, ttl_s)
+        return self._info
+
+    def snapshot(self, name: Optional[str] = None, exclude: Sequence[str] = (),
+                 pause: bool = True, timeout: Optional[float] = None) -> "Snapshot":
+        """Packs the sandbox's changes into a layer (pack_diff); exclude:
+        fnmatch patterns of absolute paths dropped from it. create(layers=
+        snap.layers) starts from that state."""
+        return self._client._lifecycle().snapshot(self.id, name, exclude, pause, timeout)
+
+    def fork(self, n: int, **create_kwargs: Any) -> List["Sandbox"]:
+        """Snapshot, then n new running sandboxes from it (same resources,
+        env, workdir, user unless given in create_kwargs)."""
+        snap = self.snapshot()
+        info = self._info
+        kw: Dict[str, Any] = dict(backend=info.backend, memory_mb=info.resources.memory_mb,
+                                  disk_mb=info.resources.disk_mb, pids=info.resources.pids,
+                                  labels=info.labels, job=info.job or None)
+        kw.update(create_kwargs)
+        out: List[Sandbox] = []
+        try:
+            for _ in range(n):
+                out.append(self._client.create(layers=snap.layers, **kw))
+        except BaseException:
+            for s in out:
+                try:
+                    s.destroy()
+                except errors.WarrenError:
+                    pass
+            raise
+        return out
+
+    def grade(self, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
+              protected: Sequence[str] = (), timeout: Optional[float] = None,
+              env: Optional[Mapping[str, Union[str, bytes]]] = None,
+              cwd: Optional[str] = None) -> "GradeResult":
+        """Runs grader in a FRESH sandbox from the pristine layers + this
+        sandbox's changes, with `protected` paths restored from the pristine
+        layers; returns the grader's result and the protected paths touched."""
+        return self._client._lifecycle().grade(self.id, grader, protected, timeout, env, cwd)
+
+    def audit_log(self) -> List[Dict[str, Any]]:
+        """Every exec and file call on this sandbox (kept by the daemon)."""
+        return self._client._lifecycle().audit_log(self.id)
 
 
 class Layers:
@@ -446,7 +512,8 @@ class Client:
                hostname: Optional[str] = None,
                labels: Optional[Mapping[str, str]] = None,
                ttl_s: Optional[int] = None, job: Optional[str] = None,
-               timeout: Optional[float] = None) -> Sandbox:
+               timeout: Optional[float] = None,
+               idle_timeout_s: Optional[int] = None) -> Sandbox:
         """Creates a sandbox and returns it running.
 
         layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
@@ -471,7 +538,8 @@ class Client:
         req = pb.CreateSandboxRequest(
             backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
             workdir=workdir or "", user=user or "", hostname=hostname or "",
-            labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "")
+            labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
+            idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s))
         s = self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout)
         return Sandbox(self, SandboxInfo._from_pb(s))
 
@@ -523,6 +591,18 @@ class Client:
         if getattr(self, "_fncall_svc", None) is None:
             self._fncall_svc = FnCall(self._channel, self._metadata)
         return self._fncall_svc
+
+    def job(self, name: str) -> "Job":
+        """The job `name` (sandboxes created with job=name): heartbeat(),
+        list(), suspend(), resume(), destroy()."""
+        from .lifecycle import Job
+        return Job(self, name)
+
+    def _lifecycle(self) -> "Lifecycle":
+        from .lifecycle import Lifecycle
+        if getattr(self, "_lifecycle_svc", None) is None:
+            self._lifecycle_svc = Lifecycle(self)
+        return self._lifecycle_svc
 
     @_call
     def status(self, timeout: Optional[float] = None) -> NodeStatus:

@@ -19,7 +19,7 @@ from .types import ExecResult, Layer, SandboxInfo
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client, Sandbox
 
-__all__ = ["Snapshot", "GradeResult", "Lifecycle"]
+__all__ = ["Snapshot", "GradeResult", "Lifecycle", "Job", "JobInfo"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,69 @@ class Lifecycle:
             r = self._stub.AuditLog(pb.AuditLogRequest(id=sandbox_id), metadata=self._md())
             return [json.loads(e) for e in r.entries]
         return self._wrap(run)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job's lease: lapsed=True means its sandboxes were paused because no
+    heartbeat came for lease_s seconds; they are destroyed grace_s after the
+    lapse unless a heartbeat comes first (which resumes them)."""
+
+    name: str
+    lease_s: int
+    grace_s: int
+    lease_expires_at_ns: int
+    lapsed: bool
+    lapsed_at_ns: int
+    sandboxes: int
+
+    @classmethod
+    def _from_pb(cls, j: "pb.Job") -> "JobInfo":
+        return cls(j.name, j.lease_s, j.grace_s, j.lease_expires_at_ns, j.lapsed,
+                   j.lapsed_at_ns, j.sandboxes)
+
+
+class Job:
+    """The sandboxes created with create(job=name), as one unit (client.job(name))."""
+
+    def __init__(self, client: "Client", name: str):
+        if not name:
+            raise errors.InvalidArgument("job name is empty")
+        self._client = client
+        self._lc = client._lifecycle()
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Job(name={self.name!r})"
+
+    def heartbeat(self, lease_s: Optional[int] = None, grace_s: Optional[int] = None) -> JobInfo:
+        """Renews the lease (starts it on the first call). lease_s/grace_s:
+        None keeps the previous values (defaults 60 s / 300 s)."""
+        lc = self._lc
+        return lc._wrap(lambda: JobInfo._from_pb(lc._stub.JobHeartbeat(
+            pb.JobHeartbeatRequest(job=self.name, lease_s=int(lease_s or 0), grace_s=int(grace_s or 0)),
+            metadata=lc._md())))
+
+    def info(self) -> JobInfo:
+        lc = self._lc
+        return lc._wrap(lambda: JobInfo._from_pb(lc._stub.GetJob(
+            pb.JobRequest(job=self.name), metadata=lc._md())))
+
+    def list(self) -> List["Sandbox"]:
+        return self._client.list(job=self.name)
+
+    def _action(self, rpc: str) -> int:
+        lc = self._lc
+        return lc._wrap(lambda: getattr(lc._stub, rpc)(
+            pb.JobRequest(job=self.name), metadata=lc._md()).affected)
+
+    def suspend(self) -> int:
+        """Pauses every running sandbox of the job; returns how many."""
+        return self._action("SuspendJob")
+
+    def resume(self) -> int:
+        return self._action("ResumeJob")
+
+    def destroy(self) -> int:
+        """Destroys every sandbox of the job and forgets its lease."""
+        return self._action("DestroyJob")

@@ -203,6 +203,12 @@ class SandboxInfo:
     created_at_ns: int
     init_pid: int
     hostname: str
+    # Lifecycle (issue 4): TTL deadline (Unix ns, 0 = none), idle timeout,
+    # last exec/file call (Unix ns), TTL in seconds.
+    expires_at_ns: int = 0
+    idle_timeout_s: int = 0
+    last_activity_ns: int = 0
+    ttl_s: int = 0
 
     @classmethod
     def _from_pb(cls, s: "pb.Sandbox") -> "SandboxInfo":
@@ -220,6 +226,10 @@ class SandboxInfo:
             created_at_ns=s.created_at_ns,
             init_pid=s.init_pid,
             hostname=s.hostname,
+            expires_at_ns=s.expires_at_ns,
+            idle_timeout_s=s.idle_timeout_s,
+            last_activity_ns=s.last_activity_ns,
+            ttl_s=s.ttl_s,
         )
 
 

@@ -598,6 +598,48 @@ class ContainerSandbox : public Sandbox {
   StatusOr<ExecOutcome> Exec(const ExecSpec& es) override;
   Status Destroy() override;
 
+  Status Pause() override {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
+    std::lock_guard<std::mutex> l(pause_mu_);
+    RETURN_IF_ERROR(cgroup_->Freeze());
+    if (paused_since_ns_.load() == 0) paused_since_ns_.store(SteadyNs());
+    return absl::OkStatus();
+  }
+  Status Resume() override {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
+    std::lock_guard<std::mutex> l(pause_mu_);
+    RETURN_IF_ERROR(cgroup_->Thaw());
+    if (int64_t since = paused_since_ns_.exchange(0); since != 0) paused_total_ns_ += SteadyNs() - since;
+    return absl::OkStatus();
+  }
+  // Nanoseconds this sandbox has spent paused (by this process) so far: exec
+  // timeouts do not count them.
+  int64_t PausedNs() const {
+    int64_t since = paused_since_ns_.load();
+    return paused_total_ns_.load() + (since != 0 ? SteadyNs() - since : 0);
+  }
+  static int64_t SteadyNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  }
+  // The upper fd exists only for sandboxes created by this daemon process: the
+  // upper tmpfs is a detached mount reachable from nowhere else, so after a
+  // daemon restart (Adopt) snapshots are refused (FailedPrecondition).
+  StatusOr<UniqueFd> OpenUpper() override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (destroyed_.load() || !upper_.valid())
+      return absl::FailedPreconditionError("sandbox " + spec_.id +
+                                           ": upper layer not reachable (destroyed, or adopted after a daemon restart)");
+    UniqueFd fd(::openat(upper_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid()) return Errno("openat(upper of " + spec_.id + ")");
+    return fd;
+  }
+  uint32_t upper_host_root_id() const override { return st_->HostUid(slot_); }
+  uint32_t upper_id_range() const override { return st_->options.uid_range; }
+  void set_upper(UniqueFd fd) {
+    std::lock_guard<std::mutex> l(mu_);
+    upper_ = std::move(fd);
+  }
+
  private:
   void SweepExecCgroups();
 
@@ -614,6 +656,10 @@ class ContainerSandbox : public Sandbox {
   std::vector<std::unique_ptr<jail::Cgroup>> lingering_;  // exec cgroups with background processes
   bool destroy_done_ = false;
   std::atomic<uint64_t> exec_seq_;
+  UniqueFd upper_;  // guarded by mu_; see OpenUpper
+  std::mutex pause_mu_;
+  std::atomic<int64_t> paused_since_ns_{0};  // steady ns of the pause in effect, 0 = running
+  std::atomic<int64_t> paused_total_ns_{0};
 };
 
 void ContainerSandbox::SweepExecCgroups() {
@@ -765,7 +811,11 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
     }
   };
 
-  const auto deadline = es.timeout.count() > 0 ? t0 + es.timeout : Clock::time_point::max();
+  // The timeout counts running time only: time the sandbox spends paused
+  // moves the deadline (no burst of timeouts after a resume).
+  const auto base_deadline = es.timeout.count() > 0 ? t0 + es.timeout : Clock::time_point::max();
+  const int64_t paused0 = PausedNs();
+  auto deadline = base_deadline;
   Clock::time_point kill_at = Clock::time_point::max();
   bool exited = false;
   siginfo_t info;
@@ -778,6 +828,9 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
     if (out_r.valid()) { out_i = np; pfds[np++] = {out_r.get(), POLLIN, 0}; }
     if (err_r.valid()) { err_i = np; pfds[np++] = {err_r.get(), POLLIN, 0}; }
     if (in_w.valid()) { in_i = np; pfds[np++] = {in_w.get(), POLLOUT, 0}; }
+    if (base_deadline != Clock::time_point::max()) {
+      deadline = base_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(PausedNs() - paused0));
+    }
     auto now = Clock::now();
     auto next = std::min(deadline, kill_at);
     int wait_ms = next == Clock::time_point::max()
@@ -798,6 +851,9 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
       if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(cpidfd.get()), &info, WEXITED | WNOHANG) == 0 &&
           info.si_pid != 0)
         exited = true;
+    }
+    if (base_deadline != Clock::time_point::max()) {
+      deadline = base_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(PausedNs() - paused0));
     }
     now = Clock::now();
     if (!exited && now >= deadline && !out.timed_out) {
@@ -862,6 +918,7 @@ Status ContainerSandbox::Destroy() {
   // kill catches helpers still outside the pid namespace.
   if (pidfd_.valid()) {
     (void)PidfdSignal(pidfd_.get(), SIGKILL);
+    (void)cgroup_->Thaw();  // a paused sandbox: let the kill be delivered
     pollfd pfd{pidfd_.get(), POLLIN, 0};
     (void)::poll(&pfd, 1, 2000);
     // init is a child of the daemon that created it (not after Adopt by
@@ -870,6 +927,7 @@ Status ContainerSandbox::Destroy() {
   }
   Status cs = cgroup_->Destroy(milliseconds(5000));
   lingering_.clear();
+  upper_.reset();
   std::string rootfs = spec_.dir + "/rootfs";
   if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT && cs.ok()) cs = Errno("rmdir(" + rootfs + ")");
   // The runtime dir goes too when empty (the caller may keep its own files there).
@@ -896,7 +954,9 @@ class ContainerBackend : public Backend {
 };
 
 // Builds the detached overlay mount (tmpfs upper + idmapped lowers).
-StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid) {
+// *upper_out receives an O_RDONLY directory fd on the upper dir (kept by the
+// daemon for snapshots; it pins the tmpfs until closed).
+StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid, UniqueFd* upper_out) {
   // 1. tmpfs for upper/ and work/: its size is the disk limit.
   UniqueFd fsfd(FsOpen("tmpfs", FSOPEN_CLOEXEC));
   if (!fsfd.valid()) return Errno("fsopen(tmpfs)");
@@ -919,6 +979,8 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
   UniqueFd upper(::openat(tmnt.get(), "upper", O_PATH | O_DIRECTORY | O_CLOEXEC));
   UniqueFd work(::openat(tmnt.get(), "work", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!upper.valid() || !work.valid()) return Errno("openat(tmpfs, upper|work)");
+  upper_out->reset(::openat(upper.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!upper_out->valid()) return Errno("openat(tmpfs upper, O_RDONLY)");
 
   // 2. Idmapped, read-only clones of the lower layers.
   std::vector<UniqueFd> lowers;
@@ -1040,7 +1102,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   RETURN_IF_ERROR(init_cg->AddProcess(pid));
   UniqueFd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   if (!userns.valid()) return Errno("open(" + proc + "/ns/user)");
-  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid));
+  UniqueFd upper_fd;
+  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid, &upper_fd));
 
   {
     char byte = 'g';
@@ -1074,6 +1137,7 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   if (n != 0) return absl::InternalError("sandbox " + spec.id + " init died during setup");
   const uint64_t start = ProcStartTime(pid);
   auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
+  sb->set_upper(std::move(upper_fd));
   rb.Release();
   // Like a container WORKDIR: the default cwd of every exec must exist.
   if (!spec.workdir.empty() && spec.workdir != "/") {

@@ -504,3 +504,43 @@ class AuditLogResponse(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, entries: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("name", "lease_s", "grace_s", "lease_expires_at_ns", "lapsed", "lapsed_at_ns", "sandboxes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_NS_FIELD_NUMBER: _ClassVar[int]
+    LAPSED_FIELD_NUMBER: _ClassVar[int]
+    LAPSED_AT_NS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lease_s: int
+    grace_s: int
+    lease_expires_at_ns: int
+    lapsed: bool
+    lapsed_at_ns: int
+    sandboxes: int
+    def __init__(self, name: _Optional[str] = ..., lease_s: _Optional[int] = ..., grace_s: _Optional[int] = ..., lease_expires_at_ns: _Optional[int] = ..., lapsed: _Optional[bool] = ..., lapsed_at_ns: _Optional[int] = ..., sandboxes: _Optional[int] = ...) -> None: ...
+
+class JobHeartbeatRequest(_message.Message):
+    __slots__ = ("job", "lease_s", "grace_s")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    lease_s: int
+    grace_s: int
+    def __init__(self, job: _Optional[str] = ..., lease_s: _Optional[int] = ..., grace_s: _Optional[int] = ...) -> None: ...
+
+class JobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class JobActionResponse(_message.Message):
+    __slots__ = ("affected",)
+    AFFECTED_FIELD_NUMBER: _ClassVar[int]
+    affected: int
+    def __init__(self, affected: _Optional[int] = ...) -> None: ...

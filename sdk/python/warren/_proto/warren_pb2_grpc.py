@@ -881,6 +881,31 @@ class LifecycleStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.JobHeartbeat = channel.unary_unary(
+                '/warren.v1.Lifecycle/JobHeartbeat',
+                request_serializer=warren_dot_v1_dot_warren__pb2.JobHeartbeatRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.Job.FromString,
+                _registered_method=True)
+        self.GetJob = channel.unary_unary(
+                '/warren.v1.Lifecycle/GetJob',
+                request_serializer=warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.Job.FromString,
+                _registered_method=True)
+        self.SuspendJob = channel.unary_unary(
+                '/warren.v1.Lifecycle/SuspendJob',
+                request_serializer=warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.JobActionResponse.FromString,
+                _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/warren.v1.Lifecycle/ResumeJob',
+                request_serializer=warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.JobActionResponse.FromString,
+                _registered_method=True)
+        self.DestroyJob = channel.unary_unary(
+                '/warren.v1.Lifecycle/DestroyJob',
+                request_serializer=warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.JobActionResponse.FromString,
+                _registered_method=True)
         self.ExtendTtl = channel.unary_unary(
                 '/warren.v1.Lifecycle/ExtendTtl',
                 request_serializer=warren_dot_v1_dot_warren__pb2.ExtendTtlRequest.SerializeToString,
@@ -915,6 +940,38 @@ class LifecycleStub:
 
 class LifecycleServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def JobHeartbeat(self, request, context):
+        """Renews (or starts) the job's lease; a heartbeat after a lapse (within
+        the grace period) resumes the job's sandboxes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SuspendJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DestroyJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def ExtendTtl(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -955,6 +1012,31 @@ class LifecycleServicer:
 
 def add_LifecycleServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'JobHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobHeartbeat,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.JobHeartbeatRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.Job.SerializeToString,
+            ),
+            'GetJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJob,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.JobRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.Job.SerializeToString,
+            ),
+            'SuspendJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SuspendJob,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.JobRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.JobActionResponse.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.JobRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.JobActionResponse.SerializeToString,
+            ),
+            'DestroyJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DestroyJob,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.JobRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.JobActionResponse.SerializeToString,
+            ),
             'ExtendTtl': grpc.unary_unary_rpc_method_handler(
                     servicer.ExtendTtl,
                     request_deserializer=warren_dot_v1_dot_warren__pb2.ExtendTtlRequest.FromString,
@@ -995,6 +1077,141 @@ def add_LifecycleServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Lifecycle:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def JobHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/JobHeartbeat',
+            warren_dot_v1_dot_warren__pb2.JobHeartbeatRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/GetJob',
+            warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SuspendJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/SuspendJob',
+            warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.JobActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/ResumeJob',
+            warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.JobActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DestroyJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/DestroyJob',
+            warren_dot_v1_dot_warren__pb2.JobRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.JobActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def ExtendTtl(request,
