@@ -49,4 +49,8 @@ fi
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12
 
+echo "setup: gcc toolset rootfs (fncall's C/C++ calls; from the host's Debian 12 packages)"
+[[ -d /var/cache/warren/rootfs/toolset-gcc ]] ||
+  scripts/build-toolset-gcc-rootfs.sh /var/cache/warren/rootfs/toolset-gcc /var/cache/warren/rootfs/debian-12
+
 echo "setup: done"

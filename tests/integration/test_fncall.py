@@ -200,7 +200,7 @@ TOOLSET_ROOTFS = Path(__import__("os").environ.get("WARREN_TOOLSET_ROOTFS", "/va
 @pytest.fixture(scope="module")
 def cpp_layers(fn: FnDaemon, base_layer: str):
     """Layers with g++: the base alone if it has one, else base + a toolset
-    layer built from bench/fncall/make_gcc_toolset.sh's dir; None if neither."""
+    layer built from scripts/build-toolset-gcc-rootfs.sh's dir; None if neither."""
     if HAVE_GXX:
         return [base_layer]
     if not (TOOLSET_ROOTFS / "usr/bin/g++").exists():
@@ -214,7 +214,7 @@ def test_run_code_cpp(fn: FnDaemon, cpp_layers) -> None:
     if cpp_layers is None:
         r = run_code(fn, code="#include <cstdio>\nint main(){puts(\"hi\");}", language="cpp")
         assert r["status"] == "SandboxError" and "g++" in r["message"], r
-        pytest.skip(NO_GXX + f" (and no toolset rootfs at {TOOLSET_ROOTFS}: bench/fncall/make_gcc_toolset.sh)")
+        pytest.skip(NO_GXX + f" (and no toolset rootfs at {TOOLSET_ROOTFS}: scripts/build-toolset-gcc-rootfs.sh)")
     common = dict(language="cpp", layers=cpp_layers, compile_timeout=60)
     r = run_code(fn, code="#include <cstdio>\nint main(){puts(\"hello\");}", **common)
     assert r["status"] == "Success", r

@@ -197,13 +197,13 @@ TEST_F(FnCallTest, CppWithoutCompilerIsAClearSandboxError) {
   EXPECT_NE(r.sandbox_error.find("g++ is not in this image"), std::string::npos) << r.sandbox_error;
 }
 
-// Two layers (base + a gcc toolset, bench/fncall/make_gcc_toolset.sh): the
+// Two layers (base + a gcc toolset, scripts/build-toolset-gcc-rootfs.sh): the
 // worker root is a read-only overlay of both.
 TEST_F(FnCallTest, CppCompileErrorRunAndTimeoutOnToolsetLayer) {
   struct stat st;
   if (::stat((ToolsetRootfs() + "/usr/bin/g++").c_str(), &st) != 0)
     GTEST_SKIP() << "no toolset rootfs with g++ at " << ToolsetRootfs()
-                 << " (bench/fncall/make_gcc_toolset.sh builds one; or set WARREN_TOOLSET_ROOTFS)";
+                 << " (scripts/build-toolset-gcc-rootfs.sh builds one; or set WARREN_TOOLSET_ROOTFS)";
   const std::vector<std::string> layers = {BaseRootfs(), ToolsetRootfs()};
   auto call = [&](const std::string& code, milliseconds timeout) {
     FnCallRequest q;

@@ -4,7 +4,7 @@
 # installed on this host (apt-get install g++ first): the files each package
 # installed (dpkg -L) are copied, except packages the base rootfs already has.
 # Stack it over base/debian-12 (same Debian release). Usage:
-#   make_gcc_toolset.sh [DEST] [BASE_ROOTFS]
+#   build-toolset-gcc-rootfs.sh [DEST] [BASE_ROOTFS]
 set -euo pipefail
 dest=${1:-/var/cache/warren/rootfs/toolset-gcc}
 base=${2:-/var/cache/warren/rootfs/debian-12}
