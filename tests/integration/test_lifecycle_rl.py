@@ -433,6 +433,7 @@ def test_paused_state_and_ttl_survive_a_daemon_restart(test_root, layer_store, b
         c = d.client
         p = c.create(layers=[base_layer])
         p.exec("nohup sh -c 'while true; do echo x >> /log; sleep 0.05; done' >/dev/null 2>&1 &")
+        assert wait_until(lambda: p.files.exists("/log"), timeout=10)
         p.pause()
         t = c.create(layers=[base_layer], ttl_s=6)
         deadline = t.cached_info.expires_at_ns

@@ -328,11 +328,14 @@ struct Worker {
   Clock::time_point last_used;
 
   ~Worker() {
-    if (cgroup) (void)cgroup->Destroy(milliseconds(5000));
+    // Reap the worker (PID 1 of its pid namespace: its death takes every
+    // call process with it) before removing the cgroup, so the cgroup is
+    // already empty and its removal cannot race an exiting process.
     if (pid > 0) {
       (void)::kill(pid, SIGKILL);  // our un-reaped child: the pid cannot be reused
       (void)::waitpid(pid, nullptr, 0);
     }
+    if (cgroup) (void)cgroup->Destroy(milliseconds(5000));
   }
 };
 
