@@ -74,7 +74,7 @@ void AddCreateCommand(CLI::App& root, Invocation& inv) {
   sub->add_option("--disk", a.disk_mb, "writable layer size cap in MiB; 0 = default");
   sub->add_option("--pids", a.pids, "max tasks; 0 = default");
   sub->add_option("--open-files", a.open_files, "RLIMIT_NOFILE; 0 = default");
-  sub->add_option("--tmpfs", a.tmpfs_mb, "/tmp and /dev/shm cap in MiB; 0 = default");
+  sub->add_option("--tmpfs", a.tmpfs_mb, "/dev/shm cap in MiB (/tmp lives in the upper, capped by --disk); 0 = default");
   sub->add_option("--env", a.env, "K=V environment of every exec; repeatable")
       ->allow_extra_args(false);
   sub->add_option("--workdir", a.workdir, "default working directory of execs");

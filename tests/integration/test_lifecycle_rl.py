@@ -206,6 +206,15 @@ def test_snapshot_is_incremental(client, base_layer):
         assert sh(full, "ls /w") == "a\nb\nbig\n"
 
 
+def test_fork_of_less_than_one_is_refused_and_snapshots_nothing(client, base_layer):
+    with client.create(layers=[base_layer]) as sb:
+        before = {l.digest for l in client.layers.list()}
+        for n in (0, -1):
+            with pytest.raises(warren.InvalidArgument, match="fork"):
+                sb.fork(n)
+        assert {l.digest for l in client.layers.list()} == before
+
+
 def test_fork_makes_independent_copies(client, base_layer):
     with client.create(layers=[base_layer]) as sb:
         sh(sb, "mkdir -p /w && echo parent > /w/state")

@@ -365,7 +365,10 @@ class Sandbox:
 
     def fork(self, n: int, **create_kwargs: Any) -> List["Sandbox"]:
         """Snapshot, then n new running sandboxes from it (same resources,
-        env, workdir, user unless given in create_kwargs)."""
+        env, workdir, user unless given in create_kwargs). Raises
+        InvalidArgument if n < 1 (before anything is snapshotted)."""
+        if not isinstance(n, int) or n < 1:
+            raise errors.InvalidArgument(f"fork: n={n!r} must be an int >= 1")
         snap = self.snapshot()
         info = self._info
         kw: Dict[str, Any] = dict(backend=info.backend, memory_mb=info.resources.memory_mb,
@@ -518,8 +521,10 @@ class Client:
 
         layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
         cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
-        tmpfs_mb (/tmp and /dev/shm each) in MiB; pids: max tasks;
-        open_files: RLIMIT_NOFILE. None = node default. ttl_s: seconds of
+        tmpfs_mb: /dev/shm cap in MiB (/tmp is in the upper, capped by
+        disk_mb); pids: max tasks;
+        open_files: RLIMIT_NOFILE. None = node default (cpu 1, memory_mb
+        2048, disk_mb 1024, pids 1024, open_files 1024, tmpfs_mb 256). ttl_s: seconds of
         life, None = none. timeout: RPC deadline in seconds (None = none).
 
         Raises InvalidArgument (bad layer ref, limit, env key, workdir, ...),
