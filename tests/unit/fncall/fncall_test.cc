@@ -23,6 +23,10 @@
 namespace warren::runtime {
 namespace {
 
+// ctest runs test cases in parallel processes: each process gets its own
+// cgroup parent, so counting one case's workers never sees another's.
+std::string CgroupName() { return "warren-fncall-test-" + std::to_string(::getpid()); }
+
 using std::chrono::milliseconds;
 
 std::string BaseRootfs() {
@@ -42,13 +46,29 @@ class FnCallTest : public ::testing::Test {
     FnCallOptions o;
     o.mount_point = dir_ + "/root";
     o.max_workers = ::getenv("FNCALL_TEST_WORKERS") ? atoi(::getenv("FNCALL_TEST_WORKERS")) : 2;
-    o.cgroup_name = "warren-fncall-test";
+    o.cgroup_name = CgroupName();
     auto p = NewFnCallPool(o);
     ASSERT_TRUE(p.ok()) << p.status();
     pool_ = std::move(*p);
   }
   void TearDown() override {
     pool_.reset();
+    // The pool leaves its (now empty) parent cgroup for the next pool; this
+    // test's parent is private to the process, so remove it in every hierarchy.
+    if (FILE* f = ::fopen("/proc/self/cgroup", "r")) {
+      char line[512];
+      while (::fgets(line, sizeof line, f)) {
+        std::string l(line);
+        if (!l.empty() && l.back() == '\n') l.pop_back();
+        size_t a = l.find(':'), b = l.find(':', a + 1);
+        if (a == std::string::npos || b == std::string::npos) continue;
+        std::string ctrl = l.substr(a + 1, b - a - 1), path = l.substr(b + 1);
+        if (ctrl.rfind("name=", 0) == 0) continue;
+        std::string first = ctrl.empty() ? "unified" : ctrl.substr(0, ctrl.find(','));
+        ::rmdir(("/sys/fs/cgroup/" + first + (path == "/" ? "" : path) + "/" + CgroupName()).c_str());
+      }
+      ::fclose(f);
+    }
     if (!dir_.empty()) {
       ::rmdir((dir_ + "/root").c_str());
       ::rmdir(dir_.c_str());
@@ -246,7 +266,7 @@ TEST_F(FnCallTest, MemoryLimitFollowsEachCallAndNothingIsLeftBehind) {
       EXPECT_TRUE(r.run->oom_killed || r.run->stderr_data.find("MemoryError") != std::string::npos);
     }
   }
-  auto mgr = jail::CgroupManager::Detect("warren-fncall-test");
+  auto mgr = jail::CgroupManager::Detect(CgroupName());
   ASSERT_TRUE(mgr.ok()) << mgr.status();
   const std::string dir = std::string((*mgr)->version() == 1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") +
                           (*mgr)->parent();
