@@ -22,6 +22,10 @@ cleanup() {
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
   fi
   wait "$pid" 2>/dev/null || true
+  # warrend keeps its layer mounts for a restarted daemon to adopt; the demo
+  # is done with them (the next run mounts them again).
+  awk -v s="$state/" 'index($5, s) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+    while read -r m; do umount "$m" || true; done
 }
 trap cleanup EXIT
 
