@@ -44,6 +44,15 @@ int ApplyRlimits(const RlimitSetting* limits, size_t n);
 // namespace up (ioctl SIOCSIFFLAGS; needs CAP_NET_ADMIN in the netns' owner).
 int LoopbackUp();
 
+// Async-signal-safe: sends `fd` over the unix socket `sock` (SCM_RIGHTS,
+// one data byte). Returns 0 or -errno.
+int SendFd(int sock, int fd);
+
+// Async-signal-safe: receives one fd sent by SendFd (O_CLOEXEC). Returns the
+// fd, -EPIPE if the peer closed the socket or recvmsg failed (the parent gave
+// up), or -EBADF if the message carried no fd.
+int RecvFd(int sock);
+
 // Async-signal-safe: write all of buf, retrying on EINTR/short writes.
 int WriteAll(int fd, const void* buf, size_t len);
 

@@ -204,26 +204,10 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   ResetSignals();
   ::umask(0);
   // 1. Wait for the parent: maps written, cgroup joined, rootfs mount sent.
-  int rootfs = -1;
-  {
-    char byte = 0;
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof cbuf);
-    iovec iov{&byte, 1};
-    msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    ssize_t n;
-    do n = ::recvmsg(p.sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
-    if (n <= 0) ::_exit(1);  // parent gave up: nothing to report
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    if (!c || c->cmsg_type != SCM_RIGHTS) jail::ChildFail(e, kStepRecvRootfs, EBADF);
-    memcpy(&rootfs, CMSG_DATA(c), sizeof(int));
-    ::close(p.sock);
-  }
+  const int rootfs = jail::RecvFd(p.sock);
+  if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
+  if (rootfs < 0) jail::ChildFail(e, kStepRecvRootfs, -rootfs);
+  ::close(p.sock);
   // 2. Namespaces: the cgroup namespace is created only now, after the
   // parent placed us in the sandbox cgroup, so that it is rooted there.
   if (::unshare(CLONE_NEWCGROUP) != 0) jail::ChildFail(e, kStepUnshareCgroup, errno);
@@ -1105,25 +1089,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   UniqueFd upper_fd;
   ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid, &upper_fd));
 
-  {
-    char byte = 'g';
-    iovec iov{&byte, 1};
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof cbuf);
-    msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    int fd = rootfs_mnt.get();
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(sock_parent.get(), &msg, MSG_NOSIGNAL) != 1) return Errno("sendmsg(rootfs fd)");
-  }
+  if (int r = jail::SendFd(sock_parent.get(), rootfs_mnt.get()); r != 0)
+    return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
   rootfs_mnt.reset();
   sock_parent.reset();
 

@@ -115,26 +115,10 @@ const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom"};
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   ::umask(0);
-  int rootfs = -1;
-  {
-    char byte = 0;
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof cbuf);
-    iovec iov{&byte, 1};
-    msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    ssize_t n;
-    do n = ::recvmsg(p.sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
-    if (n <= 0) ::_exit(1);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    if (!c || c->cmsg_type != SCM_RIGHTS) jail::ChildFail(e, kStepRecv, EBADF);
-    memcpy(&rootfs, CMSG_DATA(c), sizeof(int));
-    ::close(p.sock);
-  }
+  const int rootfs = jail::RecvFd(p.sock);
+  if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
+  if (rootfs < 0) jail::ChildFail(e, kStepRecv, -rootfs);
+  ::close(p.sock);
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) jail::ChildFail(e, kStepPrivate, errno);
   if (MoveMount(rootfs, "", AT_FDCWD, p.mount_point.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
     jail::ChildFail(e, kStepAttachRoot, errno);
@@ -474,25 +458,8 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   RETURN_IF_ERROR(WriteString(proc + "/gid_map", "0 " + std::to_string(host_uid) + " 1\n"));
   RETURN_IF_ERROR(w->cgroup->AddProcess(pid));
   ASSIGN_OR_RETURN(UniqueFd root, BuildRoot(key.lower_dirs));
-  {
-    char byte = 'g';
-    iovec iov{&byte, 1};
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof cbuf);
-    msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    int fd = root.get();
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(setup_parent.get(), &msg, MSG_NOSIGNAL) != 1) return Errno("sendmsg(rootfs fd)");
-  }
+  if (int r = jail::SendFd(setup_parent.get(), root.get()); r != 0)
+    return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
   root.reset();
   setup_parent.reset();
   jail::ChildError ce;
