@@ -162,40 +162,4 @@ grpc::Status FnCallServiceImpl::CallBatch(grpc::ServerContext* ctx, const warren
   return grpc::Status::OK;
 }
 
-StatusOr<std::unique_ptr<grpc::Server>> StartServerWith(const ServerOptions& options, WarrenServices& services,
-                                                        const std::vector<grpc::Service*>& extra, int* tcp_port) {
-  grpc::ServerBuilder builder;
-  if (!options.unix_socket.empty()) {
-    builder.AddListeningPort("unix:" + options.unix_socket, grpc::InsecureServerCredentials());
-  }
-  if (!options.tcp_listen.empty()) {
-    builder.AddListeningPort(options.tcp_listen, grpc::InsecureServerCredentials(), tcp_port);
-  }
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  grpc::ResourceQuota quota("warrend");
-  quota.SetMaxThreads(options.max_threads);
-  builder.SetResourceQuota(quota);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  for (grpc::Service* s : services.services()) builder.RegisterService(s);
-  for (grpc::Service* s : extra) builder.RegisterService(s);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    return absl::UnavailableError("gRPC server failed to start on unix:" + options.unix_socket +
-                                  (options.tcp_listen.empty() ? "" : " and " + options.tcp_listen));
-  }
-  if (!options.tcp_listen.empty() && tcp_port != nullptr && *tcp_port == 0) {
-    server->Shutdown();
-    return absl::UnavailableError("could not listen on " + options.tcp_listen);
-  }
-  if (!options.unix_socket.empty() && ::chmod(options.unix_socket.c_str(), 0660) != 0) {
-    Status s = ErrnoToStatus(errno, "chmod(" + options.unix_socket + ")");
-    server->Shutdown();
-    return s;
-  }
-  return server;
-}
-
 }  // namespace warren::api

@@ -67,10 +67,4 @@ class FnCallServiceImpl final : public warren::v1::FnCall::Service {
 runtime::FnCallRequest FromProto(const warren::v1::FnCallRequest& r);
 void ToProto(const runtime::FnCallResult& r, warren::v1::FnCallResponse* out);
 
-// StartServer (services.h) plus extra services on the same listeners.
-// TODO(refactor): fold into StartServer once it takes extra services.
-StatusOr<std::unique_ptr<grpc::Server>> StartServerWith(const ServerOptions& options, WarrenServices& services,
-                                                        const std::vector<grpc::Service*>& extra,
-                                                        int* tcp_port = nullptr);
-
 }  // namespace warren::api

@@ -751,7 +751,8 @@ std::vector<grpc::Service*> WarrenServices::services() {
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options,
-                                                    WarrenServices& services, int* tcp_port) {
+                                                    WarrenServices& services, int* tcp_port,
+                                                    const std::vector<grpc::Service*>& extra) {
   grpc::ServerBuilder builder;
   if (!options.unix_socket.empty()) {
     builder.AddListeningPort("unix:" + options.unix_socket, grpc::InsecureServerCredentials());
@@ -770,6 +771,7 @@ StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (grpc::Service* s : services.services()) builder.RegisterService(s);
+  for (grpc::Service* s : extra) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     return absl::UnavailableError("gRPC server failed to start on unix:" + options.unix_socket +

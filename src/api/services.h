@@ -59,11 +59,13 @@ struct ServerOptions {
   int max_message_bytes = 600 << 20;
 };
 
-// Builds and starts the server. The unix socket is chmod'ed 0660. When
+// Builds and starts the server with `services` and any `extra` services
+// (e.g. FnCall), all borrowed. The unix socket is chmod'ed 0660. When
 // tcp_listen ends in ":0", *tcp_port receives the port chosen.
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options,
                                                     WarrenServices& services,
-                                                    int* tcp_port = nullptr);
+                                                    int* tcp_port = nullptr,
+                                                    const std::vector<grpc::Service*>& extra = {});
 
 // True when the call came over a unix socket.
 bool IsUnixPeer(const grpc::ServerContext& context);

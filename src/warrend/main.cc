@@ -272,8 +272,8 @@ int Run(const Flags& flags) {
   server_opt.unix_socket = flags.socket;
   server_opt.tcp_listen = flags.listen;
   int tcp_port = 0;
-  StatusOr<std::unique_ptr<grpc::Server>> server = api::StartServerWith(
-      server_opt, services, {&fncall_service}, flags.listen.empty() ? nullptr : &tcp_port);
+  StatusOr<std::unique_ptr<grpc::Server>> server = api::StartServer(
+      server_opt, services, flags.listen.empty() ? nullptr : &tcp_port, {&fncall_service});
   if (!server.ok()) return fail(server.status());
 
   // SIGTERM/SIGINT are turned into a byte on g_signal_pipe by an
