@@ -102,7 +102,6 @@ Status RecordStore::Put(const std::string& id, const nlohmann::json& record) con
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd.valid()) return Annotate(ErrnoToStatus(errno, "open(" + tmp + ")"), dir_);
   Status st = WriteAll(fd.get(), data, tmp);
-  if (st.ok() && ::fsync(fd.get()) != 0) st = ErrnoToStatus(errno, "fsync(" + tmp + ")");
   fd.reset();
   if (st.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
     st = ErrnoToStatus(errno, "rename(" + tmp + ", " + final_path + ")");
@@ -111,8 +110,6 @@ Status RecordStore::Put(const std::string& id, const nlohmann::json& record) con
     ::unlink(tmp.c_str());
     return Annotate(st, dir_);
   }
-  UniqueFd dfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.valid()) ::fsync(dfd.get());
   return absl::OkStatus();
 }
 
@@ -121,8 +118,6 @@ Status RecordStore::Remove(const std::string& id) const {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoToStatus(errno, "unlink(" + path + ")");
   }
-  UniqueFd dfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.valid()) ::fsync(dfd.get());
   return absl::OkStatus();
 }
 

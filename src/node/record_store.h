@@ -1,7 +1,12 @@
 // Persistence of sandbox records: one JSON file per sandbox,
-// <dir>/<id>.json, replaced atomically (temp file + fsync + rename + fsync of
-// the directory), so a crash leaves either the old or the new record, never
-// a torn one. Thread-safe for distinct ids.
+// <dir>/<id>.json, replaced atomically (temp file + rename), so a daemon
+// crash leaves either the old or the new record, never a torn one.
+// Not fsync'd, on purpose: a record describes live processes and mounts,
+// which only a daemon crash outlives (the page cache survives it); a host
+// crash takes the sandboxes with it, and the restarted daemon cleans up
+// after any record it finds (an unreadable one is reported by LoadAll as
+// DataLoss). Two fsyncs per create and destroy cost more than the rest of
+// the create path on a busy disk. Thread-safe for distinct ids.
 #pragma once
 
 #include <string>

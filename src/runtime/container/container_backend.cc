@@ -30,6 +30,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -39,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -166,6 +168,18 @@ void ResetSignals() {
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
+// Async-signal-safe: closes every fd >= 3 except the three given.
+void CloseAllFdsExcept(std::array<int, 3> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned from = 3;
+  for (int k : keep) {
+    if (k < static_cast<int>(from)) continue;
+    if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
+    from = static_cast<unsigned>(k) + 1;
+  }
+  ::syscall(SYS_close_range, from, ~0U, 0);
+}
+
 // Raw fork-like clone3 (no new stack: the child continues on a copy of ours).
 pid_t Clone3(uint64_t flags, int* pidfd_out) {
   struct clone_args args;
@@ -175,6 +189,46 @@ pid_t Clone3(uint64_t flags, int* pidfd_out) {
   if (flags & CLONE_PIDFD) args.pidfd = reinterpret_cast<uint64_t>(pidfd_out);
   return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
 }
+
+// Stacks for CLONE_VM children (the posix_spawn technique: the child shares
+// the daemon's memory until execve instead of copying its page tables, which
+// for a multi-threaded gRPC daemon costs milliseconds per fork and again at
+// the child's exit). Each stack has a PROT_NONE guard page below it. The
+// children run only async-signal-safe code and raw id syscalls (glibc's
+// setuid would signal the daemon's threads), and the parent is suspended
+// (CLONE_VFORK) until they execve or exit.
+#if defined(__SANITIZE_ADDRESS__)
+// ASan cannot follow a child onto a stack of its own (google/sanitizers#189):
+// sanitized builds fork the exec helper and grandchild instead.
+constexpr bool kSpawnSharesMemory = false;
+#else
+constexpr bool kSpawnSharesMemory = true;
+#endif
+
+class ChildStacks {
+ public:
+  static constexpr size_t kStackBytes = 256 << 10;
+  ~ChildStacks() {
+    if (base_ != MAP_FAILED) ::munmap(base_, total_);
+  }
+  Status Map(int n) {
+    page_ = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    total_ = static_cast<size_t>(n) * (page_ + kStackBytes);
+    base_ = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (base_ == MAP_FAILED) return ErrnoToStatus(errno, "mmap(child stacks)");
+    for (int i = 0; i < n; ++i) {
+      if (::mprotect(static_cast<char*>(base_) + i * (page_ + kStackBytes), page_, PROT_NONE) != 0)
+        return ErrnoToStatus(errno, "mprotect(child stack guard)");
+    }
+    return absl::OkStatus();
+  }
+  // Highest address of stack i (stacks grow down).
+  void* Top(int i) const { return static_cast<char*>(base_) + (i + 1) * (page_ + kStackBytes); }
+
+ private:
+  void* base_ = MAP_FAILED;
+  size_t total_ = 0, page_ = 4096;
+};
 
 // ------------------------------------------------------------------ plans
 // Everything the sandbox's first process needs, prepared before clone.
@@ -204,6 +258,11 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   ResetSignals();
   ::umask(0);
   // 1. Wait for the parent: maps written, cgroup joined, rootfs mount sent.
+  // Every inherited fd but ours goes first: copies of the daemon's end of
+  // this socket, or of another concurrent create's, would keep the receive
+  // from seeing EOF if the daemon died before sending, and the child would
+  // block forever holding the daemon's listening socket.
+  CloseAllFdsExcept({p.sock, p.err_fd, p.init_exe});
   const int rootfs = jail::RecvFd(p.sock);
   if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
   if (rootfs < 0) jail::ChildFail(e, kStepRecvRootfs, -rootfs);
@@ -321,6 +380,7 @@ struct ExecPlan {
   uint64_t caps = 0;
   int last_cap = 40;
   const jail::SeccompProgram* seccomp = nullptr;
+  void* grandchild_stack = nullptr;  // top of the grandchild's CLONE_VM stack
 };
 
 // Async-signal-safe. The grandchild: runs inside the sandbox's namespaces,
@@ -365,9 +425,18 @@ struct ExecPlan {
   }
   if (::syscall(SYS_setgroups, 0, nullptr) != 0) jail::ChildFail(e, kStepSetgroups, errno);
   if (::setns(p.pidfd, kNsFlags) != 0) jail::ChildFail(e, kStepSetns, errno);
-  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+  // The grandchild shares our (the daemon's) memory until its execve; we are
+  // suspended until then (CLONE_VFORK), so its pid is reported only once it
+  // runs the command or has failed (its report comes first in that case).
+  pid_t pid;
+  if constexpr (kSpawnSharesMemory) {
+    pid = ::clone([](void* plan) -> int { ExecGrandchild(*static_cast<const ExecPlan*>(plan)); },
+                  p.grandchild_stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK, const_cast<ExecPlan*>(&p));
+  } else {
+    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+    if (pid == 0) ExecGrandchild(p);
+  }
   if (pid < 0) jail::ChildFail(e, kStepFork, errno);
-  if (pid == 0) ExecGrandchild(p);
   jail::ChildError msg{0, pid};  // step 0 = "started, pid follows"
   (void)jail::WriteAll(e, &msg, sizeof msg);
   ::_exit(0);
@@ -735,10 +804,22 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   plan.stderr_fd = err_w.get();
   plan.report_fd = rep_w.get();
 
+  ChildStacks stacks;
+  RETURN_IF_ERROR(stacks.Map(2));
+  plan.grandchild_stack = stacks.Top(1);
+
   const uint64_t oom_before = cgroup_->OomKillCount();
-  pid_t helper = Clone3(0, nullptr);
-  if (helper < 0) return Errno("clone3(exec helper)");
-  if (helper == 0) ExecHelper(plan);
+  // posix_spawn-style helper (see ChildStacks): this thread resumes once the
+  // helper has exited, i.e. after the grandchild's execve or failure.
+  pid_t helper;
+  if constexpr (kSpawnSharesMemory) {
+    helper = ::clone([](void* plan) -> int { ExecHelper(*static_cast<const ExecPlan*>(plan)); }, stacks.Top(0),
+                     CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
+  } else {
+    helper = Clone3(0, nullptr);
+    if (helper == 0) ExecHelper(plan);
+  }
+  if (helper < 0) return Errno("clone(exec helper)");
   in_r.reset();
   out_w.reset();
   err_w.reset();
@@ -746,23 +827,36 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   sb_fds.clear();
   ex_fds.clear();
 
-  // The helper reports {0, pid} then exits; the grandchild reports
-  // {step, errno} only if it fails before execve (the pipe is O_CLOEXEC).
-  jail::ChildError msg;
-  ssize_t n;
-  do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+  // The grandchild reports {step, errno} if it fails before execve; the
+  // helper reports {0, pid} and exits. With CLONE_VFORK the failure comes
+  // first and both are in the pipe by now (the helper has exited); forked
+  // (sanitized builds), a failure may follow the pid: see after the wait.
+  jail::ChildError msg, failure{0, 0};
+  pid_t child = -1;
+  for (int i = 0; i < 2; ++i) {
+    ssize_t n;
+    do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+    if (n != sizeof msg) break;
+    if (msg.step == 0) {
+      child = msg.err;
+      break;
+    }
+    failure = msg;
+  }
   int hs = 0;
   while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
   }
-  if (n != sizeof msg) {
+  if (failure.step != 0) {
+    if (child > 0) (void)::waitpid(child, nullptr, 0);  // it has exited: reap it
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
+    std::string what = std::string("exec: ") + StepName(failure.step);
+    if (failure.step == kStepChdir) what += " " + plan.cwd;
+    return ErrnoToStatus(failure.err, what);
+  }
+  if (child <= 0) {
     if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
     return absl::InternalError("exec helper for sandbox " + spec_.id + " died before starting the command");
   }
-  if (msg.step != 0) {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
-    return ErrnoToStatus(msg.err, std::string("exec helper: ") + StepName(msg.step));
-  }
-  const pid_t child = msg.err;
   UniqueFd cpidfd(PidfdOpen(child));  // our (un-reaped) child: no pid reuse race
   if (!cpidfd.valid()) {
     Status s = Errno("pidfd_open(" + std::to_string(child) + ")");
@@ -853,7 +947,14 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   // The foreground is gone: take what is already in the pipes, then stop.
   drain(out_r, out.stdout_data, out.stdout_total, out.stdout_truncated, 64);
   drain(err_r, out.stderr_data, out.stderr_total, out.stderr_truncated, 64);
-  // A failure between fork and execve (bad cwd, ...) is an error, not an outcome.
+  if (info.si_code == CLD_EXITED) {
+    out.exit_code = info.si_status;
+  } else {
+    out.signal = info.si_status;
+    out.exit_code = 128 + info.si_status;
+  }
+  // Forked (not CLONE_VFORK) grandchild: a failure before execve (bad cwd,
+  // ...) may have been reported after its pid. An error, not an outcome.
   ::fcntl(rep_r.get(), F_SETFL, O_NONBLOCK);
   if (::read(rep_r.get(), &msg, sizeof msg) == sizeof msg && msg.step != 0) {
     (void)ecg->Destroy(milliseconds(2000));
@@ -861,12 +962,6 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
     std::string what = std::string("exec: ") + StepName(msg.step);
     if (msg.step == kStepChdir) what += " " + plan.cwd;
     return ErrnoToStatus(msg.err, what);
-  }
-  if (info.si_code == CLD_EXITED) {
-    out.exit_code = info.si_status;
-  } else {
-    out.signal = info.si_status;
-    out.exit_code = 128 + info.si_status;
   }
   // Any OOM kill in the sandbox's memcg during the exec (the victim may be a
   // child of the foreground shell, which then exits 137 by itself). Concurrent
