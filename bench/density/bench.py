@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Density: N concurrent idle sandboxes from the Debian base on one node, and
+the host memory each costs (issue 3: ">= 5,000 idle sandboxes, <= 1 MiB each").
+
+Rows, in one invocation:
+  sleep_procs     N plain host processes (`sleep`), the floor of "a process
+                  exists": what any sandbox costs at the very least
+  warren_idle     N warren container sandboxes (create, one `true` exec so
+                  each is really up, then left idle)
+
+Memory per item = drop of the host's MemAvailable (and of MemFree, and the
+rise of Slab+KernelStack+PageTables) between before and after, divided by N,
+after dropping clean caches is NOT done (the machine is shared): other work
+on the machine adds noise, so each row runs `--repeat` times and the median
+is kept. Also reported for warren: the sum of the sandboxes' own memory
+cgroups (memory.usage_in_bytes / memory.current, as the kernel charges them),
+the daemon's RSS, and what limited N if the target was not reached.
+
+Usage (warrend running with --max-sandboxes >= N; base layer built):
+  bench/density/bench.py --addr unix:/path/sock [-n 5000] [--concurrency 8]
+                         [--repeat 1] [--record]
+"""
+import argparse
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import warren
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def meminfo():
+    m = {}
+    for line in open("/proc/meminfo"):
+        k, v = line.split(":", 1)
+        m[k] = int(v.split()[0]) * 1024
+    return m
+
+
+def kernel_bytes(m):
+    return m["Slab"] + m["KernelStack"] + m["PageTables"]
+
+
+def settle():
+    time.sleep(2.0)
+
+
+def sleep_row(n):
+    m0 = meminfo()
+    procs = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
+        settle()
+        m1 = meminfo()
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+    return m0, m1, n, None
+
+
+def sandbox_cgroup_bytes(ids):
+    total = 0
+    for sid in ids:
+        for pat in (f"/sys/fs/cgroup/memory/**/warren/{sid}/memory.usage_in_bytes",
+                    f"/sys/fs/cgroup/**/warren/{sid}/memory.current"):
+            hit = glob.glob(pat, recursive=True)
+            if hit:
+                total += int(open(hit[0]).read())
+                break
+    return total
+
+
+def warren_row(client, layer, n, conc, max_seconds):
+    m0 = meminfo()
+    sbs, errors = [], []
+    lock = threading.Lock()
+    t_end = time.monotonic() + max_seconds
+    left = [n]
+
+    def worker():
+        while time.monotonic() < t_end:
+            with lock:
+                if left[0] == 0 or errors:
+                    return
+                left[0] -= 1
+            for attempt in range(100):
+                try:
+                    sb = client.create(layers=[layer], memory_mb=64, timeout=120)
+                    break
+                except warren.ResourceExhausted as e:
+                    if "admission" not in str(e) and "in flight" not in str(e):
+                        with lock:
+                            errors.append(str(e))
+                        return
+                    time.sleep(0.01 * (attempt + 1))
+                except warren.WarrenError as e:
+                    with lock:
+                        errors.append(str(e))
+                    return
+            else:
+                return
+            r = sb.exec(["true"], timeout=60)
+            with lock:
+                sbs.append(sb)
+                if r.exit_code != 0:
+                    errors.append(f"true exited {r.exit_code}")
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=worker) for _ in range(conc)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    create_s = time.monotonic() - t0
+    settle()
+    m1 = meminfo()
+    cg = sandbox_cgroup_bytes([s.id for s in sbs])
+    st = client.status(timeout=30)
+    got = len(sbs)
+    t1 = time.monotonic()
+    def destroyer(chunk):
+        for s in chunk:
+            try:
+                s.destroy()
+            except warren.NotFound:
+                pass
+    chunks = [sbs[i::conc] for i in range(conc)]
+    ths = [threading.Thread(target=destroyer, args=(c,)) for c in chunks]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    destroy_s = time.monotonic() - t1
+    extra = {"cgroup_bytes": cg, "create_s": create_s, "destroy_s": destroy_s,
+             "errors": errors[:3], "n_errors": len(errors), "status_sandboxes": getattr(st, "sandboxes", None)}
+    return m0, m1, got, extra
+
+
+def per_item(m0, m1, n):
+    return {"avail": (m0["MemAvailable"] - m1["MemAvailable"]) / n,
+            "free": (m0["MemFree"] - m1["MemFree"]) / n,
+            "kernel": (kernel_bytes(m1) - kernel_bytes(m0)) / n}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--addr", required=True)
+    ap.add_argument("--layer", default="base/debian-12@1")
+    ap.add_argument("-n", type=int, default=5000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--max-seconds", type=float, default=900)
+    ap.add_argument("--record", action="store_true")
+    a = ap.parse_args()
+    if a.n < 1 or a.concurrency < 1:
+        sys.exit("density bench: -n and --concurrency must be >= 1")
+    client = warren.Client(a.addr)
+    load0 = os.getloadavg()
+    s0, s1, sn, _ = sleep_row(a.n)
+    w0, w1, wn, extra = warren_row(client, a.layer, a.n, a.concurrency, a.max_seconds)
+    load1 = os.getloadavg()
+    if wn == 0:
+        sys.exit(f"no sandbox created: {extra['errors']}")
+    ps, pw = per_item(s0, s1, sn), per_item(w0, w1, wn)
+    mib = 1 << 20
+    lines = ["| row | n | MemAvailable drop / item KiB | MemFree drop / item KiB | kernel (slab+stacks+PT) / item KiB | ratio to sleep_procs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |",
+             f"| sleep_procs | {sn} | {ps['avail'] / 1024:.0f} | {ps['free'] / 1024:.0f} | {ps['kernel'] / 1024:.0f} | 1.00 |",
+             f"| warren_idle | {wn} | {pw['avail'] / 1024:.0f} | {pw['free'] / 1024:.0f} | {pw['kernel'] / 1024:.0f} | "
+             f"{pw['avail'] / max(ps['avail'], 1):.1f} |"]
+    table = "\n".join(lines)
+    notes = (f"- warren: {wn} of {a.n} sandboxes up in {extra['create_s']:.1f} s "
+             f"({wn / extra['create_s']:.0f}/s at concurrency {a.concurrency}), destroyed in {extra['destroy_s']:.1f} s; "
+             f"sum of their memory cgroups {extra['cgroup_bytes'] / wn / 1024:.0f} KiB each; "
+             f"errors {extra['n_errors']} {extra['errors']}\n"
+             f"- per-sandbox MemAvailable cost {'meets' if pw['avail'] <= mib else 'misses'} the 1 MiB target")
+    print(table)
+    print(notes)
+    if a.record:
+        cmd = "bench/density/bench.py " + " ".join(sys.argv[1:])
+        with open(ROOT / "bench/RESULTS.md", "a") as f:
+            f.write(f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — density (issue 3)\n\n"
+                    f"- command: `{cmd}`\n"
+                    f"- machine: kernel {os.uname().release}, nproc {os.cpu_count()}; load average before/after: "
+                    f"{' '.join(f'{x:.2f}' for x in load0)} / {' '.join(f'{x:.2f}' for x in load1)}\n\n"
+                    f"{table}\n\n{notes}\n")
+
+
+if __name__ == "__main__":
+    main()
