@@ -165,11 +165,18 @@ Status PrepareSocket(const std::string& path) {
     return absl::InvalidArgumentError("--socket " + path + " is too long for a unix socket");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    return absl::FailedPreconditionError("--socket " + path +
-                                         " is served by another live process");
+  // A daemon killed a moment ago may still have children between fork and
+  // exec (they die with it, PR_SET_PDEATHSIG) holding its listening socket:
+  // give them up to 2 s before calling the socket served.
+  for (int attempt = 0;; ++attempt) {
+    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) break;
+    if (attempt >= 40) {
+      return absl::FailedPreconditionError("--socket " + path +
+                                           " is served by another live process");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoToStatus(errno, "unlink(" + path + ")");

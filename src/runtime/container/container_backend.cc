@@ -204,6 +204,13 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
 [[noreturn]] void InitChild(const InitPlan& p) {
   const int e = p.err_fd;
   ResetSignals();
+  // Until exec this process holds copies of every daemon fd, including the
+  // parent ends of OTHER creates' socketpairs: if the daemon dies, two
+  // half-created children would wait for each other forever (and keep the
+  // daemon's listening socket open). Die with the daemon instead. The kernel
+  // clears this at the setresuid below, so a running sandbox is not tied to
+  // the daemon's life.
+  (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
   ::umask(0);
   // 1. Wait for the parent: maps written, cgroup joined, rootfs mount sent.
   const int rootfs = jail::RecvFd(p.sock);
