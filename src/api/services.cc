@@ -629,7 +629,7 @@ class LifecycleService final : public v1::Lifecycle::Service {
   grpc::Status Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req, v1::Sandbox* resp) override {
     WARREN_AUTHORIZE(ctx);
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
-    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Resume(req->id())));
+    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Resume(req->id(), !req->no_prefetch())));
     ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->Get(req->id()));
     ToProto(info, resp);
     return grpc::Status::OK;

@@ -1025,7 +1025,9 @@ Status SandboxManager::Pause(const std::string& id) {
   return absl::OkStatus();
 }
 
-Status SandboxManager::Resume(const std::string& id) {
+Status SandboxManager::Resume(const std::string& id) { return Resume(id, true); }
+
+Status SandboxManager::Resume(const std::string& id, bool prefetch) {
   std::shared_ptr<Entry> e;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -1047,7 +1049,7 @@ Status SandboxManager::Resume(const std::string& id) {
   uint64_t prefetched = 0;
   if (suspended) {
     // Still frozen: the working set comes back before any process runs.
-    StatusOr<uint64_t> p = e->sandbox->EndSuspend(options_.suspend_prefetch);
+    StatusOr<uint64_t> p = e->sandbox->EndSuspend(options_.suspend_prefetch && prefetch);
     if (!p.ok()) {
       Log(spdlog::level::warn, "ending suspend failed; resuming anyway", {{"sandbox", id}, {"error", p.status().ToString()}});
     } else {

@@ -220,6 +220,9 @@ class SandboxManager {
   // Resumes a paused or suspended sandbox (a suspended one gets its working
   // set prefetched first, see ManagerOptions::suspend_prefetch). Idempotent.
   Status Resume(const std::string& id);
+  // Same; `prefetch` false skips the working-set prefetch of a suspended
+  // sandbox even when ManagerOptions::suspend_prefetch is set.
+  Status Resume(const std::string& id, bool prefetch);
   // Pauses (if running) then reclaims the sandbox's memory into swap
   // (kSuspended, persisted). Idempotent. If the reclaim fails, a sandbox that
   // was running is resumed and the error returned.

@@ -347,10 +347,12 @@ class Sandbox:
         self._info = self._client._lifecycle().pause(self.id)
         return self._info
 
-    def resume(self) -> SandboxInfo:
-        """Thaws a paused or suspended sandbox (a suspended one gets its
-        working set prefetched back first)."""
-        self._info = self._client._lifecycle().resume(self.id)
+    def resume(self, prefetch: bool = True) -> SandboxInfo:
+        """Thaws a paused or suspended sandbox. A suspended one first gets
+        its working set prefetched back from swap (every process's mappings
+        and the tmpfs upper's files), unless prefetch=False (pages then come
+        back on first touch)."""
+        self._info = self._client._lifecycle().resume(self.id, prefetch)
         return self._info
 
     def suspend(self) -> SandboxInfo:

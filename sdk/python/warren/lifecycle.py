@@ -88,9 +88,9 @@ class Lifecycle:
         return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Pause(
             pb.PauseRequest(id=sandbox_id), metadata=self._md())))
 
-    def resume(self, sandbox_id: str) -> SandboxInfo:
+    def resume(self, sandbox_id: str, prefetch: bool = True) -> SandboxInfo:
         return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Resume(
-            pb.ResumeRequest(id=sandbox_id), metadata=self._md())))
+            pb.ResumeRequest(id=sandbox_id, no_prefetch=not prefetch), metadata=self._md())))
 
     def suspend(self, sandbox_id: str) -> SandboxInfo:
         return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Suspend(

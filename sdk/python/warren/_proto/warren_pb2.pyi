@@ -454,10 +454,12 @@ class PauseRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ResumeRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "no_prefetch")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NO_PREFETCH_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    no_prefetch: bool
+    def __init__(self, id: _Optional[str] = ..., no_prefetch: _Optional[bool] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
     __slots__ = ("id", "name", "exclude", "no_pause")
