@@ -13,8 +13,9 @@
 //            Execs return) → Release layers → remove record and dir.
 //            Concurrent Destroys of one id wait for the first; destroying an
 //            unknown id is NotFound.
-//   Restart: Start() reads every record: "running" → Backend::Adopt and
-//            re-Acquire its layers, or Cleanup + remove when it is gone;
+//   Restart: Start() reads every record: "running" (also paused/suspended)
+//            → Backend::Adopt and re-Acquire its layers, or Cleanup + remove
+//            when it is gone;
 //            "creating"/"destroying" → Backend::Cleanup + remove; then Sweep.
 // The manager's destructor (daemon shutdown) does NOT destroy sandboxes: they
 // outlive the daemon and are re-adopted by the next Start().
