@@ -53,6 +53,7 @@ v1::SandboxState ToProto(node::SandboxState s) {
     case node::SandboxState::kRunning: return v1::SANDBOX_STATE_RUNNING;
     case node::SandboxState::kDestroying: return v1::SANDBOX_STATE_STOPPED;
     case node::SandboxState::kPaused: return v1::SANDBOX_STATE_PAUSED;
+    case node::SandboxState::kSuspended: return v1::SANDBOX_STATE_SUSPENDED;
   }
   return v1::SANDBOX_STATE_UNSPECIFIED;
 }
@@ -276,6 +277,10 @@ class SandboxesService final : public v1::Sandboxes::Service {
     StatusOr<node::SandboxInfo> info = impl_->m_->Get(req->id());
     if (!info.ok()) return ToGrpcStatus(info.status());
     ToProto(*info, resp);
+    if (StatusOr<node::SandboxMemory> m = impl_->m_->Memory(req->id()); m.ok()) {
+      resp->set_memory_bytes(m->memory_bytes);
+      resp->set_swap_bytes(m->swap_bytes);
+    }
     return grpc::Status::OK;
   }
 
@@ -624,7 +629,7 @@ class LifecycleService final : public v1::Lifecycle::Service {
   grpc::Status Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req, v1::Sandbox* resp) override {
     WARREN_AUTHORIZE(ctx);
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
-    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Resume(req->id())));
+    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Resume(req->id(), !req->no_prefetch())));
     ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->Get(req->id()));
     ToProto(info, resp);
     return grpc::Status::OK;
@@ -711,6 +716,27 @@ class LifecycleService final : public v1::Lifecycle::Service {
     WARREN_AUTHORIZE(ctx);
     if (req->job().empty()) return Invalid("job is empty");
     resp->set_affected(impl_->m_->DestroyJob(req->job(), "job destroy requested"));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Suspend(grpc::ServerContext* ctx, const v1::SuspendRequest* req, v1::Sandbox* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+    WARREN_RETURN_IF_GRPC_ERROR(ToGrpcStatus(impl_->m_->Suspend(req->id())));
+    ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, impl_->m_->Get(req->id()));
+    ToProto(info, resp);
+    if (StatusOr<node::SandboxMemory> m = impl_->m_->Memory(req->id()); m.ok()) {
+      resp->set_memory_bytes(m->memory_bytes);
+      resp->set_swap_bytes(m->swap_bytes);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    (void)req;
+    for (const node::JobInfo& j : impl_->m_->ListJobs()) ToJob(j, resp->add_jobs());
     return grpc::Status::OK;
   }
 

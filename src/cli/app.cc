@@ -50,12 +50,14 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddLayerCommand(*app, inv);
   AddStatusCommands(*app, inv);
   AddLifecycleCommands(*app, inv);
+  AddSnapshotCommands(*app, inv);
+  AddJobCommand(*app, inv);
   return app;
 }
 
 namespace {
 
-// If the verb is `exec` and a "--" follows it, moves the words after the
+// If the verb is `exec` or `grade` and a "--" follows it, moves the words after the
 // "--" into inv.exec_tail and drops them (and the "--") from args.
 void SplitExecTail(std::vector<std::string>& args, Invocation& inv) {
   size_t i = 1;
@@ -69,7 +71,7 @@ void SplitExecTail(std::vector<std::string>& args, Invocation& inv) {
       break;
     }
   }
-  if (i >= args.size() || args[i] != "exec") return;
+  if (i >= args.size() || (args[i] != "exec" && args[i] != "grade")) return;
   for (size_t j = i + 1; j < args.size(); ++j) {
     if (args[j] == "--") {
       inv.exec_dashdash = true;

@@ -88,6 +88,20 @@ struct LayerBuildArgs {
   std::string tar;  // path or "-" for stdin
 };
 
+// RL lifecycle verbs (lifecycle.cc: suspend, ttl; snapshot.cc: snapshot,
+// fork, grade; job.cc: job ...).
+struct RlArgs {
+  std::string id;                            // sandbox id
+  std::string name;                          // snapshot --name; job NAME
+  std::vector<std::string> exclude;          // snapshot --exclude GLOB
+  bool no_pause = false;                     // snapshot --no-pause
+  uint32_t n = 0;                            // fork -n
+  std::vector<std::string> protected_paths;  // grade --protected PATH
+  double timeout_s = 0;                      // grade --timeout
+  uint32_t ttl_s = 0;                        // ttl ID SECONDS
+  uint32_t lease_s = 0, grace_s = 0;         // job heartbeat --lease/--grace
+};
+
 // Everything one invocation parsed. Exactly one verb's callback sets `run`.
 struct Invocation {
   GlobalOptions global;
@@ -105,6 +119,7 @@ struct Invocation {
   std::vector<std::string> exec_tail;
   // audit, pause, resume (lifecycle.cc): the sandbox id.
   std::string lifecycle_id;
+  RlArgs rl;
   // "create", "exec", "layer build", ...: the verb that was chosen.
   std::string verb;
   std::function<int(Invocation&)> run;
@@ -118,7 +133,9 @@ void AddRmCommand(CLI::App& root, Invocation& inv);
 void AddCpCommand(CLI::App& root, Invocation& inv);
 void AddLayerCommand(CLI::App& root, Invocation& inv);
 void AddStatusCommands(CLI::App& root, Invocation& inv);  // status, version
-void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume
+void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume, suspend, ttl
+void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
+void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);
@@ -138,6 +155,8 @@ StatusOr<std::pair<std::string, std::string>> ParseKeyValue(
     const std::string& kv, const std::string& flag);
 
 StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a);
+// grade: the grader command is inv.exec_tail (words after "--").
+StatusOr<v1::GradeRequest> BuildGradeRequest(const RlArgs& a, const std::vector<std::string>& cmd);
 // Does not read stdin or --stdin-file (RunExec does).
 StatusOr<v1::ExecRequest> BuildExecRequest(const ExecArgs& a);
 StatusOr<v1::ListSandboxesRequest> BuildListRequest(const LsArgs& a);

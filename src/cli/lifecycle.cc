@@ -1,5 +1,6 @@
 // warren audit ID: the sandbox's audit log (every exec and file call, kept by
-// the daemon outside the sandbox); warren pause ID / warren resume ID.
+// the daemon outside the sandbox); warren pause ID / warren resume ID;
+// warren suspend ID (pause + memory reclaimed into swap); warren ttl ID SECONDS.
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -73,11 +74,50 @@ int RunPauseResume(Invocation& inv, bool pause) {
     return kExitError;
   }
   if (inv.global.json) {
-    PrintJson({{"id", sb.id()}, {"state", pause ? "paused" : "running"}});
+    PrintJson({{"id", sb.id()}, {"state", StateName(sb.state())}});
   } else {
     std::cout << sb.id() << std::endl;
   }
   return kExitOk;
+}
+
+int PrintSandbox(Invocation& inv, const grpc::Status& gs, const v1::Sandbox& sb) {
+  Status st = FromGrpc(gs);
+  if (!st.ok()) {
+    PrintError(st);
+    return kExitError;
+  }
+  if (inv.global.json) {
+    PrintJson(SandboxToJson(sb));
+  } else {
+    std::cout << sb.id() << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunSuspend(Invocation& inv) {
+  Client client(inv.global);
+  v1::Lifecycle::Stub stub(client.channel());
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::SuspendRequest req;
+  req.set_id(inv.rl.id);
+  v1::Sandbox sb;
+  grpc::Status gs = stub.Suspend(&ctx, req, &sb);
+  return PrintSandbox(inv, gs, sb);
+}
+
+int RunTtl(Invocation& inv) {
+  Client client(inv.global);
+  v1::Lifecycle::Stub stub(client.channel());
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::ExtendTtlRequest req;
+  req.set_id(inv.rl.id);
+  req.set_ttl_s(inv.rl.ttl_s);
+  v1::Sandbox sb;
+  grpc::Status gs = stub.ExtendTtl(&ctx, req, &sb);
+  return PrintSandbox(inv, gs, sb);
 }
 
 }  // namespace
@@ -103,6 +143,22 @@ void AddLifecycleCommands(CLI::App& root, Invocation& inv) {
   resume->callback([&inv] {
     inv.verb = "resume";
     inv.run = [](Invocation& i) { return RunPauseResume(i, false); };
+  });
+  CLI::App* suspend = root.add_subcommand(
+      "suspend", "Pause a sandbox and give its memory back (reclaimed into swap); resume or any call brings it back.");
+  suspend->fallthrough();
+  suspend->add_option("id", inv.rl.id, "sandbox id")->required();
+  suspend->callback([&inv] {
+    inv.verb = "suspend";
+    inv.run = RunSuspend;
+  });
+  CLI::App* ttl = root.add_subcommand("ttl", "Set a sandbox's TTL to SECONDS from now (0 = no TTL).");
+  ttl->fallthrough();
+  ttl->add_option("id", inv.rl.id, "sandbox id")->required();
+  ttl->add_option("seconds", inv.rl.ttl_s, "TTL in seconds from now; 0 = none")->required();
+  ttl->callback([&inv] {
+    inv.verb = "ttl";
+    inv.run = RunTtl;
   });
 }
 

@@ -19,6 +19,7 @@ std::string StateName(v1::SandboxState state) {
     case v1::SANDBOX_STATE_CREATING: return "creating";
     case v1::SANDBOX_STATE_RUNNING: return "running";
     case v1::SANDBOX_STATE_PAUSED: return "paused";
+    case v1::SANDBOX_STATE_SUSPENDED: return "suspended";
     case v1::SANDBOX_STATE_STOPPED: return "stopped";
     case v1::SANDBOX_STATE_DESTROYED: return "destroyed";
     default: return "unspecified";
@@ -55,7 +56,12 @@ nlohmann::json SandboxToJson(const v1::Sandbox& s) {
           {"job", s.job()},
           {"created_at_ns", s.created_at_ns()},
           {"init_pid", s.init_pid()},
-          {"hostname", s.hostname()}};
+          {"hostname", s.hostname()},
+          {"ttl_s", s.ttl_s()},
+          {"expires_at_ns", s.expires_at_ns()},
+          {"idle_timeout_s", s.idle_timeout_s()},
+          {"memory_bytes", s.memory_bytes()},
+          {"swap_bytes", s.swap_bytes()}};
 }
 
 nlohmann::json LayerToJson(const v1::Layer& l) {

@@ -8,19 +8,38 @@
 // that SIGTERM/SIGINT/SIGHUP sent by sandbox code do not end the sandbox;
 // SIGCHLD triggers a reap pass. Linked -static, no allocation: RSS stays far
 // below 1 MiB.
+//
+// argv[1], if given, is a decimal fd to keep open: the daemon's handle on the
+// sandbox's upper dir (a detached tmpfs), found again through
+// /proc/<init>/fd after a daemon restart. warren-init makes itself
+// non-dumpable so that sandbox processes (same uid, no CAP_SYS_PTRACE)
+// cannot open /proc/1/fd/* and reach it; the host daemon still can.
 #include <errno.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+static int ParseFd(const char* s) {
+  int v = 0;
+  if (s == NULL || *s == '\0') return -1;
+  for (; *s; ++s) {
+    if (*s < '0' || *s > '9' || v > 100000000) return -1;
+    v = v * 10 + (*s - '0');
+  }
+  return v;
+}
+
 int main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, NULL);
-  // Close whatever the launcher may have leaked (it passes none on purpose).
-  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  const int keep = argc > 1 ? ParseFd(argv[1]) : -1;
+  // Close whatever else the launcher may have leaked (it passes none on purpose).
+  for (int fd = 3; fd < 1024; ++fd) {
+    if (fd != keep) close(fd);
+  }
   for (;;) {
     // Reap everything that is already dead before sleeping again.
     for (;;) {

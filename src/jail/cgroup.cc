@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
@@ -263,6 +264,30 @@ class CgroupV1 : public Cgroup {
     return t ? ParseKey(*t, "oom_kill") : 0;
   }
 
+  StatusOr<uint64_t> MemoryUsage() const override {
+    auto it = hiers_.find("memory");
+    if (it == hiers_.end()) return absl::NotFoundError("cgroup " + rel_ + " has no memory controller");
+    const std::string path = it->second + "/memory.usage_in_bytes";
+    auto t = ReadFile(path);
+    uint64_t v = 0;
+    if (!t || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*t), &v)) return ErrnoToStatus(errno, "read(" + path + ")");
+    return v;
+  }
+  uint64_t SwapUsage() const override {
+    auto it = hiers_.find("memory");
+    if (it == hiers_.end()) return 0;
+    auto t = ReadFile(it->second + "/memory.stat");
+    return t ? ParseKey(*t, "swap") : 0;
+  }
+  Status ReclaimMemory() override {
+    auto it = hiers_.find("memory");
+    if (it == hiers_.end()) return absl::NotFoundError("cgroup " + rel_ + " has no memory controller");
+    // The kernel reclaims until the usage is 0 or 16 passes free nothing;
+    // it returns 0 either way (EINTR only on a signal).
+    return WriteFile(it->second + "/memory.force_empty", "0");
+  }
+  Status EndReclaim() override { return absl::OkStatus(); }
+
   Status Remove() override {
     Status first;
     for (const auto& [c, d] : hiers_) {
@@ -397,6 +422,33 @@ class CgroupV2 : public Cgroup {
   uint64_t OomKillCount() const override {
     auto t = ReadFile(dir_ + "/memory.events");
     return t ? ParseKey(*t, "oom_kill") : 0;
+  }
+
+  StatusOr<uint64_t> MemoryUsage() const override {
+    const std::string path = dir_ + "/memory.current";
+    auto t = ReadFile(path);
+    uint64_t v = 0;
+    if (!t || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*t), &v)) return ErrnoToStatus(errno, "read(" + path + ")");
+    return v;
+  }
+  uint64_t SwapUsage() const override {
+    auto t = ReadFile(dir_ + "/memory.swap.current");
+    uint64_t v = 0;
+    return t && absl::SimpleAtoi(absl::StripAsciiWhitespace(*t), &v) ? v : 0;
+  }
+  Status ReclaimMemory() override {
+    // Sandboxes run with memory.swap.max = 0 (SetLimits); a suspended one may swap.
+    if (Exists(dir_ + "/memory.swap.max")) RETURN_IF_ERROR(WriteFile(dir_ + "/memory.swap.max", "max"));
+    ASSIGN_OR_RETURN(uint64_t usage, MemoryUsage());
+    if (usage == 0) return absl::OkStatus();
+    // EAGAIN: less than asked could be reclaimed, which is expected (kernel memory).
+    Status s = WriteFile(dir_ + "/memory.reclaim", std::to_string(usage));
+    if (!s.ok() && StatusErrno(s) == EAGAIN) return absl::OkStatus();
+    return s;
+  }
+  Status EndReclaim() override {
+    if (!Exists(dir_ + "/memory.swap.max")) return absl::OkStatus();
+    return WriteFile(dir_ + "/memory.swap.max", "0");
   }
 
   Status Remove() override { return RemoveTree(dir_); }

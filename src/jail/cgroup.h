@@ -73,6 +73,23 @@ class Cgroup {
   // The memory cgroup's oom_kill counter (v1 memory.oom_control, v2
   // memory.events); 0 when not available.
   virtual uint64_t OomKillCount() const = 0;
+  // ---- memory reclaim (suspend, issue 4)
+  // Bytes charged to the memory cgroup (v1 memory.usage_in_bytes, v2
+  // memory.current); NotFound without a memory controller.
+  virtual StatusOr<uint64_t> MemoryUsage() const = 0;
+  // Bytes of this cgroup's memory in swap (v1 memory.stat "swap", v2
+  // memory.swap.current); 0 when not accounted.
+  virtual uint64_t SwapUsage() const = 0;
+  // Pushes as much of the cgroup's memory (anon, tmpfs/shmem, page cache) out
+  // as the kernel can: v1 writes memory.force_empty (works with tasks in the
+  // cgroup, frozen or not; reclaims with swap), v2 lets the cgroup swap
+  // (memory.swap.max = max) and writes its usage to memory.reclaim. Anonymous
+  // and tmpfs pages need swap on the host. Blocks until done (about 1 s per
+  // GiB into zram here). Errors name the file.
+  virtual Status ReclaimMemory() = 0;
+  // Undoes what ReclaimMemory changed besides the reclaim itself (v2:
+  // memory.swap.max back to 0, so a running sandbox does not swap); v1: no-op.
+  virtual Status EndReclaim() = 0;
   // Removes the cgroup's descendants then itself (they must be empty).
   // NotFound is not an error (idempotent).
   virtual Status Remove() = 0;

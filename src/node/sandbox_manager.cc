@@ -122,6 +122,7 @@ const char* SandboxStateName(SandboxState s) {
     case SandboxState::kRunning: return "running";
     case SandboxState::kDestroying: return "destroying";
     case SandboxState::kPaused: return "paused";
+    case SandboxState::kSuspended: return "suspended";
   }
   return "unknown";
 }
@@ -336,10 +337,13 @@ nlohmann::json SandboxManager::MakeRecord(const Entry& e, SandboxState state) co
   nlohmann::json j = {
       {"version", 1},
       {"id", e.info.id},
-      // A paused sandbox is persisted as "running" + "paused" (older daemons
-      // adopt it as running).
-      {"state", SandboxStateName(state == SandboxState::kPaused ? SandboxState::kRunning : state)},
-      {"paused", state == SandboxState::kPaused},
+      // A paused (suspended) sandbox is persisted as "running" + "paused"
+      // (+ "suspended"): older daemons adopt it as running / paused.
+      {"state", SandboxStateName(state == SandboxState::kPaused || state == SandboxState::kSuspended
+                                     ? SandboxState::kRunning
+                                     : state)},
+      {"paused", state == SandboxState::kPaused || state == SandboxState::kSuspended},
+      {"suspended", state == SandboxState::kSuspended},
       {"expires_at_ns", e.info.expires_at_ns},
       {"idle_timeout_s", e.info.idle_timeout_s},
       {"backend", e.info.backend},
@@ -615,7 +619,8 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::s
     std::lock_guard<std::mutex> l(mu_);
     auto it = table_.find(id);
     if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
-    paused = it->second->info.state == SandboxState::kPaused;
+    paused = it->second->info.state == SandboxState::kPaused ||
+             it->second->info.state == SandboxState::kSuspended;
     if (!paused && it->second->info.state != SandboxState::kRunning) {
       return absl::FailedPreconditionError("sandbox " + id + " is " +
                                            SandboxStateName(it->second->info.state));
@@ -623,7 +628,7 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::s
     it->second->info.last_activity_ns = NowNs();
     if (!paused) return it->second->sandbox;
   }
-  // Any call on a paused sandbox resumes it.
+  // Any call on a paused or suspended sandbox resumes it.
   RETURN_IF_ERROR(const_cast<SandboxManager*>(this)->Resume(id));
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(id);
@@ -805,6 +810,7 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     e->info.idle_timeout_s = rec.value("idle_timeout_s", 0u);
     e->info.last_activity_ns = NowNs();  // idle time restarts with the daemon
     if (rec.value("paused", false)) e->info.state = SandboxState::kPaused;
+    if (rec.value("suspended", false)) e->info.state = SandboxState::kSuspended;
     e->spec.backend = bname;
     e->spec.layers = e->info.layer_names;
     e->spec.resources = e->info.resources;
@@ -979,7 +985,7 @@ StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t 
     if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
     e = it->second;
     state = e->info.state;
-    if (state != SandboxState::kRunning && state != SandboxState::kPaused) {
+    if (state != SandboxState::kRunning && state != SandboxState::kPaused && state != SandboxState::kSuspended) {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(state));
     }
     e->info.ttl_s = ttl_s;
@@ -1002,7 +1008,7 @@ Status SandboxManager::Pause(const std::string& id) {
   std::lock_guard<std::mutex> pl(e->pause_mu);
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (e->info.state == SandboxState::kPaused) return absl::OkStatus();
+    if (e->info.state == SandboxState::kPaused || e->info.state == SandboxState::kSuspended) return absl::OkStatus();
     if (e->info.state != SandboxState::kRunning) {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
     }
@@ -1019,7 +1025,9 @@ Status SandboxManager::Pause(const std::string& id) {
   return absl::OkStatus();
 }
 
-Status SandboxManager::Resume(const std::string& id) {
+Status SandboxManager::Resume(const std::string& id) { return Resume(id, true); }
+
+Status SandboxManager::Resume(const std::string& id, bool prefetch) {
   std::shared_ptr<Entry> e;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -1028,11 +1036,24 @@ Status SandboxManager::Resume(const std::string& id) {
     e = it->second;
   }
   std::lock_guard<std::mutex> pl(e->pause_mu);
+  bool suspended;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (e->info.state == SandboxState::kRunning) return absl::OkStatus();
-    if (e->info.state != SandboxState::kPaused) {
+    if (e->info.state != SandboxState::kPaused && e->info.state != SandboxState::kSuspended) {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+    suspended = e->info.state == SandboxState::kSuspended;
+  }
+  const int64_t t0 = NowNs();
+  uint64_t prefetched = 0;
+  if (suspended) {
+    // Still frozen: the working set comes back before any process runs.
+    StatusOr<uint64_t> p = e->sandbox->EndSuspend(options_.suspend_prefetch && prefetch);
+    if (!p.ok()) {
+      Log(spdlog::level::warn, "ending suspend failed; resuming anyway", {{"sandbox", id}, {"error", p.status().ToString()}});
+    } else {
+      prefetched = *p;
     }
   }
   RETURN_IF_ERROR(e->sandbox->Resume());
@@ -1044,8 +1065,79 @@ Status SandboxManager::Resume(const std::string& id) {
   AddTransition(e->transitions, SandboxState::kRunning, "resumed");
   Status s = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
   if (!s.ok()) Log(spdlog::level::warn, "persisting resumed state failed", {{"sandbox", id}, {"error", s.ToString()}});
-  Log(spdlog::level::info, "sandbox resumed", {{"sandbox", id}});
+  Log(spdlog::level::info, "sandbox resumed",
+      {{"sandbox", id}, {"from", suspended ? "suspended" : "paused"},
+       {"prefetched_bytes", std::to_string(prefetched)}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return absl::OkStatus();
+}
+
+Status SandboxManager::Suspend(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    e = it->second;
+  }
+  std::lock_guard<std::mutex> pl(e->pause_mu);
+  bool was_running;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (e->info.state == SandboxState::kSuspended) return absl::OkStatus();
+    if (e->info.state != SandboxState::kRunning && e->info.state != SandboxState::kPaused) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+    was_running = e->info.state == SandboxState::kRunning;
+  }
+  const int64_t t0 = NowNs();
+  if (was_running) RETURN_IF_ERROR(e->sandbox->Pause());
+  const uint64_t before = e->sandbox->MemoryUsage().value_or(0);
+  Status rs = e->sandbox->ReclaimMemory();
+  if (!rs.ok()) {
+    // Undo: the sandbox goes back to the state it was in.
+    (void)e->sandbox->EndSuspend(false);
+    if (was_running) {
+      Status us = e->sandbox->Resume();
+      if (!us.ok()) {
+        Log(spdlog::level::err, "resuming after a failed suspend failed; sandbox left paused",
+            {{"sandbox", id}, {"error", us.ToString()}});
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          e->info.state = SandboxState::kPaused;
+        }
+        AddTransition(e->transitions, SandboxState::kPaused, "suspend failed");
+        (void)records_.Put(id, MakeRecord(*e, SandboxState::kPaused));
+      }
+    }
+    return Status(rs.code(), "suspend of " + id + ": " + std::string(rs.message()));
+  }
+  const uint64_t after = e->sandbox->MemoryUsage().value_or(0);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    e->info.state = SandboxState::kSuspended;
+  }
+  AddTransition(e->transitions, SandboxState::kSuspended, "suspend requested");
+  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kSuspended));
+  if (!s.ok()) Log(spdlog::level::warn, "persisting suspended state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  Log(spdlog::level::info, "sandbox suspended",
+      {{"sandbox", id}, {"memory_before_bytes", std::to_string(before)}, {"memory_after_bytes", std::to_string(after)},
+       {"swap_bytes", std::to_string(e->sandbox->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+  return absl::OkStatus();
+}
+
+StatusOr<SandboxMemory> SandboxManager::Memory(const std::string& id) const {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    e = it->second;
+    if (e->sandbox == nullptr) return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+  }
+  SandboxMemory m;
+  ASSIGN_OR_RETURN(m.memory_bytes, e->sandbox->MemoryUsage());
+  m.swap_bytes = e->sandbox->SwapUsage();
+  return m;
 }
 
 namespace {
@@ -1089,7 +1181,7 @@ StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) 
     auto it = table_.find(req.id);
     if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(req.id) + " not found");
     e = it->second;
-    paused = e->info.state == SandboxState::kPaused;
+    paused = e->info.state == SandboxState::kPaused || e->info.state == SandboxState::kSuspended;
     if (!paused && e->info.state != SandboxState::kRunning) {
       return absl::FailedPreconditionError("sandbox " + req.id + " is " + SandboxStateName(e->info.state));
     }
@@ -1134,7 +1226,7 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
     auto it = table_.find(req.id);
     if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(req.id) + " not found");
     e = it->second;
-    paused = e->info.state == SandboxState::kPaused;
+    paused = e->info.state == SandboxState::kPaused || e->info.state == SandboxState::kSuspended;
     if (!paused && e->info.state != SandboxState::kRunning) {
       return absl::FailedPreconditionError("sandbox " + req.id + " is " + SandboxStateName(e->info.state));
     }
@@ -1326,11 +1418,31 @@ StatusOr<JobInfo> SandboxManager::GetJob(const std::string& job) const {
   return out;
 }
 
+std::vector<JobInfo> SandboxManager::ListJobs() const {
+  std::map<std::string, JobInfo> out;
+  {
+    std::lock_guard<std::mutex> l(jobs_mu_);
+    out = jobs_;
+  }
+  for (const SandboxInfo& i : List({}, "")) {
+    if (i.job.empty()) continue;
+    JobInfo& j = out[i.job];
+    j.name = i.job;
+    ++j.sandboxes;
+  }
+  std::vector<JobInfo> v;
+  for (auto& [name, j] : out) {
+    if (j.lease_s == 0 && j.sandboxes == 0) continue;
+    v.push_back(j);
+  }
+  return v;
+}
+
 uint32_t SandboxManager::SuspendJob(const std::string& job, const std::string& reason) {
   uint32_t n = 0;
   for (const SandboxInfo& i : List({}, job)) {
-    if (i.state != SandboxState::kRunning) continue;
-    Status s = Pause(i.id);
+    if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused) continue;
+    Status s = Suspend(i.id);
     if (s.ok()) {
       ++n;
     } else {
@@ -1343,7 +1455,7 @@ uint32_t SandboxManager::SuspendJob(const std::string& job, const std::string& r
 uint32_t SandboxManager::ResumeJob(const std::string& job) {
   uint32_t n = 0;
   for (const SandboxInfo& i : List({}, job)) {
-    if (i.state != SandboxState::kPaused) continue;
+    if (i.state != SandboxState::kPaused && i.state != SandboxState::kSuspended) continue;
     Status s = Resume(i.id);
     if (s.ok()) {
       ++n;
@@ -1403,7 +1515,10 @@ std::vector<std::string> SandboxManager::ReapExpired() {
     const int64_t now = NowNs();
     for (const auto& [id, e] : table_) {
       const SandboxInfo& i = e->info;
-      if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused) continue;
+      if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused &&
+          i.state != SandboxState::kSuspended) {
+        continue;
+      }
       if (i.expires_at_ns > 0 && now >= i.expires_at_ns) {
         victims.emplace_back(id, "ttl expired");
       } else if (i.idle_timeout_s > 0 && e->inflight_execs == 0 && i.state == SandboxState::kRunning &&

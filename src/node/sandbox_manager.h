@@ -13,8 +13,9 @@
 //            Execs return) → Release layers → remove record and dir.
 //            Concurrent Destroys of one id wait for the first; destroying an
 //            unknown id is NotFound.
-//   Restart: Start() reads every record: "running" → Backend::Adopt and
-//            re-Acquire its layers, or Cleanup + remove when it is gone;
+//   Restart: Start() reads every record: "running" (also paused/suspended)
+//            → Backend::Adopt and re-Acquire its layers, or Cleanup + remove
+//            when it is gone;
 //            "creating"/"destroying" → Backend::Cleanup + remove; then Sweep.
 // The manager's destructor (daemon shutdown) does NOT destroy sandboxes: they
 // outlive the daemon and are re-adopted by the next Start().
@@ -27,9 +28,11 @@
 //   Pause/Resume: cgroup freezer via the backend; "paused" is persisted (the
 //   freezer state outlives the daemon); any exec/file call (Running()) resumes
 //   first. Jobs: a lease per job renewed by JobHeartbeat; on lapse the job's
-//   sandboxes are paused ("suspended": no memory is reclaimed, see
-//   bench/RESULTS.md), destroyed after grace_s unless a heartbeat comes first
-//   (which resumes them). Snapshot/Grade: see upper_copy.h. Audit log: one
+//   sandboxes are suspended, destroyed after grace_s unless a heartbeat comes first
+//   (which resumes them). Suspend = pause + reclaim of the sandbox's memory
+//   into swap/zram (Sandbox::ReclaimMemory); resuming a suspended sandbox
+//   prefetches its working set (Sandbox::EndSuspend) before thawing it;
+//   "suspended" is persisted like "paused". Snapshot/Grade: see upper_copy.h. Audit log: one
 //   JSON line per exec/file call in <state_dir>/audit/<id>.jsonl, removed
 //   with the sandbox. Request ids: in memory only (lost on daemon restart).
 //
@@ -60,7 +63,8 @@
 
 namespace warren::node {
 
-enum class SandboxState { kCreating, kRunning, kDestroying, kPaused };
+// kSuspended: paused with its memory reclaimed into swap (issue 4).
+enum class SandboxState { kCreating, kRunning, kDestroying, kPaused, kSuspended };
 const char* SandboxStateName(SandboxState s);
 
 // A user spec as accepted by create and exec: "root", a user name
@@ -152,6 +156,13 @@ struct ManagerOptions {
   std::chrono::milliseconds sweep_interval{10000};  // 0 = no periodic sweep thread
   std::chrono::milliseconds reap_interval{500};     // TTL/idle reaper period; 0 = no reaper thread
   size_t max_recorded_calls = 1024;                 // per sandbox, for request ids
+  bool suspend_prefetch = true;  // resuming a suspended sandbox prefetches its working set
+};
+
+// Memory of one sandbox, read from its memory cgroup now.
+struct SandboxMemory {
+  uint64_t memory_bytes = 0;  // charged (RSS + page cache + tmpfs)
+  uint64_t swap_bytes = 0;    // of it in swap
 };
 
 struct NodeCounters {
@@ -207,7 +218,19 @@ class SandboxManager {
   // Freezes every process (state kPaused, persisted). Any exec or file call
   // (Running()) resumes it first. Idempotent.
   Status Pause(const std::string& id);
+  // Resumes a paused or suspended sandbox (a suspended one gets its working
+  // set prefetched first, see ManagerOptions::suspend_prefetch). Idempotent.
   Status Resume(const std::string& id);
+  // Same; `prefetch` false skips the working-set prefetch of a suspended
+  // sandbox even when ManagerOptions::suspend_prefetch is set.
+  Status Resume(const std::string& id, bool prefetch);
+  // Pauses (if running) then reclaims the sandbox's memory into swap
+  // (kSuspended, persisted). Idempotent. If the reclaim fails, a sandbox that
+  // was running is resumed and the error returned.
+  Status Suspend(const std::string& id);
+  StatusOr<SandboxMemory> Memory(const std::string& id) const;
+  // Every job with a lease or with sandboxes, by name.
+  std::vector<JobInfo> ListJobs() const;
   // Packs the sandbox's upper (minus `exclude`) into a new layer: ids mapped
   // back to those inside, whiteouts/opaque dirs/xattrs/hardlinks kept. A
   // sandbox from the same layers + this one shows the snapshotted state.
@@ -223,13 +246,13 @@ class SandboxManager {
   // previous values (defaults 60 s / 300 s). Persisted in <state_dir>/jobs.json.
   StatusOr<JobInfo> JobHeartbeat(const std::string& job, uint32_t lease_s, uint32_t grace_s);
   StatusOr<JobInfo> GetJob(const std::string& job) const;
-  // Pause / resume / destroy every sandbox of a job; returns how many were
+  // Suspend / resume / destroy every sandbox of a job; returns how many were
   // affected. Errors of single sandboxes are logged and skipped.
   uint32_t SuspendJob(const std::string& job, const std::string& reason);
   uint32_t ResumeJob(const std::string& job);
   uint32_t DestroyJob(const std::string& job, const std::string& reason);
   // Destroys sandboxes whose TTL or idle timeout expired (the reaper thread
-  // calls this; a paused sandbox is never idle, its TTL still runs), pauses
+  // calls this; a paused or suspended sandbox is never idle, its TTL still runs), suspends
   // the sandboxes of jobs whose lease lapsed and destroys them after the
   // grace period; returns the ids destroyed for TTL/idle.
   std::vector<std::string> ReapExpired();

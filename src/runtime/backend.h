@@ -156,6 +156,24 @@ class Sandbox {
   virtual uint32_t upper_host_root_id() const { return 0; }
   // Size of the id range mapped into the sandbox.
   virtual uint32_t upper_id_range() const { return 0; }
+
+  // ---- suspend (issue 4): a paused sandbox gives its memory back.
+  // Bytes of memory charged to the sandbox (its memory cgroup: RSS, page
+  // cache, tmpfs upper) and bytes of it in swap.
+  virtual StatusOr<uint64_t> MemoryUsage() const { return absl::UnimplementedError("memory usage is not supported by this backend"); }
+  virtual uint64_t SwapUsage() const { return 0; }
+  // Pushes the memory of a PAUSED sandbox out to swap/zram (anonymous and
+  // tmpfs pages) or drops it (clean page cache): see jail::Cgroup::
+  // ReclaimMemory. FailedPrecondition when not paused. Without swap on the
+  // host only clean page cache goes.
+  virtual Status ReclaimMemory() { return absl::UnimplementedError("suspend is not supported by this backend"); }
+  // Ends a suspend, before Resume (the sandbox still paused). If `prefetch`,
+  // brings the reclaimed working set back before the sandbox runs again:
+  // MADV_WILLNEED (process_madvise) over every mapping of every process and
+  // a read of the tmpfs upper's files (up to the bytes in swap); then the
+  // sandbox runs without swap again (v2). Best effort per process and file
+  // (one that vanished meanwhile is skipped); returns the bytes prefetched.
+  virtual StatusOr<uint64_t> EndSuspend(bool prefetch) { (void)prefetch; return absl::UnimplementedError("suspend is not supported by this backend"); }
 };
 
 class Backend {

@@ -31,6 +31,7 @@
 #include "node/image_layer_provider.h"
 #include "node/log.h"
 #include "node/sandbox_manager.h"
+#include "node/suspend_swap.h"
 #include "runtime/container/container_backend.h"
 
 namespace warren {
@@ -63,6 +64,10 @@ struct Flags {
   std::string http_listen;
   uint32_t fncall_max_workers = 0;
   std::vector<std::string> fncall_layers = {"base/debian-12"};
+  // suspend (issue 4)
+  std::string suspend_swap = "auto";
+  uint64_t zram_size_mb = 0;
+  bool suspend_prefetch = true;
 };
 
 Status MkdirAll(const std::string& path, mode_t mode) {
@@ -160,11 +165,18 @@ Status PrepareSocket(const std::string& path) {
     return absl::InvalidArgumentError("--socket " + path + " is too long for a unix socket");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    return absl::FailedPreconditionError("--socket " + path +
-                                         " is served by another live process");
+  // A daemon killed a moment ago may still have children between fork and
+  // exec (they die with it, PR_SET_PDEATHSIG) holding its listening socket:
+  // give them up to 2 s before calling the socket served.
+  for (int attempt = 0;; ++attempt) {
+    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) break;
+    if (attempt >= 40) {
+      return absl::FailedPreconditionError("--socket " + path +
+                                           " is served by another live process");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoToStatus(errno, "unlink(" + path + ")");
@@ -230,6 +242,25 @@ int Run(const Flags& flags) {
   mopt.state_dir = flags.state_dir;
   mopt.limits.max_sandboxes = flags.max_sandboxes;
   mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
+  mopt.suspend_prefetch = flags.suspend_prefetch;
+  {
+    node::SuspendSwapOptions so;
+    so.mode = flags.suspend_swap;
+    so.zram_size_mb = flags.zram_size_mb;
+    StatusOr<node::SuspendSwap> sw = node::EnsureSuspendSwap(so);
+    if (!sw.ok()) {
+      node::Log(spdlog::level::warn, "no swap for suspend: suspended sandboxes give back only page cache",
+                {{"error", sw.status().ToString()}});
+    } else if (sw->how == "disabled") {
+      node::Log(spdlog::level::info, "suspend swap disabled (--suspend-swap=none)");
+    } else {
+      node::Log(spdlog::level::info,
+                sw->how == "created" ? "suspend swap: set up zram swap"
+                : sw->how == "adopted" ? "suspend swap: adopted the zram swap set up earlier"
+                                       : "suspend swap: using the host's swap",
+                {{"device", sw->device}, {"size_mb", std::to_string(sw->size_bytes >> 20)}});
+    }
+  }
   StatusOr<std::unique_ptr<node::SandboxManager>> manager =
       node::SandboxManager::New(mopt, std::move(backends), std::move(*layers));
   if (!manager.ok()) return fail(manager.status());
@@ -353,6 +384,14 @@ int main(int argc, char** argv) {
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
   app.add_option("--fncall-max-workers", f.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", f.fncall_layers, "fncall: default layers of calls that name none")
+      ->capture_default_str();
+  app.add_option("--suspend-swap", f.suspend_swap,
+                 "swap for suspended sandboxes: auto (set up zram when the host has no swap) | none")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
+  app.add_option("--zram-size-mb", f.zram_size_mb, "size of the zram swap set up by --suspend-swap=auto (0 = RAM/4)");
+  app.add_option("--suspend-prefetch", f.suspend_prefetch,
+                 "resuming a suspended sandbox prefetches its working set (true|false)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

@@ -80,3 +80,52 @@ def test_kill9_restart_readopts_and_cleans(test_root, layer_store, base_layer, d
         if d.proc and d.proc.poll() is None:
             d.stop()
     assert d.proc.returncode == 0
+
+
+@pytest.mark.timeout(600)
+def test_snapshot_grade_fork_and_suspend_after_kill9_restart(test_root, layer_store, base_layer, daemon):
+    """The upper of a sandbox is reached again after a daemon crash (warren-init
+    holds an fd on it): snapshot, fork and grade work on re-adopted sandboxes,
+    and a suspended sandbox comes back suspended and resumes intact."""
+    d = Daemon(test_root, "restart-snap", layer_store, NODE_PREFIX + "s")
+    d.start()
+    try:
+        c = d.client
+        sb = c.create(layers=[base_layer])
+        sb.files.write("/w/answer.txt", b"42\n", make_parents=True)
+        assert sb.exec("rm -rf /etc/apt && echo changed > /etc/motd && chmod 600 /etc/motd", timeout=30).exit_code == 0
+        sus = c.create(layers=[base_layer])
+        sus.files.write("/w/kept.bin", os.urandom(1 << 20) * 4, make_parents=True)
+        kept = sus.files.read("/w/kept.bin")
+        assert sus.suspend().state == "suspended"
+        d.kill9()
+        d.start()
+        c = d.client
+        sb = c.get(sb.id)
+        snap = sb.snapshot()
+        with c.create(layers=snap.layers) as twin:
+            assert twin.files.read("/w/answer.txt") == b"42\n"
+            assert twin.files.read("/etc/motd") == b"changed\n"
+            assert twin.exec("test ! -e /etc/apt && stat -c %a /etc/motd", timeout=30).stdout == b"600\n"
+        kids = sb.fork(2)
+        try:
+            assert [k.files.read("/w/answer.txt") for k in kids] == [b"42\n", b"42\n"]
+        finally:
+            for k in kids:
+                k.destroy()
+        g = sb.grade("grep -q 42 /w/answer.txt && echo pass", protected=["/etc/apt"])
+        assert g.passed and g.result.stdout == b"pass\n" and g.touched == ["/etc/apt"], g
+        # the suspended sandbox: still suspended after the restart, then intact
+        sus = c.get(sus.id)
+        assert sus.cached_info.state == "suspended"
+        assert sus.files.read("/w/kept.bin") == kept  # resumes it
+        assert sus.info().state == "running"
+        for layer in (snap.layer.digest,):
+            try:
+                c.layers.remove(layer)
+            except warren.WarrenError:
+                pass
+        sb.destroy()
+        sus.destroy()
+    finally:
+        d.stop()

@@ -98,6 +98,9 @@ class AsyncSandbox:
     async def resume(self) -> SandboxInfo:
         return await asyncio.to_thread(self._sb.resume)
 
+    async def suspend(self) -> SandboxInfo:
+        return await asyncio.to_thread(self._sb.suspend)
+
     async def extend_ttl(self, ttl_s: int) -> SandboxInfo:
         return await asyncio.to_thread(self._sb.extend_ttl, ttl_s)
 

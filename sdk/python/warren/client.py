@@ -20,7 +20,7 @@ from ._proto import warren_pb2_grpc as pb_grpc
 from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
 
 if False:  # typing only (lifecycle imports this module)
-    from .lifecycle import GradeResult, Job, Lifecycle, Snapshot  # noqa: F401
+    from .lifecycle import GradeResult, Job, JobInfo, Lifecycle, Snapshot  # noqa: F401
 
 __all__ = ["Client", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE"]
 
@@ -347,8 +347,22 @@ class Sandbox:
         self._info = self._client._lifecycle().pause(self.id)
         return self._info
 
-    def resume(self) -> SandboxInfo:
-        self._info = self._client._lifecycle().resume(self.id)
+    def resume(self, prefetch: bool = True) -> SandboxInfo:
+        """Thaws a paused or suspended sandbox. A suspended one first gets
+        its working set prefetched back from swap (every process's mappings
+        and the tmpfs upper's files), unless prefetch=False (pages then come
+        back on first touch)."""
+        self._info = self._client._lifecycle().resume(self.id, prefetch)
+        return self._info
+
+    def suspend(self) -> SandboxInfo:
+        """Pauses the sandbox and gives its memory back to the host: its
+        memory cgroup is reclaimed into swap (zram set up by warrend when the
+        host has none). state becomes "suspended"; the returned info carries
+        memory_bytes/swap_bytes after the reclaim. Any exec/file call or
+        resume() brings it back with processes, open files and files intact.
+        Idempotent."""
+        self._info = self._client._lifecycle().suspend(self.id)
         return self._info
 
     def extend_ttl(self, ttl_s: int) -> SandboxInfo:
@@ -602,6 +616,10 @@ class Client:
         list(), suspend(), resume(), destroy()."""
         from .lifecycle import Job
         return Job(self, name)
+
+    def jobs(self) -> List["JobInfo"]:
+        """Every job the node knows (with a lease or with sandboxes), by name."""
+        return self._lifecycle().list_jobs()
 
     def _lifecycle(self) -> "Lifecycle":
         from .lifecycle import Lifecycle

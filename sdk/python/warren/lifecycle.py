@@ -88,9 +88,17 @@ class Lifecycle:
         return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Pause(
             pb.PauseRequest(id=sandbox_id), metadata=self._md())))
 
-    def resume(self, sandbox_id: str) -> SandboxInfo:
+    def resume(self, sandbox_id: str, prefetch: bool = True) -> SandboxInfo:
         return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Resume(
-            pb.ResumeRequest(id=sandbox_id), metadata=self._md())))
+            pb.ResumeRequest(id=sandbox_id, no_prefetch=not prefetch), metadata=self._md())))
+
+    def suspend(self, sandbox_id: str) -> SandboxInfo:
+        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Suspend(
+            pb.SuspendRequest(id=sandbox_id), metadata=self._md())))
+
+    def list_jobs(self) -> List["JobInfo"]:
+        return self._wrap(lambda: [JobInfo._from_pb(j) for j in self._stub.ListJobs(
+            pb.ListJobsRequest(), metadata=self._md()).jobs])
 
     def snapshot(self, sandbox_id: str, name: Optional[str] = None,
                  exclude: Sequence[str] = (), pause: bool = True,
@@ -124,7 +132,7 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class JobInfo:
-    """A job's lease: lapsed=True means its sandboxes were paused because no
+    """A job's lease: lapsed=True means its sandboxes were suspended because no
     heartbeat came for lease_s seconds; they are destroyed grace_s after the
     lapse unless a heartbeat comes first (which resumes them)."""
 
@@ -177,10 +185,12 @@ class Job:
             pb.JobRequest(job=self.name), metadata=lc._md()).affected)
 
     def suspend(self) -> int:
-        """Pauses every running sandbox of the job; returns how many."""
+        """Suspends (pauses and reclaims the memory of) every running or paused
+        sandbox of the job; returns how many."""
         return self._action("SuspendJob")
 
     def resume(self) -> int:
+        """Resumes every paused or suspended sandbox of the job; returns how many."""
         return self._action("ResumeJob")
 
     def destroy(self) -> int:

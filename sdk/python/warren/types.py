@@ -17,6 +17,7 @@ _STATES = {
     pb.SANDBOX_STATE_PAUSED: "paused",
     pb.SANDBOX_STATE_STOPPED: "stopped",
     pb.SANDBOX_STATE_DESTROYED: "destroyed",
+    pb.SANDBOX_STATE_SUSPENDED: "suspended",
 }
 
 _FILE_TYPES = {
@@ -188,7 +189,10 @@ class Resources:
 @dataclass(frozen=True)
 class SandboxInfo:
     """What the daemon knows about a sandbox. state is one of "creating",
-    "running", "paused", "stopped", "destroyed". layers are digests bottom
+    "running", "paused", "suspended" (paused, memory reclaimed into swap),
+    "stopped", "destroyed". memory_bytes/swap_bytes: the sandbox's memory
+    cgroup usage and the part of it in swap, read at the call (get(),
+    suspend(); 0 in list()). layers are digests bottom
     first, layer_names the refs they were asked by. created_at_ns Unix ns.
     init_pid is the PID of the sandbox's init on the node (diagnostics)."""
 
@@ -209,6 +213,8 @@ class SandboxInfo:
     idle_timeout_s: int = 0
     last_activity_ns: int = 0
     ttl_s: int = 0
+    memory_bytes: int = 0
+    swap_bytes: int = 0
 
     @classmethod
     def _from_pb(cls, s: "pb.Sandbox") -> "SandboxInfo":
@@ -230,6 +236,8 @@ class SandboxInfo:
             idle_timeout_s=s.idle_timeout_s,
             last_activity_ns=s.last_activity_ns,
             ttl_s=s.ttl_s,
+            memory_bytes=s.memory_bytes,
+            swap_bytes=s.swap_bytes,
         )
 
 

@@ -23,6 +23,7 @@
 //   owned by the sandbox's root.
 #include "runtime/container/container_backend.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <linux/openat2.h>
@@ -53,6 +54,7 @@
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
+#include "runtime/container/memory_prefetch.h"
 #include "runtime/container/rooted_files.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -139,7 +141,7 @@ enum Step : int32_t {
   kStepRecvRootfs = 1, kStepUnshareCgroup, kStepHostname, kStepPrivate, kStepAttachRoot, kStepChdirRoot,
   kStepSetId, kStepMkdir, kStepProc, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepSys, kStepMask,
   kStepPivot, kStepLoopback, kStepStdio, kStepRlimits, kStepCaps, kStepNoNewPrivs, kStepSeccomp, kStepExec,
-  kStepCgroup, kStepSetgroups, kStepSetns, kStepFork, kStepChdir, kStepDup,
+  kStepCgroup, kStepSetgroups, kStepSetns, kStepFork, kStepChdir, kStepDup, kStepRecvUpper, kStepKeepUpper,
 };
 
 const char* StepName(int32_t s) {
@@ -149,7 +151,7 @@ const char* StepName(int32_t s) {
       "mount(/dev tmpfs)", "bind(/dev node)", "mount(devpts)", "mount(/dev/shm)", "mount(/sys)",
       "mask /proc path", "pivot_root", "loopback up", "stdio", "setrlimit", "drop capabilities",
       "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp", "execve", "join cgroup", "setgroups", "setns(pidfd)",
-      "clone(CLONE_PARENT)", "chdir(cwd)", "dup2(stdio)"};
+      "clone(CLONE_PARENT)", "chdir(cwd)", "dup2(stdio)", "recvmsg(upper fd)", "fcntl(upper fd, F_SETFD)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
 
@@ -256,6 +258,13 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
 [[noreturn]] void InitChild(const InitPlan& p) {
   const int e = p.err_fd;
   ResetSignals();
+  // Until exec this process holds copies of every daemon fd, including the
+  // parent ends of OTHER creates' socketpairs: if the daemon dies, two
+  // half-created children would wait for each other forever (and keep the
+  // daemon's listening socket open). Die with the daemon instead. The kernel
+  // clears this at the setresuid below, so a running sandbox is not tied to
+  // the daemon's life.
+  (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
   ::umask(0);
   // 1. Wait for the parent: maps written, cgroup joined, rootfs mount sent.
   // Every inherited fd but ours goes first: copies of the daemon's end of
@@ -266,6 +275,10 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   const int rootfs = jail::RecvFd(p.sock);
   if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
   if (rootfs < 0) jail::ChildFail(e, kStepRecvRootfs, -rootfs);
+  // The upper dir: warren-init keeps it open (argv[1]) so that a restarted
+  // daemon can reach the detached upper tmpfs through /proc/<init>/fd.
+  const int upper = jail::RecvFd(p.sock);
+  if (upper < 0) jail::ChildFail(e, kStepRecvUpper, -upper);
   ::close(p.sock);
   // 2. Namespaces: the cgroup namespace is created only now, after the
   // parent placed us in the sandbox cgroup, so that it is rooted there.
@@ -352,12 +365,22 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   // Everything but the error pipe and the init binary fd is already
   // O_CLOEXEC or becomes so here; both of those close on exec too.
   ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (::fcntl(upper, F_SETFD, 0) != 0) jail::ChildFail(e, kStepKeepUpper, errno);
   if (p.seccomp) {
     sock_fprog prog = p.seccomp->prog();
     if (int rc = jail::InstallSeccompProgram(&prog); rc != 0) jail::ChildFail(e, kStepSeccomp, -rc);
   }
   char arg0[] = "warren-init";
-  char* argv[] = {arg0, nullptr};
+  char arg1[16];  // the upper fd number, decimal (no snprintf: async-signal-safe)
+  {
+    char rev[16];
+    int n = 0;
+    unsigned v = static_cast<unsigned>(upper);
+    do rev[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) != 0 && n < 15);
+    for (int i = 0; i < n; ++i) arg1[i] = rev[n - 1 - i];
+    arg1[n] = '\0';
+  }
+  char* argv[] = {arg0, arg1, nullptr};
   char* envp[] = {nullptr};
   ::syscall(SYS_execveat, p.init_exe, "", argv, envp, AT_EMPTY_PATH);
   jail::ChildFail(e, kStepExec, errno);
@@ -635,6 +658,8 @@ class ContainerSandbox : public Sandbox {
             {"host_uid", st_->HostUid(slot_)},
             {"cgroup", cgroup_->rel()},
             {"cgroup_dirs", cgroup_->dirs()},
+            {"upper_dev", upper_dev_},
+            {"upper_ino", upper_ino_},
             {"workdir", spec_.workdir},
             {"user", spec_.user},
             {"hostname", spec_.hostname},
@@ -674,23 +699,89 @@ class ContainerSandbox : public Sandbox {
   static int64_t SteadyNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   }
-  // The upper fd exists only for sandboxes created by this daemon process: the
-  // upper tmpfs is a detached mount reachable from nowhere else, so after a
-  // daemon restart (Adopt) snapshots are refused (FailedPrecondition).
+  // The upper tmpfs is a detached mount: the daemon keeps an fd on it, and
+  // warren-init holds another (argv[1]) through which Adopt finds it again
+  // after a daemon restart (ReattachUpper). A sandbox created by a warrend
+  // before that existed has no upper after a restart: FailedPrecondition.
   StatusOr<UniqueFd> OpenUpper() override {
     std::lock_guard<std::mutex> l(mu_);
     if (destroyed_.load() || !upper_.valid())
-      return absl::FailedPreconditionError("sandbox " + spec_.id +
-                                           ": upper layer not reachable (destroyed, or adopted after a daemon restart)");
+      return absl::FailedPreconditionError("sandbox " + spec_.id + ": upper layer not reachable (" +
+                                           (destroyed_.load() ? std::string("destroyed") : upper_error_) + ")");
     UniqueFd fd(::openat(upper_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid()) return Errno("openat(upper of " + spec_.id + ")");
     return fd;
   }
+  StatusOr<uint64_t> MemoryUsage() const override { return cgroup_->MemoryUsage(); }
+  uint64_t SwapUsage() const override { return cgroup_->SwapUsage(); }
+  Status ReclaimMemory() override {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
+    std::lock_guard<std::mutex> l(pause_mu_);
+    if (paused_since_ns_.load() == 0) return absl::FailedPreconditionError("sandbox " + spec_.id + " is not paused");
+    return cgroup_->ReclaimMemory();
+  }
+  StatusOr<uint64_t> EndSuspend(bool prefetch) override {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
+    uint64_t total = 0;
+    if (prefetch) {
+      const uint64_t swapped = cgroup_->SwapUsage();
+      for (pid_t pid : cgroup_->Pids(true)) total += PrefetchMappings(pid);
+      UniqueFd up;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (upper_.valid()) up.reset(::openat(upper_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      }
+      // Files of the tmpfs upper (not mapped by anyone): read back at most
+      // what was in swap.
+      if (up.valid()) total += PrefetchFiles(up.get(), swapped);
+    }
+    RETURN_IF_ERROR(cgroup_->EndReclaim());
+    return total;
+  }
   uint32_t upper_host_root_id() const override { return st_->HostUid(slot_); }
   uint32_t upper_id_range() const override { return st_->options.uid_range; }
   void set_upper(UniqueFd fd) {
+    struct stat st;
     std::lock_guard<std::mutex> l(mu_);
+    if (fd.valid() && ::fstat(fd.get(), &st) == 0) {
+      upper_dev_ = static_cast<uint64_t>(st.st_dev);
+      upper_ino_ = static_cast<uint64_t>(st.st_ino);
+    }
     upper_ = std::move(fd);
+  }
+  // After Adopt: finds the upper dir among warren-init's open fds (the one
+  // with the recorded device and inode) and keeps an fd on it. The pidfd
+  // check after the scan proves the pid was not reused meanwhile.
+  Status ReattachUpper(uint64_t dev, uint64_t ino) {
+    Status s = FindUpper(dev, ino);
+    std::lock_guard<std::mutex> l(mu_);
+    upper_error_ = s.ok() ? "" : std::string(s.message());
+    return s;
+  }
+  Status FindUpper(uint64_t dev, uint64_t ino) {
+    if (dev == 0 && ino == 0) return absl::NotFoundError("sandbox " + spec_.id + ": no upper recorded (created by an older warrend)");
+    const std::string dir = "/proc/" + std::to_string(init_pid_) + "/fd";
+    UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d.valid()) return Errno("open(" + dir + ")");
+    DIR* dp = ::fdopendir(d.release());
+    if (dp == nullptr) return Errno("fdopendir(" + dir + ")");
+    UniqueFd found;
+    for (int i = 0; i < 4096 && !found.valid(); ++i) {
+      dirent* de = ::readdir(dp);
+      if (de == nullptr) break;
+      if (de->d_name[0] == '.') continue;
+      UniqueFd fd(::open((dir + "/" + de->d_name).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      struct stat st;
+      if (fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_dev) == dev &&
+          static_cast<uint64_t>(st.st_ino) == ino) {
+        found = std::move(fd);
+      }
+    }
+    ::closedir(dp);
+    if (!found.valid()) return absl::NotFoundError("sandbox " + spec_.id + ": warren-init holds no upper fd");
+    if (PidfdSignal(pidfd_.get(), 0) != 0) return absl::NotFoundError("sandbox " + spec_.id + ": init is gone");
+    set_upper(std::move(found));
+    return absl::OkStatus();
   }
 
  private:
@@ -710,6 +801,8 @@ class ContainerSandbox : public Sandbox {
   bool destroy_done_ = false;
   std::atomic<uint64_t> exec_seq_;
   UniqueFd upper_;  // guarded by mu_; see OpenUpper
+  uint64_t upper_dev_ = 0, upper_ino_ = 0;  // guarded by mu_ (written once, before Record())
+  std::string upper_error_;                 // guarded by mu_: why there is no upper_
   std::mutex pause_mu_;
   std::atomic<int64_t> paused_since_ns_{0};  // steady ns of the pause in effect, 0 = running
   std::atomic<int64_t> paused_total_ns_{0};
@@ -1186,6 +1279,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
 
   if (int r = jail::SendFd(sock_parent.get(), rootfs_mnt.get()); r != 0)
     return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
+  if (int r = jail::SendFd(sock_parent.get(), upper_fd.get()); r != 0)
+    return ErrnoToStatus(-r, "sendmsg(upper fd)");
   rootfs_mnt.reset();
   sock_parent.reset();
 
@@ -1250,8 +1345,10 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const nlohmann::json&
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Open(cg_rel));
   if (!st_->TakeSpecificSlot(slot))
     return absl::AlreadyExistsError("sandbox " + spec.id + ": uid slot " + std::to_string(slot) + " already in use");
-  return std::unique_ptr<Sandbox>(
-      new ContainerSandbox(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg)));
+  auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
+  // Not fatal: the sandbox runs; only snapshot/grade/fork are refused (OpenUpper says why).
+  (void)sb->ReattachUpper(r.value("upper_dev", uint64_t{0}), r.value("upper_ino", uint64_t{0}));
+  return std::unique_ptr<Sandbox>(std::move(sb));
 }
 
 Status ContainerBackend::Cleanup(const nlohmann::json& r) {

@@ -41,7 +41,15 @@
 //   Exec returns once that cgroup is empty.
 // * The sandbox's init is a child of the daemon process that created it; after
 //   a restart (Adopt) it is reparented to the host's init/subreaper, which
-//   reaps it when it dies.
+//   reaps it when it dies. Until it execs warren-init it dies with the daemon
+//   (PR_SET_PDEATHSIG), so a crash never leaves half-created children holding
+//   the daemon's fds.
+// * The upper dir (detached tmpfs) stays reachable across daemon restarts:
+//   warren-init keeps an fd on it (argv[1]) and is non-dumpable (sandbox
+//   processes cannot open /proc/1/fd); Adopt finds it among /proc/<init>/fd
+//   by the device and inode recorded at create ("upper_dev", "upper_ino").
+// * Suspend: ReclaimMemory (frozen sandbox) = jail::Cgroup::ReclaimMemory on
+//   the sandbox cgroup; EndSuspend prefetches (memory_prefetch.h).
 #pragma once
 
 #include <cstdint>

@@ -228,5 +228,61 @@ TEST_F(CgroupTest, OomKillIsCounted) {
   ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
 }
 
+bool HostHasSwap() {
+  std::string s = Slurp("/proc/swaps");
+  return s.find('\n') != std::string::npos && s.find('\n') + 1 < s.size();
+}
+
+// Suspend (issue 4): a frozen cgroup's anonymous memory goes to swap and
+// comes back intact.
+TEST_F(CgroupTest, ReclaimMemoryOfFrozenCgroupGoesToSwapAndBack) {
+  if (!HostHasSwap()) GTEST_SKIP() << "no swap on this host (warrend --suspend-swap=auto sets up zram)";
+  CgroupLimits l;
+  l.memory_bytes = 512ull << 20;
+  auto cg = mgr_->Create("reclaim", l);
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  constexpr size_t kBytes = 96u << 20;
+  int ready[2], resume[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(resume), 0);
+  Child c = Child::Spawn([&] {
+    ::close(ready[0]);
+    ::close(resume[1]);
+    auto* p = static_cast<unsigned char*>(std::malloc(kBytes));
+    if (!p) ::_exit(4);
+    for (size_t i = 0; i < kBytes; ++i) p[i] = static_cast<unsigned char>(i * 131 + (i >> 12));
+    if (::write(ready[1], "r", 1) != 1) ::_exit(5);
+    char b;
+    if (::read(resume[0], &b, 1) != 1) ::_exit(6);
+    for (size_t i = 0; i < kBytes; ++i) {
+      if (p[i] != static_cast<unsigned char>(i * 131 + (i >> 12))) ::_exit(7);
+    }
+    ::_exit(0);
+  });
+  ::close(ready[1]);
+  ::close(resume[0]);
+  ASSERT_TRUE((*cg)->AddProcess(c.pid).ok());
+  c.Go();
+  char b;
+  ASSERT_EQ(::read(ready[0], &b, 1), 1);
+  auto before = (*cg)->MemoryUsage();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_GE(*before, kBytes);
+  ASSERT_TRUE((*cg)->Freeze().ok());
+  ASSERT_TRUE((*cg)->ReclaimMemory().ok());
+  auto after = (*cg)->MemoryUsage();
+  ASSERT_TRUE(after.ok());
+  EXPECT_LT(*after, *before - kBytes * 3 / 4) << "before " << *before << " after " << *after;
+  EXPECT_GE((*cg)->SwapUsage(), kBytes * 3 / 4);
+  ASSERT_TRUE((*cg)->EndReclaim().ok());
+  ASSERT_TRUE((*cg)->Thaw().ok());
+  ASSERT_EQ(::write(resume[1], "g", 1), 1);
+  int st = c.Wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;  // memory intact
+  ::close(ready[0]);
+  ::close(resume[1]);
+  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+}
+
 }  // namespace
 }  // namespace warren::jail

@@ -231,6 +231,17 @@ TEST_F(LifecycleTest, PauseUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
   EXPECT_EQ(manager_->Snapshot({a->id, "", {}, true}).status().code(), absl::StatusCode::kUnimplemented);
 }
 
+TEST_F(LifecycleTest, SuspendUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
+  manager_ = NewManager();
+  auto a = manager_->Create(Req());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(manager_->Suspend(a->id).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(manager_->Get(a->id)->state, SandboxState::kRunning);
+  EXPECT_EQ(manager_->Suspend("n7-nope").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager_->SuspendJob("none", "test"), 0u);
+  EXPECT_STREQ(SandboxStateName(SandboxState::kSuspended), "suspended");
+}
+
 // ---------------------------------------------------------------- upper copy
 
 class UpperCopyTest : public ::testing::Test {

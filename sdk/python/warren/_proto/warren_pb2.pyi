@@ -15,6 +15,7 @@ class SandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SANDBOX_STATE_PAUSED: _ClassVar[SandboxState]
     SANDBOX_STATE_STOPPED: _ClassVar[SandboxState]
     SANDBOX_STATE_DESTROYED: _ClassVar[SandboxState]
+    SANDBOX_STATE_SUSPENDED: _ClassVar[SandboxState]
 
 class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -29,6 +30,7 @@ SANDBOX_STATE_RUNNING: SandboxState
 SANDBOX_STATE_PAUSED: SandboxState
 SANDBOX_STATE_STOPPED: SandboxState
 SANDBOX_STATE_DESTROYED: SandboxState
+SANDBOX_STATE_SUSPENDED: SandboxState
 FILE_TYPE_UNSPECIFIED: FileType
 FILE_TYPE_REGULAR: FileType
 FILE_TYPE_DIRECTORY: FileType
@@ -92,7 +94,7 @@ class CreateSandboxRequest(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s")
+    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +117,8 @@ class Sandbox(_message.Message):
     IDLE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVITY_NS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SWAP_BYTES_FIELD_NUMBER: _ClassVar[int]
     id: str
     backend: str
     state: SandboxState
@@ -130,7 +134,9 @@ class Sandbox(_message.Message):
     idle_timeout_s: int
     last_activity_ns: int
     ttl_s: int
-    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ...) -> None: ...
+    memory_bytes: int
+    swap_bytes: int
+    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ...) -> None: ...
 
 class GetSandboxRequest(_message.Message):
     __slots__ = ("id",)
@@ -448,10 +454,12 @@ class PauseRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ResumeRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "no_prefetch")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NO_PREFETCH_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    no_prefetch: bool
+    def __init__(self, id: _Optional[str] = ..., no_prefetch: _Optional[bool] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
     __slots__ = ("id", "name", "exclude", "no_pause")
@@ -538,6 +546,22 @@ class JobRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: str
     def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class SuspendRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
 
 class JobActionResponse(_message.Message):
     __slots__ = ("affected",)

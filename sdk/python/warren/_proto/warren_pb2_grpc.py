@@ -936,6 +936,16 @@ class LifecycleStub:
                 request_serializer=warren_dot_v1_dot_warren__pb2.AuditLogRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_warren__pb2.AuditLogResponse.FromString,
                 _registered_method=True)
+        self.Suspend = channel.unary_unary(
+                '/warren.v1.Lifecycle/Suspend',
+                request_serializer=warren_dot_v1_dot_warren__pb2.SuspendRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.Sandbox.FromString,
+                _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/warren.v1.Lifecycle/ListJobs',
+                request_serializer=warren_dot_v1_dot_warren__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
 
 
 class LifecycleServicer:
@@ -1009,6 +1019,22 @@ class LifecycleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Suspend(self, request, context):
+        """Pauses the sandbox and gives its memory back to the host (reclaimed into
+        swap; warrend sets up zram when the host has no swap). Resume (or any
+        exec/file call) thaws it and prefetches its working set. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobs(self, request, context):
+        """Every job the node knows: with a lease or with sandboxes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LifecycleServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1066,6 +1092,16 @@ def add_LifecycleServicer_to_server(servicer, server):
                     servicer.AuditLog,
                     request_deserializer=warren_dot_v1_dot_warren__pb2.AuditLogRequest.FromString,
                     response_serializer=warren_dot_v1_dot_warren__pb2.AuditLogResponse.SerializeToString,
+            ),
+            'Suspend': grpc.unary_unary_rpc_method_handler(
+                    servicer.Suspend,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.SuspendRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.Sandbox.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.ListJobsRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.ListJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1365,6 +1401,60 @@ class Lifecycle:
             '/warren.v1.Lifecycle/AuditLog',
             warren_dot_v1_dot_warren__pb2.AuditLogRequest.SerializeToString,
             warren_dot_v1_dot_warren__pb2.AuditLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Suspend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/Suspend',
+            warren_dot_v1_dot_warren__pb2.SuspendRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.Sandbox.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/ListJobs',
+            warren_dot_v1_dot_warren__pb2.ListJobsRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,207 @@
+// warren snapshot ID [--exclude GLOB]... [--name KIND/NAME@VERSION] [--no-pause]:
+//   the sandbox's changes become a layer; prints the layer digest (--json:
+//   the layer and the layers to create from).
+// warren fork ID -n N: N new running sandboxes from the sandbox's current
+//   file system (snapshot + N creates with its resources, labels and job);
+//   prints their ids, one per line.
+// warren grade ID [--protected PATH]... [--timeout S] -- CMD...: runs the
+//   grader in a fresh sandbox from the pristine layers + the agent's changes
+//   with the protected paths restored; prints the grader's output, reports
+//   touched protected paths on stderr, exits with the grader's exit code.
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/output.h"
+
+namespace warren::cli {
+namespace {
+
+constexpr uint32_t kMaxFork = 1024;
+
+StatusOr<v1::SnapshotResponse> DoSnapshot(Client& client, const RlArgs& a) {
+  v1::Lifecycle::Stub stub(client.channel());
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::SnapshotRequest req;
+  req.set_id(a.id);
+  req.set_name(a.name);
+  for (const std::string& x : a.exclude) req.add_exclude(x);
+  req.set_no_pause(a.no_pause);
+  v1::SnapshotResponse resp;
+  RETURN_IF_ERROR(FromGrpc(stub.Snapshot(&ctx, req, &resp)));
+  return resp;
+}
+
+int RunSnapshot(Invocation& inv) {
+  Client client(inv.global);
+  StatusOr<v1::SnapshotResponse> r = DoSnapshot(client, inv.rl);
+  if (!r.ok()) {
+    PrintError(r.status());
+    return kExitError;
+  }
+  if (inv.global.json) {
+    PrintJson({{"layer", LayerToJson(r->layer())},
+               {"layers", std::vector<std::string>(r->layers().begin(), r->layers().end())}});
+  } else {
+    std::cout << r->layer().digest() << "\t" << r->layer().name() << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunFork(Invocation& inv) {
+  const RlArgs& a = inv.rl;
+  if (a.n < 1 || a.n > kMaxFork) {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat("-n must be in [1, ", kMaxFork, "], got ", a.n)));
+  }
+  Client client(inv.global);
+  v1::Sandbox src;
+  {
+    grpc::ClientContext ctx;
+    client.Prepare(&ctx);
+    v1::GetSandboxRequest req;
+    req.set_id(a.id);
+    if (Status st = FromGrpc(client.sandboxes().Get(&ctx, req, &src)); !st.ok()) {
+      PrintError(st);
+      return kExitError;
+    }
+  }
+  StatusOr<v1::SnapshotResponse> snap = DoSnapshot(client, a);
+  if (!snap.ok()) {
+    PrintError(snap.status());
+    return kExitError;
+  }
+  v1::CreateSandboxRequest cr;
+  cr.set_backend(src.backend());
+  for (const std::string& l : snap->layers()) cr.add_layers(l);
+  *cr.mutable_resources() = src.resources();
+  *cr.mutable_labels() = src.labels();
+  cr.set_job(src.job());
+  cr.set_ttl_s(src.ttl_s());
+  cr.set_idle_timeout_s(src.idle_timeout_s());
+  std::vector<std::string> ids;
+  for (uint32_t i = 0; i < a.n; ++i) {
+    grpc::ClientContext ctx;
+    client.Prepare(&ctx);
+    v1::Sandbox sb;
+    if (Status st = FromGrpc(client.sandboxes().Create(&ctx, cr, &sb)); !st.ok()) {
+      // Undo: the copies made so far go (the snapshot layer stays, named).
+      for (const std::string& id : ids) {
+        grpc::ClientContext dctx;
+        client.Prepare(&dctx);
+        v1::DestroySandboxRequest dr;
+        dr.set_id(id);
+        v1::DestroySandboxResponse dresp;
+        (void)client.sandboxes().Destroy(&dctx, dr, &dresp);
+      }
+      PrintError(st);
+      return kExitError;
+    }
+    ids.push_back(sb.id());
+  }
+  if (inv.global.json) {
+    PrintJson({{"ids", ids}, {"layer", LayerToJson(snap->layer())},
+               {"layers", std::vector<std::string>(snap->layers().begin(), snap->layers().end())}});
+  } else {
+    for (const std::string& id : ids) std::cout << id << "\n";
+    std::cout.flush();
+  }
+  return kExitOk;
+}
+
+int RunGrade(Invocation& inv) {
+  StatusOr<v1::GradeRequest> req = BuildGradeRequest(inv.rl, inv.exec_tail);
+  if (!req.ok()) return UsageError(req.status());
+  Client client(inv.global);
+  v1::Lifecycle::Stub stub(client.channel());
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::GradeResponse resp;
+  if (Status st = FromGrpc(stub.Grade(&ctx, *req, &resp)); !st.ok()) {
+    PrintError(st);
+    return kExitError;
+  }
+  const v1::ExecResult& r = resp.result();
+  const int code = (r.exit_code() >= 0 && r.exit_code() <= 255) ? r.exit_code() : kExitError;
+  std::vector<std::string> touched(resp.touched().begin(), resp.touched().end());
+  if (inv.global.json) {
+    PrintJson({{"result", ExecResultToJson(r)},
+               {"passed", r.exit_code() == 0},
+               {"touched", touched},
+               {"grade_sandbox_id", resp.grade_sandbox_id()}});
+    return code;
+  }
+  (void)WriteAll(STDOUT_FILENO, r.stdout(), "stdout");
+  (void)WriteAll(STDERR_FILENO, r.stderr(), "stderr");
+  for (const std::string& t : touched) std::cerr << "warren: protected path touched by the agent: " << t << "\n";
+  if (r.timed_out()) std::cerr << "warren: grader timed out\n";
+  return code;
+}
+
+}  // namespace
+
+StatusOr<v1::GradeRequest> BuildGradeRequest(const RlArgs& a, const std::vector<std::string>& cmd) {
+  if (a.id.empty()) return absl::InvalidArgumentError("missing sandbox ID");
+  if (cmd.empty()) return absl::InvalidArgumentError("missing grader: warren grade [flags] ID -- CMD...");
+  if (!(a.timeout_s >= 0) || a.timeout_s > 4294967.0) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout must be between 0 and 4294967 seconds, got ", a.timeout_s));
+  }
+  v1::GradeRequest req;
+  req.set_id(a.id);
+  v1::ExecRequest* g = req.mutable_grader();
+  if (cmd.size() == 1) {
+    g->set_shell(cmd[0]);
+  } else {
+    for (const std::string& w : cmd) g->add_argv(w);
+  }
+  uint32_t ms = static_cast<uint32_t>(std::llround(a.timeout_s * 1000.0));
+  if (a.timeout_s > 0 && ms == 0) ms = 1;
+  g->set_timeout_ms(ms);
+  for (const std::string& p : a.protected_paths) req.add_protected_paths(p);
+  return req;
+}
+
+void AddSnapshotCommands(CLI::App& root, Invocation& inv) {
+  RlArgs& a = inv.rl;
+  CLI::App* snap = root.add_subcommand("snapshot", "Pack a sandbox's changes into a new layer (pack_diff).");
+  snap->fallthrough();
+  snap->add_option("id", a.id, "sandbox id")->required();
+  snap->add_option("--exclude", a.exclude, "fnmatch pattern of absolute paths left out of the layer; repeatable")
+      ->allow_extra_args(false);
+  snap->add_option("--name", a.name, "layer name kind/name@version (default workspace/snap-<id>@<ns>)");
+  snap->add_flag("--no-pause", a.no_pause, "do not freeze the sandbox while its changes are read");
+  snap->callback([&inv] {
+    inv.verb = "snapshot";
+    inv.run = RunSnapshot;
+  });
+
+  CLI::App* fork = root.add_subcommand("fork", "Start N running copies of a sandbox's file system state.");
+  fork->fallthrough();
+  fork->add_option("id", a.id, "sandbox id")->required();
+  fork->add_option("-n", a.n, "number of copies")->required();
+  fork->callback([&inv] {
+    inv.verb = "fork";
+    inv.run = RunFork;
+  });
+
+  CLI::App* grade = root.add_subcommand(
+      "grade",
+      "Grade a sandbox: warren grade [flags] ID -- CMD...\n"
+      "The grader runs in a fresh sandbox from the pristine layers + the agent's changes,\n"
+      "with --protected paths restored; exits with the grader's exit code.");
+  grade->fallthrough();
+  grade->add_option("id", a.id, "sandbox id")->required();
+  grade->add_option("--protected", a.protected_paths, "absolute path restored from the pristine layers; repeatable")
+      ->allow_extra_args(false);
+  grade->add_option("--timeout", a.timeout_s, "grader timeout in seconds; 0 = none");
+  grade->callback([&inv] {
+    inv.verb = "grade";
+    inv.run = RunGrade;
+  });
+}
+
+}  // namespace warren::cli
