@@ -123,24 +123,29 @@ ManagedProcess::ReadResult ManagedProcess::Read(const std::array<uint64_t, 3>& o
       }
     }
     if (control_total_ > offsets[2]) {
-      OutputData d;
-      d.stream = ProcStream::kControl;
+      // One chunk per record (each with its own marks), at most 64 per read.
       const uint64_t first = control_total_ - control_held_;
       uint64_t off = offsets[2];
+      uint64_t dropped = 0;
       if (off < first) {
-        d.dropped = first - off;
+        dropped = first - off;
         off = first;
       }
-      d.offset = off;
+      int n = 0;
       for (const ControlRecord& rec : control_) {
         if (rec.offset + rec.data.size() <= off) continue;
-        if (!d.data.empty() && d.data.size() + rec.data.size() > max_bytes) break;
+        if (++n > 64) break;
+        OutputData d;
+        d.stream = ProcStream::kControl;
         const size_t skip = off > rec.offset ? static_cast<size_t>(off - rec.offset) : 0;
-        d.data.append(rec.data, skip, std::string::npos);
+        d.offset = rec.offset + skip;
+        d.dropped = dropped;
+        dropped = 0;
+        d.data = rec.data.substr(skip);
         d.stdout_mark = rec.stdout_mark;
         d.stderr_mark = rec.stderr_mark;
+        r.chunks.push_back(std::move(d));
       }
-      r.chunks.push_back(std::move(d));
     }
     r.finished = finished_;
     if (!r.chunks.empty() || finished_ || interrupts_ != interrupts) return r;
@@ -222,7 +227,8 @@ bool ManagedProcess::Drain(int s, int reads) {
         rings_[s].Append(std::string_view(buf_.data(), static_cast<size_t>(n)));
       } else {
         // Everything written to stdout/stderr before fd 3 goes first.
-        ControlRecord rec{control_total_, std::string(buf_.data(), static_cast<size_t>(n)), 0, 0};
+        ControlRecord rec{control_total_, std::string(buf_.data(), static_cast<size_t>(n)), rings_[0].total(),
+                          rings_[1].total()};
         control_total_ += rec.data.size();
         control_held_ += rec.data.size();
         control_.push_back(std::move(rec));

@@ -21,6 +21,13 @@ from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
 
 if False:  # typing only (lifecycle imports this module)
     from .lifecycle import GradeResult, Job, Lifecycle, Snapshot  # noqa: F401
+    from .process import ExecStream, Process, ProcessInfo, Session  # noqa: F401
+
+
+def ppb_first(req: "pb.ExecRequest", options: Any) -> Any:
+    """First message of a streaming exec (warren.process)."""
+    from ._proto import process_pb2 as ppb
+    return ppb.ExecStreamRequest(exec=req, options=options)
 
 __all__ = ["Client", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE"]
 
@@ -284,7 +291,9 @@ class Sandbox:
              timeout: Optional[float] = None,
              output_cap: Optional[int] = None,
              kill_grace: Optional[float] = None,
-             request_id: Optional[str] = None) -> ExecResult:
+             request_id: Optional[str] = None,
+             on_stdout: Optional[Callable[[bytes], Any]] = None,
+             on_stderr: Optional[Callable[[bytes], Any]] = None) -> ExecResult:
         """Runs a command in the sandbox and waits for it.
 
         cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
@@ -304,7 +313,23 @@ class Sandbox:
         sandbox), InvalidArgument (bad env key, cwd, user, limits),
         FailedPrecondition (sandbox not running), DeadlineExceeded (the
         daemon did not answer within timeout + EXEC_DEADLINE_MARGIN_S).
+
+        on_stdout / on_stderr: called with each chunk of bytes as the command
+        produces it (streaming exec; request_id is then not supported); the
+        result is the same ExecResult, its stdout/stderr capped at output_cap.
         """
+        if on_stdout is not None or on_stderr is not None:
+            if request_id:
+                raise errors.InvalidArgument("exec: request_id cannot be combined with on_stdout/on_stderr")
+            cap = output_cap if output_cap is not None else 16 << 20
+            with self.exec_stream(cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
+                                  kill_grace=kill_grace, _collect=cap) as st:
+                for c in st:
+                    cb = on_stdout if c.stream == "stdout" else on_stderr if c.stream == "stderr" else None
+                    if cb is not None:
+                        cb(c.data)
+                assert st.result is not None
+                return st.result
         req = pb.ExecRequest(sandbox_id=self.id, env=_env_pb(env), cwd=cwd or "",
                              user=user or "", request_id=request_id or "")
         if isinstance(cmd, (str, bytes)):
@@ -337,6 +362,75 @@ class Sandbox:
         r = self._client._sandboxes.Exec(req, metadata=self._client._metadata,
                                          timeout=deadline)
         return ExecResult._from_pb(r)
+
+    # ------------------------------------------------------------ processes (issue 3): warren.process
+    def exec_stream(self, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+                    env: Optional[Mapping[str, Union[str, bytes]]] = None,
+                    cwd: Optional[str] = None, user: Optional[str] = None,
+                    stdin: Optional[Union[bytes, str]] = None,
+                    timeout: Optional[float] = None, kill_grace: Optional[float] = None,
+                    pty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
+                    _collect: int = 0) -> "ExecStream":
+        """Starts cmd (as exec) and returns a warren.process.ExecStream: iterate
+        it for OutputChunk(stream, data, offset) as produced, then read
+        .result (ExecResult). stdin: first bytes of stdin (more with
+        send_stdin(); close_stdin() for EOF, also sent when the stream is
+        closed). pty: run on a terminal of rows x cols (default 24 x 80;
+        stderr merged into stdout). Closing the stream or the client going
+        away kills the command's whole tree. Errors as exec (raised when
+        iterating)."""
+        from .process import ExecStream, _exec_request, _start_options
+        req = _exec_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        first = ppb_first(req, _start_options(pty, rows, cols))
+        return ExecStream(self._client._processes(), first, self._client._metadata, None, _collect)
+
+    @_call
+    def spawn(self, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+              env: Optional[Mapping[str, Union[str, bytes]]] = None,
+              cwd: Optional[str] = None, user: Optional[str] = None,
+              stdin: Optional[Union[bytes, str]] = None,
+              timeout: Optional[float] = None, kill_grace: Optional[float] = None,
+              pty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
+              buffer_bytes: Optional[int] = None, control_fd: bool = False) -> "Process":
+        """Starts cmd in the background and returns its warren.process.Process
+        handle (wait, kill, output, stream, send_stdin, close_stdin, resize).
+        The process lives in the daemon, survives this client, and dies with
+        the sandbox. stdin: first bytes of stdin (stdin stays open).
+        timeout: seconds, then the whole tree gets SIGTERM, SIGKILL after
+        kill_grace. buffer_bytes: ring buffer per stream (default 1 MiB, max
+        64 MiB). control_fd: a pipe on fd 3 (stream "control").
+        Raises ResourceExhausted when the sandbox already runs 64 background
+        processes, else as exec."""
+        from .process import Process, ProcessInfo, _exec_request, _start_options
+        from ._proto import process_pb2 as ppb
+        req = _exec_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        opts = _start_options(pty, rows, cols, control_fd, buffer_bytes)
+        info = ProcessInfo._from_pb(self._client._processes().Spawn(
+            ppb.SpawnRequest(exec=req, options=opts), metadata=self._client._metadata))
+        return Process(self, info.id, info)
+
+    def process(self, process_id: str) -> "Process":
+        """Re-attaches to a background process by id. NotFound if unknown."""
+        from .process import Process
+        p = Process(self, process_id)
+        p.info()
+        return p
+
+    @_call
+    def processes(self) -> List["ProcessInfo"]:
+        """The sandbox's background processes (running and exited), oldest first."""
+        from .process import ProcessInfo
+        from ._proto import process_pb2 as ppb
+        resp = self._client._processes().List(ppb.ListProcessesRequest(sandbox_id=self.id),
+                                              metadata=self._client._metadata)
+        return [ProcessInfo._from_pb(p) for p in resp.processes]
+
+    def session(self, cwd: Optional[str] = None, env: Optional[Mapping[str, Union[str, bytes]]] = None,
+                user: Optional[str] = None) -> "Session":
+        """A persistent bash session (warren.process.Session): session.run(cmd,
+        timeout) keeps cwd, env and shell variables between commands."""
+        from .process import Session
+        return Session(self, cwd=cwd, env=env, user=user)
 
     # ------------------------------------------------------------ lifecycle (issue 4)
     # request_id on exec()/files.write(): a retry with the same id returns the
@@ -596,6 +690,12 @@ class Client:
         if getattr(self, "_fncall_svc", None) is None:
             self._fncall_svc = FnCall(self._channel, self._metadata)
         return self._fncall_svc
+
+    def _processes(self) -> Any:
+        if getattr(self, "_processes_stub", None) is None:
+            from ._proto import process_pb2_grpc as ppb_grpc
+            self._processes_stub = ppb_grpc.ProcessesStub(self._channel)
+        return self._processes_stub
 
     def job(self, name: str) -> "Job":
         """The job `name` (sandboxes created with job=name): heartbeat(),
