@@ -70,6 +70,9 @@ def test_exec_callbacks(sandbox: warren.Sandbox) -> None:
     assert r.exit_code == 0 and r.stdout == b"a\nc\n" and r.stderr == b"b\n"
     assert b"".join(b for k, b in got if k == "o") == b"a\nc\n"
     assert [b for k, b in got if k == "e"] == [b"b\n"]
+    # stdin gets EOF at once, as with exec (A06)
+    r = sandbox.exec("cat; echo done", on_stdout=got.append, timeout=5)
+    assert r.stdout == b"done\n" and not r.timed_out
 
 
 def test_stream_timeout_and_signal(sandbox: warren.Sandbox) -> None:

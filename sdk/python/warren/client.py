@@ -122,6 +122,72 @@ def _chunks(data: Data) -> Iterator[bytes]:
         yield chunk
 
 
+def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+                  env: Optional[Mapping[str, Union[str, bytes]]] = None, cwd: Optional[str] = None,
+                  user: Optional[str] = None, stdin: Optional[Union[bytes, str]] = None,
+                  timeout: Optional[float] = None, output_cap: Optional[int] = None,
+                  kill_grace: Optional[float] = None,
+                  request_id: Optional[str] = None) -> Tuple["pb.ExecRequest", Optional[float]]:
+    """The ExecRequest of Sandbox.exec and its RPC deadline (shared with warren.aio)."""
+    req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "",
+                         user=user or "", request_id=request_id or "")
+    if isinstance(cmd, (str, bytes)):
+        req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
+    else:
+        argv = [a if isinstance(a, bytes) else os.fsencode(a) for a in cmd]
+        if not argv:
+            raise errors.InvalidArgument("exec: empty argv")
+        req.argv.extend(argv)
+    if stdin is not None:
+        req.stdin = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+    deadline: Optional[float] = None
+    if timeout is not None:
+        if timeout <= 0:
+            raise errors.InvalidArgument(f"exec: timeout must be > 0 seconds, got {timeout}")
+        ms = max(1, int(round(timeout * 1000)))
+        req.timeout_ms = _u32("timeout (ms)", ms)
+        grace = kill_grace if kill_grace is not None else 0.5
+        deadline = timeout + grace + EXEC_DEADLINE_MARGIN_S
+    if kill_grace is not None:
+        if kill_grace < 0:
+            raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
+        req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
+    if output_cap is not None:
+        if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
+                not 0 < output_cap <= MAX_OUTPUT_CAP:
+            raise errors.InvalidArgument(
+                f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
+        req.output_cap_bytes = output_cap
+    return req, deadline
+
+
+def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float] = None,
+                    memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
+                    pids: Optional[int] = None, open_files: Optional[int] = None,
+                    tmpfs_mb: Optional[int] = None,
+                    env: Optional[Mapping[str, Union[str, bytes]]] = None,
+                    workdir: Optional[str] = None, user: Optional[str] = None,
+                    hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+                    ttl_s: Optional[int] = None, job: Optional[str] = None,
+                    idle_timeout_s: Optional[int] = None) -> "pb.CreateSandboxRequest":
+    """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
+    res = pb.Resources(
+        memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
+        pids=_u32("pids", pids), open_files=_u32("open_files", open_files),
+        tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb))
+    if cpu is not None:
+        if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
+            raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
+        millis = int(round(cpu * 1000))
+        res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
+    req = pb.CreateSandboxRequest(
+        backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
+        workdir=workdir or "", user=user or "", hostname=hostname or "",
+        labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
+        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s))
+    return req
+
+
 class Files:
     """File API of one sandbox (``sb.files``). Paths are absolute inside the
     sandbox (relative ones are taken from "/"), str (encoded with
@@ -324,41 +390,16 @@ class Sandbox:
             cap = output_cap if output_cap is not None else 16 << 20
             with self.exec_stream(cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
                                   kill_grace=kill_grace, _collect=cap) as st:
+                st.close_stdin()  # as exec: EOF after the stdin bytes
                 for c in st:
                     cb = on_stdout if c.stream == "stdout" else on_stderr if c.stream == "stderr" else None
                     if cb is not None:
                         cb(c.data)
                 assert st.result is not None
                 return st.result
-        req = pb.ExecRequest(sandbox_id=self.id, env=_env_pb(env), cwd=cwd or "",
-                             user=user or "", request_id=request_id or "")
-        if isinstance(cmd, (str, bytes)):
-            req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
-        else:
-            argv = [a if isinstance(a, bytes) else os.fsencode(a) for a in cmd]
-            if not argv:
-                raise errors.InvalidArgument("exec: empty argv")
-            req.argv.extend(argv)
-        if stdin is not None:
-            req.stdin = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
-        deadline: Optional[float] = None
-        if timeout is not None:
-            if timeout <= 0:
-                raise errors.InvalidArgument(f"exec: timeout must be > 0 seconds, got {timeout}")
-            ms = max(1, int(round(timeout * 1000)))
-            req.timeout_ms = _u32("timeout (ms)", ms)
-            grace = kill_grace if kill_grace is not None else 0.5
-            deadline = timeout + grace + EXEC_DEADLINE_MARGIN_S
-        if kill_grace is not None:
-            if kill_grace < 0:
-                raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
-            req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
-        if output_cap is not None:
-            if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
-                    not 0 < output_cap <= MAX_OUTPUT_CAP:
-                raise errors.InvalidArgument(
-                    f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
-            req.output_cap_bytes = output_cap
+        req, deadline = _exec_request(self.id, cmd, env=env, cwd=cwd, user=user, stdin=stdin,
+                                      timeout=timeout, output_cap=output_cap, kill_grace=kill_grace,
+                                      request_id=request_id)
         r = self._client._sandboxes.Exec(req, metadata=self._client._metadata,
                                          timeout=deadline)
         return ExecResult._from_pb(r)
@@ -373,9 +414,9 @@ class Sandbox:
                     _collect: int = 0) -> "ExecStream":
         """Starts cmd (as exec) and returns a warren.process.ExecStream: iterate
         it for OutputChunk(stream, data, offset) as produced, then read
-        .result (ExecResult). stdin: first bytes of stdin (more with
-        send_stdin(); close_stdin() for EOF, also sent when the stream is
-        closed). pty: run on a terminal of rows x cols (default 24 x 80;
+        .result (ExecResult). stdin: first bytes of stdin; unlike exec,
+        stdin stays open: more with send_stdin(), EOF with close_stdin()
+        (or when the stream is closed). pty: run on a terminal of rows x cols (default 24 x 80;
         stderr merged into stdout). Closing the stream or the client going
         away kills the command's whole tree. Errors as exec (raised when
         iterating)."""
@@ -625,20 +666,10 @@ class Client:
         NotFound (unknown layer), ResourceExhausted (node full / busy / disk
         full: retryable), Unavailable (daemon unreachable: retryable).
         """
-        res = pb.Resources(
-            memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
-            pids=_u32("pids", pids), open_files=_u32("open_files", open_files),
-            tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb))
-        if cpu is not None:
-            if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
-                raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
-            millis = int(round(cpu * 1000))
-            res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
-        req = pb.CreateSandboxRequest(
-            backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
-            workdir=workdir or "", user=user or "", hostname=hostname or "",
-            labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
-            idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s))
+        req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
+                              open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
+                              hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
+                              idle_timeout_s=idle_timeout_s)
         s = self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout)
         return Sandbox(self, SandboxInfo._from_pb(s))
 
