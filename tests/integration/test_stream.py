@@ -4,6 +4,7 @@ against a real warrend (api/warren/v1/process.proto, warren.process)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import threading
 import time
@@ -271,3 +272,32 @@ def test_pty_isatty_and_resize(sandbox: warren.Sandbox) -> None:
     p.kill()
     with pytest.raises(warren.FailedPrecondition):
         sandbox.spawn("sleep 1").resize(10, 10)
+
+
+# ---------------------------------------------------------------- leaks
+
+def test_processes_leave_nothing_behind(daemon, client, base_layer, baseline) -> None:
+    from conftest import assert_back_to_baseline
+    threads0 = len(os.listdir(f"/proc/{daemon.pid}/task"))
+    fds0 = len(os.listdir(f"/proc/{daemon.pid}/fd"))
+    for _ in range(3):
+        with client.create(layers=[base_layer]) as sb:
+            sb.spawn("sleep 1000 & yes > /dev/null & sleep 999")  # killed by the destroy
+            sb.spawn("exit 0").wait(timeout=30)
+            sb.spawn("sleep 1000", pty=True)
+            st = sb.exec_stream("sleep 1000 & echo x; wait")
+            next(iter(st))
+            st.close()  # disconnect: killed
+            with sb.session() as sh:
+                sh.run("sleep 500 &", timeout=30)
+            sb.exec_stream("echo done", pty=True).wait()
+    assert_back_to_baseline([daemon], baseline, clients=[client])
+    # pump threads and pipes of the processes are gone too
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        threads = len(os.listdir(f"/proc/{daemon.pid}/task"))
+        fds = len(os.listdir(f"/proc/{daemon.pid}/fd"))
+        if threads <= threads0 + 2 and fds <= fds0 + 2:
+            break
+        time.sleep(0.2)
+    assert threads <= threads0 + 2 and fds <= fds0 + 2, (threads0, threads, fds0, fds)
