@@ -5,16 +5,25 @@
 
 namespace warren::node {
 
-RingBuffer::RingBuffer(size_t capacity) : buf_(std::max<size_t>(capacity, 1), '\0'), capacity_(buf_.size()) {}
+RingBuffer::RingBuffer(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
 void RingBuffer::Append(std::string_view data) {
   total_ += data.size();
   if (data.size() >= capacity_) {
     // Only the newest capacity_ bytes survive.
-    std::memcpy(buf_.data(), data.data() + (data.size() - capacity_), capacity_);
+    buf_.assign(data.data() + (data.size() - capacity_), capacity_);
     head_ = 0;
     size_ = capacity_;
     return;
+  }
+  if (buf_.size() < capacity_) {
+    // Growing: memory follows the bytes held (head_ == 0, buf_ holds size_ bytes).
+    if (size_ + data.size() <= capacity_) {
+      buf_.append(data.data(), data.size());
+      size_ += data.size();
+      return;
+    }
+    buf_.resize(capacity_);  // full from now on: a ring
   }
   const size_t overflow = size_ + data.size() > capacity_ ? size_ + data.size() - capacity_ : 0;
   head_ = (head_ + overflow) % capacity_;

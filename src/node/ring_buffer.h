@@ -4,6 +4,7 @@
 // since the start), so a reader that comes back later learns exactly how many
 // bytes it missed.
 //
+// Memory grows with the bytes held, up to `capacity` (allocated once full).
 // Not thread-safe: the owner (node::ManagedProcess) guards it with its mutex.
 #pragma once
 
@@ -39,7 +40,7 @@ class RingBuffer {
   Slice Read(uint64_t offset, size_t max) const;
 
  private:
-  std::string buf_;    // capacity_ bytes of storage
+  std::string buf_;    // storage: size_ bytes while growing, then capacity_ bytes
   size_t capacity_;
   size_t head_ = 0;    // index in buf_ of the oldest byte
   size_t size_ = 0;    // bytes held

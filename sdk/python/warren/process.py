@@ -463,7 +463,7 @@ class Process:
 _SESSION_ARGV = ["bash", "--norc", "--noprofile", "--noediting", "-i"]
 # Seconds to wait for a command's sentinel after it was interrupted.
 _INTERRUPT_GRACE_S = 2.0
-SESSION_BUFFER_BYTES = 16 << 20
+SESSION_BUFFER_BYTES = 4 << 20
 
 
 def _bash_quote(data: bytes) -> str:
