@@ -301,3 +301,33 @@ def test_processes_leave_nothing_behind(daemon, client, base_layer, baseline) ->
             break
         time.sleep(0.2)
     assert threads <= threads0 + 2 and fds <= fds0 + 2, (threads0, threads, fds0, fds)
+
+
+def test_bad_input_is_an_error_not_an_outcome(client, sandbox: warren.Sandbox) -> None:
+    with pytest.raises(warren.NotFound):
+        sandbox.spawn("true", cwd="/no/such/dir")
+    with pytest.raises(warren.NotFound):
+        list(sandbox.exec_stream("true", cwd="/no/such/dir"))
+    with pytest.raises(warren.InvalidArgument):
+        sandbox.spawn("true", buffer_bytes=1 << 40)
+    with pytest.raises(warren.InvalidArgument):
+        sandbox.spawn("true", env={"A=B": "x"})
+    p = sandbox.spawn("sleep 100")
+    with pytest.raises(warren.InvalidArgument):
+        p.signal(0)
+    with pytest.raises(warren.InvalidArgument):
+        p.resize(0, 10)
+    p.kill()
+    assert p.wait(timeout=30).signal == signal.SIGKILL
+    with pytest.raises(warren.FailedPrecondition):
+        p.send_stdin(b"late")  # exited: stdin is closed
+    with pytest.raises(warren.NotFound):
+        list(client.get(sandbox.id).exec_stream("true", user="nobody-such-user"))
+    gone = client.create(layers=sandbox.cached_info.layer_names)
+    gone.destroy()
+    with pytest.raises(warren.NotFound):
+        list(gone.exec_stream("true"))
+    with pytest.raises(warren.NotFound):
+        gone.spawn("true")
+    with pytest.raises(warren.NotFound):
+        gone.processes()
