@@ -6,13 +6,18 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "api/status_map.h"
 #include "common/unique_fd.h"
 #include "node/log.h"
+#include "warren/v1/process.grpc.pb.h"
 
 namespace warren::api {
 namespace {
@@ -755,15 +760,265 @@ class LifecycleService final : public v1::Lifecycle::Service {
   WarrenServices::Impl* impl_;
 };
 
+// ---------------------------------------------------------------- processes (issue 3)
+constexpr size_t kStreamChunk = 256 << 10;             // bytes of output per ProcessEvent
+constexpr size_t kExecStreamBuffer = 4 << 20;          // per stream, lossless back-pressure window
+constexpr auto kReadSlice = std::chrono::milliseconds(200);  // cancellation checks while waiting
+
+node::ProcessOptions ToProcessOptions(const v1::StartOptions& o, const runtime::ExecSpec& spec) {
+  node::ProcessOptions p;
+  p.start.pty = o.pty();
+  p.start.rows = static_cast<uint16_t>(std::min<uint32_t>(o.rows() == 0 ? 24 : o.rows(), 65535));
+  p.start.cols = static_cast<uint16_t>(std::min<uint32_t>(o.cols() == 0 ? 80 : o.cols(), 65535));
+  p.start.control_fd = o.control_fd();
+  p.buffer_bytes = o.buffer_bytes() == 0 ? node::kDefaultProcessBufferBytes : o.buffer_bytes();
+  p.timeout = spec.timeout;
+  p.kill_grace = spec.kill_grace;
+  return p;
+}
+
+void ToProto(const runtime::ExecOutcome& o, v1::ExecResult* r) {
+  r->set_exit_code(o.exit_code);
+  r->set_signal(o.signal);
+  r->set_oom_killed(o.oom_killed);
+  r->set_timed_out(o.timed_out);
+  r->set_stdout_total_bytes(o.stdout_total);
+  r->set_stderr_total_bytes(o.stderr_total);
+  r->set_duration_ns(o.duration.count());
+}
+
+void ToProto(const node::ProcessStatus& st, v1::ProcessInfo* p) {
+  p->set_sandbox_id(st.sandbox_id);
+  p->set_process_id(st.process_id);
+  for (const auto& a : st.argv) p->add_argv(a);
+  if (st.shell) p->set_shell(*st.shell);
+  p->set_state(st.running ? v1::PROCESS_STATE_RUNNING : v1::PROCESS_STATE_EXITED);
+  if (!st.running) ToProto(st.outcome, p->mutable_result());
+  p->set_pty(st.pty);
+  p->set_started_at_ns(st.started_at_ns);
+  p->set_pid(st.pid);
+  p->set_stdout_total_bytes(st.totals[0]);
+  p->set_stderr_total_bytes(st.totals[1]);
+  p->set_stdout_first_offset(st.first_offsets[0]);
+  p->set_stderr_first_offset(st.first_offsets[1]);
+  p->set_buffer_bytes(st.buffer_bytes);
+}
+
+void ToProto(node::OutputData&& d, v1::OutputChunk* c) {
+  switch (d.stream) {
+    case node::ProcStream::kStdout: c->set_stream(v1::OUTPUT_STREAM_STDOUT); break;
+    case node::ProcStream::kStderr: c->set_stream(v1::OUTPUT_STREAM_STDERR); break;
+    case node::ProcStream::kControl: c->set_stream(v1::OUTPUT_STREAM_CONTROL); break;
+  }
+  c->set_offset(d.offset);
+  c->set_dropped_bytes(d.dropped);
+  c->set_stdout_mark(d.stdout_mark);
+  c->set_stderr_mark(d.stderr_mark);
+  *c->mutable_data() = std::move(d.data);
+}
+
+grpc::Status CheckRef(const v1::ProcessRef& r) {
+  if (r.sandbox_id().empty()) return Invalid("ref.sandbox_id is empty");
+  if (r.process_id().empty()) return Invalid("ref.process_id is empty");
+  return grpc::Status::OK;
+}
+
+// Streams mp's output from `offsets` to `write` until the process finished
+// and everything was sent (follow) or until what is buffered now was sent.
+// Returns false when the client went away (a write failed or the call was
+// cancelled).
+template <typename Writer>
+bool StreamOutput(grpc::ServerContext* ctx, node::ManagedProcess& mp, std::array<uint64_t, 3> offsets, bool follow,
+                  bool lossless, Writer* writer) {
+  for (;;) {
+    if (ctx->IsCancelled()) return false;
+    auto deadline = node::ManagedProcess::Clock::now() + (follow ? kReadSlice : std::chrono::milliseconds(0));
+    node::ManagedProcess::ReadResult r = mp.Read(offsets, kStreamChunk, deadline);
+    for (node::OutputData& d : r.chunks) {
+      const int s = static_cast<int>(d.stream);
+      offsets[s] = d.offset + d.data.size();
+      v1::ProcessEvent ev;
+      ToProto(std::move(d), ev.mutable_output());
+      if (!writer->Write(ev)) return false;
+    }
+    if (lossless) mp.Consumed({offsets[0], offsets[1]});
+    if (r.chunks.empty() && (r.finished || !follow)) break;
+  }
+  node::ProcessStatus st = mp.Info();
+  if (!st.running) {
+    v1::ProcessEvent ev;
+    ToProto(st.outcome, ev.mutable_exit());
+    if (!writer->Write(ev)) return false;
+  }
+  return true;
+}
+
+class ProcessesService final : public v1::Processes::Service {
+ public:
+  explicit ProcessesService(WarrenServices::Impl* impl) : impl_(impl) {}
+
+  grpc::Status ExecStream(grpc::ServerContext* ctx,
+                          grpc::ServerReaderWriter<v1::ProcessEvent, v1::ExecStreamRequest>* stream) override {
+    WARREN_AUTHORIZE(ctx);
+    v1::ExecStreamRequest first;
+    if (!stream->Read(&first)) return Invalid("ExecStream: the first message (with exec) is missing");
+    if (!first.has_exec()) return Invalid("ExecStream: the first message must carry exec");
+    const std::string id = first.exec().sandbox_id();
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(id));
+    runtime::ExecSpec spec;
+    WARREN_RETURN_IF_GRPC_ERROR(ToExecSpec(first.exec(), &spec));
+    node::ProcessOptions opts = ToProcessOptions(first.options(), spec);
+    opts.lossless = true;
+    opts.buffer_bytes = kExecStreamBuffer;
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp, impl_->m_->StartAttached(id, spec, opts));
+    Apply(first, *mp);
+    {
+      v1::ProcessEvent ev;
+      ToProto(mp->Info(), ev.mutable_started());
+      if (!stream->Write(ev)) {
+        mp->Stop();
+        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      }
+    }
+    // Client messages (stdin, signals, resizes) on their own thread; the
+    // client half-closing its side closes stdin.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool reader_done = false;
+    std::thread reader([&] {
+      v1::ExecStreamRequest in;
+      while (stream->Read(&in)) Apply(in, *mp);
+      (void)mp->Write("", true);
+      std::lock_guard<std::mutex> l(mu);
+      reader_done = true;
+      cv.notify_all();
+    });
+    const bool ok = StreamOutput(ctx, *mp, {0, 0, 0}, true, true, stream);
+    if (!ok) mp->Stop();  // the client went away: the whole tree goes
+    {
+      // The client half-closes once it got `exit`; a client that does not is cut off.
+      std::unique_lock<std::mutex> l(mu);
+      if (!cv.wait_for(l, std::chrono::seconds(ok ? 10 : 0), [&] { return reader_done; })) {
+        ctx->TryCancel();
+      }
+    }
+    reader.join();
+    if (!ok) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away; process killed");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Spawn(grpc::ServerContext* ctx, const v1::SpawnRequest* req, v1::ProcessInfo* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->exec().sandbox_id()));
+    runtime::ExecSpec spec;
+    WARREN_RETURN_IF_GRPC_ERROR(ToExecSpec(req->exec(), &spec));
+    node::ProcessOptions opts = ToProcessOptions(req->options(), spec);
+    if (opts.buffer_bytes > node::kMaxProcessBufferBytes) {
+      return Invalid("options.buffer_bytes=" + std::to_string(opts.buffer_bytes) + " exceeds the maximum of " +
+                     std::to_string(node::kMaxProcessBufferBytes));
+    }
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->Spawn(req->exec().sandbox_id(), spec, opts));
+    ToProto(mp->Info(), resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListProcessesRequest* req,
+                    v1::ListProcessesResponse* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+    ASSIGN_OR_RETURN_GRPC(std::vector<node::ProcessStatus> all, impl_->m_->Processes(req->sandbox_id()));
+    for (const auto& st : all) ToProto(st, resp->add_processes());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::ProcessRef* req, v1::ProcessInfo* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckRef(*req));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->FindProcess(req->sandbox_id(), req->process_id()));
+    ToProto(mp->Info(), resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Wait(grpc::ServerContext* ctx, const v1::WaitProcessRequest* req, v1::ProcessInfo* resp) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
+    const auto until = node::ManagedProcess::Clock::now() + std::chrono::milliseconds(req->timeout_ms());
+    while (!ctx->IsCancelled()) {
+      auto slice = std::min(until, node::ManagedProcess::Clock::now() + kReadSlice);
+      if (mp->WaitFinished(slice) || slice >= until) break;
+    }
+    ToProto(mp->Info(), resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Signal(grpc::ServerContext* ctx, const v1::SignalProcessRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
+    (void)impl_->m_->Running(req->ref().sandbox_id());  // a paused sandbox resumes (the signal must act)
+    return ToGrpcStatus(mp->Signal(req->signal(), !req->group_only()));
+  }
+
+  grpc::Status Input(grpc::ServerContext* ctx, const v1::ProcessInputRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
+    (void)impl_->m_->Running(req->ref().sandbox_id());
+    return ToGrpcStatus(mp->Write(req->data(), req->close()));
+  }
+
+  grpc::Status Resize(grpc::ServerContext* ctx, const v1::ResizeRequest* req, v1::Empty*) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+    if (req->rows() == 0 || req->cols() == 0 || req->rows() > 65535 || req->cols() > 65535)
+      return Invalid("rows and cols must be in [1, 65535]");
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
+    return ToGrpcStatus(mp->Resize(static_cast<uint16_t>(req->rows()), static_cast<uint16_t>(req->cols())));
+  }
+
+  grpc::Status Output(grpc::ServerContext* ctx, const v1::ProcessOutputRequest* req,
+                      grpc::ServerWriter<v1::ProcessEvent>* writer) override {
+    WARREN_AUTHORIZE(ctx);
+    WARREN_RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+    ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
+                          impl_->m_->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
+    if (!StreamOutput(ctx, *mp, {req->stdout_offset(), req->stderr_offset(), req->control_offset()}, req->follow(),
+                      false, writer)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  // Input of an ExecStream message (the first one's exec.stdin was queued by Start).
+  static void Apply(const v1::ExecStreamRequest& in, node::ManagedProcess& mp) {
+    if (!in.stdin().empty() || in.close_stdin()) (void)mp.Write(in.stdin(), in.close_stdin());
+    if (in.signal() != 0) (void)mp.Signal(in.signal(), true);
+    if (in.resize_rows() > 0 && in.resize_cols() > 0 && in.resize_rows() <= 65535 && in.resize_cols() <= 65535)
+      (void)mp.Resize(static_cast<uint16_t>(in.resize_rows()), static_cast<uint16_t>(in.resize_cols()));
+  }
+
+  WarrenServices::Impl* impl_;
+};
+
 }  // namespace
 
 struct WarrenServices::Holder {
-  explicit Holder(Impl* impl) : sandboxes(impl), files(impl), layers(impl), node(impl), lifecycle(impl) {}
+  explicit Holder(Impl* impl)
+      : sandboxes(impl), files(impl), layers(impl), node(impl), lifecycle(impl), processes(impl) {}
   SandboxesService sandboxes;
   FilesService files;
   LayersService layers;
   NodeService node;
   LifecycleService lifecycle;
+  ProcessesService processes;
 };
 
 WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions options)
@@ -773,7 +1028,8 @@ WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions opt
 WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
-  return {&holder_->sandboxes, &holder_->files, &holder_->layers, &holder_->node, &holder_->lifecycle};
+  return {&holder_->sandboxes, &holder_->files, &holder_->layers, &holder_->node, &holder_->lifecycle,
+          &holder_->processes};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options,

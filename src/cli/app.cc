@@ -52,6 +52,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddLifecycleCommands(*app, inv);
   AddSnapshotCommands(*app, inv);
   AddJobCommand(*app, inv);
+  AddLogsCommand(*app, inv);
   return app;
 }
 

@@ -66,6 +66,7 @@ struct ExecArgs {
   bool read_stdin = false;  // -i: read our stdin fully and send it
   bool force_argv = false;  // --argv: a single CMD word is argv, not shell
   uint64_t output_cap_bytes = 0;
+  bool tty = false;         // -t: run on a PTY, streamed (stream.cc); with -i stdin is streamed live
   // One word = shell string (`/bin/sh -c WORD`), several = argv.
   std::vector<std::string> cmd;
 };
@@ -136,6 +137,9 @@ void AddStatusCommands(CLI::App& root, Invocation& inv);  // status, version
 void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume, suspend, ttl
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
 void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
+void AddLogsCommand(CLI::App& root, Invocation& inv);  // logs (stream.cc)
+// `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
+int RunExecTty(Invocation& inv);
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);

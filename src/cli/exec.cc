@@ -58,6 +58,7 @@ int ExitCodeOf(const v1::ExecResult& r) {
 }
 
 int RunExec(Invocation& inv) {
+  if (inv.exec.tty) return RunExecTty(inv);
   StatusOr<v1::ExecRequest> req = BuildExecRequest(inv.exec);
   if (!req.ok()) return UsageError(req.status());
   StatusOr<std::string> input = ReadStdinBytes(inv.exec);
@@ -152,6 +153,9 @@ void AddExecCommand(CLI::App& root, Invocation& inv) {
                                   "read our stdin to EOF and send it as stdin");
   file->excludes(in);
   in->excludes(file);
+  sub->add_flag("-t,--tty", a.tty,
+                "run on a pseudo-terminal, output streamed; with -i (-it) our stdin is streamed live\n"
+                "(raw mode on a terminal) and window size changes follow");
   sub->add_flag("--argv", a.force_argv, "run a single CMD word as argv, not shell");
   sub->add_option("--output-cap", a.output_cap_bytes,
                   "bytes kept per stream; 0 = node default");

@@ -561,6 +561,7 @@ Status SandboxManager::DestroyWithReason(const std::string& id, const std::strin
     cv_.notify_all();
     return s;
   }
+  processes_->DropSandbox(id);  // they died with the sandbox: stop their pumps
   for (const std::string& d : e->acquired) layers_->Release(d);
   e->acquired.clear();
   Status rm = RemoveTree(e->dir);
@@ -1548,6 +1549,78 @@ void SandboxManager::ReapLoop() {
     ReapExpired();
     l.lock();
   }
+}
+
+}  // namespace warren::node
+
+// ---------------------------------------------------------------- processes (issue 3)
+namespace warren::node {
+
+nlohmann::json SandboxManager::ProcessAudit(const ProcessStatus& st, const char* op) const {
+  nlohmann::json a = {{"op", op}, {"process_id", st.process_id}, {"start_ns", st.started_at_ns}};
+  if (st.shell) {
+    a["shell"] = *st.shell;
+  } else {
+    a["argv"] = st.argv;
+  }
+  if (st.pty) a["pty"] = true;
+  if (!st.running) {
+    a["end_ns"] = NowNs();
+    a["exit_code"] = st.outcome.exit_code;
+    a["signal"] = st.outcome.signal;
+    a["timed_out"] = st.outcome.timed_out;
+    a["oom_killed"] = st.outcome.oom_killed;
+    a["stdout_bytes"] = st.outcome.stdout_total;
+    a["stderr_bytes"] = st.outcome.stderr_total;
+  }
+  return a;
+}
+
+StatusOr<std::shared_ptr<ManagedProcess>> SandboxManager::Spawn(const std::string& id, const runtime::ExecSpec& spec,
+                                                                const ProcessOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Running(id));
+  const std::string pid = processes_->NewId();
+  auto on_exit = [this, id](const ProcessStatus& st) { Audit(id, ProcessAudit(st, "process_exit")); };
+  ASSIGN_OR_RETURN(std::shared_ptr<ManagedProcess> mp, ManagedProcess::Start(sb, id, pid, spec, options, on_exit));
+  Status s = processes_->Insert(id, mp);
+  if (!s.ok()) {
+    mp->Stop();
+    return s;
+  }
+  if (!Get(id).ok()) {  // destroyed meanwhile: its DropSandbox may have run before our Insert
+    processes_->DropSandbox(id);
+    return absl::FailedPreconditionError("sandbox " + id + " was destroyed during spawn");
+  }
+  Audit(id, ProcessAudit(mp->Info(), "spawn"));
+  return mp;
+}
+
+StatusOr<std::shared_ptr<ManagedProcess>> SandboxManager::StartAttached(const std::string& id,
+                                                                        const runtime::ExecSpec& spec,
+                                                                        const ProcessOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Running(id));
+  Touch(id, +1);
+  auto on_exit = [this, id](const ProcessStatus& st) {
+    Touch(id, -1);
+    Audit(id, ProcessAudit(st, "exec_stream"));
+  };
+  StatusOr<std::shared_ptr<ManagedProcess>> mp =
+      ManagedProcess::Start(sb, id, processes_->NewId(), spec, options, on_exit);
+  if (!mp.ok()) Touch(id, -1);
+  return mp;
+}
+
+StatusOr<std::shared_ptr<ManagedProcess>> SandboxManager::FindProcess(const std::string& id,
+                                                                      const std::string& process_id) const {
+  RETURN_IF_ERROR(Get(id).status());
+  return processes_->Find(id, process_id);
+}
+
+StatusOr<std::vector<ProcessStatus>> SandboxManager::Processes(const std::string& id) const {
+  RETURN_IF_ERROR(Get(id).status());
+  std::vector<ProcessStatus> out;
+  for (const auto& p : processes_->List(id)) out.push_back(p->Info());
+  return out;
 }
 
 }  // namespace warren::node

@@ -58,6 +58,7 @@
 
 #include "common/status.h"
 #include "node/layer_provider.h"
+#include "node/process_table.h"
 #include "node/record_store.h"
 #include "runtime/backend.h"
 
@@ -257,6 +258,22 @@ class SandboxManager {
   // grace period; returns the ids destroyed for TTL/idle.
   std::vector<std::string> ReapExpired();
 
+  // ---- processes (issue 3; node/process_table.h, api/warren/v1/process.proto)
+  // Background process: kept in the table (survives the caller), audited
+  // ("spawn" at start, "process_exit" at exit), stopped when the sandbox is
+  // destroyed. A running background process does not count as activity for
+  // the idle timeout (only calls do).
+  StatusOr<std::shared_ptr<ManagedProcess>> Spawn(const std::string& id, const runtime::ExecSpec& spec,
+                                                  const ProcessOptions& options);
+  // Attached process (streaming exec): not in the table, the caller owns it
+  // (and Stop()s it when its client goes away). Counts as a running exec for
+  // the idle timeout; audited as "exec_stream" at exit.
+  StatusOr<std::shared_ptr<ManagedProcess>> StartAttached(const std::string& id, const runtime::ExecSpec& spec,
+                                                          const ProcessOptions& options);
+  // NotFound for an unknown sandbox or process.
+  StatusOr<std::shared_ptr<ManagedProcess>> FindProcess(const std::string& id, const std::string& process_id) const;
+  StatusOr<std::vector<ProcessStatus>> Processes(const std::string& id) const;
+
   // Layers: number of sandboxes in the table using `digest`, and removal that
   // refuses (FailedPrecondition) a layer in use.
   uint32_t LayerUsers(const std::string& digest) const;
@@ -320,6 +337,10 @@ class SandboxManager {
   void SaveJobsLocked() const;
   void LoadJobs();
   void ReapJobs();
+
+  // Declared last: destroyed first (stops the pumps before anything they use).
+  std::unique_ptr<ProcessTable> processes_ = std::make_unique<ProcessTable>();
+  nlohmann::json ProcessAudit(const ProcessStatus& st, const char* op) const;
 };
 
 }  // namespace warren::node

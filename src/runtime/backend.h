@@ -123,6 +123,46 @@ class SandboxFiles {
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
 };
 
+// ---- processes (issue 3): Sandbox::Start.
+struct StartOptions {
+  bool pty = false;          // a pseudo-terminal from the sandbox's devpts as stdio + controlling tty
+  uint16_t rows = 24, cols = 80;
+  bool control_fd = false;   // a pipe on fd 3 (read end: Process::TakeControl)
+};
+
+// A command started by Sandbox::Start, running in its own exec cgroup (the
+// whole tree: setsid'ed and double-forked descendants included) and in a new
+// session (setsid) whose process group the foreground process leads.
+// The caller pumps its fds. Destroying the object closes the fds it still
+// owns and kills nothing: processes left in the tree keep running (like
+// Exec's background processes) until they exit or the sandbox is destroyed.
+// The Process must not outlive its Sandbox object. Not thread-safe except
+// Signal and Resize, which may be called from any thread.
+class Process {
+ public:
+  virtual ~Process() = default;
+  virtual pid_t pid() const = 0;    // host pid of the foreground process
+  virtual int pidfd() const = 0;    // borrowed; readable (POLLIN) once it exited
+  // The caller takes the pipe ends (each once; later calls return an invalid
+  // fd). With a PTY stdin and stdout are both the terminal's master (dups),
+  // stderr is invalid. Control: fd 3's read end, invalid unless asked.
+  virtual UniqueFd TakeStdin() = 0;
+  virtual UniqueFd TakeStdout() = 0;
+  virtual UniqueFd TakeStderr() = 0;
+  virtual UniqueFd TakeControl() = 0;
+  // Reaps the foreground process if it exited: true and exit_code/signal/
+  // oom_killed of *out set; false while it runs.
+  virtual StatusOr<bool> TryWait(ExecOutcome* out) = 0;
+  // whole_tree: every process of the exec cgroup; else the foreground's
+  // process group (kill(-pid)). No error when they are already gone.
+  virtual Status Signal(int sig, bool whole_tree) = 0;
+  // True when no process of the tree is left.
+  virtual bool TreeEmpty() = 0;
+  // Window size of the PTY (TIOCSWINSZ, the foreground group gets SIGWINCH).
+  // FailedPrecondition without a PTY.
+  virtual Status Resize(uint16_t rows, uint16_t cols) = 0;
+};
+
 class Sandbox {
  public:
   virtual ~Sandbox() = default;  // does NOT destroy: the sandbox outlives the object
@@ -174,6 +214,15 @@ class Sandbox {
   // sandbox runs without swap again (v2). Best effort per process and file
   // (one that vanished meanwhile is skipped); returns the bytes prefetched.
   virtual StatusOr<uint64_t> EndSuspend(bool prefetch) { (void)prefetch; return absl::UnimplementedError("suspend is not supported by this backend"); }
+  // ---- processes (issue 3); default: Unimplemented.
+  // Starts `spec` (argv/shell, env, cwd, user; stdin_data, timeout,
+  // output_cap and kill_grace are NOT used: the caller drives the fds and
+  // timeouts). Errors as Exec's (bad cwd/user: the error, not an outcome).
+  virtual StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) {
+    (void)spec;
+    (void)options;
+    return absl::UnimplementedError("processes are not supported by this backend");
+  }
 };
 
 class Backend {

@@ -18,6 +18,8 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      Unimplemented, Unknown, WarrenError)
 from .types import ExecResult, FileInfo, Layer, NodeStatus, Resources, SandboxInfo
 from .fncall import FnCallRequest, FnCallResult  # fncall (issue 5)
+from .process import (ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput,  # issue 3
+                      Session)
 
 __version__ = "0.1.0"
 
@@ -28,4 +30,5 @@ __all__ = [
     "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
     "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",
     "Unauthenticated", "Unavailable", "Unimplemented", "Unknown",
+    "ExecStream", "OutputChunk", "Process", "ProcessInfo", "ProcessOutput", "Session",
 ]

@@ -21,6 +21,13 @@ from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
 
 if False:  # typing only (lifecycle imports this module)
     from .lifecycle import GradeResult, Job, JobInfo, Lifecycle, Snapshot  # noqa: F401
+    from .process import ExecStream, Process, ProcessInfo, Session  # noqa: F401
+
+
+def ppb_first(req: "pb.ExecRequest", options: Any) -> Any:
+    """First message of a streaming exec (warren.process)."""
+    from ._proto import process_pb2 as ppb
+    return ppb.ExecStreamRequest(exec=req, options=options)
 
 __all__ = ["Client", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE"]
 
@@ -113,6 +120,72 @@ def _chunks(data: Data) -> Iterator[bytes]:
         if isinstance(chunk, str):
             chunk = chunk.encode("utf-8")
         yield chunk
+
+
+def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+                  env: Optional[Mapping[str, Union[str, bytes]]] = None, cwd: Optional[str] = None,
+                  user: Optional[str] = None, stdin: Optional[Union[bytes, str]] = None,
+                  timeout: Optional[float] = None, output_cap: Optional[int] = None,
+                  kill_grace: Optional[float] = None,
+                  request_id: Optional[str] = None) -> Tuple["pb.ExecRequest", Optional[float]]:
+    """The ExecRequest of Sandbox.exec and its RPC deadline (shared with warren.aio)."""
+    req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "",
+                         user=user or "", request_id=request_id or "")
+    if isinstance(cmd, (str, bytes)):
+        req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
+    else:
+        argv = [a if isinstance(a, bytes) else os.fsencode(a) for a in cmd]
+        if not argv:
+            raise errors.InvalidArgument("exec: empty argv")
+        req.argv.extend(argv)
+    if stdin is not None:
+        req.stdin = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+    deadline: Optional[float] = None
+    if timeout is not None:
+        if timeout <= 0:
+            raise errors.InvalidArgument(f"exec: timeout must be > 0 seconds, got {timeout}")
+        ms = max(1, int(round(timeout * 1000)))
+        req.timeout_ms = _u32("timeout (ms)", ms)
+        grace = kill_grace if kill_grace is not None else 0.5
+        deadline = timeout + grace + EXEC_DEADLINE_MARGIN_S
+    if kill_grace is not None:
+        if kill_grace < 0:
+            raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
+        req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
+    if output_cap is not None:
+        if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
+                not 0 < output_cap <= MAX_OUTPUT_CAP:
+            raise errors.InvalidArgument(
+                f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
+        req.output_cap_bytes = output_cap
+    return req, deadline
+
+
+def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float] = None,
+                    memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
+                    pids: Optional[int] = None, open_files: Optional[int] = None,
+                    tmpfs_mb: Optional[int] = None,
+                    env: Optional[Mapping[str, Union[str, bytes]]] = None,
+                    workdir: Optional[str] = None, user: Optional[str] = None,
+                    hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+                    ttl_s: Optional[int] = None, job: Optional[str] = None,
+                    idle_timeout_s: Optional[int] = None) -> "pb.CreateSandboxRequest":
+    """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
+    res = pb.Resources(
+        memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
+        pids=_u32("pids", pids), open_files=_u32("open_files", open_files),
+        tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb))
+    if cpu is not None:
+        if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
+            raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
+        millis = int(round(cpu * 1000))
+        res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
+    req = pb.CreateSandboxRequest(
+        backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
+        workdir=workdir or "", user=user or "", hostname=hostname or "",
+        labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
+        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s))
+    return req
 
 
 class Files:
@@ -284,7 +357,9 @@ class Sandbox:
              timeout: Optional[float] = None,
              output_cap: Optional[int] = None,
              kill_grace: Optional[float] = None,
-             request_id: Optional[str] = None) -> ExecResult:
+             request_id: Optional[str] = None,
+             on_stdout: Optional[Callable[[bytes], Any]] = None,
+             on_stderr: Optional[Callable[[bytes], Any]] = None) -> ExecResult:
         """Runs a command in the sandbox and waits for it.
 
         cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
@@ -304,39 +379,99 @@ class Sandbox:
         sandbox), InvalidArgument (bad env key, cwd, user, limits),
         FailedPrecondition (sandbox not running), DeadlineExceeded (the
         daemon did not answer within timeout + EXEC_DEADLINE_MARGIN_S).
+
+        on_stdout / on_stderr: called with each chunk of bytes as the command
+        produces it (streaming exec; request_id is then not supported); the
+        result is the same ExecResult, its stdout/stderr capped at output_cap.
         """
-        req = pb.ExecRequest(sandbox_id=self.id, env=_env_pb(env), cwd=cwd or "",
-                             user=user or "", request_id=request_id or "")
-        if isinstance(cmd, (str, bytes)):
-            req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
-        else:
-            argv = [a if isinstance(a, bytes) else os.fsencode(a) for a in cmd]
-            if not argv:
-                raise errors.InvalidArgument("exec: empty argv")
-            req.argv.extend(argv)
-        if stdin is not None:
-            req.stdin = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
-        deadline: Optional[float] = None
-        if timeout is not None:
-            if timeout <= 0:
-                raise errors.InvalidArgument(f"exec: timeout must be > 0 seconds, got {timeout}")
-            ms = max(1, int(round(timeout * 1000)))
-            req.timeout_ms = _u32("timeout (ms)", ms)
-            grace = kill_grace if kill_grace is not None else 0.5
-            deadline = timeout + grace + EXEC_DEADLINE_MARGIN_S
-        if kill_grace is not None:
-            if kill_grace < 0:
-                raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
-            req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
-        if output_cap is not None:
-            if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
-                    not 0 < output_cap <= MAX_OUTPUT_CAP:
-                raise errors.InvalidArgument(
-                    f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
-            req.output_cap_bytes = output_cap
+        if on_stdout is not None or on_stderr is not None:
+            if request_id:
+                raise errors.InvalidArgument("exec: request_id cannot be combined with on_stdout/on_stderr")
+            cap = output_cap if output_cap is not None else 16 << 20
+            with self.exec_stream(cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
+                                  kill_grace=kill_grace, _collect=cap) as st:
+                st.close_stdin()  # as exec: EOF after the stdin bytes
+                for c in st:
+                    cb = on_stdout if c.stream == "stdout" else on_stderr if c.stream == "stderr" else None
+                    if cb is not None:
+                        cb(c.data)
+                assert st.result is not None
+                return st.result
+        req, deadline = _exec_request(self.id, cmd, env=env, cwd=cwd, user=user, stdin=stdin,
+                                      timeout=timeout, output_cap=output_cap, kill_grace=kill_grace,
+                                      request_id=request_id)
         r = self._client._sandboxes.Exec(req, metadata=self._client._metadata,
                                          timeout=deadline)
         return ExecResult._from_pb(r)
+
+    # ------------------------------------------------------------ processes (issue 3): warren.process
+    def exec_stream(self, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+                    env: Optional[Mapping[str, Union[str, bytes]]] = None,
+                    cwd: Optional[str] = None, user: Optional[str] = None,
+                    stdin: Optional[Union[bytes, str]] = None,
+                    timeout: Optional[float] = None, kill_grace: Optional[float] = None,
+                    pty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
+                    _collect: int = 0) -> "ExecStream":
+        """Starts cmd (as exec) and returns a warren.process.ExecStream: iterate
+        it for OutputChunk(stream, data, offset) as produced, then read
+        .result (ExecResult). stdin: first bytes of stdin; unlike exec,
+        stdin stays open: more with send_stdin(), EOF with close_stdin()
+        (or when the stream is closed). pty: run on a terminal of rows x cols (default 24 x 80;
+        stderr merged into stdout). Closing the stream or the client going
+        away kills the command's whole tree. Errors as exec (raised when
+        iterating)."""
+        from .process import ExecStream, _exec_request, _start_options
+        req = _exec_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        first = ppb_first(req, _start_options(pty, rows, cols))
+        return ExecStream(self._client._processes(), first, self._client._metadata, None, _collect)
+
+    @_call
+    def spawn(self, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
+              env: Optional[Mapping[str, Union[str, bytes]]] = None,
+              cwd: Optional[str] = None, user: Optional[str] = None,
+              stdin: Optional[Union[bytes, str]] = None,
+              timeout: Optional[float] = None, kill_grace: Optional[float] = None,
+              pty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
+              buffer_bytes: Optional[int] = None, control_fd: bool = False) -> "Process":
+        """Starts cmd in the background and returns its warren.process.Process
+        handle (wait, kill, output, stream, send_stdin, close_stdin, resize).
+        The process lives in the daemon, survives this client, and dies with
+        the sandbox. stdin: first bytes of stdin (stdin stays open).
+        timeout: seconds, then the whole tree gets SIGTERM, SIGKILL after
+        kill_grace. buffer_bytes: ring buffer per stream (default 1 MiB, max
+        64 MiB). control_fd: a pipe on fd 3 (stream "control").
+        Raises ResourceExhausted when the sandbox already runs 64 background
+        processes, else as exec."""
+        from .process import Process, ProcessInfo, _exec_request, _start_options
+        from ._proto import process_pb2 as ppb
+        req = _exec_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        opts = _start_options(pty, rows, cols, control_fd, buffer_bytes)
+        info = ProcessInfo._from_pb(self._client._processes().Spawn(
+            ppb.SpawnRequest(exec=req, options=opts), metadata=self._client._metadata))
+        return Process(self, info.id, info)
+
+    def process(self, process_id: str) -> "Process":
+        """Re-attaches to a background process by id. NotFound if unknown."""
+        from .process import Process
+        p = Process(self, process_id)
+        p.info()
+        return p
+
+    @_call
+    def processes(self) -> List["ProcessInfo"]:
+        """The sandbox's background processes (running and exited), oldest first."""
+        from .process import ProcessInfo
+        from ._proto import process_pb2 as ppb
+        resp = self._client._processes().List(ppb.ListProcessesRequest(sandbox_id=self.id),
+                                              metadata=self._client._metadata)
+        return [ProcessInfo._from_pb(p) for p in resp.processes]
+
+    def session(self, cwd: Optional[str] = None, env: Optional[Mapping[str, Union[str, bytes]]] = None,
+                user: Optional[str] = None) -> "Session":
+        """A persistent bash session (warren.process.Session): session.run(cmd,
+        timeout) keeps cwd, env and shell variables between commands."""
+        from .process import Session
+        return Session(self, cwd=cwd, env=env, user=user)
 
     # ------------------------------------------------------------ lifecycle (issue 4)
     # request_id on exec()/files.write(): a retry with the same id returns the
@@ -545,20 +680,10 @@ class Client:
         NotFound (unknown layer), ResourceExhausted (node full / busy / disk
         full: retryable), Unavailable (daemon unreachable: retryable).
         """
-        res = pb.Resources(
-            memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
-            pids=_u32("pids", pids), open_files=_u32("open_files", open_files),
-            tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb))
-        if cpu is not None:
-            if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
-                raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
-            millis = int(round(cpu * 1000))
-            res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
-        req = pb.CreateSandboxRequest(
-            backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
-            workdir=workdir or "", user=user or "", hostname=hostname or "",
-            labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
-            idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s))
+        req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
+                              open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
+                              hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
+                              idle_timeout_s=idle_timeout_s)
         s = self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout)
         return Sandbox(self, SandboxInfo._from_pb(s))
 
@@ -610,6 +735,12 @@ class Client:
         if getattr(self, "_fncall_svc", None) is None:
             self._fncall_svc = FnCall(self._channel, self._metadata)
         return self._fncall_svc
+
+    def _processes(self) -> Any:
+        if getattr(self, "_processes_stub", None) is None:
+            from ._proto import process_pb2_grpc as ppb_grpc
+            self._processes_stub = ppb_grpc.ProcessesStub(self._channel)
+        return self._processes_stub
 
     def job(self, name: str) -> "Job":
         """The job `name` (sandboxes created with job=name): heartbeat(),

@@ -37,7 +37,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -465,6 +467,72 @@ struct ExecPlan {
   ::_exit(0);
 }
 
+// ---- Sandbox::Start (issue 3): like the exec helper/grandchild, plus a new
+// session, an optional controlling terminal and an optional fd 3 pipe.
+struct StartPlan {
+  ExecPlan base;
+  int tty_fd = -1;      // PTY slave: stdio + controlling terminal; -1 = pipes
+  int control_fd = -1;  // becomes fd 3; -1 = none
+};
+
+// Async-signal-safe (see ExecGrandchild).
+[[noreturn]] void StartGrandchild(const StartPlan& sp) {
+  const ExecPlan& p = sp.base;
+  const int e = p.report_fd;
+  if (RawSetresgid(p.gid) != 0) jail::ChildFail(e, kStepSetId, errno);
+  if (int rc = jail::DropCapabilities(p.caps, p.last_cap); rc != 0) jail::ChildFail(e, kStepCaps, -rc);
+  if (RawSetresuid(p.uid) != 0) jail::ChildFail(e, kStepSetId, errno);
+  if (::chdir(p.cwd.c_str()) != 0) jail::ChildFail(e, kStepChdir, errno);
+  // Its own session and process group: signals to the group (interrupts)
+  // reach the command's foreground jobs, never anything outside.
+  if (::setsid() < 0) jail::ChildFail(e, kStepStdio, errno);
+  if (sp.tty_fd >= 0) {
+    if (::ioctl(sp.tty_fd, TIOCSCTTY, 0) != 0) jail::ChildFail(e, kStepStdio, errno);
+    if (::dup2(sp.tty_fd, 0) < 0 || ::dup2(sp.tty_fd, 1) < 0 || ::dup2(sp.tty_fd, 2) < 0)
+      jail::ChildFail(e, kStepDup, errno);
+  } else if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0) {
+    jail::ChildFail(e, kStepDup, errno);
+  }
+  if (int rc = jail::ApplyRlimits(p.rlimits.data(), p.rlimits.size()); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
+  ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (sp.control_fd == 3) {
+    if (::fcntl(3, F_SETFD, 0) != 0) jail::ChildFail(e, kStepDup, errno);
+  } else if (sp.control_fd >= 0 && ::dup2(sp.control_fd, 3) < 0) {
+    jail::ChildFail(e, kStepDup, errno);
+  }
+  ::umask(022);
+  ResetSignals();
+  if (p.seccomp) {
+    sock_fprog prog = p.seccomp->prog();
+    if (int rc = jail::InstallSeccompProgram(&prog); rc != 0) jail::ChildFail(e, kStepSeccomp, -rc);
+  }
+  int last = ENOENT;
+  for (const auto& c : p.candidates) {
+    ::execve(c.c_str(), p.argv.data(), p.envp.data());
+    if (errno != ENOENT && errno != ENOTDIR) last = errno;
+  }
+  (void)jail::WriteAll(2, p.not_found_msg.data(), p.not_found_msg.size());
+  ::_exit(last == ENOENT ? 127 : 126);
+}
+
+// Async-signal-safe (see ExecHelper).
+[[noreturn]] void StartHelper(const StartPlan& sp) {
+  const ExecPlan& p = sp.base;
+  const int e = p.report_fd;
+  for (int fd : p.cgroup_fds) {
+    if (::write(fd, "0", 1) != 1) jail::ChildFail(e, kStepCgroup, errno);
+  }
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0) jail::ChildFail(e, kStepSetgroups, errno);
+  if (::setns(p.pidfd, kNsFlags) != 0) jail::ChildFail(e, kStepSetns, errno);
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+  if (pid < 0) jail::ChildFail(e, kStepFork, errno);
+  if (pid == 0) StartGrandchild(sp);
+  jail::ChildError msg{0, pid};
+  (void)jail::WriteAll(e, &msg, sizeof msg);
+  ::_exit(0);
+}
+
 // ------------------------------------------------------------------ state
 struct BackendState {
   ContainerOptions options;
@@ -739,6 +807,15 @@ class ContainerSandbox : public Sandbox {
     return total;
   }
   uint32_t upper_host_root_id() const override { return st_->HostUid(slot_); }
+  StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& es, const StartOptions& so) override;
+  // A finished Start()ed process hands its exec cgroup back: removed now when
+  // empty, else kept until its last process exits (or the sandbox goes).
+  void ReleaseExecCgroup(std::unique_ptr<jail::Cgroup> cg) {
+    if (cg->Empty() && cg->Remove().ok()) return;
+    std::lock_guard<std::mutex> l(mu_);
+    if (!destroy_done_) lingering_.push_back(std::move(cg));
+  }
+  uint64_t OomKillCount() const { return cgroup_->OomKillCount(); }
   uint32_t upper_id_range() const override { return st_->options.uid_range; }
   void set_upper(UniqueFd fd) {
     struct stat st;
@@ -1110,6 +1187,238 @@ Status ContainerSandbox::Destroy() {
     st_->ReleaseSlot(slot_);
   }
   return cs;
+}
+
+// ------------------------------------------------------------------ processes (issue 3)
+class ContainerProcess : public Process {
+ public:
+  ContainerProcess(ContainerSandbox* sb, pid_t pid, UniqueFd pidfd, std::unique_ptr<jail::Cgroup> ecg,
+                   uint64_t oom_before)
+      : sb_(sb), pid_(pid), pidfd_(std::move(pidfd)), ecg_(std::move(ecg)), oom_before_(oom_before) {}
+  ~ContainerProcess() override {
+    if (!reaped_) {
+      // Not waited for: reap later is impossible once we are gone, so the
+      // foreground is killed with its tree rather than left a zombie.
+      (void)ecg_->SignalAll(SIGKILL);
+      (void)PidfdSignal(pidfd_.get(), SIGKILL);
+      pollfd pfd{pidfd_.get(), POLLIN, 0};
+      (void)::poll(&pfd, 1, 2000);  // bounded: a frozen sandbox delays the kill
+      siginfo_t info;
+      (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG);
+    }
+    sb_->ReleaseExecCgroup(std::move(ecg_));
+  }
+  pid_t pid() const override { return pid_; }
+  int pidfd() const override { return pidfd_.get(); }
+  UniqueFd TakeStdin() override { return std::move(stdin_); }
+  UniqueFd TakeStdout() override { return std::move(stdout_); }
+  UniqueFd TakeStderr() override { return std::move(stderr_); }
+  UniqueFd TakeControl() override { return std::move(control_); }
+
+  StatusOr<bool> TryWait(ExecOutcome* out) override {
+    if (reaped_) return absl::FailedPreconditionError("process " + std::to_string(pid_) + " already reaped");
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) != 0)
+      return Errno("waitid(P_PIDFD, " + std::to_string(pid_) + ")");
+    if (info.si_pid == 0) return false;
+    reaped_ = true;
+    if (info.si_code == CLD_EXITED) {
+      out->exit_code = info.si_status;
+      out->signal = 0;
+    } else {
+      out->signal = info.si_status;
+      out->exit_code = 128 + info.si_status;
+    }
+    out->oom_killed = sb_->OomKillCount() > oom_before_;
+    return true;
+  }
+
+  Status Signal(int sig, bool whole_tree) override {
+    if (whole_tree) return ecg_->SignalAll(sig);
+    // The foreground leads its own process group (setsid in StartGrandchild).
+    if (::kill(-pid_, sig) != 0 && errno != ESRCH) return Errno("kill(-" + std::to_string(pid_) + ")");
+    return absl::OkStatus();
+  }
+  bool TreeEmpty() override { return ecg_->Empty(); }
+
+  Status Resize(uint16_t rows, uint16_t cols) override {
+    if (!master_.valid()) return absl::FailedPreconditionError("process " + std::to_string(pid_) + " has no PTY");
+    winsize ws{rows, cols, 0, 0};
+    if (::ioctl(master_.get(), TIOCSWINSZ, &ws) != 0) return Errno("ioctl(TIOCSWINSZ)");
+    return absl::OkStatus();
+  }
+
+  UniqueFd stdin_, stdout_, stderr_, control_, master_;
+
+ private:
+  ContainerSandbox* sb_;
+  pid_t pid_;
+  UniqueFd pidfd_;
+  std::unique_ptr<jail::Cgroup> ecg_;
+  uint64_t oom_before_;
+  bool reaped_ = false;
+};
+
+StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, const StartOptions& so) {
+  if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " is destroyed");
+  if (es.argv.empty() && !es.shell) return absl::InvalidArgumentError("start: neither argv nor shell given");
+  SweepExecCgroups();
+
+  StartPlan sp;
+  ExecPlan& plan = sp.base;
+  plan.pidfd = pidfd_.get();
+  plan.last_cap = st_->last_cap;
+  plan.caps = jail::DefaultCapabilityMask();
+  plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
+  plan.rlimits = SandboxRlimits(spec_.resources);
+  UniqueFd root;
+  {
+    std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";
+    root.reset(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid() || PidfdSignal(pidfd_.get(), 0) != 0)
+      return absl::FailedPreconditionError("sandbox " + spec_.id + " has no running init");
+    ASSIGN_OR_RETURN(UserIds ids, ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(),
+                                              st_->options.uid_range));
+    plan.uid = ids.uid;
+    plan.gid = ids.gid;
+  }
+  plan.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
+  if (es.shell) {
+    plan.argv_s = {"/bin/sh", "-c", *es.shell};
+  } else {
+    plan.argv_s = es.argv;
+  }
+  for (const auto& a : plan.argv_s) {
+    if (a.find('\0') != std::string::npos) return absl::InvalidArgumentError("start: argv contains a NUL byte");
+  }
+  std::map<std::string, std::string> env = spec_.env;
+  for (const auto& [k, v] : es.env) env[k] = v;
+  if (!env.count("PATH")) env["PATH"] = kDefaultPath;
+  if (so.pty && !env.count("TERM")) env["TERM"] = "xterm";
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos)
+      return absl::InvalidArgumentError("start: bad environment variable name or value for '" + k + "'");
+    plan.envp_s.push_back(k + "=" + v);
+  }
+  const std::string& a0 = plan.argv_s[0];
+  if (a0.find('/') != std::string::npos) {
+    plan.candidates.push_back(a0);
+  } else {
+    for (absl::string_view d : absl::StrSplit(env["PATH"], ':', absl::SkipEmpty()))
+      plan.candidates.push_back(std::string(d) + "/" + a0);
+  }
+  plan.not_found_msg = "warren: " + a0 + ": not found\n";
+  for (auto& s : plan.argv_s) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (auto& s : plan.envp_s) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> ecg,
+                   cgroup_->CreateChild("exec-" + std::to_string(exec_seq_.fetch_add(1))));
+  Rollback rb;
+  rb.Add([&ecg] {
+    if (ecg) (void)ecg->Destroy(milliseconds(2000));
+  });
+  std::vector<UniqueFd> sb_fds;
+  if (!cgroup_->ChildrenCoverAllControllers()) {
+    ASSIGN_OR_RETURN(sb_fds, cgroup_->OpenProcsFds());
+  }
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> ex_fds, ecg->OpenProcsFds());
+  for (auto& f : sb_fds) plan.cgroup_fds.push_back(f.get());
+  for (auto& f : ex_fds) plan.cgroup_fds.push_back(f.get());
+
+  UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, rep_r, rep_w, master, slave;
+  if (so.pty) {
+    // The sandbox's own devpts instance (mounted newinstance by InitChild):
+    // the terminal shows up as /dev/pts/N inside.
+    const std::string ptmx = "/proc/" + std::to_string(init_pid_) + "/root/dev/pts/ptmx";
+    master.reset(::open(ptmx.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!master.valid()) return Errno("open(" + ptmx + ")");
+    int unlock = 0;
+    if (::ioctl(master.get(), TIOCSPTLCK, &unlock) != 0) return Errno("ioctl(TIOCSPTLCK)");
+    slave.reset(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!slave.valid()) return Errno("ioctl(TIOCGPTPEER)");
+    // Owned by the command's user as seen inside (created by the daemon's host root).
+    const uid_t host = st_->HostUid(slot_);
+    if (::fchown(slave.get(), host + plan.uid, host + plan.gid) != 0) return Errno("fchown(pty slave)");
+    winsize ws{so.rows == 0 ? uint16_t{24} : so.rows, so.cols == 0 ? uint16_t{80} : so.cols, 0, 0};
+    if (::ioctl(master.get(), TIOCSWINSZ, &ws) != 0) return Errno("ioctl(TIOCSWINSZ)");
+    sp.tty_fd = slave.get();
+  } else {
+    RETURN_IF_ERROR(MakePipe(in_r, in_w));
+    RETURN_IF_ERROR(MakePipe(out_r, out_w));
+    RETURN_IF_ERROR(MakePipe(err_r, err_w));
+    plan.stdin_fd = in_r.get();
+    plan.stdout_fd = out_w.get();
+    plan.stderr_fd = err_w.get();
+  }
+  if (so.control_fd) {
+    RETURN_IF_ERROR(MakePipe(ctl_r, ctl_w));
+    sp.control_fd = ctl_w.get();
+  }
+  RETURN_IF_ERROR(MakePipe(rep_r, rep_w));
+  plan.report_fd = rep_w.get();
+
+  const uint64_t oom_before = cgroup_->OomKillCount();
+  pid_t helper = Clone3(0, nullptr);
+  if (helper < 0) return Errno("clone3(start helper)");
+  if (helper == 0) StartHelper(sp);
+  in_r.reset();
+  out_w.reset();
+  err_w.reset();
+  ctl_w.reset();
+  rep_w.reset();
+  slave.reset();
+  sb_fds.clear();
+  ex_fds.clear();
+
+  jail::ChildError msg;
+  ssize_t n;
+  do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+  int hs = 0;
+  while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
+  }
+  if (n != sizeof msg) {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
+    return absl::InternalError("start helper for sandbox " + spec_.id + " died before starting the command");
+  }
+  if (msg.step != 0) {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
+    return ErrnoToStatus(msg.err, std::string("start helper: ") + StepName(msg.step));
+  }
+  const pid_t child = msg.err;
+  UniqueFd cpidfd(PidfdOpen(child));
+  if (!cpidfd.valid()) {
+    Status st = Errno("pidfd_open(" + std::to_string(child) + ")");
+    (void)::waitpid(child, nullptr, 0);
+    return st;
+  }
+  // A failure between clone and execve (bad cwd, ...) is an error: the
+  // grandchild reports it, then the report pipe reaches EOF at execve.
+  do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+  if (n == sizeof msg && msg.step != 0) {
+    (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(cpidfd.get()), nullptr, WEXITED);
+    std::string what = std::string("start: ") + StepName(msg.step);
+    if (msg.step == kStepChdir) what += " " + plan.cwd;
+    return ErrnoToStatus(msg.err, what);
+  }
+  auto proc = std::make_unique<ContainerProcess>(this, child, std::move(cpidfd), std::move(ecg), oom_before);
+  rb.Release();
+  if (so.pty) {
+    proc->stdin_.reset(::fcntl(master.get(), F_DUPFD_CLOEXEC, 3));
+    if (!proc->stdin_.valid()) return Errno("fcntl(F_DUPFD_CLOEXEC, pty master)");
+    proc->master_.reset(::fcntl(master.get(), F_DUPFD_CLOEXEC, 3));
+    if (!proc->master_.valid()) return Errno("fcntl(F_DUPFD_CLOEXEC, pty master)");
+    proc->stdout_ = std::move(master);
+  } else {
+    proc->stdin_ = std::move(in_w);
+    proc->stdout_ = std::move(out_r);
+    proc->stderr_ = std::move(err_r);
+  }
+  proc->control_ = std::move(ctl_r);
+  return std::unique_ptr<Process>(std::move(proc));
 }
 
 // ------------------------------------------------------------------ backend
