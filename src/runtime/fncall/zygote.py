@@ -4,16 +4,20 @@
 #
 # Protocol (stream socket, little endian): frame = u32 json_len, u32 blob_len,
 # json, blob; byte fields in the json are [offset, length] into the blob.
-#   daemon -> zygote  {"op":"init"} + seccomp BPF (sock_filter array)
+#   daemon -> zygote  {"op":"init","scratch_mb":N} + seccomp BPF (sock_filter array)
 #   zygote -> daemon  {"op":"ready"}
 #   daemon -> zygote  {"op":"call","seq":N,...}      (see CallManager)
 #   zygote -> daemon  {"seq":N,"compile":outcome|null,"run":outcome|null,
-#                      "files":[[path,off,len]],"missing":[path],"error":str}
+#                      "files":[[path,off,len]],"missing":[path],"error":str,
+#                      "fatal":bool (the zygote exits after this answer)}
 #
 # Per call the zygote (which never runs user code and so stays pristine)
-# clones D into fresh mount, pid and ipc namespaces. D is PID 1 of its pid
-# namespace; it mounts a fresh tmpfs on /tmp (the call's cwd and scratch) and
-# /dev/shm and a fresh /proc, writes the files, drops every capability, sets
+# clones D into fresh mount, pid and ipc namespaces; it does so AHEAD of the
+# call (right after answering the previous one), so the fork and the mounts
+# are off the call's critical path: the zygote's only child between calls is
+# that one waiting D. D is PID 1 of its pid namespace; it mounts a fresh tmpfs
+# on /tmp (the call's cwd and scratch) and /dev/shm and a fresh /proc, waits
+# for the call on a pipe, writes the files, drops every capability, sets
 # no_new_privs, installs the seccomp filter, then runs the code: python by
 # exec() in itself (a fork of the pristine interpreter, standard library
 # already imported; as PID 1, signals it sends itself without a handler are
@@ -46,13 +50,14 @@ SOCK = 3
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWIPC = 0x08000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 2, 4, 8, 32
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SRC_DIR = "/tmp/.warren"
 READ_CHUNK = 1 << 16
+SCRATCH_MB = 256  # size of a pre-forked call's /tmp; a call asking for another remounts it
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -110,9 +115,9 @@ def read_exact(fd, n):
 
 def recv_frame():
     jl, bl = struct.unpack("<II", read_exact(SOCK, 8))
-    hdr = json.loads(read_exact(SOCK, jl))
+    raw = read_exact(SOCK, jl)
     blob = read_exact(SOCK, bl) if bl else b""
-    return hdr, blob
+    return json.loads(raw), raw, blob
 
 
 class Blobs:
@@ -227,23 +232,51 @@ def wait_child(pid, timeout_ms):
     return 0, timed_out
 
 
-def call_child(hdr, blob, pipes, st_w):
+def read_request(fd):
+    """D: the call's frame from the zygote (u32 json_len, u32 blob_len, json,
+    blob). EOF before a whole frame: the zygote is gone or shutting down."""
+    def exact(n):
+        parts = []
+        while n > 0:
+            b = os.read(fd, min(n, 1 << 20))
+            if not b:
+                os._exit(0)
+            parts.append(b)
+            n -= len(b)
+        return b"".join(parts)
+    jl, bl = struct.unpack("<II", exact(8))
+    hdr = json.loads(exact(jl))
+    return hdr, (exact(bl) if bl else b"")
+
+
+def call_child(go_r, pipes, st_w):
     """D: PID 1 of the call's fresh pid namespace, in its fresh mount
-    namespace. Sets up the scratch dir, locks itself down, then runs the code
-    (python: here, in this fork of the pristine interpreter; others: spawned)
-    and reports each stage's wait status on st_w. Fetched files go back on
-    st_w too, after the run."""
+    namespace, cloned by the zygote BEFORE the call arrives (pre-forked: the
+    fork and the mounts are off the call's critical path). Mounts the scratch
+    dir, /dev/shm and /proc, then waits for the call on go_r; locks itself
+    down, then runs the code (python: here, in this fork of the pristine
+    interpreter; others: spawned) and reports each stage's wait status on
+    st_w. Fetched files go back on st_w too, after the run."""
     def report(rec):
         raw = json.dumps(rec).encode()
         os.write(st_w, struct.pack("<I", len(raw)) + raw)
 
     try:
-        opts = ("size=%dm,nr_inodes=65536,mode=1777" % hdr.get("scratch_mb", 256)).encode()
+        opts = ("size=%dm,nr_inodes=65536,mode=1777" % SCRATCH_MB).encode()
         check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount(tmpfs, /tmp)")
         check(libc.mount(b"shm", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
                          b"size=64m,nr_inodes=4096,mode=1777"), "mount(tmpfs, /dev/shm)")
         libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         os.chdir("/tmp")
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # the call, never the zygote, is the OOM victim
+        hdr, blob = read_request(go_r)
+        os.close(go_r)
+        scratch = hdr.get("scratch_mb", SCRATCH_MB)
+        if scratch != SCRATCH_MB:
+            opts = ("size=%dm,nr_inodes=65536,mode=1777" % scratch).encode()
+            check(libc.mount(None, b"/tmp", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts),
+                  "mount(/tmp, MS_REMOUNT)")
         for path, off, ln in hdr.get("files", []):
             p = scratch_path(path)
             os.makedirs(os.path.dirname(p), exist_ok=True)
@@ -259,8 +292,6 @@ def call_child(hdr, blob, pipes, st_w):
             os.makedirs(SRC_DIR, exist_ok=True)
             with open(SRC_DIR + "/" + ("main.sh" if lang == "bash" else COMPILERS[lang][1]), "wb") as f:
                 f.write(code)
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the call, never the zygote, is the OOM victim
         lock_down()
         nul = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         if lang in COMPILERS:
@@ -328,35 +359,60 @@ def get_ref(blob, ref):
     return blob[ref[0]:ref[0] + ref[1]]
 
 
-def serve_call(hdr, blob):
-    """Zygote side of one call: clone D into fresh mount+pid namespaces, feed
-    stdin, collect output, enforce the time-out, answer the daemon."""
+def prepare():
+    """Clones the next call process D (fresh mount, pid and ipc namespaces)
+    with its pipes; D mounts its scratch dir and waits for the call on its go
+    pipe. Returns the zygote's ends: (pid, go_w, in_w, out_r, err_r, cout_r,
+    cerr_r, st_r). Raises OSError when the clone fails."""
+    fds = [os.pipe2(os.O_CLOEXEC) for _ in range(7)]
+    (in_r, in_w), (out_r, out_w), (err_r, err_w), (cout_r, cout_w), (cerr_r, cerr_w), (st_r, st_w), \
+        (go_r, go_w) = fds
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _clone(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | signal.SIGCHLD)
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        try:
+            for fd in (in_w, out_r, err_r, cout_r, cerr_r, st_r, go_w, SOCK):
+                os.close(fd)
+        finally:
+            call_child(go_r, [in_r, out_w, err_w, cout_w, cerr_w], st_w)
+    err = ctypes.get_errno()
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    for fd in (in_r, out_w, err_w, cout_w, cerr_w, st_w, go_r):
+        os.close(fd)
+    if pid < 0:
+        for fd in (in_w, out_r, err_r, cout_r, cerr_r, st_r, go_w):
+            os.close(fd)
+        raise OSError(err, "clone(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC): %s" % os.strerror(err))
+    return pid, go_w, in_w, out_r, err_r, cout_r, cerr_r, st_r
+
+
+def serve_call(hdr, raw_hdr, blob, prepared):
+    """Zygote side of one call: hand the call to the pre-forked D (or clone
+    one now), feed stdin, collect output, enforce the time-out, answer the
+    daemon."""
     t0 = time.monotonic_ns()
     cap = hdr.get("cap", 16 << 20)
     lang = hdr.get("lang")
     compiled = lang in COMPILERS
     resp = {"seq": hdr["seq"], "compile": None, "run": None, "files": [], "missing": [], "error": ""}
     blobs = Blobs()
-    fds = [os.pipe2(os.O_CLOEXEC) for _ in range(6)]
-    (in_r, in_w), (out_r, out_w), (err_r, err_w), (cout_r, cout_w), (cerr_r, cerr_w), (st_r, st_w) = fds
-    ctypes.pythonapi.PyOS_BeforeFork()
-    pid = _clone(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | signal.SIGCHLD)
-    if pid == 0:
-        ctypes.pythonapi.PyOS_AfterFork_Child()
+    if prepared is None:
         try:
-            for fd in (in_w, out_r, err_r, cout_r, cerr_r, st_r, SOCK):
-                os.close(fd)
-        finally:
-            call_child(hdr, blob, [in_r, out_w, err_w, cout_w, cerr_w], st_w)
-    ctypes.pythonapi.PyOS_AfterFork_Parent()
-    for fd in (in_r, out_w, err_w, cout_w, cerr_w, st_w):
-        os.close(fd)
-    if pid < 0:
-        for fd in (in_w, out_r, err_r, cout_r, cerr_r, st_r):
-            os.close(fd)
-        resp["error"] = "clone(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC): %s" % os.strerror(ctypes.get_errno())
-        send_frame(resp, blobs)
-        return
+            prepared = prepare()
+        except OSError as e:
+            resp["error"] = str(e)
+            send_frame(resp, blobs)
+            return
+    pid, go_w, in_w, out_r, err_r, cout_r, cerr_r, st_r = prepared
+    try:
+        data = memoryview(struct.pack("<II", len(raw_hdr), len(blob)) + raw_hdr + blob)
+        while data:
+            n = os.write(go_w, data)
+            data = data[n:]
+    except OSError:
+        pass  # D died during its set-up: its report is on st_r
+    os.close(go_w)
     pidfd = os.pidfd_open(pid)
     streams = {out_r: [[], 0, 0], err_r: [[], 0, 0], cout_r: [[], 0, 0], cerr_r: [[], 0, 0], st_r: [[], 0, 0]}
     poller = select.poll()
@@ -501,9 +557,11 @@ def main():
     for c in range(last_cap + 1):
         libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    hdr, blob = recv_frame()
+    hdr, _, blob = recv_frame()
     if hdr.get("op") != "init":
         os._exit(2)
+    global SCRATCH_MB
+    SCRATCH_MB = int(hdr.get("scratch_mb", SCRATCH_MB))
     if blob:
         buf = ctypes.create_string_buffer(blob, len(blob))
         SECCOMP = (buf, SockFprog(len(blob) // 8, ctypes.addressof(buf)))
@@ -514,15 +572,26 @@ def main():
     gc.collect()
     gc.freeze()
     send_frame({"op": "ready", "pid": os.getpid()})
-    while True:
+    for _ in range(1 << 62):
+        # Pre-fork the next call's process while the daemon is busy with the
+        # answer to the last one. It is a fork of the pristine zygote made
+        # after the previous call's process and namespaces are gone.
         try:
-            hdr, blob = recv_frame()
+            nxt = prepare()
+        except OSError:
+            nxt = None  # serve_call retries and reports the error
+        try:
+            hdr, raw, blob = recv_frame()
         except EOFError:
             os._exit(0)
         try:
-            serve_call(hdr, blob)
+            serve_call(hdr, raw, blob, nxt)
         except Exception as e:  # noqa: BLE001
-            send_frame({"seq": hdr.get("seq"), "error": "zygote: %s: %s" % (type(e).__name__, e)})
+            # The call's process may still run: answer, then die (the
+            # worker's pid namespace dies with us; the daemon discards it).
+            send_frame({"seq": hdr.get("seq"), "error": "zygote: %s: %s" % (type(e).__name__, e),
+                        "fatal": True})
+            os._exit(3)
         # PID 1 of the worker: reap whatever was orphaned onto us.
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:

@@ -303,6 +303,41 @@ TEST_F(FnCallTest, ConcurrentCallsAndShrink) {
   EXPECT_EQ(pool_->Stats().workers, 0u);
 }
 
+// The CommandRunner face of fncall (backend.h): ExecSpec in, ExecOutcome out.
+TEST_F(FnCallTest, RunnerMapsExecSpec) {
+  FnCallRunner runner(pool_.get(), {BaseRootfs()}, 256);
+  CommandRunner& cr = runner;
+  ExecSpec s;
+  s.argv = {"printf", "%s|", "it's", "two words", "$HOME"};
+  auto o = cr.Exec(s);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->exit_code, 0);
+  EXPECT_EQ(o->stdout_data, "it's|two words|$HOME|");
+  s = ExecSpec{};
+  s.shell = "pwd; echo $X; cat; exit 5";
+  s.env = {{"X", "y"}};
+  s.cwd = "/tmp/sub";
+  s.stdin_data = "in";
+  o = cr.Exec(s);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->exit_code, 5);
+  EXPECT_EQ(o->stdout_data, "/tmp/sub\ny\nin");
+  s = ExecSpec{};
+  s.shell = "sleep 30";
+  s.timeout = milliseconds(300);
+  o = cr.Exec(s);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->timed_out);
+  EXPECT_EQ(o->signal, SIGKILL);
+  s = ExecSpec{};
+  s.shell = "true";
+  s.user = "nobody";
+  EXPECT_EQ(cr.Exec(s).status().code(), absl::StatusCode::kInvalidArgument);
+  s.user = "";
+  s.cwd = "/etc";
+  EXPECT_EQ(cr.Exec(s).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace warren::runtime
 
