@@ -832,8 +832,8 @@ StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options
   ASSIGN_OR_RETURN(auto cg, jail::CgroupManager::Detect(o.cgroup_name));
   RemoveStaleWorkerCgroups(*cg);
   std::optional<jail::SeccompProgram> sc;
-  auto prog = jail::CompileSeccompProfile(o.seccomp_profile.empty() ? jail::DefaultSeccompProfile()
-                                                                    : o.seccomp_profile);
+  auto prog = jail::CompileSeccompProfile(
+      o.seccomp_profile.empty() ? jail::DefaultSeccompProfile() : o.seccomp_profile, /*binary_tree=*/true);
   if (!prog.ok()) return prog.status();
   sc = std::move(*prog);
   return std::unique_ptr<FnCallPool>(new FnCallPoolImpl(std::move(o), std::move(cg), std::move(sc)));
