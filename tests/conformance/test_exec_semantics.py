@@ -129,7 +129,7 @@ def test_no_network(runner) -> None:
 
 def test_read_only_root_outside_scratch(runner) -> None:
     runner.skip_unless("read_only_root")
-    r = runner.sh("touch /usr/x 2>&1; touch /x 2>&1; echo hi > /etc/y 2>&1; "
+    r = runner.sh("touch /usr/x 2>&1; touch /x 2>&1; { echo hi > /etc/y; } 2>&1; "
                   f"echo ok > {runner.scratch}/f && cat {runner.scratch}/f")
     assert r.stdout.count(b"Read-only file system") == 3, r.stdout
     assert r.stdout.endswith(b"ok\n")
