@@ -401,6 +401,16 @@ class FnCallPoolImpl : public FnCallPool {
   void Release(const PoolKey& key, std::unique_ptr<Worker> w, bool healthy);
   StatusOr<std::unique_ptr<Worker>> Spawn(const PoolKey& key);
   void ReaperLoop();
+  // Whether a worker should pre-fork its next call process after this call
+  // (zygote.py): yes while fewer workers are busy than there are cpus
+  // (latency mode: the fork leaves the next call's critical path), no when
+  // the node is saturated (throughput mode: pre-forking costs CPU per call).
+  bool PreforkNext() const {
+    std::lock_guard<std::mutex> l(mu_);
+    uint32_t idle = 0;
+    for (const auto& [k, p] : pools_) idle += static_cast<uint32_t>(p.idle.size());
+    return total_ - idle <= ncpus_;
+  }
 
   const FnCallOptions opt_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
@@ -413,6 +423,7 @@ class FnCallPoolImpl : public FnCallPool {
   uint32_t next_slot_ = 0;
   uint32_t total_ = 0;  // workers alive or being spawned
   uint64_t worker_counter_ = 0;
+  const uint32_t ncpus_ = std::max(1u, std::thread::hardware_concurrency());
   FnCallStats stats_;
   bool stop_ = false;
   std::thread reaper_;
@@ -710,7 +721,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
               {"timeout_ms", req.run_timeout.count()},
               {"compile_timeout_ms", req.compile_timeout.count()},
               {"cap", cap},
-              {"scratch_mb", opt_.scratch_mb},
+              {"prefork", PreforkNext()},
               {"env", env},
               {"files", files},
               {"fetch", req.fetch_files}};

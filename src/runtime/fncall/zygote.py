@@ -39,16 +39,16 @@ import sys
 import time
 import traceback
 
-# The standard library modules user code most often imports, loaded once here
-# so that a call pays nothing for them. Kept small on purpose: every page of
-# the zygote's heap is copied into each call's page tables at fork (and faulted
-# in again when written), so a bigger zygote costs every call. Measured
-# (python 3.11, fork + trivial exec + exit): 1.2 ms CPU per call with this
-# set (11.5 MB RSS), 2.3 ms with dataclasses, decimal, statistics, random,
-# pathlib, unittest, ... added (20 MB). Those are imported by the calls that
-# use them (2-7 ms each).
-import abc, array, base64, bisect, collections, copy, enum, functools, heapq  # noqa: E401,F401
-import itertools, math, operator, re, string, typing  # noqa: E401,F401
+# The standard library user code most often imports, loaded once here so that
+# a call pays nothing for it. A smaller set (no dataclasses, decimal, random,
+# statistics, pathlib, unittest, ...: 11.5 instead of 20 MB RSS) forks faster
+# in a micro-benchmark (1.2 vs 2.3 ms CPU for fork + trivial exec + exit), but
+# measured SLOWER end to end in the worker (3.7 vs 2.7 ms CPU per call,
+# `perf stat -p <zygote>`, inherited to the calls), so the set stays.
+import abc, array, base64, bisect, collections, copy, dataclasses, datetime  # noqa: E401,F401
+import decimal, enum, fractions, functools, hashlib, heapq, itertools  # noqa: E401,F401
+import math, numbers, operator, random, re, statistics, string, textwrap  # noqa: E401,F401
+import typing, queue, pathlib, json as _json, pprint, unittest, csv  # noqa: E401,F401
 
 SOCK = 3
 CLONE_NEWNS = 0x00020000
@@ -253,7 +253,7 @@ def read_request(fd):
     return hdr, (exact(bl) if bl else b"")
 
 
-def call_child(go_r, pipes, st_w):
+def call_child(go_r, pipes, st_w, req=None):
     """D: PID 1 of the call's fresh pid namespace, in its fresh mount
     namespace, cloned by the zygote BEFORE the call arrives (pre-forked: the
     fork, the mounts and the lock-down are off the call's critical path).
@@ -273,11 +273,17 @@ def call_child(go_r, pipes, st_w):
                          b"size=64m,nr_inodes=4096,mode=1777"), "mount(tmpfs, /dev/shm)")
         libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         os.chdir("/tmp")
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the call, never the zygote, is the OOM victim
+        # The call, never the zygote, is the OOM victim. (os.open: the io
+        # stack would allocate, and every page the call writes is a COW fault.)
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+        os.write(fd, b"1000")
+        os.close(fd)
         lock_down()  # before the call arrives: nothing of the call runs unconfined
-        hdr, blob = read_request(go_r)
-        os.close(go_r)
+        if req is None:
+            hdr, blob = read_request(go_r)
+            os.close(go_r)
+        else:
+            hdr, blob = req  # cloned for this call: it is already in our memory
         for path, off, ln in hdr.get("files", []):
             p = scratch_path(path)
             os.makedirs(os.path.dirname(p), exist_ok=True)
@@ -359,30 +365,39 @@ def get_ref(blob, ref):
     return blob[ref[0]:ref[0] + ref[1]]
 
 
-def prepare():
-    """Clones the next call process D (fresh mount, pid and ipc namespaces)
-    with its pipes; D mounts its scratch dir and waits for the call on its go
-    pipe. Returns the zygote's ends: (pid, go_w, in_w, out_r, err_r, cout_r,
-    cerr_r, st_r). Raises OSError when the clone fails."""
-    fds = [os.pipe2(os.O_CLOEXEC) for _ in range(7)]
-    (in_r, in_w), (out_r, out_w), (err_r, err_w), (cout_r, cout_w), (cerr_r, cerr_w), (st_r, st_w), \
-        (go_r, go_w) = fds
+def prepare(req=None):
+    """Clones a call process D (fresh mount, pid and ipc namespaces) with its
+    pipes. req=None: the next call's, ahead of time (D sets up, then waits
+    for the call on its go pipe); req=(hdr, blob): for this call (D has it
+    in memory; no go pipe). Returns the zygote's ends: (pid, go_w or -1,
+    in_w, out_r, err_r, cout_r, cerr_r, st_r). Raises OSError when the
+    clone fails."""
+    fds = [os.pipe2(os.O_CLOEXEC) for _ in range(6 if req else 7)]
+    if req is None:
+        (in_r, in_w), (out_r, out_w), (err_r, err_w), (cout_r, cout_w), (cerr_r, cerr_w), (st_r, st_w), \
+            (go_r, go_w) = fds
+    else:
+        (in_r, in_w), (out_r, out_w), (err_r, err_w), (cout_r, cout_w), (cerr_r, cerr_w), (st_r, st_w) = fds
+        go_r = go_w = -1
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = _clone(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | signal.SIGCHLD)
     if pid == 0:
         ctypes.pythonapi.PyOS_AfterFork_Child()
         try:
             for fd in (in_w, out_r, err_r, cout_r, cerr_r, st_r, go_w, SOCK):
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
         finally:
-            call_child(go_r, [in_r, out_w, err_w, cout_w, cerr_w], st_w)
+            call_child(go_r, [in_r, out_w, err_w, cout_w, cerr_w], st_w, req)
     err = ctypes.get_errno()
     ctypes.pythonapi.PyOS_AfterFork_Parent()
     for fd in (in_r, out_w, err_w, cout_w, cerr_w, st_w, go_r):
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
     if pid < 0:
         for fd in (in_w, out_r, err_r, cout_r, cerr_r, st_r, go_w):
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         raise OSError(err, "clone(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC): %s" % os.strerror(err))
     return pid, go_w, in_w, out_r, err_r, cout_r, cerr_r, st_r
 
@@ -399,20 +414,21 @@ def serve_call(hdr, raw_hdr, blob, prepared):
     blobs = Blobs()
     if prepared is None:
         try:
-            prepared = prepare()
+            prepared = prepare((hdr, blob))
         except OSError as e:
             resp["error"] = str(e)
             send_frame(resp, blobs)
             return
     pid, go_w, in_w, out_r, err_r, cout_r, cerr_r, st_r = prepared
-    try:
-        data = memoryview(struct.pack("<II", len(raw_hdr), len(blob)) + raw_hdr + blob)
-        while data:
-            n = os.write(go_w, data)
-            data = data[n:]
-    except OSError:
-        pass  # D died during its set-up: its report is on st_r
-    os.close(go_w)
+    if go_w >= 0:
+        try:
+            data = memoryview(struct.pack("<II", len(raw_hdr), len(blob)) + raw_hdr + blob)
+            while data:
+                n = os.write(go_w, data)
+                data = data[n:]
+        except OSError:
+            pass  # D died during its set-up: its report is on st_r
+        os.close(go_w)
     pidfd = os.pidfd_open(pid)
     streams = {out_r: [[], 0, 0], err_r: [[], 0, 0], cout_r: [[], 0, 0], cerr_r: [[], 0, 0], st_r: [[], 0, 0]}
     poller = select.poll()
@@ -572,18 +588,26 @@ def main():
     gc.collect()
     gc.freeze()
     send_frame({"op": "ready", "pid": os.getpid()})
+    prefork = True
     for _ in range(1 << 62):
         # Pre-fork the next call's process while the daemon is busy with the
-        # answer to the last one. It is a fork of the pristine zygote made
-        # after the previous call's process and namespaces are gone.
-        try:
-            nxt = prepare()
-        except OSError:
-            nxt = None  # serve_call retries and reports the error
+        # answer to the last one (a fork of the pristine zygote made after
+        # the previous call's process and namespaces are gone): the fork and
+        # set-up leave the next call's latency. It costs CPU (D must receive
+        # the call over a pipe and wait for it), so the daemon turns it off
+        # ("prefork": false) when its workers are all busy (throughput mode):
+        # then D is cloned when the call arrives, with the call in memory.
+        nxt = None
+        if prefork:
+            try:
+                nxt = prepare()
+            except OSError:
+                nxt = None  # serve_call clones on demand and reports the error
         try:
             hdr, raw, blob = recv_frame()
         except EOFError:
             os._exit(0)
+        prefork = bool(hdr.get("prefork", True))
         try:
             serve_call(hdr, raw, blob, nxt)
         except Exception as e:  # noqa: BLE001
