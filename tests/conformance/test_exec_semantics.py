@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import MEMORY_MB
+from .conftest import MEMORY_MB
 
 
 def test_exit_codes(runner) -> None:

@@ -32,6 +32,7 @@
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
+#include "jail/syscalls.h"
 
 namespace warren::runtime {
 namespace {
@@ -40,35 +41,17 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-int FsOpen(const char* fs, unsigned flags) { return static_cast<int>(syscall(SYS_fsopen, fs, flags)); }
-int FsConfig(int fd, unsigned cmd, const char* key, const void* val, int aux) {
-  return static_cast<int>(syscall(SYS_fsconfig, fd, cmd, key, val, aux));
-}
-int FsMount(int fd, unsigned flags, unsigned attrs) { return static_cast<int>(syscall(SYS_fsmount, fd, flags, attrs)); }
-int OpenTree(int dfd, const char* path, unsigned flags) {
-  return static_cast<int>(syscall(SYS_open_tree, dfd, path, flags));
-}
-int MountSetattr(int dfd, const char* path, unsigned flags, mount_attr* attr) {
-  return static_cast<int>(syscall(SYS_mount_setattr, dfd, path, flags, attr, sizeof(*attr)));
-}
-int MoveMount(int from_dfd, const char* from, int to_dfd, const char* to, unsigned flags) {
-  return static_cast<int>(syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags));
-}
-// glibc's set*id() broadcast to all threads with locks: unusable after a raw
-// clone of the multithreaded daemon.
-int RawSetresuid(uid_t u) { return static_cast<int>(syscall(SYS_setresuid, u, u, u)); }
-int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid, g, g, g)); }
+using jail::Clone3;
+using jail::FsConfig;
+using jail::FsMount;
+using jail::FsOpen;
+using jail::MountSetattr;
+using jail::MoveMount;
+using jail::OpenTree;
+using jail::RawSetresgid;
+using jail::RawSetresuid;
 
 Status Errno(const std::string& what) { return ErrnoToStatus(errno, what); }
-
-pid_t Clone3(uint64_t flags, int* pidfd_out) {
-  struct clone_args args;
-  memset(&args, 0, sizeof args);
-  args.flags = flags;
-  args.exit_signal = SIGCHLD;
-  if (flags & CLONE_PIDFD) args.pidfd = reinterpret_cast<uint64_t>(pidfd_out);
-  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
-}
 
 Status WriteString(const std::string& path, const std::string& v) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
