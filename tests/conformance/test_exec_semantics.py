@@ -150,3 +150,7 @@ def test_fork_bomb_is_contained(runner) -> None:
     t0 = time.monotonic()
     assert runner.sh("echo alive", timeout=30).stdout == b"alive\n"
     assert time.monotonic() - t0 < 30
+
+
+def test_node_status_lists_the_backend(runner, client) -> None:
+    assert runner.name in client.status().backends

@@ -15,6 +15,13 @@
 // namespaces die with it. A worker whose protocol breaks (crash, garbage,
 // deadline) is destroyed, never reused.
 //
+// Latency vs CPU: while at most <cpus> workers are busy, a worker forks (and
+// mounts and locks down) its next call process right after answering, so the
+// next call skips the fork; when more are busy, the call process is cloned
+// when the call arrives (pre-forking costs CPU: the request then travels to
+// it over a pipe). Either way the call process is a fork of the pristine
+// zygote made after the previous call's processes are gone.
+//
 // The layer stack must contain /usr/bin/python3 (the zygote is python for
 // every language); C/C++ additionally need gcc/g++ (a toolset layer with
 // build-essential), else the call returns a SandboxError naming the compiler.
