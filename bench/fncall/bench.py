@@ -12,6 +12,8 @@ Rows:
   container_python  create(container) -> exec python3 -c 'print(1+1)' -> destroy, one at a time
   fncall_single     client.fncall("print(1+1)"), one at a time (latency)
   fncall_batch      client.fncall_batch of --batch trivial calls, repeated (throughput)
+With --compare OTHER_WARREND the fncall rows are repeated on that build right
+after (tagged [compare]): a before/after on the same machine state.
 """
 import argparse
 import os
@@ -73,28 +75,16 @@ def cpu_seconds(daemon_pid):
     return total + r.ru_utime + r.ru_stime
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--warrend", default=str(REPO / "build/src/warrend/warrend"))
-    ap.add_argument("--rootfs", default="/var/cache/warren/rootfs/debian-12")
-    ap.add_argument("--single", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=500)
-    ap.add_argument("--batches", type=int, default=4)
-    ap.add_argument("--container", type=int, default=30)
-    ap.add_argument("--workers", type=int, default=0, help="--fncall-max-workers (0 = daemon default)")
-    ap.add_argument("--append", action="store_true")
-    args = ap.parse_args()
-
+def run(args, warrend, tag, with_container, rows):
+    """One daemon: its rows appended to `rows`."""
     root = Path(tempfile.mkdtemp(prefix="warren-fncall-bench-", dir="/var/tmp"))
     sock = root / "warrend.sock"
-    cmd = [args.warrend, "--state-dir", str(root / "state"), "--socket", str(sock),
+    cmd = [warrend, "--state-dir", str(root / "state"), "--socket", str(sock),
            "--layer-store", str(root / "layers"), "--node-id", "nb"]
     if args.workers:
         cmd += ["--fncall-max-workers", str(args.workers)]
     log = open(root / "warrend.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    load_before = os.getloadavg()
-    rows = []
     try:
         client = warren.Client("unix:" + str(sock))
         for _ in range(600):
@@ -112,16 +102,18 @@ def main():
 
         # container baseline: fresh sandbox per call.
         lat = []
+        n_container = args.container if with_container else 0
         c0 = cpu_seconds(proc.pid)
         t0 = time.monotonic()
-        for _ in range(args.container):
+        for _ in range(n_container):
             s = time.monotonic()
             with client.create(backend="container", layers=[layer]) as sb:
                 r = sb.exec(["python3", "-c", code], timeout=30)
                 assert r.stdout == b"2\n", r
             lat.append((time.monotonic() - s) * 1000)
-        rows.append(row("container_python (create+exec python3+destroy)", args.container,
-                        time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
+        if with_container:
+            rows.append(row("container_python (create+exec python3+destroy)", args.container,
+                            time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
 
         lat = []
         c0 = cpu_seconds(proc.pid)
@@ -131,7 +123,7 @@ def main():
             r = client.fncall(code, layers=[layer])
             lat.append((time.monotonic() - s) * 1000)
             assert r.stdout == b"2\n", r
-        rows.append(row("fncall_single", args.single, time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
+        rows.append(row("fncall_single" + tag, args.single, time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
 
         n = 0
         c0 = cpu_seconds(proc.pid)
@@ -140,7 +132,7 @@ def main():
             rs = client.fncall_batch([warren.FnCallRequest(code, layers=[layer])] * args.batch)
             assert all(r.stdout == b"2\n" for r in rs), [r for r in rs if r.stdout != b"2\n"][:1]
             n += len(rs)
-        rows.append(row(f"fncall_batch ({args.batch} per batch)", n, time.monotonic() - t0, None,
+        rows.append(row(f"fncall_batch ({args.batch} per batch)" + tag, n, time.monotonic() - t0, None,
                         cpu_seconds(proc.pid) - c0))
         client.close()
     finally:
@@ -156,6 +148,27 @@ def main():
                 subprocess.run(["umount", "-l", mp], check=False)
         shutil.rmtree(root, ignore_errors=True)
 
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--warrend", default=str(REPO / "build/src/warrend/warrend"))
+    ap.add_argument("--rootfs", default="/var/cache/warren/rootfs/debian-12")
+    ap.add_argument("--single", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--container", type=int, default=30)
+    ap.add_argument("--workers", type=int, default=0, help="--fncall-max-workers (0 = daemon default)")
+    ap.add_argument("--compare", default="", help="another warrend whose fncall rows follow (before/after)")
+    ap.add_argument("--append", action="store_true")
+    args = ap.parse_args()
+
+    load_before = os.getloadavg()
+    rows = []
+    run(args, args.warrend, "", True, rows)
+    if args.compare:
+        # The same fncall rows on another build (e.g. the previous one), right
+        # after, on the same machine state: a same-run before/after.
+        run(args, args.compare, " [compare]", False, rows)
     base_rate = rows[0][2]
     base_p50 = rows[0][3]
     out = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — fncall (issue 5)", "",
