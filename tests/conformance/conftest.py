@@ -89,9 +89,9 @@ class FnCallRunner(Runner):
     name = "fncall"
     missing = {
         "state": "fncall is stateless: nothing of one call survives into the next (by design)",
-        "python_self_signal": "python code runs as PID 1 of the call's pid namespace (no second fork "
-                              "per call), and the kernel drops signals PID 1 sends itself without a "
-                              "handler; faults (SIGSEGV, ...) still end it with their signal",
+        "python_self_sigkill": "python code runs as PID 1 of the call's pid namespace (no second fork "
+                               "per call), and the kernel drops SIGKILL that PID 1 sends itself; "
+                               "catchable signals are emulated (reported as the signal), faults are real",
     }
 
     def __init__(self, client: warren.Client, layers):

@@ -34,11 +34,24 @@ def test_python_fault_is_a_signal(runner) -> None:
     assert (r.exit_code, r.signal) == (128 + signal.SIGSEGV, signal.SIGSEGV), r
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1])
 def test_python_self_signal(runner, sig) -> None:
-    runner.skip_unless("python_self_signal")
-    r = runner.py(f"import os, time; os.kill(os.getpid(), {int(sig)}); time.sleep(5); print('not reached')")
-    assert (r.exit_code, r.signal) == (128 + sig, sig), r
+    if sig == signal.SIGKILL:
+        runner.skip_unless("python_self_sigkill")
+    r = runner.py(f"import os, sys, time; print('before', flush=True); os.kill(os.getpid(), {int(sig)}); "
+                  "time.sleep(5); print('not reached')")
+    assert (r.exit_code, r.signal, r.stdout) == (128 + sig, sig, b"before\n"), r
+
+
+def test_python_unhandled_alarm_ends_the_call(runner) -> None:
+    # signal.alarm() as a watchdog: with no handler the process dies of SIGALRM.
+    r = runner.py("import signal, time; signal.alarm(1); time.sleep(10); print('not reached')", timeout=30)
+    assert (r.exit_code, r.signal, r.timed_out) == (128 + signal.SIGALRM, signal.SIGALRM, False), r
+    # A handler the code installs itself still wins.
+    r = runner.py("import signal, time\n"
+                  "def h(s, f): print('handled', s); raise SystemExit(7)\n"
+                  "signal.signal(signal.SIGTERM, h)\nimport os; os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(5)")
+    assert (r.exit_code, r.stdout) == (7, b"handled 15\n"), r
 
 
 def _host_procs_with(arg: str):

@@ -157,7 +157,39 @@ def lock_down():
               "prctl(PR_SET_SECCOMP)")
 
 
-def run_python(code, env):
+# Signals whose default action ends the process. Python code runs as PID 1 of
+# its pid namespace, and the kernel drops a signal PID 1 gets from inside its
+# namespace while its action is SIG_DFL: os.kill(os.getpid(), SIGTERM), an
+# unhandled alarm() and the like would do nothing. So the call installs a
+# handler for them that reports the signal to the zygote (on SIGFD) and
+# exits; the zygote reports the call as ended by that signal. (SIGKILL and
+# SIGSTOP cannot be emulated; SIGINT keeps python's KeyboardInterrupt;
+# SIGPIPE and SIGXFSZ stay ignored as in python; signal.getsignal() shows
+# this handler instead of SIG_DFL; faults are forced by the kernel and
+# kill PID 1 anyway.)
+DEATH_SIGNALS = (signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
+                 signal.SIGALRM, signal.SIGABRT, signal.SIGVTALRM, signal.SIGPROF, signal.SIGXCPU)
+SIGFD = 1023  # a python call's status fd (below the default RLIMIT_NOFILE)
+
+
+def _die_by_signal(sig, frame):
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    raw = json.dumps({"stage": "signal", "sig": int(sig)}).encode()
+    try:
+        os.write(SIGFD, struct.pack("<I", len(raw)) + raw)
+    except OSError:
+        pass
+    os._exit(128 + int(sig))
+
+
+def run_python(code, env, pid1=False):
+    if pid1:
+        for s in DEATH_SIGNALS:
+            signal.signal(s, _die_by_signal)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
@@ -313,10 +345,12 @@ def call_child(go_r, pipes, st_w, req=None):
             if timed_out or status != 0:
                 os._exit(0)
         if lang == "python" and not hdr.get("fetch"):
+            os.dup2(st_w, SIGFD, inheritable=False)
             os.close(st_w)
             lock_down_fds(pipes[:3])
-            os.closerange(3, 65536)
-            run_python(code.decode("utf-8", "surrogateescape"), env)
+            os.closerange(3, SIGFD)
+            os.closerange(SIGFD + 1, 65536)
+            run_python(code.decode("utf-8", "surrogateescape"), env, pid1=True)
         if lang == "python":
             # Files to fetch: the code runs in a child so that we can read
             # them after it ended (a second fork, only for such calls).
@@ -536,6 +570,9 @@ def serve_call(hdr, raw_hdr, blob, prepared):
             status = stage["run"]["status"]
         elif lang == "python" and not timed_out:
             status = wstatus  # the code ran as PID 1 itself
+            if "signal" in stage and os.WIFEXITED(wstatus) and \
+                    os.WEXITSTATUS(wstatus) == 128 + stage["signal"]["sig"]:
+                status = stage["signal"]["sig"]  # wait status of "killed by sig"
         else:
             status = None
         out, err = data(out_r), data(err_r)
