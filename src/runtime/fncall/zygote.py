@@ -20,8 +20,9 @@
 # every capability, sets no_new_privs, installs the seccomp filter, waits for
 # the call on a pipe, writes the files, then runs the code: python by
 # exec() in itself (a fork of the pristine interpreter, standard library
-# already imported; as PID 1, signals it sends itself without a handler are
-# ignored, faults still kill it), bash and compiled programs by posix_spawn
+# already imported; as PID 1 it would ignore catchable signals with the
+# default action, so those are emulated (DEATH_SIGNALS); its own SIGKILL is
+# dropped; faults still kill it), bash and compiled programs by posix_spawn
 # (vfork) with D as their reaping init. Compile stages (C/C++) run first, in
 # their own process group, killed at compile_timeout. When D exits the kernel
 # kills every process of the call's pid namespace and its mounts go away. The
