@@ -385,7 +385,7 @@ class FnCallPoolImpl : public FnCallPool {
   StatusOr<std::unique_ptr<Worker>> Spawn(const PoolKey& key);
   void ReaperLoop();
   // Whether a worker should pre-fork its next call process after this call
-  // (zygote.py): yes while fewer workers are busy than there are cpus
+  // (zygote.py): yes while at most <cpus> workers are busy (this one included)
   // (latency mode: the fork leaves the next call's critical path), no when
   // the node is saturated (throughput mode: pre-forking costs CPU per call).
   bool PreforkNext() const {
