@@ -72,7 +72,6 @@ constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWU
                          CLONE_NEWNET | CLONE_NEWCGROUP;
 
 // ---- raw syscalls (glibc 2.36 lacks wrappers for some of them; shared ones in jail/syscalls.h)
-using jail::Clone3;
 using jail::FsConfig;
 using jail::FsMount;
 using jail::FsOpen;
@@ -152,6 +151,16 @@ void ResetSignals() {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Raw fork-like clone3 (no new stack: the child continues on a copy of ours).
+pid_t Clone3(uint64_t flags, int* pidfd_out) {
+  struct clone_args args;
+  memset(&args, 0, sizeof args);
+  args.flags = flags;
+  args.exit_signal = SIGCHLD;
+  if (flags & CLONE_PIDFD) args.pidfd = reinterpret_cast<uint64_t>(pidfd_out);
+  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
 }
 
 // ------------------------------------------------------------------ plans
