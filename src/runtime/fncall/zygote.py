@@ -167,13 +167,21 @@ def lock_down():
 # SIGSTOP cannot be emulated; SIGINT keeps python's KeyboardInterrupt;
 # SIGPIPE and SIGXFSZ stay ignored as in python; signal.getsignal() shows
 # this handler instead of SIG_DFL; faults are forced by the kernel and
-# kill PID 1 anyway.)
+# kill PID 1 anyway.) The zygote installs the handler once at start (every
+# call inherits it: nothing per call); it acts only in a python call running
+# as PID 1 (PY_PID1), and elsewhere ignores the signal, as SIG_DFL on PID 1
+# does.
 DEATH_SIGNALS = (signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
                  signal.SIGALRM, signal.SIGABRT, signal.SIGVTALRM, signal.SIGPROF, signal.SIGXCPU)
 SIGFD = 1023  # a python call's status fd (below the default RLIMIT_NOFILE)
 
 
+PY_PID1 = False
+
+
 def _die_by_signal(sig, frame):
+    if not PY_PID1:
+        return
     for s in (sys.stdout, sys.stderr):
         try:
             s.flush()
@@ -188,9 +196,12 @@ def _die_by_signal(sig, frame):
 
 
 def run_python(code, env, pid1=False):
+    global PY_PID1
     if pid1:
-        for s in DEATH_SIGNALS:
-            signal.signal(s, _die_by_signal)
+        PY_PID1 = True
+    else:
+        for s in DEATH_SIGNALS:  # not PID 1: the kernel's default actions work
+            signal.signal(s, signal.SIG_DFL)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
@@ -611,6 +622,8 @@ def main():
     for c in range(last_cap + 1):
         libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for s in DEATH_SIGNALS:
+        signal.signal(s, _die_by_signal)
     hdr, _, blob = recv_frame()
     if hdr.get("op") != "init":
         os._exit(2)
