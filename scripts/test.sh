@@ -28,6 +28,7 @@ step sdk .venv/bin/python -m pytest -q sdk/python/tests
 # shellcheck disable=SC2086
 eval "extra=(${WARREN_PYTEST_ARGS:-})"
 step integration .venv/bin/python -m pytest -v -rA --durations=15 tests/integration "${extra[@]}"
+step conformance .venv/bin/python -m pytest -v -rA tests/conformance "${extra[@]}"
 
 if [[ ${WARREN_ASAN:-0} == 1 ]]; then
   step asan-build bash -c 'cmake --preset asan && cmake --build build-asan -j2'

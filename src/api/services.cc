@@ -590,6 +590,7 @@ class NodeService final : public v1::Node::Service {
     resp->set_node_id(m.options().node_id);
     resp->set_version(f.version);
     for (const auto& b : m.BackendNames()) resp->add_backends(b);
+    for (const auto& b : impl_->o_.extra_backends) resp->add_backends(b);
     resp->set_sandboxes(c.sandboxes);
     resp->set_layers(static_cast<uint32_t>(m.layers().List().size()));
     resp->set_layers_mounted(static_cast<uint32_t>(m.layers().MountedCount()));

@@ -35,6 +35,9 @@ struct NodeFacts {
 struct ServiceOptions {
   std::string token;  // bearer token for TCP callers; empty = TCP callers always refused
   NodeFacts facts;
+  // Backends served outside the sandbox manager (e.g. "fncall", its own
+  // service); Node.Status lists them after the manager's.
+  std::vector<std::string> extra_backends;
 };
 
 // Owns the four service objects; register them all with a ServerBuilder.

@@ -218,7 +218,7 @@ StatusOr<SeccompProgram> ExportBpf(void* ctx) {
   return program;
 }
 
-StatusOr<SeccompProgram> Compile(const json& profile) {
+StatusOr<SeccompProgram> Compile(const json& profile, bool binary_tree) {
   if (!profile.is_object()) return Invalid("top level must be an object");
   uint32_t default_action = SCMP_ACT_ALLOW;
   if (profile.contains("default_action")) {
@@ -233,6 +233,10 @@ StatusOr<SeccompProgram> Compile(const json& profile) {
   int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, bad_arch);
   if (rc != 0) return ScmpError(rc, "seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH)");
   RETURN_IF_ERROR(AddArchitectures(ctx.get(), profile));
+  if (binary_tree) {
+    rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    if (rc != 0) return ScmpError(rc, "seccomp_attr_set(SCMP_FLTATR_CTL_OPTIMIZE, 2)");
+  }
   if (!profile.contains("rules") || !profile["rules"].is_array()) {
     return Invalid("\"rules\" must be an array");
   }
@@ -251,13 +255,13 @@ const std::string& DefaultSeccompProfile() {
   return *kProfile;
 }
 
-StatusOr<SeccompProgram> CompileSeccompProfile(const std::string& json_text) {
+StatusOr<SeccompProgram> CompileSeccompProfile(const std::string& json_text, bool binary_tree) {
   json profile = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (profile.is_discarded()) return Invalid("not valid JSON");
   // The checks above make type errors unreachable; the catch keeps a missed
   // one from crossing the module boundary as an exception.
   try {
-    return Compile(profile);
+    return Compile(profile, binary_tree);
   } catch (const json::exception& e) {
     return Invalid(e.what());
   }

@@ -1,6 +1,8 @@
 // The Backend interface (DESIGN.md §3): how a sandbox is isolated. One
-// implementation per folder under src/runtime/ (container/ now; fncall/,
-// microvm/, vm/ later); every implementation passes tests/conformance/.
+// implementation per folder under src/runtime/ (container/ now; microvm/,
+// vm/ later). fncall/ (stateless calls) implements only CommandRunner, the
+// exec contract (see below why); every CommandRunner passes the applicable
+// cases of tests/conformance/.
 //
 // Threading: a Backend and the Sandboxes it returns are thread-safe. Exec and
 // the file operations of one sandbox may run concurrently with each other;
@@ -163,16 +165,38 @@ class Process {
   virtual Status Resize(uint16_t rows, uint16_t cols) = 0;
 };
 
-class Sandbox {
+// "Run this command with these limits, give me its ExecOutcome": the part
+// every backend shares, and the one the conformance suite
+// (tests/conformance/) checks on each of them. A container/microvm Sandbox is
+// a CommandRunner whose execs share the sandbox's state; the fncall backend
+// offers one too (runtime/fncall/fncall.h, FnCallRunner) whose every Exec
+// runs in a fresh, pristine worker call.
+//
+// Why fncall is not a Backend: a Backend makes STATEFUL sandboxes (Create,
+// Adopt after a daemon restart, Cleanup, files that persist between execs,
+// pause/snapshot). An fncall has no state to create, persist, adopt, browse
+// or snapshot; its worker pool is an internal cache. Wrapping it in Sandbox
+// would give a Sandbox whose files vanish between execs and whose Record()
+// means nothing, so only the exec contract is shared.
+class CommandRunner {
  public:
-  virtual ~Sandbox() = default;  // does NOT destroy: the sandbox outlives the object
+  virtual ~CommandRunner() = default;
+  // Runs a command to completion of its foreground process (see Sandbox::Exec
+  // for the shared semantics). The command's outcome is never an error;
+  // errors mean the platform failed.
+  virtual StatusOr<ExecOutcome> Exec(const ExecSpec& spec) = 0;
+};
+
+class Sandbox : public CommandRunner {
+ public:
+  ~Sandbox() override = default;  // does NOT destroy: the sandbox outlives the object
   virtual const std::string& id() const = 0;
   // Runs a command to completion of its foreground process (not pipe EOF).
   // Processes it leaves in the background keep running; their output after
   // the foreground exits is discarded. On timeout the exec's whole process tree
   // (including setsid'ed and double-forked descendants) gets SIGTERM, then
   // SIGKILL after kill_grace.
-  virtual StatusOr<ExecOutcome> Exec(const ExecSpec& spec) = 0;
+  StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override = 0;
   virtual SandboxFiles& files() = 0;
   // Kills every process, unmounts, removes cgroups and the runtime dir.
   // Idempotent; safe to call concurrently with Exec.

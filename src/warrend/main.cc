@@ -282,6 +282,7 @@ int Run(const Flags& flags) {
   sopt.facts.cgroup_version = hf.cgroup_version;
   sopt.facts.cgroup_parent = hf.cgroup_parent;
   sopt.facts.idmapped_mounts = hf.idmapped_mounts;
+  sopt.extra_backends.push_back("fncall");  // the pool below is always on
   api::WarrenServices services(manager->get(), sopt);
   // fncall (issue 5): warm worker pool, FnCall gRPC service, optional HTTP /run_code.
   runtime::FnCallOptions fopt;

@@ -718,13 +718,15 @@ class Client:
                stdin: Union[str, bytes] = b"", files: Optional[Mapping[str, Union[str, bytes]]] = None,
                fetch_files: Sequence[str] = (), env: Optional[Mapping[str, Union[str, bytes]]] = None,
                timeout: Optional[float] = None, compile_timeout: Optional[float] = None,
-               memory_mb: Optional[int] = None, layers: Sequence[str] = ()) -> "FnCallResult":
-        """Runs `code` once on the fncall backend's warm pool (see warren.fncall)."""
+               memory_mb: Optional[int] = None, layers: Sequence[str] = (),
+               output_cap: int = 0) -> "FnCallResult":
+        """Runs `code` once on the fncall backend's warm pool (see warren.fncall).
+        output_cap: bytes kept per stream (0 = 16 MiB); the rest is counted."""
         from .fncall import FnCallRequest
         return self._fncall().call(FnCallRequest(
             code=code, language=language, stdin=stdin, files=dict(files or {}), fetch_files=fetch_files,
             env=dict(env or {}), timeout=timeout, compile_timeout=compile_timeout, memory_mb=memory_mb,
-            layers=layers))
+            layers=layers, output_cap=output_cap))
 
     def fncall_batch(self, requests: Sequence["FnCallRequest"], concurrency: int = 0) -> List["FnCallResult"]:
         """Runs many warren.FnCallRequest concurrently; results in request order."""

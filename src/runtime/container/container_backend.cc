@@ -56,6 +56,7 @@
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
+#include "jail/syscalls.h"
 #include "runtime/container/memory_prefetch.h"
 #include "runtime/container/rooted_files.h"
 
@@ -76,31 +77,17 @@ constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/
 constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
                          CLONE_NEWNET | CLONE_NEWCGROUP;
 
-// ---- raw syscalls (glibc 2.36 lacks wrappers for some of them)
-int FsOpen(const char* fs, unsigned flags) { return static_cast<int>(syscall(SYS_fsopen, fs, flags)); }
-int FsConfig(int fd, unsigned cmd, const char* key, const void* val, int aux) {
-  return static_cast<int>(syscall(SYS_fsconfig, fd, cmd, key, val, aux));
-}
-int FsMount(int fd, unsigned flags, unsigned attrs) {
-  return static_cast<int>(syscall(SYS_fsmount, fd, flags, attrs));
-}
-int OpenTree(int dfd, const char* path, unsigned flags) {
-  return static_cast<int>(syscall(SYS_open_tree, dfd, path, flags));
-}
-int MountSetattr(int dfd, const char* path, unsigned flags, mount_attr* attr) {
-  return static_cast<int>(syscall(SYS_mount_setattr, dfd, path, flags, attr, sizeof(*attr)));
-}
-int MoveMount(int from_dfd, const char* from, int to_dfd, const char* to, unsigned flags) {
-  return static_cast<int>(syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags));
-}
+// ---- raw syscalls (glibc 2.36 lacks wrappers for some of them; shared ones in jail/syscalls.h)
+using jail::FsConfig;
+using jail::FsMount;
+using jail::FsOpen;
+using jail::MountSetattr;
+using jail::MoveMount;
+using jail::OpenTree;
+using jail::RawSetresgid;
+using jail::RawSetresuid;
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 int PidfdSignal(int pidfd, int sig) { return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
-
-// glibc's set*id() wrappers broadcast the change to every thread of the
-// process (nptl setxid), taking locks: in a child forked from the
-// multithreaded daemon by raw clone3 that deadlocks. Children use these.
-int RawSetresuid(uid_t u) { return static_cast<int>(syscall(SYS_setresuid, u, u, u)); }
-int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid, g, g, g)); }
 
 Status Errno(const std::string& what) { return ErrnoToStatus(errno, what); }
 

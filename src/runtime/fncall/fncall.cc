@@ -32,6 +32,7 @@
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
+#include "jail/syscalls.h"
 
 namespace warren::runtime {
 namespace {
@@ -40,35 +41,17 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-int FsOpen(const char* fs, unsigned flags) { return static_cast<int>(syscall(SYS_fsopen, fs, flags)); }
-int FsConfig(int fd, unsigned cmd, const char* key, const void* val, int aux) {
-  return static_cast<int>(syscall(SYS_fsconfig, fd, cmd, key, val, aux));
-}
-int FsMount(int fd, unsigned flags, unsigned attrs) { return static_cast<int>(syscall(SYS_fsmount, fd, flags, attrs)); }
-int OpenTree(int dfd, const char* path, unsigned flags) {
-  return static_cast<int>(syscall(SYS_open_tree, dfd, path, flags));
-}
-int MountSetattr(int dfd, const char* path, unsigned flags, mount_attr* attr) {
-  return static_cast<int>(syscall(SYS_mount_setattr, dfd, path, flags, attr, sizeof(*attr)));
-}
-int MoveMount(int from_dfd, const char* from, int to_dfd, const char* to, unsigned flags) {
-  return static_cast<int>(syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags));
-}
-// glibc's set*id() broadcast to all threads with locks: unusable after a raw
-// clone of the multithreaded daemon.
-int RawSetresuid(uid_t u) { return static_cast<int>(syscall(SYS_setresuid, u, u, u)); }
-int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid, g, g, g)); }
+using jail::Clone3;
+using jail::FsConfig;
+using jail::FsMount;
+using jail::FsOpen;
+using jail::MountSetattr;
+using jail::MoveMount;
+using jail::OpenTree;
+using jail::RawSetresgid;
+using jail::RawSetresuid;
 
 Status Errno(const std::string& what) { return ErrnoToStatus(errno, what); }
-
-pid_t Clone3(uint64_t flags, int* pidfd_out) {
-  struct clone_args args;
-  memset(&args, 0, sizeof args);
-  args.flags = flags;
-  args.exit_signal = SIGCHLD;
-  if (flags & CLONE_PIDFD) args.pidfd = reinterpret_cast<uint64_t>(pidfd_out);
-  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
-}
 
 Status WriteString(const std::string& path, const std::string& v) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
@@ -301,6 +284,38 @@ StatusOr<ExecOutcome> ParseOutcome(const json& o, const std::string& blob, uint6
 }
 
 // ------------------------------------------------------------------ worker
+// Parent pid of `pid` from /proc/<pid>/stat; -1 if it is gone.
+pid_t ParentPid(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return -1;
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char* rp = strrchr(buf, ')');  // comm may contain spaces and ')'
+  int ppid = -1;
+  if (rp == nullptr || sscanf(rp + 1, " %*c %d", &ppid) != 1) return -1;
+  return ppid;
+}
+
+// True if `pids` (a worker cgroup's) are the zygote plus at most one process
+// whose parent is the zygote (its pre-forked, waiting call process).
+bool OnlyZygoteAndOneChild(const std::vector<pid_t>& pids, pid_t zygote) {
+  bool has_zygote = false;
+  int children = 0;
+  for (pid_t p : pids) {
+    if (p == zygote) {
+      has_zygote = true;
+    } else if (ParentPid(p) == zygote) {
+      ++children;
+    } else {
+      return false;
+    }
+  }
+  return has_zygote && children <= 1;
+}
+
 struct Worker {
   pid_t pid = -1;
   UniqueFd pidfd;
@@ -369,6 +384,16 @@ class FnCallPoolImpl : public FnCallPool {
   void Release(const PoolKey& key, std::unique_ptr<Worker> w, bool healthy);
   StatusOr<std::unique_ptr<Worker>> Spawn(const PoolKey& key);
   void ReaperLoop();
+  // Whether a worker should pre-fork its next call process after this call
+  // (zygote.py): yes while at most <cpus> workers are busy (this one included)
+  // (latency mode: the fork leaves the next call's critical path), no when
+  // the node is saturated (throughput mode: pre-forking costs CPU per call).
+  bool PreforkNext() const {
+    std::lock_guard<std::mutex> l(mu_);
+    uint32_t idle = 0;
+    for (const auto& [k, p] : pools_) idle += static_cast<uint32_t>(p.idle.size());
+    return total_ - idle <= ncpus_;
+  }
 
   const FnCallOptions opt_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
@@ -381,6 +406,7 @@ class FnCallPoolImpl : public FnCallPool {
   uint32_t next_slot_ = 0;
   uint32_t total_ = 0;  // workers alive or being spawned
   uint64_t worker_counter_ = 0;
+  const uint32_t ncpus_ = std::max(1u, std::thread::hardware_concurrency());
   FnCallStats stats_;
   bool stop_ = false;
   std::thread reaper_;
@@ -475,7 +501,8 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
     bpf.assign(reinterpret_cast<const char*>(seccomp_->filter.data()),
                seccomp_->filter.size() * sizeof(sock_filter));
   }
-  RETURN_IF_ERROR(WriteAllUntil(w->chan.get(), Frame(json{{"op", "init"}}, bpf), deadline));
+  RETURN_IF_ERROR(
+      WriteAllUntil(w->chan.get(), Frame(json{{"op", "init"}, {"scratch_mb", opt_.scratch_mb}}, bpf), deadline));
   auto ready = ReadFrame(w->chan.get(), deadline);
   if (!ready.ok() || ready->first.value("op", "") != "ready") {
     return absl::InternalError("fncall worker: python zygote did not start (is /usr/bin/python3 in the layers?): " +
@@ -677,7 +704,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
               {"timeout_ms", req.run_timeout.count()},
               {"compile_timeout_ms", req.compile_timeout.count()},
               {"cap", cap},
-              {"scratch_mb", opt_.scratch_mb},
+              {"prefork", PreforkNext()},
               {"env", env},
               {"files", files},
               {"fetch", req.fetch_files}};
@@ -720,18 +747,19 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   }
   // Safety net: the run stage's processes died with its pid namespace, a
   // compile stage's with its process group. After an abnormal end (or a
-  // compile stage) check that only the zygote (and the exiting call manager)
-  // is left in the worker cgroup; otherwise the worker is not reused.
-  bool healthy = true;
+  // compile stage) check that only the zygote and at most one child of it
+  // (the next call's pre-forked process; call processes are never the
+  // zygote's children: they are D's) are left in the worker cgroup;
+  // otherwise the worker is not reused.
+  bool healthy = !r.value("fatal", false);
   const bool abnormal = !res.sandbox_error.empty() || res.compile.has_value() ||
                         (res.run && (res.run->timed_out || res.run->oom_killed || res.run->signal != 0));
-  if (abnormal) {
-    std::vector<pid_t> pids = w->cgroup->Pids(true);
-    for (int i = 0; i < 400 && pids.size() > 1; ++i) {  // the call manager may still be exiting
-      ::usleep(500);
-      pids = w->cgroup->Pids(true);
+  if (abnormal && healthy) {
+    healthy = false;
+    for (int i = 0; i < 400 && !healthy; ++i) {  // a call process may still be exiting
+      if (i > 0) ::usleep(500);
+      healthy = OnlyZygoteAndOneChild(w->cgroup->Pids(true), w->pid);
     }
-    if (pids.size() != 1) healthy = false;
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -740,6 +768,52 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   Release(key, std::move(w), healthy);
   res.duration = Clock::now() - t0;
   return res;
+}
+
+namespace {
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+}  // namespace
+
+StatusOr<ExecOutcome> FnCallRunner::Exec(const ExecSpec& spec) {
+  if (!spec.user.empty() && spec.user != "root")
+    return absl::InvalidArgumentError("fncall: calls run as root of their worker; user '" + spec.user +
+                                      "' is not supported");
+  if (!spec.cwd.empty() && spec.cwd != "/tmp" && spec.cwd.rfind("/tmp/", 0) != 0)
+    return absl::InvalidArgumentError("fncall: cwd must be under /tmp (the scratch dir), got '" + spec.cwd + "'");
+  FnCallRequest req;
+  req.language = "bash";
+  std::string script;
+  if (!spec.cwd.empty()) script += "mkdir -p " + ShellQuote(spec.cwd) + " && cd " + ShellQuote(spec.cwd) + " || exit 125\n";
+  if (spec.shell) {
+    script += *spec.shell;
+  } else {
+    if (spec.argv.empty()) return absl::InvalidArgumentError("fncall: exec needs argv or shell");
+    script += "exec";
+    for (const auto& a : spec.argv) {
+      if (a.find('\0') != std::string::npos) return absl::InvalidArgumentError("fncall: NUL byte in argv");
+      script += " " + ShellQuote(a);
+    }
+  }
+  req.code = std::move(script);
+  req.stdin_data = spec.stdin_data;
+  req.env = spec.env;
+  req.run_timeout = spec.timeout;
+  req.memory_mb = memory_mb_;
+  req.output_cap_bytes = spec.output_cap_bytes;
+  ASSIGN_OR_RETURN(FnCallResult r, pool_->Call(lower_dirs_, req));
+  if (!r.sandbox_error.empty()) return absl::InternalError("fncall: " + r.sandbox_error);
+  if (!r.run) return absl::InternalError("fncall: the call produced no run outcome");
+  return std::move(*r.run);
 }
 
 StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options) {
@@ -752,8 +826,8 @@ StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options
   ASSIGN_OR_RETURN(auto cg, jail::CgroupManager::Detect(o.cgroup_name));
   RemoveStaleWorkerCgroups(*cg);
   std::optional<jail::SeccompProgram> sc;
-  auto prog = jail::CompileSeccompProfile(o.seccomp_profile.empty() ? jail::DefaultSeccompProfile()
-                                                                    : o.seccomp_profile);
+  auto prog = jail::CompileSeccompProfile(
+      o.seccomp_profile.empty() ? jail::DefaultSeccompProfile() : o.seccomp_profile, /*binary_tree=*/true);
   if (!prog.ok()) return prog.status();
   sc = std::move(*prog);
   return std::unique_ptr<FnCallPool>(new FnCallPoolImpl(std::move(o), std::move(cg), std::move(sc)));

@@ -15,6 +15,13 @@
 // namespaces die with it. A worker whose protocol breaks (crash, garbage,
 // deadline) is destroyed, never reused.
 //
+// Latency vs CPU: while at most <cpus> workers are busy, a worker forks (and
+// mounts and locks down) its next call process right after answering, so the
+// next call skips the fork; when more are busy, the call process is cloned
+// when the call arrives (pre-forking costs CPU: the request then travels to
+// it over a pipe). Either way the call process is a fork of the pristine
+// zygote made after the previous call's processes are gone.
+//
 // The layer stack must contain /usr/bin/python3 (the zygote is python for
 // every language); C/C++ additionally need gcc/g++ (a toolset layer with
 // build-essential), else the call returns a SandboxError naming the compiler.
@@ -98,6 +105,29 @@ class FnCallPool {
 };
 
 StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options);
+
+// The fncall backend's CommandRunner (backend.h; why it is not a Backend is
+// explained there): every Exec is one bash call on `pool`, so it starts from
+// a pristine worker and leaves nothing behind. ExecSpec mapping: argv is run
+// as `exec argv...` (shell-quoted), shell as the bash script; env over the
+// call's default env (PATH, HOME=/tmp, LANG, TMPDIR); cwd must be empty or
+// under /tmp (the scratch dir, default /tmp); user must be empty or "root";
+// stdin_data, timeout (0 = none), output_cap_bytes as given; kill_grace is
+// not used (a timed-out call is SIGKILLed at once). Errors: InvalidArgument
+// for a spec it cannot honour, Internal when the platform failed the call
+// (FnCallResult::sandbox_error), and the pool's errors.
+class FnCallRunner : public CommandRunner {
+ public:
+  // `pool` must outlive the runner; lower_dirs as for FnCallPool::Call.
+  FnCallRunner(FnCallPool* pool, std::vector<std::string> lower_dirs, uint32_t memory_mb)
+      : pool_(pool), lower_dirs_(std::move(lower_dirs)), memory_mb_(memory_mb) {}
+  StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override;
+
+ private:
+  FnCallPool* pool_;
+  std::vector<std::string> lower_dirs_;
+  uint32_t memory_mb_;
+};
 
 // The zygote source (zygote.py), embedded at build time.
 const std::string& ZygoteSource();

@@ -303,6 +303,63 @@ TEST_F(FnCallTest, ConcurrentCallsAndShrink) {
   EXPECT_EQ(pool_->Stats().workers, 0u);
 }
 
+// Python code runs as PID 1 of its pid namespace (or, with fetch_files, as
+// its child): either way a catchable signal it sends itself ends it with that
+// signal, and a handler it installs itself still wins.
+TEST_F(FnCallTest, PythonSelfSignalEndsTheCall) {
+  for (bool fetch : {false, true}) {
+    FnCallRequest q;
+    q.code = "import os, time\nprint('a', flush=True)\nos.kill(os.getpid(), 15)\ntime.sleep(5)\nprint('b')";
+    if (fetch) q.fetch_files = {"none.txt"};
+    auto r = pool_->Call({BaseRootfs()}, q);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->run.has_value()) << r->sandbox_error;
+    EXPECT_EQ(r->run->signal, SIGTERM) << "fetch=" << fetch;
+    EXPECT_EQ(r->run->exit_code, 128 + SIGTERM) << "fetch=" << fetch;
+    EXPECT_EQ(r->run->stdout_data, "a\n");
+  }
+  auto r = Run("python", "import signal, os\nsignal.signal(signal.SIGUSR1, lambda s, f: print('caught', s))\n"
+                         "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')");
+  ASSERT_TRUE(r.run.has_value());
+  EXPECT_EQ(r.run->exit_code, 0);
+  EXPECT_EQ(r.run->stdout_data, "caught 10\nafter\n");
+}
+
+// The CommandRunner face of fncall (backend.h): ExecSpec in, ExecOutcome out.
+TEST_F(FnCallTest, RunnerMapsExecSpec) {
+  FnCallRunner runner(pool_.get(), {BaseRootfs()}, 256);
+  CommandRunner& cr = runner;
+  ExecSpec s;
+  s.argv = {"printf", "%s|", "it's", "two words", "$HOME"};
+  auto o = cr.Exec(s);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->exit_code, 0);
+  EXPECT_EQ(o->stdout_data, "it's|two words|$HOME|");
+  s = ExecSpec{};
+  s.shell = "pwd; echo $X; cat; exit 5";
+  s.env = {{"X", "y"}};
+  s.cwd = "/tmp/sub";
+  s.stdin_data = "in";
+  o = cr.Exec(s);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->exit_code, 5);
+  EXPECT_EQ(o->stdout_data, "/tmp/sub\ny\nin");
+  s = ExecSpec{};
+  s.shell = "sleep 30";
+  s.timeout = milliseconds(300);
+  o = cr.Exec(s);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->timed_out);
+  EXPECT_EQ(o->signal, SIGKILL);
+  s = ExecSpec{};
+  s.shell = "true";
+  s.user = "nobody";
+  EXPECT_EQ(cr.Exec(s).status().code(), absl::StatusCode::kInvalidArgument);
+  s.user = "";
+  s.cwd = "/etc";
+  EXPECT_EQ(cr.Exec(s).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace warren::runtime
 

@@ -198,8 +198,8 @@ bool ChildChecks() {
   return true;
 }
 
-TEST(SeccompTest, DefaultProfileDeniesDangerousSyscallsInChild) {
-  StatusOr<SeccompProgram> prog = CompileSeccompProfile(DefaultSeccompProfile());
+void CheckDefaultProfileInChild(bool binary_tree) {
+  StatusOr<SeccompProgram> prog = CompileSeccompProfile(DefaultSeccompProfile(), binary_tree);
   ASSERT_TRUE(prog.ok()) << prog.status();
   sock_fprog fprog = prog->prog();
   int report[2];
@@ -233,6 +233,11 @@ TEST(SeccompTest, DefaultProfileDeniesDangerousSyscallsInChild) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << failure;
   EXPECT_EQ(failure, "");
 }
+
+TEST(SeccompTest, DefaultProfileDeniesDangerousSyscallsInChild) { CheckDefaultProfileInChild(false); }
+
+// The binary-tree form (what fncall installs) makes the same decisions.
+TEST(SeccompTest, BinaryTreeDefaultProfileDeniesTheSameSyscalls) { CheckDefaultProfileInChild(true); }
 
 // A foreign-ABI syscall that the profile does not cover is killed, not let
 // through: with no extra architectures, an int 0x80 call kills the process.
