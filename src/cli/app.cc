@@ -50,6 +50,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddLayerCommand(*app, inv);
   AddStatusCommands(*app, inv);
   AddLifecycleCommands(*app, inv);
+  AddEvalCommand(*app, inv);
   return app;
 }
 

@@ -105,6 +105,8 @@ struct Invocation {
   std::vector<std::string> exec_tail;
   // audit, pause, resume (lifecycle.cc): the sandbox id.
   std::string lifecycle_id;
+  // eval (eval.cc): the words after "eval", passed to the Python runner.
+  std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
   std::string verb;
   std::function<int(Invocation&)> run;
@@ -119,6 +121,7 @@ void AddCpCommand(CLI::App& root, Invocation& inv);
 void AddLayerCommand(CLI::App& root, Invocation& inv);
 void AddStatusCommands(CLI::App& root, Invocation& inv);  // status, version
 void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume
+void AddEvalCommand(CLI::App& root, Invocation& inv);  // eval: execs python -m warren.eval
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);
