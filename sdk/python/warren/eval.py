@@ -77,7 +77,8 @@ class Turn:
     type "patch": apply the unified diff `patch` at the repo root with
         `tool` "git" (git apply, the default) or "patch" (patch -p1);
         must apply (expect_exit defaults to 0).
-    expect_exit: if set, any other exit code makes the rollout an error.
+    expect_exit: if set, any other exit code makes the rollout an error
+        (patch turns: None means 0).
     timeout_s: for exec and patch (default: the task's timeout_s).
     """
 
@@ -365,10 +366,13 @@ def _do_turn(sb: Sandbox, task: Task, turn: Turn, k: int, r: RolloutResult) -> N
     t0 = time.monotonic()
     res = sb.exec(cmd, cwd=task.repo, timeout=timeout)
     r.exec_ms.append((time.monotonic() - t0) * 1000)
-    if turn.expect_exit is not None and res.exit_code != turn.expect_exit:
+    expect = turn.expect_exit
+    if expect is None and turn.type == "patch":
+        expect = 0  # a patch must apply
+    if expect is not None and res.exit_code != expect:
         tail = (res.stdout + res.stderr)[-OUTPUT_TAIL:].decode("utf-8", "replace")
         raise _TurnFailed(f"turn {k} ({turn.type}: {(cmd or '')[:80]!r}) exited {res.exit_code}, "
-                          f"expected {turn.expect_exit}: {tail}")
+                          f"expected {expect}: {tail}")
 
 
 def run_rollout(client: Client, task: Task, index: int = 0, grade: str = "exec",
