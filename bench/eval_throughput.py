@@ -17,13 +17,14 @@ rollouts/s, the ratio to the baseline, rollout latency p50/p99, and where a
 warren rollout's time goes (mean ms: create, execs, file calls, destroy).
 
 Usage (root, after scripts/setup.sh and a build):
-  bench/eval_throughput.py -n 200 -c 4 [-c 8 ...] [--baseline-c 4] [--record]
+  .venv/bin/python bench/eval_throughput.py -n 200 -c 4 [-c 8 ...] [--baseline-c 4] [--record]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -60,14 +61,16 @@ def host_rollout(task: we.Task, i: int, scratch: Path) -> str:
     env = dict(os.environ, HOME=str(root))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PATH"] = "/usr/bin:/bin"  # Debian's python3, as in the toolset
+    env["GIT_CONFIG_GLOBAL"] = str(RFS / "toolset-python/etc/gitconfig")  # the toolset's git config
 
-    def sh(cmd: str) -> int:
-        cmd = cmd.replace("/tmp/", f"{tmp}/")
+    def sh(cmd: str, map_tmp: bool = True) -> int:
+        if map_tmp:  # a path starting with /tmp/ (not e.g. /var/tmp/)
+            cmd = re.sub(r"(?<![\w/.-])/tmp/", f"{tmp}/", cmd)
         return subprocess.run(["sh", "-c", cmd], cwd=repo, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, timeout=task.timeout_s).returncode
 
     def path(p: str) -> Path:
-        return Path(p.replace("/tmp/", f"{tmp}/")) if p.startswith("/") else repo / p
+        return Path(re.sub(r"^/tmp/", f"{tmp}/", p)) if p.startswith("/") else repo / p
 
     try:
         for k, t in enumerate(task.setup + task.trajectory.turns):
@@ -84,7 +87,7 @@ def host_rollout(task: we.Task, i: int, scratch: Path) -> str:
                 pf = tmp / f"{k}.patch"
                 pf.write_text(t.patch)
                 rc = sh(f"git apply --whitespace=nowarn {pf}" if t.tool == "git"
-                        else f"patch -p1 --forward --batch -i {pf}")
+                        else f"patch -p1 --forward --batch -i {pf}", map_tmp=False)
             exp = t.expect_exit if t.expect_exit is not None else (0 if t.type == "patch" else None)
             if exp is not None and rc != exp:
                 return we.ERROR
@@ -192,7 +195,7 @@ def main() -> int:
     load = os.getloadavg()
     out = [f"## {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC — eval throughput (issue 3)",
            "",
-           f"`bench/eval_throughput.py -n {a.n} " + " ".join(f"-c {c}" for c in cs) +
+           f"`.venv/bin/python bench/eval_throughput.py -n {a.n} " + " ".join(f"-c {c}" for c in cs) +
            f" --baseline-c {bc}{' --grade ' + a.grade if a.grade != 'exec' else ''}`: {a.n} rollouts "
            f"of the 56 more-itertools tasks (3 pytest runs each: 2 in the trajectory, 1 grading), "
            f"load average at the end {load[0]:.1f} (2 cores, shared).",
