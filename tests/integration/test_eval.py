@@ -154,7 +154,8 @@ def test_eval_isolated_grading_restores_protected_tests(daemon, client, eval_lay
     assert_back_to_baseline([daemon], baseline, clients=[client])
 
 
-def test_eval_cli_usage_errors(daemon, tmp_path):
+@pytest.mark.timeout(300)
+def test_eval_cli_exit_codes(daemon, client, eval_layers, tmp_path):
     env = dict(os.environ, WARREN_PYTHON=sys.executable, WARREN_ADDR=f"unix:{daemon.socket}")
     (tmp_path / "tasks.jsonl").write_text('{"id": "x"}\n')
     p = subprocess.run([str(CLI), "eval", "--tasks", str(tmp_path)], env=env, capture_output=True,
@@ -170,3 +171,14 @@ def test_eval_cli_usage_errors(daemon, tmp_path):
     p = subprocess.run([str(CLI), "eval", "--tasks", str(tmp_path), "--no-progress"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "NOT_FOUND" in p.stderr and "base/none@9" in p.stderr, p.stderr
+    # A rollout whose outcome differs from the expected one: exit 1, flagged.
+    line = next(l for l in (TASKS / "tasks.jsonl").read_text().splitlines() if "-nofix" in l)
+    task = json.loads(line)
+    task["expected"] = "pass"
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    p = subprocess.run([str(CLI), "eval", "--tasks", str(tmp_path), "--trajectories",
+                        str(TASKS / "trajectories.jsonl"), "--no-progress"], env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "<-- WRONG" in p.stdout and "correct:     0/1" in p.stdout, p.stdout
+    assert client.list() == []
