@@ -1,15 +1,25 @@
 #!/bin/bash
-# Demo of the main job: starts warrend on a private state dir, builds the base
-# layer (once), creates a sandbox, runs commands in it through the Python
-# SDK, destroys it and stops the daemon. Needs scripts/setup.sh first.
-# State dir: $WARREN_DEMO_STATE (default .state/demo), kept between runs so the
-# base layer is built only once.
+# Demo of the main job: starts warrend on a private state dir, builds the
+# layers (once: base/debian-12@1, toolset/python@1 and
+# workspace/more-itertools@10.1.0, from the rootfs dirs setup.sh made),
+# checks the node, then runs `warren eval`: $WARREN_DEMO_N (default 200)
+# SWE-style rollouts of the tasks in eval/tasks/more-itertools (a real code
+# base with its real test suite; bugs injected, fixed or not by scripted
+# agents) with concurrency $WARREN_DEMO_C (default 4), each in a fresh
+# sandbox, and prints the summary; then stops the daemon. Exits non-zero if
+# any rollout's pass/fail differs from its task's expected one.
+# Needs scripts/setup.sh first. State dir: $WARREN_DEMO_STATE (default
+# .state/demo), kept between runs so the layers are built only once; the JSON
+# report goes to <state>/eval-report.json.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 state=${WARREN_DEMO_STATE:-$root/.state/demo}
 rootfs=/var/cache/warren/rootfs/debian-12
 sock=$state/warrend.sock
+# The Python with the SDK (setup.sh's .venv) and this tree's SDK first.
+py=${WARREN_PYTHON:-$root/.venv/bin/python}
+export WARREN_PYTHON=$py PYTHONPATH=$root/sdk/python${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$state"
 
 "$root/build/src/warrend/warrend" --state-dir "$state" --socket "$sock" \
@@ -29,8 +39,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-WARREN_ADDR=unix:$sock ROOTFS=$rootfs "$root/.venv/bin/python" - <<'PY'
-import os, sys, time
+WARREN_ADDR=unix:$sock "$py" - <<'PY'
+import sys, time
 import warren
 
 client = warren.Client()
@@ -43,26 +53,17 @@ for _ in range(300):  # the daemon answers within 30 s or the demo fails
 else:
     sys.exit("warrend did not come up; see its log")
 print(f"warrend {st.version} node={st.node_id} cgroup={st.cgroup_version} backends={st.backends}")
-
-base = "base/debian-12@1"
-try:
-    layer = client.layers.get(base)
-except warren.NotFound:
-    t = time.monotonic()
-    layer = client.layers.build(base, dir=os.environ["ROOTFS"], timeout=900)
-    print(f"built {base} in {time.monotonic() - t:.1f} s")
-print(f"layer {layer.name} {layer.digest[:19]}… {layer.size_bytes >> 20} MiB")
-
-t = time.monotonic()
-with client.create(layers=[base], cpu=1, memory_mb=512, labels={"demo": "1"}) as sb:
-    print(f"created {sb.id} in {(time.monotonic() - t) * 1000:.0f} ms")
-    r = sb.exec("grep PRETTY_NAME /etc/os-release; id; hostname; python3 -c 'print(6*7)'",
-                timeout=30)
-    sys.stdout.write(r.text)
-    print(f"exit={r.exit_code} in {r.duration_s * 1000:.0f} ms")
-    sb.files.write("/w/hello.txt", b"hello from the host\n", make_parents=True)
-    print(sb.exec("cat /w/hello.txt", timeout=10).text, end="")
-    r = sb.exec("sleep 5", timeout=0.5)
-    print(f"timeout honoured: timed_out={r.timed_out} after {r.duration_s:.2f} s")
-print("destroyed; sandboxes left:", len(client.list()))
 PY
+
+rootfs_dir=/var/cache/warren/rootfs
+for d in debian-12 toolset-python workspace-more-itertools-10.1.0; do
+  [[ -e "$rootfs_dir/$d.complete" ]] || { echo "demo: $rootfs_dir/$d missing: run scripts/setup.sh" >&2; exit 1; }
+done
+# warren eval runs the SDK's runner (warren.eval) with $WARREN_PYTHON.
+WARREN_ADDR=unix:$sock "$root/build/src/cli/warren" eval \
+  --tasks "$root/eval/tasks/more-itertools" \
+  -n "${WARREN_DEMO_N:-200}" -c "${WARREN_DEMO_C:-4}" \
+  --layer-dir "base/debian-12@1=$rootfs" \
+  --layer-dir "toolset/python@1=$rootfs_dir/toolset-python" \
+  --layer-dir "workspace/more-itertools@10.1.0=$rootfs_dir/workspace-more-itertools-10.1.0" \
+  --report "$state/eval-report.json"

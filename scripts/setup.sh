@@ -1,7 +1,9 @@
 #!/bin/bash
 # Sets up a fresh Debian 12 machine (as root) to build, run and test warren:
 # system packages, the release build (build/), the Python venv (.venv) with
-# the SDK and pytest, and the base rootfs for the base layer. Idempotent:
+# the SDK and pytest, the base rootfs for the base layer, and the rootfs dirs
+# of the eval layers (toolset/python@1, workspace/more-itertools@10.1.0;
+# downloaded here, never at test or run time). Idempotent:
 # re-running only does what is missing or out of date.
 set -euo pipefail
 
@@ -21,6 +23,7 @@ pkgs=(
   erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
   libcpp-httplib-dev
   python3 python3-venv python3-pip
+  python3-pytest patch make curl ca-certificates
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -52,5 +55,12 @@ scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12
 echo "setup: gcc toolset rootfs (fncall's C/C++ calls; from the host's Debian 12 packages)"
 [[ -d /var/cache/warren/rootfs/toolset-gcc ]] ||
   scripts/build-toolset-gcc-rootfs.sh /var/cache/warren/rootfs/toolset-gcc /var/cache/warren/rootfs/debian-12
+
+echo "setup: eval layers' rootfs dirs (warren eval; scripts/demo.sh)"
+scripts/build-toolset-python-rootfs.sh /var/cache/warren/rootfs/toolset-python \
+  /var/cache/warren/rootfs/debian-12
+# more-itertools 10.1.0's sdist from PyPI, pinned by sha256.
+scripts/build-workspace-rootfs.sh /var/cache/warren/rootfs/workspace-more-itertools-10.1.0 \
+  more-itertools 10.1.0 626c369fa0eb37bac0291bce8259b332fd59ac792fa5497b59837309cd5b114a
 
 echo "setup: done"

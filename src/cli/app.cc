@@ -53,6 +53,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddSnapshotCommands(*app, inv);
   AddJobCommand(*app, inv);
   AddLogsCommand(*app, inv);
+  AddEvalCommand(*app, inv);
   return app;
 }
 

@@ -121,6 +121,8 @@ struct Invocation {
   // audit, pause, resume (lifecycle.cc): the sandbox id.
   std::string lifecycle_id;
   RlArgs rl;
+  // eval (eval.cc): the words after "eval", passed to the Python runner.
+  std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
   std::string verb;
   std::function<int(Invocation&)> run;
@@ -140,6 +142,7 @@ void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|hear
 void AddLogsCommand(CLI::App& root, Invocation& inv);  // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);
+void AddEvalCommand(CLI::App& root, Invocation& inv);  // eval: execs python -m warren.eval
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);

@@ -754,5 +754,27 @@ TEST_F(CliE2eTest, StatusHumanAndJson) {
   EXPECT_EQ(j["cgroup_version"], "v1");
 }
 
+// ------------------------------------------------------------ eval
+
+TEST(ParseTest, EvalPassesEveryWordToTheRunner) {
+  Invocation inv;
+  ASSERT_EQ(Parse(inv, {"--addr", "unix:/x.sock", "eval", "--tasks", "t.jsonl", "-n", "200",
+                        "-c", "8", "--help", "--json", "--addr", "y"}),
+            0);
+  EXPECT_EQ(inv.verb, "eval");
+  EXPECT_EQ(inv.global.addr, "unix:/x.sock");
+  EXPECT_EQ(inv.eval_args,
+            (std::vector<std::string>{"--tasks", "t.jsonl", "-n", "200", "-c", "8", "--help",
+                                      "--json", "--addr", "y"}));
+  ASSERT_TRUE(inv.run);
+}
+
+TEST(ParseTest, EvalWithoutArgumentsStillRunsTheRunner) {
+  Invocation inv;
+  ASSERT_EQ(Parse(inv, {"eval"}), 0);
+  EXPECT_EQ(inv.verb, "eval");
+  EXPECT_TRUE(inv.eval_args.empty());
+}
+
 }  // namespace
 }  // namespace warren::cli
