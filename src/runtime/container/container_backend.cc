@@ -512,9 +512,15 @@ struct StartPlan {
   }
   if (::syscall(SYS_setgroups, 0, nullptr) != 0) jail::ChildFail(e, kStepSetgroups, errno);
   if (::setns(p.pidfd, kNsFlags) != 0) jail::ChildFail(e, kStepSetns, errno);
-  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+  pid_t pid;
+  if constexpr (kSpawnSharesMemory) {  // as ExecHelper: posix_spawn-style
+    pid = ::clone([](void* plan) -> int { StartGrandchild(*static_cast<const StartPlan*>(plan)); },
+                  p.grandchild_stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK, const_cast<StartPlan*>(&sp));
+  } else {
+    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+    if (pid == 0) StartGrandchild(sp);
+  }
   if (pid < 0) jail::ChildFail(e, kStepFork, errno);
-  if (pid == 0) StartGrandchild(sp);
   jail::ChildError msg{0, pid};
   (void)jail::WriteAll(e, &msg, sizeof msg);
   ::_exit(0);
@@ -1348,10 +1354,21 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   RETURN_IF_ERROR(MakePipe(rep_r, rep_w));
   plan.report_fd = rep_w.get();
 
+  ChildStacks stacks;
+  RETURN_IF_ERROR(stacks.Map(2));
+  plan.grandchild_stack = stacks.Top(1);
+
   const uint64_t oom_before = cgroup_->OomKillCount();
-  pid_t helper = Clone3(0, nullptr);
-  if (helper < 0) return Errno("clone3(start helper)");
-  if (helper == 0) StartHelper(sp);
+  // posix_spawn-style helper (see ChildStacks and Exec).
+  pid_t helper;
+  if constexpr (kSpawnSharesMemory) {
+    helper = ::clone([](void* plan) -> int { StartHelper(*static_cast<const StartPlan*>(plan)); }, stacks.Top(0),
+                     CLONE_VM | CLONE_VFORK | SIGCHLD, &sp);
+  } else {
+    helper = Clone3(0, nullptr);
+    if (helper == 0) StartHelper(sp);
+  }
+  if (helper < 0) return Errno("clone(start helper)");
   in_r.reset();
   out_w.reset();
   err_w.reset();
@@ -1361,35 +1378,41 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   sb_fds.clear();
   ex_fds.clear();
 
-  jail::ChildError msg;
-  ssize_t n;
-  do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+  // Reports until EOF (every write end is closed once the grandchild execs
+  // or dies and the helper exited): the helper's {0, pid} and, if the
+  // grandchild failed before execve, its {step, errno} (before the pid with
+  // CLONE_VFORK, after it when forked).
+  jail::ChildError msg, failure{0, 0};
+  pid_t child = -1;
+  for (int i = 0; i < 3; ++i) {
+    ssize_t n;
+    do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
+    if (n != sizeof msg) break;
+    if (msg.step == 0) {
+      child = msg.err;
+    } else if (failure.step == 0) {
+      failure = msg;
+    }
+  }
   int hs = 0;
   while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
   }
-  if (n != sizeof msg) {
+  if (failure.step != 0) {
+    if (child > 0) (void)::waitpid(child, nullptr, 0);  // it has exited or is exiting: reap it
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
+    std::string what = std::string("start: ") + StepName(failure.step);
+    if (failure.step == kStepChdir) what += " " + plan.cwd;
+    return ErrnoToStatus(failure.err, what);
+  }
+  if (child <= 0) {
     if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
     return absl::InternalError("start helper for sandbox " + spec_.id + " died before starting the command");
   }
-  if (msg.step != 0) {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
-    return ErrnoToStatus(msg.err, std::string("start helper: ") + StepName(msg.step));
-  }
-  const pid_t child = msg.err;
   UniqueFd cpidfd(PidfdOpen(child));
   if (!cpidfd.valid()) {
     Status st = Errno("pidfd_open(" + std::to_string(child) + ")");
     (void)::waitpid(child, nullptr, 0);
     return st;
-  }
-  // A failure between clone and execve (bad cwd, ...) is an error: the
-  // grandchild reports it, then the report pipe reaches EOF at execve.
-  do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
-  if (n == sizeof msg && msg.step != 0) {
-    (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(cpidfd.get()), nullptr, WEXITED);
-    std::string what = std::string("start: ") + StepName(msg.step);
-    if (msg.step == kStepChdir) what += " " + plan.cwd;
-    return ErrnoToStatus(msg.err, what);
   }
   auto proc = std::make_unique<ContainerProcess>(this, child, std::move(cpidfd), std::move(ecg), oom_before);
   rb.Release();

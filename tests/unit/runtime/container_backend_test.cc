@@ -776,5 +776,94 @@ TEST_F(ContainerTest, CreateExecDestroyIsFast) {
   EXPECT_LT(best, 500ms);
 }
 
+// ---- Sandbox::Start (issue 3): a process the caller pumps.
+std::string ReadToEof(int fd) {
+  std::string out;
+  char buf[4096];
+  for (int i = 0; i < 100000; ++i) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF, or EIO once a PTY's slave is closed everywhere
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+ExecOutcome WaitFor(Process& p) {
+  ExecOutcome o;
+  for (int i = 0; i < 2000; ++i) {
+    auto r = p.TryWait(&o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok() || *r) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return o;
+}
+
+TEST_F(ContainerTest, StartPipesControlFdAndNewSession) {
+  Sandbox* sb = Make("start-pipes");
+  ASSERT_NE(sb, nullptr);
+  ExecSpec es;
+  es.shell = "read x; echo \"got $x\"; echo err >&2; echo ctl >&3; "
+             "read -r _ _ _ _ _ sid _ < /proc/$$/stat; test \"$sid\" = $$ && echo leader; exit 5";
+  StartOptions so;
+  so.control_fd = true;
+  auto p = sb->Start(es, so);
+  ASSERT_TRUE(p.ok()) << p.status();
+  UniqueFd in = (*p)->TakeStdin(), out = (*p)->TakeStdout(), err = (*p)->TakeStderr(), ctl = (*p)->TakeControl();
+  ASSERT_TRUE(in.valid() && out.valid() && err.valid() && ctl.valid());
+  ASSERT_EQ(::write(in.get(), "hi\n", 3), 3);
+  in.reset();
+  EXPECT_EQ(ReadToEof(out.get()), "got hi\nleader\n");
+  EXPECT_EQ(ReadToEof(err.get()), "err\n");
+  EXPECT_EQ(ReadToEof(ctl.get()), "ctl\n");
+  ExecOutcome o = WaitFor(**p);
+  EXPECT_EQ(o.exit_code, 5);
+  EXPECT_TRUE((*p)->TreeEmpty());
+}
+
+TEST_F(ContainerTest, StartOnAPtyFromTheSandboxDevpts) {
+  Sandbox* sb = Make("start-pty");
+  ASSERT_NE(sb, nullptr);
+  ExecSpec es;
+  es.shell = "test -t 0 && test -t 1 && test -t 2 && echo tty; tty; stty size";
+  StartOptions so;
+  so.pty = true;
+  so.rows = 31;
+  so.cols = 97;
+  auto p = sb->Start(es, so);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE((*p)->TakeStderr().valid());  // merged into the terminal
+  UniqueFd in = (*p)->TakeStdin();
+  UniqueFd out = (*p)->TakeStdout();
+  std::string text = ReadToEof(out.get());
+  ExecOutcome o = WaitFor(**p);
+  EXPECT_EQ(o.exit_code, 0) << text;
+  EXPECT_NE(text.find("tty\r\n/dev/pts/0\r\n31 97\r\n"), std::string::npos) << text;
+}
+
+TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
+  Sandbox* sb = Make("start-tree");
+  ASSERT_NE(sb, nullptr);
+  ExecSpec es;
+  es.shell = "setsid sleep 300 & (sleep 301 &); echo up; wait";
+  auto p = sb->Start(es, StartOptions{});
+  ASSERT_TRUE(p.ok()) << p.status();
+  UniqueFd out = (*p)->TakeStdout();
+  char buf[3];
+  ASSERT_EQ(::read(out.get(), buf, 3), 3);
+  EXPECT_EQ(Run(sb, "ps | grep -c 'sleep 30[01]$'").stdout_data, "2\n");
+  ASSERT_TRUE((*p)->Signal(SIGKILL, true).ok());
+  ExecOutcome o = WaitFor(**p);
+  EXPECT_EQ(o.signal, SIGKILL);
+  for (int i = 0; i < 100 && !(*p)->TreeEmpty(); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE((*p)->TreeEmpty());
+  EXPECT_EQ(Run(sb, "ps | grep -c 'sleep 30[01]$'").stdout_data, "0\n");
+  ExecSpec bad;
+  bad.shell = "true";
+  bad.cwd = "/no/such/dir";
+  EXPECT_EQ(sb->Start(bad, StartOptions{}).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace warren::runtime
