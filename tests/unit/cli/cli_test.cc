@@ -776,5 +776,64 @@ TEST(ParseTest, EvalWithoutArgumentsStillRunsTheRunner) {
   EXPECT_TRUE(inv.eval_args.empty());
 }
 
+TEST(ParseTest, LifecycleVerbs) {
+  {
+    Invocation inv;
+    ASSERT_EQ(Parse(inv, {"grade", "sb1", "--protected", "/task/tests", "--protected", "/t2", "--timeout", "30",
+                          "--json", "--", "bash", "-c", "exit 3"}),
+              0);
+    EXPECT_EQ(inv.verb, "grade");
+    EXPECT_TRUE(inv.global.json);
+    StatusOr<v1::GradeRequest> req = BuildGradeRequest(inv.rl, inv.exec_tail);
+    ASSERT_TRUE(req.ok()) << req.status();
+    EXPECT_EQ(req->id(), "sb1");
+    EXPECT_EQ(req->protected_paths_size(), 2);
+    EXPECT_EQ(req->grader().argv_size(), 3);
+    EXPECT_EQ(req->grader().argv(2), "exit 3");
+    EXPECT_EQ(req->grader().timeout_ms(), 30000u);
+  }
+  {
+    Invocation inv;
+    ASSERT_EQ(Parse(inv, {"grade", "sb1", "--", "sh /g.sh"}), 0);
+    StatusOr<v1::GradeRequest> req = BuildGradeRequest(inv.rl, inv.exec_tail);
+    ASSERT_TRUE(req.ok());
+    EXPECT_EQ(req->grader().shell(), "sh /g.sh");
+    Invocation none;
+    ASSERT_EQ(Parse(none, {"grade", "sb1"}), 0);
+    EXPECT_EQ(BuildGradeRequest(none.rl, none.exec_tail).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    Invocation inv;
+    ASSERT_EQ(Parse(inv, {"snapshot", "sb1", "--exclude", "/a*", "--exclude", "/b", "--name", "w/x@1"}), 0);
+    EXPECT_EQ(inv.verb, "snapshot");
+    EXPECT_EQ(inv.rl.exclude, (std::vector<std::string>{"/a*", "/b"}));
+    EXPECT_EQ(inv.rl.name, "w/x@1");
+  }
+  {
+    Invocation inv;
+    ASSERT_EQ(Parse(inv, {"fork", "sb1", "-n", "8"}), 0);
+    EXPECT_EQ(inv.verb, "fork");
+    EXPECT_EQ(inv.rl.n, 8u);
+  }
+  {
+    Invocation inv;
+    ASSERT_EQ(Parse(inv, {"job", "heartbeat", "run-1", "--lease", "60", "--grace", "5"}), 0);
+    EXPECT_EQ(inv.verb, "job heartbeat");
+    EXPECT_EQ(inv.rl.name, "run-1");
+    EXPECT_EQ(inv.rl.lease_s, 60u);
+    EXPECT_EQ(inv.rl.grace_s, 5u);
+  }
+  {
+    Invocation inv;
+    ASSERT_EQ(Parse(inv, {"ttl", "sb1", "600"}), 0);
+    EXPECT_EQ(inv.verb, "ttl");
+    EXPECT_EQ(inv.rl.ttl_s, 600u);
+  }
+  for (auto args : std::vector<std::vector<std::string>>{{"job"}, {"ttl", "sb1"}, {"fork", "sb1"}, {"suspend"}}) {
+    Invocation inv;
+    EXPECT_EQ(Parse(inv, args), kExitUsage) << args[0];
+  }
+}
+
 }  // namespace
 }  // namespace warren::cli
