@@ -52,6 +52,11 @@ __all__ = [
 
 TURN_TYPES = ("exec", "write", "read", "patch")
 DEFAULT_TEST_COMMAND = "python3 -m pytest -q -p no:cacheprovider {tests}"
+# Environment of every rollout sandbox. No .pyc files are written: Python
+# validates a cached .pyc by its source's mtime (whole seconds) and size, so a
+# bug injected and then fixed within the same second by a same-size edit
+# (e.g. "+" -> "*") would keep running the buggy byte code.
+ROLLOUT_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 # Outcomes.
 PASS, FAIL, ERROR = "pass", "fail", "error"
 # Bytes of grader output kept in the report for wrong or failed rollouts.
@@ -335,7 +340,7 @@ def _retry_create(client: Client, task: Task, labels: Dict[str, str], deadline_s
     while True:
         try:
             return client.create(layers=list(task.layers), cpu=task.cpu, memory_mb=task.memory_mb,
-                                 disk_mb=task.disk_mb, labels=labels, timeout=60)
+                                 disk_mb=task.disk_mb, labels=labels, env=ROLLOUT_ENV, timeout=60)
         except (errors.ResourceExhausted, errors.Unavailable):
             if time.monotonic() + delay > end:
                 raise
