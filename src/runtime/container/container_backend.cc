@@ -856,6 +856,16 @@ class ContainerSandbox : public Sandbox {
 
  private:
   void SweepExecCgroups();
+  // After a spawn helper was cloned (Exec, Start): reads its report pipe to
+  // EOF (the helper's {0, pid}; the grandchild's {step, errno} if it failed
+  // before execve, before the pid with CLONE_VFORK, after it when forked),
+  // reaps the helper and returns the command's pidfd, or the failure as an
+  // error whose message starts with `verb` ("exec", "start").
+  struct Spawned {
+    pid_t pid = -1;
+    UniqueFd pidfd;
+  };
+  StatusOr<Spawned> CollectSpawn(int report_fd, pid_t helper, const std::string& verb, const std::string& cwd);
 
   std::shared_ptr<BackendState> st_;
   SandboxSpec spec_;
@@ -877,6 +887,47 @@ class ContainerSandbox : public Sandbox {
   std::atomic<int64_t> paused_since_ns_{0};  // steady ns of the pause in effect, 0 = running
   std::atomic<int64_t> paused_total_ns_{0};
 };
+
+StatusOr<ContainerSandbox::Spawned> ContainerSandbox::CollectSpawn(int report_fd, pid_t helper,
+                                                                 const std::string& verb, const std::string& cwd) {
+  // Reports until EOF: every write end is closed once the grandchild execs
+  // or dies and the helper has exited.
+  jail::ChildError msg, failure{0, 0};
+  pid_t child = -1;
+  for (int i = 0; i < 3; ++i) {
+    ssize_t n;
+    do n = ::read(report_fd, &msg, sizeof msg); while (n < 0 && errno == EINTR);
+    if (n != sizeof msg) break;
+    if (msg.step == 0) {
+      child = msg.err;
+    } else if (failure.step == 0) {
+      failure = msg;
+    }
+  }
+  int hs = 0;
+  while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
+  }
+  if (failure.step != 0) {
+    if (child > 0) (void)::waitpid(child, nullptr, 0);  // it has exited or is exiting: reap it
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during " + verb);
+    std::string what = verb + ": " + StepName(failure.step);
+    if (failure.step == kStepChdir) what += " " + cwd;
+    return ErrnoToStatus(failure.err, what);
+  }
+  if (child <= 0) {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during " + verb);
+    return absl::InternalError(verb + " helper for sandbox " + spec_.id + " died before starting the command");
+  }
+  Spawned out;
+  out.pid = child;
+  out.pidfd.reset(PidfdOpen(child));  // our (un-reaped) child: no pid reuse race
+  if (!out.pidfd.valid()) {
+    Status st = Errno("pidfd_open(" + std::to_string(child) + ")");
+    (void)::waitpid(child, nullptr, 0);
+    return st;
+  }
+  return out;
+}
 
 void ContainerSandbox::SweepExecCgroups() {
   std::lock_guard<std::mutex> l(mu_);
@@ -990,42 +1041,8 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   sb_fds.clear();
   ex_fds.clear();
 
-  // The grandchild reports {step, errno} if it fails before execve; the
-  // helper reports {0, pid} and exits. With CLONE_VFORK the failure comes
-  // first and both are in the pipe by now (the helper has exited); forked
-  // (sanitized builds), a failure may follow the pid: see after the wait.
-  jail::ChildError msg, failure{0, 0};
-  pid_t child = -1;
-  for (int i = 0; i < 2; ++i) {
-    ssize_t n;
-    do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
-    if (n != sizeof msg) break;
-    if (msg.step == 0) {
-      child = msg.err;
-      break;
-    }
-    failure = msg;
-  }
-  int hs = 0;
-  while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
-  }
-  if (failure.step != 0) {
-    if (child > 0) (void)::waitpid(child, nullptr, 0);  // it has exited: reap it
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
-    std::string what = std::string("exec: ") + StepName(failure.step);
-    if (failure.step == kStepChdir) what += " " + plan.cwd;
-    return ErrnoToStatus(failure.err, what);
-  }
-  if (child <= 0) {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during exec");
-    return absl::InternalError("exec helper for sandbox " + spec_.id + " died before starting the command");
-  }
-  UniqueFd cpidfd(PidfdOpen(child));  // our (un-reaped) child: no pid reuse race
-  if (!cpidfd.valid()) {
-    Status s = Errno("pidfd_open(" + std::to_string(child) + ")");
-    (void)::waitpid(child, nullptr, 0);
-    return s;
-  }
+  ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "exec", plan.cwd));
+  UniqueFd cpidfd = std::move(spawned.pidfd);
 
   ExecOutcome out;
   ScopedSigpipeBlock no_sigpipe;
@@ -1115,16 +1132,6 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   } else {
     out.signal = info.si_status;
     out.exit_code = 128 + info.si_status;
-  }
-  // Forked (not CLONE_VFORK) grandchild: a failure before execve (bad cwd,
-  // ...) may have been reported after its pid. An error, not an outcome.
-  ::fcntl(rep_r.get(), F_SETFL, O_NONBLOCK);
-  if (::read(rep_r.get(), &msg, sizeof msg) == sizeof msg && msg.step != 0) {
-    (void)ecg->Destroy(milliseconds(2000));
-    rb.Release();
-    std::string what = std::string("exec: ") + StepName(msg.step);
-    if (msg.step == kStepChdir) what += " " + plan.cwd;
-    return ErrnoToStatus(msg.err, what);
   }
   // Any OOM kill in the sandbox's memcg during the exec (the victim may be a
   // child of the foreground shell, which then exits 137 by itself). Concurrent
@@ -1378,42 +1385,9 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   sb_fds.clear();
   ex_fds.clear();
 
-  // Reports until EOF (every write end is closed once the grandchild execs
-  // or dies and the helper exited): the helper's {0, pid} and, if the
-  // grandchild failed before execve, its {step, errno} (before the pid with
-  // CLONE_VFORK, after it when forked).
-  jail::ChildError msg, failure{0, 0};
-  pid_t child = -1;
-  for (int i = 0; i < 3; ++i) {
-    ssize_t n;
-    do n = ::read(rep_r.get(), &msg, sizeof msg); while (n < 0 && errno == EINTR);
-    if (n != sizeof msg) break;
-    if (msg.step == 0) {
-      child = msg.err;
-    } else if (failure.step == 0) {
-      failure = msg;
-    }
-  }
-  int hs = 0;
-  while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
-  }
-  if (failure.step != 0) {
-    if (child > 0) (void)::waitpid(child, nullptr, 0);  // it has exited or is exiting: reap it
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
-    std::string what = std::string("start: ") + StepName(failure.step);
-    if (failure.step == kStepChdir) what += " " + plan.cwd;
-    return ErrnoToStatus(failure.err, what);
-  }
-  if (child <= 0) {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during start");
-    return absl::InternalError("start helper for sandbox " + spec_.id + " died before starting the command");
-  }
-  UniqueFd cpidfd(PidfdOpen(child));
-  if (!cpidfd.valid()) {
-    Status st = Errno("pidfd_open(" + std::to_string(child) + ")");
-    (void)::waitpid(child, nullptr, 0);
-    return st;
-  }
+  ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "start", plan.cwd));
+  const pid_t child = spawned.pid;
+  UniqueFd cpidfd = std::move(spawned.pidfd);
   auto proc = std::make_unique<ContainerProcess>(this, child, std::move(cpidfd), std::move(ecg), oom_before);
   rb.Release();
   if (so.pty) {
