@@ -10,6 +10,11 @@ class ImageLayerProvider final : public LayerProvider {
   ImageLayerProvider(std::unique_ptr<image::LayerStore> store,
                      std::unique_ptr<image::MountCache> cache)
       : store_(std::move(store)), cache_(std::move(cache)) {}
+  // A clean shutdown unmounts the layers no sandbox holds (those waiting out
+  // their grace period): they would otherwise outlive the daemon for nothing.
+  // Layers of live sandboxes keep their references and stay mounted for the
+  // next daemon to adopt; a crash leaves everything to that daemon's sweep.
+  ~ImageLayerProvider() override { cache_->Sweep(/*all=*/true); }
 
   StatusOr<image::LayerInfo> Resolve(const std::string& ref) const override {
     return store_->Resolve(ref);

@@ -129,3 +129,47 @@ def test_snapshot_grade_fork_and_suspend_after_kill9_restart(test_root, layer_st
         sus.destroy()
     finally:
         d.stop()
+
+
+def _layer_mounts(state_dir):
+    """Mount points under the daemon's layer mount root (state_dir/mnt)."""
+    root = str(state_dir / "mnt") + "/"
+    with open("/proc/self/mountinfo") as f:
+        return {line.split()[4] for line in f if line.split()[4].startswith(root)}
+
+
+@pytest.mark.timeout(300)
+def test_clean_shutdown_unmounts_unused_layers_and_keeps_live_ones(test_root, layer_store, base_layer,
+                                                                    daemon, tmp_path):
+    d = Daemon(test_root, "shutdown", layer_store, NODE_PREFIX + "c")
+    d.start()
+    try:
+        c = d.client
+        extra = tmp_path / "extra"
+        (extra / "opt").mkdir(parents=True)
+        (extra / "opt" / "marker").write_text("extra layer\n")
+        extra_ref = "toolset/shutdown-extra@1"
+        try:
+            c.layers.get(extra_ref)
+        except warren.NotFound:
+            c.layers.build(extra_ref, dir=str(extra), timeout=120)
+        live = c.create(layers=[base_layer])
+        gone = c.create(layers=[base_layer, extra_ref])
+        assert gone.exec("cat /opt/marker", timeout=30).stdout == b"extra layer\n"
+        assert len(_layer_mounts(d.state_dir)) == 2
+        gone.destroy()
+        # the extra layer is unreferenced now (kept for its grace period while the daemon runs)
+        assert len(_layer_mounts(d.state_dir)) == 2
+        assert d.stop(destroy=False) == 0
+        left = _layer_mounts(d.state_dir)
+        assert len(left) == 1, f"clean shutdown left {left}: only the live sandbox's layer should stay"
+        d.start()
+        c = d.client
+        sb = c.get(live.id)
+        assert sb.exec("echo alive", timeout=30).stdout == b"alive\n"
+        sb.destroy()
+        assert d.stop() == 0
+        assert _layer_mounts(d.state_dir) == set()
+    finally:
+        if d.proc and d.proc.poll() is None:
+            d.stop()
