@@ -202,6 +202,13 @@ std::string SandboxManager::RunDir(const std::string& id) const {
   return options_.state_dir + "/run/" + id;
 }
 
+StatusOr<std::shared_ptr<SandboxManager::Entry>> SandboxManager::FindEntry(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  return it->second;
+}
+
 std::string SandboxManager::NewId() {
   for (int attempt = 0; attempt < 16; ++attempt) {
     unsigned char buf[6];
@@ -998,14 +1005,22 @@ StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t 
   return info;
 }
 
-Status SandboxManager::Pause(const std::string& id) {
-  std::shared_ptr<Entry> e;
+void SandboxManager::SetPausedState(Entry& e, const std::string& id, SandboxState to, const std::string& reason) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
-    e = it->second;
+    e.info.state = to;
+    if (to == SandboxState::kRunning) e.info.last_activity_ns = NowNs();
   }
+  AddTransition(e.transitions, to, reason);
+  Status s = records_.Put(id, MakeRecord(e, to));
+  if (!s.ok()) {
+    Log(spdlog::level::warn, "persisting sandbox state failed",
+        {{"sandbox", id}, {"state", SandboxStateName(to)}, {"error", s.ToString()}});
+  }
+}
+
+Status SandboxManager::Pause(const std::string& id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, FindEntry(id));
   std::lock_guard<std::mutex> pl(e->pause_mu);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -1015,13 +1030,7 @@ Status SandboxManager::Pause(const std::string& id) {
     }
   }
   RETURN_IF_ERROR(e->sandbox->Pause());
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    e->info.state = SandboxState::kPaused;
-  }
-  AddTransition(e->transitions, SandboxState::kPaused, "pause requested");
-  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kPaused));
-  if (!s.ok()) Log(spdlog::level::warn, "persisting paused state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  SetPausedState(*e, id, SandboxState::kPaused, "pause requested");
   Log(spdlog::level::info, "sandbox paused", {{"sandbox", id}});
   return absl::OkStatus();
 }
@@ -1029,13 +1038,7 @@ Status SandboxManager::Pause(const std::string& id) {
 Status SandboxManager::Resume(const std::string& id) { return Resume(id, true); }
 
 Status SandboxManager::Resume(const std::string& id, bool prefetch) {
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
-    e = it->second;
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, FindEntry(id));
   std::lock_guard<std::mutex> pl(e->pause_mu);
   bool suspended;
   {
@@ -1058,14 +1061,7 @@ Status SandboxManager::Resume(const std::string& id, bool prefetch) {
     }
   }
   RETURN_IF_ERROR(e->sandbox->Resume());
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    e->info.state = SandboxState::kRunning;
-    e->info.last_activity_ns = NowNs();
-  }
-  AddTransition(e->transitions, SandboxState::kRunning, "resumed");
-  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
-  if (!s.ok()) Log(spdlog::level::warn, "persisting resumed state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  SetPausedState(*e, id, SandboxState::kRunning, "resumed");
   Log(spdlog::level::info, "sandbox resumed",
       {{"sandbox", id}, {"from", suspended ? "suspended" : "paused"},
        {"prefetched_bytes", std::to_string(prefetched)}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
@@ -1073,13 +1069,7 @@ Status SandboxManager::Resume(const std::string& id, bool prefetch) {
 }
 
 Status SandboxManager::Suspend(const std::string& id) {
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
-    e = it->second;
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, FindEntry(id));
   std::lock_guard<std::mutex> pl(e->pause_mu);
   bool was_running;
   {
@@ -1102,24 +1092,13 @@ Status SandboxManager::Suspend(const std::string& id) {
       if (!us.ok()) {
         Log(spdlog::level::err, "resuming after a failed suspend failed; sandbox left paused",
             {{"sandbox", id}, {"error", us.ToString()}});
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          e->info.state = SandboxState::kPaused;
-        }
-        AddTransition(e->transitions, SandboxState::kPaused, "suspend failed");
-        (void)records_.Put(id, MakeRecord(*e, SandboxState::kPaused));
+        SetPausedState(*e, id, SandboxState::kPaused, "suspend failed");
       }
     }
     return Status(rs.code(), "suspend of " + id + ": " + std::string(rs.message()));
   }
   const uint64_t after = e->sandbox->MemoryUsage().value_or(0);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    e->info.state = SandboxState::kSuspended;
-  }
-  AddTransition(e->transitions, SandboxState::kSuspended, "suspend requested");
-  Status s = records_.Put(id, MakeRecord(*e, SandboxState::kSuspended));
-  if (!s.ok()) Log(spdlog::level::warn, "persisting suspended state failed", {{"sandbox", id}, {"error", s.ToString()}});
+  SetPausedState(*e, id, SandboxState::kSuspended, "suspend requested");
   Log(spdlog::level::info, "sandbox suspended",
       {{"sandbox", id}, {"memory_before_bytes", std::to_string(before)}, {"memory_after_bytes", std::to_string(after)},
        {"swap_bytes", std::to_string(e->sandbox->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});

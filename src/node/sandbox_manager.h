@@ -293,9 +293,16 @@ class SandboxManager {
                  std::unique_ptr<LayerProvider> layers, RecordStore records);
 
   nlohmann::json MakeRecord(const Entry& e, SandboxState state) const;
+  // Pause/resume/suspend bookkeeping after the backend call succeeded: sets
+  // the state (under mu_), records the transition and persists the record; a
+  // failed write is logged (the sandbox is in that state either way).
+  void SetPausedState(Entry& e, const std::string& id, SandboxState to, const std::string& reason);
   SandboxInfo InfoOf(const Entry& e) const;
   std::string NewId();
   std::string RunDir(const std::string& id) const;
+  // The table entry of `id` (taken under mu_, used after it is released:
+  // entries are shared_ptr), or NotFound naming the id.
+  StatusOr<std::shared_ptr<Entry>> FindEntry(const std::string& id) const;
   void RecoverOne(const std::string& id, const nlohmann::json& record);
   void CleanupRecord(const std::string& id, const nlohmann::json& record, const std::string& reason);
   void SweepLoop();
