@@ -24,7 +24,6 @@ import io
 import json
 import os
 import random
-import secrets
 import signal as _signal
 import time
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -40,8 +39,8 @@ from ._proto import warren_pb2_grpc as pb_grpc
 from .client import (_chunks, _create_request, _exec_request, _path_bytes, _target, _u32,
                      _u32_or_u64)
 from .lifecycle import GradeResult, JobInfo, Snapshot, _exec_request as _grade_request
-from .process import (CONTROL, STDERR, STDOUT, SESSION_BUFFER_BYTES, OutputChunk, ProcessInfo,
-                      ProcessOutput, _INTERRUPT_GRACE_S, _SESSION_ARGV, _WAIT_SLICE_S, _bash_quote,
+from .process import (STDERR, STDOUT, SESSION_BUFFER_BYTES, OutputChunk, ProcessInfo,
+                      ProcessOutput, _INTERRUPT_GRACE_S, _SESSION_ARGV, _WAIT_SLICE_S, _SessionCommand,
                       _start_options, _to_bytes)
 from .process import _exec_request as _proc_request
 from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
@@ -379,65 +378,38 @@ class AsyncSession:
     async def _run_locked(self, data: bytes, timeout: Optional[float]) -> ExecResult:
         if self._closed:
             raise errors.FailedPrecondition(f"session {self.id} is closed")
-        token = secrets.token_hex(16)
         t0 = time.monotonic()
-        await self.process.send_stdin(b"eval " + _bash_quote(data).encode() + b" </dev/null 3>&-\n" +
-                                      f"printf '%s %d\\n' {token} \"$?\" >&3\n".encode())
-        pieces: List[List[Tuple[int, bytes]]] = [[], []]
-        trunc = [False, False]
+        cmdr = _SessionCommand(data, self._off)
+        await self.process.send_stdin(cmdr.input)
         timed_out = resent = False
         end = None if timeout is None else t0 + timeout
-        rc: Optional[int] = None
-        marks = [0, 0]
-        ctl_buf = b""
-        while rc is None or self._off[0] < marks[0] or self._off[1] < marks[1]:
+        while cmdr.pending():
             left = None if end is None else max(0.01, end - time.monotonic())
             st = self.process.stream(self._off[0], self._off[1], self._off[2], follow=True, timeout=left)
             try:
                 ended = True
                 async for c in st:
-                    i = {STDOUT: 0, STDERR: 1, CONTROL: 2}[c.stream]
-                    self._off[i] = c.offset + len(c.data)
-                    if i < 2:
-                        trunc[i] = trunc[i] or c.dropped > 0
-                        pieces[i].append((c.offset, c.data))
-                    else:
-                        ctl_buf += c.data
-                        while b"\n" in ctl_buf:
-                            rec, ctl_buf = ctl_buf.split(b"\n", 1)
-                            parts = rec.split()
-                            if len(parts) == 2 and parts[0] == token.encode():
-                                rc = int(parts[1])
-                                marks = [c.stdout_mark, c.stderr_mark]
-                    if rc is not None and self._off[0] >= marks[0] and self._off[1] >= marks[1]:
+                    if cmdr.feed(c):
                         ended = False
                         break
-                if ended and rc is None:
+                if ended and cmdr.rc is None:
                     self._closed = True
                     raise errors.FailedPrecondition(f"session {self.id}: the shell exited")
             except errors.DeadlineExceeded:
-                if rc is None and not timed_out:
+                if cmdr.rc is None and not timed_out:
                     timed_out = True
                     await self.process.signal(_signal.SIGINT, group_only=True)
                     end = time.monotonic() + _INTERRUPT_GRACE_S
                     continue
-                if rc is None and not resent:
+                if cmdr.rc is None and not resent:
                     resent = True
-                    await self.process.send_stdin(f"printf '%s %d\\n' {token} 130 >&3\n".encode())
+                    await self.process.send_stdin(cmdr.resend())
                     end = time.monotonic() + _INTERRUPT_GRACE_S
                     continue
                 raise errors.DeadlineExceeded(f"session {self.id}: the shell does not answer") from None
             finally:
                 st.close()
-        assert rc is not None
-        outs = []
-        for i in (0, 1):
-            outs.append(b"".join(d[:max(0, marks[i] - off)] for off, d in pieces[i]))
-            self._off[i] = marks[i]
-        return ExecResult(exit_code=rc, timed_out=timed_out, stdout=outs[0], stderr=outs[1],
-                          stdout_truncated=trunc[0], stderr_truncated=trunc[1],
-                          stdout_total_bytes=len(outs[0]), stderr_total_bytes=len(outs[1]),
-                          duration_s=time.monotonic() - t0)
+        return cmdr.result(t0, timed_out)
 
 
 class AsyncSandbox:

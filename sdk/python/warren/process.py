@@ -479,6 +479,66 @@ def _bash_quote(data: bytes) -> str:
     return "".join(out)
 
 
+class _SessionCommand:
+    """One command of a session being read back; shared by Session and
+    AsyncSession, which own the stream loop (sync or async). `off` is the
+    session's consumed [stdout, stderr, control] offsets, advanced in place.
+    The command is complete once the sentinel record (token, $?) arrived on
+    the control stream and stdout/stderr were read up to the byte marks the
+    daemon stamped on it."""
+
+    def __init__(self, data: bytes, off: List[int]):
+        self.token = secrets.token_hex(16)
+        self.off = off
+        self.pieces: List[List[Tuple[int, bytes]]] = [[], []]  # (offset, data) per stream
+        self.trunc = [False, False]
+        self.rc: Optional[int] = None
+        self.marks = [0, 0]
+        self._ctl = b""
+        # The command line, then a line printing the sentinel and $? to fd 3.
+        self.input = (b"eval " + _bash_quote(data).encode() + b" </dev/null 3>&-\n" +
+                      f"printf '%s %d\\n' {self.token} \"$?\" >&3\n".encode())
+
+    def resend(self) -> bytes:
+        """A sentinel line to send again when an interrupt may have hit the first."""
+        return f"printf '%s %d\\n' {self.token} 130 >&3\n".encode()
+
+    def pending(self) -> bool:
+        return self.rc is None or self.off[0] < self.marks[0] or self.off[1] < self.marks[1]
+
+    def feed(self, c: "OutputChunk") -> bool:
+        """Takes one chunk of the process's output; True once the command is complete."""
+        i = {STDOUT: 0, STDERR: 1, CONTROL: 2}[c.stream]
+        self.off[i] = c.offset + len(c.data)
+        if i < 2:
+            self.trunc[i] = self.trunc[i] or c.dropped > 0
+            self.pieces[i].append((c.offset, c.data))
+        else:
+            self._ctl += c.data
+            while b"\n" in self._ctl:
+                rec, self._ctl = self._ctl.split(b"\n", 1)
+                parts = rec.split()
+                if len(parts) == 2 and parts[0] == self.token.encode():
+                    self.rc = int(parts[1])
+                    self.marks = [c.stdout_mark, c.stderr_mark]
+        return not self.pending()
+
+    def result(self, t0: float, timed_out: bool) -> ExecResult:
+        """The command's ExecResult. Only bytes before the sentinel's marks are
+        the command's; later ones (a background job's) are left for the next
+        command."""
+        assert self.rc is not None
+        outs = []
+        for i in (0, 1):
+            outs.append(b"".join(d[:max(0, self.marks[i] - o)] for o, d in self.pieces[i]))
+            self.off[i] = self.marks[i]
+        so, se = outs
+        return ExecResult(exit_code=self.rc, timed_out=timed_out, stdout=so, stderr=se,
+                          stdout_truncated=self.trunc[0], stderr_truncated=self.trunc[1],
+                          stdout_total_bytes=len(so), stderr_total_bytes=len(se),
+                          duration_s=time.monotonic() - t0)
+
+
 class Session:
     """A persistent shell in a sandbox (Sandbox.session()): cwd, exported
     environment, shell variables, functions and aliases carry over from one
@@ -555,72 +615,37 @@ class Session:
     def _run_locked(self, cmd: Union[str, bytes], timeout: Optional[float], discard: bool = False) -> ExecResult:
         if self._closed:
             raise errors.FailedPrecondition(f"session {self.id} is closed")
-        data = cmd.encode() if isinstance(cmd, str) else cmd
-        token = secrets.token_hex(16)
-        sentinel = f"printf '%s %d\\n' {token} \"$?\" >&3\n".encode()
-        line = b"eval " + _bash_quote(data).encode() + b" </dev/null 3>&-\n"
         t0 = time.monotonic()
-        self.process.send_stdin(line + sentinel)
-        pieces: List[List[Tuple[int, bytes]]] = [[], []]  # (offset, data) per stream
-        trunc = [False, False]
-        timed_out = False
+        cmdr = _SessionCommand(cmd.encode() if isinstance(cmd, str) else cmd, self._off)
+        self.process.send_stdin(cmdr.input)
+        timed_out = resent = False
         end = None if timeout is None else t0 + timeout
-        rc: Optional[int] = None
-        marks = [0, 0]
-        ctl_buf = b""
-        resent = False
-        while rc is None or self._off[0] < marks[0] or self._off[1] < marks[1]:
+        while cmdr.pending():
             left = None if end is None else max(0.01, end - time.monotonic())
             st = self.process.stream(self._off[0], self._off[1], self._off[2], follow=True, timeout=left)
             try:
                 for c in st:
-                    i = {STDOUT: 0, STDERR: 1, CONTROL: 2}[c.stream]
-                    self._off[i] = c.offset + len(c.data)
-                    if i < 2:
-                        trunc[i] = trunc[i] or c.dropped > 0
-                        pieces[i].append((c.offset, c.data))
-                    else:
-                        ctl_buf += c.data
-                        while b"\n" in ctl_buf:
-                            rec, ctl_buf = ctl_buf.split(b"\n", 1)
-                            parts = rec.split()
-                            if len(parts) == 2 and parts[0] == token.encode():
-                                rc = int(parts[1])
-                                marks = [c.stdout_mark, c.stderr_mark]
-                    if rc is not None and self._off[0] >= marks[0] and self._off[1] >= marks[1]:
+                    if cmdr.feed(c):
                         break
                 else:
-                    if rc is None:  # the stream ended: the shell exited
+                    if cmdr.rc is None:  # the stream ended: the shell exited
                         self._closed = True
                         code = st.result.exit_code if st.result else "?"
                         raise errors.FailedPrecondition(f"session {self.id}: the shell exited (exit code {code})")
             except errors.DeadlineExceeded:
-                if rc is None and not timed_out:
+                if cmdr.rc is None and not timed_out:
                     timed_out = True
                     self.process.signal(_signal.SIGINT, group_only=True)
                     end = time.monotonic() + _INTERRUPT_GRACE_S
                     continue
-                if rc is None and not resent:
+                if cmdr.rc is None and not resent:
                     # The interrupt may have hit the sentinel line itself: ask again.
                     resent = True
-                    self.process.send_stdin(f"printf '%s %d\\n' {token} 130 >&3\n".encode())
+                    self.process.send_stdin(cmdr.resend())
                     end = time.monotonic() + _INTERRUPT_GRACE_S
                     continue
                 raise errors.DeadlineExceeded(f"session {self.id}: the shell does not answer") from None
             finally:
                 st.close()
-        # Only bytes before the sentinel's marks are the command's; later ones
-        # (a background job's) are left for the next command.
-        outs = []
-        for i in (0, 1):
-            outs.append(b"".join(d[:max(0, marks[i] - off)] for off, d in pieces[i]))
-            self._off[i] = marks[i]
-        assert rc is not None
-        # Bytes past the marks (a background job's later output) stay for the next command.
-        if discard:
-            return ExecResult(exit_code=rc)
-        so, se = outs
-        return ExecResult(exit_code=rc, timed_out=timed_out, stdout=so, stderr=se,
-                          stdout_truncated=trunc[0], stderr_truncated=trunc[1],
-                          stdout_total_bytes=len(so), stderr_total_bytes=len(se),
-                          duration_s=time.monotonic() - t0)
+        r = cmdr.result(t0, timed_out)
+        return ExecResult(exit_code=r.exit_code) if discard else r
