@@ -546,6 +546,18 @@ Status Cgroup::Destroy(std::chrono::milliseconds timeout) {
   return st;
 }
 
+StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::OpenV2(const std::string& mount, const std::string& name) {
+  if (!Exists(mount + "/cgroup.controllers")) {
+    return absl::FailedPreconditionError("no cgroup2 file system at " + mount + " (no cgroup.controllers)");
+  }
+  auto own = OwnCgroups();
+  std::string ownp = own.count("") ? own[""] : "/";
+  std::string rel = (ownp == "/" ? "" : ownp) + "/" + name;
+  return std::unique_ptr<CgroupManager>(new CgroupManagerV2(mount + rel, rel));
+}
+
+std::string CgroupManager::FindCgroup2Mount() { return FindMounts().v2; }
+
 StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const std::string& name) {
   Mounts m = FindMounts();
   auto own = OwnCgroups();
@@ -553,10 +565,7 @@ StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const std::string
     std::string ownp = own.count("") ? own[""] : "/";
     std::string ctl_path = m.v2 + (ownp == "/" ? "" : ownp) + "/cgroup.controllers";
     auto c = ReadFile(ctl_path);
-    if (c && c->find("memory") != std::string::npos) {
-      std::string rel = (ownp == "/" ? "" : ownp) + "/" + name;
-      return std::unique_ptr<CgroupManager>(new CgroupManagerV2(m.v2 + rel, rel));
-    }
+    if (c && c->find("memory") != std::string::npos) return OpenV2(m.v2, name);
   }
   for (const char* req : {"memory", "pids", "freezer"}) {
     if (!m.v1.count(req)) {

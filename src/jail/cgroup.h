@@ -104,6 +104,14 @@ class CgroupManager {
   // memory controller available, else v1 (memory, pids, freezer required;
   // cpu optional). FailedPrecondition if neither works.
   static StatusOr<std::unique_ptr<CgroupManager>> Detect(const std::string& name);
+  // The v2 implementation on the cgroup2 file system mounted at `mount`,
+  // subtree <mount><own "0::" cgroup>/<name>, whatever Detect would pick
+  // (tests exercise the v2 paths on a hybrid host's /sys/fs/cgroup/unified,
+  // where no controller is enabled: limits cannot be set there, processes,
+  // freeze and kill work). FailedPrecondition if `mount` is not cgroup2.
+  static StatusOr<std::unique_ptr<CgroupManager>> OpenV2(const std::string& mount, const std::string& name);
+  // Mount point of the host's cgroup2 file system ("" if none).
+  static std::string FindCgroup2Mount();
   virtual int version() const = 0;
   // "<own path>/<name>" of the memory controller (v1) or unified (v2),
   // e.g. "/process_api/abc/warren".
