@@ -182,3 +182,19 @@ def test_structured_calls_byte_exact_names(sandbox):
     assert files.read("/w/new/deep/f") == b"1"
     with pytest.raises(warren.NotFound):
         files.write("/w/missing-parent/f", b"1")
+
+
+def test_write_and_mkdir_on_the_sandboxes_own_tmpfs(sandbox):
+    """/dev/shm is a tmpfs mounted inside the sandbox's user namespace: host
+    root has no mapping there (creating a file as host root fails with
+    EOVERFLOW); the file API creates as the sandbox's root instead."""
+    sandbox.files.write("/dev/shm/q", b"hi\n")
+    sandbox.files.mkdir("/dev/shm/d/e", parents=True)
+    sandbox.files.write("/dev/shm/d/e/f", b"x" * 70000)
+    r = sandbox.exec("cat /dev/shm/q; stat -c '%u:%g %a' /dev/shm/q /dev/shm/d/e; wc -c < /dev/shm/d/e/f",
+                     timeout=30)
+    assert r.exit_code == 0, r
+    assert r.stdout == b"hi\n0:0 644\n0:0 755\n70000\n"
+    assert sandbox.files.read("/dev/shm/d/e/f") == b"x" * 70000
+    sandbox.files.remove("/dev/shm/d", recursive=True)
+    assert sandbox.exec("ls -A /dev/shm", timeout=30).stdout == b"q\n"

@@ -291,17 +291,60 @@ StatusOr<std::string> RandomSuffix() {
   return out;
 }
 
+// This thread's file-system ids set to the sandbox's root for a scope
+// (setfsuid/setfsgid as raw syscalls change the calling thread only; the
+// previous ids come back at the end, and with them the daemon's fs
+// capabilities).
+class ScopedFsIds {
+ public:
+  ScopedFsIds(uid_t uid, gid_t gid) {
+    old_gid_ = static_cast<gid_t>(syscall(SYS_setfsgid, gid));
+    old_uid_ = static_cast<uid_t>(syscall(SYS_setfsuid, uid));
+  }
+  ~ScopedFsIds() {
+    const int err = errno;
+    syscall(SYS_setfsuid, old_uid_);
+    syscall(SYS_setfsgid, old_gid_);
+    errno = err;
+  }
+  ScopedFsIds(const ScopedFsIds&) = delete;
+  ScopedFsIds& operator=(const ScopedFsIds&) = delete;
+
+ private:
+  uid_t old_uid_;
+  gid_t old_gid_;
+};
+
+// Runs `op` (a modifying *at() call: returns < 0 / != 0 with errno on
+// failure) with the daemon's ids, and on EOVERFLOW once more as the sandbox's
+// root (uid/gid on the host). A file system owned by the sandbox's user
+// namespace (its /dev/shm, /dev/mqueue, a tmpfs it mounted) refuses to
+// create, rename or remove entries for a caller whose fsuid/fsgid it does not
+// map, and it does not map host root.
+template <typename F>
+int MappedRetry(uid_t uid, gid_t gid, F op) {
+  int r = op();
+  if (r < 0 && errno == EOVERFLOW) {
+    ScopedFsIds ids(uid, gid);
+    r = op();
+  }
+  return r;
+}
+
 class RootedWriter : public FileWriter {
  public:
-  RootedWriter(UniqueFd parent, UniqueFd fd, std::string tmp_name, std::string name, std::string shown)
-      : parent_(std::move(parent)),
+  RootedWriter(UniqueFd parent, UniqueFd fd, std::string tmp_name, std::string name, std::string shown,
+               uid_t uid, gid_t gid)
+      : uid_(uid),
+        gid_(gid),
+        parent_(std::move(parent)),
         fd_(std::move(fd)),
         tmp_name_(std::move(tmp_name)),
         name_(std::move(name)),
         shown_(std::move(shown)) {}
 
   ~RootedWriter() override {
-    if (!committed_) unlinkat(parent_.get(), tmp_name_.c_str(), 0);
+    if (!committed_) MappedRetry(uid_, gid_, [&] { return unlinkat(parent_.get(), tmp_name_.c_str(), 0); });
   }
 
   Status Write(std::string_view data) override {
@@ -328,7 +371,9 @@ class RootedWriter : public FileWriter {
       failed_ = Errno(errno, "write", shown_);
       return failed_;
     }
-    if (renameat(parent_.get(), tmp_name_.c_str(), parent_.get(), name_.c_str()) != 0) {
+    if (MappedRetry(uid_, gid_, [&] {
+          return renameat(parent_.get(), tmp_name_.c_str(), parent_.get(), name_.c_str());
+        }) != 0) {
       failed_ = Errno(errno, "write", shown_);
       return failed_;
     }
@@ -337,6 +382,8 @@ class RootedWriter : public FileWriter {
   }
 
  private:
+  uid_t uid_;
+  gid_t gid_;
   UniqueFd parent_;
   UniqueFd fd_;
   std::string tmp_name_;
@@ -380,6 +427,12 @@ class RootedFiles : public SandboxFiles {
  public:
   explicit RootedFiles(RootedFilesOptions options) : opt_(std::move(options)) {}
 
+  // Modifying calls on the sandbox's file systems (see MappedRetry).
+  template <typename F>
+  int AsMappedOwner(F op) {
+    return MappedRetry(opt_.host_root_uid, opt_.host_root_gid, op);
+  }
+
   StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode,
                                                   bool make_parents) override {
     ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "write"));
@@ -395,19 +448,21 @@ class RootedFiles : public SandboxFiles {
     }
     ASSIGN_OR_RETURN(std::string suffix, RandomSuffix());
     std::string tmp = kTempPrefix + suffix;
-    UniqueFd fd(openat(parent.get(), tmp.c_str(),
-                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    UniqueFd fd(AsMappedOwner([&] {
+      return openat(parent.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }));
     if (!fd.valid()) return Errno(errno, "write", p.asked);
     // fchmod after fchown: chown clears set-id bits.
     if (fchown(fd.get(), opt_.host_root_uid, opt_.host_root_gid) != 0 ||
         fchmod(fd.get(), mode & 07777) != 0) {
       int err = errno;
-      unlinkat(parent.get(), tmp.c_str(), 0);
+      AsMappedOwner([&] { return unlinkat(parent.get(), tmp.c_str(), 0); });
       return Errno(err, "write", p.asked);
     }
     // From here the writer owns the temporary file (unlinked unless committed).
     return std::unique_ptr<FileWriter>(
-        std::make_unique<RootedWriter>(std::move(parent), std::move(fd), tmp, p.last(), p.asked));
+        std::make_unique<RootedWriter>(std::move(parent), std::move(fd), tmp, p.last(), p.asked,
+                                       opt_.host_root_uid, opt_.host_root_gid));
   }
 
   StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset,
@@ -499,7 +554,7 @@ class RootedFiles : public SandboxFiles {
     }
     if (parents) RETURN_IF_ERROR(MakeDirs(root.get(), p, p.parts.size() - 1, "mkdir"));
     ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "mkdir"));
-    if (mkdirat(parent.get(), p.last().c_str(), 0700) != 0) {
+    if (AsMappedOwner([&] { return mkdirat(parent.get(), p.last().c_str(), 0700); }) != 0) {
       int err = errno;
       if (err == EEXIST && parents) {
         // mkdir -p: an existing directory (or a symlink to one, inside the root) is success.
@@ -525,11 +580,13 @@ class RootedFiles : public SandboxFiles {
       return Errno(errno, "remove", p.asked);
     }
     if (!S_ISDIR(st.st_mode)) {
-      if (unlinkat(parent.get(), p.last().c_str(), 0) != 0) return Errno(errno, "remove", p.asked);
+      if (AsMappedOwner([&] { return unlinkat(parent.get(), p.last().c_str(), 0); }) != 0) {
+        return Errno(errno, "remove", p.asked);
+      }
       return absl::OkStatus();
     }
     if (!recursive) {
-      if (unlinkat(parent.get(), p.last().c_str(), AT_REMOVEDIR) != 0) {
+      if (AsMappedOwner([&] { return unlinkat(parent.get(), p.last().c_str(), AT_REMOVEDIR); }) != 0) {
         return Errno(errno, "remove", p.asked);
       }
       return absl::OkStatus();
@@ -547,7 +604,9 @@ class RootedFiles : public SandboxFiles {
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
     ASSIGN_OR_RETURN(UniqueFd fparent, OpenParent(root.get(), f, "rename"));
     ASSIGN_OR_RETURN(UniqueFd tparent, OpenParent(root.get(), t, "rename"));
-    if (renameat(fparent.get(), f.last().c_str(), tparent.get(), t.last().c_str()) != 0) {
+    if (AsMappedOwner([&] {
+          return renameat(fparent.get(), f.last().c_str(), tparent.get(), t.last().c_str());
+        }) != 0) {
       return ErrnoToStatus(errno, "rename(" + shown + ")");
     }
     return absl::OkStatus();
@@ -586,7 +645,7 @@ class RootedFiles : public SandboxFiles {
       int parent = ResolveInRoot(root, p.Join(i), O_PATH | O_DIRECTORY);
       if (parent < 0) return Errno(-parent, op, p.asked);
       UniqueFd parent_fd(parent);
-      if (mkdirat(parent, p.parts[i].c_str(), 0700) != 0) {
+      if (AsMappedOwner([&] { return mkdirat(parent, p.parts[i].c_str(), 0700); }) != 0) {
         if (errno != EEXIST) return Errno(errno, op, p.asked);
         // Created concurrently, or a dangling symlink: resolve again.
         fd = ResolveInRoot(root, p.Join(i + 1), O_PATH | O_DIRECTORY);
@@ -607,7 +666,7 @@ class RootedFiles : public SandboxFiles {
     if (!dir.valid() || fchown(dir.get(), opt_.host_root_uid, opt_.host_root_gid) != 0 ||
         fchmod(dir.get(), mode & 07777) != 0) {
       int err = errno;
-      unlinkat(parent, name.c_str(), AT_REMOVEDIR);
+      AsMappedOwner([&] { return unlinkat(parent, name.c_str(), AT_REMOVEDIR); });
       return Errno(err, op, shown);
     }
     return absl::OkStatus();
@@ -623,7 +682,9 @@ class RootedFiles : public SandboxFiles {
     UniqueFd dir(openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dir.valid()) {
       if (errno == ENOTDIR || errno == ELOOP) {  // replaced by a file or symlink meanwhile
-        if (unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT) return Errno(errno, "remove", shown);
+        if (AsMappedOwner([&] { return unlinkat(dirfd, name.c_str(), 0); }) != 0 && errno != ENOENT) {
+          return Errno(errno, "remove", shown);
+        }
         return absl::OkStatus();
       }
       if (errno == ENOENT) return absl::OkStatus();
@@ -651,11 +712,15 @@ class RootedFiles : public SandboxFiles {
         }
         if (is_dir) {
           RETURN_IF_ERROR(RemoveTree(dir.get(), e.name, child, depth + 1));
-        } else if (unlinkat(dir.get(), e.name.c_str(), 0) != 0 && errno != ENOENT) {
+        } else if (AsMappedOwner([&] { return unlinkat(dir.get(), e.name.c_str(), 0); }) != 0 &&
+                   errno != ENOENT) {
           return Errno(errno, "remove", child);
         }
       }
-      if (unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return absl::OkStatus();
+      if (AsMappedOwner([&] { return unlinkat(dirfd, name.c_str(), AT_REMOVEDIR); }) == 0 ||
+          errno == ENOENT) {
+        return absl::OkStatus();
+      }
       if (errno != ENOTEMPTY) return Errno(errno, "remove", shown);
       lseek(dir.get(), 0, SEEK_SET);
     }
