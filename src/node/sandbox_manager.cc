@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <fstream>
 
 #include "absl/strings/escaping.h"
@@ -205,7 +206,7 @@ std::string SandboxManager::RunDir(const std::string& id) const {
 StatusOr<std::shared_ptr<SandboxManager::Entry>> SandboxManager::FindEntry(const std::string& id) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(id);
-  if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  if (it == table_.end()) return SandboxNotFound(id);
   return it->second;
 }
 
@@ -536,7 +537,7 @@ Status SandboxManager::DestroyWithReason(const std::string& id, const std::strin
   {
     std::unique_lock<std::mutex> l(mu_);
     auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    if (it == table_.end()) return SandboxNotFound(id);
     e = it->second;
     // Wait for a create in progress or another destroy of this id.
     bool settled = cv_.wait_for(l, kCreateWaitBound, [&] {
@@ -591,14 +592,39 @@ Status SandboxManager::DestroyWithReason(const std::string& id, const std::strin
     std::lock_guard<std::mutex> l(audit_mu_);
     (void)::unlink(AuditPath(id).c_str());
   }
+  RememberGone(id, reason);
   Log(spdlog::level::info, "sandbox destroyed", {{"sandbox", id}, {"reason", reason}});
   return absl::OkStatus();
+}
+
+void SandboxManager::RememberGone(const std::string& id, const std::string& reason) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::lock_guard<std::mutex> l(gone_mu_);
+  if (gone_order_.size() < kGoneRemembered) {
+    gone_order_.push_back(id);
+  } else {
+    gone_.erase(gone_order_[gone_next_]);
+    gone_order_[gone_next_] = id;
+    gone_next_ = (gone_next_ + 1) % kGoneRemembered;
+  }
+  gone_[id] = std::string("destroyed at ") + when + " (" + reason + ")";
+}
+
+Status SandboxManager::SandboxNotFound(const std::string& id) const {
+  std::lock_guard<std::mutex> l(gone_mu_);
+  auto it = gone_.find(id);
+  if (it == gone_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  return absl::NotFoundError("sandbox " + Quote(id) + " not found: " + it->second);
 }
 
 StatusOr<SandboxInfo> SandboxManager::Get(const std::string& id) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(id);
-  if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  if (it == table_.end()) return SandboxNotFound(id);
   return InfoOf(*it->second);
 }
 
@@ -626,7 +652,7 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::s
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    if (it == table_.end()) return SandboxNotFound(id);
     paused = it->second->info.state == SandboxState::kPaused ||
              it->second->info.state == SandboxState::kSuspended;
     if (!paused && it->second->info.state != SandboxState::kRunning) {
@@ -640,7 +666,7 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::s
   RETURN_IF_ERROR(const_cast<SandboxManager*>(this)->Resume(id));
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(id);
-  if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+  if (it == table_.end()) return SandboxNotFound(id);
   if (it->second->info.state != SandboxState::kRunning) {
     return absl::FailedPreconditionError("sandbox " + id + " is " +
                                          SandboxStateName(it->second->info.state));
@@ -990,7 +1016,7 @@ StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t 
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    if (it == table_.end()) return SandboxNotFound(id);
     e = it->second;
     state = e->info.state;
     if (state != SandboxState::kRunning && state != SandboxState::kPaused && state != SandboxState::kSuspended) {
@@ -1110,7 +1136,7 @@ StatusOr<SandboxMemory> SandboxManager::Memory(const std::string& id) const {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = table_.find(id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    if (it == table_.end()) return SandboxNotFound(id);
     e = it->second;
     if (e->sandbox == nullptr) return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
   }
@@ -1159,7 +1185,7 @@ StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) 
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = table_.find(req.id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(req.id) + " not found");
+    if (it == table_.end()) return SandboxNotFound(req.id);
     e = it->second;
     paused = e->info.state == SandboxState::kPaused || e->info.state == SandboxState::kSuspended;
     if (!paused && e->info.state != SandboxState::kRunning) {
@@ -1204,7 +1230,7 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = table_.find(req.id);
-    if (it == table_.end()) return absl::NotFoundError("sandbox " + Quote(req.id) + " not found");
+    if (it == table_.end()) return SandboxNotFound(req.id);
     e = it->second;
     paused = e->info.state == SandboxState::kPaused || e->info.state == SandboxState::kSuspended;
     if (!paused && e->info.state != SandboxState::kRunning) {
@@ -1294,7 +1320,7 @@ void SandboxManager::Audit(const std::string& id, nlohmann::json entry) const {
 StatusOr<std::vector<nlohmann::json>> SandboxManager::AuditLog(const std::string& id) const {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!table_.count(id)) return absl::NotFoundError("sandbox " + Quote(id) + " not found");
+    if (!table_.count(id)) return SandboxNotFound(id);
   }
   std::vector<nlohmann::json> out;
   std::lock_guard<std::mutex> l(audit_mu_);

@@ -339,6 +339,19 @@ class SandboxManager {
   std::map<std::string, std::vector<std::string>> call_order_;                       // id -> request ids, oldest first
   mutable std::mutex audit_mu_;
 
+  // Recently destroyed ids (bounded, oldest forgotten first) with why and
+  // when, so that a call on a sandbox the node destroyed (TTL, idle timeout,
+  // lease, job) says so instead of looking like a mistyped id. In memory
+  // only: a restarted daemon answers a plain NotFound.
+  static constexpr size_t kGoneRemembered = 4096;
+  mutable std::mutex gone_mu_;
+  std::map<std::string, std::string> gone_;  // id -> "destroyed at <UTC> (<reason>)"
+  std::vector<std::string> gone_order_;      // ring of kGoneRemembered ids
+  size_t gone_next_ = 0;
+  void RememberGone(const std::string& id, const std::string& reason);
+  // NotFound for `id`, naming when and why it was destroyed if remembered.
+  Status SandboxNotFound(const std::string& id) const;
+
   mutable std::mutex jobs_mu_;
   std::map<std::string, JobInfo> jobs_;
   void SaveJobsLocked() const;

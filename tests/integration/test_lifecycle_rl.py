@@ -59,8 +59,10 @@ def test_ttl_survives_a_killed_client(daemon, client, base_layer):
     assert all(s.cached_info.expires_at_ns > 0 for s in live)
     assert wait_until(lambda: not client.list(labels={"ttl": tag}), timeout=20)
     for i in line:
-        with pytest.raises(warren.NotFound):
+        with pytest.raises(warren.NotFound) as ei:
             client.get(i)
+        # not a mistyped id: the error says the node destroyed it, and why
+        assert "destroyed at" in str(ei.value) and "(ttl expired)" in str(ei.value), str(ei.value)
 
 
 def test_idle_timeout_counts_from_last_call_and_not_during_exec(client, base_layer):
@@ -72,6 +74,8 @@ def test_idle_timeout_counts_from_last_call_and_not_during_exec(client, base_lay
         assert time.monotonic() - t0 >= 3
         assert sb.info().state == "running"
         assert wait_until(lambda: _gone(client, sb.id), timeout=10)
+        with pytest.raises(warren.NotFound, match=r"destroyed at .*\(idle timeout\)"):
+            sb.exec("true", timeout=30)
     finally:
         try:
             sb.destroy()
