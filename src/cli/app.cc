@@ -1,4 +1,5 @@
 // The command tree and the parse-then-run driver.
+#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -61,7 +62,9 @@ namespace {
 
 // If the verb is `exec` or `grade` and a "--" follows it, moves the words after the
 // "--" into inv.exec_tail and drops them (and the "--") from args.
-void SplitExecTail(std::vector<std::string>& args, Invocation& inv) {
+// Index of the verb in args (the first word that is not a global flag), or
+// args.size() if there is none.
+size_t VerbIndex(const std::vector<std::string>& args) {
   size_t i = 1;
   while (i < args.size()) {
     const std::string& a = args[i];
@@ -73,6 +76,11 @@ void SplitExecTail(std::vector<std::string>& args, Invocation& inv) {
       break;
     }
   }
+  return std::min(i, args.size());
+}
+
+void SplitExecTail(std::vector<std::string>& args, Invocation& inv) {
+  const size_t i = VerbIndex(args);
   if (i >= args.size() || (args[i] != "exec" && args[i] != "grade")) return;
   for (size_t j = i + 1; j < args.size(); ++j) {
     if (args[j] == "--") {
@@ -88,6 +96,16 @@ void SplitExecTail(std::vector<std::string>& args, Invocation& inv) {
 
 int ParseArgs(CLI::App& app, Invocation& inv, int argc, const char* const* argv) {
   std::vector<std::string> args(argv, argv + argc);
+  // An unknown verb: name it (CLI11 would only say a subcommand is required).
+  if (size_t v = VerbIndex(args); v < args.size()) {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->check_name(args[v]);
+    }
+    if (!known) {
+      return UsageError(absl::InvalidArgumentError("unknown command \"" + args[v] + "\""));
+    }
+  }
   SplitExecTail(args, inv);
   std::vector<const char*> ptrs;
   for (const std::string& a : args) ptrs.push_back(a.c_str());

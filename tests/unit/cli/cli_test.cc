@@ -219,7 +219,15 @@ TEST(ParseTest, VerbsAndUsageErrors) {
   EXPECT_EQ(lg.verb, "layer get");
   EXPECT_EQ(lg.layer_ref, "base/x@1");
   Invocation bogus;
-  EXPECT_NE(Parse(bogus, {"frobnicate"}), 0);
+  {
+    std::vector<std::string> args = {"warren", "--json", "frobnicate", "x"};
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::unique_ptr<CLI::App> app = MakeApp(bogus);
+    CaptureStderr();
+    EXPECT_EQ(ParseArgs(*app, bogus, static_cast<int>(argv.size()), argv.data()), kExitUsage);
+    EXPECT_NE(GetCapturedStderr().find("unknown command \"frobnicate\""), std::string::npos);
+  }
   Invocation help;
   EXPECT_EQ(Parse(help, {"--help"}), -1);
 }
