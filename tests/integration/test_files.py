@@ -198,3 +198,23 @@ def test_write_and_mkdir_on_the_sandboxes_own_tmpfs(sandbox):
     assert sandbox.files.read("/dev/shm/d/e/f") == b"x" * 70000
     sandbox.files.remove("/dev/shm/d", recursive=True)
     assert sandbox.exec("ls -A /dev/shm", timeout=30).stdout == b"q\n"
+
+
+def test_write_takes_an_iterable_and_reports_its_errors(sandbox):
+    big = bytes(range(256)) * 8192  # 2 MiB: split across chunks
+    n = sandbox.files.write("/w/gen.bin", (p for p in [b"head:", "text:", big]), make_parents=True)
+    assert n == 10 + len(big)
+    assert sandbox.files.read("/w/gen.bin") == b"head:text:" + big
+
+    def broken():
+        yield b"partial"
+        raise ValueError("the producer failed")
+
+    with pytest.raises(ValueError, match="the producer failed"):
+        sandbox.files.write("/w/broken.bin", broken())
+    assert not sandbox.files.exists("/w/broken.bin")  # nothing half-written
+    with pytest.raises(warren.InvalidArgument, match="got int"):
+        sandbox.files.write("/w/x", 42)
+    with pytest.raises(warren.InvalidArgument, match="pieces, got int"):
+        sandbox.files.write("/w/x", [b"a", 1])
+    assert not sandbox.files.exists("/w/x")

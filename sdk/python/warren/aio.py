@@ -36,7 +36,7 @@ from ._proto import process_pb2 as ppb
 from ._proto import process_pb2_grpc as ppb_grpc
 from ._proto import warren_pb2 as pb
 from ._proto import warren_pb2_grpc as pb_grpc
-from .client import (_chunks, _create_request, _exec_request, _path_bytes, _target, _u32,
+from .client import (_check_data, _chunks, _create_request, _exec_request, _path_bytes, _target, _u32,
                      _u32_or_u64)
 from .lifecycle import GradeResult, JobInfo, Snapshot, _exec_request as _grade_request
 from .process import (STDERR, STDOUT, SESSION_BUFFER_BYTES, OutputChunk, ProcessInfo,
@@ -88,7 +88,23 @@ class AsyncFiles:
                 yield pb.WriteFileRequest(sandbox_id=sid, path=p, mode=mode, make_parents=make_parents,
                                           request_id=request_id or "")
 
-        r = await _rpc(self._stub.Write(requests(), metadata=self._md(), timeout=timeout))
+        _check_data(data)
+        failure: List[BaseException] = []
+
+        async def checked() -> AsyncIterator[pb.WriteFileRequest]:
+            try:
+                async for r in requests():
+                    yield r
+            except Exception as e:  # noqa: BLE001 - raised below instead of gRPC's UNKNOWN
+                failure.append(e)
+                raise
+
+        try:
+            r = await _rpc(self._stub.Write(checked(), metadata=self._md(), timeout=timeout))
+        except errors.WarrenError:
+            if failure:
+                raise failure[0] from None
+            raise
         return r.bytes_written
 
     async def read_stream(self, path: Any, offset: int = 0, length: int = 0,

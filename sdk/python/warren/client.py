@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import os
 import functools
-from typing import (Any, BinaryIO, Callable, Dict, Iterator, List,
+from typing import (Any, BinaryIO, Callable, Dict, Iterable, Iterator, List,
                     Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
 import grpc
@@ -43,7 +43,7 @@ EXEC_DEADLINE_MARGIN_S = 30.0
 MAX_OUTPUT_CAP = 256 << 20
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
-Data = Union[bytes, bytearray, memoryview, str, BinaryIO]
+Data = Union[bytes, bytearray, memoryview, str, BinaryIO, Iterable[Union[bytes, str]]]
 T = TypeVar("T")
 
 
@@ -100,9 +100,21 @@ def _env_pb(env: Optional[Mapping[str, Union[str, bytes]]]) -> Dict[str, bytes]:
     return out
 
 
+def _check_data(data: Any) -> None:
+    """Raises InvalidArgument unless data is something _chunks can send."""
+    if isinstance(data, (str, bytes, bytearray, memoryview)) or hasattr(data, "read"):
+        return
+    if isinstance(data, Mapping) or not hasattr(data, "__iter__"):
+        raise errors.InvalidArgument(
+            "data must be bytes, str, a binary file object or an iterable of bytes, "
+            f"got {type(data).__name__}")
+
+
 def _chunks(data: Data) -> Iterator[bytes]:
     """Yields data in chunks of at most CHUNK_SIZE bytes; a file-like object
-    is read lazily (never loaded whole)."""
+    or an iterable of bytes/str pieces is consumed lazily (never loaded
+    whole)."""
+    _check_data(data)
     if isinstance(data, str):
         data = data.encode("utf-8")
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -111,8 +123,16 @@ def _chunks(data: Data) -> Iterator[bytes]:
             yield bytes(mv[off:off + CHUNK_SIZE])
         return
     if not hasattr(data, "read"):
-        raise errors.InvalidArgument(
-            f"data must be bytes, str or a binary file object, got {type(data).__name__}")
+        for piece in data:
+            if isinstance(piece, str):
+                piece = piece.encode("utf-8")
+            if not isinstance(piece, (bytes, bytearray, memoryview)):
+                raise errors.InvalidArgument(
+                    f"data: an iterable must yield bytes or str pieces, got {type(piece).__name__}")
+            mv = memoryview(piece)
+            for off in range(0, len(mv), CHUNK_SIZE):
+                yield bytes(mv[off:off + CHUNK_SIZE])
+        return
     while True:
         chunk = data.read(CHUNK_SIZE)
         if not chunk:
@@ -120,6 +140,27 @@ def _chunks(data: Data) -> Iterator[bytes]:
         if isinstance(chunk, str):
             chunk = chunk.encode("utf-8")
         yield chunk
+
+
+class _RequestErrors:
+    """Keeps an exception raised while gRPC iterated a request stream (gRPC
+    reports it only as UNKNOWN "Exception iterating requests!"), so the
+    caller raises the real one."""
+
+    def __init__(self) -> None:
+        self.error: Optional[BaseException] = None
+
+    def wrap(self, gen: Iterator[Any]) -> Iterator[Any]:
+        try:
+            yield from gen
+        except Exception as e:  # noqa: BLE001 - re-raised by the caller
+            self.error = e
+            raise
+
+    def reraise(self, e: BaseException) -> None:
+        if self.error is not None:
+            raise self.error from None
+        raise e
 
 
 def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
@@ -211,7 +252,8 @@ class Files:
               make_parents: bool = False, timeout: Optional[float] = None,
               request_id: Optional[str] = None) -> int:
         """Creates or replaces the file at path with data (bytes, str as UTF-8,
-        or a binary file object read in 1 MiB chunks; any size, streamed).
+        a binary file object read in 1 MiB chunks, or an iterable of bytes/str
+        pieces; any size, streamed). Other types: InvalidArgument.
         mode: permission bits of a new file. make_parents: create missing
         parent directories (0755). Returns the number of bytes written.
         timeout: RPC deadline in seconds (None = none)."""
@@ -232,7 +274,12 @@ class Files:
                 yield pb.WriteFileRequest(sandbox_id=self._sb.id, path=p, mode=mode,
                                           make_parents=make_parents, request_id=request_id or "")
 
-        resp = self._stub.Write(requests(), metadata=self._md(), timeout=timeout)
+        _check_data(data)
+        req_errors = _RequestErrors()
+        try:
+            resp = self._stub.Write(req_errors.wrap(requests()), metadata=self._md(), timeout=timeout)
+        except grpc.RpcError as e:
+            req_errors.reraise(e)
         return resp.bytes_written
 
     def read_stream(self, path: PathLike, offset: int = 0, length: int = 0,
