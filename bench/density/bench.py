@@ -16,9 +16,16 @@ is kept. Also reported for warren: the sum of the sandboxes' own memory
 cgroups (memory.usage_in_bytes / memory.current, as the kernel charges them),
 the daemon's RSS, and what limited N if the target was not reached.
 
+Both rows stop adding items when the host's MemAvailable drops below
+--min-available-gib (default 8: the machine is shared) or after
+--max-seconds; everything created is destroyed. With --daemon-pid, the
+daemon's RSS growth per sandbox, its open fds against its RLIMIT_NOFILE and
+the slab caches that grew most per sandbox are reported too, with the host
+limits that bound N (pid_max, threads-max, namespace limits).
+
 Usage (warrend running with --max-sandboxes >= N; base layer built):
   bench/density/bench.py --addr unix:/path/sock [-n 5000] [--concurrency 8]
-                         [--repeat 1] [--record]
+                         [--daemon-pid PID] [--record]
 """
 import argparse
 import glob
@@ -51,11 +58,66 @@ def settle():
     time.sleep(2.0)
 
 
-def sleep_row(n):
+MIN_AVAILABLE = [8 << 30]  # bytes; set from --min-available-gib
+
+
+def below_floor():
+    return meminfo()["MemAvailable"] < MIN_AVAILABLE[0]
+
+
+def slabinfo():
+    """cache name -> bytes allocated (num_objs * objsize); {} if unreadable."""
+    out = {}
+    try:
+        for line in open("/proc/slabinfo").readlines()[2:]:
+            f = line.split()
+            out[f[0]] = int(f[2]) * int(f[3])
+    except OSError:
+        pass
+    return out
+
+
+def read_int(path):
+    try:
+        return int(open(path).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def daemon_facts(pid):
+    """RSS bytes, open fds, RLIMIT_NOFILE soft limit, threads of `pid`."""
+    if not pid:
+        return {}
+    f = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            f["rss"] = int(line.split()[1]) * 1024
+        elif line.startswith("Threads:"):
+            f["threads"] = int(line.split()[1])
+    for line in open(f"/proc/{pid}/limits"):
+        if line.startswith("Max open files"):
+            f["nofile"] = line.split()[3]
+    return f
+
+
+def host_limits():
+    lim = {k: read_int(p) for k, p in {
+        "pid_max": "/proc/sys/kernel/pid_max", "threads_max": "/proc/sys/kernel/threads-max",
+        "max_user_namespaces": "/proc/sys/user/max_user_namespaces",
+        "max_net_namespaces": "/proc/sys/user/max_net_namespaces",
+        "mount_max": "/proc/sys/fs/mount-max", "nr_open": "/proc/sys/fs/nr_open"}.items()}
+    lim["pids_in_use"] = len([d for d in os.listdir("/proc") if d.isdigit()])
+    return lim
+
+
+def sleep_row(n, max_seconds):
     m0 = meminfo()
     procs = []
+    t_end = time.monotonic() + max_seconds
     try:
-        for _ in range(n):
+        for i in range(n):
+            if time.monotonic() > t_end or (i % 100 == 0 and below_floor()):
+                break
             procs.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
         settle()
         m1 = meminfo()
@@ -64,7 +126,7 @@ def sleep_row(n):
             p.kill()
         for p in procs:
             p.wait()
-    return m0, m1, n, None
+    return m0, m1, len(procs), None
 
 
 def sandbox_cgroup_bytes(ids):
@@ -79,9 +141,12 @@ def sandbox_cgroup_bytes(ids):
     return total
 
 
-def warren_row(client, layer, n, conc, max_seconds):
+def warren_row(client, layer, n, conc, max_seconds, daemon_pid=0):
     m0 = meminfo()
+    slab0 = slabinfo()
+    d0 = daemon_facts(daemon_pid)
     sbs, errors = [], []
+    stopped = []
     lock = threading.Lock()
     t_end = time.monotonic() + max_seconds
     left = [n]
@@ -89,7 +154,10 @@ def warren_row(client, layer, n, conc, max_seconds):
     def worker():
         while time.monotonic() < t_end:
             with lock:
-                if left[0] == 0 or errors:
+                if left[0] == 0 or errors or stopped:
+                    return
+                if left[0] % 50 == 0 and below_floor():
+                    stopped.append(f"MemAvailable below {MIN_AVAILABLE[0] >> 30} GiB")
                     return
                 left[0] -= 1
             for attempt in range(100):
@@ -120,8 +188,13 @@ def warren_row(client, layer, n, conc, max_seconds):
     for t in ths:
         t.join()
     create_s = time.monotonic() - t0
+    if not stopped and left[0] > 0 and not errors:
+        stopped.append(f"time bound ({max_seconds:.0f} s)")
     settle()
     m1 = meminfo()
+    slab1 = slabinfo()
+    d1 = daemon_facts(daemon_pid)
+    lim = host_limits()
     cg = sandbox_cgroup_bytes([s.id for s in sbs])
     st = client.status(timeout=30)
     got = len(sbs)
@@ -139,7 +212,11 @@ def warren_row(client, layer, n, conc, max_seconds):
     for t in ths:
         t.join()
     destroy_s = time.monotonic() - t1
-    extra = {"cgroup_bytes": cg, "create_s": create_s, "destroy_s": destroy_s,
+    settle()
+    d2 = daemon_facts(daemon_pid)
+    grew = sorted(((slab1.get(k, 0) - slab0.get(k, 0), k) for k in set(slab0) | set(slab1)), reverse=True)[:6]
+    extra = {"cgroup_bytes": cg, "create_s": create_s, "destroy_s": destroy_s, "stopped": stopped,
+             "slab_top": grew, "daemon0": d0, "daemon1": d1, "daemon2": d2, "limits": lim,
              "errors": errors[:3], "n_errors": len(errors), "status_sandboxes": getattr(st, "sandboxes", None)}
     return m0, m1, got, extra
 
@@ -157,14 +234,17 @@ def main():
     ap.add_argument("-n", type=int, default=5000)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-seconds", type=float, default=900)
+    ap.add_argument("--min-available-gib", type=float, default=8.0)
+    ap.add_argument("--daemon-pid", type=int, default=0)
     ap.add_argument("--record", action="store_true")
     a = ap.parse_args()
+    MIN_AVAILABLE[0] = int(a.min_available_gib * (1 << 30))
     if a.n < 1 or a.concurrency < 1:
         sys.exit("density bench: -n and --concurrency must be >= 1")
     client = warren.Client(a.addr)
     load0 = os.getloadavg()
-    s0, s1, sn, _ = sleep_row(a.n)
-    w0, w1, wn, extra = warren_row(client, a.layer, a.n, a.concurrency, a.max_seconds)
+    s0, s1, sn, _ = sleep_row(a.n, a.max_seconds)
+    w0, w1, wn, extra = warren_row(client, a.layer, a.n, a.concurrency, a.max_seconds, a.daemon_pid)
     load1 = os.getloadavg()
     if wn == 0:
         sys.exit(f"no sandbox created: {extra['errors']}")
@@ -180,7 +260,18 @@ def main():
              f"({wn / extra['create_s']:.0f}/s at concurrency {a.concurrency}), destroyed in {extra['destroy_s']:.1f} s; "
              f"sum of their memory cgroups {extra['cgroup_bytes'] / wn / 1024:.0f} KiB each; "
              f"errors {extra['n_errors']} {extra['errors']}\n"
-             f"- per-sandbox MemAvailable cost {'meets' if pw['avail'] <= mib else 'misses'} the 1 MiB target")
+             f"- per-sandbox MemAvailable cost {'meets' if pw['avail'] <= mib else 'misses'} the 1 MiB target\n"
+             f"- stopped by: {', '.join(extra['stopped']) or 'reached n'}; MemAvailable at the peak "
+             f"{w1['MemAvailable'] / (1 << 30):.1f} GiB\n"
+             f"- slab caches that grew most, KiB per sandbox: "
+             + ", ".join(f"{k} {v / wn / 1024:.1f}" for v, k in extra["slab_top"]) + "\n"
+             f"- host limits: {extra['limits']}")
+    d0, d1 = extra["daemon0"], extra["daemon1"]
+    if d0 and d1:
+        notes += (f"\n- warrend: RSS {d0['rss'] >> 20} -> {d1['rss'] >> 20} MiB "
+                  f"({(d1['rss'] - d0['rss']) / wn / 1024:.1f} KiB per sandbox, part of MemAvailable drop; "
+                  f"{extra['daemon2'].get('rss', 0) >> 20} MiB after the destroys: heap kept by malloc), "
+                  f"open fds {d0['fds']} -> {d1['fds']} of RLIMIT_NOFILE {d1['nofile']}, threads {d1['threads']}")
     print(table)
     print(notes)
     if a.record:
