@@ -130,18 +130,22 @@ def sleep_row(n, max_seconds):
 
 
 def sandbox_cgroup_bytes(ids):
+    # The "warren" subtrees are found once (a recursive glob per sandbox walks
+    # the whole hierarchy each time: hours at N=5000).
+    bases = [(b, "memory.usage_in_bytes") for b in glob.glob("/sys/fs/cgroup/memory/**/warren", recursive=True)]
+    bases += [(b, "memory.current") for b in glob.glob("/sys/fs/cgroup/**/warren", recursive=True)
+              if "/memory/" not in b and os.path.exists(os.path.join(b, "cgroup.subtree_control"))]
     total = 0
     for sid in ids:
-        for pat in (f"/sys/fs/cgroup/memory/**/warren/{sid}/memory.usage_in_bytes",
-                    f"/sys/fs/cgroup/**/warren/{sid}/memory.current"):
-            hit = glob.glob(pat, recursive=True)
-            if hit:
-                total += int(open(hit[0]).read())
+        for base, name in bases:
+            v = read_int(os.path.join(base, sid, name))
+            if v is not None:
+                total += v
                 break
     return total
 
 
-def warren_row(client, layer, n, conc, max_seconds, daemon_pid=0):
+def warren_row(client, layer, n, conc, max_seconds, daemon_pid=0, while_up=""):
     m0 = meminfo()
     slab0 = slabinfo()
     d0 = daemon_facts(daemon_pid)
@@ -196,6 +200,10 @@ def warren_row(client, layer, n, conc, max_seconds, daemon_pid=0):
     d1 = daemon_facts(daemon_pid)
     lim = host_limits()
     cg = sandbox_cgroup_bytes([s.id for s in sbs])
+    up_out = ""
+    if while_up:
+        r = subprocess.run(while_up, shell=True, capture_output=True, text=True, timeout=600)
+        up_out = (r.stdout + r.stderr).strip()
     st = client.status(timeout=30)
     got = len(sbs)
     t1 = time.monotonic()
@@ -216,7 +224,7 @@ def warren_row(client, layer, n, conc, max_seconds, daemon_pid=0):
     d2 = daemon_facts(daemon_pid)
     grew = sorted(((slab1.get(k, 0) - slab0.get(k, 0), k) for k in set(slab0) | set(slab1)), reverse=True)[:6]
     extra = {"cgroup_bytes": cg, "create_s": create_s, "destroy_s": destroy_s, "stopped": stopped,
-             "slab_top": grew, "daemon0": d0, "daemon1": d1, "daemon2": d2, "limits": lim,
+             "slab_top": grew, "daemon0": d0, "daemon1": d1, "daemon2": d2, "limits": lim, "while_up": up_out,
              "errors": errors[:3], "n_errors": len(errors), "status_sandboxes": getattr(st, "sandboxes", None)}
     return m0, m1, got, extra
 
@@ -236,6 +244,7 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=900)
     ap.add_argument("--min-available-gib", type=float, default=8.0)
     ap.add_argument("--daemon-pid", type=int, default=0)
+    ap.add_argument("--while-up", default="", help="shell command run while the sandboxes are up (output reported)")
     ap.add_argument("--record", action="store_true")
     a = ap.parse_args()
     MIN_AVAILABLE[0] = int(a.min_available_gib * (1 << 30))
@@ -244,7 +253,7 @@ def main():
     client = warren.Client(a.addr)
     load0 = os.getloadavg()
     s0, s1, sn, _ = sleep_row(a.n, a.max_seconds)
-    w0, w1, wn, extra = warren_row(client, a.layer, a.n, a.concurrency, a.max_seconds, a.daemon_pid)
+    w0, w1, wn, extra = warren_row(client, a.layer, a.n, a.concurrency, a.max_seconds, a.daemon_pid, a.while_up)
     load1 = os.getloadavg()
     if wn == 0:
         sys.exit(f"no sandbox created: {extra['errors']}")
@@ -272,6 +281,8 @@ def main():
                   f"({(d1['rss'] - d0['rss']) / wn / 1024:.1f} KiB per sandbox, part of MemAvailable drop; "
                   f"{extra['daemon2'].get('rss', 0) >> 20} MiB after the destroys: heap kept by malloc), "
                   f"open fds {d0['fds']} -> {d1['fds']} of RLIMIT_NOFILE {d1['nofile']}, threads {d1['threads']}")
+    if extra["while_up"]:
+        notes += f"\n- while up, `{a.while_up}`:\n\n" + "\n".join("  " + l for l in extra["while_up"].splitlines())
     print(table)
     print(notes)
     if a.record:
