@@ -30,6 +30,7 @@ Usage (warrend running with --max-sandboxes >= N; base layer built):
 import argparse
 import glob
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -303,7 +304,7 @@ def main():
     print(table)
     print(notes)
     if a.record:
-        cmd = "bench/density/bench.py " + " ".join(sys.argv[1:])
+        cmd = os.environ.get("DENSITY_COMMAND") or "bench/density/bench.py " + shlex.join(sys.argv[1:])
         with open(ROOT / "bench/RESULTS.md", "a") as f:
             f.write(f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — density (issue 3)\n\n"
                     f"- command: `{cmd}`\n"

@@ -33,4 +33,5 @@ for i in range(300):  # up to 30 s for the daemon to answer
 if not any(l.name == 'base/debian-12@1' for l in c.layers.list()):
     c.layers.build('base/debian-12@1', dir='$BASE_ROOTFS')
 "
-"$PY" "$ROOT/bench/density/bench.py" --addr "unix:$DIR/warrend.sock" --daemon-pid "$pid" "$@"
+DENSITY_COMMAND="bench/density/run.sh $(printf '%q ' "$@")" \
+  "$PY" "$ROOT/bench/density/bench.py" --addr "unix:$DIR/warrend.sock" --daemon-pid "$pid" "$@"
