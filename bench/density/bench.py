@@ -16,6 +16,11 @@ is kept. Also reported for warren: the sum of the sandboxes' own memory
 cgroups (memory.usage_in_bytes / memory.current, as the kernel charges them),
 the daemon's RSS, and what limited N if the target was not reached.
 
+Caveat: slab caches keep the free objects of earlier runs (e.g. a bigger
+density run just destroyed): a small N then reuses them and the kernel
+columns read low (214 KiB per sandbox at N=50 right after a 5000 run, ~930
+at N=1000). Compare runs of the same N, the bigger the better.
+
 Both rows stop adding items when the host's MemAvailable drops below
 --min-available-gib (default 8: the machine is shared) or after
 --max-seconds; everything created is destroyed. With --daemon-pid, the

@@ -19,7 +19,16 @@ soft=${NOFILE_SOFT:-1024}
 prlimit --nofile="$soft":"$hard" "$WARREND" --state-dir "$DIR/state" --socket "$DIR/warrend.sock" \
   --layer-store "$DIR/layers" --node-id density --max-sandboxes 16384 >"$DIR/warrend.log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
+# warrend keeps an unused layer mount for --mount-grace-ms and may leave it
+# at exit: unmount whatever is left under $DIR once it is gone.
+cleanup() {
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  awk -v d="$DIR/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || true
+  done
+}
+trap cleanup EXIT
 export PYTHONPATH=$ROOT/sdk/python
 "$PY" -c "
 import time, warren
