@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -200,7 +201,26 @@ StatusOr<std::string> ReadToken(const std::string& path) {
   return token;
 }
 
+// Density (issue 3): the daemon holds fds per sandbox (init pidfd, upper
+// dir) and per running exec/process; a 1024 soft limit (systemd's default)
+// would stop it near 500 sandboxes long before memory does. Raises the soft
+// RLIMIT_NOFILE to the hard limit; returns {soft before, soft after}.
+std::pair<uint64_t, uint64_t> RaiseNofileLimit() {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return {0, 0};
+  const uint64_t before = rl.rlim_cur;
+  if (rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return {before, before};
+  }
+  return {before, rl.rlim_cur};
+}
+
 int Run(const Flags& flags) {
+  if (auto [before, after] = RaiseNofileLimit(); before != after) {
+    node::Log(spdlog::level::info, "raised RLIMIT_NOFILE soft limit to the hard limit",
+              {{"from", std::to_string(before)}, {"to", std::to_string(after)}});
+  }
   auto fail = [](const Status& s) {
     node::Log(spdlog::level::critical, "warrend cannot start", {{"error", s.ToString()}});
     return 1;

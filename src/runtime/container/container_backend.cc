@@ -131,6 +131,7 @@ enum Step : int32_t {
   kStepSetId, kStepMkdir, kStepProc, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepSys, kStepMask,
   kStepPivot, kStepLoopback, kStepStdio, kStepRlimits, kStepCaps, kStepNoNewPrivs, kStepSeccomp, kStepExec,
   kStepCgroup, kStepSetgroups, kStepSetns, kStepFork, kStepChdir, kStepDup, kStepRecvUpper, kStepKeepUpper,
+  kStepRecvShared,
 };
 
 const char* StepName(int32_t s) {
@@ -140,7 +141,8 @@ const char* StepName(int32_t s) {
       "mount(/dev tmpfs)", "bind(/dev node)", "mount(devpts)", "mount(/dev/shm)", "mount(/sys)",
       "mask /proc path", "pivot_root", "loopback up", "stdio", "setrlimit", "drop capabilities",
       "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp", "execve", "join cgroup", "setgroups", "setns(pidfd)",
-      "clone(CLONE_PARENT)", "chdir(cwd)", "dup2(stdio)", "recvmsg(upper fd)", "fcntl(upper fd, F_SETFD)"};
+      "clone(CLONE_PARENT)", "chdir(cwd)", "dup2(stdio)", "recvmsg(upper fd)", "fcntl(upper fd, F_SETFD)",
+      "recvmsg(dev/sysfs/mask mount fd)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
 
@@ -230,7 +232,11 @@ struct InitPlan {
   int last_cap = 40;
   std::string hostname;
   std::string rootfs;  // spec.dir/rootfs
-  std::string shm_opts, dev_opts;
+  std::string shm_opts;
+  // Density (see SharedMounts): after rootfs and upper, the parent sends the
+  // /dev mount (a dir of the upper's tmpfs), then, when set, clones of the
+  // backend's shared read-only sysfs and mask mounts.
+  bool shared_sysfs = false, shared_mask = false;
   std::vector<jail::RlimitSetting> rlimits;
   const jail::SeccompProgram* seccomp = nullptr;
 };
@@ -268,6 +274,12 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   // daemon can reach the detached upper tmpfs through /proc/<init>/fd.
   const int upper = jail::RecvFd(p.sock);
   if (upper < 0) jail::ChildFail(e, kStepRecvUpper, -upper);
+  const int dev = jail::RecvFd(p.sock);
+  if (dev < 0) jail::ChildFail(e, kStepRecvShared, -dev);
+  const int sysfs = p.shared_sysfs ? jail::RecvFd(p.sock) : -1;
+  if (p.shared_sysfs && sysfs < 0) jail::ChildFail(e, kStepRecvShared, -sysfs);
+  const int mask = p.shared_mask ? jail::RecvFd(p.sock) : -1;
+  if (p.shared_mask && mask < 0) jail::ChildFail(e, kStepRecvShared, -mask);
   ::close(p.sock);
   // 2. Namespaces: the cgroup namespace is created only now, after the
   // parent placed us in the sandbox cgroup, so that it is rooted there.
@@ -289,8 +301,9 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   }
   if (::mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     jail::ChildFail(e, kStepProc, errno);
-  if (::mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, p.dev_opts.c_str()) != 0)
-    jail::ChildFail(e, kStepDev, errno);
+  // /dev: a directory of the upper's tmpfs (no superblock of its own).
+  if (MoveMount(dev, "", AT_FDCWD, "dev", MOVE_MOUNT_F_EMPTY_PATH) != 0) jail::ChildFail(e, kStepDev, errno);
+  ::close(dev);
   {
     char path[64], src[64];
     for (const char* n : kDevNodes) {
@@ -315,7 +328,11 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   if (::mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, p.shm_opts.c_str()) != 0)
     jail::ChildFail(e, kStepShm, errno);
   (void)::mount("mqueue", "dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
-  if (::mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+  if (sysfs >= 0) {
+    // The backend's shared read-only sysfs (of an empty netns, see SharedMounts).
+    if (MoveMount(sysfs, "", AT_FDCWD, "sys", MOVE_MOUNT_F_EMPTY_PATH) != 0) jail::ChildFail(e, kStepSys, errno);
+    ::close(sysfs);
+  } else if (::mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
     // No sysfs for this netns/userns: an empty read-only tmpfs instead.
     if (::mount("tmpfs", "sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555") != 0)
       jail::ChildFail(e, kStepSys, errno);
@@ -324,10 +341,24 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
     if (::mount("/dev/null", m, nullptr, MS_BIND, nullptr) != 0 && errno != ENOENT)
       jail::ChildFail(e, kStepMask, errno);
   }
-  for (const char* m : kMaskDirs) {
-    if (::mount("tmpfs", m, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555") != 0 &&
-        errno != ENOENT)
-      jail::ChildFail(e, kStepMask, errno);
+  {
+    // Masked dirs: the shared empty read-only tmpfs attached at the first
+    // one, bind-mounted from there onto the others (one superblock for all
+    // sandboxes); without it, a tmpfs each.
+    const char* first = nullptr;
+    for (const char* m : kMaskDirs) {
+      int rc;
+      if (mask >= 0 && first == nullptr) {
+        rc = MoveMount(mask, "", AT_FDCWD, m, MOVE_MOUNT_F_EMPTY_PATH);
+        if (rc == 0) first = m;
+      } else if (first != nullptr) {
+        rc = ::mount(first, m, nullptr, MS_BIND, nullptr);
+      } else {
+        rc = ::mount("tmpfs", m, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555");
+      }
+      if (rc != 0 && errno != ENOENT) jail::ChildFail(e, kStepMask, errno);
+    }
+    if (mask >= 0) ::close(mask);
   }
   for (const char* m : kReadOnlyDirs) {
     if (::mount(m, m, nullptr, MS_BIND | MS_REC, nullptr) != 0) {
@@ -534,6 +565,9 @@ struct BackendState {
   bool have_seccomp = false;
   UniqueFd init_exe;  // O_PATH of warren-init
   int last_cap = 40;
+  // Density (see MakeSharedMounts): detached, read-only mounts every sandbox
+  // gets a clone of; invalid = each sandbox mounts its own (as before).
+  UniqueFd sysfs_mnt, mask_mnt;
   std::mutex mu;
   std::set<uint32_t> slots;
 
@@ -1420,8 +1454,13 @@ class ContainerBackend : public Backend {
 
 // Builds the detached overlay mount (tmpfs upper + idmapped lowers).
 // *upper_out receives an O_RDONLY directory fd on the upper dir (kept by the
-// daemon for snapshots; it pins the tmpfs until closed).
-StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid, UniqueFd* upper_out) {
+// daemon for snapshots; it pins the tmpfs until closed); *dev_out a detached
+// clone (nosuid, noexec) of the tmpfs's dev/ dir, the sandbox's /dev: its
+// own superblock would cost every memory cgroup on the host (density, see
+// MakeSharedMounts). Files in /dev count against disk_mb; dev/ is outside
+// upper/, so never part of a snapshot.
+StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid, UniqueFd* upper_out,
+                               UniqueFd* dev_out) {
   // 1. tmpfs for upper/ and work/: its size is the disk limit.
   UniqueFd fsfd(FsOpen("tmpfs", FSOPEN_CLOEXEC));
   if (!fsfd.valid()) return Errno("fsopen(tmpfs)");
@@ -1436,7 +1475,7 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
   if (FsConfig(fsfd.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return Errno("fsconfig(tmpfs, create)");
   UniqueFd tmnt(FsMount(fsfd.get(), FSMOUNT_CLOEXEC, 0));
   if (!tmnt.valid()) return Errno("fsmount(tmpfs)");
-  for (const char* d : {"upper", "work"}) {
+  for (const char* d : {"upper", "work", "dev"}) {
     if (::mkdirat(tmnt.get(), d, 0755) != 0) return Errno(std::string("mkdirat(tmpfs, ") + d + ")");
     if (::fchownat(tmnt.get(), d, host_uid, host_uid, AT_SYMLINK_NOFOLLOW) != 0)
       return Errno(std::string("fchownat(tmpfs, ") + d + ")");
@@ -1446,6 +1485,15 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
   if (!upper.valid() || !work.valid()) return Errno("openat(tmpfs, upper|work)");
   upper_out->reset(::openat(upper.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!upper_out->valid()) return Errno("openat(tmpfs upper, O_RDONLY)");
+  dev_out->reset(OpenTree(tmnt.get(), "dev", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!dev_out->valid()) return Errno("open_tree(tmpfs dev, OPEN_TREE_CLONE)");
+  {
+    mount_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+    if (MountSetattr(dev_out->get(), "", AT_EMPTY_PATH, &attr) != 0)
+      return Errno("mount_setattr(tmpfs dev, nosuid|noexec)");
+  }
 
   // 2. Idmapped, read-only clones of the lower layers.
   std::vector<UniqueFd> lowers;
@@ -1495,6 +1543,85 @@ Status WriteString(const std::string& path, const std::string& v) {
   return absl::OkStatus();
 }
 
+// ---- density: mounts shared by every sandbox (issue 3).
+// Each superblock costs more than its own few KiB: every superblock registers
+// a memcg-aware shrinker, and EVERY memory cgroup on the host holds a
+// per-shrinker slot for each shrinker id up to the highest one in use (16
+// bytes each, in 1 KiB units, measured in bench/density: components.c), so
+// per-sandbox superblocks make each sandbox's memcg grow with the number of
+// sandboxes. Read-only, empty or namespace-neutral file systems are therefore
+// mounted once by the backend and cloned into each sandbox:
+//   mask   an empty tmpfs, read-only at the superblock (SB_RDONLY: the
+//          sandbox's root, privileged only in its own user namespace, cannot
+//          remount it writable), over /proc/{acpi,scsi,driver}, /sys/firmware;
+//   sysfs  sysfs of a network namespace made for it on a short-lived thread
+//          (sysfs holds only a passive reference: once the thread is gone,
+//          the netns is dismantled and no process can ever enter it),
+//          read-only. Sandboxes see the host's devices as with a sysfs of
+//          their own; /sys/class/net is empty (the sandbox's lo shows in
+//          /proc/net and over netlink). Files are owned by host root: not
+//          writable inside.
+// Both fail soft: a sandbox then mounts its own, as before.
+StatusOr<UniqueFd> MakeSharedMaskMount() {
+  UniqueFd fs(FsOpen("tmpfs", FSOPEN_CLOEXEC));
+  if (!fs.valid()) return Errno("fsopen(tmpfs)");
+  for (const auto& [k, v] : std::vector<std::pair<const char*, const char*>>{
+           {"size", "4k"}, {"nr_inodes", "16"}, {"mode", "0555"}}) {
+    if (FsConfig(fs.get(), FSCONFIG_SET_STRING, k, v, 0) != 0)
+      return Errno(std::string("fsconfig(tmpfs, ") + k + "=" + v + ")");
+  }
+  if (FsConfig(fs.get(), FSCONFIG_SET_FLAG, "ro", nullptr, 0) != 0) return Errno("fsconfig(tmpfs, ro)");
+  if (FsConfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return Errno("fsconfig(tmpfs, create)");
+  UniqueFd mnt(FsMount(fs.get(), FSMOUNT_CLOEXEC,
+                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
+  if (!mnt.valid()) return Errno("fsmount(mask tmpfs)");
+  return mnt;
+}
+
+// sysfs is tagged with the network namespace of the task that creates it: a
+// short-lived thread enters a fresh netns (a per-thread attribute) for that.
+StatusOr<UniqueFd> MakeSharedSysfs() {
+  StatusOr<UniqueFd> out = absl::InternalError("sysfs thread did not run");
+  std::thread t([&out] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      out = Errno("unshare(CLONE_NEWNET) for the shared sysfs");
+      return;
+    }
+    UniqueFd fs(FsOpen("sysfs", FSOPEN_CLOEXEC));
+    if (!fs.valid()) {
+      out = Errno("fsopen(sysfs)");
+      return;
+    }
+    if (FsConfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+      out = Errno("fsconfig(sysfs, create)");
+      return;
+    }
+    UniqueFd mnt(FsMount(fs.get(), FSMOUNT_CLOEXEC,
+                         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
+    if (!mnt.valid()) {
+      out = Errno("fsmount(sysfs)");
+      return;
+    }
+    out = std::move(mnt);
+  });
+  t.join();
+  return out;
+}
+
+// Sends the sandbox's /dev mount, then a fresh detached clone of each shared
+// mount the backend has (the order InitChild receives them in).
+Status SendSharedMounts(const BackendState& st, int sock, UniqueFd dev) {
+  if (int r = jail::SendFd(sock, dev.get()); r != 0) return ErrnoToStatus(-r, "sendmsg(dev fd)");
+  for (const UniqueFd* m : {&st.sysfs_mnt, &st.mask_mnt}) {
+    if (!m->valid()) continue;
+    UniqueFd c(OpenTree(m->get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+    if (!c.valid()) return Errno(std::string("open_tree(shared ") + (m == &st.sysfs_mnt ? "sysfs" : "mask") +
+                                 ", OPEN_TREE_CLONE)");
+    if (int r = jail::SendFd(sock, c.get()); r != 0) return ErrnoToStatus(-r, "sendmsg(shared mount fd)");
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& in) {
   SandboxSpec spec = in;
   if (!ValidId(spec.id)) return absl::InvalidArgumentError("bad sandbox id '" + spec.id + "'");
@@ -1538,7 +1665,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   plan.last_cap = st_->last_cap;
   plan.hostname = spec.hostname;
   plan.rootfs = rootfs;
-  plan.dev_opts = "size=64k,nr_inodes=256,mode=755";
+  plan.shared_sysfs = st_->sysfs_mnt.valid();
+  plan.shared_mask = st_->mask_mnt.valid();
   plan.shm_opts = "size=" + std::to_string(spec.resources.tmpfs_mb) + "m,nr_inodes=65536,mode=1777";
   plan.rlimits = SandboxRlimits(spec.resources);
   plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
@@ -1567,13 +1695,14 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   RETURN_IF_ERROR(init_cg->AddProcess(pid));
   UniqueFd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   if (!userns.valid()) return Errno("open(" + proc + "/ns/user)");
-  UniqueFd upper_fd;
-  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid, &upper_fd));
+  UniqueFd upper_fd, dev_mnt;
+  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid, &upper_fd, &dev_mnt));
 
   if (int r = jail::SendFd(sock_parent.get(), rootfs_mnt.get()); r != 0)
     return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
   if (int r = jail::SendFd(sock_parent.get(), upper_fd.get()); r != 0)
     return ErrnoToStatus(-r, "sendmsg(upper fd)");
+  RETURN_IF_ERROR(SendSharedMounts(*st_, sock_parent.get(), std::move(dev_mnt)));
   rootfs_mnt.reset();
   sock_parent.reset();
 
@@ -1739,6 +1868,8 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
   st->init_exe.reset(::open(options.init_path.c_str(), O_PATH | O_CLOEXEC));
   if (!st->init_exe.valid()) return Errno("open(" + options.init_path + ")");
   st->last_cap = jail::LastCapability();
+  if (auto m = MakeSharedMaskMount(); m.ok()) st->mask_mnt = std::move(*m);
+  if (auto m = MakeSharedSysfs(); m.ok()) st->sysfs_mnt = std::move(*m);
 #ifdef WARREN_HAVE_SECCOMP
   ASSIGN_OR_RETURN(st->seccomp, jail::CompileSeccompProfile(options.seccomp_profile.empty()
                                                                 ? jail::DefaultSeccompProfile()

@@ -27,6 +27,14 @@
 //   and /sys are read-only; /dev holds null zero full random urandom tty, a
 //   private devpts and /dev/shm (tmpfs of tmpfs_mb). Network: a new netns with
 //   only loopback (up).
+// * Density (issue 3): every superblock a sandbox holds makes EVERY memory
+//   cgroup on the host bigger (16 bytes per memcg-aware shrinker id, i.e. per
+//   superblock alive), so a sandbox holds only 6: overlay, upper tmpfs, proc,
+//   devpts, /dev/shm, mqueue. /dev is a directory of the upper's tmpfs (outside
+//   upper/: never snapshotted; counts against disk_mb); the masked dirs and
+//   /sys are clones of two backend-wide read-only mounts (an empty tmpfs,
+//   SB_RDONLY; sysfs of a dismantled netns: /sys/class/net is empty). See
+//   bench/density and bench/RESULTS.md.
 // * Exec: a helper forked from the daemon joins the sandbox cgroup and a fresh
 //   per-exec sub-cgroup (v1: pids+freezer), setns()es into the init's
 //   namespaces and clones the command with CLONE_PARENT, so the command is a
