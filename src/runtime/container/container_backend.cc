@@ -1459,6 +1459,43 @@ class ContainerBackend : public Backend {
 // own superblock would cost every memory cgroup on the host (density, see
 // MakeSharedMounts). Files in /dev count against disk_mb; dev/ is outside
 // upper/, so never part of a snapshot.
+// /etc/hosts for images that have none (a debootstrapped Debian has none:
+// `localhost` then does not resolve, and test suites that bind or connect
+// to it fail). Like Docker's, written per sandbox, here into the upper: the
+// loopback names and the sandbox's hostname (127.0.1.1, Debian's
+// convention). An image's own /etc/hosts is left alone; one we wrote (a
+// snapshot or fork of a sandbox carries it in a layer) is written again with
+// this sandbox's hostname.
+constexpr char kEtcHostsMark[] = "# warren: generated for this sandbox\n";
+
+Status SeedEtcHosts(int upper_fd, const SandboxSpec& spec, uid_t host_uid) {
+  for (auto it = spec.lower_dirs.rbegin(); it != spec.lower_dirs.rend(); ++it) {  // top layer first
+    UniqueFd f(::open((*it + "/etc/hosts").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!f.valid()) {
+      if (errno == ENOENT || errno == ENOTDIR) continue;
+      return absl::OkStatus();  // present (a symlink, ...): the image's own
+    }
+    char head[sizeof kEtcHostsMark - 1];
+    if (::read(f.get(), head, sizeof head) != static_cast<ssize_t>(sizeof head) ||
+        memcmp(head, kEtcHostsMark, sizeof head) != 0) {
+      return absl::OkStatus();
+    }
+    break;  // ours, from a snapshot: replace it
+  }
+  if (::mkdirat(upper_fd, "etc", 0755) != 0 && errno != EEXIST) return Errno("mkdirat(upper, etc)");
+  if (::fchownat(upper_fd, "etc", host_uid, host_uid, AT_SYMLINK_NOFOLLOW) != 0) return Errno("fchownat(upper, etc)");
+  UniqueFd f(::openat(upper_fd, "etc/hosts", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!f.valid()) return Errno("openat(upper, etc/hosts)");
+  std::string text = std::string(kEtcHostsMark) + "127.0.0.1\tlocalhost\n";
+  if (!spec.hostname.empty()) text += "127.0.1.1\t" + spec.hostname + "\n";
+  text += "::1\tlocalhost ip6-localhost ip6-loopback\n";
+  if (::write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    return Errno("write(upper, etc/hosts)");
+  }
+  if (::fchown(f.get(), host_uid, host_uid) != 0) return Errno("fchown(upper, etc/hosts)");
+  return absl::OkStatus();
+}
+
 StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid, UniqueFd* upper_out,
                                UniqueFd* dev_out) {
   // 1. tmpfs for upper/ and work/: its size is the disk limit.
@@ -1494,6 +1531,8 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
     if (MountSetattr(dev_out->get(), "", AT_EMPTY_PATH, &attr) != 0)
       return Errno("mount_setattr(tmpfs dev, nosuid|noexec)");
   }
+
+  RETURN_IF_ERROR(SeedEtcHosts(upper_out->get(), spec, host_uid));
 
   // 2. Idmapped, read-only clones of the lower layers.
   std::vector<UniqueFd> lowers;
