@@ -111,7 +111,7 @@ def run(args, warrend, tag, with_container, rows):
                 r = sb.exec(["python3", "-c", code], timeout=30)
                 assert r.stdout == b"2\n", r
             lat.append((time.monotonic() - s) * 1000)
-        if with_container:
+        if with_container and n_container:
             rows.append(row("container_python (create+exec python3+destroy)", args.container,
                             time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
 
@@ -169,8 +169,9 @@ def main():
         # The same fncall rows on another build (e.g. the previous one), right
         # after, on the same machine state: a same-run before/after.
         run(args, args.compare, " [compare]", False, rows)
-    base_rate = rows[0][2]
-    base_p50 = rows[0][3]
+    # --container 0: no baseline row, the ratio columns stay empty.
+    base_rate = rows[0][2] if args.container else None
+    base_p50 = rows[0][3] if args.container else None
     out = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — fncall (issue 5)", "",
            f"- command: `{' '.join([sys.argv[0]] + sys.argv[1:])}`",
            f"- machine: kernel {os.uname().release}, nproc {os.cpu_count()}; load average before/after: "
@@ -186,8 +187,8 @@ def main():
     for name, n, rate, p50, p90, p99, cpu_ms in rows:
         f = (lambda v: "%.2f" % v if v is not None else "-")
         proj = "%.0f" % (2000 / cpu_ms) if cpu_ms else "-"
-        out.append(f"| {name} | {n} | {rate:.1f} | {f(p50)} | {f(p90)} | {f(p99)} | {rate / base_rate:.1f} | "
-                   f"{f(p50 / base_p50 if p50 else None)} | {f(cpu_ms)} | {proj} |")
+        out.append(f"| {name} | {n} | {rate:.1f} | {f(p50)} | {f(p90)} | {f(p99)} | {f(rate / base_rate if base_rate else None)} | "
+                   f"{f(p50 / base_p50 if p50 and base_p50 else None)} | {f(cpu_ms)} | {proj} |")
     text = "\n".join(out) + "\n"
     print(text)
     if args.append:

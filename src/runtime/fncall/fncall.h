@@ -131,5 +131,8 @@ class FnCallRunner : public CommandRunner {
 
 // The zygote source (zygote.py), embedded at build time.
 const std::string& ZygoteSource();
+// The zygote helper (zygote_helper.c built as a freestanding shared object:
+// the zygote's per-call loop), embedded at build time.
+const std::string& ZygoteHelperSo();
 
 }  // namespace warren::runtime
