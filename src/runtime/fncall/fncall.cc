@@ -185,6 +185,12 @@ StatusOr<UniqueFd> BuildRoot(const std::vector<std::string>& lower_dirs) {
   return m;
 }
 
+// A call's environment before its own variables (the zygote's own, too:
+// a call that sets none changes nothing).
+json DefaultCallEnv() {
+  return json{{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", "/tmp"}, {"LANG", "C.UTF-8"}, {"TMPDIR", "/tmp"}};
+}
+
 // ------------------------------------------------------------------ framing
 // The worker channel is SOCK_SEQPACKET: one send is one message. Messages of
 // the helper's protocol (zygote_helper.c, which mirrors these):
@@ -599,7 +605,7 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
                seccomp_->filter.size() * sizeof(sock_filter));
   }
   RETURN_IF_ERROR(
-      SendMsgUntil(w->chan.get(), Frame(json{{"op", "init"}, {"scratch_mb", opt_.scratch_mb}}, bpf), {}, deadline));
+      SendMsgUntil(w->chan.get(), Frame(json{{"op", "init"}, {"scratch_mb", opt_.scratch_mb}, {"env", DefaultCallEnv()}}, bpf), {}, deadline));
   auto ready = ReadJsonFrame(w->chan.get(), deadline);
   if (!ready.ok() || ready->value("op", "") != "ready") {
     return absl::InternalError("fncall worker: python zygote did not start (is /usr/bin/python3 in the layers?): " +
@@ -820,11 +826,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   }
 
   BlobBuilder blobs;
-  json env = json::object();
-  env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
-  env["HOME"] = "/tmp";
-  env["LANG"] = "C.UTF-8";
-  env["TMPDIR"] = "/tmp";
+  json env = DefaultCallEnv();
   for (const auto& [k, v] : req.env) env[k] = v;
   json files = json::array();
   for (const auto& [path, data] : req.files) {

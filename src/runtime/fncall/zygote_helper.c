@@ -153,7 +153,7 @@ static long send_msg(int sock, const void* data, ulong len, int fd) {
 
 // ------------------------------------------------------------------ the call process
 struct warren_loop_args {
-  void (*after_fork_child)(void);  // PyOS_AfterFork_Child
+  void (*after_fork_child)(void);  // called first in D if set (e.g. PyOS_AfterFork_Child)
   const void* seccomp_filter;      // struct sock_filter[seccomp_len], or 0
   ulong seccomp_len;
   const char* tmp_opts;            // mount options of the call's /tmp
@@ -193,7 +193,7 @@ static int move_fd(int from, int to, int cloexec) {
 
 static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, struct warren_call_in* out) {
   const int s = (int)a->sock;
-  a->after_fork_child();
+  if (a->after_fork_child != 0) a->after_fork_child();
   long r = SYS(mount, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_opts, 0);
   if (r < 0) child_fail(s, serial, kStepMountTmp, r);
   r = SYS(mount, "shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777", 0);
