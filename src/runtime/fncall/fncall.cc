@@ -205,11 +205,13 @@ struct CallHead {
 };
 constexpr uint32_t kCallMagic = 0x434e4657;  // "WFNC"
 constexpr uint32_t kCallInMemfd = 1;
+constexpr uint32_t kCallPlainPython = 2;  // python, default env, no files, no fetch: no json, blob = code
 constexpr size_t kInlineMax = 64u << 10;  // bigger calls travel in a memfd
 const char* const kHelperSteps[] = {"?", "mount(tmpfs, /tmp)", "mount(tmpfs, /dev/shm)", "chdir(/tmp)",
                                     "open(/proc/self/oom_score_adj)", "prlimit(RLIMIT_CORE)",
                                     "prctl(PR_SET_NO_NEW_PRIVS)", "capset(0)", "prctl(PR_SET_SECCOMP)",
-                                    "recvmsg(call)", "malformed call", "mmap(call memfd)", "dup3(call fds)"};
+                                    "recvmsg(call)", "malformed call", "mmap(call memfd)", "dup3(call fds)",
+                                    "getrandom(reseed)"};
 
 // Sends one message with `fds` attached (SCM_RIGHTS), waiting for room until
 // `deadline`.
@@ -825,26 +827,34 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     if (Status s = make_pipe(&cerr.fd, &cerr_w); !s.ok()) return fail(s);
   }
 
-  BlobBuilder blobs;
-  json env = DefaultCallEnv();
-  for (const auto& [k, v] : req.env) env[k] = v;
-  json files = json::array();
-  for (const auto& [path, data] : req.files) {
-    json ref = blobs.Add(data);
-    files.push_back(json::array({path, ref[0], ref[1]}));
-  }
-  json hdr = {{"lang", req.language},
-              {"compile_timeout_ms", req.compile_timeout.count()},
-              {"cap", cap},
-              {"env", env},
-              {"files", files},
-              {"fetch", req.fetch_files}};
-  hdr["code"] = blobs.Add(req.code);
   ++w->seq;
-  const std::string j = hdr.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string j;
+  BlobBuilder blobs;
+  CallHead head{kCallMagic, 0, compiled ? 6u : 4u, 0, 0};
+  if (req.language == "python" && req.env.empty() && req.files.empty() && req.fetch_files.empty()) {
+    head.flags |= kCallPlainPython;  // D runs it without parsing anything
+    blobs.data() = req.code;
+  } else {
+    json env = DefaultCallEnv();
+    for (const auto& [k, v] : req.env) env[k] = v;
+    json files = json::array();
+    for (const auto& [path, data] : req.files) {
+      json ref = blobs.Add(data);
+      files.push_back(json::array({path, ref[0], ref[1]}));
+    }
+    json hdr = {{"lang", req.language},
+                {"compile_timeout_ms", req.compile_timeout.count()},
+                {"cap", cap},
+                {"env", env},
+                {"files", files},
+                {"fetch", req.fetch_files}};
+    hdr["code"] = blobs.Add(req.code);
+    j = hdr.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
   const std::string& blob = blobs.data();
-  CallHead head{kCallMagic, 0, compiled ? 6u : 4u, static_cast<uint32_t>(j.size()), static_cast<uint32_t>(blob.size())};
   if (j.size() + blob.size() > (uint64_t{1} << 31)) return fail(absl::InvalidArgumentError("fncall: call too large"));
+  head.json_len = static_cast<uint32_t>(j.size());
+  head.blob_len = static_cast<uint32_t>(blob.size());
   std::vector<int> fds = {in_r.get(), out_w.get(), err_w.get(), st_w.get()};
   if (compiled) {
     fds.push_back(cout_w.get());
@@ -856,7 +866,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     head.flags |= kCallInMemfd;
     memfd.reset(::memfd_create("warren-fncall-call", MFD_CLOEXEC));
     if (!memfd.valid()) return fail(Errno("memfd_create(warren-fncall-call)"));
-    for (const std::string* part : {&j, &blob}) {
+    for (const std::string* part : {static_cast<const std::string*>(&j), &blob}) {
       for (size_t off = 0, i = 0; off < part->size() && i < (1u << 20); ++i) {
         ssize_t n = ::write(memfd.get(), part->data() + off, part->size() - off);
         if (n < 0 && errno == EINTR) continue;

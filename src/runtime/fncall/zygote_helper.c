@@ -14,7 +14,8 @@
 //   zygote -> warrend  'X' exited:  struct ZygoteMsg (si_code, si_status of D)
 //   zygote -> warrend  'F' clone failed: struct ZygoteMsg (err); the loop returns
 //   D      -> warrend  'E' set-up failed: struct ZygoteMsg + text; D exits 127
-//   warrend -> D       the call: struct CallHead, json, blob (inline) +
+//   warrend -> D       the call: struct CallHead, json, blob (inline; a
+//                      kCallPlainPython call has no json and blob = code) +
 //                      SCM_RIGHTS [stdin_r, stdout_w, stderr_w, status_w
 //                      (, compile stdout_w, compile stderr_w)] (, memfd
 //                      holding json+blob when kCallInMemfd)
@@ -122,13 +123,14 @@ struct ZygoteMsg {
 };
 struct CallHead {
   u32 magic;  // kCallMagic
-  u32 flags;  // kCallInMemfd
+  u32 flags;  // kCallInMemfd, kCallPlainPython
   u32 nfds;
   u32 json_len;
   u32 blob_len;
 };
 #define kCallMagic 0x434e4657u  // "WFNC"
 #define kCallInMemfd 1u
+#define kCallPlainPython 2u  // python with the default env, no files, nothing to fetch: json is empty, blob = code
 
 static long send_msg(int sock, const void* data, ulong len, int fd) {
   struct iov v = {data, len};
@@ -158,24 +160,33 @@ struct warren_loop_args {
   ulong seccomp_len;
   const char* tmp_opts;            // mount options of the call's /tmp
   long sock;                       // the worker channel (3)
+  // Filled with fresh random bytes in D before the call runs (0: none): the
+  // Mersenne Twister state of python's random module (zygote.py).
+  void* reseed;
+  ulong reseed_len;
+  int* reseed_index;  // set to reseed_index_value after the fill
+  long reseed_index_value;
 };
 struct warren_call_in {  // filled in D for python
   const char* json;
   ulong json_len;
   const char* blob;
   ulong blob_len;
-  long nfds;  // 4, or 6 with the compile stage's pipes
+  long nfds;   // 4, or 6 with the compile stage's pipes
+  long flags;  // CallHead.flags
 };
 
 enum {
   kStepMountTmp = 1, kStepMountShm, kStepChdir, kStepOom, kStepRlimit, kStepNoNewPrivs, kStepCapset,
-  kStepSeccomp, kStepRecv, kStepBadCall, kStepMap, kStepFds,
+  kStepSeccomp, kStepRecv, kStepBadCall, kStepMap, kStepFds, kStepReseed,
 };
 
 // Space for an inline call (warrend sends bigger ones in a memfd). In .bss:
 // never touched by the zygote, so a call faults in only what it receives.
+// Exported: zygote.py slices a plain python call's code out of it (cheaper
+// than ctypes.string_at: no foreign call).
 #define kInlineMax (64u << 10)
-static char g_call[kInlineMax + sizeof(struct CallHead)];
+EXPORT char g_call[kInlineMax + sizeof(struct CallHead)];  // zygote.py reads plain python code here
 
 static __attribute__((noreturn)) void child_fail(int sock, u32 serial, int step, long err) {
   struct ZygoteMsg m = {'E', serial, (int)-err, step};
@@ -221,6 +232,15 @@ static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, str
     r = SYS(prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0, 0);
     if (r < 0) child_fail(s, serial, kStepSeccomp, r);
   }
+  if (a->reseed != 0) {
+    for (ulong off = 0; off < a->reseed_len;) {
+      r = SYS(getrandom, (char*)a->reseed + off, a->reseed_len - off, 0, 0, 0, 0);
+      if (r == -4) continue;
+      if (r <= 0) child_fail(s, serial, kStepReseed, r);
+      off += (ulong)r;
+    }
+    *a->reseed_index = (int)a->reseed_index_value;
+  }
   // Nothing of the call runs unconfined: it arrives only now.
   struct iov v = {g_call, sizeof g_call};
   union {
@@ -257,6 +277,7 @@ static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, str
   out->blob = out->json + h->json_len;
   out->blob_len = h->blob_len;
   out->nfds = h->nfds;
+  out->flags = h->flags;
   // Received fds are >= 4 (0-3 are open), so these moves cannot collide.
   if (move_fd(fds[0], 0, 0) < 0 || move_fd(fds[1], 1, 0) < 0 || move_fd(fds[2], 2, 0) < 0 ||
       move_fd(fds[3], 1023, 1) < 0)
@@ -264,6 +285,10 @@ static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, str
   if (h->nfds == 6 && (move_fd(fds[4], 1021, 1) < 0 || move_fd(fds[5], 1022, 1) < 0))
     child_fail(s, serial, kStepFds, -9);
   SYS(close, s, 0, 0, 0, 0, 0);
+  // Nothing else of the zygote's stays open in the call (the channel
+  // included): 0-2, 1021-1023 only.
+  SYS(close_range, 3, 1020, 0, 0, 0, 0);
+  SYS(close_range, 1024, ~0u, 0, 0, 0, 0);
   return 0;
 }
 
