@@ -396,6 +396,19 @@ ExecOutcome MakeOutcome(std::optional<int> wstatus, bool timed_out, Stream* out,
 }
 
 // ------------------------------------------------------------------ worker
+// The "oom_kill N" count of a memory.oom_control / memory.events file kept
+// open (a pread per call instead of two path walks through the cgroup fs).
+std::optional<uint64_t> ReadOomKills(int fd) {
+  char buf[1024];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return std::nullopt;
+  buf[n] = '\0';
+  for (const char* p = buf; (p = strstr(p, "oom_kill ")) != nullptr; p += 9) {
+    if (p == buf || p[-1] == '\n') return strtoull(p + 9, nullptr, 10);
+  }
+  return std::nullopt;
+}
+
 // Parent pid of `pid` from /proc/<pid>/stat; -1 if it is gone.
 pid_t ParentPid(pid_t pid) {
   char path[64], buf[512];
@@ -436,6 +449,7 @@ struct Worker {
   uint32_t slot = 0;
   uint64_t memory_bytes = 0;
   uint64_t seq = 0;
+  UniqueFd oom_fd;           // the cgroup's memory.oom_control (v1) / memory.events (v2), read per call
   UniqueFd call_pidfd;       // the pre-forked call process D (its 'S' message), invalid until received
   uint32_t call_serial = 0;  // D's serial (zygote_helper.c)
   Clock::time_point last_used;
@@ -549,6 +563,13 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   const std::string rel = "w" + std::to_string(::getpid()) + "-" + std::to_string(serial);
   ASSIGN_OR_RETURN(w->cgroup, cgroups_->Create(rel, lim));  // ~Worker destroys it on failure
   w->memory_bytes = lim.memory_bytes;
+  for (const std::string& dir : w->cgroup->dirs()) {
+    for (const char* f : {"/memory.oom_control", "/memory.events"}) {
+      if (w->oom_fd.valid()) break;
+      w->oom_fd.reset(::open((dir + f).c_str(), O_RDONLY | O_CLOEXEC));
+      if (w->oom_fd.valid() && !ReadOomKills(w->oom_fd.get())) w->oom_fd.reset();
+    }
+  }
 
   int sp[2], ch[2], ep[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return Errno("socketpair(setup)");
@@ -789,7 +810,13 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     if (Status s = w->cgroup->SetLimits(lim); !s.ok()) return fail(s);
     w->memory_bytes = mem;
   }
-  const uint64_t oom_before = w->cgroup->OomKillCount();
+  auto oom_kills = [&w]() -> uint64_t {
+    if (w->oom_fd.valid()) {
+      if (auto v = ReadOomKills(w->oom_fd.get())) return *v;
+    }
+    return w->cgroup->OomKillCount();
+  };
+  const uint64_t oom_before = oom_kills();
 
   // The pre-forked call process D (cloned right after the previous call).
   if (!w->call_pidfd.valid()) {
@@ -1054,7 +1081,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     }
     res.run = MakeOutcome(status, timed_out, &out, &err, run_ns);
   }
-  const uint64_t oom_after = w->cgroup->OomKillCount();
+  const uint64_t oom_after = oom_kills();
   if (oom_after > oom_before) {
     ExecOutcome* o = res.run ? &*res.run : (res.compile ? &*res.compile : nullptr);
     if (o) o->oom_killed = true;
