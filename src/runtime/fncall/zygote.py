@@ -139,9 +139,8 @@ def run_python(code, env, pid1=False):
     else:
         for s in DEATH_SIGNALS:  # not PID 1: the kernel's default actions work
             signal.signal(s, signal.SIG_DFL)
-    sys.stdin, sys.stdout, sys.stderr = STDIO
-    sys.argv = ["main.py"]
-    sys.path.insert(0, "/tmp")
+    # sys.stdin/stdout/stderr, sys.argv and sys.path[0] (/tmp, the cwd)
+    # are set in the zygote (main): nothing to write here.
     if env is not None and env != DEFAULT_ENV:  # the zygote's environment is the default one
         os.environ.clear()
         os.environ.update(env)
@@ -386,6 +385,11 @@ def main():
     os.environ.clear()
     os.environ.update(DEFAULT_ENV)
     STDIO = make_stdio()
+    # What every python call starts with, set here once rather than per call
+    # (each assignment in the call process would copy the pages it writes).
+    sys.stdin, sys.stdout, sys.stderr = STDIO
+    sys.argv = ["main.py"]
+    sys.path.insert(0, "/tmp")
     helper = ctypes.PyDLL("/proc/self/fd/%d" % HELPER_FD)  # GIL held in the loop: it forks
     os.close(HELPER_FD)
     global CALL_BUF
