@@ -99,8 +99,8 @@ def send_frame(hdr):
 # its pid namespace, and the kernel drops a signal PID 1 gets from inside its
 # namespace while its action is SIG_DFL: os.kill(os.getpid(), SIGTERM), an
 # unhandled alarm() and the like would do nothing. So the call installs a
-# handler for them that reports the signal to the zygote (on SIGFD) and
-# exits; the zygote reports the call as ended by that signal. (SIGKILL and
+# handler for them that reports the signal to warrend (on SIGFD) and
+# exits; warrend reports the call as ended by that signal. (SIGKILL and
 # SIGSTOP cannot be emulated; SIGINT keeps python's KeyboardInterrupt;
 # SIGPIPE and SIGXFSZ stay ignored as in python; signal.getsignal() shows
 # this handler instead of SIG_DFL; faults are forced by the kernel and
