@@ -154,6 +154,17 @@ def test_big_calls_and_streams(fn: FnDaemon) -> None:
     assert r.run.stdout == b"y" * 100 and r.run.stdout_truncated and r.run.stdout_total_bytes == 1000, r
 
 
+def test_garbage_on_the_status_fd_only_affects_that_call(fn: FnDaemon) -> None:
+    # A python call can reach its status fd (1023: the signal emulation
+    # reports there); whatever it writes, warrend must not crash and the
+    # worker must stay usable.
+    for junk in (b"\xff\xff\xff\xff garbage", b"\x05\x00\x00\x00{bad}", b"\x02\x00\x00\x00[]" * 1000):
+        r = fn.client.fncall("import os; os.write(1023, %r); print('done')" % junk)
+        assert r.run is not None and r.stdout == b"done\n" and r.exit_code == 0, r
+    rs = fn.client.fncall_batch([warren.FnCallRequest(f"print({i})") for i in range(20)])
+    assert [x.stdout for x in rs] == [f"{i}\n".encode() for i in range(20)]
+
+
 def test_hostile_calls_have_clear_outcomes_and_pool_stays_healthy(fn: FnDaemon) -> None:
     t0 = time.monotonic()
     r = fn.client.fncall("while True: pass", timeout=1)
