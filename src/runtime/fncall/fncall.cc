@@ -579,8 +579,13 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   if (::pipe2(ep, O_CLOEXEC) != 0) return Errno("pipe2");
   UniqueFd err_r(ep[0]), err_w(ep[1]);
 
+  // The zygote's start-up environment (zygote.py replaces it with
+  // DefaultCallEnv() before any call). LD_BIND_NOW: every symbol is bound
+  // when the zygote loads, so call processes do not resolve (and copy the
+  // GOT pages of) the functions they call first: 180 -> 168 page faults per
+  // trivial call.
   static const char* const kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/tmp",
-                                     "PYTHONDONTWRITEBYTECODE=1", nullptr};
+                                     "PYTHONDONTWRITEBYTECODE=1", "LD_BIND_NOW=1", nullptr};
   std::string zsrc = ZygoteSource();
   std::string a0 = "python3", a1 = "-I", a2 = "-S", a3 = "-c";
   WorkerPlan plan;
