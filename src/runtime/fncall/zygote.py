@@ -67,7 +67,7 @@ class LoopArgs(ctypes.Structure):  # struct warren_loop_args (zygote_helper.c)
     _fields_ = [("after_fork_child", ctypes.c_void_p), ("seccomp_filter", ctypes.c_void_p),
                 ("seccomp_len", ctypes.c_ulong), ("tmp_opts", ctypes.c_char_p), ("sock", ctypes.c_long),
                 ("reseed", ctypes.c_void_p), ("reseed_len", ctypes.c_ulong), ("reseed_index", ctypes.c_void_p),
-                ("reseed_index_value", ctypes.c_long), ("run", ctypes.c_void_p), ("run_arg", ctypes.c_void_p)]
+                ("reseed_index_value", ctypes.c_long)]
 
 
 class CallIn(ctypes.Structure):  # struct warren_call_in
@@ -216,10 +216,6 @@ def report(rec):
 
 def get_ref(blob, ref):
     return blob[ref[0]:ref[0] + ref[1]]
-
-
-def run_call():
-    call_child(CALL_IN)
 
 
 def call_child(ci):
@@ -429,13 +425,9 @@ def main():
     gc.collect()
     gc.freeze()
     send_frame({"op": "ready", "pid": os.getpid()})
-    # The call process enters call_child straight from the helper (C calls
-    # the function), not by returning through ctypes.
-    LOOP_ARGS.run = ctypes.cast(ctypes.pythonapi.PyObject_CallNoArgs, ctypes.c_void_p).value
-    LOOP_ARGS.run_arg = id(run_call)
     if loop(ctypes.byref(LOOP_ARGS), ctypes.byref(CALL_IN)) != 0:
         os._exit(4)  # a clone failed; the helper told the daemon
-    call_child(CALL_IN)  # only a call process gets here (when LOOP_ARGS.run is unset)
+    call_child(CALL_IN)  # only a call process gets here
 
 
 main()

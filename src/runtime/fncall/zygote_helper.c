@@ -166,11 +166,6 @@ struct warren_loop_args {
   ulong reseed_len;
   int* reseed_index;  // set to reseed_index_value after the fill
   long reseed_index_value;
-  // If set, D calls run(run_arg) (PyObject_CallNoArgs on a python function:
-  // it never returns) instead of returning to the caller of the loop: the
-  // way back out through ctypes costs page faults in every call.
-  void* (*run)(void*);
-  void* run_arg;
 };
 struct warren_call_in {  // filled in D for python
   const char* json;
@@ -333,14 +328,7 @@ EXPORT long warren_fncall_loop(const struct warren_loop_args* a, struct warren_c
     ca.pidfd = (ulong)&pidfd;
     ca.exit_signal = 17;  // SIGCHLD
     long pid = SYS(clone3, &ca, sizeof ca, 0, 0, 0, 0);
-    if (pid == 0) {
-      call_setup(a, serial, out);
-      if (a->run != 0) {
-        a->run(a->run_arg);
-        for (;;) SYS(exit_group, 1, 0, 0, 0, 0, 0);  // it raised: python printed nothing anywhere useful
-      }
-      return 0;
-    }
+    if (pid == 0) return call_setup(a, serial, out);
     if (pid < 0) {
       struct ZygoteMsg f = {'F', serial, (int)-pid, 0};
       send_msg(s, &f, sizeof f, -1);
