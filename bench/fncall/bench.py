@@ -76,7 +76,7 @@ def cpu_seconds(daemon_pid):
 
 
 def run(args, warrend, tag, with_container, rows):
-    """One daemon: its rows appended to `rows`."""
+    """One daemon: its raw rows (name, n, seconds, latencies ms or None, CPU s) appended to `rows`."""
     root = Path(tempfile.mkdtemp(prefix="warren-fncall-bench-", dir="/var/tmp"))
     sock = root / "warrend.sock"
     cmd = [warrend, "--state-dir", str(root / "state"), "--socket", str(sock),
@@ -111,9 +111,9 @@ def run(args, warrend, tag, with_container, rows):
                 r = sb.exec(["python3", "-c", code], timeout=30)
                 assert r.stdout == b"2\n", r
             lat.append((time.monotonic() - s) * 1000)
-        if with_container:
-            rows.append(row("container_python (create+exec python3+destroy)", args.container,
-                            time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
+        if with_container and n_container:
+            rows.append(("container_python (create+exec python3+destroy)", args.container,
+                         time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
 
         lat = []
         c0 = cpu_seconds(proc.pid)
@@ -123,7 +123,7 @@ def run(args, warrend, tag, with_container, rows):
             r = client.fncall(code, layers=[layer])
             lat.append((time.monotonic() - s) * 1000)
             assert r.stdout == b"2\n", r
-        rows.append(row("fncall_single" + tag, args.single, time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
+        rows.append(("fncall_single" + tag, args.single, time.monotonic() - t0, lat, cpu_seconds(proc.pid) - c0))
 
         n = 0
         c0 = cpu_seconds(proc.pid)
@@ -132,8 +132,8 @@ def run(args, warrend, tag, with_container, rows):
             rs = client.fncall_batch([warren.FnCallRequest(code, layers=[layer])] * args.batch)
             assert all(r.stdout == b"2\n" for r in rs), [r for r in rs if r.stdout != b"2\n"][:1]
             n += len(rs)
-        rows.append(row(f"fncall_batch ({args.batch} per batch)" + tag, n, time.monotonic() - t0, None,
-                        cpu_seconds(proc.pid) - c0))
+        rows.append((f"fncall_batch ({args.batch} per batch)" + tag, n, time.monotonic() - t0, None,
+                     cpu_seconds(proc.pid) - c0))
         client.close()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -159,20 +159,37 @@ def main():
     ap.add_argument("--container", type=int, default=30)
     ap.add_argument("--workers", type=int, default=0, help="--fncall-max-workers (0 = daemon default)")
     ap.add_argument("--compare", default="", help="another warrend whose fncall rows follow (before/after)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --compare: run both builds this many times, alternating which goes first "
+                         "(A B, B A, ...), and pool each row over the rounds (load drifts on a shared machine)")
     ap.add_argument("--append", action="store_true")
     args = ap.parse_args()
 
     load_before = os.getloadavg()
-    rows = []
-    run(args, args.warrend, "", True, rows)
-    if args.compare:
-        # The same fncall rows on another build (e.g. the previous one), right
-        # after, on the same machine state: a same-run before/after.
-        run(args, args.compare, " [compare]", False, rows)
-    base_rate = rows[0][2]
-    base_p50 = rows[0][3]
+    raw = []
+    for r in range(max(1, args.rounds)):
+        # The same fncall rows on another build (e.g. the previous one) right
+        # before/after, on the same machine state: a same-run before/after;
+        # the order alternates between rounds.
+        order = [(args.warrend, "", r == 0)] + ([(args.compare, " [compare]", False)] if args.compare else [])
+        if r % 2:
+            order.reverse()
+        for w, tag, with_container in order:
+            run(args, w, tag, with_container, raw)
+    pooled = {}  # name -> [n, seconds, latencies, cpu_s, has_latencies], first-seen order
+    for name, n, secs, lat, cpu_s in raw:
+        p = pooled.setdefault(name, [0, 0.0, [], 0.0, lat is not None])
+        p[0] += n
+        p[1] += secs
+        p[2] += lat or []
+        p[3] += cpu_s
+    rows = [row(name, p[0], p[1], p[2] if p[4] else None, p[3]) for name, p in pooled.items()]
+    # --container 0: no baseline row, the ratio columns stay empty.
+    base_rate = rows[0][2] if args.container else None
+    base_p50 = rows[0][3] if args.container else None
     out = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — fncall (issue 5)", "",
-           f"- command: `{' '.join([sys.argv[0]] + sys.argv[1:])}`",
+           f"- command: `{' '.join([sys.argv[0]] + sys.argv[1:])}`"
+           + (f" ({args.rounds} rounds, alternating order; rows pooled)" if args.rounds > 1 else ""),
            f"- machine: kernel {os.uname().release}, nproc {os.cpu_count()}; load average before/after: "
            f"{' '.join('%.2f' % x for x in load_before)} / {' '.join('%.2f' % x for x in os.getloadavg())}",
            "- call: `print(1+1)` in python, through the Python SDK over the unix socket; layer base/debian-12@1",
@@ -186,8 +203,8 @@ def main():
     for name, n, rate, p50, p90, p99, cpu_ms in rows:
         f = (lambda v: "%.2f" % v if v is not None else "-")
         proj = "%.0f" % (2000 / cpu_ms) if cpu_ms else "-"
-        out.append(f"| {name} | {n} | {rate:.1f} | {f(p50)} | {f(p90)} | {f(p99)} | {rate / base_rate:.1f} | "
-                   f"{f(p50 / base_p50 if p50 else None)} | {f(cpu_ms)} | {proj} |")
+        out.append(f"| {name} | {n} | {rate:.1f} | {f(p50)} | {f(p90)} | {f(p99)} | {f(rate / base_rate if base_rate else None)} | "
+                   f"{f(p50 / base_p50 if p50 and base_p50 else None)} | {f(cpu_ms)} | {proj} |")
     text = "\n".join(out) + "\n"
     print(text)
     if args.append:

@@ -119,6 +119,52 @@ def test_no_state_carries_over(fn: FnDaemon) -> None:
     assert r.stdout.startswith(b"unset\n"), r.stdout
 
 
+def test_calls_get_fresh_random_state_threads_env_and_stdio(fn: FnDaemon) -> None:
+    # The call process is a fork of the zygote without PyOS_AfterFork_Child
+    # (zygote.py): random is reseeded per call, threads work, the env set by
+    # one call's request is not seen by the next, stdio are pipes.
+    outs = {fn.client.fncall("import random; print(random.random(), random.getrandbits(64))").stdout
+            for _ in range(6)}
+    assert len(outs) == 6, outs
+    r = fn.client.fncall("import threading\nout = []\n"
+                         "t = threading.Thread(target=lambda: out.append(threading.get_ident()))\n"
+                         "t.start(); t.join()\n"
+                         "print(len(out), out[0] != threading.get_ident(), threading.active_count(),"
+                         " threading.current_thread() is threading.main_thread())")
+    assert r.stdout == b"1 True 1 True\n", r
+    r = fn.client.fncall("import os; print(os.environ.get('FOO'), sorted(os.environ))", env={"FOO": "bar"})
+    assert r.stdout == b"bar ['FOO', 'HOME', 'LANG', 'PATH', 'TMPDIR']\n", r
+    r = fn.client.fncall("import os; print(os.environ.get('FOO'), sorted(os.environ))")
+    assert r.stdout == b"None ['HOME', 'LANG', 'PATH', 'TMPDIR']\n", r
+    r = fn.client.fncall("import sys; print(sys.stdin.seekable(), sys.stdout.isatty(), sys.stdin.read() == '')")
+    assert r.stdout == b"False False True\n", r
+
+
+def test_big_calls_and_streams(fn: FnDaemon) -> None:
+    # Calls above the inline limit travel in a memfd; stdin and output larger
+    # than a pipe buffer are streamed by warrend.
+    big = bytes(range(256)) * 1024  # 256 KiB
+    code = "# " + "x" * (100 << 10) + "\nimport sys\nd = open('big.bin','rb').read()\n" \
+        "s = sys.stdin.buffer.read()\nprint(len(d), d == bytes(range(256)) * 1024, len(s))\n" \
+        "sys.stdout.write('y' * (3 << 20))\n"
+    r = fn.client.fncall(code, files={"big.bin": big}, stdin=b"z" * (2 << 20))
+    assert r.ok, r
+    assert r.stdout.startswith(b"262144 True 2097152\n") and len(r.stdout) == 20 + (3 << 20), r.stdout[:40]
+    r = fn.client.fncall("import sys; sys.stdout.write('y' * 1000)", output_cap=100)
+    assert r.run.stdout == b"y" * 100 and r.run.stdout_truncated and r.run.stdout_total_bytes == 1000, r
+
+
+def test_garbage_on_the_status_fd_only_affects_that_call(fn: FnDaemon) -> None:
+    # A python call can reach its status fd (1023: the signal emulation
+    # reports there); whatever it writes, warrend must not crash and the
+    # worker must stay usable.
+    for junk in (b"\xff\xff\xff\xff garbage", b"\x05\x00\x00\x00{bad}", b"\x02\x00\x00\x00[]" * 1000):
+        r = fn.client.fncall("import os; os.write(1023, %r); print('done')" % junk)
+        assert r.run is not None and r.stdout == b"done\n" and r.exit_code == 0, r
+    rs = fn.client.fncall_batch([warren.FnCallRequest(f"print({i})") for i in range(20)])
+    assert [x.stdout for x in rs] == [f"{i}\n".encode() for i in range(20)]
+
+
 def test_hostile_calls_have_clear_outcomes_and_pool_stays_healthy(fn: FnDaemon) -> None:
     t0 = time.monotonic()
     r = fn.client.fncall("while True: pass", timeout=1)

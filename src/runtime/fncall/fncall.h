@@ -7,20 +7,29 @@
 // pids limits; a read-only root (the layer mount itself, or a read-only
 // overlay of several layers: no upper); private /dev, /proc and a scratch
 // tmpfs; no_new_privs. Its PID 1 is the python zygote (zygote.py), which
-// holds the standard library pre-imported and forks per call; every call
-// runs in a fresh mount namespace (fresh tmpfs /tmp = cwd and scratch) and a
-// fresh pid namespace, with no capabilities and the seccomp profile. Nothing
-// of one call (files, env, processes, imported modules, monkeypatches) is
-// visible to the next: each call is a fork of the pristine zygote, and its
-// namespaces die with it. A worker whose protocol breaks (crash, garbage,
-// deadline) is destroyed, never reused.
+// holds the standard library pre-imported, then hands control to its
+// per-call loop in C (zygote_helper.c: a freestanding shared object warrend
+// embeds and passes as a memfd) and never runs python bytecode again. Per
+// call the loop clones a call process D into a fresh mount, pid and ipc
+// namespace AHEAD of the call (right after the previous D ended), passes
+// D's pidfd to warrend over the worker channel (SOCK_SEQPACKET, SCM_RIGHTS)
+// and reports D's wait status when it ends. D mounts a fresh tmpfs /tmp
+// (cwd and scratch), /dev/shm and /proc, drops every capability, sets
+// no_new_privs, installs the seccomp profile, and only then receives the
+// call from warrend together with the call's pipes (warrend keeps the other
+// ends): python runs in D itself (a fork of the pristine interpreter),
+// bash and compiled programs are spawned by it. warrend feeds stdin,
+// collects stdout/stderr (output cap), kills D at the time-outs (its pid
+// namespace dies with it) and builds the result. Nothing of one call
+// (files, env, processes, imported modules, monkeypatches) is visible to
+// the next: each call is a fork of the pristine zygote, and its namespaces
+// die with it. A worker whose protocol breaks (crash, garbage, deadline) is
+// destroyed, never reused.
 //
-// Latency vs CPU: while at most <cpus> workers are busy, a worker forks (and
-// mounts and locks down) its next call process right after answering, so the
-// next call skips the fork; when more are busy, the call process is cloned
-// when the call arrives (pre-forking costs CPU: the request then travels to
-// it over a pipe). Either way the call process is a fork of the pristine
-// zygote made after the previous call's processes are gone.
+// Cost (bench/RESULTS.md): per call the floor is the fork of the ~20 MB
+// zygote (page-table copy) plus the copy-on-write faults of the python code
+// the call runs; everything else on the call's path is kept off python
+// (the zygote's loop) or out of the call process (I/O in warrend).
 //
 // The layer stack must contain /usr/bin/python3 (the zygote is python for
 // every language); C/C++ additionally need gcc/g++ (a toolset layer with
@@ -131,5 +140,8 @@ class FnCallRunner : public CommandRunner {
 
 // The zygote source (zygote.py), embedded at build time.
 const std::string& ZygoteSource();
+// The zygote helper (zygote_helper.c built as a freestanding shared object:
+// the zygote's per-call loop), embedded at build time.
+const std::string& ZygoteHelperSo();
 
 }  // namespace warren::runtime
