@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -366,6 +367,23 @@ class CgroupManagerV1 : public CgroupManager {
     }
     if (found.empty()) return absl::NotFoundError("cgroup " + rel + " not found");
     return std::unique_ptr<Cgroup>(new CgroupV1(rel, std::move(found)));
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (from.empty() || to.empty() || from.find('/') != std::string::npos || to.find('/') != std::string::npos)
+      return absl::InvalidArgumentError("cgroup rename: '" + from + "' -> '" + to + "' must be direct children");
+    std::vector<std::string> done;  // bases renamed so far
+    for (const auto& [c, base] : bases_) {
+      const std::string a = base + "/" + from, b = base + "/" + to;
+      if (::rename(a.c_str(), b.c_str()) == 0) {
+        done.push_back(base);
+        continue;
+      }
+      Status st = ErrnoToStatus(errno, "rename(" + a + ", " + b + ")");
+      for (const auto& d : done) (void)::rename((d + "/" + to).c_str(), (d + "/" + from).c_str());
+      return st;
+    }
+    return absl::OkStatus();
   }
 
  private:
