@@ -1582,7 +1582,12 @@ struct Shell {
     if (cg != nullptr) (void)cg->Destroy(milliseconds(5000));
     if (has_slot) st->ReleaseSlot(slot);
   }
-  bool Alive() const { return pidfd.valid() && PidfdSignal(pidfd.get(), 0) == 0; }
+  // False once the process exited (a zombie included: its pidfd is readable).
+  bool Alive() const {
+    if (!pidfd.valid()) return false;
+    pollfd pfd{pidfd.get(), POLLIN, 0};
+    return ::poll(&pfd, 1, 0) == 0;
+  }
 };
 
 // Spawns a shell whose cgroup is <subtree>/<cg_rel> (with `limits`, may be
@@ -1748,7 +1753,7 @@ void SweepStaleShellCgroups(BackendState& st) {
     std::vector<std::string> f = absl::StrSplit(n, '-');
     pid_t owner = 0;
     if (f.size() != 3 || !absl::SimpleAtoi(f[1], &owner) || owner <= 0) continue;
-    if (owner != ::getpid() && ::kill(owner, 0) == 0) continue;  // its daemon may still run
+    if (::kill(owner, 0) == 0) continue;  // its daemon (maybe this process) may still run
     if (auto cg = st.cgroups->Open(n); cg.ok()) (void)(*cg)->Remove();
   }
 }
@@ -1791,7 +1796,11 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   // fixes only what all sandboxes share: namespaces, id range, seccomp);
   // an option a shell could not provide would take the spawn path below.
   if (pool_ != nullptr) {
-    if (std::unique_ptr<Shell> sh = pool_->Take()) return FinishShell(std::move(sh), spec, lim, false);
+    if (std::unique_ptr<Shell> sh = pool_->Take()) {
+      StatusOr<std::unique_ptr<Sandbox>> sb = FinishShell(std::move(sh), spec, lim, false);
+      // A shell killed under us (Aborted) was cleaned up: spawn one instead.
+      if (sb.ok() || sb.status().code() != absl::StatusCode::kAborted) return sb;
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Shell> sh, SpawnShell(st_, spec.id, lim));
   return FinishShell(std::move(sh), spec, lim, true);
@@ -1824,8 +1833,12 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   snprintf(ip.shm_opts, sizeof ip.shm_opts, "size=%um,nr_inodes=65536,mode=1777", spec.resources.tmpfs_mb);
   ip.nofile = spec.resources.open_files;
   snprintf(ip.rootfs, sizeof ip.rootfs, "%s", rootfs.c_str());
-  if (int r = SendInitParams(sh->sock.get(), ip, rootfs_mnt.get(), upper_fd.get()); r != 0)
+  if (int r = SendInitParams(sh->sock.get(), ip, rootfs_mnt.get(), upper_fd.get()); r != 0) {
+    // The shell holds its end until it received this: a closed socket means it died.
+    if (r == -EPIPE || r == -ECONNRESET || !sh->Alive())
+      return absl::AbortedError("sandbox " + spec.id + ": its shell died before setup");
     return ErrnoToStatus(-r, "sendmsg(sandbox params, rootfs and upper fds)");
+  }
   rootfs_mnt.reset();
   sh->sock.reset();
 
@@ -1837,6 +1850,12 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
     return ErrnoToStatus(ce.err, "sandbox " + spec.id + " setup: " + StepName(ce.step));
   }
   if (n != 0) return absl::InternalError("sandbox " + spec.id + " init died during setup");
+  // EOF without a report: exec'd, or killed. execve sets the comm before it
+  // closes the O_CLOEXEC pipe, so a process still named "warren-shell" (a
+  // zombie, not reaped yet) was killed.
+  if (auto comm = ReadSmallFile("/proc/" + std::to_string(sh->pid) + "/comm");
+      !comm || *comm == "warren-shell\n" || !sh->Alive())
+    return absl::AbortedError("sandbox " + spec.id + ": its shell died during setup");
   const uint64_t start = ProcStartTime(sh->pid);
   auto sb = std::make_unique<ContainerSandbox>(st_, spec, sh->slot, sh->pid, start, std::move(sh->pidfd),
                                                std::move(sh->cg));
