@@ -1699,11 +1699,25 @@ class ShellPool {
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
     int failures = 0;
     for (;;) {
+      std::vector<std::unique_ptr<Shell>> dead;
       {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || shells_.size() < target_; });
+        // Every second, shells that died (killed from outside) are dropped
+        // (reaped, cgroup removed) and replaced.
+        while (!stop_ && shells_.size() >= target_) {
+          cv_.wait_for(l, std::chrono::seconds(1));
+          for (auto it = shells_.begin(); it != shells_.end();) {
+            if ((*it)->Alive()) {
+              ++it;
+            } else {
+              dead.push_back(std::move(*it));
+              it = shells_.erase(it);
+            }
+          }
+        }
         if (stop_) return;
       }
+      dead.clear();
       auto sh = SpawnShell(st_, "shell-" + std::to_string(::getpid()) + "-" + std::to_string(seq_++),
                            jail::CgroupLimits{});
       if (!sh.ok()) {

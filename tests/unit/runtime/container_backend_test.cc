@@ -877,11 +877,17 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
 // Pids of this process's children that are still warm shells (not yet warren-init).
 std::vector<pid_t> WarmShellChildren() {
   std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // C I/O: the process may vanish between listing and reading.
+    FILE* f = std::fopen(("/proc/" + name + "/stat").c_str(), "re");
+    if (f == nullptr) continue;
+    char buf[512];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    std::string stat(buf, n);
     size_t l = stat.find('('), r = stat.rfind(')');
     if (l == std::string::npos || r == std::string::npos || r + 4 >= stat.size()) continue;
     std::istringstream rest(stat.substr(r + 2));
@@ -923,12 +929,14 @@ class WarmShellTest : public ContainerTest {
     backend_ = std::move(*b);
   }
   // Waits (bounded) for the pool to hold n shells.
-  bool WaitForShells(size_t n) {
-    for (int i = 0; i < 500; ++i) {
-      if (WarmShellChildren().size() == n) return true;
+  ::testing::AssertionResult WaitForShells(size_t n) {
+    size_t have = 0;
+    for (int i = 0; i < 1500; ++i) {
+      have = WarmShellChildren().size();
+      if (have == n) return ::testing::AssertionSuccess();
       std::this_thread::sleep_for(20ms);
     }
-    return false;
+    return ::testing::AssertionFailure() << have << " warm shells, not " << n;
   }
 };
 
