@@ -1832,7 +1832,15 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
       return rs;
     }
   }
-  if (!limits_set) RETURN_IF_ERROR(sh->cg->SetLimits(lim));
+  if (!limits_set) {
+    RETURN_IF_ERROR(sh->cg->SetLimits(lim));
+    // A warm shell inherited the refill thread's nice 10: its set-up is on
+    // this create's critical path now, and its processes are the sandbox's.
+    errno = 0;
+    const int nice_now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+    if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(sh->pid), nice_now) != 0)
+      return Errno("setpriority(shell " + std::to_string(sh->pid) + ", " + std::to_string(nice_now) + ")");
+  }
   Rollback rb;
   const std::string rootfs = spec.dir + "/rootfs";
   if (::mkdir(rootfs.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir(" + rootfs + ")");
