@@ -1567,6 +1567,7 @@ struct Shell {
   pid_t pid = -1;
   UniqueFd pidfd, sock, err_r, userns;
   std::unique_ptr<jail::Cgroup> cg;
+  jail::CgroupLimits limits;  // set on cg at spawn
   bool released = false;
 
   Shell() = default;
@@ -1600,6 +1601,7 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   sh->has_slot = true;
   const uid_t host_uid = st->HostUid(sh->slot);
   ASSIGN_OR_RETURN(sh->cg, st->cgroups->Create(cg_rel, limits));
+  sh->limits = limits;
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> init_cg, sh->cg->CreateChild("init"));
 
   int sp[2];
@@ -1664,6 +1666,13 @@ class ShellPool {
     shells_.clear();  // kills them, removes their cgroups
   }
   uint32_t target() const { return target_; }
+  // Limits of the latest create: new shells get them ahead of time, so that
+  // a create asking the same (the common case: one trainer's sandboxes are
+  // alike) writes no limit on its critical path.
+  void Predict(const jail::CgroupLimits& l) {
+    std::lock_guard<std::mutex> g(mu_);
+    predicted_ = l;
+  }
   // A live shell, or nullptr when the pool is empty (the caller spawns one).
   // The first call starts the refill thread (after the node re-adopted its
   // sandboxes, so shells never hold a uid slot a recorded sandbox needs).
@@ -1718,8 +1727,12 @@ class ShellPool {
         if (stop_) return;
       }
       dead.clear();
-      auto sh = SpawnShell(st_, "shell-" + std::to_string(::getpid()) + "-" + std::to_string(seq_++),
-                           jail::CgroupLimits{});
+      jail::CgroupLimits lim;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        lim = predicted_;
+      }
+      auto sh = SpawnShell(st_, "shell-" + std::to_string(::getpid()) + "-" + std::to_string(seq_++), lim);
       if (!sh.ok()) {
         // Out of slots, pids, ...: back off (bounded), creates spawn inline meanwhile.
         failures = std::min(failures + 1, 6);
@@ -1741,6 +1754,7 @@ class ShellPool {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Shell>> shells_;
   bool started_ = false, stop_ = false;
+  jail::CgroupLimits predicted_;  // guarded by mu_
   uint64_t seq_ = 0;  // refill thread only
   std::thread thread_;
 };
@@ -1810,6 +1824,7 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   // fixes only what all sandboxes share: namespaces, id range, seccomp);
   // an option a shell could not provide would take the spawn path below.
   if (pool_ != nullptr) {
+    pool_->Predict(lim);
     if (std::unique_ptr<Shell> sh = pool_->Take()) {
       StatusOr<std::unique_ptr<Sandbox>> sb = FinishShell(std::move(sh), spec, lim, false);
       // A shell killed under us (Aborted) was cleaned up: spawn one instead.
@@ -1833,7 +1848,10 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
     }
   }
   if (!limits_set) {
-    RETURN_IF_ERROR(sh->cg->SetLimits(lim));
+    const jail::CgroupLimits& had = sh->limits;
+    if (had.cpu_millis != lim.cpu_millis || had.memory_bytes != lim.memory_bytes || had.pids != lim.pids)
+      RETURN_IF_ERROR(sh->cg->SetLimits(lim));
+    sh->limits = lim;
     // A warm shell inherited the refill thread's nice 10: its set-up is on
     // this create's critical path now, and its processes are the sandbox's.
     errno = 0;

@@ -994,6 +994,31 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
   EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 2u);
   ASSERT_TRUE(s->Destroy().ok());
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  // Shells now carry the latest create's limits (200 MiB, 77 pids); one asked
+  // for more gets them raised (v1: memsw first).
+  {
+    SandboxSpec big = Spec("warm-big");
+    big.resources.memory_mb = 300;
+    big.resources.pids = 100;
+    std::vector<pid_t> pool = WarmShellChildren();
+    auto b = backend_->Create(big);
+    ASSERT_TRUE(b.ok()) << b.status();
+    sandboxes_.emplace_back(std::move(*b), big.dir);
+    Sandbox* bs = sandboxes_.back().first.get();
+    EXPECT_NE(std::find(pool.begin(), pool.end(), bs->init_pid()), pool.end());
+    for (const auto& d : bs->Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
+      for (const char* f : {"memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "pids.max"}) {
+        if (!fs::exists(d + "/" + f)) continue;
+        std::ifstream in(d + "/" + f);
+        std::string v;
+        in >> v;
+        EXPECT_EQ(v, std::string(f) == "pids.max" ? "100" : std::to_string(300ull << 20)) << d << "/" << f;
+      }
+    }
+    EXPECT_EQ(Run(bs, "echo ok").stdout_data, "ok\n");
+    ASSERT_TRUE(bs->Destroy().ok());
+    ASSERT_TRUE(WaitForShells(2));
+  }
   // A shell that died is never handed out.
   std::vector<pid_t> now = WarmShellChildren();
   ASSERT_EQ(now.size(), 2u);
