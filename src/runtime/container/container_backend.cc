@@ -1569,6 +1569,12 @@ struct Shell {
   std::unique_ptr<jail::Cgroup> cg;
   jail::CgroupLimits limits;  // set on cg at spawn
   bool released = false;
+  // With kSpawnSharesMemory the shell shares the daemon's memory until it
+  // execs warren-init (no page-table copy at spawn, none to tear down at
+  // exec): it runs on `stack` and reads `plan`, both kept until it exec'd or
+  // was reaped (declared last: freed after the destructor's kill and reap).
+  std::unique_ptr<InitPlan> plan;
+  std::unique_ptr<ChildStacks> stack;
 
   Shell() = default;
   Shell(const Shell&) = delete;
@@ -1615,19 +1621,30 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
     sh->err_r.reset(p[0]);
     err_w.reset(p[1]);
   }
-  InitPlan plan;
+  sh->plan = std::make_unique<InitPlan>();
+  InitPlan& plan = *sh->plan;
   plan.sock = sock_child.get();
   plan.err_fd = err_w.get();
   plan.init_exe = st->init_exe.get();
   plan.last_cap = st->last_cap;
   plan.seccomp = st->have_seccomp ? &st->seccomp : nullptr;
 
+  constexpr int kShellNs = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
   int pidfd_raw = -1;
-  pid_t pid = Clone3(CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
-                         CLONE_NEWNET,
-                     &pidfd_raw);
-  if (pid < 0) return Errno("clone3(sandbox init)");
-  if (pid == 0) InitChild(plan);
+  pid_t pid;
+  if constexpr (kSpawnSharesMemory) {
+    // CLONE_VM without CLONE_VFORK: the parent goes on while the shell waits
+    // (it only runs async-signal-safe code on its own stack until execve).
+    sh->stack = std::make_unique<ChildStacks>();
+    RETURN_IF_ERROR(sh->stack->Map(1));
+    pid = ::clone([](void* pl) -> int { InitChild(*static_cast<const InitPlan*>(pl)); }, sh->stack->Top(0),
+                  CLONE_VM | CLONE_PIDFD | kShellNs | SIGCHLD, &plan, &pidfd_raw);
+    if (pid < 0) return Errno("clone(sandbox init, CLONE_VM)");
+  } else {
+    pid = Clone3(CLONE_PIDFD | kShellNs, &pidfd_raw);
+    if (pid < 0) return Errno("clone3(sandbox init)");
+    if (pid == 0) InitChild(plan);
+  }
   sh->pid = pid;
   sh->pidfd.reset(pidfd_raw);
   sock_child.reset();
