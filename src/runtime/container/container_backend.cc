@@ -1655,7 +1655,17 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   RETURN_IF_ERROR(WriteString(proc + "/uid_map", map));
   RETURN_IF_ERROR(WriteString(proc + "/setgroups", "deny"));
   RETURN_IF_ERROR(WriteString(proc + "/gid_map", map));
-  if (!sh->cg->ChildrenCoverAllControllers()) RETURN_IF_ERROR(sh->cg->AddProcess(pid));
+  // v1: the init joins "init" where it exists (pids, freezer) and the
+  // sandbox cgroup itself only in the other hierarchies (memory, cpu):
+  // every cgroup.procs write takes the cgroup mutex (and may wait for an RCU
+  // grace period), so no write that a later one undoes.
+  if (!sh->cg->ChildrenCoverAllControllers()) {
+    const std::vector<std::string> sub = init_cg->dirs();
+    for (const std::string& d : sh->cg->dirs()) {
+      if (std::find(sub.begin(), sub.end(), d + "/init") == sub.end())
+        RETURN_IF_ERROR(WriteString(d + "/cgroup.procs", std::to_string(pid)));
+    }
+  }
   RETURN_IF_ERROR(init_cg->AddProcess(pid));
   sh->userns.reset(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   if (!sh->userns.valid()) return Errno("open(" + proc + "/ns/user)");
