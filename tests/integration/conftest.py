@@ -404,6 +404,19 @@ def sandbox_processes(daemon_pids: Iterable[int], node_ids: Iterable[str]) -> Se
     return {f"{p}:{table[p][1]}" for p in found if p in table}
 
 
+def wait_warm_pool(daemon: "Daemon", timeout: float = 10.0) -> None:
+    """Waits (bounded) until a daemon started with the default --warm-shells
+    holds its full pool of shells (each holds a few fds in the daemon), so
+    that counts of the daemon's fds/children compare like with like."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        table = _proc_table()
+        if sum(1 for ppid, comm, state in table.values()
+               if ppid == daemon.pid and comm == "warren-shell" and state != "Z") >= WARM_SHELLS_DEFAULT:
+            return
+        time.sleep(0.05)
+
+
 def host_snapshot(daemons: Iterable[Daemon], extra_roots: Iterable[Path] = ()) -> Dict[str, Set[str]]:
     """What sandboxes may leave on the host, by kind. Layer mounts (mount
     points named by a digest) are excluded: they are shared, refcounted and

@@ -1635,6 +1635,12 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   if constexpr (kSpawnSharesMemory) {
     // CLONE_VM without CLONE_VFORK: the parent goes on while the shell waits
     // (it only runs async-signal-safe code on its own stack until execve).
+    // It shares the spawning thread's TLS, errno included: its failing calls
+    // during set-up (mkdir EEXIST, masks ENOENT) run after the params were
+    // sent, i.e. while the creating thread blocks on the error pipe (inline
+    // spawn) or while the refill thread spawns the next shell, whose error
+    // classification may then be wrong: that spawn fails and is retried.
+    // Nothing the create returns depends on it.
     sh->stack = std::make_unique<ChildStacks>();
     RETURN_IF_ERROR(sh->stack->Map(1));
     pid = ::clone([](void* pl) -> int { InitChild(*static_cast<const InitPlan*>(pl)); }, sh->stack->Top(0),
