@@ -426,6 +426,8 @@ for r in rounds:
     m["seconds"] += r["seconds"]
     m["retries"] += r.get("retries", 0)
     m["round_rates"].append(r["rate"])
+    if "create_p50_us" in r:
+        m.setdefault("create", []).append((r["create_p50_us"], r["create_p99_us"]))
 
 def pct(xs, q):
     return xs[max(0, min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5)))]
@@ -452,6 +454,12 @@ for m in [rows[n] for n in order] + skipped:
     per = " / ".join(f"{x:.0f}" for x in m["round_rates"])
     print(f"| {m['name']}{extra} | {m['iterations']} | {m['rate']:.1f} | {m['p50_us'] / 1e3:.2f} | "
           f"{m['p90_us'] / 1e3:.2f} | {m['p99_us'] / 1e3:.2f} | {rr} | {pr} | {per} |")
+notes = [m for m in (rows[n] for n in order) if m.get("ok") and m.get("create")]
+if notes:
+    print()
+    for m in notes:
+        per = " / ".join(f"{a / 1e3:.2f}, {b / 1e3:.2f}" for a, b in m["create"])
+        print(f"- {m['name']}: the create RPC alone, p50, p99 ms per round: {per}")
 PY
 )
 

@@ -262,6 +262,14 @@ class SandboxesService final : public v1::Sandboxes::Service {
     r.ttl_s = req->ttl_s();
     r.job = req->job();
     r.idle_timeout_s = req->idle_timeout_s();
+    // A create that waits in the node's admission queue gives up at the
+    // RPC's deadline or when the client goes away.
+    if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
+      r.deadline = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       ctx->deadline() - std::chrono::system_clock::now());
+    }
+    r.cancelled = [ctx] { return ctx->IsCancelled(); };
     StatusOr<node::SandboxInfo> info = impl_->m_->Create(r);
     if (!info.ok()) return ToGrpcStatus(info.status());
     if (ctx->IsCancelled()) {

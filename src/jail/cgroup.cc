@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -171,17 +172,27 @@ class CgroupV1 : public Cgroup {
   Status SetLimits(const CgroupLimits& l) override {
     if (l.cpu_millis && hiers_.count("cpu")) {
       const std::string& d = hiers_.at("cpu");
-      RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
+      // Every write of the period or the quota walks all of the host's task
+      // groups (tg_set_cfs_bandwidth -> __cfs_schedulable): at thousands of
+      // sandboxes that is the costliest step of a create. A new cgroup
+      // already has the default period: only the quota is written then.
+      auto period = ReadFile(d + "/cpu.cfs_period_us");
+      if (!period || absl::StripAsciiWhitespace(*period) != std::to_string(kCfsPeriodUs))
+        RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
       RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_quota_us",
                                 std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000)));
       RETURN_IF_ERROR(WriteFile(d + "/cpu.shares", std::to_string(std::max<uint64_t>(2, l.cpu_millis * 1024ull / 1000))));
     }
     if (l.memory_bytes && hiers_.count("memory")) {
       const std::string& d = hiers_.at("memory");
-      RETURN_IF_ERROR(WriteFile(d + "/memory.limit_in_bytes", std::to_string(l.memory_bytes)));
-      if (Exists(d + "/memory.memsw.limit_in_bytes")) {
-        RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", std::to_string(l.memory_bytes)));
-      }
+      const std::string v = std::to_string(l.memory_bytes);
+      const bool memsw = Exists(d + "/memory.memsw.limit_in_bytes");
+      // memsw must stay >= the memory limit: when raising both (a cgroup
+      // that had limits already, e.g. a warm shell's), memsw goes first.
+      if (!WriteFile(d + "/memory.limit_in_bytes", v).ok() && memsw)
+        RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", v));
+      RETURN_IF_ERROR(WriteFile(d + "/memory.limit_in_bytes", v));
+      if (memsw) RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", v));
     }
     if (l.pids && hiers_.count("pids")) {
       RETURN_IF_ERROR(WriteFile(hiers_.at("pids") + "/pids.max", std::to_string(l.pids)));
@@ -366,6 +377,23 @@ class CgroupManagerV1 : public CgroupManager {
     }
     if (found.empty()) return absl::NotFoundError("cgroup " + rel + " not found");
     return std::unique_ptr<Cgroup>(new CgroupV1(rel, std::move(found)));
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (from.empty() || to.empty() || from.find('/') != std::string::npos || to.find('/') != std::string::npos)
+      return absl::InvalidArgumentError("cgroup rename: '" + from + "' -> '" + to + "' must be direct children");
+    std::vector<std::string> done;  // bases renamed so far
+    for (const auto& [c, base] : bases_) {
+      const std::string a = base + "/" + from, b = base + "/" + to;
+      if (::rename(a.c_str(), b.c_str()) == 0) {
+        done.push_back(base);
+        continue;
+      }
+      Status st = ErrnoToStatus(errno, "rename(" + a + ", " + b + ")");
+      for (const auto& d : done) (void)::rename((d + "/" + to).c_str(), (d + "/" + from).c_str());
+      return st;
+    }
+    return absl::OkStatus();
   }
 
  private:

@@ -122,6 +122,17 @@ class CgroupManager {
                                                   const CgroupLimits& limits) = 0;
   // An existing cgroup (nothing is created); NotFound if absent everywhere.
   virtual StatusOr<std::unique_ptr<Cgroup>> Open(const std::string& rel) = 0;
+  // Renames <subtree>/<from> to <subtree>/<to> (both direct children of the
+  // subtree root) in every hierarchy, processes and limits staying where they
+  // are: how a pre-spawned warm shell's cgroup takes its sandbox's name
+  // (issue 3 "fast"). v1 only (cgroupfs v1 supports rename(2) within one
+  // parent); v2's cgroupfs refuses rename: Unimplemented. On failure nothing
+  // is renamed (earlier hierarchies are renamed back).
+  virtual Status Rename(const std::string& from, const std::string& to) {
+    (void)from;
+    (void)to;
+    return absl::UnimplementedError("cgroup rename is not supported by cgroup v" + std::to_string(version()));
+  }
 };
 
 }  // namespace warren::jail

@@ -34,6 +34,9 @@ constexpr uint32_t kMaxOpenFiles = 1048576;
 constexpr size_t kMaxLabels = 64;
 constexpr size_t kMaxEnvBytes = 1 << 20;
 constexpr auto kCreateWaitBound = std::chrono::minutes(10);
+// Longest a create waits in the admission queue when its request has no
+// (earlier) deadline.
+constexpr auto kMaxCreateQueueWait = std::chrono::minutes(5);
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -387,25 +390,82 @@ void AddTransition(nlohmann::json& transitions, SandboxState s, const std::strin
 }
 }  // namespace
 
+// Admission: at most max_creates_in_flight creates run; later ones wait in a
+// FIFO queue (tickets, served strictly in order) of at most max_create_queue,
+// each until its deadline (bounded by kMaxCreateQueueWait) or until its client
+// cancels. Refused at once only when the queue is full or the table is.
+Status SandboxManager::AdmitCreate(const CreateRequest& request) {
+  const NodeLimits& lim = options_.limits;
+  const uint32_t max_queue = lim.max_create_queue == 0 ? 1024 : lim.max_create_queue;
+  std::unique_lock<std::mutex> l(mu_);
+  auto table_full = [&]() -> Status {
+    return absl::ResourceExhaustedError("node full: " + std::to_string(table_.size()) + " sandboxes (max " +
+                                        std::to_string(lim.max_sandboxes) + "), retry later or on another node");
+  };
+  if (table_.size() >= lim.max_sandboxes) return table_full();
+  if (creates_in_flight_ < lim.max_creates_in_flight && create_queue_.empty()) {
+    ++creates_in_flight_;
+    return absl::OkStatus();
+  }
+  if (create_queue_.size() >= max_queue) {
+    return absl::ResourceExhaustedError("node busy: " + std::to_string(creates_in_flight_) +
+                                        " creates in flight (--max-creates-in-flight=" +
+                                        std::to_string(lim.max_creates_in_flight) + ") and the create queue is full (" +
+                                        std::to_string(create_queue_.size()) + " waiting, --max-create-queue=" +
+                                        std::to_string(max_queue) + "), retry");
+  }
+  const uint64_t ticket = next_ticket_++;
+  create_queue_.push_back(ticket);
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = std::min(request.deadline, start + kMaxCreateQueueWait);
+  Status result;
+  for (;;) {
+    if (create_queue_.front() == ticket && creates_in_flight_ < lim.max_creates_in_flight) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) {
+      result = absl::DeadlineExceededError(
+          "create waited " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+          " ms in the create queue (" + std::to_string(creates_in_flight_) + " creates in flight, max " +
+          std::to_string(lim.max_creates_in_flight) + ") and reached its deadline");
+      break;
+    }
+    if (request.cancelled) {
+      l.unlock();
+      const bool gone = request.cancelled();
+      l.lock();
+      if (gone) {
+        result = absl::CancelledError("create cancelled by the client while queued");
+        break;
+      }
+    }
+    // Woken by every release; the poll slice only serves `cancelled`.
+    admit_cv_.wait_until(l, std::min(until, now + std::chrono::milliseconds(100)));
+  }
+  create_queue_.erase(std::find(create_queue_.begin(), create_queue_.end(), ticket));
+  if (result.ok()) {
+    if (table_.size() >= lim.max_sandboxes) {
+      result = table_full();
+    } else {
+      ++creates_in_flight_;
+    }
+  }
+  l.unlock();
+  admit_cv_.notify_all();  // the next ticket may now be at the front
+  return result;
+}
+
+void SandboxManager::ReleaseCreateSlotLocked() {
+  --creates_in_flight_;
+  admit_cv_.notify_all();
+}
+
 StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
   ASSIGN_OR_RETURN(CreateRequest spec, Normalize(request));
   Rollback rollback;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (creates_in_flight_ >= options_.limits.max_creates_in_flight) {
-      return absl::ResourceExhaustedError("node busy: " + std::to_string(creates_in_flight_) +
-                                          " creates in flight, retry");
-    }
-    if (table_.size() >= options_.limits.max_sandboxes) {
-      return absl::ResourceExhaustedError(
-          "node full: " + std::to_string(table_.size()) + " sandboxes (max " +
-          std::to_string(options_.limits.max_sandboxes) + "), retry later or on another node");
-    }
-    ++creates_in_flight_;
-  }
+  RETURN_IF_ERROR(AdmitCreate(spec));
   rollback.Add([this] {
     std::lock_guard<std::mutex> l(mu_);
-    --creates_in_flight_;
+    ReleaseCreateSlotLocked();
   });
   std::string id = NewId();
   if (id.empty()) return absl::InternalError("could not draw a unique sandbox id");
@@ -519,7 +579,7 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
   SandboxInfo info;
   {
     std::lock_guard<std::mutex> l(mu_);
-    --creates_in_flight_;
+    ReleaseCreateSlotLocked();
     e->info.state = SandboxState::kRunning;
     info = InfoOf(*e);
   }
@@ -763,6 +823,7 @@ NodeCounters SandboxManager::Counters() const {
   NodeCounters c;
   c.sandboxes = static_cast<uint32_t>(table_.size());
   c.creates_in_flight = creates_in_flight_;
+  c.creates_queued = static_cast<uint32_t>(create_queue_.size());
   c.started_at_ns = started_at_ns_;
   c.cpus = options_.limits.cpus;
   c.memory_mb = options_.limits.memory_mb;

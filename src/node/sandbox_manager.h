@@ -3,7 +3,8 @@
 // persisted records under <state_dir>/sandboxes/<id>.json.
 //
 // Lifecycle of a sandbox on this node:
-//   Create:  validate → admit (bounded creates in flight, bounded table) →
+//   Create:  validate → admit (bounded creates in flight, the rest wait in a
+//            bounded FIFO queue; bounded table) →
 //            resolve layers → persist "creating" record → mkdir
 //            <state_dir>/run/<id> → Acquire each layer → Backend::Create →
 //            persist "running" record (with Sandbox::Record()).
@@ -39,7 +40,9 @@
 // Thread-safe. Errors (absl::Status): InvalidArgument naming the field and
 // value; NotFound for unknown ids or layers; FailedPrecondition for a
 // sandbox that is not running; ResourceExhausted (retryable) when admission
-// refuses or the state dir is full.
+// refuses (table full, create queue full) or the state dir is full;
+// DeadlineExceeded / Cancelled when a create's deadline passed or its client
+// went away while it waited in the create queue.
 #pragma once
 
 #include <atomic>
@@ -47,6 +50,7 @@
 #include <condition_variable>
 #include <functional>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,6 +89,12 @@ struct CreateRequest {
   uint32_t ttl_s = 0;
   std::string job;
   uint32_t idle_timeout_s = 0;      // 0 = none
+  // Admission queue (issue 3 "fast"): how long this create may wait for a
+  // create slot (the RPC's deadline); default: no deadline of its own (the
+  // queue's bound, kMaxCreateQueueWait, still applies). `cancelled`, if set,
+  // is polled while waiting (the RPC's client went away).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::function<bool()> cancelled;
 };
 
 // A snapshot of one table entry.
@@ -148,6 +158,10 @@ struct NodeLimits {
   uint64_t memory_mb = 0;      // 0 = probe (MemTotal)
   uint32_t max_sandboxes = 0;  // 0 = 16384
   uint32_t max_creates_in_flight = 0;  // 0 = 4 × cpus
+  // Creates beyond max_creates_in_flight wait in a FIFO queue of at most
+  // this many (0 = 1024) instead of being refused; a create that finds the
+  // queue full gets ResourceExhausted ("create queue is full").
+  uint32_t max_create_queue = 0;
 };
 
 struct ManagerOptions {
@@ -169,6 +183,7 @@ struct SandboxMemory {
 struct NodeCounters {
   uint32_t sandboxes = 0;
   uint32_t creates_in_flight = 0;
+  uint32_t creates_queued = 0;  // waiting for a create slot
   int64_t started_at_ns = 0;
   uint32_t cpus = 0;
   uint64_t memory_mb = 0;
@@ -325,6 +340,12 @@ class SandboxManager {
   std::condition_variable cv_;  // an entry left kCreating or finished destroying
   std::map<std::string, std::shared_ptr<Entry>> table_;
   uint32_t creates_in_flight_ = 0;
+  // Create admission queue (FIFO of tickets, guarded by mu_): see Create.
+  std::condition_variable admit_cv_;
+  std::deque<uint64_t> create_queue_;
+  uint64_t next_ticket_ = 0;
+  Status AdmitCreate(const CreateRequest& request);  // takes a create slot (mu_ not held)
+  void ReleaseCreateSlotLocked();                     // mu_ held
 
   std::mutex sweep_mu_;
   std::condition_variable sweep_cv_;

@@ -60,6 +60,8 @@ struct Flags {
   std::string log_format = "text";
   uint32_t max_sandboxes = 0;
   uint32_t max_creates_in_flight = 0;
+  uint32_t max_create_queue = 0;
+  int32_t warm_shells = -1;  // -1 = 2 x cpus
   int64_t mount_grace_ms = 60000;
   // fncall (issue 5)
   std::string http_listen;
@@ -247,6 +249,9 @@ int Run(const Flags& flags) {
 
   runtime::ContainerOptions copt;
   copt.init_path = *init;
+  copt.warm_shells = flags.warm_shells >= 0
+                         ? static_cast<uint32_t>(flags.warm_shells)
+                         : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   StatusOr<std::unique_ptr<runtime::Backend>> container = runtime::NewContainerBackend(copt);
   if (!container.ok()) return fail(container.status());
   std::vector<std::unique_ptr<runtime::Backend>> backends;
@@ -262,6 +267,7 @@ int Run(const Flags& flags) {
   mopt.state_dir = flags.state_dir;
   mopt.limits.max_sandboxes = flags.max_sandboxes;
   mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
+  mopt.limits.max_create_queue = flags.max_create_queue;
   mopt.suspend_prefetch = flags.suspend_prefetch;
   {
     node::SuspendSwapOptions so;
@@ -398,6 +404,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-sandboxes", f.max_sandboxes, "admission: max sandboxes (0 = 16384)");
   app.add_option("--max-creates-in-flight", f.max_creates_in_flight,
                  "admission: max concurrent creates (0 = 4 x cpus)");
+  app.add_option("--max-create-queue", f.max_create_queue,
+                 "admission: creates beyond --max-creates-in-flight wait in a FIFO queue of at most this many "
+                 "(until their deadline) before RESOURCE_EXHAUSTED (0 = 1024)");
+  app.add_option("--warm-shells", f.warm_shells,
+                 "container: keep this many pre-spawned sandbox shells (namespaces + cgroup, waiting for a "
+                 "rootfs) so that a create skips the fork and cgroup attach (-1 = 2 x cpus, 0 = off)")
+      ->capture_default_str();
   app.add_option("--mount-grace-ms", f.mount_grace_ms,
                  "keep an unused layer mount this long before unmounting")
       ->capture_default_str();

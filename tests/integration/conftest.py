@@ -36,6 +36,9 @@ BASE = "base/debian-12@1"
 # ids, and the cgroups named after them, start with "<node id>-").
 NODE_PREFIX = f"it{os.getpid()}"
 
+# warrend's default --warm-shells (2 x cpus): pre-spawned shells a daemon keeps.
+WARM_SHELLS_DEFAULT = 2 * (os.cpu_count() or 1)
+
 # Documented cap (README "Limits"): warrend's resident memory may grow by at
 # most this much while serving execs with huge outputs (default output cap
 # 16 MiB per stream).
@@ -63,7 +66,7 @@ class Daemon:
     several nodes)."""
 
     def __init__(self, root: Path, name: str, layer_store: Path, node_id: str,
-                 state_dir: Optional[Path] = None):
+                 state_dir: Optional[Path] = None, extra_args: Iterable[str] = ()):
         self.root = root
         self.name = name
         self.state_dir = state_dir or root / f"{name}-state"
@@ -73,6 +76,8 @@ class Daemon:
         self.log_path = root / f"{name}.log"
         self.proc: Optional[subprocess.Popen] = None
         self.client: Optional[warren.Client] = None
+        self.extra_args = list(extra_args)  # more warrend flags
+        self.past_pids: List[int] = []  # every pid this daemon ran as (warm shell cgroups are named by it)
 
     @property
     def pid(self) -> int:
@@ -89,9 +94,10 @@ class Daemon:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [str(WARREND), "--state-dir", str(self.state_dir), "--socket", str(self.socket),
-             "--layer-store", str(self.layer_store), "--node-id", self.node_id],
+             "--layer-store", str(self.layer_store), "--node-id", self.node_id] + self.extra_args,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root)
         log.close()
+        self.past_pids.append(self.proc.pid)
         self.client = warren.Client("unix:" + str(self.socket))
         deadline = time.monotonic() + timeout
         while True:
@@ -385,7 +391,30 @@ def sandbox_processes(daemon_pids: Iterable[int], node_ids: Iterable[str]) -> Se
                     _ours(path, node_ids):
                 found.add(pid)
                 break
+    # A live daemon's warm pool (--warm-shells, default 2 x cpus): its
+    # children still named "warren-shell" come and go with every create; they
+    # are no leak while there are at most the pool's size of them.
+    shells: Dict[int, Set[int]] = {}
+    for p in found:
+        if p in table and table[p][1] == "warren-shell" and table[p][0] in roots:
+            shells.setdefault(table[p][0], set()).add(p)
+    for ppid, ps in shells.items():
+        if len(ps) <= WARM_SHELLS_DEFAULT:
+            found -= ps
     return {f"{p}:{table[p][1]}" for p in found if p in table}
+
+
+def wait_warm_pool(daemon: "Daemon", timeout: float = 10.0) -> None:
+    """Waits (bounded) until a daemon started with the default --warm-shells
+    holds its full pool of shells (each holds a few fds in the daemon), so
+    that counts of the daemon's fds/children compare like with like."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        table = _proc_table()
+        if sum(1 for ppid, comm, state in table.values()
+               if ppid == daemon.pid and comm == "warren-shell" and state != "Z") >= WARM_SHELLS_DEFAULT:
+            return
+        time.sleep(0.05)
 
 
 def host_snapshot(daemons: Iterable[Daemon], extra_roots: Iterable[Path] = ()) -> Dict[str, Set[str]]:
@@ -397,8 +426,14 @@ def host_snapshot(daemons: Iterable[Daemon], extra_roots: Iterable[Path] = ()) -
     node_ids = [d.node_id for d in daemons]
     snap: Dict[str, Set[str]] = {}
     snap["cgroup"] = set()
+    # Warm shell cgroups ("shell-<daemon pid>-<n>") of a daemon pid that is
+    # no longer running: the next start of the daemon must have swept them.
+    live_pids = {d.pid for d in daemons if d.proc and d.proc.poll() is None}
+    dead_pids = {str(p) for d in daemons for p in d.past_pids if p not in live_pids}
     for key, d in cgroup_dirs().items():
-        snap["cgroup"] |= {f"{key}:{p}" for p in _walk_dirs(d) if _ours(p, node_ids)}
+        snap["cgroup"] |= {f"{key}:{p}" for p in _walk_dirs(d) if _ours(p, node_ids) or
+                           any(c.startswith("shell-") and c.split("-")[1:2] == [dp]
+                               for c in p.split("/") for dp in dead_pids)}
     roots = [d.root for d in daemons] + [d.state_dir for d in daemons] + list(extra_roots)
     mps: Set[str] = set()
     for mi in [Path("/proc/self/mountinfo")] + [Path(f"/proc/{d.pid}/mountinfo")

@@ -723,9 +723,13 @@ class Client:
         2048, disk_mb 1024, pids 1024, open_files 1024, tmpfs_mb 256). ttl_s: seconds of
         life, None = none. timeout: RPC deadline in seconds (None = none).
 
+        When the node already runs its maximum of creates, this one waits in
+        the node's FIFO create queue (up to `timeout`, if given).
+
         Raises InvalidArgument (bad layer ref, limit, env key, workdir, ...),
-        NotFound (unknown layer), ResourceExhausted (node full / busy / disk
-        full: retryable), Unavailable (daemon unreachable: retryable).
+        NotFound (unknown layer), ResourceExhausted (node full / create queue
+        full / disk full: retryable), DeadlineExceeded (timeout passed, also
+        while queued), Unavailable (daemon unreachable: retryable).
         """
         req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
                               open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,

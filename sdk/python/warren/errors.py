@@ -102,7 +102,7 @@ class PermissionDenied(WarrenError):
 
 
 class ResourceExhausted(WarrenError):
-    """Admission refused (node full, too many creates in flight, disk full).
+    """Admission refused (node full, create queue full, disk full).
 
     Retryable: the message carries a retry hint.
     """

@@ -34,6 +34,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -45,6 +46,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -224,22 +228,81 @@ class ChildStacks {
 };
 
 // ------------------------------------------------------------------ plans
-// Everything the sandbox's first process needs, prepared before clone.
+// What the sandbox's first process needs that does not depend on the
+// sandbox, prepared before clone. The first process is spawned as a "shell"
+// (namespaces made, cgroup joined by the parent) that waits for the
+// sandbox-specific part (InitParams + the rootfs and upper fds, one message on
+// the socket), so that a shell can be spawned ahead of time (warm pool).
 struct InitPlan {
   int sock = -1;       // child end of the SCM_RIGHTS socketpair
   int err_fd = -1;     // write end of the error pipe (O_CLOEXEC: EOF = exec ok)
   int init_exe = -1;   // O_PATH fd of warren-init
   int last_cap = 40;
-  std::string hostname;
-  std::string rootfs;  // spec.dir/rootfs
-  std::string shm_opts;
-  // Density (see SharedMounts): after rootfs and upper, the parent sends the
-  // /dev mount (a dir of the upper's tmpfs), then, when set, clones of the
-  // backend's shared read-only sysfs and mask mounts.
+  // Density (see SharedMounts): after the params message, the parent sends
+  // the /dev mount (a dir of the upper's tmpfs), then, when set, clones of
+  // the backend's shared read-only sysfs and mask mounts.
   bool shared_sysfs = false, shared_mask = false;
-  std::vector<jail::RlimitSetting> rlimits;
   const jail::SeccompProgram* seccomp = nullptr;
 };
+
+// The sandbox-specific part, sent with the rootfs mount and upper dir fds.
+struct InitParams {
+  char hostname[64];   // NUL-terminated, at most 63 bytes
+  char shm_opts[96];   // mount options of /dev/shm
+  uint64_t nofile;
+  char rootfs[1024];   // spec.dir/rootfs, NUL-terminated
+};
+
+// Async-signal-safe: receives the InitParams message with its two fds
+// (rootfs, upper). 0 on success, -EPIPE if the parent closed the socket (gave
+// up), -EBADF/-EPROTO for a malformed message.
+int RecvInitParams(int sock, InitParams* p, int* rootfs, int* upper) {
+  char cbuf[CMSG_SPACE(2 * sizeof(int))];
+  memset(cbuf, 0, sizeof cbuf);
+  iovec iov{p, sizeof *p};
+  msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof cbuf;
+  ssize_t n;
+  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  if (n <= 0) return -EPIPE;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(2 * sizeof(int))) return -EBADF;
+  int fds[2];
+  memcpy(fds, CMSG_DATA(c), sizeof fds);
+  *rootfs = fds[0];
+  *upper = fds[1];
+  if (n != static_cast<ssize_t>(sizeof *p)) return -EPROTO;
+  p->hostname[sizeof p->hostname - 1] = '\0';
+  p->shm_opts[sizeof p->shm_opts - 1] = '\0';
+  p->rootfs[sizeof p->rootfs - 1] = '\0';
+  return 0;
+}
+
+int SendInitParams(int sock, const InitParams& p, int rootfs, int upper) {
+  char cbuf[CMSG_SPACE(2 * sizeof(int))];
+  memset(cbuf, 0, sizeof cbuf);
+  iovec iov{const_cast<InitParams*>(&p), sizeof p};
+  msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof cbuf;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {rootfs, upper};
+  memcpy(CMSG_DATA(c), fds, sizeof fds);
+  ssize_t n;
+  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof p)) return 0;
+  return n < 0 ? -errno : -EPIPE;
+}
 
 const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 const char* const kMaskFiles[] = {"proc/kcore",       "proc/sysrq-trigger", "proc/keys",        "proc/kpagecount",
@@ -260,20 +323,24 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   // clears this at the setresuid below, so a running sandbox is not tied to
   // the daemon's life.
   (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Until it execs warren-init, a (warm) shell: tell it apart in ps/comm.
+  (void)::prctl(PR_SET_NAME, "warren-shell", 0, 0, 0);
   ::umask(0);
-  // 1. Wait for the parent: maps written, cgroup joined, rootfs mount sent.
+  // 1. Wait for the parent: maps written, cgroup joined, then (maybe much
+  // later, for a warm shell) the sandbox's params and rootfs mount sent.
   // Every inherited fd but ours goes first: copies of the daemon's end of
   // this socket, or of another concurrent create's, would keep the receive
   // from seeing EOF if the daemon died before sending, and the child would
   // block forever holding the daemon's listening socket.
   CloseAllFdsExcept({p.sock, p.err_fd, p.init_exe});
-  const int rootfs = jail::RecvFd(p.sock);
-  if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
-  if (rootfs < 0) jail::ChildFail(e, kStepRecvRootfs, -rootfs);
   // The upper dir: warren-init keeps it open (argv[1]) so that a restarted
   // daemon can reach the detached upper tmpfs through /proc/<init>/fd.
-  const int upper = jail::RecvFd(p.sock);
-  if (upper < 0) jail::ChildFail(e, kStepRecvUpper, -upper);
+  InitParams ip;
+  int rootfs = -1, upper = -1;
+  if (int rc = RecvInitParams(p.sock, &ip, &rootfs, &upper); rc != 0) {
+    if (rc == -EPIPE) ::_exit(1);  // parent gave up (or died): nothing to report
+    jail::ChildFail(e, kStepRecvRootfs, -rc);
+  }
   const int dev = jail::RecvFd(p.sock);
   if (dev < 0) jail::ChildFail(e, kStepRecvShared, -dev);
   const int sysfs = p.shared_sysfs ? jail::RecvFd(p.sock) : -1;
@@ -284,14 +351,14 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   // 2. Namespaces: the cgroup namespace is created only now, after the
   // parent placed us in the sandbox cgroup, so that it is rooted there.
   if (::unshare(CLONE_NEWCGROUP) != 0) jail::ChildFail(e, kStepUnshareCgroup, errno);
-  if (::sethostname(p.hostname.data(), p.hostname.size()) != 0) jail::ChildFail(e, kStepHostname, errno);
+  if (::sethostname(ip.hostname, strlen(ip.hostname)) != 0) jail::ChildFail(e, kStepHostname, errno);
   // 3. Mounts.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) jail::ChildFail(e, kStepPrivate, errno);
   // Still host uid 0 (owner of spec.dir) here: reach the mount point first.
-  if (MoveMount(rootfs, "", AT_FDCWD, p.rootfs.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+  if (MoveMount(rootfs, "", AT_FDCWD, ip.rootfs, MOVE_MOUNT_F_EMPTY_PATH) != 0)
     jail::ChildFail(e, kStepAttachRoot, errno);
   ::close(rootfs);
-  if (::chdir(p.rootfs.c_str()) != 0) jail::ChildFail(e, kStepChdirRoot, errno);
+  if (::chdir(ip.rootfs) != 0) jail::ChildFail(e, kStepChdirRoot, errno);
   // Become the sandbox's root (host uid_base) so that everything created from
   // now on belongs to it. Capabilities in the user namespace are kept.
   if (RawSetresgid(0) != 0 || RawSetresuid(0) != 0) jail::ChildFail(e, kStepSetId, errno);
@@ -325,7 +392,7 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
     jail::ChildFail(e, kStepMkdir, errno);
   if (::mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0)
     jail::ChildFail(e, kStepDevPts, errno);
-  if (::mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, p.shm_opts.c_str()) != 0)
+  if (::mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, ip.shm_opts) != 0)
     jail::ChildFail(e, kStepShm, errno);
   (void)::mount("mqueue", "dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
   if (sysfs >= 0) {
@@ -378,7 +445,11 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   if (nul < 0 || ::dup2(nul, 0) < 0 || ::dup2(nul, 1) < 0 || ::dup2(nul, 2) < 0) jail::ChildFail(e, kStepStdio, errno);
   if (nul > 2) ::close(nul);
   ::setsid();
-  if (int rc = jail::ApplyRlimits(p.rlimits.data(), p.rlimits.size()); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
+  {
+    const rlim_t nofile = static_cast<rlim_t>(ip.nofile);
+    const jail::RlimitSetting rl[] = {{RLIMIT_NOFILE, {nofile, nofile}}, {RLIMIT_CORE, {0, 0}}};
+    if (int rc = jail::ApplyRlimits(rl, 2); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
+  }
   if (int rc = jail::DropCapabilities(0, p.last_cap); rc != 0) jail::ChildFail(e, kStepCaps, -rc);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
   ::umask(022);
@@ -1439,19 +1510,6 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   return std::unique_ptr<Process>(std::move(proc));
 }
 
-// ------------------------------------------------------------------ backend
-class ContainerBackend : public Backend {
- public:
-  explicit ContainerBackend(std::shared_ptr<BackendState> st) : st_(std::move(st)) {}
-  std::string name() const override { return "container"; }
-  StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override;
-  StatusOr<std::unique_ptr<Sandbox>> Adopt(const nlohmann::json& record) override;
-  Status Cleanup(const nlohmann::json& record) override;
-
- private:
-  std::shared_ptr<BackendState> st_;
-};
-
 // Builds the detached overlay mount (tmpfs upper + idmapped lowers).
 // *upper_out receives an O_RDONLY directory fd on the upper dir (kept by the
 // daemon for snapshots; it pins the tmpfs until closed); *dev_out a detached
@@ -1661,101 +1719,389 @@ Status SendSharedMounts(const BackendState& st, int sock, UniqueFd dev) {
   return absl::OkStatus();
 }
 
+// ------------------------------------------------------------------ shells
+// A sandbox's first process before it knows its sandbox (see InitPlan): its
+// namespaces exist, its uid/gid maps are written, it has joined its cgroup
+// (named cg_rel) and waits on `sock` for the sandbox's params and rootfs.
+// Destroying a Shell that was not Release()d kills the process, reaps it and
+// removes its cgroup and uid slot: a failed or unused shell leaves nothing.
+struct Shell {
+  std::shared_ptr<BackendState> st;
+  uint32_t slot = 0;
+  bool has_slot = false;
+  pid_t pid = -1;
+  UniqueFd pidfd, sock, err_r, userns;
+  std::unique_ptr<jail::Cgroup> cg;
+  jail::CgroupLimits limits;  // set on cg at spawn
+  bool released = false;
+  // With kSpawnSharesMemory the shell shares the daemon's memory until it
+  // execs warren-init (no page-table copy at spawn, none to tear down at
+  // exec): it runs on `stack` and reads `plan`, both kept until it exec'd or
+  // was reaped (declared last: freed after the destructor's kill and reap).
+  std::unique_ptr<InitPlan> plan;
+  std::unique_ptr<ChildStacks> stack;
+
+  Shell() = default;
+  Shell(const Shell&) = delete;
+  Shell& operator=(const Shell&) = delete;
+  ~Shell() {
+    if (released) return;
+    if (pid > 0) {
+      (void)::kill(pid, SIGKILL);  // our un-reaped child: the pid cannot be reused
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (cg != nullptr) (void)cg->Destroy(milliseconds(5000));
+    if (has_slot) st->ReleaseSlot(slot);
+  }
+  // False once the process exited (a zombie included: its pidfd is readable).
+  bool Alive() const {
+    if (!pidfd.valid()) return false;
+    pollfd pfd{pidfd.get(), POLLIN, 0};
+    return ::poll(&pfd, 1, 0) == 0;
+  }
+};
+
+// Spawns a shell whose cgroup is <subtree>/<cg_rel> (with `limits`, may be
+// all-zero = unset). On error nothing is left.
+StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>& st, const std::string& cg_rel,
+                                            const jail::CgroupLimits& limits) {
+  auto sh = std::make_unique<Shell>();
+  sh->st = st;
+  ASSIGN_OR_RETURN(sh->slot, st->TakeSlot());
+  sh->has_slot = true;
+  const uid_t host_uid = st->HostUid(sh->slot);
+  ASSIGN_OR_RETURN(sh->cg, st->cgroups->Create(cg_rel, limits));
+  sh->limits = limits;
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> init_cg, sh->cg->CreateChild("init"));
+
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return Errno("socketpair");
+  UniqueFd sock_child(sp[1]);
+  sh->sock.reset(sp[0]);
+  UniqueFd err_w;
+  {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return Errno("pipe2");
+    sh->err_r.reset(p[0]);
+    err_w.reset(p[1]);
+  }
+  sh->plan = std::make_unique<InitPlan>();
+  InitPlan& plan = *sh->plan;
+  plan.sock = sock_child.get();
+  plan.err_fd = err_w.get();
+  plan.init_exe = st->init_exe.get();
+  plan.last_cap = st->last_cap;
+  plan.shared_sysfs = st->sysfs_mnt.valid();
+  plan.shared_mask = st->mask_mnt.valid();
+  plan.seccomp = st->have_seccomp ? &st->seccomp : nullptr;
+
+  constexpr int kShellNs = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
+  int pidfd_raw = -1;
+  pid_t pid;
+  if constexpr (kSpawnSharesMemory) {
+    // CLONE_VM without CLONE_VFORK: the parent goes on while the shell waits
+    // (it only runs async-signal-safe code on its own stack until execve).
+    // It shares the spawning thread's TLS, errno included: its failing calls
+    // during set-up (mkdir EEXIST, masks ENOENT) run after the params were
+    // sent, i.e. while the creating thread blocks on the error pipe (inline
+    // spawn) or while the refill thread spawns the next shell, whose error
+    // classification may then be wrong: that spawn fails and is retried.
+    // Nothing the create returns depends on it.
+    sh->stack = std::make_unique<ChildStacks>();
+    RETURN_IF_ERROR(sh->stack->Map(1));
+    pid = ::clone([](void* pl) -> int { InitChild(*static_cast<const InitPlan*>(pl)); }, sh->stack->Top(0),
+                  CLONE_VM | CLONE_PIDFD | kShellNs | SIGCHLD, &plan, &pidfd_raw);
+    if (pid < 0) return Errno("clone(sandbox init, CLONE_VM)");
+  } else {
+    pid = Clone3(CLONE_PIDFD | kShellNs, &pidfd_raw);
+    if (pid < 0) return Errno("clone3(sandbox init)");
+    if (pid == 0) InitChild(plan);
+  }
+  sh->pid = pid;
+  sh->pidfd.reset(pidfd_raw);
+  sock_child.reset();
+  err_w.reset();
+
+  const std::string proc = "/proc/" + std::to_string(pid);
+  const std::string map = "0 " + std::to_string(host_uid) + " " + std::to_string(st->options.uid_range) + "\n";
+  RETURN_IF_ERROR(WriteString(proc + "/uid_map", map));
+  RETURN_IF_ERROR(WriteString(proc + "/setgroups", "deny"));
+  RETURN_IF_ERROR(WriteString(proc + "/gid_map", map));
+  // v1: the init joins "init" where it exists (pids, freezer) and the
+  // sandbox cgroup itself only in the other hierarchies (memory, cpu):
+  // every cgroup.procs write takes the cgroup mutex (and may wait for an RCU
+  // grace period), so no write that a later one undoes.
+  if (!sh->cg->ChildrenCoverAllControllers()) {
+    const std::vector<std::string> sub = init_cg->dirs();
+    for (const std::string& d : sh->cg->dirs()) {
+      if (std::find(sub.begin(), sub.end(), d + "/init") == sub.end())
+        RETURN_IF_ERROR(WriteString(d + "/cgroup.procs", std::to_string(pid)));
+    }
+  }
+  RETURN_IF_ERROR(init_cg->AddProcess(pid));
+  sh->userns.reset(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!sh->userns.valid()) return Errno("open(" + proc + "/ns/user)");
+  return sh;
+}
+
+// The warm pool: keeps `target` shells spawned by a background thread (nice
+// 10) so that a create skips the fork and the cgroup attach. Shell cgroups
+// are named "shell-<daemon pid>-<n>" and renamed to the sandbox id when taken
+// (v1; v2 keeps the name, recorded in the sandbox record). Shells die with
+// the daemon: the pool's destructor kills them; if the daemon is killed they
+// get SIGKILL (PR_SET_PDEATHSIG, the refill thread is their parent) or see
+// their socket close; their empty cgroups are removed by the next daemon
+// (SweepStaleShellCgroups).
+class ShellPool {
+ public:
+  ShellPool(std::shared_ptr<BackendState> st, uint32_t target) : st_(std::move(st)), target_(target) {}
+  ~ShellPool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    shells_.clear();  // kills them, removes their cgroups
+  }
+  uint32_t target() const { return target_; }
+  // Limits of the latest create: new shells get them ahead of time, so that
+  // a create asking the same (the common case: one trainer's sandboxes are
+  // alike) writes no limit on its critical path.
+  void Predict(const jail::CgroupLimits& l) {
+    std::lock_guard<std::mutex> g(mu_);
+    predicted_ = l;
+  }
+  // A live shell, or nullptr when the pool is empty (the caller spawns one).
+  // The first call starts the refill thread (after the node re-adopted its
+  // sandboxes, so shells never hold a uid slot a recorded sandbox needs).
+  std::unique_ptr<Shell> Take() {
+    std::unique_ptr<Shell> out;
+    std::vector<std::unique_ptr<Shell>> dead;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!started_) {
+        started_ = true;
+        thread_ = std::thread([this] { Loop(); });
+      }
+      while (!shells_.empty() && out == nullptr) {
+        std::unique_ptr<Shell> s = std::move(shells_.front());
+        shells_.pop_front();
+        if (s->Alive()) {
+          out = std::move(s);
+        } else {
+          dead.push_back(std::move(s));
+        }
+      }
+    }
+    cv_.notify_all();
+    return out;  // `dead` ones are destroyed here, outside the lock
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> l(mu_);
+    return shells_.size();
+  }
+
+ private:
+  void Loop() {
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+    int failures = 0;
+    for (;;) {
+      std::vector<std::unique_ptr<Shell>> dead;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        // Every second, shells that died (killed from outside) are dropped
+        // (reaped, cgroup removed) and replaced.
+        while (!stop_ && shells_.size() >= target_) {
+          cv_.wait_for(l, std::chrono::seconds(1));
+          for (auto it = shells_.begin(); it != shells_.end();) {
+            if ((*it)->Alive()) {
+              ++it;
+            } else {
+              dead.push_back(std::move(*it));
+              it = shells_.erase(it);
+            }
+          }
+        }
+        if (stop_) return;
+      }
+      dead.clear();
+      jail::CgroupLimits lim;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        lim = predicted_;
+      }
+      auto sh = SpawnShell(st_, "shell-" + std::to_string(::getpid()) + "-" + std::to_string(seq_++), lim);
+      if (!sh.ok()) {
+        // Out of slots, pids, ...: back off (bounded), creates spawn inline meanwhile.
+        failures = std::min(failures + 1, 6);
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait_for(l, milliseconds(50 << failures), [&] { return stop_; });
+        if (stop_) return;
+        continue;
+      }
+      failures = 0;
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;  // *sh dies with this scope
+      shells_.push_back(std::move(*sh));
+    }
+  }
+
+  std::shared_ptr<BackendState> st_;
+  const uint32_t target_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Shell>> shells_;
+  bool started_ = false, stop_ = false;
+  jail::CgroupLimits predicted_;  // guarded by mu_
+  uint64_t seq_ = 0;  // refill thread only
+  std::thread thread_;
+};
+
+// Removes the empty shell cgroups ("shell-<pid>-<n>") of daemons that are
+// gone (a killed daemon's shells die, their cgroups stay). A cgroup still
+// holding a process (a sandbox adopted under a v2 shell name) is left alone:
+// rmdir refuses it.
+void SweepStaleShellCgroups(BackendState& st) {
+  auto root = st.cgroups->Open("");
+  if (!root.ok()) return;
+  std::set<std::string> names;
+  for (const std::string& d : (*root)->dirs()) {
+    DIR* dp = ::opendir(d.c_str());
+    if (dp == nullptr) continue;
+    for (int i = 0; i < 1 << 20; ++i) {
+      dirent* de = ::readdir(dp);
+      if (de == nullptr) break;
+      if (de->d_type == DT_DIR && strncmp(de->d_name, "shell-", 6) == 0) names.insert(de->d_name);
+    }
+    ::closedir(dp);
+  }
+  for (const std::string& n : names) {
+    std::vector<std::string> f = absl::StrSplit(n, '-');
+    pid_t owner = 0;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[1], &owner) || owner <= 0) continue;
+    if (::kill(owner, 0) == 0) continue;  // its daemon (maybe this process) may still run
+    if (auto cg = st.cgroups->Open(n); cg.ok()) (void)(*cg)->Remove();
+  }
+}
+
+// ------------------------------------------------------------------ backend
+class ContainerBackend : public Backend {
+ public:
+  explicit ContainerBackend(std::shared_ptr<BackendState> st) : st_(std::move(st)) {
+    if (st_->options.warm_shells > 0) pool_ = std::make_unique<ShellPool>(st_, st_->options.warm_shells);
+  }
+  std::string name() const override { return "container"; }
+  StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override;
+  StatusOr<std::unique_ptr<Sandbox>> Adopt(const nlohmann::json& record) override;
+  Status Cleanup(const nlohmann::json& record) override;
+
+ private:
+  // Turns a shell into the sandbox `spec` (cgroup named and limited, rootfs
+  // built and sent, warren-init exec'd).
+  StatusOr<std::unique_ptr<Sandbox>> FinishShell(std::unique_ptr<Shell> sh, const SandboxSpec& spec,
+                                                 const jail::CgroupLimits& lim, bool limits_set);
+
+  std::shared_ptr<BackendState> st_;
+  std::unique_ptr<ShellPool> pool_;  // null: --warm-shells 0
+};
+
 StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& in) {
   SandboxSpec spec = in;
   if (!ValidId(spec.id)) return absl::InvalidArgumentError("bad sandbox id '" + spec.id + "'");
   if (spec.dir.empty() || spec.dir[0] != '/') return absl::InvalidArgumentError("sandbox dir must be absolute");
   if (spec.lower_dirs.empty()) return absl::InvalidArgumentError("sandbox needs at least one lower dir");
   if (spec.hostname.empty()) spec.hostname = spec.id.substr(0, 63);
-  Rollback rb;
-
-  ASSIGN_OR_RETURN(uint32_t slot, st_->TakeSlot());
-  rb.Add([this, slot] { st_->ReleaseSlot(slot); });
-  const uid_t host_uid = st_->HostUid(slot);
-
+  if (spec.dir.size() + sizeof "/rootfs" > sizeof InitParams{}.rootfs)
+    return absl::InvalidArgumentError("sandbox dir '" + spec.dir + "' is too long (max " +
+                                      std::to_string(sizeof InitParams{}.rootfs - sizeof "/rootfs") + " bytes)");
   jail::CgroupLimits lim;
   lim.cpu_millis = spec.resources.cpu_millis;
   lim.memory_bytes = uint64_t{spec.resources.memory_mb} << 20;
   lim.pids = spec.resources.pids;
-  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Create(spec.id, lim));
-  rb.Add([this, id = spec.id] {
-    if (auto c = st_->cgroups->Open(id); c.ok()) (void)(*c)->Destroy(milliseconds(5000));
-  });
-  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> init_cg, cg->CreateChild("init"));
+  // Every container sandbox can start from a warm shell today (the shell
+  // fixes only what all sandboxes share: namespaces, id range, seccomp);
+  // an option a shell could not provide would take the spawn path below.
+  if (pool_ != nullptr) {
+    pool_->Predict(lim);
+    if (std::unique_ptr<Shell> sh = pool_->Take()) {
+      StatusOr<std::unique_ptr<Sandbox>> sb = FinishShell(std::move(sh), spec, lim, false);
+      // A shell killed under us (Aborted) was cleaned up: spawn one instead.
+      if (sb.ok() || sb.status().code() != absl::StatusCode::kAborted) return sb;
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Shell> sh, SpawnShell(st_, spec.id, lim));
+  return FinishShell(std::move(sh), spec, lim, true);
+}
 
+StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr<Shell> sh, const SandboxSpec& spec,
+                                                                 const jail::CgroupLimits& lim, bool limits_set) {
+  if (sh->cg->rel() != spec.id) {
+    // A warm shell: its cgroup takes the sandbox's name (v1), or keeps its
+    // own (v2 cannot rename; the record names the cgroup).
+    Status rs = st_->cgroups->Rename(sh->cg->rel(), spec.id);
+    if (rs.ok()) {
+      ASSIGN_OR_RETURN(sh->cg, st_->cgroups->Open(spec.id));
+    } else if (rs.code() != absl::StatusCode::kUnimplemented) {
+      return rs;
+    }
+  }
+  if (!limits_set) {
+    const jail::CgroupLimits& had = sh->limits;
+    if (had.cpu_millis != lim.cpu_millis || had.memory_bytes != lim.memory_bytes || had.pids != lim.pids)
+      RETURN_IF_ERROR(sh->cg->SetLimits(lim));
+    sh->limits = lim;
+    // A warm shell inherited the refill thread's nice 10: its set-up is on
+    // this create's critical path now, and its processes are the sandbox's.
+    errno = 0;
+    const int nice_now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+    if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(sh->pid), nice_now) != 0)
+      return Errno("setpriority(shell " + std::to_string(sh->pid) + ", " + std::to_string(nice_now) + ")");
+  }
+  Rollback rb;
   const std::string rootfs = spec.dir + "/rootfs";
   if (::mkdir(rootfs.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir(" + rootfs + ")");
   rb.Add([rootfs] { ::rmdir(rootfs.c_str()); });
-
-  int sp[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return Errno("socketpair");
-  UniqueFd sock_parent(sp[0]), sock_child(sp[1]);
-  UniqueFd err_r, err_w;
-  {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return Errno("pipe2");
-    err_r.reset(p[0]);
-    err_w.reset(p[1]);
-  }
-  InitPlan plan;
-  plan.sock = sock_child.get();
-  plan.err_fd = err_w.get();
-  plan.init_exe = st_->init_exe.get();
-  plan.last_cap = st_->last_cap;
-  plan.hostname = spec.hostname;
-  plan.rootfs = rootfs;
-  plan.shared_sysfs = st_->sysfs_mnt.valid();
-  plan.shared_mask = st_->mask_mnt.valid();
-  plan.shm_opts = "size=" + std::to_string(spec.resources.tmpfs_mb) + "m,nr_inodes=65536,mode=1777";
-  plan.rlimits = SandboxRlimits(spec.resources);
-  plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
-
-  int pidfd_raw = -1;
-  pid_t pid = Clone3(CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
-                         CLONE_NEWNET,
-                     &pidfd_raw);
-  if (pid < 0) return Errno("clone3(sandbox init)");
-  if (pid == 0) InitChild(plan);
-  UniqueFd pidfd(pidfd_raw);
-  rb.Add([pid] {
-    (void)::kill(pid, SIGKILL);  // our un-reaped child: the pid cannot be reused
-    (void)::waitpid(pid, nullptr, 0);
-  });
-  sock_child.reset();
-  err_w.reset();
-
-  const std::string proc = "/proc/" + std::to_string(pid);
-  RETURN_IF_ERROR(WriteString(proc + "/uid_map", "0 " + std::to_string(host_uid) + " " +
-                                                     std::to_string(st_->options.uid_range) + "\n"));
-  RETURN_IF_ERROR(WriteString(proc + "/setgroups", "deny"));
-  RETURN_IF_ERROR(WriteString(proc + "/gid_map", "0 " + std::to_string(host_uid) + " " +
-                                                     std::to_string(st_->options.uid_range) + "\n"));
-  if (!cg->ChildrenCoverAllControllers()) RETURN_IF_ERROR(cg->AddProcess(pid));
-  RETURN_IF_ERROR(init_cg->AddProcess(pid));
-  UniqueFd userns(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!userns.valid()) return Errno("open(" + proc + "/ns/user)");
+  const uid_t host_uid = st_->HostUid(sh->slot);
   UniqueFd upper_fd, dev_mnt;
-  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, userns.get(), host_uid, &upper_fd, &dev_mnt));
+  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, sh->userns.get(), host_uid, &upper_fd, &dev_mnt));
 
-  if (int r = jail::SendFd(sock_parent.get(), rootfs_mnt.get()); r != 0)
-    return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
-  if (int r = jail::SendFd(sock_parent.get(), upper_fd.get()); r != 0)
-    return ErrnoToStatus(-r, "sendmsg(upper fd)");
-  RETURN_IF_ERROR(SendSharedMounts(*st_, sock_parent.get(), std::move(dev_mnt)));
+  InitParams ip;
+  memset(&ip, 0, sizeof ip);
+  snprintf(ip.hostname, sizeof ip.hostname, "%s", spec.hostname.substr(0, 63).c_str());
+  snprintf(ip.shm_opts, sizeof ip.shm_opts, "size=%um,nr_inodes=65536,mode=1777", spec.resources.tmpfs_mb);
+  ip.nofile = spec.resources.open_files;
+  snprintf(ip.rootfs, sizeof ip.rootfs, "%s", rootfs.c_str());
+  if (int r = SendInitParams(sh->sock.get(), ip, rootfs_mnt.get(), upper_fd.get()); r != 0) {
+    // The shell holds its end until it received this: a closed socket means it died.
+    if (r == -EPIPE || r == -ECONNRESET || !sh->Alive())
+      return absl::AbortedError("sandbox " + spec.id + ": its shell died before setup");
+    return ErrnoToStatus(-r, "sendmsg(sandbox params, rootfs and upper fds)");
+  }
+  RETURN_IF_ERROR(SendSharedMounts(*st_, sh->sock.get(), std::move(dev_mnt)));
   rootfs_mnt.reset();
-  sock_parent.reset();
+  sh->sock.reset();
 
   // EOF on the error pipe = warren-init was exec'd.
   jail::ChildError ce;
   ssize_t n;
-  do n = ::read(err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  do n = ::read(sh->err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
   if (n == sizeof ce) {
     return ErrnoToStatus(ce.err, "sandbox " + spec.id + " setup: " + StepName(ce.step));
   }
   if (n != 0) return absl::InternalError("sandbox " + spec.id + " init died during setup");
-  const uint64_t start = ProcStartTime(pid);
-  auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
+  // EOF without a report: exec'd, or killed. execve sets the comm before it
+  // closes the O_CLOEXEC pipe, so a process still named "warren-shell" (a
+  // zombie, not reaped yet) was killed.
+  if (auto comm = ReadSmallFile("/proc/" + std::to_string(sh->pid) + "/comm");
+      !comm || *comm == "warren-shell\n" || !sh->Alive())
+    return absl::AbortedError("sandbox " + spec.id + ": its shell died during setup");
+  const uint64_t start = ProcStartTime(sh->pid);
+  auto sb = std::make_unique<ContainerSandbox>(st_, spec, sh->slot, sh->pid, start, std::move(sh->pidfd),
+                                               std::move(sh->cg));
   sb->set_upper(std::move(upper_fd));
+  sh->released = true;
   rb.Release();
   // Like a container WORKDIR: the default cwd of every exec must exist.
   if (!spec.workdir.empty() && spec.workdir != "/") {
@@ -1915,6 +2261,8 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
                                                                 : options.seccomp_profile));
   st->have_seccomp = true;
 #endif
+  // Shell cgroups a killed daemon left (empty: its shells died with it).
+  SweepStaleShellCgroups(*st);
   return std::unique_ptr<Backend>(new ContainerBackend(std::move(st)));
 }
 

@@ -83,6 +83,13 @@ struct ContainerOptions {
   // Seccomp profile (JSON, see src/jail/seccomp/default.json); empty = the
   // profile compiled into the binary.
   std::string seccomp_profile;
+  // Warm pool (issue 3 "fast"): this many pre-spawned sandbox shells
+  // (namespaces made, uid maps written, cgroup joined, waiting for a rootfs)
+  // are kept ready by a background thread (nice 10), started by the first
+  // Create; a create takes one and skips the fork and the cgroup attach.
+  // Shells are no sandboxes (no record); they hold a uid slot each, are killed
+  // when the backend is destroyed and die with the daemon. 0 = off.
+  uint32_t warm_shells = 0;
 };
 
 // What the host kernel offers, probed once (kernel feature probing, not

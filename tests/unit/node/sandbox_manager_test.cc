@@ -277,9 +277,10 @@ TEST_F(SandboxManagerTest, StateDirFullIsResourceExhaustedAndRollsBack) {
   EXPECT_TRUE(manager_->Create(Req()).ok());
 }
 
-TEST_F(SandboxManagerTest, AdmissionBoundsCreatesInFlight) {
+TEST_F(SandboxManagerTest, AdmissionBoundsCreatesInFlightAndQueuesTheRest) {
   NodeLimits lim;
   lim.max_creates_in_flight = 2;
+  lim.max_create_queue = 1;
   lim.max_sandboxes = 3;
   manager_ = NewManager(lim);
   std::promise<void> release;
@@ -298,20 +299,72 @@ TEST_F(SandboxManagerTest, AdmissionBoundsCreatesInFlight) {
   auto listed = manager_->List({}, "");
   ASSERT_EQ(listed.size(), 2u);
   EXPECT_EQ(listed[0].state, SandboxState::kCreating);
-  auto start = std::chrono::steady_clock::now();
-  auto c = manager_->Create(Req());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(c.status().message().find("node busy: 2 creates in flight"), absl::string_view::npos)
-      << c.status();
+  // The third waits in the queue (not refused, not started)...
+  auto c = std::async(std::launch::async, [&] { return manager_->Create(Req()); });
+  for (int i = 0; i < 2000 && manager_->Counters().creates_queued < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(manager_->Counters().creates_queued, 1u);
+  EXPECT_EQ(entered, 2);
+  // ...the fourth finds the queue full and is refused, naming the limits.
+  auto d = manager_->Create(Req());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(d.status().message().find("create queue is full"), absl::string_view::npos) << d.status();
+  EXPECT_NE(d.status().message().find("--max-create-queue=1"), absl::string_view::npos) << d.status();
   release.set_value();
   EXPECT_TRUE(a.get().ok());
   EXPECT_TRUE(b.get().ok());
+  EXPECT_TRUE(c.get().ok());
+  EXPECT_EQ(entered, 3);
   world_->on_create = nullptr;
-  EXPECT_TRUE(manager_->Create(Req()).ok());
-  auto d = manager_->Create(Req());
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(d.status().message().find("node full"), absl::string_view::npos) << d.status();
+  auto e = manager_->Create(Req());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(e.status().message().find("node full"), absl::string_view::npos) << e.status();
+}
+
+TEST_F(SandboxManagerTest, QueuedCreatesRunInOrderAndHonourDeadlines) {
+  NodeLimits lim;
+  lim.max_creates_in_flight = 1;
+  manager_ = NewManager(lim);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::mutex order_mu;
+  std::vector<std::string> order;
+  world_->on_create = [&](const runtime::SandboxSpec& s) {
+    released.wait_for(std::chrono::seconds(20));
+    std::lock_guard<std::mutex> l(order_mu);
+    order.push_back(s.hostname);
+  };
+  auto req = [&](const std::string& host) {
+    CreateRequest r = Req();
+    r.hostname = host;
+    return r;
+  };
+  auto first = std::async(std::launch::async, [&] { return manager_->Create(req("h0")); });
+  for (int i = 0; i < 2000 && manager_->Counters().creates_in_flight < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // A create with a short deadline times out in the queue.
+  CreateRequest late = req("late");
+  late.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  auto t = manager_->Create(late);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDeadlineExceeded) << t.status();
+  // A cancelled one gives up too.
+  CreateRequest gone = req("gone");
+  gone.cancelled = [] { return true; };
+  EXPECT_EQ(manager_->Create(gone).status().code(), absl::StatusCode::kCancelled);
+  // Queued creates are served first come, first served.
+  std::vector<std::future<StatusOr<SandboxInfo>>> queued;
+  for (int k = 1; k <= 5; ++k) {
+    queued.push_back(std::async(std::launch::async, [&, k] { return manager_->Create(req("h" + std::to_string(k))); }));
+    for (int i = 0; i < 2000 && manager_->Counters().creates_queued < static_cast<uint32_t>(k); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_EQ(manager_->Counters().creates_queued, static_cast<uint32_t>(k));
+  }
+  release.set_value();
+  EXPECT_TRUE(first.get().ok());
+  for (auto& q : queued) EXPECT_TRUE(q.get().ok());
+  EXPECT_EQ(order, (std::vector<std::string>{"h0", "h1", "h2", "h3", "h4", "h5"}));
+  EXPECT_EQ(manager_->Counters().creates_queued, 0u);
+  EXPECT_EQ(manager_->Counters().creates_in_flight, 0u);
 }
 
 TEST_F(SandboxManagerTest, DestroyDuringExecAndConcurrentDestroys) {

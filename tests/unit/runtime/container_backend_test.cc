@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <thread>
@@ -869,6 +870,203 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
   bad.shell = "true";
   bad.cwd = "/no/such/dir";
   EXPECT_EQ(sb->Start(bad, StartOptions{}).status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---- warm pool (issue 3 "fast")
+
+// Pids of this process's children that are still warm shells (not yet warren-init).
+std::vector<pid_t> WarmShellChildren() {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // C I/O: the process may vanish between listing and reading.
+    FILE* f = std::fopen(("/proc/" + name + "/stat").c_str(), "re");
+    if (f == nullptr) continue;
+    char buf[512];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    std::string stat(buf, n);
+    size_t l = stat.find('('), r = stat.rfind(')');
+    if (l == std::string::npos || r == std::string::npos || r + 4 >= stat.size()) continue;
+    std::istringstream rest(stat.substr(r + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == ::getpid() && stat.substr(l + 1, r - l - 1) == "warren-shell" && state != "Z")
+      out.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return out;
+}
+
+// Names of shell-* cgroups under the test's subtree (any hierarchy).
+std::set<std::string> ShellCgroups(const std::string& cgroup_name) {
+  std::set<std::string> out;
+  auto m = jail::CgroupManager::Detect(cgroup_name);
+  if (!m.ok()) return out;
+  auto root = (*m)->Open("");
+  if (!root.ok()) return out;
+  for (const std::string& d : (*root)->dirs()) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      const std::string n = e.path().filename();
+      if (e.is_directory() && n.rfind("shell-", 0) == 0) out.insert(n);
+    }
+  }
+  return out;
+}
+
+class WarmShellTest : public ContainerTest {
+ protected:
+  void SetUp() override {
+    ContainerTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    backend_.reset();
+    options_.warm_shells = 2;
+    auto b = NewContainerBackend(options_);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = std::move(*b);
+  }
+  // Waits (bounded) for the pool to hold n shells.
+  ::testing::AssertionResult WaitForShells(size_t n) {
+    size_t have = 0;
+    for (int i = 0; i < 1500; ++i) {
+      have = WarmShellChildren().size();
+      if (have == n) return ::testing::AssertionSuccess();
+      std::this_thread::sleep_for(20ms);
+    }
+    return ::testing::AssertionFailure() << have << " warm shells, not " << n;
+  }
+};
+
+TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
+  // No shell before the first create (the node re-adopts sandboxes first).
+  EXPECT_TRUE(WarmShellChildren().empty());
+  Sandbox* first = Make("warm-first");
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitForShells(2));
+  EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 2u);
+  const std::vector<pid_t> shells = WarmShellChildren();
+
+  SandboxSpec spec = Spec("warm-second");
+  spec.hostname = "warm-host";
+  spec.resources.memory_mb = 200;
+  spec.resources.pids = 77;
+  spec.resources.open_files = 333;
+  spec.resources.tmpfs_mb = 8;
+  auto sb = backend_->Create(spec);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  sandboxes_.emplace_back(std::move(*sb), spec.dir);
+  Sandbox* s = sandboxes_.back().first.get();
+  // It was one of the pool's shells.
+  EXPECT_NE(std::find(shells.begin(), shells.end(), s->init_pid()), shells.end()) << s->init_pid();
+  // Its cgroup carries the sandbox's name and limits, everywhere.
+  nlohmann::json rec = s->Record();
+  auto dirs = rec["cgroup_dirs"].get<std::vector<std::string>>();
+  ASSERT_FALSE(dirs.empty());
+  for (const auto& d : dirs) {
+    EXPECT_EQ(fs::path(d).filename(), "warm-second") << d;
+    if (fs::exists(d + "/init/cgroup.procs") || fs::exists(d + "/memory.limit_in_bytes")) {
+      std::ifstream p2(fs::exists(d + "/init/cgroup.procs") ? d + "/init/cgroup.procs" : d + "/cgroup.procs");
+      std::string pid;
+      p2 >> pid;
+      EXPECT_EQ(pid, std::to_string(s->init_pid())) << d;
+    }
+    if (fs::exists(d + "/memory.limit_in_bytes")) {
+      std::ifstream f(d + "/memory.limit_in_bytes");
+      uint64_t v = 0;
+      f >> v;
+      EXPECT_EQ(v, 200ull << 20);
+    }
+    if (fs::exists(d + "/pids.max")) {
+      std::ifstream f(d + "/pids.max");
+      std::string v;
+      f >> v;
+      EXPECT_EQ(v, "77");
+    }
+  }
+  EXPECT_EQ(rec["cgroup"], "warm-second");
+  EXPECT_EQ(Run(s, "hostname; ulimit -n; df -k /dev/shm | tail -1 | awk '{print $2}'; cat /proc/1/comm").stdout_data,
+            "warm-host\n333\n8192\nwarren-init\n");
+  // The pool refills; destroying the sandbox leaves nothing of it.
+  ASSERT_TRUE(WaitForShells(2));
+  EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 2u);
+  ASSERT_TRUE(s->Destroy().ok());
+  for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  // Shells now carry the latest create's limits (200 MiB, 77 pids); one asked
+  // for more gets them raised (v1: memsw first).
+  {
+    SandboxSpec big = Spec("warm-big");
+    big.resources.memory_mb = 300;
+    big.resources.pids = 100;
+    std::vector<pid_t> pool = WarmShellChildren();
+    auto b = backend_->Create(big);
+    ASSERT_TRUE(b.ok()) << b.status();
+    sandboxes_.emplace_back(std::move(*b), big.dir);
+    Sandbox* bs = sandboxes_.back().first.get();
+    EXPECT_NE(std::find(pool.begin(), pool.end(), bs->init_pid()), pool.end());
+    for (const auto& d : bs->Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
+      for (const char* f : {"memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "pids.max"}) {
+        if (!fs::exists(d + "/" + f)) continue;
+        std::ifstream in(d + "/" + f);
+        std::string v;
+        in >> v;
+        EXPECT_EQ(v, std::string(f) == "pids.max" ? "100" : std::to_string(300ull << 20)) << d << "/" << f;
+      }
+    }
+    EXPECT_EQ(Run(bs, "echo ok").stdout_data, "ok\n");
+    ASSERT_TRUE(bs->Destroy().ok());
+    ASSERT_TRUE(WaitForShells(2));
+  }
+  // A shell that died is never handed out.
+  std::vector<pid_t> now = WarmShellChildren();
+  ASSERT_EQ(now.size(), 2u);
+  for (pid_t p : now) ::kill(p, SIGKILL);
+  Sandbox* third = Make("warm-third");
+  ASSERT_NE(third, nullptr);
+  EXPECT_EQ(Run(third, "echo ok").stdout_data, "ok\n");
+  // The backend's end kills the pool's shells and removes their cgroups.
+  ASSERT_TRUE(WaitForShells(2));
+  for (auto& [sbx, dir] : sandboxes_) {
+    if (sbx) (void)sbx->Destroy();
+  }
+  backend_.reset();
+  EXPECT_TRUE(WarmShellChildren().empty());
+  EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty());
+}
+
+TEST_F(WarmShellTest, ConcurrentCreatesBeyondThePoolAllSucceed) {
+  std::vector<std::thread> ts;
+  std::vector<SandboxSpec> specs;
+  for (int i = 0; i < 8; ++i) specs.push_back(Spec("warm-c" + std::to_string(i)));
+  std::vector<StatusOr<std::unique_ptr<Sandbox>>> res;
+  for (int i = 0; i < 8; ++i) res.emplace_back(absl::UnknownError("not run"));
+  for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { res[i] = backend_->Create(specs[i]); });
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(res[i].ok()) << res[i].status();
+    sandboxes_.emplace_back(std::move(*res[i]), specs[i].dir);
+    EXPECT_EQ(Run(sandboxes_.back().first.get(), "hostname").stdout_data, "warm-c" + std::to_string(i) + "\n");
+  }
+}
+
+TEST_F(WarmShellTest, StaleShellCgroupsOfDeadDaemonsAreSwept) {
+  auto m = jail::CgroupManager::Detect(options_.cgroup_name);
+  ASSERT_TRUE(m.ok());
+  // pid 999999999 is above any pid_max: its "daemon" is gone.
+  auto stale = (*m)->Create("shell-999999999-0", jail::CgroupLimits{});
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  ASSERT_TRUE((*stale)->CreateChild("init").ok());
+  // One of a live daemon (this process) stays.
+  auto live = (*m)->Create("shell-" + std::to_string(::getpid()) + "-999", jail::CgroupLimits{});
+  ASSERT_TRUE(live.ok()) << live.status();
+  auto b = NewContainerBackend(options_);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::set<std::string> left = ShellCgroups(options_.cgroup_name);
+  EXPECT_EQ(left.count("shell-999999999-0"), 0u);
+  EXPECT_EQ(left.count("shell-" + std::to_string(::getpid()) + "-999"), 1u);
+  EXPECT_TRUE((*live)->Remove().ok());
 }
 
 }  // namespace
