@@ -14,47 +14,65 @@
 
 namespace warren::jail {
 
-int SendFd(int sock, int fd) {
-  char byte = 'g';
-  iovec iov{&byte, 1};
-  char cbuf[CMSG_SPACE(sizeof(int))];
+namespace {
+constexpr int kMaxFds = 8;
+}  // namespace
+
+int SendFds(int sock, const void* data, size_t len, const int* fds, int nfds) {
+  if (nfds < 1 || nfds > kMaxFds || len == 0) return -EINVAL;
+  iovec iov{const_cast<void*>(data), len};
+  char cbuf[CMSG_SPACE(kMaxFds * sizeof(int))];
   memset(cbuf, 0, sizeof cbuf);
   msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
+  msg.msg_controllen = CMSG_SPACE(static_cast<size_t>(nfds) * sizeof(int));
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  c->cmsg_len = CMSG_LEN(static_cast<size_t>(nfds) * sizeof(int));
+  memcpy(CMSG_DATA(c), fds, static_cast<size_t>(nfds) * sizeof(int));
   ssize_t n;
   do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
-  if (n == 1) return 0;
+  if (n == static_cast<ssize_t>(len)) return 0;
   return n < 0 ? -errno : -EPIPE;
 }
 
-int RecvFd(int sock) {
-  char byte = 0;
-  char cbuf[CMSG_SPACE(sizeof(int))];
+int RecvFds(int sock, void* data, size_t len, int* fds, int nfds) {
+  if (nfds < 1 || nfds > kMaxFds || len == 0) return -EINVAL;
+  char cbuf[CMSG_SPACE(kMaxFds * sizeof(int))];
   memset(cbuf, 0, sizeof cbuf);
-  iovec iov{&byte, 1};
+  iovec iov{data, len};
   msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
+  msg.msg_controllen = CMSG_SPACE(static_cast<size_t>(nfds) * sizeof(int));
   ssize_t n;
   do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
   if (n <= 0) return -EPIPE;
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (!c || c->cmsg_type != SCM_RIGHTS) return -EBADF;
+  if (!c || c->cmsg_type != SCM_RIGHTS ||
+      c->cmsg_len != CMSG_LEN(static_cast<size_t>(nfds) * sizeof(int))) {
+    return -EBADF;
+  }
+  memcpy(fds, CMSG_DATA(c), static_cast<size_t>(nfds) * sizeof(int));
+  return n == static_cast<ssize_t>(len) ? 0 : -EPROTO;
+}
+
+int SendFd(int sock, int fd) {
+  const char byte = 'g';
+  return SendFds(sock, &byte, 1, &fd, 1);
+}
+
+int RecvFd(int sock) {
+  char byte = 0;
   int fd = -1;
-  memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return fd;
+  int rc = RecvFds(sock, &byte, 1, &fd, 1);
+  return rc == 0 ? fd : rc;
 }
 
 uint64_t DefaultCapabilityMask() {

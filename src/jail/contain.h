@@ -44,6 +44,19 @@ int ApplyRlimits(const RlimitSetting* limits, size_t n);
 // namespace up (ioctl SIOCSIFFLAGS; needs CAP_NET_ADMIN in the netns' owner).
 int LoopbackUp();
 
+// Async-signal-safe: sends `len` (> 0) bytes of `data` with `nfds` (1..8)
+// fds attached (SCM_RIGHTS) over the unix socket `sock`, as one message
+// (SOCK_SEQPACKET keeps it whole). Returns 0, -EPIPE for a short send or
+// -errno.
+int SendFds(int sock, const void* data, size_t len, const int* fds, int nfds);
+
+// Async-signal-safe: receives a message sent by SendFds with exactly `nfds`
+// fds (O_CLOEXEC) into `fds` and `len` bytes into `data`. Returns 0, -EPIPE if
+// the peer closed the socket or recvmsg failed (the parent gave up), -EBADF if
+// the message carried another number of fds, -EPROTO if it had another
+// length (the fds are received anyway and must be closed by the caller).
+int RecvFds(int sock, void* data, size_t len, int* fds, int nfds);
+
 // Async-signal-safe: sends `fd` over the unix socket `sock` (SCM_RIGHTS,
 // one data byte). Returns 0 or -errno.
 int SendFd(int sock, int fd);

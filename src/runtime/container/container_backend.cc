@@ -257,25 +257,10 @@ struct InitParams {
 // (rootfs, upper). 0 on success, -EPIPE if the parent closed the socket (gave
 // up), -EBADF/-EPROTO for a malformed message.
 int RecvInitParams(int sock, InitParams* p, int* rootfs, int* upper) {
-  char cbuf[CMSG_SPACE(2 * sizeof(int))];
-  memset(cbuf, 0, sizeof cbuf);
-  iovec iov{p, sizeof *p};
-  msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
-  ssize_t n;
-  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
-  if (n <= 0) return -EPIPE;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(2 * sizeof(int))) return -EBADF;
-  int fds[2];
-  memcpy(fds, CMSG_DATA(c), sizeof fds);
+  int fds[2] = {-1, -1};
+  if (int rc = jail::RecvFds(sock, p, sizeof *p, fds, 2); rc != 0) return rc;
   *rootfs = fds[0];
   *upper = fds[1];
-  if (n != static_cast<ssize_t>(sizeof *p)) return -EPROTO;
   p->hostname[sizeof p->hostname - 1] = '\0';
   p->shm_opts[sizeof p->shm_opts - 1] = '\0';
   p->rootfs[sizeof p->rootfs - 1] = '\0';
@@ -283,25 +268,8 @@ int RecvInitParams(int sock, InitParams* p, int* rootfs, int* upper) {
 }
 
 int SendInitParams(int sock, const InitParams& p, int rootfs, int upper) {
-  char cbuf[CMSG_SPACE(2 * sizeof(int))];
-  memset(cbuf, 0, sizeof cbuf);
-  iovec iov{const_cast<InitParams*>(&p), sizeof p};
-  msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
   const int fds[2] = {rootfs, upper};
-  memcpy(CMSG_DATA(c), fds, sizeof fds);
-  ssize_t n;
-  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof p)) return 0;
-  return n < 0 ? -errno : -EPIPE;
+  return jail::SendFds(sock, &p, sizeof p, fds, 2);
 }
 
 const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
