@@ -54,6 +54,7 @@
 #include <set>
 #include <thread>
 
+#include "common/scoped_sigpipe.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -717,29 +718,6 @@ Status MakePipe(UniqueFd& r, UniqueFd& w) {
   return absl::OkStatus();
 }
 
-// Blocks SIGPIPE in the calling thread while alive and discards a pending
-// one on exit, so writing to a closed stdin pipe yields EPIPE only.
-class ScopedSigpipeBlock {
- public:
-  ScopedSigpipeBlock() {
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &s, &old_);
-  }
-  ~ScopedSigpipeBlock() {
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGPIPE);
-    timespec zero{0, 0};
-    while (sigtimedwait(&s, nullptr, &zero) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t old_;
-};
 
 // ------------------------------------------------------------------ sandbox
 class ContainerSandbox : public Sandbox {

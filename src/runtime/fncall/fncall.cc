@@ -31,6 +31,7 @@
 #include <absl/strings/escaping.h>
 #include <nlohmann/json.hpp>
 
+#include "common/scoped_sigpipe.h"
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
@@ -302,29 +303,6 @@ StatusOr<ZygoteMsg> ParseZygoteMsg(const std::string& data) {
   return m;
 }
 
-// Blocks SIGPIPE in the calling thread while alive and discards a pending
-// one on exit, so writing to a closed stdin pipe yields EPIPE only.
-class ScopedSigpipeBlock {
- public:
-  ScopedSigpipeBlock() {
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &s, &old_);
-  }
-  ~ScopedSigpipeBlock() {
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGPIPE);
-    timespec zero{0, 0};
-    for (int i = 0; i < 64 && sigtimedwait(&s, nullptr, &zero) > 0; ++i) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t old_;
-};
 
 class BlobBuilder {
  public:
