@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
@@ -39,6 +40,38 @@ inline int MoveMount(int from_dfd, const char* from, int to_dfd, const char* to,
 // multithreaded daemon by raw clone3 that deadlocks. Children use these.
 inline int RawSetresuid(uid_t u) { return static_cast<int>(syscall(SYS_setresuid, u, u, u)); }
 inline int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid, g, g, g)); }
+
+// A syscall that returns -errno on failure and never touches errno. A child
+// cloned with CLONE_VM but without CLONE_VFORK (a warm shell, see the
+// container backend) runs concurrently with the thread that cloned it and
+// shares that thread's TLS, hence its errno (and so do all its siblings):
+// where such a child branches on an expected errno (EEXIST, ENOENT), it must
+// use this. x86_64 and aarch64 enter the kernel directly; elsewhere libc's
+// syscall() (errno then races, as documented).
+inline long RawSyscall(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
+#if defined(__x86_64__)
+  long ret;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                   : "rcx", "r11", "memory");
+  return ret;
+#elif defined(__aarch64__)
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  register long x4 __asm__("x4") = e;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+  return x0;
+#else
+  long r = syscall(n, a, b, c, d, e);
+  return r < 0 ? -errno : r;
+#endif
+}
 
 // Raw fork-like clone3 (no new stack: the child continues on a copy of ours),
 // exit signal SIGCHLD; with CLONE_PIDFD the pidfd is stored in *pidfd_out.

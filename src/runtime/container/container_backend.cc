@@ -83,6 +83,7 @@ constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWU
                          CLONE_NEWNET | CLONE_NEWCGROUP;
 
 // ---- raw syscalls (glibc 2.36 lacks wrappers for some of them; shared ones in jail/syscalls.h)
+using jail::Clone3;
 using jail::FsConfig;
 using jail::FsMount;
 using jail::FsOpen;
@@ -178,15 +179,6 @@ void CloseAllFdsExcept(std::array<int, 3> keep) {
   ::syscall(SYS_close_range, from, ~0U, 0);
 }
 
-// Raw fork-like clone3 (no new stack: the child continues on a copy of ours).
-pid_t Clone3(uint64_t flags, int* pidfd_out) {
-  struct clone_args args;
-  memset(&args, 0, sizeof args);
-  args.flags = flags;
-  args.exit_signal = SIGCHLD;
-  if (flags & CLONE_PIDFD) args.pidfd = reinterpret_cast<uint64_t>(pidfd_out);
-  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
-}
 
 // Stacks for CLONE_VM children (the posix_spawn technique: the child shares
 // the daemon's memory until execve instead of copying its page tables, which
@@ -331,9 +323,12 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   // Become the sandbox's root (host uid_base) so that everything created from
   // now on belongs to it. Capabilities in the user namespace are kept.
   if (RawSetresgid(0) != 0 || RawSetresuid(0) != 0) jail::ChildFail(e, kStepSetId, errno);
+  // Branches on an expected errno use RawSyscall: a warm shell shares errno
+  // with the daemon thread that cloned it (see jail::RawSyscall).
   for (const char* d : {"proc", "dev", "sys", "tmp"}) {
-    if (::mkdir(d, strcmp(d, "tmp") == 0 ? 01777 : 0755) != 0 && errno != EEXIST)
-      jail::ChildFail(e, kStepMkdir, errno);
+    const long r =
+        jail::RawSyscall(SYS_mkdirat, AT_FDCWD, reinterpret_cast<long>(d), strcmp(d, "tmp") == 0 ? 01777 : 0755);
+    if (r < 0 && r != -EEXIST) jail::ChildFail(e, kStepMkdir, static_cast<int>(-r));
   }
   if (::mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     jail::ChildFail(e, kStepProc, errno);
@@ -374,8 +369,9 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
       jail::ChildFail(e, kStepSys, errno);
   }
   for (const char* m : kMaskFiles) {
-    if (::mount("/dev/null", m, nullptr, MS_BIND, nullptr) != 0 && errno != ENOENT)
-      jail::ChildFail(e, kStepMask, errno);
+    const long r =
+        jail::RawSyscall(SYS_mount, reinterpret_cast<long>("/dev/null"), reinterpret_cast<long>(m), 0, MS_BIND);
+    if (r < 0 && r != -ENOENT) jail::ChildFail(e, kStepMask, static_cast<int>(-r));
   }
   {
     // Masked dirs: the shared empty read-only tmpfs attached at the first
@@ -383,23 +379,28 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
     // sandboxes); without it, a tmpfs each.
     const char* first = nullptr;
     for (const char* m : kMaskDirs) {
-      int rc;
+      const long target = reinterpret_cast<long>(m);
+      long r;
       if (mask >= 0 && first == nullptr) {
-        rc = MoveMount(mask, "", AT_FDCWD, m, MOVE_MOUNT_F_EMPTY_PATH);
-        if (rc == 0) first = m;
+        r = jail::RawSyscall(SYS_move_mount, mask, reinterpret_cast<long>(""), AT_FDCWD, target,
+                             MOVE_MOUNT_F_EMPTY_PATH);
+        if (r == 0) first = m;
       } else if (first != nullptr) {
-        rc = ::mount(first, m, nullptr, MS_BIND, nullptr);
+        r = jail::RawSyscall(SYS_mount, reinterpret_cast<long>(first), target, 0, MS_BIND);
       } else {
-        rc = ::mount("tmpfs", m, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555");
+        r = jail::RawSyscall(SYS_mount, reinterpret_cast<long>("tmpfs"), target, reinterpret_cast<long>("tmpfs"),
+                             MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, reinterpret_cast<long>("size=0,mode=555"));
       }
-      if (rc != 0 && errno != ENOENT) jail::ChildFail(e, kStepMask, errno);
+      if (r < 0 && r != -ENOENT) jail::ChildFail(e, kStepMask, static_cast<int>(-r));
     }
     if (mask >= 0) ::close(mask);
   }
   for (const char* m : kReadOnlyDirs) {
-    if (::mount(m, m, nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-      if (errno == ENOENT) continue;
-      jail::ChildFail(e, kStepMask, errno);
+    if (const long r = jail::RawSyscall(SYS_mount, reinterpret_cast<long>(m), reinterpret_cast<long>(m), 0,
+                                        MS_BIND | MS_REC);
+        r < 0) {
+      if (r == -ENOENT) continue;
+      jail::ChildFail(e, kStepMask, static_cast<int>(-r));
     }
     if (::mount(nullptr, m, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                 nullptr) != 0)
