@@ -467,6 +467,48 @@ struct ExecPlan {
   void* grandchild_stack = nullptr;  // top of the grandchild's CLONE_VM stack
 };
 
+// argv and envp of an exec or a background process, exact: the sandbox's
+// env, then the command's over it, PATH defaulted (TERM too for a PTY); the
+// paths to try for argv[0] (PATH search done by the daemon: the grandchild
+// only execs). `op` names the call in errors ("exec", "start").
+Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>& sandbox_env, const char* op,
+                   bool default_term, ExecPlan* plan_out) {
+  ExecPlan& plan = *plan_out;
+  if (es.shell) {
+    plan.argv_s = {"/bin/sh", "-c", *es.shell};
+  } else {
+    plan.argv_s = es.argv;
+  }
+  for (const auto& a : plan.argv_s) {
+    if (a.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(std::string(op) + ": argv contains a NUL byte");
+    }
+  }
+  std::map<std::string, std::string> env = sandbox_env;
+  for (const auto& [k, v] : es.env) env[k] = v;
+  if (!env.count("PATH")) env["PATH"] = kDefaultPath;
+  if (default_term && !env.count("TERM")) env["TERM"] = "xterm";
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos)
+      return absl::InvalidArgumentError(std::string(op) + ": bad environment variable name or value for '" + k + "'");
+    plan.envp_s.push_back(k + "=" + v);
+  }
+  const std::string& a0 = plan.argv_s[0];
+  if (a0.find('/') != std::string::npos) {
+    plan.candidates.push_back(a0);
+  } else {
+    for (absl::string_view d : absl::StrSplit(env["PATH"], ':', absl::SkipEmpty()))
+      plan.candidates.push_back(std::string(d) + "/" + a0);
+  }
+  plan.not_found_msg = "warren: " + a0 + ": not found\n";
+  for (auto& s : plan.argv_s) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (auto& s : plan.envp_s) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  return absl::OkStatus();
+}
+
 // Async-signal-safe. The grandchild: runs inside the sandbox's namespaces,
 // a child of the daemon (CLONE_PARENT), until execve.
 [[noreturn]] void ExecGrandchild(const ExecPlan& p) {
@@ -1016,36 +1058,7 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   }
   plan.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
 
-  // argv / env (exact: sandbox env, then exec env over it; PATH defaulted).
-  if (es.shell) {
-    plan.argv_s = {"/bin/sh", "-c", *es.shell};
-  } else {
-    plan.argv_s = es.argv;
-  }
-  for (const auto& a : plan.argv_s) {
-    if (a.find('\0') != std::string::npos) return absl::InvalidArgumentError("exec: argv contains a NUL byte");
-  }
-  std::map<std::string, std::string> env = spec_.env;
-  for (const auto& [k, v] : es.env) env[k] = v;
-  if (!env.count("PATH")) env["PATH"] = kDefaultPath;
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
-        v.find('\0') != std::string::npos)
-      return absl::InvalidArgumentError("exec: bad environment variable name or value for '" + k + "'");
-    plan.envp_s.push_back(k + "=" + v);
-  }
-  const std::string& a0 = plan.argv_s[0];
-  if (a0.find('/') != std::string::npos) {
-    plan.candidates.push_back(a0);
-  } else {
-    for (absl::string_view d : absl::StrSplit(env["PATH"], ':', absl::SkipEmpty()))
-      plan.candidates.push_back(std::string(d) + "/" + a0);
-  }
-  plan.not_found_msg = "warren: " + a0 + ": not found\n";
-  for (auto& s : plan.argv_s) plan.argv.push_back(s.data());
-  plan.argv.push_back(nullptr);
-  for (auto& s : plan.envp_s) plan.envp.push_back(s.data());
-  plan.envp.push_back(nullptr);
+  RETURN_IF_ERROR(FillCommand(es, spec_.env, "exec", /*default_term=*/false, &plan));
 
   // Per-exec cgroup: tracks the whole tree (setsid / double fork included).
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> ecg,
@@ -1336,36 +1349,7 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
     plan.gid = ids.gid;
   }
   plan.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
-  if (es.shell) {
-    plan.argv_s = {"/bin/sh", "-c", *es.shell};
-  } else {
-    plan.argv_s = es.argv;
-  }
-  for (const auto& a : plan.argv_s) {
-    if (a.find('\0') != std::string::npos) return absl::InvalidArgumentError("start: argv contains a NUL byte");
-  }
-  std::map<std::string, std::string> env = spec_.env;
-  for (const auto& [k, v] : es.env) env[k] = v;
-  if (!env.count("PATH")) env["PATH"] = kDefaultPath;
-  if (so.pty && !env.count("TERM")) env["TERM"] = "xterm";
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
-        v.find('\0') != std::string::npos)
-      return absl::InvalidArgumentError("start: bad environment variable name or value for '" + k + "'");
-    plan.envp_s.push_back(k + "=" + v);
-  }
-  const std::string& a0 = plan.argv_s[0];
-  if (a0.find('/') != std::string::npos) {
-    plan.candidates.push_back(a0);
-  } else {
-    for (absl::string_view d : absl::StrSplit(env["PATH"], ':', absl::SkipEmpty()))
-      plan.candidates.push_back(std::string(d) + "/" + a0);
-  }
-  plan.not_found_msg = "warren: " + a0 + ": not found\n";
-  for (auto& s : plan.argv_s) plan.argv.push_back(s.data());
-  plan.argv.push_back(nullptr);
-  for (auto& s : plan.envp_s) plan.envp.push_back(s.data());
-  plan.envp.push_back(nullptr);
+  RETURN_IF_ERROR(FillCommand(es, spec_.env, "start", /*default_term=*/so.pty, &plan));
 
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> ecg,
                    cgroup_->CreateChild("exec-" + std::to_string(exec_seq_.fetch_add(1))));
