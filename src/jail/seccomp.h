@@ -30,8 +30,8 @@ const std::string& DefaultSeccompProfile();
 // binary_tree: libseccomp's binary-tree syscall dispatch (SCMP_FLTATR_CTL_
 // OPTIMIZE=2): same decisions, O(log n) instead of O(n) per syscall, and much
 // cheaper to install (the kernel emulates the filter for every syscall
-// number to fill its allow-cache at attach time). fncall installs a filter
-// per call and uses it; the container backend keeps the default (linear).
+// number to fill its allow-cache at attach time, with interrupts off: ~150 us
+// for the linear default profile on this project's VMs). Both backends use it.
 StatusOr<SeccompProgram> CompileSeccompProfile(const std::string& json_text, bool binary_tree = false);
 
 // Installs a compiled program in the calling thread's process (requires

@@ -414,13 +414,13 @@ Status SandboxManager::AdmitCreate(const CreateRequest& request) {
                                         std::to_string(create_queue_.size()) + " waiting, --max-create-queue=" +
                                         std::to_string(max_queue) + "), retry");
   }
-  const uint64_t ticket = next_ticket_++;
-  create_queue_.push_back(ticket);
+  CreateWaiter me;
+  const auto pos = create_queue_.insert(create_queue_.end(), &me);
   const auto start = std::chrono::steady_clock::now();
   const auto until = std::min(request.deadline, start + kMaxCreateQueueWait);
   Status result;
   for (;;) {
-    if (create_queue_.front() == ticket && creates_in_flight_ < lim.max_creates_in_flight) break;
+    if (create_queue_.front() == &me && creates_in_flight_ < lim.max_creates_in_flight) break;
     const auto now = std::chrono::steady_clock::now();
     if (now >= until) {
       result = absl::DeadlineExceededError(
@@ -429,7 +429,12 @@ Status SandboxManager::AdmitCreate(const CreateRequest& request) {
           std::to_string(lim.max_creates_in_flight) + ") and reached its deadline");
       break;
     }
-    if (request.cancelled) {
+    // Woken when this waiter reaches the head with a slot free; the 100 ms
+    // slice serves the deadline and `cancelled` only. `cancelled` is asked
+    // once per slice, never per wake-up: gRPC's IsCancelled polls the
+    // completion queue (a timed wait), costly when dozens are queued.
+    if (me.cv.wait_until(l, std::min(until, now + std::chrono::milliseconds(100))) == std::cv_status::timeout &&
+        request.cancelled) {
       l.unlock();
       const bool gone = request.cancelled();
       l.lock();
@@ -438,10 +443,8 @@ Status SandboxManager::AdmitCreate(const CreateRequest& request) {
         break;
       }
     }
-    // Woken by every release; the poll slice only serves `cancelled`.
-    admit_cv_.wait_until(l, std::min(until, now + std::chrono::milliseconds(100)));
   }
-  create_queue_.erase(std::find(create_queue_.begin(), create_queue_.end(), ticket));
+  create_queue_.erase(pos);
   if (result.ok()) {
     if (table_.size() >= lim.max_sandboxes) {
       result = table_full();
@@ -449,14 +452,15 @@ Status SandboxManager::AdmitCreate(const CreateRequest& request) {
       ++creates_in_flight_;
     }
   }
-  l.unlock();
-  admit_cv_.notify_all();  // the next ticket may now be at the front
+  // The next waiter may now be at the head (or may take the slot this one
+  // left when it gave up).
+  if (!create_queue_.empty() && creates_in_flight_ < lim.max_creates_in_flight) create_queue_.front()->cv.notify_one();
   return result;
 }
 
 void SandboxManager::ReleaseCreateSlotLocked() {
   --creates_in_flight_;
-  admit_cv_.notify_all();
+  if (!create_queue_.empty()) create_queue_.front()->cv.notify_one();
 }
 
 StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {

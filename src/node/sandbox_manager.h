@@ -51,6 +51,7 @@
 #include <functional>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -340,10 +341,12 @@ class SandboxManager {
   std::condition_variable cv_;  // an entry left kCreating or finished destroying
   std::map<std::string, std::shared_ptr<Entry>> table_;
   uint32_t creates_in_flight_ = 0;
-  // Create admission queue (FIFO of tickets, guarded by mu_): see Create.
-  std::condition_variable admit_cv_;
-  std::deque<uint64_t> create_queue_;
-  uint64_t next_ticket_ = 0;
+  // Queued creates (FIFO, guarded by mu_; see AdmitCreate): each waits on its own condition variable and only
+  // the head is woken when a slot frees (no herd of timed waits).
+  struct CreateWaiter {
+    std::condition_variable cv;
+  };
+  std::list<CreateWaiter*> create_queue_;
   Status AdmitCreate(const CreateRequest& request);  // takes a create slot (mu_ not held)
   void ReleaseCreateSlotLocked();                     // mu_ held
 

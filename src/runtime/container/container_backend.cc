@@ -1116,7 +1116,9 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   if (in_w.valid()) ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
-  std::string buf(1 << 20, '\0');
+  // 64 KiB per read (a pipe's default capacity): a larger buffer costs a
+  // memset and its page faults on every exec, most of which print little.
+  std::string buf(64 << 10, '\0');
   auto drain = [&](UniqueFd& fd, std::string& data, uint64_t& total, bool& trunc, int max_reads) {
     for (int i = 0; i < max_reads && fd.valid(); ++i) {
       ssize_t r = ::read(fd.get(), buf.data(), buf.size());
@@ -2189,7 +2191,8 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
 #ifdef WARREN_HAVE_SECCOMP
   ASSIGN_OR_RETURN(st->seccomp, jail::CompileSeccompProfile(options.seccomp_profile.empty()
                                                                 ? jail::DefaultSeccompProfile()
-                                                                : options.seccomp_profile));
+                                                                : options.seccomp_profile,
+                                                            /*binary_tree=*/true));
   st->have_seccomp = true;
 #endif
   // Shell cgroups a killed daemon left (empty: its shells died with it).
