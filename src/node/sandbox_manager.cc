@@ -172,13 +172,17 @@ StatusOr<std::unique_ptr<SandboxManager>> SandboxManager::New(
   }
   if (l.max_sandboxes == 0) l.max_sandboxes = 16384;
   if (l.max_creates_in_flight == 0) l.max_creates_in_flight = 4 * l.cpus;
-  for (const char* sub : {"", "/run", "/audit", "/tmp"}) {
-    std::string d = options.state_dir + sub;
+  if (options.run_dir.empty()) options.run_dir = options.state_dir;
+  if (options.run_dir[0] != '/') {
+    return absl::InvalidArgumentError("run dir " + Quote(options.run_dir) + " must be an absolute path");
+  }
+  for (const std::string& d : {options.state_dir, options.state_dir + "/tmp", options.run_dir,
+                               options.run_dir + "/run", options.run_dir + "/audit"}) {
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
       return ErrnoToStatus(errno, "mkdir(" + d + ")");
     }
   }
-  ASSIGN_OR_RETURN(RecordStore records, RecordStore::Open(options.state_dir + "/sandboxes"));
+  ASSIGN_OR_RETURN(RecordStore records, RecordStore::Open(options.run_dir + "/sandboxes"));
   return std::unique_ptr<SandboxManager>(new SandboxManager(
       std::move(options), std::move(by_name), std::move(layers), std::move(records)));
 }
@@ -203,7 +207,7 @@ SandboxManager::~SandboxManager() {
 }
 
 std::string SandboxManager::RunDir(const std::string& id) const {
-  return options_.state_dir + "/run/" + id;
+  return options_.run_dir + "/run/" + id;
 }
 
 StatusOr<std::shared_ptr<SandboxManager::Entry>> SandboxManager::FindEntry(const std::string& id) const {
@@ -523,7 +527,7 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
   if (::mkdir(e->dir.c_str(), 0700) != 0) {
     Status s = ErrnoToStatus(errno, "mkdir(" + e->dir + ")");
     if (StatusErrno(s) == ENOSPC) {
-      return absl::ResourceExhaustedError("state dir " + options_.state_dir + " is full: " +
+      return absl::ResourceExhaustedError("run dir " + options_.run_dir + " is full: " +
                                           std::string(s.message()));
     }
     return s;
@@ -1364,7 +1368,7 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
 }
 
 std::string SandboxManager::AuditPath(const std::string& id) const {
-  return options_.state_dir + "/audit/" + id + ".jsonl";
+  return options_.run_dir + "/audit/" + id + ".jsonl";
 }
 
 void SandboxManager::Audit(const std::string& id, nlohmann::json entry) const {

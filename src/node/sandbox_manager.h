@@ -167,7 +167,14 @@ struct NodeLimits {
 
 struct ManagerOptions {
   std::string node_id = "n0";  // [a-z0-9][a-z0-9-]{0,30}; prefix of every sandbox id
-  std::string state_dir;       // records in <state_dir>/sandboxes, dirs in <state_dir>/run
+  std::string state_dir;       // snapshot staging (<state_dir>/tmp), jobs.json
+  // Per-sandbox runtime state: records in <run_dir>/sandboxes, runtime dirs
+  // in <run_dir>/run, audit logs in <run_dir>/audit. Empty = state_dir.
+  // warrend puts it on a tmpfs (/run/warren/...; see ResolveRunDir): these
+  // files live as long as their sandbox, which never outlives a reboot, and
+  // creating/renaming short-lived files on a busy ext4 costs more CPU than
+  // the rest of a create (inode bitmap scans).
+  std::string run_dir;
   NodeLimits limits;
   std::chrono::milliseconds sweep_interval{10000};  // 0 = no periodic sweep thread
   std::chrono::milliseconds reap_interval{500};     // TTL/idle reaper period; 0 = no reaper thread

@@ -31,6 +31,7 @@
 #include "common/unique_fd.h"
 #include "node/image_layer_provider.h"
 #include "node/log.h"
+#include "node/run_dir.h"
 #include "node/sandbox_manager.h"
 #include "node/suspend_swap.h"
 #include "runtime/container/container_backend.h"
@@ -50,6 +51,7 @@ void OnShutdownSignal(int sig) {
 
 struct Flags {
   std::string state_dir = "/var/lib/warren";
+  std::string run_dir;  // "" = automatic (node/run_dir.h)
   std::string socket = "/run/warren/warrend.sock";
   std::string listen;
   std::string token_file;
@@ -246,6 +248,16 @@ int Run(const Flags& flags) {
   if (Status s = PrepareSocket(flags.socket); !s.ok()) return fail(s);
   StatusOr<std::string> init = FindInit(flags.init_path);
   if (!init.ok()) return fail(init.status());
+  StatusOr<std::string> run_dir = node::ResolveRunDir(flags.state_dir, flags.run_dir, "/run/warren/runtime",
+                                                             /*mount_tmpfs=*/true);
+  if (!run_dir.ok()) return fail(run_dir.status());
+  if (Status s = node::LinkRunDir(flags.state_dir, *run_dir); !s.ok()) return fail(s);
+  // On every way out (after the manager, declared below, is gone): an unused
+  // run dir and its links go, live sandboxes' records stay for the next daemon.
+  struct RunDirGuard {
+    const std::string &state, &run;
+    ~RunDirGuard() { node::RemoveRunDirIfUnused(state, run); }
+  } run_dir_guard{flags.state_dir, *run_dir};
 
   runtime::ContainerOptions copt;
   copt.init_path = *init;
@@ -265,6 +277,7 @@ int Run(const Flags& flags) {
   node::ManagerOptions mopt;
   mopt.node_id = flags.node_id;
   mopt.state_dir = flags.state_dir;
+  mopt.run_dir = *run_dir;
   mopt.limits.max_sandboxes = flags.max_sandboxes;
   mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
   mopt.limits.max_create_queue = flags.max_create_queue;
@@ -364,7 +377,7 @@ int Run(const Flags& flags) {
   });
 
   node::Log(spdlog::level::info, "warrend ready",
-            {{"socket", flags.socket}, {"state_dir", flags.state_dir}, {"node_id", flags.node_id},
+            {{"socket", flags.socket}, {"state_dir", flags.state_dir}, {"run_dir", *run_dir}, {"node_id", flags.node_id},
              {"tcp", flags.listen.empty() ? "" : flags.listen + " (port " + std::to_string(tcp_port) + ")"},
              {"init", *init}, {"cgroup", "v" + std::to_string(hf.cgroup_version) + " " + hf.cgroup_parent}});
   std::fprintf(stderr, "warrend ready on unix:%s\n", flags.socket.c_str());
@@ -389,6 +402,10 @@ int main(int argc, char** argv) {
   CLI::App app{"warrend: the warren node daemon"};
   app.add_option("--state-dir", f.state_dir, "state directory (records, runtime dirs, mounts)")
       ->capture_default_str();
+  app.add_option("--run-dir", f.run_dir,
+                 "per-sandbox runtime state (records, runtime dirs, audit logs; linked from the state dir); "
+                 "default: /run/warren/runtime/<hash of the state dir> on a tmpfs (mounted there if /run is "
+                 "not one), or the state dir when its sandboxes/ already holds records");
   app.add_option("--socket", f.socket, "unix socket to serve on")->capture_default_str();
   app.add_option("--listen", f.listen, "also serve TCP on HOST:PORT (needs --token-file)");
   app.add_option("--token-file", f.token_file, "file holding the bearer token for TCP callers");

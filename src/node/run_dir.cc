@@ -1,0 +1,165 @@
+#include "node/run_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+
+namespace warren::node {
+namespace {
+
+constexpr const char* kSubdirs[] = {"sandboxes", "run", "audit"};
+
+bool OnTmpfs(const std::string& path) {
+  struct statfs sf;
+  return ::statfs(path.c_str(), &sf) == 0 && sf.f_type == TMPFS_MAGIC;
+}
+
+std::string ReadLink(const std::string& path) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string Dirname(const std::string& p) {
+  size_t i = p.find_last_of('/');
+  if (i == std::string::npos) return ".";
+  return i == 0 ? "/" : p.substr(0, i);
+}
+
+// Entries other than "." and ".."; -1 when the directory cannot be read.
+long CountEntries(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  long n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.' && (e->d_name[1] == '\0' || (e->d_name[1] == '.' && e->d_name[2] == '\0'))) continue;
+    ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+// FNV-1a, 64 bits: a stable name per state dir (not a security boundary).
+std::string Hash16(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+Status MkdirOne(const std::string& d, mode_t mode) {
+  if (::mkdir(d.c_str(), mode) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + d + ")");
+  return absl::OkStatus();
+}
+
+// run_root on a tmpfs: already, or mounted now (root only). Under a lock in
+// its parent so that two daemons starting at once do not stack two mounts
+// (the second would hide the first one's files).
+bool EnsureTmpfs(const std::string& run_root) {
+  const std::string parent = Dirname(run_root);
+  if (MkdirOne(parent, 0755).ok() == false || MkdirOne(run_root, 0755).ok() == false) return false;
+  const std::string lock_path = parent + "/.runtime.lock";
+  int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0) return false;
+  bool ok = false;
+  if (::flock(lock, LOCK_EX) == 0) {
+    ok = OnTmpfs(run_root) ||
+         (::mount("tmpfs", run_root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") == 0 &&
+          OnTmpfs(run_root));
+  }
+  ::close(lock);
+  return ok;
+}
+
+}  // namespace
+
+StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::string& requested,
+                                    const std::string& run_root, bool mount_tmpfs) {
+  if (state_dir.empty() || state_dir[0] != '/')
+    return absl::InvalidArgumentError("state dir \"" + state_dir + "\" must be an absolute path");
+  if (!requested.empty()) {
+    if (requested[0] != '/') return absl::InvalidArgumentError("--run-dir \"" + requested + "\" must be an absolute path");
+    return requested;
+  }
+  const std::string records = state_dir + "/sandboxes";
+  struct stat st;
+  if (::lstat(records.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::string target = ReadLink(records);
+    if (!target.empty() && target[0] == '/') return Dirname(target);
+  }
+  for (const char* sub : kSubdirs) {
+    // The layout before the run dir, with something in it (live sandboxes'
+    // records or dirs): keep it. Empty directories are replaced by links.
+    const std::string d = state_dir + "/" + sub;
+    if (::lstat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && CountEntries(d) != 0) return state_dir;
+  }
+  if (OnTmpfs(state_dir)) return state_dir;
+  if (!OnTmpfs(Dirname(run_root)) && !(mount_tmpfs && EnsureTmpfs(run_root))) return state_dir;
+  char real[PATH_MAX];
+  const std::string key = ::realpath(state_dir.c_str(), real) != nullptr ? std::string(real) : state_dir;
+  return run_root + "/" + Hash16(key);
+}
+
+Status LinkRunDir(const std::string& state_dir, const std::string& run_dir) {
+  if (run_dir != state_dir) {
+    RETURN_IF_ERROR(MkdirOne(Dirname(run_dir), 0755));
+    RETURN_IF_ERROR(MkdirOne(run_dir, 0700));
+  }
+  for (const char* sub : kSubdirs) {
+    const std::string target = run_dir + "/" + sub;
+    RETURN_IF_ERROR(MkdirOne(target, 0700));
+    if (run_dir == state_dir) continue;
+    const std::string link = state_dir + "/" + sub;
+    struct stat st;
+    if (::lstat(link.c_str(), &st) == 0) {
+      if (S_ISLNK(st.st_mode)) {
+        const std::string had = ReadLink(link);
+        if (had == target) continue;
+        if (!had.empty() && CountEntries(had) > 0)
+          return absl::FailedPreconditionError(link + " points to " + had +
+                                               ", which is not empty (sandboxes of an earlier daemon?): "
+                                               "start warrend with --run-dir " + Dirname(had));
+        if (::unlink(link.c_str()) != 0) return ErrnoToStatus(errno, "unlink(" + link + ")");
+      } else if (S_ISDIR(st.st_mode)) {
+        if (::rmdir(link.c_str()) != 0)
+          return absl::FailedPreconditionError(link + " is a directory that is not empty (" +
+                                               ErrnoToStatus(errno, "rmdir").ToString() +
+                                               "): start warrend with --run-dir " + state_dir);
+      } else {
+        return absl::FailedPreconditionError(link + " exists and is neither a directory nor a symlink");
+      }
+    }
+    if (::symlink(target.c_str(), link.c_str()) != 0)
+      return ErrnoToStatus(errno, "symlink(" + target + ", " + link + ")");
+  }
+  return absl::OkStatus();
+}
+
+void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_dir) {
+  if (run_dir == state_dir) return;
+  if (CountEntries(run_dir + "/sandboxes") != 0) return;  // live sandboxes (or unreadable): keep
+  for (const char* sub : kSubdirs) {
+    const std::string link = state_dir + "/" + sub, target = run_dir + "/" + sub;
+    if (ReadLink(link) == target) (void)::unlink(link.c_str());
+    (void)::rmdir(target.c_str());  // only when empty
+  }
+  (void)::rmdir(run_dir.c_str());
+}
+
+}  // namespace warren::node

@@ -1,0 +1,50 @@
+// Where a node keeps per-sandbox runtime state: the sandbox records
+// (<run_dir>/sandboxes/<id>.json), the runtime dirs (<run_dir>/run/<id>,
+// the rootfs mount points) and the audit logs (<run_dir>/audit/<id>.jsonl).
+//
+// These files live exactly as long as their sandbox, and a sandbox never
+// outlives a reboot, so they belong on a tmpfs, like runc's /run/runc and
+// containerd's /run/containerd: on a busy ext4 state dir, allocating and
+// renaming the 5 short-lived inodes of every create cost more CPU than the
+// rest of the create path (inode bitmap scans that skip recently deleted
+// inodes; data flush on rename-over-existing). The state dir keeps what must
+// survive a reboot (layers, snapshots, jobs.json) and gets symlinks
+// <state_dir>/{sandboxes,run,audit} -> <run_dir>/..., so both paths work.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace warren::node {
+
+// The run dir for `state_dir` (absolute). `requested` non-empty: that path
+// (must be absolute). Empty: automatic, in this order:
+//   * <state_dir>/sandboxes is a symlink: the directory it points into (the
+//     run dir a previous daemon chose; live sandboxes may be recorded there);
+//   * <state_dir>/{sandboxes,run,audit} holds a non-empty directory (the
+//     layout of warren before the run dir, with live sandboxes), or the
+//     state dir is itself on a tmpfs: the state dir;
+//   * `run_root`'s parent (/run/warren) is a tmpfs, or run_root is one, or
+//     `mount_tmpfs` and a tmpfs could be mounted on run_root (hosts without
+//     a tmpfs /run: the mount stays, like /run itself, until reboot; taken
+//     under a lock file next to it): <run_root>/<16 hex digits of a hash of
+//     state_dir>, one per state dir;
+//   * otherwise the state dir.
+StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::string& requested,
+                                    const std::string& run_root = "/run/warren/runtime",
+                                    bool mount_tmpfs = false);
+
+// Creates <run_dir>/{sandboxes,run,audit} (0700) and, when run_dir is not the
+// state dir, the symlinks <state_dir>/{sandboxes,run,audit} to them (an
+// empty directory or a stale link in their place is replaced).
+// FailedPrecondition when <state_dir>/<sub> is a non-empty directory or a
+// link to another run dir that still holds records.
+Status LinkRunDir(const std::string& state_dir, const std::string& run_dir);
+
+// At a clean shutdown: when run_dir is not the state dir and holds no
+// record, removes the symlinks, the (empty) subdirectories and run_dir.
+// Anything non-empty stays (the next daemon adopts it). Best effort.
+void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_dir);
+
+}  // namespace warren::node

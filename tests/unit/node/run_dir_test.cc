@@ -1,0 +1,148 @@
+// node/run_dir: where per-sandbox runtime state goes, the state dir's links
+// to it, and its removal when unused. Real file systems: the state dir on
+// the test's temp dir, a tmpfs mounted for the "/run" side.
+#include "node/run_dir.h"
+
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace warren::node {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/var/tmp/warren-rundir-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    state_ = root_ + "/state";
+    ASSERT_EQ(mkdir(state_.c_str(), 0700), 0);
+    struct statfs sf;
+    ASSERT_EQ(statfs(state_.c_str(), &sf), 0);
+    state_on_tmpfs_ = sf.f_type == TMPFS_MAGIC;
+    run_parent_ = root_ + "/run";
+    ASSERT_EQ(mkdir(run_parent_.c_str(), 0755), 0);
+    if (mount("tmpfs", run_parent_.c_str(), "tmpfs", 0, "size=1m") == 0) {
+      mounted_ = true;
+    }
+  }
+  void TearDown() override {
+    if (mounted_) umount2(run_parent_.c_str(), MNT_DETACH);
+    fs::remove_all(root_);
+  }
+  std::string root_, state_, run_parent_;
+  bool mounted_ = false, state_on_tmpfs_ = false;
+};
+
+TEST_F(RunDirTest, ExplicitMustBeAbsolute) {
+  auto r = ResolveRunDir(state_, "relative/run");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("relative/run"), absl::string_view::npos);
+  EXPECT_EQ(ResolveRunDir("state", "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ResolveRunDir(state_, root_ + "/x"), root_ + "/x");
+}
+
+TEST_F(RunDirTest, AutomaticIsOnTmpfsLinkedFromTheStateDirAndStable) {
+  if (!mounted_) GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
+  if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs: the state dir itself is used";
+  const std::string run_root = run_parent_ + "/warren";
+  auto r = ResolveRunDir(state_, "", run_root);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rfind(run_root + "/", 0), 0u) << *r;
+  EXPECT_EQ(r->size(), run_root.size() + 1 + 16) << *r;
+  ASSERT_TRUE(LinkRunDir(state_, *r).ok());
+  for (const char* sub : {"sandboxes", "run", "audit"}) {
+    EXPECT_TRUE(fs::is_symlink(state_ + "/" + sub)) << sub;
+    EXPECT_EQ(fs::read_symlink(state_ + "/" + sub).string(), *r + "/" + sub);
+    EXPECT_TRUE(fs::is_directory(*r + "/" + sub)) << sub;
+  }
+  struct statfs sf;
+  ASSERT_EQ(statfs((state_ + "/sandboxes/").c_str(), &sf), 0);
+  EXPECT_EQ(sf.f_type, static_cast<decltype(sf.f_type)>(TMPFS_MAGIC));
+  // A later daemon follows the links, whatever its run root.
+  EXPECT_EQ(*ResolveRunDir(state_, "", "/elsewhere/warren"), *r);
+  ASSERT_TRUE(LinkRunDir(state_, *r).ok());  // idempotent
+
+  // A record keeps everything in place at shutdown; without it all goes.
+  std::ofstream(*r + "/sandboxes/n0-a.json") << "{}";
+  RemoveRunDirIfUnused(state_, *r);
+  EXPECT_TRUE(fs::exists(*r + "/sandboxes/n0-a.json"));
+  EXPECT_TRUE(fs::is_symlink(state_ + "/run"));
+  // Another run dir while this one holds records: refused, naming the fix.
+  Status moved = LinkRunDir(state_, root_ + "/other");
+  ASSERT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition) << moved;
+  EXPECT_NE(moved.message().find("--run-dir " + *r), absl::string_view::npos) << moved;
+  fs::remove(*r + "/sandboxes/n0-a.json");
+  RemoveRunDirIfUnused(state_, *r);
+  EXPECT_FALSE(fs::exists(*r));
+  for (const char* sub : {"sandboxes", "run", "audit"}) EXPECT_FALSE(fs::exists(fs::symlink_status(state_ + "/" + sub))) << sub;
+}
+
+TEST_F(RunDirTest, ExistingRecordDirectoryKeepsTheOldLayout) {
+  ASSERT_EQ(mkdir((state_ + "/sandboxes").c_str(), 0700), 0);
+  std::ofstream(state_ + "/sandboxes/n0-live.json") << "{}";
+  EXPECT_EQ(*ResolveRunDir(state_, "", run_parent_ + "/warren"), state_);
+  ASSERT_TRUE(LinkRunDir(state_, state_).ok());
+  EXPECT_TRUE(fs::is_directory(state_ + "/run"));
+  EXPECT_FALSE(fs::is_symlink(state_ + "/run"));
+  RemoveRunDirIfUnused(state_, state_);  // never touches the state dir's own layout
+  EXPECT_TRUE(fs::exists(state_ + "/sandboxes/n0-live.json"));
+}
+
+TEST_F(RunDirTest, EmptyOldLayoutMovesToTheRunDir) {
+  if (!mounted_ || state_on_tmpfs_) GTEST_SKIP() << "needs a tmpfs run root and a non-tmpfs state dir";
+  for (const char* sub : {"sandboxes", "run", "audit"}) ASSERT_EQ(mkdir((state_ + "/" + sub).c_str(), 0700), 0);
+  auto r = ResolveRunDir(state_, "", run_parent_ + "/warren");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(*r, state_);
+  ASSERT_TRUE(LinkRunDir(state_, *r).ok());
+  for (const char* sub : {"sandboxes", "run", "audit"}) EXPECT_TRUE(fs::is_symlink(state_ + "/" + sub)) << sub;
+}
+
+TEST_F(RunDirTest, NoTmpfsRunRootMeansTheStateDir) {
+  // run_root's parent is the (non-tmpfs) temp dir itself.
+  if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs";
+  EXPECT_EQ(*ResolveRunDir(state_, "", root_ + "/plain/warren"), state_);
+}
+
+TEST_F(RunDirTest, MountsATmpfsWhenTheRunRootIsNotOne) {
+  if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs";
+  const std::string run_root = root_ + "/plain/warren/runtime";
+  auto r = ResolveRunDir(state_, "", run_root, /*mount_tmpfs=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  struct statfs sf;
+  if (statfs(run_root.c_str(), &sf) != 0 || sf.f_type != TMPFS_MAGIC) {
+    EXPECT_EQ(*r, state_);  // could not mount (not root): falls back
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  }
+  EXPECT_EQ(r->rfind(run_root + "/", 0), 0u) << *r;
+  // A second daemon finds the mount and does not stack another one.
+  auto again = ResolveRunDir(state_, "", run_root, true);
+  EXPECT_EQ(*again, *r);
+  EXPECT_EQ(umount2(run_root.c_str(), 0), 0);
+  EXPECT_NE(umount2(run_root.c_str(), 0), 0) << "two tmpfs were stacked on " << run_root;
+}
+
+TEST_F(RunDirTest, NonEmptyDirectoryInTheWayIsRefused) {
+  ASSERT_EQ(mkdir((state_ + "/audit").c_str(), 0700), 0);
+  std::ofstream(state_ + "/audit/n0-x.jsonl") << "{}\n";
+  EXPECT_EQ(*ResolveRunDir(state_, "", run_parent_ + "/warren"), state_);  // automatic: keeps the old layout
+  Status s = LinkRunDir(state_, root_ + "/rd");  // explicit: refused, nothing lost
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(state_ + "/audit"), absl::string_view::npos) << s;
+  EXPECT_TRUE(fs::exists(state_ + "/audit/n0-x.jsonl"));
+}
+
+}  // namespace
+}  // namespace warren::node
