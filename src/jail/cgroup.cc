@@ -218,9 +218,15 @@ class CgroupV1 : public Cgroup {
 
   bool ChildrenCoverAllControllers() const override { return false; }
 
+  // v1 children (an exec's, a background process's) live in one hierarchy:
+  // freezer (tracking and freeze-then-kill of the whole tree), or pids
+  // without a freezer. Their processes join the parent itself in the other
+  // hierarchies, whose limits are hierarchical anyway: each extra directory
+  // is a mkdir/rmdir under the global cgroup mutex.
   StatusOr<std::unique_ptr<Cgroup>> CreateChild(const std::string& name) override {
     std::map<std::string, std::string> sub;
-    for (const char* c : {"pids", "freezer"}) {
+    for (const char* c : {"freezer", "pids"}) {
+      if (!sub.empty()) break;
       auto it = hiers_.find(c);
       if (it == hiers_.end()) continue;
       std::string d = it->second + "/" + name;

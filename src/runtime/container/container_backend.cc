@@ -467,6 +467,30 @@ struct ExecPlan {
   void* grandchild_stack = nullptr;  // top of the grandchild's CLONE_VM stack
 };
 
+// The cgroup.procs a process spawned by the daemon writes to join the
+// sandbox `sb` through its child cgroup `child` (an exec's or a background
+// process's): the child's, plus the sandbox's own in the hierarchies where
+// the child has no directory (v1: children live in the freezer hierarchy
+// only). One write per hierarchy: each takes the global cgroup mutex.
+StatusOr<std::vector<UniqueFd>> JoinFds(jail::Cgroup& sb, jail::Cgroup& child) {
+  std::vector<UniqueFd> out;
+  if (!sb.ChildrenCoverAllControllers()) {
+    const std::vector<std::string> sub = child.dirs();
+    for (const std::string& d : sb.dirs()) {
+      const std::string prefix = d + "/";
+      if (std::any_of(sub.begin(), sub.end(), [&](const std::string& c) { return c.rfind(prefix, 0) == 0; }))
+        continue;
+      const std::string p = prefix + "cgroup.procs";
+      UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd.valid()) return Errno("open(" + p + ")");
+      out.push_back(std::move(fd));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> own, child.OpenProcsFds());
+  for (auto& f : own) out.push_back(std::move(f));
+  return out;
+}
+
 // argv and envp of an exec or a background process, exact: the sandbox's
 // env, then the command's over it, PATH defaulted (TERM too for a PTY); the
 // paths to try for argv[0] (PATH search done by the daemon: the grandchild
@@ -1065,13 +1089,8 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
                    cgroup_->CreateChild("exec-" + std::to_string(exec_seq_.fetch_add(1))));
   Rollback rb;
   rb.Add([&ecg] { (void)ecg->Destroy(milliseconds(2000)); });
-  std::vector<UniqueFd> sb_fds;
-  if (!cgroup_->ChildrenCoverAllControllers()) {
-    ASSIGN_OR_RETURN(sb_fds, cgroup_->OpenProcsFds());
-  }
-  ASSIGN_OR_RETURN(std::vector<UniqueFd> ex_fds, ecg->OpenProcsFds());
-  for (auto& f : sb_fds) plan.cgroup_fds.push_back(f.get());
-  for (auto& f : ex_fds) plan.cgroup_fds.push_back(f.get());
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> join_fds, JoinFds(*cgroup_, *ecg));
+  for (auto& f : join_fds) plan.cgroup_fds.push_back(f.get());
 
   UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w;
   RETURN_IF_ERROR(MakePipe(in_r, in_w));
@@ -1103,8 +1122,7 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   out_w.reset();
   err_w.reset();
   rep_w.reset();
-  sb_fds.clear();
-  ex_fds.clear();
+  join_fds.clear();
 
   ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "exec", plan.cwd));
   UniqueFd cpidfd = std::move(spawned.pidfd);
@@ -1359,13 +1377,8 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   rb.Add([&ecg] {
     if (ecg) (void)ecg->Destroy(milliseconds(2000));
   });
-  std::vector<UniqueFd> sb_fds;
-  if (!cgroup_->ChildrenCoverAllControllers()) {
-    ASSIGN_OR_RETURN(sb_fds, cgroup_->OpenProcsFds());
-  }
-  ASSIGN_OR_RETURN(std::vector<UniqueFd> ex_fds, ecg->OpenProcsFds());
-  for (auto& f : sb_fds) plan.cgroup_fds.push_back(f.get());
-  for (auto& f : ex_fds) plan.cgroup_fds.push_back(f.get());
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> join_fds, JoinFds(*cgroup_, *ecg));
+  for (auto& f : join_fds) plan.cgroup_fds.push_back(f.get());
 
   UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, rep_r, rep_w, master, slave;
   if (so.pty) {
@@ -1420,8 +1433,7 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   ctl_w.reset();
   rep_w.reset();
   slave.reset();
-  sb_fds.clear();
-  ex_fds.clear();
+  join_fds.clear();
 
   ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "start", plan.cwd));
   const pid_t child = spawned.pid;
@@ -1706,7 +1718,13 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   const uid_t host_uid = st->HostUid(sh->slot);
   ASSIGN_OR_RETURN(sh->cg, st->cgroups->Create(cg_rel, limits));
   sh->limits = limits;
-  ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> init_cg, sh->cg->CreateChild("init"));
+  // v2: the init lives in a leaf "init" (a cgroup with controllers enabled
+  // for its children holds no process). v1 has no such rule: the init joins
+  // the sandbox cgroup itself, one mkdir/rmdir pair per hierarchy fewer.
+  std::unique_ptr<jail::Cgroup> init_cg;
+  if (sh->cg->ChildrenCoverAllControllers()) {
+    ASSIGN_OR_RETURN(init_cg, sh->cg->CreateChild("init"));
+  }
 
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return Errno("socketpair");
@@ -1761,18 +1779,9 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   RETURN_IF_ERROR(WriteString(proc + "/uid_map", map));
   RETURN_IF_ERROR(WriteString(proc + "/setgroups", "deny"));
   RETURN_IF_ERROR(WriteString(proc + "/gid_map", map));
-  // v1: the init joins "init" where it exists (pids, freezer) and the
-  // sandbox cgroup itself only in the other hierarchies (memory, cpu):
-  // every cgroup.procs write takes the cgroup mutex (and may wait for an RCU
-  // grace period), so no write that a later one undoes.
-  if (!sh->cg->ChildrenCoverAllControllers()) {
-    const std::vector<std::string> sub = init_cg->dirs();
-    for (const std::string& d : sh->cg->dirs()) {
-      if (std::find(sub.begin(), sub.end(), d + "/init") == sub.end())
-        RETURN_IF_ERROR(WriteString(d + "/cgroup.procs", std::to_string(pid)));
-    }
-  }
-  RETURN_IF_ERROR(init_cg->AddProcess(pid));
+  // Every cgroup.procs write takes the cgroup mutex (and may wait for an RCU
+  // grace period): one write per hierarchy.
+  RETURN_IF_ERROR(init_cg != nullptr ? init_cg->AddProcess(pid) : sh->cg->AddProcess(pid));
   sh->userns.reset(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   if (!sh->userns.valid()) return Errno("open(" + proc + "/ns/user)");
   return sh;
