@@ -559,10 +559,10 @@ class CgroupManagerV2 : public CgroupManager {
 
 }  // namespace
 
-Status Cgroup::Destroy(std::chrono::milliseconds timeout) {
+Status Cgroup::Evacuate(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int i = 0; i < 10000; ++i) {
-    if (Empty()) break;
+    if (Empty()) return absl::OkStatus();
     (void)SignalAll(SIGKILL);
     if (std::chrono::steady_clock::now() > deadline) {
       (void)Thaw();
@@ -570,6 +570,29 @@ Status Cgroup::Destroy(std::chrono::milliseconds timeout) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(i < 20 ? 1 : 10));
   }
+  return absl::DeadlineExceededError("cgroup " + rel() + " still has processes after SIGKILL");
+}
+
+Status Cgroup::RemoveChildren() {
+  for (const std::string& d : dirs()) {
+    DIR* dp = ::opendir(d.c_str());
+    if (dp == nullptr) {
+      if (errno == ENOENT) continue;
+      return ErrnoToStatus(errno, "opendir(" + d + ")");
+    }
+    std::vector<std::string> subs;
+    while (struct dirent* e = ::readdir(dp)) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') subs.push_back(e->d_name);
+    }
+    ::closedir(dp);
+    for (const auto& sub : subs) RETURN_IF_ERROR(RemoveTree(d + "/" + sub));
+  }
+  return absl::OkStatus();
+}
+
+Status Cgroup::Destroy(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  RETURN_IF_ERROR(Evacuate(timeout));
   // An empty cgroup may still be briefly busy while exiting tasks detach.
   Status st;
   for (int i = 0; i < 200; ++i) {

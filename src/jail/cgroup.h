@@ -93,7 +93,12 @@ class Cgroup {
   // Removes the cgroup's descendants then itself (they must be empty).
   // NotFound is not an error (idempotent).
   virtual Status Remove() = 0;
-  // Kill everything (SIGKILL), wait until empty for at most `timeout`, remove.
+  // Removes the cgroup's descendants (they must be empty), keeps itself.
+  Status RemoveChildren();
+  // Kills everything (SIGKILL) until the subtree is empty, for at most
+  // `timeout` (DeadlineExceeded then, the cgroup thawed).
+  Status Evacuate(std::chrono::milliseconds timeout);
+  // Evacuate, then Remove (retried while an exiting task still detaches).
   Status Destroy(std::chrono::milliseconds timeout);
 };
 

@@ -73,7 +73,12 @@ Status MkdirOne(const std::string& d, mode_t mode) {
 // (the second would hide the first one's files).
 bool EnsureTmpfs(const std::string& run_root) {
   const std::string parent = Dirname(run_root);
-  if (MkdirOne(parent, 0755).ok() == false || MkdirOne(run_root, 0755).ok() == false) return false;
+  for (size_t i = 1; i <= parent.size(); ++i) {  // mkdir -p parent
+    if (i == parent.size() || parent[i] == '/') {
+      if (!MkdirOne(parent.substr(0, i), 0755).ok()) return false;
+    }
+  }
+  if (!MkdirOne(run_root, 0755).ok()) return false;
   const std::string lock_path = parent + "/.runtime.lock";
   int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock < 0) return false;

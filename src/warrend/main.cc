@@ -64,6 +64,7 @@ struct Flags {
   uint32_t max_creates_in_flight = 0;
   uint32_t max_create_queue = 0;
   int32_t warm_shells = -1;  // -1 = 2 x cpus
+  uint32_t recycled_cgroups = 64;
   int64_t mount_grace_ms = 60000;
   // fncall (issue 5)
   std::string http_listen;
@@ -264,6 +265,7 @@ int Run(const Flags& flags) {
   copt.warm_shells = flags.warm_shells >= 0
                          ? static_cast<uint32_t>(flags.warm_shells)
                          : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  copt.recycled_cgroups = flags.recycled_cgroups;
   StatusOr<std::unique_ptr<runtime::Backend>> container = runtime::NewContainerBackend(copt);
   if (!container.ok()) return fail(container.status());
   std::vector<std::unique_ptr<runtime::Backend>> backends;
@@ -427,6 +429,10 @@ int main(int argc, char** argv) {
   app.add_option("--warm-shells", f.warm_shells,
                  "container: keep this many pre-spawned sandbox shells (namespaces + cgroup, waiting for a "
                  "rootfs) so that a create skips the fork and cgroup attach (-1 = 2 x cpus, 0 = off)")
+      ->capture_default_str();
+  app.add_option("--recycled-cgroups", f.recycled_cgroups,
+                 "container (cgroup v1): keep up to this many emptied sandbox cgroups for new sandboxes "
+                 "instead of removing and creating them (only those whose sandbox left < 1 MiB charged; 0 = off)")
       ->capture_default_str();
   app.add_option("--mount-grace-ms", f.mount_grace_ms,
                  "keep an unused layer mount this long before unmounting")

@@ -447,6 +447,15 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   jail::ChildFail(e, kStepExec, errno);
 }
 
+// The cgroup limits of a sandbox spec (Create's, and what a recycled cgroup holds).
+jail::CgroupLimits LimitsOf(const SandboxSpec& spec) {
+  jail::CgroupLimits lim;
+  lim.cpu_millis = spec.resources.cpu_millis;
+  lim.memory_bytes = uint64_t{spec.resources.memory_mb} << 20;
+  lim.pids = spec.resources.pids;
+  return lim;
+}
+
 // Exec helper plan (see ContainerSandbox::Exec).
 struct ExecPlan {
   int pidfd = -1;                   // of the sandbox init
@@ -695,6 +704,71 @@ struct BackendState {
     slots.erase(k);
   }
   uid_t HostUid(uint32_t slot) const { return options.uid_base + slot * options.uid_range; }
+
+  // ---- cgroup recycling (ContainerOptions::recycled_cgroups)
+  struct Recycled {
+    std::unique_ptr<jail::Cgroup> cg;
+    jail::CgroupLimits limits;  // what it holds
+  };
+  std::deque<Recycled> recycled;  // guarded by mu
+  uint64_t recycle_seq = 0;       // guarded by mu
+
+  // Takes the cgroup `cg` names (empty, its sandbox dead) for a later shell
+  // when there is room and its previous tenant left < 1 MiB charged; true =
+  // taken (its children removed, renamed "shell-<daemon pid>-r<n>" so that a
+  // crashed daemon's are swept like shells'). `cg` itself then names a path
+  // that no longer exists: late calls through it fail with ENOENT and can
+  // never reach the next tenant. Needs rename (v1); v2 cgroups are removed.
+  bool Recycle(jail::Cgroup& cg, const jail::CgroupLimits& limits) {
+    if (options.recycled_cgroups == 0 || cgroups->version() != 1) return false;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (recycled.size() >= options.recycled_cgroups) return false;
+    }
+    if (auto used = cg.MemoryUsage(); used.ok() && *used >= (1u << 20)) return false;
+    if (!cg.RemoveChildren().ok()) return false;
+    std::string name;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      name = "shell-" + std::to_string(::getpid()) + "-r" + std::to_string(recycle_seq++);
+    }
+    if (!cgroups->Rename(cg.rel(), name).ok()) return false;
+    auto kept = cgroups->Open(name);
+    if (!kept.ok()) return true;  // renamed away (it stays empty; swept at the next start)
+    std::lock_guard<std::mutex> l(mu);
+    if (recycled.size() >= options.recycled_cgroups) {
+      (void)(*kept)->Remove();
+    } else {
+      recycled.push_back({std::move(*kept), limits});
+    }
+    return true;
+  }
+  // A recycled cgroup renamed to `rel` with its limits in *limits, or nullptr.
+  std::unique_ptr<jail::Cgroup> TakeRecycled(const std::string& rel, jail::CgroupLimits* limits) {
+    for (;;) {
+      Recycled r;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (recycled.empty()) return nullptr;
+        r = std::move(recycled.front());
+        recycled.pop_front();
+      }
+      if (r.cg->rel() == rel) {
+        *limits = r.limits;
+        return std::move(r.cg);
+      }
+      Status rs = cgroups->Rename(r.cg->rel(), rel);
+      auto opened = rs.ok() ? cgroups->Open(rel) : StatusOr<std::unique_ptr<jail::Cgroup>>(rs);
+      if (opened.ok()) {
+        *limits = r.limits;
+        return std::move(*opened);
+      }
+      (void)r.cg->Remove();  // gone wrong: drop it, try the next
+    }
+  }
+  ~BackendState() {
+    for (auto& r : recycled) (void)r.cg->Remove();
+  }
 };
 
 // Undo list for multi-step operations: run in reverse unless Release()d.
@@ -897,6 +971,7 @@ class ContainerSandbox : public Sandbox {
     if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     std::lock_guard<std::mutex> l(pause_mu_);
     if (paused_since_ns_.load() == 0) return absl::FailedPreconditionError("sandbox " + spec_.id + " is not paused");
+    reclaimed_.store(true);  // its cgroup's settings may have moved: never recycled
     return cgroup_->ReclaimMemory();
   }
   StatusOr<uint64_t> EndSuspend(bool prefetch) override {
@@ -997,6 +1072,7 @@ class ContainerSandbox : public Sandbox {
   std::mutex mu_;  // guards lingering_, destroy_done_
   std::vector<std::unique_ptr<jail::Cgroup>> lingering_;  // exec cgroups with background processes
   bool destroy_done_ = false;
+  std::atomic<bool> reclaimed_{false};  // ReclaimMemory ran (suspend)
   std::atomic<uint64_t> exec_seq_;
   UniqueFd upper_;  // guarded by mu_; see OpenUpper
   uint64_t upper_dev_ = 0, upper_ino_ = 0;  // guarded by mu_ (written once, before Record())
@@ -1259,8 +1335,12 @@ Status ContainerSandbox::Destroy() {
     // another process): reap it so it does not linger as a zombie.
     (void)::waitpid(init_pid_, nullptr, WNOHANG);
   }
-  Status cs = cgroup_->Destroy(milliseconds(5000));
-  lingering_.clear();
+  // Emptied, the cgroup is recycled for a later shell when it can be (see
+  // ContainerOptions::recycled_cgroups), else removed.
+  lingering_.clear();  // exec cgroups: removed with the children below
+  Status cs = cgroup_->Evacuate(milliseconds(5000));
+  if (cs.ok() && (reclaimed_.load() || !st_->Recycle(*cgroup_, LimitsOf(spec_))))
+    cs = cgroup_->Destroy(milliseconds(5000));
   upper_.reset();
   std::string rootfs = spec_.dir + "/rootfs";
   if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT && cs.ok()) cs = Errno("rmdir(" + rootfs + ")");
@@ -1716,7 +1796,24 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   ASSIGN_OR_RETURN(sh->slot, st->TakeSlot());
   sh->has_slot = true;
   const uid_t host_uid = st->HostUid(sh->slot);
-  ASSIGN_OR_RETURN(sh->cg, st->cgroups->Create(cg_rel, limits));
+  jail::CgroupLimits had;
+  if ((sh->cg = st->TakeRecycled(cg_rel, &had)) != nullptr) {
+    // An unset (0) limit cannot be written back to "none": such a cgroup goes.
+    if ((limits.cpu_millis == 0 && had.cpu_millis != 0) || (limits.memory_bytes == 0 && had.memory_bytes != 0) ||
+        (limits.pids == 0 && had.pids != 0)) {
+      (void)sh->cg->Remove();
+      sh->cg.reset();
+    } else if (had.cpu_millis != limits.cpu_millis || had.memory_bytes != limits.memory_bytes ||
+               had.pids != limits.pids) {
+      if (Status ls = sh->cg->SetLimits(limits); !ls.ok()) {
+        (void)sh->cg->Remove();
+        return ls;
+      }
+    }
+  }
+  if (sh->cg == nullptr) {
+    ASSIGN_OR_RETURN(sh->cg, st->cgroups->Create(cg_rel, limits));
+  }
   sh->limits = limits;
   // v2: the init lives in a leaf "init" (a cgroup with controllers enabled
   // for its children holds no process). v1 has no such rule: the init joins
@@ -1958,10 +2055,7 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   if (spec.dir.size() + sizeof "/rootfs" > sizeof InitParams{}.rootfs)
     return absl::InvalidArgumentError("sandbox dir '" + spec.dir + "' is too long (max " +
                                       std::to_string(sizeof InitParams{}.rootfs - sizeof "/rootfs") + " bytes)");
-  jail::CgroupLimits lim;
-  lim.cpu_millis = spec.resources.cpu_millis;
-  lim.memory_bytes = uint64_t{spec.resources.memory_mb} << 20;
-  lim.pids = spec.resources.pids;
+  const jail::CgroupLimits lim = LimitsOf(spec);
   // Every container sandbox can start from a warm shell today (the shell
   // fixes only what all sandboxes share: namespaces, id range, seccomp);
   // an option a shell could not provide would take the spawn path below.

@@ -1051,6 +1051,76 @@ TEST_F(WarmShellTest, ConcurrentCreatesBeyondThePoolAllSucceed) {
   }
 }
 
+// Cgroup recycling (ContainerOptions::recycled_cgroups, cgroup v1): a
+// destroyed sandbox's emptied cgroup becomes the next sandbox's, renamed and
+// re-limited, its children (exec cgroups) gone; the backend's end removes
+// whatever is left unused.
+TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
+  auto m = jail::CgroupManager::Detect(options_.cgroup_name);
+  ASSERT_TRUE(m.ok()) << m.status();
+  if ((*m)->version() != 1) GTEST_SKIP() << "cgroup v2 host: cgroups are not recycled (no rename)";
+  backend_.reset();
+  options_.recycled_cgroups = 4;
+  auto b = NewContainerBackend(options_);
+  ASSERT_TRUE(b.ok()) << b.status();
+  backend_ = std::move(*b);
+
+  Sandbox* a = Make("recycle-a");
+  ASSERT_NE(a, nullptr);
+  // A background process keeps its exec cgroup (a child) alive until the destroy.
+  EXPECT_EQ(Run(a, "sleep 100 >/dev/null 2>&1 & echo started").stdout_data, "started\n");
+  const auto a_dirs = a->Record()["cgroup_dirs"].get<std::vector<std::string>>();
+  ASSERT_FALSE(a_dirs.empty());
+  ASSERT_TRUE(a->Destroy().ok());
+  for (const auto& d : a_dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  const std::set<std::string> kept = ShellCgroups(options_.cgroup_name);
+  ASSERT_EQ(kept.size(), 1u);
+  const std::string name = *kept.begin();
+  EXPECT_EQ(name.rfind("shell-" + std::to_string(::getpid()) + "-r", 0), 0u) << name;
+  for (const auto& d : a_dirs) {
+    const std::string r = fs::path(d).parent_path() / name;
+    ASSERT_TRUE(fs::exists(r)) << r;
+    size_t children = 0;
+    for (const auto& e : fs::directory_iterator(r))
+      if (e.is_directory()) ++children;
+    EXPECT_EQ(children, 0u) << r << ": the exec cgroup was not removed";
+    std::ifstream procs(r + "/cgroup.procs");
+    std::string any;
+    EXPECT_FALSE(procs >> any) << r << " still holds a process";
+  }
+  // A late call through the destroyed sandbox reaches nothing.
+  ExecSpec late;
+  late.shell = "true";
+  EXPECT_FALSE(a->Exec(late).ok());
+
+  SandboxSpec spec = Spec("recycle-b");
+  spec.resources.memory_mb = 200;
+  spec.resources.pids = 77;
+  auto sb = backend_->Create(spec);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  sandboxes_.emplace_back(std::move(*sb), spec.dir);
+  Sandbox* bsb = sandboxes_.back().first.get();
+  EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty()) << "the recycled cgroup was not taken";
+  for (const auto& d : bsb->Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
+    EXPECT_EQ(fs::path(d).filename(), "recycle-b") << d;
+    for (const char* f : {"memory.limit_in_bytes", "pids.max"}) {
+      if (!fs::exists(d + "/" + f)) continue;
+      std::ifstream in(d + "/" + f);
+      std::string v;
+      in >> v;
+      EXPECT_EQ(v, std::string(f) == "pids.max" ? "77" : std::to_string(200ull << 20)) << d << "/" << f;
+    }
+  }
+  EXPECT_EQ(Run(bsb, "echo ok; cat /proc/1/comm").stdout_data, "ok\nwarren-init\n");
+  ASSERT_TRUE(bsb->Destroy().ok());
+  EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 1u);
+  // The backend's end (its last sandbox object gone) removes the unused recycled cgroups.
+  for (auto& [sbx, dir] : sandboxes_) fs::remove_all(dir);
+  sandboxes_.clear();
+  backend_.reset();
+  EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty());
+}
+
 TEST_F(WarmShellTest, StaleShellCgroupsOfDeadDaemonsAreSwept) {
   auto m = jail::CgroupManager::Detect(options_.cgroup_name);
   ASSERT_TRUE(m.ok());
