@@ -350,7 +350,7 @@ class Process:
         self._sb = sandbox
         self.id = process_id
         self.sandbox_id = sandbox.id
-        self._stub = ppb_grpc.ProcessesStub(sandbox._client._channel)
+        self._stub = sandbox._client._processes()  # the client's one stub
         self._md = sandbox._client._metadata
         self._info = info
 

@@ -743,7 +743,8 @@ struct BackendState {
     }
     return true;
   }
-  // A recycled cgroup renamed to `rel` with its limits in *limits, or nullptr.
+  // A recycled cgroup named `rel` (or, when `rel` is a shell name, its own
+  // shell name) with its limits in *limits, or nullptr.
   std::unique_ptr<jail::Cgroup> TakeRecycled(const std::string& rel, jail::CgroupLimits* limits) {
     for (;;) {
       Recycled r;
@@ -753,7 +754,9 @@ struct BackendState {
         r = std::move(recycled.front());
         recycled.pop_front();
       }
-      if (r.cg->rel() == rel) {
+      // A shell's cgroup is only ever renamed once more (to its sandbox's id):
+      // a recycled one keeps its "shell-<pid>-r<n>" name until then.
+      if (r.cg->rel() == rel || (rel.rfind("shell-", 0) == 0 && r.cg->rel().rfind("shell-", 0) == 0)) {
         *limits = r.limits;
         return std::move(r.cg);
       }
