@@ -1213,9 +1213,10 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   if (in_w.valid()) ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
-  // 64 KiB per read (a pipe's default capacity): a larger buffer costs a
-  // memset and its page faults on every exec, most of which print little.
-  std::string buf(64 << 10, '\0');
+  // 64 KiB per read (a pipe's default capacity), one buffer per handler
+  // thread: a fresh one per exec cost a memset, page faults and a heap
+  // consolidation on free, for execs most of which print little.
+  thread_local std::string buf(64 << 10, '\0');
   auto drain = [&](UniqueFd& fd, std::string& data, uint64_t& total, bool& trunc, int max_reads) {
     for (int i = 0; i < max_reads && fd.valid(); ++i) {
       ssize_t r = ::read(fd.get(), buf.data(), buf.size());

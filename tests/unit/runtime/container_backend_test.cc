@@ -859,7 +859,11 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
   UniqueFd out = (*p)->TakeStdout();
   char buf[3];
   ASSERT_EQ(::read(out.get(), buf, 3), 3);
-  EXPECT_EQ(Run(sb, "ps | grep -c 'sleep 30[01]$'").stdout_data, "2\n");
+  // "up" may come before the backgrounded subshells have exec'd sleep: poll (bounded).
+  std::string n_sleeps;
+  for (int i = 0; i < 100 && (n_sleeps = Run(sb, "ps | grep -c 'sleep 30[01]$'").stdout_data) != "2\n"; ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(n_sleeps, "2\n");
   ASSERT_TRUE((*p)->Signal(SIGKILL, true).ok());
   ExecOutcome o = WaitFor(**p);
   EXPECT_EQ(o.signal, SIGKILL);
