@@ -852,13 +852,15 @@ StatusOr<UserIds> ResolveUser(const std::string& user, int root_fd, uint32_t ran
   return ids;
 }
 
-// Makes a pipe with a bigger buffer (throughput of huge outputs).
-Status MakePipe(UniqueFd& r, UniqueFd& w) {
+// Makes a pipe; `big`: with a 1 MiB buffer (throughput of huge outputs;
+// only output pipes: each resize allocates a ring and counts against the
+// user's pipe-user-pages-soft, past which the kernel refuses it anyway).
+Status MakePipe(UniqueFd& r, UniqueFd& w, bool big = false) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return Errno("pipe2");
   r.reset(p[0]);
   w.reset(p[1]);
-  (void)::fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
+  if (big) (void)::fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
   return absl::OkStatus();
 }
 
@@ -1173,8 +1175,8 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
 
   UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w;
   RETURN_IF_ERROR(MakePipe(in_r, in_w));
-  RETURN_IF_ERROR(MakePipe(out_r, out_w));
-  RETURN_IF_ERROR(MakePipe(err_r, err_w));
+  RETURN_IF_ERROR(MakePipe(out_r, out_w, /*big=*/true));
+  RETURN_IF_ERROR(MakePipe(err_r, err_w, /*big=*/true));
   RETURN_IF_ERROR(MakePipe(rep_r, rep_w));
   plan.stdin_fd = in_r.get();
   plan.stdout_fd = out_w.get();
@@ -1483,8 +1485,8 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
     sp.tty_fd = slave.get();
   } else {
     RETURN_IF_ERROR(MakePipe(in_r, in_w));
-    RETURN_IF_ERROR(MakePipe(out_r, out_w));
-    RETURN_IF_ERROR(MakePipe(err_r, err_w));
+    RETURN_IF_ERROR(MakePipe(out_r, out_w, /*big=*/true));
+    RETURN_IF_ERROR(MakePipe(err_r, err_w, /*big=*/true));
     plan.stdin_fd = in_r.get();
     plan.stdout_fd = out_w.get();
     plan.stderr_fd = err_w.get();
