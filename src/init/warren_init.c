@@ -86,20 +86,9 @@ __attribute__((noreturn, used)) void InitMain(long* sp) {
   Sys(__NR_rt_sigprocmask, 0 /* SIG_BLOCK */, (long)&all, 0, kSigsetBytes, 0);
   Sys(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
   const int keep = argc > 1 ? ParseFd(argv[1]) : -1;
-  // Close whatever else the launcher may have leaked (it passes none on
-  // purpose): two close_range calls around `keep` (Linux 5.9; the loop is the
-  // fallback for older kernels).
-  if (keep < 3) {
-    if (Sys(__NR_close_range, 3, ~0U, 0, 0, 0) != 0)
-      for (int fd = 3; fd < 1024; ++fd) Sys(__NR_close, fd, 0, 0, 0, 0);
-  } else if ((keep == 3 || Sys(__NR_close_range, 3, keep - 1, 0, 0, 0) == 0) &&
-             Sys(__NR_close_range, keep + 1, ~0U, 0, 0, 0) == 0) {
-    // done
-  } else {
-    for (int fd = 3; fd < 1024; ++fd) {
-      if (fd != keep) Sys(__NR_close, fd, 0, 0, 0, 0);
-    }
-  }
+  // No fd to close: the launcher marks every fd >= 3 close-on-exec
+  // (close_range(CLOSE_RANGE_CLOEXEC)) before it execs us, except `keep`.
+  (void)keep;
   for (;;) {
     // Reap everything that is already dead before sleeping again.
     for (int i = 0; i < 1 << 20; ++i) {

@@ -266,6 +266,13 @@ class CgroupV1 : public Cgroup {
     return WriteFile(it->second + "/freezer.state", "THAWED");
   }
 
+  bool Frozen() const override {
+    auto it = hiers_.find("freezer");
+    if (it == hiers_.end()) return false;
+    auto st = ReadFile(it->second + "/freezer.state");
+    return st && st->rfind("THAWED", 0) != 0;
+  }
+
   Status SignalAll(int sig) override {
     Status fz = Freeze();
     KillPids(Pids(true), sig);
@@ -460,6 +467,10 @@ class CgroupV2 : public Cgroup {
     return absl::DeadlineExceededError("cgroup.events of " + dir_ + " never reported frozen 1");
   }
   Status Thaw() override { return WriteFile(dir_ + "/cgroup.freeze", "0"); }
+  bool Frozen() const override {
+    auto ev = ReadFile(dir_ + "/cgroup.events");
+    return ev && ParseKey(*ev, "frozen") == 1;
+  }
 
   Status SignalAll(int sig) override {
     if (sig == SIGKILL && Exists(dir_ + "/cgroup.kill")) return WriteFile(dir_ + "/cgroup.kill", "1");

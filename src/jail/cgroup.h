@@ -7,9 +7,12 @@
 // ever written.
 //
 // v1: the sandbox cgroup exists in the cpu, memory, pids and freezer
-// hierarchies (those present); exec sub-cgroups (CreateChild) only in pids and
-// freezer, so that memory accounting and the OOM counter stay on the sandbox
-// memcg (v1 does not propagate memory events to parents).
+// hierarchies (those present); exec sub-cgroups (CreateChild) only in the
+// freezer hierarchy (pids without one): their processes join the sandbox
+// cgroup itself in the others, so that memory accounting and the OOM counter
+// stay on the sandbox memcg (v1 does not propagate memory events to parents)
+// and every extra directory (a mkdir/rmdir under the global cgroup mutex) is
+// avoided.
 // v2: every cgroup lives in the unified hierarchy; controllers are enabled in
 // cgroup.subtree_control down from the daemon's cgroup (best effort: a
 // non-delegated hierarchy leaves the limits unset and SetLimits fails).
@@ -66,6 +69,10 @@ class Cgroup {
   // 1 s) until the kernel reports the frozen state.
   virtual Status Freeze() = 0;
   virtual Status Thaw() = 0;
+  // True while the kernel reports the cgroup frozen or freezing (v1
+  // freezer.state not THAWED, v2 cgroup.events "frozen 1"); false without a
+  // freezer or when unreadable.
+  virtual bool Frozen() const = 0;
   // Sends `sig` to every process of the subtree with the subtree frozen, so
   // that no process forks its way out between listing and signalling.
   // SIGKILL on v2 uses cgroup.kill.

@@ -68,17 +68,19 @@ Status MkdirOne(const std::string& d, mode_t mode) {
   return absl::OkStatus();
 }
 
+Status MkdirAll(const std::string& dir, mode_t mode) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') RETURN_IF_ERROR(MkdirOne(dir.substr(0, i), mode));
+  }
+  return absl::OkStatus();
+}
+
 // run_root on a tmpfs: already, or mounted now (root only). Under a lock in
 // its parent so that two daemons starting at once do not stack two mounts
 // (the second would hide the first one's files).
 bool EnsureTmpfs(const std::string& run_root) {
   const std::string parent = Dirname(run_root);
-  for (size_t i = 1; i <= parent.size(); ++i) {  // mkdir -p parent
-    if (i == parent.size() || parent[i] == '/') {
-      if (!MkdirOne(parent.substr(0, i), 0755).ok()) return false;
-    }
-  }
-  if (!MkdirOne(run_root, 0755).ok()) return false;
+  if (!MkdirAll(parent, 0755).ok() || !MkdirOne(run_root, 0755).ok()) return false;
   const std::string lock_path = parent + "/.runtime.lock";
   int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock < 0) return false;
@@ -106,7 +108,14 @@ StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::str
   struct stat st;
   if (::lstat(records.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     std::string target = ReadLink(records);
-    if (!target.empty() && target[0] == '/') return Dirname(target);
+    if (!target.empty() && target[0] == '/') {
+      const std::string dir = Dirname(target);
+      // A run dir this function chose under run_root: after a reboot of a
+      // host whose /run is not a tmpfs, our tmpfs mount is gone; mount it
+      // again (before another daemon does and hides this one's files).
+      if (mount_tmpfs && Dirname(dir) == run_root && !OnTmpfs(dir)) (void)EnsureTmpfs(run_root);
+      return dir;
+    }
   }
   for (const char* sub : kSubdirs) {
     // The layout before the run dir, with something in it (live sandboxes'
@@ -123,7 +132,7 @@ StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::str
 
 Status LinkRunDir(const std::string& state_dir, const std::string& run_dir) {
   if (run_dir != state_dir) {
-    RETURN_IF_ERROR(MkdirOne(Dirname(run_dir), 0755));
+    RETURN_IF_ERROR(MkdirAll(Dirname(run_dir), 0755));
     RETURN_IF_ERROR(MkdirOne(run_dir, 0700));
   }
   for (const char* sub : kSubdirs) {

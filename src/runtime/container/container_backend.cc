@@ -49,6 +49,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <optional>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -57,6 +58,7 @@
 #include "common/scoped_sigpipe.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "jail/cgroup.h"
 #include "jail/contain.h"
@@ -712,6 +714,7 @@ struct BackendState {
   };
   std::deque<Recycled> recycled;  // guarded by mu
   uint64_t recycle_seq = 0;       // guarded by mu
+  uint32_t recycle_nonce = 0;     // guarded by mu
 
   // Takes the cgroup `cg` names (empty, its sandbox dead) for a later shell
   // when there is room and its previous tenant left < 1 MiB charged; true =
@@ -726,15 +729,21 @@ struct BackendState {
       if (recycled.size() >= options.recycled_cgroups) return false;
     }
     if (auto used = cg.MemoryUsage(); used.ok() && *used >= (1u << 20)) return false;
+    // Never hand out a frozen cgroup: a shell joining it would freeze.
+    if (!cg.Thaw().ok() || cg.Frozen()) return false;
     if (!cg.RemoveChildren().ok()) return false;
     std::string name;
     {
       std::lock_guard<std::mutex> l(mu);
-      name = "shell-" + std::to_string(::getpid()) + "-r" + std::to_string(recycle_seq++);
+      // A nonce per daemon start: a restarted daemon with the same pid (pid 1
+      // of a container) never meets its predecessor's names.
+      if (recycle_nonce == 0) recycle_nonce = static_cast<uint32_t>(Clock::now().time_since_epoch().count()) | 1;
+      name = "shell-" + std::to_string(::getpid()) + "-r" + absl::StrCat(absl::Hex(recycle_nonce)) + "." +
+             std::to_string(recycle_seq++);
     }
     if (!cgroups->Rename(cg.rel(), name).ok()) return false;
     auto kept = cgroups->Open(name);
-    if (!kept.ok()) return true;  // renamed away (it stays empty; swept at the next start)
+    if (!kept.ok()) return true;  // renamed away, empty: the next daemon's start sweeps it
     std::lock_guard<std::mutex> l(mu);
     if (recycled.size() >= options.recycled_cgroups) {
       (void)(*kept)->Remove();
@@ -934,16 +943,18 @@ class ContainerSandbox : public Sandbox {
   StatusOr<ExecOutcome> Exec(const ExecSpec& es) override;
   Status Destroy() override;
 
+  // Destroy sets destroyed_ under pause_mu_: a pause can never freeze the
+  // cgroup after Destroy thawed it (the cgroup may be recycled).
   Status Pause() override {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     std::lock_guard<std::mutex> l(pause_mu_);
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     RETURN_IF_ERROR(cgroup_->Freeze());
     if (paused_since_ns_.load() == 0) paused_since_ns_.store(SteadyNs());
     return absl::OkStatus();
   }
   Status Resume() override {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     std::lock_guard<std::mutex> l(pause_mu_);
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     RETURN_IF_ERROR(cgroup_->Thaw());
     if (int64_t since = paused_since_ns_.exchange(0); since != 0) paused_total_ns_ += SteadyNs() - since;
     return absl::OkStatus();
@@ -973,8 +984,8 @@ class ContainerSandbox : public Sandbox {
   StatusOr<uint64_t> MemoryUsage() const override { return cgroup_->MemoryUsage(); }
   uint64_t SwapUsage() const override { return cgroup_->SwapUsage(); }
   Status ReclaimMemory() override {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     std::lock_guard<std::mutex> l(pause_mu_);
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed");
     if (paused_since_ns_.load() == 0) return absl::FailedPreconditionError("sandbox " + spec_.id + " is not paused");
     reclaimed_.store(true);  // its cgroup's settings may have moved: never recycled
     return cgroup_->ReclaimMemory();
@@ -1078,6 +1089,17 @@ class ContainerSandbox : public Sandbox {
   std::vector<std::unique_ptr<jail::Cgroup>> lingering_;  // exec cgroups with background processes
   bool destroy_done_ = false;
   std::atomic<bool> reclaimed_{false};  // ReclaimMemory ran (suspend)
+  std::atomic<int> spawns_in_flight_{0};  // Exec/Start between their destroyed_ check and CollectSpawn
+  // Counts a spawn in flight for its scope; false when the sandbox is destroyed.
+  struct SpawnGuard {
+    ContainerSandbox* sb;
+    bool ok;
+    explicit SpawnGuard(ContainerSandbox* s) : sb(s) {
+      sb->spawns_in_flight_.fetch_add(1);
+      ok = !sb->destroyed_.load();
+    }
+    ~SpawnGuard() { sb->spawns_in_flight_.fetch_sub(1); }
+  };
   std::atomic<uint64_t> exec_seq_;
   UniqueFd upper_;  // guarded by mu_; see OpenUpper
   uint64_t upper_dev_ = 0, upper_ino_ = 0;  // guarded by mu_ (written once, before Record())
@@ -1141,7 +1163,8 @@ void ContainerSandbox::SweepExecCgroups() {
 
 StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   const auto t0 = Clock::now();
-  if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " is destroyed");
+  std::optional<SpawnGuard> spawning(std::in_place, this);  // until the command runs (see Destroy)
+  if (!spawning->ok) return absl::FailedPreconditionError("sandbox " + spec_.id + " is destroyed");
   if (es.argv.empty() && !es.shell) return absl::InvalidArgumentError("exec: neither argv nor shell given");
   SweepExecCgroups();
 
@@ -1206,6 +1229,7 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   join_fds.clear();
 
   ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "exec", plan.cwd));
+  spawning.reset();
   UniqueFd cpidfd = std::move(spawned.pidfd);
 
   ExecOutcome out;
@@ -1327,7 +1351,21 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
 }
 
 Status ContainerSandbox::Destroy() {
-  destroyed_.store(true);
+  {
+    std::lock_guard<std::mutex> pl(pause_mu_);  // no Pause/Resume/Reclaim runs past this point
+    destroyed_.store(true);
+  }
+  // Execs and Starts past their destroyed_ check may still be joining this
+  // sandbox's cgroups: they finish (fail on the dead init) before the
+  // cgroup may go to another sandbox. Bounded: a stuck one blocks recycling.
+  bool spawns_drained = false;
+  for (int i = 0; i < 2000; ++i) {
+    if (spawns_in_flight_.load() == 0) {
+      spawns_drained = true;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (destroy_done_) return absl::OkStatus();
   // SIGKILL of the pid namespace's init kills every process in it; the cgroup
@@ -1345,7 +1383,7 @@ Status ContainerSandbox::Destroy() {
   // ContainerOptions::recycled_cgroups), else removed.
   lingering_.clear();  // exec cgroups: removed with the children below
   Status cs = cgroup_->Evacuate(milliseconds(5000));
-  if (cs.ok() && (reclaimed_.load() || !st_->Recycle(*cgroup_, LimitsOf(spec_))))
+  if (cs.ok() && (reclaimed_.load() || !spawns_drained || !st_->Recycle(*cgroup_, LimitsOf(spec_))))
     cs = cgroup_->Destroy(milliseconds(5000));
   upper_.reset();
   std::string rootfs = spec_.dir + "/rootfs";
@@ -1432,7 +1470,8 @@ class ContainerProcess : public Process {
 };
 
 StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, const StartOptions& so) {
-  if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " is destroyed");
+  std::optional<SpawnGuard> spawning(std::in_place, this);  // until the command runs (see Destroy)
+  if (!spawning->ok) return absl::FailedPreconditionError("sandbox " + spec_.id + " is destroyed");
   if (es.argv.empty() && !es.shell) return absl::InvalidArgumentError("start: neither argv nor shell given");
   SweepExecCgroups();
 
@@ -1522,6 +1561,7 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   join_fds.clear();
 
   ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "start", plan.cwd));
+  spawning.reset();
   const pid_t child = spawned.pid;
   UniqueFd cpidfd = std::move(spawned.pidfd);
   auto proc = std::make_unique<ContainerProcess>(this, child, std::move(cpidfd), std::move(ecg), oom_before);

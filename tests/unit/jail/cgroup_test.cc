@@ -192,13 +192,16 @@ TEST_F(CgroupTest, ChildCgroupsTrackEscapedProcessesAndFreeze) {
   ASSERT_EQ(pids.size(), 1u);  // the escaped grandchild
   EXPECT_EQ((*cg)->Pids(true).size(), 1u);
   EXPECT_TRUE((*cg)->Pids(false).empty());
+  EXPECT_FALSE((*sub)->Frozen());
   ASSERT_TRUE((*sub)->Freeze().ok());  // waits until the kernel reports it frozen
   for (const auto& d : (*sub)->dirs()) {
     if (Exists(d + "/freezer.state")) {
       EXPECT_EQ(Slurp(d + "/freezer.state"), "FROZEN\n");
     }
   }
+  EXPECT_TRUE((*sub)->Frozen());
   ASSERT_TRUE((*sub)->Thaw().ok());
+  EXPECT_FALSE((*sub)->Frozen());
   ASSERT_TRUE((*sub)->SignalAll(SIGTERM).ok());
   for (int i = 0; i < 200 && !(*sub)->Empty(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE((*sub)->Empty());
@@ -356,8 +359,10 @@ TEST_F(CgroupV2Test, TracksEscapedProcessesFreezesKillsAndRemoves) {
   EXPECT_TRUE((*cg)->Pids(false).empty());
   ASSERT_TRUE((*cg)->Freeze().ok());  // waits for cgroup.events "frozen 1"
   EXPECT_NE(Slurp(dir + "/cgroup.events").find("frozen 1"), std::string::npos);
+  EXPECT_TRUE((*cg)->Frozen());
   ASSERT_TRUE((*cg)->Thaw().ok());
   EXPECT_NE(Slurp(dir + "/cgroup.events").find("frozen 0"), std::string::npos);
+  EXPECT_FALSE((*cg)->Frozen());
   // SIGKILL goes through cgroup.kill; Destroy waits until empty and removes both levels.
   ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
   EXPECT_FALSE(Exists(dir));

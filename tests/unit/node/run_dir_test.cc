@@ -134,6 +134,24 @@ TEST_F(RunDirTest, MountsATmpfsWhenTheRunRootIsNotOne) {
   EXPECT_NE(umount2(run_root.c_str(), 0), 0) << "two tmpfs were stacked on " << run_root;
 }
 
+TEST_F(RunDirTest, AfterARebootTheLinkedRunDirGetsItsTmpfsBack) {
+  if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs";
+  // The links of a run dir under a run root whose tmpfs is gone (a reboot of
+  // a host whose /run is a plain directory): the tmpfs is mounted again.
+  const std::string run_root = root_ + "/plain/warren/runtime";
+  const std::string rd = run_root + "/0123456789abcdef";
+  ASSERT_EQ(symlink((rd + "/sandboxes").c_str(), (state_ + "/sandboxes").c_str()), 0);
+  auto r = ResolveRunDir(state_, "", run_root, /*mount_tmpfs=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, rd);
+  struct statfs sf;
+  if (statfs(run_root.c_str(), &sf) != 0 || sf.f_type != TMPFS_MAGIC) GTEST_SKIP() << "cannot mount a tmpfs here";
+  ASSERT_TRUE(LinkRunDir(state_, *r).ok());
+  EXPECT_TRUE(fs::is_directory(rd + "/sandboxes"));
+  RemoveRunDirIfUnused(state_, *r);
+  EXPECT_EQ(umount2(run_root.c_str(), 0), 0);
+}
+
 TEST_F(RunDirTest, NonEmptyDirectoryInTheWayIsRefused) {
   ASSERT_EQ(mkdir((state_ + "/audit").c_str(), 0700), 0);
   std::ofstream(state_ + "/audit/n0-x.jsonl") << "{}\n";

@@ -1075,7 +1075,10 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   EXPECT_EQ(Run(a, "sleep 100 >/dev/null 2>&1 & echo started").stdout_data, "started\n");
   const auto a_dirs = a->Record()["cgroup_dirs"].get<std::vector<std::string>>();
   ASSERT_FALSE(a_dirs.empty());
+  // Destroyed while paused: its cgroup is recycled thawed, never frozen.
+  ASSERT_TRUE(a->Pause().ok());
   ASSERT_TRUE(a->Destroy().ok());
+  EXPECT_FALSE(a->Pause().ok());  // nothing freezes it after the destroy
   for (const auto& d : a_dirs) EXPECT_FALSE(fs::exists(d)) << d;
   const std::set<std::string> kept = ShellCgroups(options_.cgroup_name);
   ASSERT_EQ(kept.size(), 1u);
@@ -1091,6 +1094,12 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
     std::ifstream procs(r + "/cgroup.procs");
     std::string any;
     EXPECT_FALSE(procs >> any) << r << " still holds a process";
+    if (fs::exists(r + "/freezer.state")) {
+      std::ifstream fz(r + "/freezer.state");
+      std::string state;
+      fz >> state;
+      EXPECT_EQ(state, "THAWED") << r;
+    }
   }
   // A late call through the destroyed sandbox reaches nothing.
   ExecSpec late;
