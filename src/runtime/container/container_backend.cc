@@ -37,6 +37,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
@@ -246,6 +247,7 @@ struct InitParams {
   char shm_opts[96];   // mount options of /dev/shm
   uint64_t nofile;
   char rootfs[1024];   // spec.dir/rootfs, NUL-terminated
+  uint32_t dev_nodes_made;  // 1: the daemon made kDevNodes in the /dev dir (no bind mounts needed)
 };
 
 // Async-signal-safe: receives the InitParams message with its two fds
@@ -268,6 +270,7 @@ int SendInitParams(int sock, const InitParams& p, int rootfs, int upper) {
 }
 
 const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+const unsigned kDevNodeNumbers[][2] = {{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}};  // major, minor
 const char* const kMaskFiles[] = {"proc/kcore",       "proc/sysrq-trigger", "proc/keys",        "proc/kpagecount",
                                   "proc/kpageflags",  "proc/kpagecgroup",   "proc/timer_list",  "proc/sched_debug",
                                   "proc/latency_stats", "proc/timer_stats", "proc/kallsyms",    "proc/vmallocinfo"};
@@ -337,7 +340,7 @@ const char* const kReadOnlyDirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/ir
   // /dev: a directory of the upper's tmpfs (no superblock of its own).
   if (MoveMount(dev, "", AT_FDCWD, "dev", MOVE_MOUNT_F_EMPTY_PATH) != 0) jail::ChildFail(e, kStepDev, errno);
   ::close(dev);
-  {
+  if (!ip.dev_nodes_made) {  // fallback: bind-mount the host's nodes
     char path[64], src[64];
     for (const char* n : kDevNodes) {
       memcpy(path, "dev/", 5);
@@ -1626,7 +1629,7 @@ Status SeedEtcHosts(int upper_fd, const SandboxSpec& spec, uid_t host_uid) {
 }
 
 StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t host_uid, UniqueFd* upper_out,
-                               UniqueFd* dev_out) {
+                               UniqueFd* dev_out, bool* dev_nodes_made) {
   // 1. tmpfs for upper/ and work/: its size is the disk limit.
   UniqueFd fsfd(FsOpen("tmpfs", FSOPEN_CLOEXEC));
   if (!fsfd.valid()) return Errno("fsopen(tmpfs)");
@@ -1645,6 +1648,20 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
     if (::mkdirat(tmnt.get(), d, 0755) != 0) return Errno(std::string("mkdirat(tmpfs, ") + d + ")");
     if (::fchownat(tmnt.get(), d, host_uid, host_uid, AT_SYMLINK_NOFOLLOW) != 0)
       return Errno(std::string("fchownat(tmpfs, ") + d + ")");
+  }
+  // The device nodes of /dev, made here by host root on this tmpfs (created
+  // in the initial user namespace, so its nodes open; the sandbox can never
+  // make one: mknod needs CAP_MKNOD there): 6 bind mounts fewer per sandbox
+  // to set up and tear down. Any failure: the shell bind-mounts the host's.
+  *dev_nodes_made = true;
+  for (size_t i = 0; i < sizeof kDevNodes / sizeof kDevNodes[0]; ++i) {
+    const std::string path = std::string("dev/") + kDevNodes[i];
+    if (::mknodat(tmnt.get(), path.c_str(), S_IFCHR | 0666, makedev(kDevNodeNumbers[i][0], kDevNodeNumbers[i][1])) != 0 ||
+        ::fchmodat(tmnt.get(), path.c_str(), 0666, 0) != 0) {
+      for (size_t j = 0; j <= i; ++j) (void)::unlinkat(tmnt.get(), (std::string("dev/") + kDevNodes[j]).c_str(), 0);
+      *dev_nodes_made = false;
+      break;
+    }
   }
   UniqueFd upper(::openat(tmnt.get(), "upper", O_PATH | O_DIRECTORY | O_CLOEXEC));
   UniqueFd work(::openat(tmnt.get(), "work", O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -2147,13 +2164,16 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   rb.Add([rootfs] { ::rmdir(rootfs.c_str()); });
   const uid_t host_uid = st_->HostUid(sh->slot);
   UniqueFd upper_fd, dev_mnt;
-  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt, BuildRootfs(spec, sh->userns.get(), host_uid, &upper_fd, &dev_mnt));
+  bool dev_nodes_made = false;
+  ASSIGN_OR_RETURN(UniqueFd rootfs_mnt,
+                   BuildRootfs(spec, sh->userns.get(), host_uid, &upper_fd, &dev_mnt, &dev_nodes_made));
 
   InitParams ip;
   memset(&ip, 0, sizeof ip);
   snprintf(ip.hostname, sizeof ip.hostname, "%s", spec.hostname.substr(0, 63).c_str());
   snprintf(ip.shm_opts, sizeof ip.shm_opts, "size=%um,nr_inodes=65536,mode=1777", spec.resources.tmpfs_mb);
   ip.nofile = spec.resources.open_files;
+  ip.dev_nodes_made = dev_nodes_made ? 1 : 0;
   snprintf(ip.rootfs, sizeof ip.rootfs, "%s", rootfs.c_str());
   if (int r = SendInitParams(sh->sock.get(), ip, rootfs_mnt.get(), upper_fd.get()); r != 0) {
     // The shell holds its end until it received this: a closed socket means it died.
