@@ -108,16 +108,16 @@ def main():
         t.join()
     elapsed = time.monotonic() - start
     client.close()
+    return report(name, args, lat_us, create_us, elapsed, state["retries"], errors)
+
+
+def report(name, args, lat_us, create_us, elapsed, retries, errors):
+    """Prints the run's JSON line (ok false on any error); the exit status."""
     if errors or not lat_us:
         for e in errors[:5]:
             print(f"warren_loop: {e}", file=sys.stderr)
         print(json.dumps({"name": name, "ok": False, "iterations": len(lat_us)}, separators=(",", ":")))
         return 1
-    report(name, args, lat_us, create_us, elapsed, state["retries"])
-    return 0
-
-
-def report(name, args, lat_us, create_us, elapsed, retries):
     samples = os.environ.get("BENCH_SAMPLES")
     if samples:  # every latency (µs, one a line), merged over rounds by the driver
         with open(samples, "a") as f:
@@ -132,6 +132,7 @@ def report(name, args, lat_us, create_us, elapsed, retries):
         # the create RPC alone, as the client sees it (issue 3's create latency target)
         "create_p50_us": round(percentile(sorted(create_us), 0.5)),
         "create_p99_us": round(percentile(sorted(create_us), 0.99))}, separators=(",", ":")))
+    return 0
 
 
 async def main_async(args):
@@ -183,13 +184,7 @@ async def main_async(args):
     await asyncio.gather(*(worker(start + args.max_seconds) for _ in range(args.concurrency)))
     elapsed = time.monotonic() - start
     await client.close()
-    if errors or not lat_us:
-        for e in errors[:5]:
-            print(f"warren_loop: {e}", file=sys.stderr)
-        print(json.dumps({"name": name, "ok": False, "iterations": len(lat_us)}, separators=(",", ":")))
-        return 1
-    report(name, args, lat_us, create_us, elapsed, state["retries"])
-    return 0
+    return report(name, args, lat_us, create_us, elapsed, state["retries"], errors)
 
 
 if __name__ == "__main__":
