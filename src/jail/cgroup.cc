@@ -303,6 +303,14 @@ class CgroupV1 : public Cgroup {
     auto t = ReadFile(it->second + "/memory.stat");
     return t ? ParseKey(*t, "swap") : 0;
   }
+  StatusOr<uint64_t> PageMemoryUsage() const override {
+    auto it = hiers_.find("memory");
+    if (it == hiers_.end()) return absl::NotFoundError("cgroup " + rel_ + " has no memory controller");
+    const std::string path = it->second + "/memory.stat";
+    auto t = ReadFile(path);
+    if (!t) return ErrnoToStatus(errno, "read(" + path + ")");
+    return ParseKey(*t, "cache") + ParseKey(*t, "rss");
+  }
   Status ReclaimMemory() override {
     auto it = hiers_.find("memory");
     if (it == hiers_.end()) return absl::NotFoundError("cgroup " + rel_ + " has no memory controller");
@@ -495,6 +503,12 @@ class CgroupV2 : public Cgroup {
     auto t = ReadFile(dir_ + "/memory.swap.current");
     uint64_t v = 0;
     return t && absl::SimpleAtoi(absl::StripAsciiWhitespace(*t), &v) ? v : 0;
+  }
+  StatusOr<uint64_t> PageMemoryUsage() const override {
+    const std::string path = dir_ + "/memory.stat";
+    auto t = ReadFile(path);
+    if (!t) return ErrnoToStatus(errno, "read(" + path + ")");
+    return ParseKey(*t, "file") + ParseKey(*t, "anon");
   }
   Status ReclaimMemory() override {
     // Sandboxes run with memory.swap.max = 0 (SetLimits); a suspended one may swap.

@@ -84,6 +84,12 @@ class Cgroup {
   // Bytes charged to the memory cgroup (v1 memory.usage_in_bytes, v2
   // memory.current); NotFound without a memory controller.
   virtual StatusOr<uint64_t> MemoryUsage() const = 0;
+  // Bytes of page cache and anonymous memory charged to the memory cgroup
+  // (v1 memory.stat cache + rss, v2 memory.stat file + anon): what a dead
+  // tenant's charges that persist consist of (kernel objects of a dying
+  // sandbox are uncharged as they are freed). NotFound without a memory
+  // controller.
+  virtual StatusOr<uint64_t> PageMemoryUsage() const = 0;
   // Bytes of this cgroup's memory in swap (v1 memory.stat "swap", v2
   // memory.swap.current); 0 when not accounted.
   virtual uint64_t SwapUsage() const = 0;

@@ -720,7 +720,10 @@ struct BackendState {
   uint32_t recycle_nonce = 0;     // guarded by mu
 
   // Takes the cgroup `cg` names (empty, its sandbox dead) for a later shell
-  // when there is room and its previous tenant left < 1 MiB charged; true =
+  // when there is room and its previous tenant left < 1 MiB of page cache and
+  // anonymous memory charged (file pages it faulted first stay charged to
+  // the cgroup that faulted them; kernel objects of the dying sandbox are
+  // uncharged as they are freed, so they do not count); true =
   // taken (its children removed, renamed "shell-<daemon pid>-r<n>" so that a
   // crashed daemon's are swept like shells'). `cg` itself then names a path
   // that no longer exists: late calls through it fail with ENOENT and can
@@ -731,7 +734,7 @@ struct BackendState {
       std::lock_guard<std::mutex> l(mu);
       if (recycled.size() >= options.recycled_cgroups) return false;
     }
-    if (auto used = cg.MemoryUsage(); used.ok() && *used >= (1u << 20)) return false;
+    if (auto used = cg.PageMemoryUsage(); used.ok() && *used >= (1u << 20)) return false;
     // Never hand out a frozen cgroup: a shell joining it would freeze.
     if (!cg.Thaw().ok() || cg.Frozen()) return false;
     if (!cg.RemoveChildren().ok()) return false;

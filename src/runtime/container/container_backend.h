@@ -92,9 +92,9 @@ struct ContainerOptions {
   uint32_t warm_shells = 0;
   // Cgroup recycling: a destroyed sandbox's cgroup (emptied, its children
   // removed) is kept for the next shell instead of removed and made again,
-  // when its previous tenant left less than 1 MiB charged to its memory
-  // cgroup (otherwise it is removed, and the kernel moves what is charged to
-  // the parent). Each memory cgroup mkdir/offline costs ~0.1-0.3 ms of CPU,
+  // when its previous tenant left less than 1 MiB of page cache and
+  // anonymous memory charged to its memory cgroup (otherwise it is removed,
+  // and the kernel moves what is charged to the parent). Each memory cgroup mkdir/offline costs ~0.1-0.3 ms of CPU,
   // more the more superblocks the host has ever had (one shrinker slot per
   // superblock in every memcg). At most this many wait; 0 = off.
   uint32_t recycled_cgroups = 0;

@@ -1127,6 +1127,40 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   EXPECT_EQ(Run(bsb, "echo ok; cat /proc/1/comm").stdout_data, "ok\nwarren-init\n");
   ASSERT_TRUE(bsb->Destroy().ok());
   EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 1u);
+  // A sandbox that was the first to read 4 MiB of a lower file leaves that
+  // page cache charged to its memory cgroup: removed (the kernel moves the
+  // charge to the parent), not recycled.
+  {
+    char tmpl[] = "/tmp/warren-ct-cache-XXXXXX";
+    const std::string lower = ::mkdtemp(tmpl);
+    ::chmod(lower.c_str(), 0755);
+    {
+      int fd = ::open((lower + "/big").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      ASSERT_GE(fd, 0);
+      std::string chunk(1 << 20, 'x');
+      for (int i = 0; i < 4; ++i) ASSERT_EQ(::write(fd, chunk.data(), chunk.size()), static_cast<ssize_t>(chunk.size()));
+      ASSERT_EQ(::fsync(fd), 0);
+      ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);  // out of the page cache
+      ::close(fd);
+    }
+    SandboxSpec cs = Spec("recycle-c");
+    cs.lower_dirs = {BusyboxImage(), lower};
+    auto c = backend_->Create(cs);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const auto c_dirs = (*c)->Record()["cgroup_dirs"].get<std::vector<std::string>>();
+    ExecSpec rd;
+    rd.shell = "cat /big > /dev/null && echo read";
+    auto r = (*c)->Exec(rd);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->stdout_data, "read\n");
+    const size_t before = ShellCgroups(options_.cgroup_name).size();
+    ASSERT_TRUE((*c)->Destroy().ok());
+    EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), before) << "a cgroup holding 4 MiB of page cache was recycled";
+    for (const auto& d : c_dirs) EXPECT_FALSE(fs::exists(d)) << d;
+    c->reset();
+    fs::remove_all(cs.dir);
+    fs::remove_all(lower);
+  }
   // The backend's end (its last sandbox object gone) removes the unused recycled cgroups.
   for (auto& [sbx, dir] : sandboxes_) fs::remove_all(dir);
   sandboxes_.clear();
