@@ -25,14 +25,11 @@
 #include <stddef.h>
 #include <sys/syscall.h>
 
+#include "common/raw_syscall.h"
+
+static long Sys(long n, long a, long b, long c, long d, long e) { return warren_raw_syscall6(n, a, b, c, d, e, 0); }
+
 #if defined(__x86_64__)
-static long Sys(long n, long a, long b, long c, long d, long e) {
-  long ret;
-  register long r10 __asm__("r10") = d;
-  register long r8 __asm__("r8") = e;
-  __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8) : "rcx", "r11", "memory");
-  return ret;
-}
 __asm__(
     ".text\n"
     ".global _start\n"
@@ -43,16 +40,6 @@ __asm__(
     "  call InitMain\n"
     "  hlt\n");
 #elif defined(__aarch64__)
-static long Sys(long n, long a, long b, long c, long d, long e) {
-  register long x8 __asm__("x8") = n;
-  register long x0 __asm__("x0") = a;
-  register long x1 __asm__("x1") = b;
-  register long x2 __asm__("x2") = c;
-  register long x3 __asm__("x3") = d;
-  register long x4 __asm__("x4") = e;
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
-  return x0;
-}
 __asm__(
     ".text\n"
     ".global _start\n"

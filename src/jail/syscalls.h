@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/raw_syscall.h"
+
 namespace warren::jail {
 
 inline int FsOpen(const char* fs, unsigned flags) { return static_cast<int>(syscall(SYS_fsopen, fs, flags)); }
@@ -49,24 +51,8 @@ inline int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid
 // use this. x86_64 and aarch64 enter the kernel directly; elsewhere libc's
 // syscall() (errno then races, as documented).
 inline long RawSyscall(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
-#if defined(__x86_64__)
-  long ret;
-  register long r10 __asm__("r10") = d;
-  register long r8 __asm__("r8") = e;
-  __asm__ volatile("syscall"
-                   : "=a"(ret)
-                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-                   : "rcx", "r11", "memory");
-  return ret;
-#elif defined(__aarch64__)
-  register long x8 __asm__("x8") = n;
-  register long x0 __asm__("x0") = a;
-  register long x1 __asm__("x1") = b;
-  register long x2 __asm__("x2") = c;
-  register long x3 __asm__("x3") = d;
-  register long x4 __asm__("x4") = e;
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
-  return x0;
+#ifdef WARREN_HAVE_RAW_SYSCALL
+  return warren_raw_syscall6(n, a, b, c, d, e, 0);
 #else
   long r = syscall(n, a, b, c, d, e);
   return r < 0 ? -errno : r;

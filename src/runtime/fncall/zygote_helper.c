@@ -31,6 +31,7 @@
 // the compile stage's stdout and stderr, close-on-exec), closes the channel
 // and returns to python, which runs the call (zygote.py: call_child).
 #include <asm/unistd.h>
+#include "common/raw_syscall.h"
 #include <linux/capability.h>
 #include <linux/fcntl.h>
 #include <linux/filter.h>
@@ -48,32 +49,10 @@ typedef unsigned int u32;
 typedef unsigned long ulong;
 
 // ------------------------------------------------------------------ syscalls
-static long sys6(long n, long a, long b, long c, long d, long e, long f) {
-#if defined(__x86_64__)
-  register long r10 __asm__("r10") = d;
-  register long r8 __asm__("r8") = e;
-  register long r9 __asm__("r9") = f;
-  long ret;
-  __asm__ volatile("syscall"
-                   : "=a"(ret)
-                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                   : "rcx", "r11", "memory");
-  return ret;
-#elif defined(__aarch64__)
-  register long x8 __asm__("x8") = n;
-  register long x0 __asm__("x0") = a;
-  register long x1 __asm__("x1") = b;
-  register long x2 __asm__("x2") = c;
-  register long x3 __asm__("x3") = d;
-  register long x4 __asm__("x4") = e;
-  register long x5 __asm__("x5") = f;
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
-  return x0;
-#else
+#ifndef WARREN_HAVE_RAW_SYSCALL
 #error "zygote_helper.c: x86_64 or aarch64 only"
 #endif
-}
-#define SYS(n, a, b, c, d, e, f) sys6(__NR_##n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+#define SYS(n, a, b, c, d, e, f) warren_raw_syscall6(__NR_##n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
 
 // The compiler may emit calls to these for struct copies and zeroing.
 void* memset(void* d, int c, ulong n) {

@@ -904,6 +904,23 @@ std::vector<pid_t> WarmShellChildren() {
   return out;
 }
 
+// The memory limit (MiB; and memsw if asked) and pids.max of a sandbox's
+// cgroup, in whichever of its hierarchies holds them.
+void ExpectCgroupLimits(Sandbox& sb, uint64_t memory_mb, uint32_t pids, bool memsw) {
+  std::vector<const char*> files = {"memory.limit_in_bytes", "pids.max"};
+  if (memsw) files.push_back("memory.memsw.limit_in_bytes");
+  for (const auto& d : sb.Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
+    for (const char* f : files) {
+      if (!fs::exists(d + "/" + f)) continue;
+      std::ifstream in(d + "/" + f);
+      std::string v;
+      in >> v;
+      EXPECT_EQ(v, std::string(f) == "pids.max" ? std::to_string(pids) : std::to_string(memory_mb << 20))
+          << d << "/" << f;
+    }
+  }
+}
+
 // Names of shell-* cgroups under the test's subtree (any hierarchy).
 std::set<std::string> ShellCgroups(const std::string& cgroup_name) {
   std::set<std::string> out;
@@ -1010,15 +1027,7 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
     sandboxes_.emplace_back(std::move(*b), big.dir);
     Sandbox* bs = sandboxes_.back().first.get();
     EXPECT_NE(std::find(pool.begin(), pool.end(), bs->init_pid()), pool.end());
-    for (const auto& d : bs->Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
-      for (const char* f : {"memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "pids.max"}) {
-        if (!fs::exists(d + "/" + f)) continue;
-        std::ifstream in(d + "/" + f);
-        std::string v;
-        in >> v;
-        EXPECT_EQ(v, std::string(f) == "pids.max" ? "100" : std::to_string(300ull << 20)) << d << "/" << f;
-      }
-    }
+    ExpectCgroupLimits(*bs, 300, 100, /*memsw=*/true);
     EXPECT_EQ(Run(bs, "echo ok").stdout_data, "ok\n");
     ASSERT_TRUE(bs->Destroy().ok());
     ASSERT_TRUE(WaitForShells(2));
@@ -1114,16 +1123,9 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   sandboxes_.emplace_back(std::move(*sb), spec.dir);
   Sandbox* bsb = sandboxes_.back().first.get();
   EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty()) << "the recycled cgroup was not taken";
-  for (const auto& d : bsb->Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
+  for (const auto& d : bsb->Record()["cgroup_dirs"].get<std::vector<std::string>>())
     EXPECT_EQ(fs::path(d).filename(), "recycle-b") << d;
-    for (const char* f : {"memory.limit_in_bytes", "pids.max"}) {
-      if (!fs::exists(d + "/" + f)) continue;
-      std::ifstream in(d + "/" + f);
-      std::string v;
-      in >> v;
-      EXPECT_EQ(v, std::string(f) == "pids.max" ? "77" : std::to_string(200ull << 20)) << d << "/" << f;
-    }
-  }
+  ExpectCgroupLimits(*bsb, 200, 77, /*memsw=*/false);
   EXPECT_EQ(Run(bsb, "echo ok; cat /proc/1/comm").stdout_data, "ok\nwarren-init\n");
   ASSERT_TRUE(bsb->Destroy().ok());
   EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 1u);
