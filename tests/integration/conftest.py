@@ -335,7 +335,8 @@ def _pidns(pid: object) -> str:
         return ""
 
 
-def _proc_table() -> Dict[int, tuple]:
+def proc_table() -> Dict[int, tuple]:
+    """pid -> (ppid, comm, state) of every process, from /proc/<pid>/stat."""
     table = {}
     for e in os.listdir("/proc"):
         if not e.isdigit():
@@ -360,7 +361,7 @@ def sandbox_processes(daemon_pids: Iterable[int], node_ids: Iterable[str]) -> Se
     whose cgroup is one of our sandboxes' (sandbox inits are re-parented
     away from a daemon that died)."""
     node_ids = list(node_ids)
-    table = _proc_table()
+    table = proc_table()
     roots = set(daemon_pids)
     children: Dict[int, List[int]] = {}
     for pid, (ppid, _, _) in table.items():
@@ -410,7 +411,7 @@ def wait_warm_pool(daemon: "Daemon", timeout: float = 10.0) -> None:
     that counts of the daemon's fds/children compare like with like."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        table = _proc_table()
+        table = proc_table()
         if sum(1 for ppid, comm, state in table.values()
                if ppid == daemon.pid and comm == "warren-shell" and state != "Z") >= WARM_SHELLS_DEFAULT:
             return

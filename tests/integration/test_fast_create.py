@@ -4,33 +4,20 @@ pool of sandbox shells (--warm-shells): shells are pre-spawned children of
 the daemon, handed out by creates, killed at exit, dead with a killed daemon,
 and leave no cgroup behind across a restart."""
 import os
-import signal
 import threading
 import time
-from pathlib import Path
 from typing import List, Set
 
 import pytest
 
 import warren
-from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, cgroup_dirs, host_snapshot
+from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, cgroup_dirs, host_snapshot, proc_table
 
 
 def warm_shells(pid: int) -> Set[int]:
     """Children of pid still named warren-shell (not zombies)."""
-    out = set()
-    for e in os.listdir("/proc"):
-        if not e.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{e}/stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        rest = stat[stat.rindex(")") + 2:].split()
-        if comm == "warren-shell" and int(rest[1]) == pid and rest[0] != "Z":
-            out.add(int(e))
-    return out
+    return {p for p, (ppid, comm, state) in proc_table().items()
+            if comm == "warren-shell" and ppid == pid and state != "Z"}
 
 
 def shell_cgroups(pid: int) -> List[str]:
