@@ -1076,25 +1076,26 @@ static int CmdSetcap(const char* path) {
 
 // ---------------------------------------------------------------- signals to everything we can see
 
-static volatile sig_atomic_t s_stop;
-static void OnAlarm(int s) {
-  (void)s;
-  s_stop = 1;
-}
-
 // For `seconds`, W workers walk /proc and send every signal 1..31 but SIGKILL
-// to every process they can see except themselves and the probe.
+// (SIGSTOP, SIGTSTP, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1... included)
+// to every process they can see except the probe's own processes.
 static int CmdSignalStorm(double seconds, int workers) {
-  pid_t self = getpid();
-  pid_t kids[16];
+  pid_t ours[17];
+  int nours = 0;
+  ours[nours++] = getpid();
+  int go[16][2];
   if (workers > 16) workers = 16;
   for (int w = 0; w < workers; ++w) {
-    kids[w] = fork();
-    if (kids[w] == 0) {
-      // Ignore what our siblings send us.
+    if (pipe(go[w]) != 0) return 1;
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
       for (int s = 1; s <= 31; ++s)
-        if (s != SIGKILL && s != SIGSTOP && s != SIGALRM) signal(s, SIG_IGN);
-      signal(SIGALRM, OnAlarm);
+        if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_IGN);
+      // The pids of every worker, from the parent, before the first signal.
+      close(go[w][1]);
+      int n = (int)read(go[w][0], ours, sizeof ours);
+      nours = n > 0 ? n / (int)sizeof(pid_t) : 0;
       struct timespec t0, t;
       clock_gettime(CLOCK_MONOTONIC, &t0);
       long sent = 0, passes = 0, foreign = 0;
@@ -1105,23 +1106,22 @@ static int CmdSignalStorm(double seconds, int workers) {
         if ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 > seconds) break;
         ++passes;
         lseek(dfd, 0, SEEK_SET);
-        long n;
-        while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
-          for (long off = 0; off < n;) {
-            struct {
+        long nb;
+        while ((nb = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+          for (long off = 0; off < nb;) {
+            struct Dirent64 {
               uint64_t ino;
               int64_t off;
               unsigned short reclen;
               unsigned char type;
               char name[];
-            }* de = (void*)(buf + off);
+            }* de = (struct Dirent64*)(buf + off);
             off += de->reclen;
             if (de->name[0] < '1' || de->name[0] > '9') continue;
             pid_t pid = (pid_t)atoi(de->name);
-            if (pid == self || pid == getpid()) continue;
-            int sibling = 0;
-            for (int k = 0; k < w; ++k) sibling |= kids[k] == pid;
-            if (sibling) continue;
+            int mine = 0;
+            for (int k = 0; k < nours; ++k) mine |= ours[k] == pid;
+            if (mine) continue;
             for (int sig = 1; sig <= 31; ++sig) {
               if (sig == SIGKILL) continue;
               if (kill(pid, sig) == 0) ++sent;
@@ -1130,14 +1130,20 @@ static int CmdSignalStorm(double seconds, int workers) {
           }
         }
       }
-      printf("worker=%d passes=%ld signals_sent=%ld targets_other_than_pid1=%ld\n", w, passes, sent, foreign);
+      printf("worker=%d passes=%ld signals_sent=%ld signalled_other_than_pid1=%ld\n", w, passes, sent, foreign);
       fflush(stdout);
       _exit(0);
     }
+    close(go[w][0]);
+    ours[nours++] = pid;
   }
   for (int s = 1; s <= 31; ++s)
     if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD) signal(s, SIG_IGN);
-  for (int w = 0; w < workers; ++w) waitpid(kids[w], NULL, 0);
+  for (int w = 0; w < workers; ++w) {
+    (void)!write(go[w][1], ours, nours * sizeof(pid_t));
+    close(go[w][1]);
+  }
+  for (int w = 1; w <= workers; ++w) waitpid(ours[w], NULL, 0);
   printf("case=signal-storm result=done\n");
   return 0;
 }
@@ -1246,7 +1252,7 @@ static int CmdFloodFiles(const char* dir, long n) {
   return 0;
 }
 
-// Forks until refused, every child spinning, for `seconds`; then all die.
+// Forks until refused, every child spinning, for `seconds` (then they exit).
 static int CmdForkBomb(double seconds) {
   pid_t leader = getpid();
   long made = 0;
@@ -1273,8 +1279,6 @@ static int CmdForkBomb(double seconds) {
       ++made;
     }
   }
-  signal(SIGTERM, SIG_IGN);
-  kill(0, SIGTERM);
   while (wait(NULL) > 0) {
   }
   printf("case=fork-bomb forks=%ld last_errno=%s\n", made, ErrName(err));

@@ -159,6 +159,19 @@ def test_signals_to_pid1_do_not_end_the_sandbox(fresh_probe: Probe):
     assert fresh_probe.sb.info().state == "running"
 
 
+def test_only_sandbox_processes_visible(probe: Probe):
+    """Inside, /proc shows the sandbox's own processes only: warren-init and
+    the probe, all owned by mapped ids (a host-owned process would show the
+    overflow uid 65534), none of the daemon's."""
+    r = probe.exec("ps")
+    procs = [dict(kv.split("=", 1) for kv in l.split(" ")) for l in r.stdout.decode().splitlines()]
+    print(procs)
+    assert procs, r
+    for p in procs:
+        assert p["uid"] != "65534", f"a process of an unmapped (host) user is visible: {p}"
+        assert p["comm"] in ("warren-init", "probe"), f"unexpected process visible inside: {p}"
+
+
 def test_setns_into_visible_namespaces_blocked(probe: Probe):
     line = probe.run("setns-proc")["setns-proc-ns"]
     assert int(line.kv["tried"]) > 0, line.raw
@@ -265,11 +278,14 @@ def test_cgroup_files_not_writable(probe: Probe):
 
 
 def test_file_clone_of_unreadable_file_blocked(fresh_probe: Probe):
+    """FICLONE/FICLONERANGE take the source as an fd: one opened O_PATH (all
+    a user without read permission gets) must not do. EXT4_IOC_SWAP_BOOT
+    (no seccomp rule) needs CAP_SYS_ADMIN of the initial namespace."""
     sb = fresh_probe.sb
-    sb.files.write("/root/secret", b"ROOT-ONLY\n", mode=0o600)
-    r = sb.exec("chmod 700 /root && chmod 600 /root/secret && mkdir -p /tmp/u && chmod 1777 /tmp/u", timeout=30)
+    sb.files.write("/srv/clone-secret", b"ROOT-ONLY\n", mode=0o600)
+    r = sb.exec("chown 0:0 /srv/clone-secret && chmod 600 /srv/clone-secret && chmod 755 /srv", timeout=30)
     assert r.exit_code == 0, r
-    lines = fresh_probe.run("clone", "/root/secret", user="1000")
+    lines = fresh_probe.run("clone", "/srv/clone-secret", user="1000")
     for name in ["ficlone-unreadable", "ficlonerange-unreadable", "ioctl-ext4-swap-boot"]:
         assert_blocked(lines[name])
 
