@@ -214,15 +214,26 @@ static struct {
 } s_handle;
 static uint32_t s_sockcall_args[3];
 
-// One attempt, run in a forked child. Returns the syscall's result (-errno
-// on failure) or, if the child was killed, 1000 + the signal number.
+// One attempt, run in a forked child: the syscall's result (-errno on
+// failure), or the signal that killed the child (a seccomp kill_process).
 typedef long (*AttemptFn)(enum Abi abi, long arg);
+struct Outcome {
+  long ret;
+  int signal;
+};
 
-static long InChild(AttemptFn fn, enum Abi abi, long arg) {
+static struct Outcome InChild(AttemptFn fn, enum Abi abi, long arg) {
+  struct Outcome o = {0, 0};
   int p[2];
-  if (pipe(p) != 0) return -errno;
+  if (pipe(p) != 0) {
+    o.ret = -errno;
+    return o;
+  }
   pid_t pid = fork();
-  if (pid < 0) return -errno;
+  if (pid < 0) {
+    o.ret = -errno;
+    return o;
+  }
   if (pid == 0) {
     close(p[0]);
     long r = fn(abi, arg);
@@ -230,15 +241,14 @@ static long InChild(AttemptFn fn, enum Abi abi, long arg) {
     _exit(0);
   }
   close(p[1]);
-  long r = 0;
-  ssize_t n = read(p[0], &r, sizeof r);
+  ssize_t n = read(p[0], &o.ret, sizeof o.ret);
   close(p[0]);
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (WIFSIGNALED(st)) return 1000 + WTERMSIG(st);
-  if (n != sizeof r) return -EIO;
-  return r;
+  if (WIFSIGNALED(st)) o.signal = WTERMSIG(st);
+  else if (n != sizeof o.ret) o.ret = -EIO;
+  return o;
 }
 
 // A clone that succeeded in making a namespace: the new child (running on a
@@ -538,13 +548,13 @@ static int CmdAbi(const char* which) {
       Skip(name, "no-such-syscall-on-this-abi");
       continue;
     }
-    long r = InChild(c->fn, abi, c->arg);
-    if (r >= 1000) {
-      snprintf(extra, sizeof extra, "expect=%s signal=%ld", c->expect, r - 1000);
+    struct Outcome o = InChild(c->fn, abi, c->arg);
+    if (o.signal != 0) {
+      snprintf(extra, sizeof extra, "expect=%s signal=%d", c->expect, o.signal);
       Report(name, 0, 0, extra);
     } else {
-      snprintf(extra, sizeof extra, "expect=%s ret=%ld", c->expect, r);
-      Report(name, r >= 0, r < 0 ? (int)-r : 0, extra);
+      snprintf(extra, sizeof extra, "expect=%s ret=%ld", c->expect, o.ret);
+      Report(name, o.ret >= 0, o.ret < 0 ? (int)-o.ret : 0, extra);
     }
   }
   return 0;
