@@ -41,7 +41,7 @@ _abi_cache: Dict[tuple, Dict[str, Line]] = {}
 
 
 def _abi_lines(probe: Probe, abi: str) -> Dict[str, Line]:
-    key = (id(probe), abi)
+    key = (probe.sb.id, abi)
     if key not in _abi_cache:
         if abi == "m32":
             if probe.binaries.m32 is None:
@@ -126,7 +126,8 @@ READ_PATHS = [
     # kernel log and debug interfaces
     "/proc/kmsg", "/sys/kernel/debug", "/sys/kernel/tracing/trace", "/sys/kernel/security",
     # PID 1 (warren-init is non-dumpable: same uid, but no CAP_SYS_PTRACE inside)
-    "/proc/1/environ", "/proc/1/mem", "/proc/1/fd", "/proc/1/fdinfo", "/proc/1/map_files", "/proc/1/maps",
+    # (/proc/1/fd lists fd numbers only: test_pid1_fds_unreachable)
+    "/proc/1/environ", "/proc/1/mem", "/proc/1/map_files", "/proc/1/maps",
     "/proc/1/stack", "/proc/1/syscall", "/proc/1/root", "/proc/1/cwd/", "/proc/1/auxv", "/proc/1/pagemap",
 ]
 
@@ -144,6 +145,15 @@ def test_pid1_links_blocked(probe: Probe, path: str):
 
 
 # ---------------------------------------------------------------- PID 1 and namespaces
+
+
+def test_pid1_fds_unreachable(probe: Probe):
+    """warren-init holds the sandbox's upper dir open (for a restarted
+    daemon); it is non-dumpable so that no process inside can open, resolve
+    or inspect its fds through /proc/1/fd."""
+    line = probe.run("pid1-fds")["pid1-fds"]
+    assert int(line.kv["listed"]) > 0, line.raw
+    assert_blocked(line)
 
 
 def test_ptrace_pid1_blocked(probe: Probe):
@@ -202,14 +212,14 @@ DEVICE_CASES = ["mknod-blk-sda", "mknod-blk-vda", "mknod-blk-loop0", "mknod-chr-
                           "/dev/net/tun", "/dev/vsock", "/dev/vhost-vsock", "/dev/console", "/dev/tty0",
                           "/dev/mapper/control", "/dev/btrfs-control", "/dev/cpu/0/msr", "/dev/watchdog"]]
 
-_dev_cache: Dict[int, Dict[str, Line]] = {}
+_dev_cache: Dict[str, Dict[str, Line]] = {}
 
 
 @pytest.mark.parametrize("case", DEVICE_CASES)
 def test_device_blocked(probe: Probe, case: str):
-    if id(probe) not in _dev_cache:
-        _dev_cache[id(probe)] = probe.run("devices")
-    assert_blocked(_dev_cache[id(probe)][case])
+    if probe.sb.id not in _dev_cache:
+        _dev_cache[probe.sb.id] = probe.run("devices")
+    assert_blocked(_dev_cache[probe.sb.id][case])
 
 
 # ---------------------------------------------------------------- sockets
@@ -217,14 +227,14 @@ def test_device_blocked(probe: Probe, case: str):
 SOCKET_CASES = ["socket-packet-raw", "socket-packet-dgram", "socket-inet-raw", "socket-inet-raw-tcp",
                 "socket-inet6-raw", "socket-vsock-stream", "socket-vsock-dgram", "netlink-audit-get",
                 "netlink-audit-user-msg"]
-_sock_cache: Dict[int, Dict[str, Line]] = {}
+_sock_cache: Dict[str, Dict[str, Line]] = {}
 
 
 @pytest.mark.parametrize("case", SOCKET_CASES)
 def test_socket_blocked(probe: Probe, case: str):
-    if id(probe) not in _sock_cache:
-        _sock_cache[id(probe)] = probe.run("sockets")
-    assert_blocked(_sock_cache[id(probe)][case])
+    if probe.sb.id not in _sock_cache:
+        _sock_cache[probe.sb.id] = probe.run("sockets")
+    assert_blocked(_sock_cache[probe.sb.id][case])
 
 
 def test_host_abstract_unix_socket_unreachable(probe: Probe):
@@ -313,9 +323,9 @@ def test_root_capabilities_are_the_documented_set(probe: Probe):
 
 @pytest.mark.xfail(strict=True, reason="hole 8: a non-root exec user keeps a binary's file capabilities")
 def test_non_root_exec_gets_no_file_capabilities(fresh_probe: Probe):
-    """A copy of the probe given cap_dac_override,cap_net_raw+ep (by root
-    inside, which holds SETFCAP) and run as uid 1000 must run with an empty
-    capability set."""
+    """A copy of the probe given cap_dac_override+ep (by root inside, which
+    holds SETFCAP) and run as uid 1000 must run with an empty capability set
+    (and so must not read a root-only file)."""
     sb = fresh_probe.sb
     r = sb.exec("cp /opt/warren-probe/probe /opt/warren-probe/capprobe && chmod 755 /opt/warren-probe/capprobe",
                 timeout=30)
@@ -326,3 +336,6 @@ def test_non_root_exec_gets_no_file_capabilities(fresh_probe: Probe):
     assert caps["Uid"].startswith("1000,"), caps
     assert int(caps["CapEff"], 16) == 0 and int(caps["CapPrm"], 16) == 0, \
         f"uid 1000 runs with capabilities from the file: {caps}"
+    sb.files.write("/srv/root-only", b"ROOT-ONLY\n", mode=0o600)
+    line = fresh_probe.run("read", "/srv/root-only", binary="/opt/warren-probe/capprobe", user="1000")
+    assert_blocked(line["read:/srv/root-only"])
