@@ -32,6 +32,7 @@ def test_forged_overlay_metadata_through_snapshot(client: warren.Client, base_la
                 "f3": "/srv/other",
                 "f4": str(layer_store),
             }
+            assert sb.exec("mkdir -p /work/forge", timeout=30).exit_code == 0
             forged = {}
             for d, red in redirects.items():
                 forged[d] = probe.run("forge", f"/work/forge/{d}", red)
