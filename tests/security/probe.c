@@ -1300,9 +1300,12 @@ static int CmdFloodOutput(long long bytes) {
 
 // Creates up to n empty files in dir (until an error: ENOSPC is the cap).
 static int CmdFloodFiles(const char* dir, long n) {
-  mkdir(dir, 0755);
   long made = 0;
   int err = 0;
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    printf("case=flood-files made=0 errno=%s step=mkdir\n", ErrName(errno));
+    return 0;
+  }
   for (long i = 0; i < n; ++i) {
     char p[512];
     snprintf(p, sizeof p, "%s/f%ld", dir, i);
