@@ -83,9 +83,17 @@ def test_sandbox_signalling_everything_it_sees_does_not_stop_the_daemon(
         errors = [r for r in results if r[2].startswith("ERROR")]
         slow = [r for r in results if r[1] > EXEC_TIMEOUT + 5]
         other_bad = [r for r in results if r[0] == "other" and r[2] != "exit=0 signal=0 timed_out=False"]
+        same = {}
+        for r in results:
+            if r[0] == "same":
+                same[r[2]] = same.get(r[2], 0) + 1
+        print(f"outcomes of the execs in the signalling sandbox: {same}")
         print(f"daemon alive={alive} rc={d.proc.returncode}; execs={len(results)} errors={len(errors)} "
               f"slow={len(slow)} other_not_ok={len(other_bad)}; first errors: {errors[:3]}; "
               f"storm: {storm[0].stdout.decode(errors='replace') if storm else storm_err}")
+        log = d.log_path.read_text(errors="replace")
+        assert "shutting down" not in log, \
+            f"warrend began its shutdown while a sandbox signalled what it sees:\n{d.log_tail(10)}"
         assert alive, f"warrend exited (rc {d.proc.returncode}) while a sandbox signalled what it sees:\n" \
                       f"{d.log_tail(30)}"
         c.status(timeout=10)
