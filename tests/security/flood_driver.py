@@ -4,8 +4,10 @@ channel with it). Usage:
 
   python flood_driver.py ADDR SANDBOX_ID KIND SECONDS [THREADS]
 
-KIND: output | files | list | forkbomb | concurrent | all (every kind at
-once, THREADS concurrent execs). Prints one JSON line:
+KIND: output | files | list | forkbomb | concurrent, several joined by "+"
+(or "all": every kind) to run them at once; a single kind runs on THREADS
+threads, in a combination "concurrent" does and the others run on one.
+Prints one JSON line:
 {"kind", "calls", "errors", "first_errors"}. The probe must already be in the
 sandbox at /opt/warren-probe/probe.
 """
@@ -57,7 +59,8 @@ def main() -> int:
 
     fns: Dict[str, Callable[[], None]] = {"output": output, "files": files, "list": listing,
                                           "forkbomb": forkbomb, "concurrent": concurrent}
-    if kind in ("list", "all"):  # something to list: 3 x 20000 files
+    kinds = list(fns) if kind == "all" else kind.split("+")
+    if "list" in kinds:  # something to list: 3 x 20000 files
         for i in range(3):
             sb.exec([PROBE, "flood-files", f"/tmp/ff-list{i}", "20000"], timeout=60)
     deadline = time.monotonic() + seconds
@@ -75,9 +78,10 @@ def main() -> int:
                         errors.append(f"{type(e).__name__}: {e}")
                 time.sleep(0.1)
 
-    if kind == "all":
-        ts = [threading.Thread(target=loop, args=(f,)) for k, f in fns.items() if k != "concurrent"]
-        ts += [threading.Thread(target=loop, args=(concurrent,)) for _ in range(threads)]
+    if len(kinds) > 1:
+        ts = [threading.Thread(target=loop, args=(fns[k],)) for k in kinds if k != "concurrent"]
+        if "concurrent" in kinds:
+            ts += [threading.Thread(target=loop, args=(concurrent,)) for _ in range(threads)]
     else:
         ts = [threading.Thread(target=loop, args=(fns[kind],)) for _ in range(threads)]
     print(json.dumps({"ready": True}), flush=True)

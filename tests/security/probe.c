@@ -1004,9 +1004,21 @@ static void CgWalk(const char* dir, int depth) {
 }
 
 static int CmdCgroup(void) {
+  // Every cgroup file system mounted in our view, and /sys/fs/cgroup.
+  int mounts = 0;
+  FILE* mi = fopen("/proc/self/mountinfo", "r");
+  char l[2048];
+  while (mi && fgets(l, sizeof l, mi)) {
+    char* sep = strstr(l, " - ");
+    if (!sep || (strncmp(sep + 3, "cgroup ", 7) != 0 && strncmp(sep + 3, "cgroup2 ", 8) != 0)) continue;
+    ++mounts;
+    char mp[1024];
+    if (sscanf(l, "%*s %*s %*s %*s %1023s", mp) == 1) CgWalk(mp, 0);
+  }
+  if (mi) fclose(mi);
   CgWalk("/sys/fs/cgroup", 0);
   char extra[96];
-  snprintf(extra, sizeof extra, "files_tried=%d writable=%d", s_cg_tried, s_cg_writable);
+  snprintf(extra, sizeof extra, "cgroup_mounts=%d files_tried=%d writable=%d", mounts, s_cg_tried, s_cg_writable);
   Report("cgroup-files-write", s_cg_writable > 0, 0, extra);
   // Mounting a cgroup hierarchy of our own (v1 with a release_agent, v2).
   mkdir("/tmp/.probe-cg", 0755);

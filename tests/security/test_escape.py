@@ -283,6 +283,9 @@ def test_host_tcp_unreachable(probe: Probe):
 
 
 def test_cgroup_files_not_writable(probe: Probe):
+    """No cgroup file system is mounted inside (every cgroup mount found in
+    mountinfo, and /sys/fs/cgroup, are walked for control files opened for
+    writing); mounting one, v1 with a release_agent or v2, is refused."""
     lines = probe.run("cgroup")
     assert_blocked(lines["cgroup-files-write"])
     assert_blocked(lines["cgroup-v1-mount-release-agent"], errnos=["EPERM"])

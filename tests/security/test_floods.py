@@ -25,7 +25,7 @@ FLOOD_SECONDS = 5.0
 DRIVER = Path(__file__).resolve().parent / "flood_driver.py"
 
 # kind -> driver threads
-FLOODS = {"output": 2, "files": 2, "list": 2, "forkbomb": 1, "concurrent": 16, "all": 8}
+FLOODS = {"output": 2, "files": 2, "list": 2, "forkbomb": 1, "concurrent": 16, "forkbomb+concurrent": 8, "all": 8}
 
 
 @pytest.mark.parametrize("kind", list(FLOODS))
