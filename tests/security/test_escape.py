@@ -5,7 +5,6 @@ src/runtime/container/container_backend.cc (masks, read-only dirs)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import subprocess
