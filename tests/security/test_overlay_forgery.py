@@ -31,6 +31,8 @@ def test_forged_overlay_metadata_through_snapshot(client: warren.Client, base_la
                 "f2": "/../../../../../../../.." + str(host_marker.parent),
                 "f3": "/srv/other",
                 "f4": str(layer_store),
+                # A path the lower layers have: shows whether forged metadata is honoured at all.
+                "f5": "/etc",
             }
             assert sb.exec("mkdir -p /work/forge", timeout=30).exit_code == 0
             forged = {}
