@@ -21,7 +21,7 @@ import warren
 
 from .conftest import PROBE_PATH, Probe, it
 
-EXECS = 300
+EXECS = 300  # per sandbox, at least: both keep exec'ing while the storm lasts
 EXEC_TIMEOUT = 10.0
 STORM_SECONDS = 15.0
 
@@ -35,7 +35,7 @@ def test_sandbox_signalling_everything_it_sees_does_not_stop_the_daemon(
     assert c is not None
     sandboxes: List[warren.Sandbox] = []
     try:
-        attacker = c.create(backend=backend, layers=[base_layer], pids=512, labels={"test": "security"})
+        attacker = c.create(backend=backend, layers=[base_layer], pids=512, cpu=2, labels={"test": "security"})
         sandboxes.append(attacker)
         other = c.create(backend=backend, layers=[base_layer], labels={"test": "security"})
         sandboxes.append(other)
@@ -46,7 +46,7 @@ def test_sandbox_signalling_everything_it_sees_does_not_stop_the_daemon(
 
         def run_storm() -> None:
             try:
-                storm.append(attacker.exec([PROBE_PATH, "signal-storm", str(STORM_SECONDS), "2"],
+                storm.append(attacker.exec([PROBE_PATH, "signal-storm", str(STORM_SECONDS), "3"],
                                            timeout=STORM_SECONDS + 30))
             except BaseException as e:  # noqa: BLE001 (reported below)
                 storm_err.append(e)
@@ -56,7 +56,11 @@ def test_sandbox_signalling_everything_it_sees_does_not_stop_the_daemon(
         lock = threading.Lock()
 
         def run_execs(name: str, sb: warren.Sandbox) -> None:
-            for _ in range(EXECS):
+            # At least EXECS, and on for as long as the storm lasts.
+            end = time.monotonic() + STORM_SECONDS + 10
+            n = 0
+            while (n < EXECS or st.is_alive()) and time.monotonic() < end:
+                n += 1
                 t0 = time.monotonic()
                 try:
                     r = sb.exec(["true"], timeout=EXEC_TIMEOUT)
@@ -98,7 +102,8 @@ def test_sandbox_signalling_everything_it_sees_does_not_stop_the_daemon(
                       f"{d.log_tail(30)}"
         c.status(timeout=10)
         assert not any(w.is_alive() for w in workers), "an exec call is stuck"
-        assert len(results) == 2 * EXECS, len(results)
+        assert sum(1 for r in results if r[0] == "same") >= EXECS, len(results)
+        assert sum(1 for r in results if r[0] == "other") >= EXECS, len(results)
         assert not errors, errors[:5]
         assert not slow, slow[:5]
         assert not other_bad, other_bad[:5]
