@@ -169,6 +169,17 @@ static int HoldsNoCapability(void) {
   return 1;
 }
 
+static void WriteAll2(const char* m) {
+  size_t left = strlen(m);
+  while (left > 0) {
+    ssize_t n = write(2, m, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    m += n;
+    left -= (size_t)n;
+  }
+}
+
 __attribute__((noreturn)) static void Command(const struct Plan* p) {
   const struct WarrenSpawnHeader* h = p->h;
   (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // the mm is a copy: keep it private too
@@ -217,17 +228,19 @@ __attribute__((noreturn)) static void Command(const struct Plan* p) {
     execve(*c, p->argv, p->envp);
     if (errno != ENOENT && errno != ENOTDIR) last = errno;
   }
-  // Like a shell: "not found" -> 127, found but not executable -> 126.
-  const char* m = p->not_found_msg;
-  size_t left = strlen(m);
-  while (left > 0) {
-    ssize_t n = write(2, m, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    m += n;
-    left -= (size_t)n;
+  // Like a shell: "not found" -> 127, found but not executable -> 126
+  // (with the reason: EACCES, ENOEXEC, or EPERM for file capabilities that
+  // cannot be granted).
+  if (last == ENOENT) {
+    WriteAll2(p->not_found_msg);
+    _exit(127);
   }
-  _exit(last == ENOENT ? 127 : 126);
+  WriteAll2("warren: ");
+  WriteAll2(p->argv[0]);
+  WriteAll2(": ");
+  WriteAll2(strerror(last));
+  WriteAll2("\n");
+  _exit(126);
 }
 
 int main(void) {

@@ -26,7 +26,6 @@ EXEC_TIMEOUT = 10.0
 STORM_SECONDS = 15.0
 
 
-@pytest.mark.xfail(strict=True, reason="hole 1: exec helper visible inside sandbox; fixed by the exec-spawn rewrite")
 @pytest.mark.timeout(240)
 def test_sandbox_signalling_everything_it_sees_does_not_stop_the_daemon(
         test_root: Path, layer_store: Path, base_layer: str, backend: str, probe_binaries):
