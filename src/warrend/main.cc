@@ -273,6 +273,15 @@ int Run(const Flags& flags) {
                          ? static_cast<uint32_t>(flags.warm_shells)
                          : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   copt.recycled_cgroups = flags.recycled_cgroups;
+  // Sandbox uid ranges are claimed host-wide, in the name of this state dir
+  // (sandboxes outlive the daemon; a restart on the same dir re-takes them).
+  copt.uid_lock_dir = "/run/warren/uid-slots";
+  {
+    char real[PATH_MAX];
+    if (::realpath(flags.state_dir.c_str(), real) == nullptr)
+      return fail(ErrnoToStatus(errno, "realpath(" + flags.state_dir + ")"));
+    copt.uid_owner = real;
+  }
   StatusOr<std::unique_ptr<runtime::Backend>> container = runtime::NewContainerBackend(copt);
   if (!container.ok()) return fail(container.status());
   std::vector<std::unique_ptr<runtime::Backend>> backends;
