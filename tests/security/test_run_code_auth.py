@@ -18,9 +18,11 @@ from typing import Dict, Iterable, Optional, Tuple
 
 import pytest
 
+import warren
 from warren_integration_conftest import Daemon
 
 TOKEN = "s3cret-token-for-run-code-0123456789"
+GRPC_TOKEN = "another-token-for-the-grpc-api-9876543210"
 
 
 def _free_port() -> int:
@@ -45,15 +47,20 @@ def rc(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[Daemon]:
 
 @pytest.fixture(scope="module")
 def rc_token(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[Daemon]:
-    port = _free_port()
-    token_file = test_root / "run-code-token"
+    """/run_code with its own token, and the gRPC API on TCP with another."""
+    port, grpc_port = _free_port(), _free_port()
+    token_file, grpc_token_file = test_root / "run-code-token", test_root / "grpc-token"
     token_file.write_text(TOKEN + "\n")
+    grpc_token_file.write_text(GRPC_TOKEN + "\n")
     os.chmod(token_file, 0o600)
+    os.chmod(grpc_token_file, 0o600)
     d = Daemon(test_root, "runcode-token", layer_store, "rt",
                extra_args=["--http-listen", f"127.0.0.1:{port}", "--fncall-layers", base_layer,
                            "--http-token-file", str(token_file), "--warm-shells", "0",
+                           "--listen", f"127.0.0.1:{grpc_port}", "--token-file", str(grpc_token_file),
                            "--fncall-max-workers", "1"])
     d.port = port
+    d.grpc_addr = f"127.0.0.1:{grpc_port}"
     d.start()
     yield d
     d.stop()
@@ -208,6 +215,23 @@ def test_bearer_token(rc_token):
         assert status == 403, (bad, status, out)
     status, out, _ = post(rc_token, HELLO, headers={"Authorization": "Bearer " + TOKEN})
     assert ran(status, out), out
+    # --http-token-file's token, not the gRPC API's.
+    status, out, _ = post(rc_token, HELLO, headers={"Authorization": "Bearer " + GRPC_TOKEN})
+    assert status == 403, out
     # The token does not replace the other checks.
     status, out, _ = post(rc_token, HELLO, content_type="text/plain", headers={"Authorization": "Bearer " + TOKEN})
     assert status == 415, out
+
+
+def test_grpc_fncall_over_tcp_names_layers_not_host_paths(rc_token, base_layer):
+    """The FnCall gRPC service's twin of the /run_code hole: a TCP caller's
+    token grants the API, not host directories as a call's root."""
+    with warren.Client(rc_token.grpc_addr, token=GRPC_TOKEN) as c:
+        for layers in (["/"], [base_layer, "/etc"]):
+            with pytest.raises(warren.PermissionDenied) as ei:
+                c.fncall("print(open('/etc/hostname').read())", layers=layers, timeout=60)
+            assert "unix socket" in str(ei.value), ei.value
+        with pytest.raises(warren.PermissionDenied):
+            c.fncall_batch([warren.FnCallRequest(code="print(1)"),
+                            warren.FnCallRequest(code="print(2)", layers=["/"])])
+        assert c.fncall("print(6*7)", layers=[base_layer], timeout=60).stdout == b"42\n"
