@@ -47,6 +47,7 @@ constexpr uint32_t kOverflowId = 65534;
 constexpr int kOpenat2Retries = 32;       // EAGAIN: a concurrent rename raced a ".." walk
 constexpr int kMaxSymlinks = 40;          // as the kernel's MAXSYMLINKS
 constexpr int kMaxRemoveDepth = 256;      // one fd per level while removing a tree
+constexpr int kMaxAncestors = 4096;       // ".." steps from an object up to the root (PATH_MAX / 1)
 constexpr size_t kMaxReadChunk = 64u << 20;
 constexpr mode_t kParentDirMode = 0755;   // directories created by make_parents / parents
 // mode 0 means the API's default (warren.proto: WriteFileRequest.mode, MkdirRequest.mode).
@@ -531,9 +532,7 @@ class RootedFiles : public SandboxFiles {
     // file (a device's open runs its driver, a FIFO's blocks, /proc/kmsg's
     // is a syslog call), so only an object checked to be a regular file of
     // the sandbox's own file systems is opened for reading.
-    int pfd = ResolveInRoot(root.get(), p.Rel(), O_PATH);
-    if (pfd < 0) return Errno(-pfd, "read", p.asked);
-    UniqueFd path_fd(pfd);
+    ASSIGN_OR_RETURN(UniqueFd path_fd, OpenFinal(root.get(), p, "read"));
     RETURN_IF_ERROR(RefuseKernelFs(path_fd.get(), "read", p.asked));
     struct stat st;
     if (fstat(path_fd.get(), &st) != 0) return Errno(errno, "read", p.asked);
@@ -598,6 +597,7 @@ class RootedFiles : public SandboxFiles {
       struct stat st;
       if (fstat(dir.get(), &st) != 0) return Errno(errno, "list", p.asked);
       RETURN_IF_ERROR(SandboxRootMay(st, R_OK | X_OK, "list", p.asked));
+      RETURN_IF_ERROR(SearchableFromRoot(root.get(), dir.get(), "list", p.asked));
     }
     ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDir(dir.get(), "list", p.asked));
     std::sort(entries.begin(), entries.end(),
@@ -718,7 +718,72 @@ class RootedFiles : public SandboxFiles {
     struct stat st;
     if (fstat(dir.get(), &st) != 0) return Errno(errno, op, shown);
     RETURN_IF_ERROR(SandboxRootMay(st, want, op, shown));
+    RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), op, shown));
     return dir;
+  }
+
+  // An O_PATH fd of what `p` names, symlinks followed inside the root as
+  // the sandbox's own walk would, with its root's search rights checked on
+  // every directory on the way (OpenDir): a final symlink's target is looked
+  // up from the link's directory, component by component.
+  StatusOr<UniqueFd> OpenFinal(int root, const SandboxPath& p, const std::string& op) const {
+    if (p.is_root() || p.last_is_dotdot()) {
+      int fd = ResolveInRoot(root, p.Rel(), O_PATH | O_DIRECTORY);
+      if (fd < 0) return Errno(-fd, op, p.asked);
+      UniqueFd dir(fd);
+      RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), op, p.asked));
+      return dir;
+    }
+    std::string dir = p.ParentRel();
+    std::string name = p.last();
+    for (int links = 0;; ++links) {
+      ASSIGN_OR_RETURN(UniqueFd parent, OpenDir(root, dir, X_OK, op, p.asked));
+      UniqueFd entry(openat(parent.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!entry.valid()) return Errno(errno, op, p.asked);
+      struct stat st;
+      if (fstat(entry.get(), &st) != 0) return Errno(errno, op, p.asked);
+      if (!S_ISLNK(st.st_mode)) {
+        if (p.trailing_slash && !S_ISDIR(st.st_mode)) return Errno(ENOTDIR, op, p.asked);
+        return entry;
+      }
+      if (links >= kMaxSymlinks) return Errno(ELOOP, op, p.asked);
+      std::string target;
+      if (int rc = ReadLink(entry.get(), "", &target); rc != 0) return Errno(-rc, op, p.asked);
+      if (target.empty()) return Errno(ENOENT, op, p.asked);
+      ASSIGN_OR_RETURN(SandboxPath t, Parse(target[0] == '/' || dir == "." ? target : dir + "/" + target, op));
+      if (t.is_root() || t.last_is_dotdot()) {
+        int fd = ResolveInRoot(root, t.Rel(), O_PATH | O_DIRECTORY);
+        if (fd < 0) return Errno(-fd, op, p.asked);
+        UniqueFd d(fd);
+        RETURN_IF_ERROR(SearchableFromRoot(root, d.get(), op, p.asked));
+        return d;
+      }
+      dir = t.ParentRel();
+      name = t.last();
+    }
+  }
+
+  // PermissionDenied unless the sandbox's root may search every directory
+  // above `fd` up to `root` (the kernel's walk needs X on each; the daemon's
+  // resolution, as host root, skipped those checks). Walks ".." (crossing
+  // mount points as a path walk does); an fd whose chain ends elsewhere than
+  // at `root` is refused.
+  Status SearchableFromRoot(int root, int fd, const std::string& op, const std::string& shown) const {
+    struct stat root_st, cur_st;
+    if (fstat(root, &root_st) != 0 || fstat(fd, &cur_st) != 0) return Errno(errno, op, shown);
+    UniqueFd cur;
+    for (int depth = 0; depth < kMaxAncestors; ++depth) {
+      if (cur_st.st_dev == root_st.st_dev && cur_st.st_ino == root_st.st_ino) return absl::OkStatus();
+      UniqueFd up(openat(cur.valid() ? cur.get() : fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!up.valid()) return Errno(errno, op, shown);
+      struct stat up_st;
+      if (fstat(up.get(), &up_st) != 0) return Errno(errno, op, shown);
+      if (up_st.st_dev == cur_st.st_dev && up_st.st_ino == cur_st.st_ino) break;  // a root that is not ours
+      RETURN_IF_ERROR(SandboxRootMay(up_st, X_OK, op, shown));
+      cur = std::move(up);
+      cur_st = up_st;
+    }
+    return Errno(EXDEV, op, shown);
   }
 
   // The directory holding the path's last component (see OpenDir).

@@ -594,6 +594,22 @@ TEST_P(RootedFilesTest, NeverMoreThanTheSandboxRoot) {
   EXPECT_FALSE(HostExists(root_ + "/w/host-dir/f"));
   EXPECT_TRUE(WriteFile(*files, "/w/host-open/f", "x").ok());  // "other" may write there
   EXPECT_TRUE(files->List("/w/host-open").ok());
+  // What lies below a directory root inside may not search stays out of
+  // reach, whatever its own owner and mode, by name or through a symlink.
+  host_file("/w/host-dir/inner", kBase, kBase, 0644);
+  ASSERT_EQ(mkdir((root_ + "/w/host-dir/sub").c_str(), 0777), 0);
+  ASSERT_EQ(chown((root_ + "/w/host-dir/sub").c_str(), kBase, kBase), 0);
+  ASSERT_EQ(symlink("host-dir/inner", (root_ + "/w/to-inner").c_str()), 0);
+  ASSERT_EQ(symlink("/w/host-dir/sub", (root_ + "/w/to-sub").c_str()), 0);
+  ASSERT_EQ(symlink("host-public", (root_ + "/w/to-public").c_str()), 0);
+  for (const char* p : {"/w/host-dir/inner", "/w/to-inner", "/w/host-dir/sub/../inner"}) {
+    EXPECT_EQ(read(p).status().code(), kDenied) << p;
+  }
+  EXPECT_EQ(files->List("/w/host-dir/sub").status().code(), kDenied);
+  EXPECT_EQ(files->List("/w/to-sub").status().code(), kDenied);
+  EXPECT_EQ(WriteFile(*files, "/w/to-sub/f", "x").code(), kDenied);
+  EXPECT_EQ(files->Stat("/w/to-sub/f").status().code(), kDenied);
+  EXPECT_EQ(*read("/w/to-public"), "data of /w/host-public");
 }
 
 TEST_P(RootedFilesTest, OpenRootErrorPropagates) {
