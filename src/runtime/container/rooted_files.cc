@@ -47,7 +47,7 @@ constexpr uint32_t kOverflowId = 65534;
 constexpr int kOpenat2Retries = 32;       // EAGAIN: a concurrent rename raced a ".." walk
 constexpr int kMaxSymlinks = 40;          // as the kernel's MAXSYMLINKS
 constexpr int kMaxRemoveDepth = 256;      // one fd per level while removing a tree
-constexpr int kMaxAncestors = 4096;       // ".." steps from an object up to the root (PATH_MAX / 1)
+constexpr int kMaxAncestors = PATH_MAX / 3;  // "../" steps from a directory up to the root
 constexpr size_t kMaxReadChunk = 64u << 20;
 constexpr mode_t kParentDirMode = 0755;   // directories created by make_parents / parents
 // mode 0 means the API's default (warren.proto: WriteFileRequest.mode, MkdirRequest.mode).
@@ -597,7 +597,7 @@ class RootedFiles : public SandboxFiles {
       struct stat st;
       if (fstat(dir.get(), &st) != 0) return Errno(errno, "list", p.asked);
       RETURN_IF_ERROR(SandboxRootMay(st, R_OK | X_OK, "list", p.asked));
-      RETURN_IF_ERROR(SearchableFromRoot(root.get(), dir.get(), "list", p.asked));
+      RETURN_IF_ERROR(SearchableFromRoot(root.get(), dir.get(), st, "list", p.asked));
     }
     ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDir(dir.get(), "list", p.asked));
     std::sort(entries.begin(), entries.end(),
@@ -718,7 +718,7 @@ class RootedFiles : public SandboxFiles {
     struct stat st;
     if (fstat(dir.get(), &st) != 0) return Errno(errno, op, shown);
     RETURN_IF_ERROR(SandboxRootMay(st, want, op, shown));
-    RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), op, shown));
+    RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), st, op, shown));
     return dir;
   }
 
@@ -731,7 +731,9 @@ class RootedFiles : public SandboxFiles {
       int fd = ResolveInRoot(root, p.Rel(), O_PATH | O_DIRECTORY);
       if (fd < 0) return Errno(-fd, op, p.asked);
       UniqueFd dir(fd);
-      RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), op, p.asked));
+      struct stat st;
+      if (fstat(dir.get(), &st) != 0) return Errno(errno, op, p.asked);
+      RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), st, op, p.asked));
       return dir;
     }
     std::string dir = p.ParentRel();
@@ -755,7 +757,9 @@ class RootedFiles : public SandboxFiles {
         int fd = ResolveInRoot(root, t.Rel(), O_PATH | O_DIRECTORY);
         if (fd < 0) return Errno(-fd, op, p.asked);
         UniqueFd d(fd);
-        RETURN_IF_ERROR(SearchableFromRoot(root, d.get(), op, p.asked));
+        struct stat dst;
+        if (fstat(d.get(), &dst) != 0) return Errno(errno, op, p.asked);
+        RETURN_IF_ERROR(SearchableFromRoot(root, d.get(), dst, op, p.asked));
         return d;
       }
       dir = t.ParentRel();
@@ -764,24 +768,23 @@ class RootedFiles : public SandboxFiles {
   }
 
   // PermissionDenied unless the sandbox's root may search every directory
-  // above `fd` up to `root` (the kernel's walk needs X on each; the daemon's
-  // resolution, as host root, skipped those checks). Walks ".." (crossing
-  // mount points as a path walk does); an fd whose chain ends elsewhere than
-  // at `root` is refused.
-  Status SearchableFromRoot(int root, int fd, const std::string& op, const std::string& shown) const {
-    struct stat root_st, cur_st;
-    if (fstat(root, &root_st) != 0 || fstat(fd, &cur_st) != 0) return Errno(errno, op, shown);
-    UniqueFd cur;
-    for (int depth = 0; depth < kMaxAncestors; ++depth) {
-      if (cur_st.st_dev == root_st.st_dev && cur_st.st_ino == root_st.st_ino) return absl::OkStatus();
-      UniqueFd up(openat(cur.valid() ? cur.get() : fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
-      if (!up.valid()) return Errno(errno, op, shown);
-      struct stat up_st;
-      if (fstat(up.get(), &up_st) != 0) return Errno(errno, op, shown);
-      if (up_st.st_dev == cur_st.st_dev && up_st.st_ino == cur_st.st_ino) break;  // a root that is not ours
-      RETURN_IF_ERROR(SandboxRootMay(up_st, X_OK, op, shown));
-      cur = std::move(up);
-      cur_st = up_st;
+  // above the directory `fd` (whose stat is `fd_st`) up to `root` (the kernel's walk needs X on
+  // each; the daemon's resolution, as host root, skipped those checks).
+  // Stats "..", "../..", ... relative to `fd` (no fd per level; ".." crosses
+  // mount points as a path walk does); a chain that ends elsewhere than at
+  // `root` is refused.
+  Status SearchableFromRoot(int root, int fd, const struct stat& fd_st, const std::string& op,
+                            const std::string& shown) const {
+    struct stat root_st, cur = fd_st;
+    if (fstat(root, &root_st) != 0) return Errno(errno, op, shown);
+    std::string up = "..";
+    for (int depth = 0; depth < kMaxAncestors; ++depth, up += "/..") {
+      if (cur.st_dev == root_st.st_dev && cur.st_ino == root_st.st_ino) return absl::OkStatus();
+      struct stat parent;
+      if (fstatat(fd, up.c_str(), &parent, 0) != 0) return Errno(errno, op, shown);
+      if (parent.st_dev == cur.st_dev && parent.st_ino == cur.st_ino) break;  // a root that is not ours
+      RETURN_IF_ERROR(SandboxRootMay(parent, X_OK, op, shown));
+      cur = parent;
     }
     return Errno(EXDEV, op, shown);
   }
