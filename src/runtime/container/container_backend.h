@@ -72,6 +72,10 @@ struct ContainerOptions {
   // Path of the static warren-init binary (bind-mounted read-only into
   // each sandbox as its PID 1).
   std::string init_path;
+  // Path of the static warren-spawn binary that starts every exec and
+  // background process inside a sandbox (src/init/warren_spawn.c); empty =
+  // "warren-spawn" next to init_path.
+  std::string spawn_path;
   // Sandboxes' cgroups are created under <the daemon's own cgroup>/<cgroup_name>/<id>
   // in every hierarchy used (v1) or in the unified one (v2).
   std::string cgroup_name = "warren";
