@@ -28,5 +28,4 @@ layer_store = it.layer_store
 daemon = it.daemon
 client = it.client
 base_layer = it.base_layer
-sandbox = it.sandbox
 pytest_runtest_makereport = it.pytest_runtest_makereport

@@ -20,6 +20,13 @@ import warren
 
 SYSLOG_ACTION_SIZE_UNREAD = 9
 
+
+@pytest.fixture()
+def sandbox(client: warren.Client, base_layer: str):
+    with client.create(layers=[base_layer]) as sb:
+        yield sb
+
+
 # Kernel files the sandbox's root is refused (or shown zeros) that host root reads.
 KERNEL_FILES = [
     "/proc/kmsg",        # the host kernel log, consumed by a read
