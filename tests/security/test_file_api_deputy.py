@@ -87,7 +87,8 @@ def test_proc_and_sys_are_not_reached_by_any_call(sandbox):
     r = sandbox.exec("mkdir -p /w && ln -s /proc /w/p && ln -s /proc/1 /w/init && ln -s ../sys /w/s "
                      "&& ln -s /proc/self/root /w/selfroot", timeout=30)
     assert r.exit_code == 0, r.stderr
-    for p in ("/proc", "/sys", "/w/p", "/w/init", "/w/s/kernel", "/proc/1/fd", "/w/p/1/task"):
+    for p in ("/proc", "/sys", "/w/p", "/w/init", "/w/s/kernel", "/proc/1/fd", "/w/p/1/task",
+              "/proc/acpi", "/sys/firmware", "/w/s/firmware"):  # the last three: masks (a tmpfs) below
         e = _refused(sandbox.files.list, p)
         assert p in str(e), e
     for p in ("/proc", "/sys", "/proc/1", "/w/p/1", "/w/init/stack", "/sys/kernel", "/w/s/kernel/mm"):

@@ -126,16 +126,17 @@ bool IsKernelFs(long type) {
   }
 }
 
+Status KernelFsDenied(const std::string& op, const std::string& path) {
+  return absl::PermissionDeniedError(op + "(" + Printable(path) +
+                                     "): the file API does not reach /proc, /sys or other kernel file systems");
+}
+
 // PermissionDenied when `fd` (any open mode, O_PATH included) lies on a
 // kernel interface file system (IsKernelFs).
 Status RefuseKernelFs(int fd, const std::string& op, const std::string& path) {
   struct statfs sfs;
   if (fstatfs(fd, &sfs) != 0) return Errno(errno, op, path);
-  if (IsKernelFs(sfs.f_type)) {
-    return absl::PermissionDeniedError(op + "(" + Printable(path) +
-                                       "): the file API does not reach /proc, /sys or other kernel "
-                                       "file systems");
-  }
+  if (IsKernelFs(sfs.f_type)) return KernelFsDenied(op, path);
   return absl::OkStatus();
 }
 
@@ -784,6 +785,14 @@ class RootedFiles : public SandboxFiles {
       if (fstatat(fd, up.c_str(), &parent, 0) != 0) return Errno(errno, op, shown);
       if (parent.st_dev == cur.st_dev && parent.st_ino == cur.st_ino) break;  // a root that is not ours
       RETURN_IF_ERROR(SandboxRootMay(parent, X_OK, op, shown));
+      if (parent.st_dev != cur.st_dev) {
+        // A mount point crossed: what is mounted below /proc or /sys (the
+        // masks' tmpfs over /proc/acpi, ...) is as far out of reach.
+        struct statfs sfs;
+        const std::string via = "/proc/self/fd/" + std::to_string(fd) + "/" + up;
+        if (statfs(via.c_str(), &sfs) != 0) return Errno(errno, op, shown);
+        if (IsKernelFs(sfs.f_type)) return KernelFsDenied(op, shown);
+      }
       cur = parent;
     }
     return Errno(EXDEV, op, shown);

@@ -477,6 +477,17 @@ TEST_P(RootedFilesTest, KernelFileSystemsAreNeverReached) {
     }
     mounts_.push_back(mnt);
   }
+  // A mask over a /proc dir, as the container backend mounts them: a tmpfs
+  // below /proc is as far out of reach (unmounted first: mounts_ order).
+  const std::string mask = root_ + "/proc/driver";
+  if (mount("tmpfs", mask.c_str(), "tmpfs", MS_RDONLY, "size=4k") == 0) {
+    mounts_.insert(mounts_.begin(), mask);
+    for (const char* p : {"/proc/driver", "/proc/driver/x"}) {
+      Status s = p == std::string("/proc/driver") ? files_->List(p).status() : files_->OpenRead(p, 0, 0).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << p << ": " << s;
+    }
+    EXPECT_EQ(files_->Stat("/proc/driver").status().code(), absl::StatusCode::kPermissionDenied);
+  }
   ASSERT_EQ(symlink("/proc/self", (root_ + "/w/self").c_str()), 0);
   ASSERT_EQ(symlink("/proc", (root_ + "/w/proc").c_str()), 0);
   ASSERT_EQ(symlink("../sys/kernel", (root_ + "/w/kernel").c_str()), 0);
