@@ -20,8 +20,9 @@ using json = nlohmann::json;
 
 // A time-out field in seconds: the default when absent, not a number or not
 // positive (SandboxFusion's clients send -1 for "default"), else at most
-// `max` (an error naming the field otherwise).
+// `max` (an error naming the field otherwise; the default itself is capped).
 StatusOr<std::chrono::milliseconds> Seconds(const json& req, const char* key, double dflt, double max) {
+  dflt = std::min(dflt, max);
   double s = dflt;
   if (req.contains(key) && req[key].is_number()) s = req[key].get<double>();
   if (!(s > 0) || !std::isfinite(s)) s = dflt;
@@ -242,6 +243,9 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(api::FnCallFronten
   } catch (const std::exception&) {
     return absl::InvalidArgumentError("--http-listen: bad port in " + listen);
   }
+  if (!(options.max_timeout_s > 0) || !std::isfinite(options.max_timeout_s) || options.max_timeout_s > 86400)
+    return absl::InvalidArgumentError("--run-code-max-timeout-s must be in (0, 86400]");
+  if (options.max_memory_mb == 0) return absl::InvalidArgumentError("--run-code-max-memory-mb must be > 0");
   for (size_t i = 0; i < options.allowed_layers.size(); ++i) {
     const std::string& a = options.allowed_layers[i];
     if (!a.empty() && a[0] == '/') continue;  // a directory default of --fncall-layers
