@@ -68,6 +68,7 @@
 #include "runtime/container/memory_prefetch.h"
 #include "runtime/container/rooted_files.h"
 #include "runtime/container/spawn.h"
+#include "runtime/container/uid_slots.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -540,25 +541,12 @@ struct BackendState {
   // gets a clone of; invalid = each sandbox mounts its own (as before).
   UniqueFd sysfs_mnt, mask_mnt;
   std::mutex mu;
-  std::set<uint32_t> slots;
+  std::unique_ptr<UidSlots> uid_slots;  // host-wide (ContainerOptions::uid_lock_dir)
 
-  StatusOr<uint32_t> TakeSlot() {
-    std::lock_guard<std::mutex> l(mu);
-    for (uint32_t k = 0; k < options.max_sandboxes; ++k) {
-      if (slots.insert(k).second) return k;
-    }
-    return absl::ResourceExhaustedError("all " + std::to_string(options.max_sandboxes) +
-                                        " uid slots in use; retry after a destroy");
-  }
-  bool TakeSpecificSlot(uint32_t k) {
-    std::lock_guard<std::mutex> l(mu);
-    return slots.insert(k).second;
-  }
-  void ReleaseSlot(uint32_t k) {
-    std::lock_guard<std::mutex> l(mu);
-    slots.erase(k);
-  }
-  uid_t HostUid(uint32_t slot) const { return options.uid_base + slot * options.uid_range; }
+  StatusOr<uint32_t> TakeSlot() { return uid_slots->Take(); }
+  bool TakeSpecificSlot(uint32_t k) { return uid_slots->TakeSpecific(k); }
+  void ReleaseSlot(uint32_t k) { uid_slots->Release(k); }
+  uid_t HostUid(uint32_t slot) const { return uid_slots->HostUid(slot); }
 
   // ---- cgroup recycling (ContainerOptions::recycled_cgroups)
   struct Recycled {
@@ -2183,8 +2171,8 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
   st->options = options;
   if (options.uid_range == 0 || options.max_sandboxes == 0)
     return absl::InvalidArgumentError("uid_range and max_sandboxes must be > 0");
-  if (uint64_t{options.uid_base} + uint64_t{options.uid_range} * options.max_sandboxes > 0xFFFFFFFEull)
-    return absl::InvalidArgumentError("uid_base + uid_range*max_sandboxes overflows the uid space");
+  ASSIGN_OR_RETURN(st->uid_slots, UidSlots::Open(options.uid_lock_dir, options.uid_owner, options.max_sandboxes,
+                                                 options.uid_base, options.uid_range));
   ASSIGN_OR_RETURN(st->cgroups, jail::CgroupManager::Detect(options.cgroup_name));
   st->init_exe.reset(::open(options.init_path.c_str(), O_PATH | O_CLOEXEC));
   if (!st->init_exe.valid()) return Errno("open(" + options.init_path + ")");

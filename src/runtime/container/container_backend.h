@@ -84,6 +84,12 @@ struct ContainerOptions {
   uint32_t uid_base = 1000000;
   uint32_t uid_range = 65536;
   uint32_t max_sandboxes = 16384;
+  // Host-wide claims of the slots (uid_slots.h): a lock file per slot in
+  // uid_lock_dir naming uid_owner (the daemon's state dir, an absolute
+  // path), so that daemons on one host never share a range. "" = slots
+  // coordinated within this process only.
+  std::string uid_lock_dir;
+  std::string uid_owner;
   // Seccomp profile (JSON, see src/jail/seccomp/default.json); empty = the
   // profile compiled into the binary.
   std::string seccomp_profile;
