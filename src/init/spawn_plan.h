@@ -49,6 +49,13 @@ struct WarrenSpawnHeader {
   uint32_t n_cgroup_fds, n_rlimits, n_filters;
   uint32_t argc, envc, n_candidates;
   uint32_t strings_bytes;
+  /* Written by the kernel, not the daemon: warren-spawn maps the plan's
+   * first page shared and clones the command with CLONE_PARENT_SETTID
+   * pointing here, so the command's pid (in warrend's pid namespace) is in
+   * the plan before clone returns: warrend finds its child even when the
+   * helper is killed before it could report it. 0 until then. */
+  int32_t child_pid;
+  uint32_t pad;
 };
 
 struct WarrenSpawnRlimit {

@@ -76,6 +76,7 @@ struct Plan {
   char* argv[4096 + 1];
   char** envp;
   const char** candidates;
+  int32_t* child_pid;  // in the plan's shared first page (spawn_plan.h)
 };
 
 // Next NUL-terminated string in [*p, end); NULL if there is none.
@@ -96,6 +97,10 @@ static int LoadPlan(struct Plan* plan) {
   const size_t size = (size_t)st.st_size;
   char* base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, WARREN_SPAWN_FD_PLAN, 0);
   if (base == MAP_FAILED) return -errno;
+  char* shared = mmap(NULL, sizeof(struct WarrenSpawnHeader), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      WARREN_SPAWN_FD_PLAN, 0);
+  if (shared == MAP_FAILED) return -errno;
+  plan->child_pid = &((struct WarrenSpawnHeader*)shared)->child_pid;
   close(WARREN_SPAWN_FD_PLAN);
   char* end = base + size;
   const struct WarrenSpawnHeader* h = (const struct WarrenSpawnHeader*)base;
@@ -261,7 +266,10 @@ int main(void) {
   close(WARREN_SPAWN_FD_INIT);
   // CLONE_PARENT: the command is warrend's child (its exit signal is ours,
   // SIGCHLD); it is pid 2+ of the sandbox's pid namespace.
-  long pid = syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0);
+  // CLONE_PARENT_SETTID: its pid lands in the plan's shared first page
+  // before clone returns (spawn_plan.h, child_pid); the third argument is
+  // parent_tid on x86_64 and aarch64 alike.
+  long pid = syscall(SYS_clone, CLONE_PARENT | CLONE_PARENT_SETTID, 0, plan.child_pid, 0, 0);
   if (pid == 0) Command(&plan);
   if (pid < 0) Fail(WARREN_SPAWN_STEP_FORK, errno);
   Report(WARREN_SPAWN_STEP_STARTED, (int)pid);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <chrono>
 #include <cstring>
 
@@ -35,6 +36,16 @@ bool TryReap(int pidfd) {
   if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) != 0)
     return errno == ECHILD;
   return info.si_pid != 0;
+}
+
+// The command's pid as the kernel stored it in the plan (CLONE_PARENT_SETTID,
+// spawn_plan.h); 0 if the helper has not cloned it (yet).
+pid_t PlanChildPid(int plan_fd) {
+  if (plan_fd < 0) return 0;
+  int32_t pid = 0;
+  if (::pread(plan_fd, &pid, sizeof pid, offsetof(WarrenSpawnHeader, child_pid)) != static_cast<ssize_t>(sizeof pid))
+    return 0;
+  return pid > 0 ? pid : 0;
 }
 
 // The plan as one buffer (layout: spawn_plan.h).
@@ -164,11 +175,13 @@ StatusOr<SpawnInFlight> LaunchSpawn(const SpawnRequest& req) {
     return st;
   }
   out.report = std::move(rep_r);
+  out.plan = std::move(memfd);
   return out;
 }
 
 // ------------------------------------------------------------------ reaper
 struct SpawnReaper::Item {
+  UniqueFd plan;    // to find a command whose pid was never reported
   UniqueFd report;  // invalid once EOF was read
   UniqueFd helper_pidfd;
   pid_t child = -1;
@@ -200,6 +213,7 @@ size_t SpawnReaper::pending() const {
 void SpawnReaper::Abandon(SpawnInFlight spawn, pid_t child, UniqueFd child_pidfd) {
   auto it = std::make_unique<Item>();
   it->report = std::move(spawn.report);
+  it->plan = std::move(spawn.plan);
   it->helper_pidfd = std::move(spawn.helper_pidfd);
   it->helper_done = !it->helper_pidfd.valid();
   it->child = child;
@@ -279,6 +293,22 @@ void SpawnReaper::Run() {
           break;
       }
     }
+    // A helper killed between its clone and its report: the command's pid
+    // is in the plan all the same.
+    for (auto& it : items_) {
+      if (!it->report.valid() && it->helper_done && it->child <= 0 && it->plan.valid()) {
+        it->child = PlanChildPid(it->plan.get());
+        it->plan.reset();
+        if (it->child > 0) {
+          it->child_pidfd.reset(PidfdOpen(it->child));
+          if (it->child_pidfd.valid()) {
+            (void)PidfdSignal(it->child_pidfd.get(), SIGKILL);
+          } else {
+            it->child_done = true;
+          }
+        }
+      }
+    }
     items_.erase(std::remove_if(items_.begin(), items_.end(), [](const auto& it) { return it->Done(); }),
                  items_.end());
   }
@@ -322,6 +352,10 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
     pollfd hp{spawn.helper_pidfd.get(), POLLIN, 0};
     (void)::poll(&hp, 1, 1000);
     if (!TryReap(spawn.helper_pidfd.get())) reaper.Reap(spawn.helper, std::move(spawn.helper_pidfd));
+  }
+  if (child <= 0) {  // a helper killed between its clone and its report
+    child = PlanChildPid(spawn.plan.get());
+    if (child > 0) child_pidfd.reset(PidfdOpen(child));
   }
   if (failure.step != 0) {
     if (child > 0 && child_pidfd.valid()) {

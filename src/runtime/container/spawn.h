@@ -56,6 +56,7 @@ struct SpawnInFlight {
   pid_t helper = -1;
   UniqueFd helper_pidfd;
   UniqueFd report;  // read end of the report pipe
+  UniqueFd plan;    // the plan's memfd: the kernel writes the command's pid into it
 };
 
 // posix_spawns warren-spawn for `req`. Errors: the plan's memfd, pipe or
