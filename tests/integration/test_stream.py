@@ -131,6 +131,10 @@ def test_background_process_survives_client_disconnect(daemon, client, base_laye
         time.sleep(4)  # output produced while nobody listens
         c2 = warren.Client(client.addr)
         p2 = c2.get(sb.id).process(pid)
+        want = len(b"".join(b"line %d\n" % i for i in range(1, 31)))
+        deadline = time.monotonic() + 30  # a loaded machine runs the 30 sleeps slower
+        while p2.info().stdout_total_bytes < want and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert p2.info().running  # still waiting in `cat`
         out = p2.output()
         assert out.stdout == b"".join(b"line %d\n" % i for i in range(1, 31))
