@@ -106,7 +106,6 @@ UniqueFd OpenDirAt(int dir_fd, const std::string& name) {
   return UniqueFd(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 }
 
-bool IsWhiteout(const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0); }
 
 bool IsOpaque(int dir_fd) {
   char v[4];
@@ -132,8 +131,12 @@ std::vector<std::string> Components(const std::string& path) {
 // O_NOFOLLOW: a symlink on the way, a whiteout or a missing entry in the
 // topmost layer that has the path means "not there". Only directories are
 // asked for (ancestor metadata), so an opaque dir stops the search below it.
-bool PristineDir(const std::vector<int>& roots, const std::string& path, struct stat* st) {
+// *other (optional) is set when the path resolves to something that is not
+// a directory (a symlink, a file; whiteouts excluded).
+bool PristineDir(const std::vector<int>& roots, const std::string& path, struct stat* st,
+                 bool* other = nullptr) {
   const std::vector<std::string> comps = Components(path);
+  if (other != nullptr) *other = false;
   for (auto it = roots.rbegin(); it != roots.rend(); ++it) {
     UniqueFd cur(::openat(*it, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     bool stop = false;  // this layer decides: hidden below
@@ -143,6 +146,7 @@ bool PristineDir(const std::vector<int>& roots, const std::string& path, struct 
       if (::fstatat(cur.get(), comps[i].c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0) break;
       if (!S_ISDIR(s.st_mode)) {
         stop = true;  // whiteout or a non-directory hides every lower layer
+        if (other != nullptr && !(S_ISCHR(s.st_mode) && s.st_rdev == makedev(0, 0))) *other = true;
         break;
       }
       UniqueFd next = OpenDirAt(cur.get(), comps[i]);
@@ -399,9 +403,13 @@ class Copier {
 Status MakeStaging(const std::string& dst, UniqueFd* fd) {
   if (::mkdir(dst.c_str(), 0755) != 0) return Errno("mkdir(" + dst + ")");
   // mkdir applied the umask; a layer's root is 0755.
-  if (::chmod(dst.c_str(), 0755) != 0) return Errno("chmod(" + dst + ")");
   fd->reset(::open(dst.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd->valid()) return Errno("open(" + dst + ")");
+  if (!fd->valid() || ::fchmod(fd->get(), 0755) != 0) {
+    Status s = Errno("open/fchmod(" + dst + ")");
+    fd->reset();
+    (void)::rmdir(dst.c_str());
+    return s;
+  }
   return absl::OkStatus();
 }
 
@@ -450,13 +458,10 @@ bool PathWithin(const std::string& path, const std::string& prefix) {
 
 Status CopyUpperTree(int src_dir_fd, const std::string& dst, const UpperCopyOptions& options) {
   UniqueFd t;
-  Status s = MakeStaging(dst, &t);
-  if (s.ok()) s = Copier(options, true, t.get(), dst).CopyRoot(src_dir_fd);
-  if (!s.ok()) {
-    (void)RemoveTree(dst);
-    return s;
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(MakeStaging(dst, &t));  // an existing dst is left alone
+  Status s = Copier(options, true, t.get(), dst).CopyRoot(src_dir_fd);
+  if (!s.ok()) (void)RemoveTree(dst);
+  return s;
 }
 
 Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<std::string>& solution,
@@ -511,11 +516,19 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
       // Ancestors in staging: plain merging dirs with pristine metadata.
       UniqueFd d(::openat(root.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       std::string rel, inside;
+      bool skip = false;
       for (size_t i = 0; i + 1 < comps.size(); ++i) {
         rel += (rel.empty() ? "" : "/") + comps[i];
         inside += "/" + comps[i];
         struct stat pst {};
-        const bool in_pristine = PristineDir(pristine_fds, inside, &pst);
+        bool pristine_other = false;
+        const bool in_pristine = PristineDir(pristine_fds, inside, &pst, &pristine_other);
+        if (pristine_other) {
+          // A directory here would hide a pristine symlink or file (e.g.
+          // the grader's /bin -> usr/bin): the solution cannot enter here.
+          skip = true;
+          break;
+        }
         if (::mkdirat(d.get(), comps[i].c_str(), 0755) == 0) {
           RETURN_IF_ERROR(cp.Charge(CopyBudget::kEntryCost + comps[i].size()));
           UniqueFd n = OpenDirAt(d.get(), comps[i]);
@@ -536,6 +549,7 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
           return Errno("mkdirat(" + dst + "/" + rel + ")");
         }
       }
+      if (skip) continue;
       const std::string srel = rel.empty() ? comps.back() : rel + "/" + comps.back();
       if (!present) {
         // An ancestor was deleted or replaced and nothing took the

@@ -32,7 +32,7 @@ SOLUTION = ["/task/pkg"]
 WRONG = b"def answer():\n    return 41\n"
 RIGHT = b"def answer():\n    return 42\n"
 RUN_TESTS = """\
-import os, sys
+import json, os, sys  # a test runner uses the standard library
 sys.path.insert(0, "/task/pkg")
 for c in ("/task/conftest.py", "/task/tests/conftest.py"):  # plugins, as pytest loads them
     if os.path.exists(c):
@@ -84,9 +84,10 @@ HACKS: Dict[str, str] = {
     "path-shadow": (
         "printf '#!/bin/sh\\necho PASS\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 "
         "&& echo /usr/local/bin/python3"),
+    # (os, site, ... are frozen into the interpreter since 3.11: json is not)
     "stdlib": (
-        "p=$(python3 -c 'import os; print(os.path.realpath(os.__file__))') && "
-        "echo '_exit(0)' >> \"$p\" && echo \"$p\""),
+        "p=$(python3 -c 'import json, os; print(os.path.realpath(json.__file__))') && "
+        f"echo '{EXIT0}' >> \"$p\" && echo \"$p\""),
 }
 
 

@@ -475,18 +475,22 @@ TEST_F(SolutionCopyTest, SymlinksInDiffsAndLayersAreNeverFollowedOnTheHost) {
   std::ofstream(host + "/pkg/secret") << "host secret";
   ASSERT_EQ(::symlink(host.c_str(), (up_ + "/s").c_str()), 0);
   ASSERT_EQ(::symlink(host.c_str(), (lower_ + "/p").c_str()), 0);
+  // the agent replaced the pristine symlink /p by a directory
+  fs::create_directories(up_ + "/p/pkg");
+  Write("/p/pkg/q", "agent");
   const std::string dst = root_ + "/out";
   ASSERT_TRUE(CopySolution(src_.get(), dst, {"/s/pkg", "/p/pkg/q"}, {}, {lower_fd_.get()}, {}).ok());
   // /s/pkg: its ancestor is a symlink in the diff: deleted, nothing copied
   struct stat w = Lstat(dst + "/s/pkg");
   EXPECT_TRUE(S_ISCHR(w.st_mode));
   EXPECT_FALSE(fs::exists(dst + "/s/pkg/secret"));
-  // /p/pkg: not in the diff at all
+  // /p/pkg/q: a directory /p in the grade layer would hide the pristine
+  // symlink: the solution path cannot enter
   EXPECT_FALSE(fs::exists(dst + "/p"));
   std::vector<std::string> out;
   bool truncated = false;
   ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
-  EXPECT_EQ(out, (std::vector<std::string>{"/s"}));
+  EXPECT_EQ(out, (std::vector<std::string>{"/p", "/s"}));
 }
 
 TEST_F(UpperCopyTest, SparseFilesStaySparseAndCopiesAreBounded) {
