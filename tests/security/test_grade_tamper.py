@@ -64,6 +64,11 @@ def task_layer(client, tmp_path_factory) -> str:
     return name
 
 
+def reported(planted: str, touched) -> bool:
+    """The planted path is in `touched`, or a new directory holding it is."""
+    return any(planted == t or planted.startswith(t.rstrip("/") + "/") for t in touched)
+
+
 def grade(sb: warren.Sandbox) -> GradeResult:
     return sb.grade(GRADER, solution=SOLUTION, timeout=60)
 
@@ -101,14 +106,14 @@ def test_tampered_grader_tools_do_not_pass_a_failing_task(client, base_layer, ta
         assert sb.exec(GRADER, timeout=60).exit_code == 0
         g = grade(sb)
         assert not g.passed and b"PASS" not in g.result.stdout, g
-        assert planted in g.touched, (planted, g.touched)
+        assert reported(planted, g.touched), (planted, g.touched)
         assert not g.rejected
         # the agent's solution still enters: the tampered sandbox passes
         # once the answer is right
         sb.files.write("/task/pkg/answer.py", RIGHT)
         g2 = grade(sb)
         assert g2.passed and g2.result.stdout == b"PASS\n", g2
-        assert planted in g2.touched
+        assert reported(planted, g2.touched)
 
 
 def _preload_object(tmp: Path) -> Path:

@@ -136,12 +136,16 @@ def test_security_xattrs_are_not_copied_into_layers(daemon, client, base_layer):
         assert r.stdout.decode().split() == [str(errno.ENODATA)], r
 
 
-def test_state_dir_and_layer_mounts_are_private(daemon, client, base_layer):
+def test_state_dir_and_layer_mounts_are_private(daemon, client, base_layer, layer_store):
     with client.create(layers=[base_layer]) as sb:
         sh(sb, f"echo {uuid.uuid4().hex} > /secret")
         snap = sb.snapshot()
     with client.create(layers=snap.layers):
-        for d in (daemon.state_dir, daemon.state_dir / "mnt", daemon.state_dir / "tmp"):
+        # the state dir: not listable (0711: fncall workers attach their root
+        # below it from inside their user namespace); what holds sandbox
+        # contents: private to root
+        assert os.stat(daemon.state_dir).st_mode & 0o066 == 0, oct(os.stat(daemon.state_dir).st_mode)
+        for d in (daemon.state_dir / "mnt", daemon.state_dir / "tmp", layer_store / "blobs", layer_store / "tmp"):
             assert os.stat(d).st_mode & 0o077 == 0, (d, oct(os.stat(d).st_mode))
         # another local user cannot reach the snapshot layer's mount
         mnt = daemon.state_dir / "mnt" / snap.layer.digest.split(":", 1)[1]
