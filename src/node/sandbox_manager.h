@@ -282,8 +282,9 @@ class SandboxManager {
   // back to those inside, whiteouts/opaque dirs/xattrs/hardlinks kept. A
   // sandbox from the same layers + this one shows the snapshotted state.
   StatusOr<image::LayerInfo> Snapshot(const SnapshotRequest& request);
-  // Snapshot and grade copy at most disk_mb MiB + 1/4 (metadata, chunk
-  // indexes) from a sandbox, holes excluded (sparse files stay sparse), and
+  // Snapshot and grade copy at most disk_mb MiB + 1/4 (metadata) from a
+  // sandbox, holes at 1/16 of their size (sparse files stay sparse; see
+  // CopyBudget), and
   // at most ManagerOptions::max_staging_bytes node-wide: ResourceExhausted
   // naming the sandbox, the size and the limit.
   //

@@ -301,7 +301,7 @@ class Copier {
       if (!S_ISREG(sst.st_mode)) return absl::FailedPreconditionError(inside + " changed while it was copied");
       UniqueFd t(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (!t.valid()) return Errno("openat(" + Show(rel) + ", O_CREAT)");
-      RETURN_IF_ERROR(Charge(static_cast<uint64_t>(sst.st_size) / 1024));
+      RETURN_IF_ERROR(Charge(static_cast<uint64_t>(sst.st_size) / CopyBudget::kHoleDivisor));
       RETURN_IF_ERROR(CopySparse(s.get(), t.get(), sst.st_size, inside));
       RETURN_IF_ERROR(CopyXattrs(s.get(), t.get(), inside, o_.budget));
       if (::fchown(t.get(), uid, gid) != 0) return Errno("fchown(" + Show(rel) + ")");

@@ -26,12 +26,15 @@ namespace warren::node {
 
 // Bytes a copy may write into staging (and from there into a layer). Every
 // entry costs kEntryCost plus its name and xattrs; a regular file also costs
-// its data (holes excluded, rounded up to 4 KiB) plus size/1024 (the chunk
-// index of a chunk-based EROFS file). Not thread-safe (one per copy); the
-// node-wide counter is shared and atomic.
+// its data (holes excluded, rounded up to 4 KiB) plus size/kHoleDivisor: the
+// chunk index of a chunk-based EROFS file is size/1024, and the layer
+// builder (mkfs.erofs 1.5) reads and hashes holes like data, so a hole's
+// share bounds that time by the sandbox's limit too. Not thread-safe (one
+// per copy); the node-wide counter is shared and atomic.
 class CopyBudget {
  public:
   static constexpr uint64_t kEntryCost = 256;
+  static constexpr uint64_t kHoleDivisor = 16;
   // `what` names the sandbox in errors ("sandbox n0-abc"); limit 0 =
   // unbounded. node_used/node_limit (optional): bytes in flight node-wide.
   CopyBudget(std::string what, uint64_t limit, std::atomic<uint64_t>* node_used = nullptr,
