@@ -1392,7 +1392,6 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   const int64_t t0 = NowNs();
   const std::vector<std::string>& all = e->info.layer_digests;
   const std::vector<std::string>& pristine = e->info.pristine_layers;  // a prefix of `all`, never changes
-  std::vector<CopyBudget*> budgets;
   std::vector<std::unique_ptr<CopyBudget>> budget_store;  // outlives `rollback` (staging removed first)
   Rollback rollback;
   std::vector<UniqueFd> layer_fds;  // every layer of the sandbox, bottom first
@@ -1455,6 +1454,10 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   }
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  if (touched.size() > GradeResult::kMaxTouched) {
+    touched.resize(GradeResult::kMaxTouched);
+    res.touched_truncated = true;
+  }
   res.touched = std::move(touched);
   if (!res.rejected.empty()) {
     res.outcome.exit_code = 1;
