@@ -1,9 +1,8 @@
 #!/bin/bash
 # Runs every test: gtest unit tests (ctest on build/), the SDK unit tests, the
 # integration tests (pytest through the SDK against a real warrend started by
-# the tests), the backend conformance suite, the security suite (escapes and
-# reward hacks, tests/security) and, with WARREN_ASAN=1, the unit tests again under ASan/UBSan
-# (build-asan/). Exits non-zero if anything failed. Expects scripts/setup.sh
+# the tests), the escape suite (tests/security) and, with WARREN_ASAN=1, the
+# unit tests again under ASan/UBSan (build-asan/). Exits non-zero if anything failed. Expects scripts/setup.sh
 # to have run. Extra pytest arguments: WARREN_PYTEST_ARGS (e.g. "-m 'not slow'").
 set -uo pipefail
 

@@ -131,9 +131,25 @@ grpc::Status FnCallServiceImpl::Authorize(const grpc::ServerContext* ctx) const 
   return grpc::Status::OK;
 }
 
+// A layer ref that is a host directory ("/...") lends the call a host tree
+// as root: only local callers (the unix socket, root's) may name one; a TCP
+// caller's bearer token grants the API, not the host's file system.
+grpc::Status FnCallServiceImpl::CheckLayerRefs(const grpc::ServerContext* ctx,
+                                               const google::protobuf::RepeatedPtrField<std::string>& refs) const {
+  if (IsUnixPeer(*ctx)) return grpc::Status::OK;
+  for (int i = 0; i < refs.size(); ++i) {
+    if (!refs[i].empty() && refs[i][0] == '/')
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "fncall layers[" + std::to_string(i) + "] \"" + refs[i] +
+                              "\": host directories are for local (unix socket) callers only; name a layer");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status FnCallServiceImpl::Call(grpc::ServerContext* ctx, const warren::v1::FnCallRequest* req,
                                      warren::v1::FnCallResponse* resp) {
   if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
+  if (grpc::Status a = CheckLayerRefs(ctx, req->layers()); !a.ok()) return a;
   std::vector<std::string> layers(req->layers().begin(), req->layers().end());
   StatusOr<runtime::FnCallResult> r = frontend_->Run(layers, FromProto(*req));
   if (!r.ok()) return ToGrpcStatus(r.status());
@@ -144,6 +160,9 @@ grpc::Status FnCallServiceImpl::Call(grpc::ServerContext* ctx, const warren::v1:
 grpc::Status FnCallServiceImpl::CallBatch(grpc::ServerContext* ctx, const warren::v1::FnCallBatchRequest* req,
                                           warren::v1::FnCallBatchResponse* resp) {
   if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
+  for (const auto& q : req->requests()) {
+    if (grpc::Status a = CheckLayerRefs(ctx, q.layers()); !a.ok()) return a;
+  }
   std::vector<std::pair<std::vector<std::string>, runtime::FnCallRequest>> calls;
   calls.reserve(req->requests_size());
   for (const auto& q : req->requests()) {

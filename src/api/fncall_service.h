@@ -59,6 +59,8 @@ class FnCallServiceImpl final : public warren::v1::FnCall::Service {
 
  private:
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+  grpc::Status CheckLayerRefs(const grpc::ServerContext* ctx,
+                              const google::protobuf::RepeatedPtrField<std::string>& refs) const;
   FnCallFrontend* const frontend_;
   const std::string token_;
 };

@@ -1,21 +1,106 @@
 #include "http/run_code_server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "image/layer_store.h"
 
 namespace warren::http {
 namespace {
 
 using json = nlohmann::json;
 
-std::chrono::milliseconds Seconds(const json& req, const char* key, double dflt) {
+// A time-out field in seconds: the default when absent, not a number or not
+// positive (SandboxFusion's clients send -1 for "default"), else at most
+// `max` (an error naming the field otherwise; the default itself is capped).
+StatusOr<std::chrono::milliseconds> Seconds(const json& req, const char* key, double dflt, double max) {
+  dflt = std::min(dflt, max);
   double s = dflt;
   if (req.contains(key) && req[key].is_number()) s = req[key].get<double>();
   if (!(s > 0) || !std::isfinite(s)) s = dflt;
-  return std::chrono::milliseconds(static_cast<int64_t>(std::min(s, 3600.0) * 1000));
+  if (s > max) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " ", s, " s is above this node's maximum of ", max,
+                                                   " s"));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// Whether `ref` is a layer reference (never a path) within `allowed`.
+Status CheckLayer(const std::string& ref, size_t index, const std::vector<std::string>& allowed) {
+  const std::string field = "layers[" + std::to_string(index) + "]";
+  StatusOr<image::LayerName> name = image::LayerName::Parse(ref);
+  if (!name.ok()) {
+    return absl::InvalidArgumentError(field + " \"" + absl::CHexEscape(ref) +
+                                      "\" is not a layer name kind/name[@version]: " +
+                                      std::string(name.status().message()));
+  }
+  for (const std::string& a : allowed) {
+    StatusOr<image::LayerName> ok = image::LayerName::Parse(a);
+    if (!ok.ok()) continue;  // a directory among --fncall-layers: a default only
+    if (ok->kind == name->kind && ok->name == name->name && (ok->version.empty() || ok->version == name->version))
+      return absl::OkStatus();
+  }
+  std::string list;
+  for (const std::string& a : allowed) {
+    if (!image::LayerName::Parse(a).ok()) continue;
+    absl::StrAppend(&list, list.empty() ? "" : ", ", a);
+  }
+  return absl::PermissionDeniedError(field + " \"" + ref + "\" is not among this node's /run_code layers (" +
+                                     (list.empty() ? "none" : list) + "; warrend --run-code-layers)");
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// The host part of a Host header or an Origin's authority ("name",
+// "name:port", "[v6]:port"), lower-cased; "" when malformed.
+std::string HostPart(const std::string& authority) {
+  if (authority.empty()) return "";
+  if (authority[0] == '[') {
+    size_t close = authority.find(']');
+    if (close == std::string::npos) return "";
+    return Lower(authority.substr(0, close + 1));
+  }
+  size_t colon = authority.find(':');
+  if (colon != authority.rfind(':')) return "";  // an unbracketed v6 literal is not a Host
+  return Lower(authority.substr(0, colon));
+}
+
+bool IsIpLiteral(const std::string& host) {
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, host.c_str(), buf) == 1) return true;
+  return host.size() > 2 && host.front() == '[' && host.back() == ']' &&
+         inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), buf) == 1;
+}
+
+// A Host a browser can only send for a page of this very server: an IP
+// literal (a DNS-rebinding page has a name of its own), localhost, the
+// listen host, or a configured name.
+bool AllowedHost(const RunCodeOptions& o, const std::string& host) {
+  if (host.empty()) return false;
+  if (host == "localhost" || IsIpLiteral(host)) return true;
+  if (host == HostPart(o.listen)) return true;
+  for (const std::string& h : o.allowed_hosts) {
+    if (host == Lower(h)) return true;
+  }
+  return false;
+}
+
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 // Text for JSON: invalid UTF-8 replaced (JSON strings must be valid UTF-8).
@@ -38,24 +123,37 @@ json Error(const std::string& msg) {
 
 }  // namespace
 
-json RunCode(api::FnCallFrontend& frontend, const json& req) {
+RunCodeReply RunCode(api::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
+  auto bad = [](const Status& s) {
+    return RunCodeReply{s.code() == absl::StatusCode::kPermissionDenied ? 403 : 400, Error(std::string(s.message()))};
+  };
   if (!req.is_object() || !req.contains("code") || !req["code"].is_string())
-    return Error("request must be a JSON object with a string 'code'");
+    return bad(absl::InvalidArgumentError("request must be a JSON object with a string 'code'"));
   runtime::FnCallRequest q;
   q.language = req.value("language", std::string("python"));
   if (q.language == "python3") q.language = "python";
   if (q.language == "c++") q.language = "cpp";
   q.code = req["code"].get<std::string>();
   if (req.contains("stdin") && req["stdin"].is_string()) q.stdin_data = req["stdin"].get<std::string>();
-  q.run_timeout = Seconds(req, "run_timeout", 10);
-  q.compile_timeout = Seconds(req, "compile_timeout", 10);
-  if (req.contains("memory_limit_MB") && req["memory_limit_MB"].is_number_unsigned())
-    q.memory_mb = req["memory_limit_MB"].get<uint32_t>();
+  StatusOr<std::chrono::milliseconds> run = Seconds(req, "run_timeout", 10, options.max_timeout_s);
+  if (!run.ok()) return bad(run.status());
+  StatusOr<std::chrono::milliseconds> compile = Seconds(req, "compile_timeout", 10, options.max_timeout_s);
+  if (!compile.ok()) return bad(compile.status());
+  q.run_timeout = *run;
+  q.compile_timeout = *compile;
+  if (req.contains("memory_limit_MB") && req["memory_limit_MB"].is_number_unsigned()) {
+    const uint64_t mb = req["memory_limit_MB"].get<uint64_t>();
+    if (mb > options.max_memory_mb) {
+      return bad(absl::InvalidArgumentError(absl::StrCat("memory_limit_MB ", mb, " is above this node's maximum of ",
+                                                         options.max_memory_mb, " MB")));
+    }
+    q.memory_mb = static_cast<uint32_t>(mb);
+  }
   if (req.contains("files") && req["files"].is_object()) {
     for (const auto& [path, b64] : req["files"].items()) {
       std::string data;
       if (!b64.is_string() || !absl::Base64Unescape(b64.get<std::string>(), &data))
-        return Error("files['" + path + "'] is not base64");
+        return bad(absl::InvalidArgumentError("files['" + path + "'] is not base64"));
       q.files[path] = data;
     }
   }
@@ -65,13 +163,17 @@ json RunCode(api::FnCallFrontend& frontend, const json& req) {
     }
   }
   std::vector<std::string> layers;
-  if (req.contains("layers") && req["layers"].is_array()) {
+  if (req.contains("layers") && !req["layers"].is_null()) {
+    if (!req["layers"].is_array()) return bad(absl::InvalidArgumentError("layers must be an array of layer names"));
     for (const auto& l : req["layers"]) {
-      if (l.is_string()) layers.push_back(l.get<std::string>());
+      if (!l.is_string()) return bad(absl::InvalidArgumentError("layers must be an array of layer names"));
+      const std::string ref = l.get<std::string>();
+      if (Status s = CheckLayer(ref, layers.size(), options.allowed_layers); !s.ok()) return bad(s);
+      layers.push_back(ref);
     }
   }
   StatusOr<runtime::FnCallResult> r = frontend.Run(layers, q);
-  if (!r.ok()) return Error(r.status().ToString());
+  if (!r.ok()) return {200, Error(r.status().ToString())};
   json out = {{"status", "Failed"}, {"message", ""}, {"compile_result", nullptr},
               {"run_result", nullptr}, {"executor_pod_name", nullptr}, {"files", json::object()}};
   if (r->compile) out["compile_result"] = StageJson(*r->compile);
@@ -85,7 +187,42 @@ json RunCode(api::FnCallFrontend& frontend, const json& req) {
   } else if (r->compile && (r->compile->timed_out || r->compile->exit_code != 0)) {
     out["message"] = "compilation failed";
   }
-  return out;
+  return {200, out};
+}
+
+int CheckCaller(const RunCodeOptions& options, const std::string& content_type, const std::string& host,
+                const std::string& origin, const std::string& authorization, std::string* why) {
+  // Without a Host (HTTP/1.0) the caller is no browser.
+  if (!host.empty() && !AllowedHost(options, HostPart(host))) {
+    *why = "Host \"" + host + "\" is not this server's (warrend --http-allowed-hosts)";
+    return 421;
+  }
+  // Browsers send Origin on every cross-origin POST; other clients need none.
+  if (!origin.empty()) {
+    const size_t scheme = origin.find("://");
+    const std::string oh = scheme == std::string::npos ? "" : HostPart(origin.substr(scheme + 3));
+    if (!AllowedHost(options, oh)) {
+      *why = "Origin \"" + origin + "\" may not call /run_code";
+      return 403;
+    }
+  }
+  if (!options.token.empty()) {
+    if (authorization.empty()) {
+      *why = "/run_code needs 'Authorization: Bearer <token>'";
+      return 401;
+    }
+    if (!SameSecret(authorization, "Bearer " + options.token)) {
+      *why = "bad bearer token";
+      return 403;
+    }
+  }
+  std::string media = content_type.substr(0, content_type.find(';'));
+  media = Lower(std::string(absl::StripAsciiWhitespace(media)));
+  if (media != "application/json") {
+    *why = "Content-Type must be application/json, got \"" + content_type + "\"";
+    return 415;
+  }
+  return 0;
 }
 
 RunCodeServer::~RunCodeServer() { Stop(); }
@@ -95,8 +232,8 @@ void RunCodeServer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(api::FnCallFrontend* frontend,
-                                                               const std::string& listen) {
+StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(api::FnCallFrontend* frontend, RunCodeOptions options) {
+  const std::string listen = options.listen;
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return absl::InvalidArgumentError("--http-listen wants HOST:PORT, got " + listen);
   std::string host = listen.substr(0, colon);
@@ -106,16 +243,36 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(api::FnCallFronten
   } catch (const std::exception&) {
     return absl::InvalidArgumentError("--http-listen: bad port in " + listen);
   }
+  if (!(options.max_timeout_s > 0) || !std::isfinite(options.max_timeout_s) || options.max_timeout_s > 86400)
+    return absl::InvalidArgumentError("--run-code-max-timeout-s must be in (0, 86400]");
+  if (options.max_memory_mb == 0) return absl::InvalidArgumentError("--run-code-max-memory-mb must be > 0");
+  for (size_t i = 0; i < options.allowed_layers.size(); ++i) {
+    const std::string& a = options.allowed_layers[i];
+    if (!a.empty() && a[0] == '/') continue;  // a directory default of --fncall-layers
+    if (StatusOr<image::LayerName> n = image::LayerName::Parse(a); !n.ok())
+      return absl::InvalidArgumentError("--run-code-layers: " + std::string(n.status().message()));
+  }
   std::unique_ptr<RunCodeServer> s(new RunCodeServer());
   s->server_ = std::make_unique<httplib::Server>();
   s->server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   s->server_->Get("/v1/ping", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("\"pong\"", "application/json");
   });
-  auto handler = [frontend](const httplib::Request& req, httplib::Response& res) {
-    json in = json::parse(req.body, nullptr, false);
-    json out = in.is_discarded() ? Error("request body is not JSON") : RunCode(*frontend, in);
-    res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  auto opts = std::make_shared<const RunCodeOptions>(std::move(options));
+  auto handler = [frontend, opts](const httplib::Request& req, httplib::Response& res) {
+    std::string why;
+    const int refused = CheckCaller(*opts, req.get_header_value("Content-Type"), req.get_header_value("Host"),
+                                    req.get_header_value("Origin"), req.get_header_value("Authorization"), &why);
+    RunCodeReply reply;
+    if (refused != 0) {
+      reply = {refused, Error(why)};
+      if (refused == 401) res.set_header("WWW-Authenticate", "Bearer");
+    } else {
+      json in = json::parse(req.body, nullptr, false);
+      reply = in.is_discarded() ? RunCodeReply{400, Error("request body is not JSON")} : RunCode(*frontend, in, *opts);
+    }
+    res.status = reply.http_status;
+    res.set_content(reply.body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   };
   s->server_->Post("/run_code", handler);
   s->server_->Post("/v1/run_code", handler);

@@ -3,18 +3,31 @@
 // SandboxFusion (verl, ...) run on warren by changing a URL.
 //
 // Request JSON: code, language, stdin, compile_timeout, run_timeout (seconds,
-// float), memory_limit_MB, files {path: base64}, fetch_files [path].
+// float), memory_limit_MB, files {path: base64}, fetch_files [path], and
+// warren's own layers [layer name] (the layers of this call).
 // Response JSON: status Success | Failed | SandboxError, message,
 // compile_result / run_result (null or {status Finished | Error |
 // TimeLimitExceeded, execution_time (s), return_code, stdout, stderr}),
 // files {path: base64}. Success = the run finished with return code 0.
-// Served with cpp-httplib (Debian libcpp-httplib-dev). Listens on plain HTTP:
-// bind it to loopback or a trusted network.
+// Served with cpp-httplib (Debian libcpp-httplib-dev), plain HTTP.
+//
+// Who may call (RunCodeOptions): a POST must be `Content-Type:
+// application/json` (415 otherwise: a web page can send a cross-origin
+// text/plain or form post without the browser asking us first, but not a
+// JSON one), carry an expected Host (421 otherwise: a DNS-rebinding page
+// names its own domain there) and no foreign Origin (403), and, when a token
+// is configured, `Authorization: Bearer <token>` (401 missing, 403 wrong).
+// What it may ask (400 with a message naming the field, the value and the
+// bound): layers only by name (`kind/name[@version]`, never a path) and only
+// from the allowed set; memory_limit_MB and the time-outs at most the node's
+// maxima.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,14 +40,40 @@ class Server;
 
 namespace warren::http {
 
-// The response JSON for one request JSON (exposed for tests).
-nlohmann::json RunCode(api::FnCallFrontend& frontend, const nlohmann::json& request);
+struct RunCodeOptions {
+  // "HOST:PORT" (PORT 0 = any; see RunCodeServer::port()).
+  std::string listen;
+  // Bearer token required in `Authorization`; "" = none.
+  std::string token;
+  // Host header names accepted besides localhost, IP literals and the
+  // listen host (case-insensitive, without the port).
+  std::vector<std::string> allowed_hosts;
+  // Layers a request's "layers" may name: an entry "kind/name" allows every
+  // version of that name, "kind/name@version" that version only. Requests
+  // that name none run on the fncall default layers.
+  std::vector<std::string> allowed_layers;
+  uint32_t max_memory_mb = 4096;
+  double max_timeout_s = 300;  // run_timeout and compile_timeout
+};
+
+struct RunCodeReply {
+  int http_status = 200;
+  nlohmann::json body;
+};
+
+// The reply to one request JSON (exposed for tests): 400 with a
+// SandboxError body for a request outside `options`' bounds.
+RunCodeReply RunCode(api::FnCallFrontend& frontend, const nlohmann::json& request, const RunCodeOptions& options);
+
+// The HTTP-level checks (content type, Host, Origin, token) of one POST;
+// 0 when it may proceed, else the status to answer with and `why`.
+int CheckCaller(const RunCodeOptions& options, const std::string& content_type, const std::string& host,
+                const std::string& origin, const std::string& authorization, std::string* why);
 
 class RunCodeServer {
  public:
   ~RunCodeServer();
-  // listen: "HOST:PORT" (PORT 0 = any; see port()).
-  static StatusOr<std::unique_ptr<RunCodeServer>> Start(api::FnCallFrontend* frontend, const std::string& listen);
+  static StatusOr<std::unique_ptr<RunCodeServer>> Start(api::FnCallFrontend* frontend, RunCodeOptions options);
   int port() const { return port_; }
   void Stop();
 

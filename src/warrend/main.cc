@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -70,6 +71,12 @@ struct Flags {
   std::string http_listen;
   uint32_t fncall_max_workers = 0;
   std::vector<std::string> fncall_layers = {"base/debian-12"};
+  // /run_code (src/http/run_code_server.h)
+  std::vector<std::string> run_code_layers;  // empty = fncall_layers
+  std::vector<std::string> http_allowed_hosts;
+  std::string http_token_file;                // "" = --token-file's token, if any
+  uint32_t run_code_max_memory_mb = 0;        // 0 = min(4096, RAM/2)
+  double run_code_max_timeout_s = 300;
   // suspend (issue 4)
   std::string suspend_swap = "auto";
   uint64_t zram_size_mb = 0;
@@ -275,6 +282,15 @@ int Run(const Flags& flags) {
                          ? static_cast<uint32_t>(flags.warm_shells)
                          : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   copt.recycled_cgroups = flags.recycled_cgroups;
+  // Sandbox uid ranges are claimed host-wide, in the name of this state dir
+  // (sandboxes outlive the daemon; a restart on the same dir re-takes them).
+  copt.uid_lock_dir = "/run/warren/uid-slots";
+  {
+    char real[PATH_MAX];
+    if (::realpath(flags.state_dir.c_str(), real) == nullptr)
+      return fail(ErrnoToStatus(errno, "realpath(" + flags.state_dir + ")"));
+    copt.uid_owner = real;
+  }
   StatusOr<std::unique_ptr<runtime::Backend>> container = runtime::NewContainerBackend(copt);
   if (!container.ok()) return fail(container.status());
   std::vector<std::unique_ptr<runtime::Backend>> backends;
@@ -346,7 +362,37 @@ int Run(const Flags& flags) {
   api::FnCallServiceImpl fncall_service(&fncall_frontend, token);
   std::unique_ptr<http::RunCodeServer> http_server;
   if (!flags.http_listen.empty()) {
-    StatusOr<std::unique_ptr<http::RunCodeServer>> h = http::RunCodeServer::Start(&fncall_frontend, flags.http_listen);
+    http::RunCodeOptions ho;
+    ho.listen = flags.http_listen;
+    ho.allowed_hosts = flags.http_allowed_hosts;
+    ho.allowed_layers = flags.run_code_layers;
+    if (ho.allowed_layers.empty()) {  // the fncall defaults' names (directories among them serve as defaults only)
+      for (const std::string& l : flags.fncall_layers) {
+        std::stringstream ss(l);
+        for (std::string part; std::getline(ss, part, ',');) {
+          if (!part.empty() && part[0] != '/') ho.allowed_layers.push_back(part);
+        }
+      }
+    }
+    ho.max_timeout_s = flags.run_code_max_timeout_s;
+    ho.max_memory_mb = flags.run_code_max_memory_mb;
+    if (ho.max_memory_mb == 0) {
+      const uint64_t ram_mb = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                              static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) >> 20;
+      ho.max_memory_mb = static_cast<uint32_t>(std::min<uint64_t>(4096, std::max<uint64_t>(ram_mb / 2, 64)));
+    }
+    ho.token = token;
+    if (!flags.http_token_file.empty()) {
+      StatusOr<std::string> t = ReadToken(flags.http_token_file);
+      if (!t.ok()) return fail(t.status());
+      ho.token = *t;
+    }
+    if (ho.token.empty()) {
+      node::Log(spdlog::level::warn,
+                "/run_code has no token (--http-token-file or --token-file): any local process may call it",
+                {{"listen", flags.http_listen}});
+    }
+    StatusOr<std::unique_ptr<http::RunCodeServer>> h = http::RunCodeServer::Start(&fncall_frontend, std::move(ho));
     if (!h.ok()) return fail(h.status());
     http_server = std::move(*h);
     std::fprintf(stderr, "warrend /run_code on http://%s (port %d)\n", flags.http_listen.c_str(), http_server->port());
@@ -449,6 +495,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--http-listen", f.http_listen,
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
+  app.add_option("--http-token-file", f.http_token_file,
+                 "/run_code: file holding the bearer token callers send as 'Authorization: Bearer <token>' "
+                 "(default: --token-file's token; neither = no token)");
+  app.add_option("--http-allowed-hosts", f.http_allowed_hosts,
+                 "/run_code: Host header names accepted besides localhost, IP literals and the --http-listen host")
+      ->delimiter(',');
+  app.add_option("--run-code-layers", f.run_code_layers,
+                 "/run_code: layers a request's \"layers\" may name (kind/name = any version, kind/name@version; "
+                 "default: --fncall-layers)")
+      ->delimiter(',');
+  app.add_option("--run-code-max-memory-mb", f.run_code_max_memory_mb,
+                 "/run_code: largest memory_limit_MB accepted (0 = min(4096, RAM/2))");
+  app.add_option("--run-code-max-timeout-s", f.run_code_max_timeout_s,
+                 "/run_code: largest run_timeout / compile_timeout accepted, in seconds")
+      ->capture_default_str();
   app.add_option("--fncall-max-workers", f.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", f.fncall_layers, "fncall: default layers of calls that name none")
       ->capture_default_str();

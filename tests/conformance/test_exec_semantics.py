@@ -156,10 +156,12 @@ def test_files_persist_between_execs(runner) -> None:
 
 def test_fork_bomb_is_contained(runner) -> None:
     t0 = time.monotonic()
-    # The foreground waits without forking (a busy loop): once the bomb has
-    # taken every pid, a `sleep` would fail with "Cannot fork" and end the
-    # exec before its time-out, a race with the bomb's growth.
-    r = runner.sh("f(){ f | f & }; f; while :; do :; done; echo not reached", timeout=2)
+    # The foreground forks once, before any bomb exists (the bomb starts in
+    # that subshell), then waits without forking (a busy loop): a fork of its
+    # own after the bomb has taken every pid (a `sleep`, or the second
+    # element of `f | f &` run by the foreground itself) fails with "Cannot
+    # fork" and ends the exec before its time-out, a race with the bomb.
+    r = runner.sh("(f(){ f | f & }; f) & while :; do :; done; echo not reached", timeout=2)
     assert r.timed_out and b"not reached" not in r.stdout, r
     assert time.monotonic() - t0 < 30
     # The backend still serves promptly afterwards.

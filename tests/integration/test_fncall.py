@@ -13,6 +13,7 @@ import json
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Iterable
@@ -66,7 +67,8 @@ class FnDaemon(Daemon):
 def fn(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[FnDaemon]:
     port = _free_port()
     d = FnDaemon(test_root, "fncall", layer_store, "nf",
-                 extra=["--http-listen", f"127.0.0.1:{port}", "--fncall-layers", base_layer])
+                 extra=["--http-listen", f"127.0.0.1:{port}", "--fncall-layers", base_layer,
+                        "--run-code-layers", f"{base_layer},toolset/gcc"])
     d.http = f"http://127.0.0.1:{port}"
     d.start()
     yield d
@@ -287,6 +289,8 @@ def test_run_code_cpp(fn: FnDaemon, cpp_layers) -> None:
 
 def test_run_code_bad_body(fn: FnDaemon) -> None:
     r = urllib.request.Request(fn.http + "/run_code", data=b"{not json", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(r, timeout=30) as resp:
-        out = json.loads(resp.read())
-    assert out["status"] == "SandboxError"
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(r, timeout=30)
+    assert ei.value.code == 400
+    out = json.loads(ei.value.read())
+    assert out["status"] == "SandboxError" and "not JSON" in out["message"]

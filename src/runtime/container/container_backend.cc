@@ -67,6 +67,8 @@
 #include "jail/syscalls.h"
 #include "runtime/container/memory_prefetch.h"
 #include "runtime/container/rooted_files.h"
+#include "runtime/container/spawn.h"
+#include "runtime/container/uid_slots.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -81,6 +83,8 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
+// How long a background process's spawn may take (paused time excluded).
+constexpr milliseconds kStartSetupLimit{30000};
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
                          CLONE_NEWNET | CLONE_NEWCGROUP;
@@ -461,26 +465,6 @@ jail::CgroupLimits LimitsOf(const SandboxSpec& spec) {
   return lim;
 }
 
-// Exec helper plan (see ContainerSandbox::Exec).
-struct ExecPlan {
-  int pidfd = -1;                   // of the sandbox init
-  std::vector<int> cgroup_fds;      // cgroup.procs to write "0" into, in order
-  int report_fd = -1;               // helper -> daemon: grandchild pid, then errors
-  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string cwd;
-  std::vector<std::string> candidates;  // absolute paths to try for argv[0]
-  std::vector<char*> argv, envp;        // NUL-terminated arrays into the strings below
-  std::vector<std::string> argv_s, envp_s;
-  std::string not_found_msg;
-  std::vector<jail::RlimitSetting> rlimits;
-  uint64_t caps = 0;
-  int last_cap = 40;
-  const jail::SeccompProgram* seccomp = nullptr;
-  void* grandchild_stack = nullptr;  // top of the grandchild's CLONE_VM stack
-};
-
 // The cgroup.procs a process spawned by the daemon writes to join the
 // sandbox `sb` through its child cgroup `child` (an exec's or a background
 // process's): the child's, plus the sandbox's own in the hierarchies where
@@ -510,14 +494,14 @@ StatusOr<std::vector<UniqueFd>> JoinFds(jail::Cgroup& sb, jail::Cgroup& child) {
 // paths to try for argv[0] (PATH search done by the daemon: the grandchild
 // only execs). `op` names the call in errors ("exec", "start").
 Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>& sandbox_env, const char* op,
-                   bool default_term, ExecPlan* plan_out) {
-  ExecPlan& plan = *plan_out;
+                   bool default_term, SpawnRequest* req) {
+  SpawnRequest& plan = *req;
   if (es.shell) {
-    plan.argv_s = {"/bin/sh", "-c", *es.shell};
+    plan.argv = {"/bin/sh", "-c", *es.shell};
   } else {
-    plan.argv_s = es.argv;
+    plan.argv = es.argv;
   }
-  for (const auto& a : plan.argv_s) {
+  for (const auto& a : plan.argv) {
     if (a.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError(std::string(op) + ": argv contains a NUL byte");
     }
@@ -530,9 +514,9 @@ Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>&
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
         v.find('\0') != std::string::npos)
       return absl::InvalidArgumentError(std::string(op) + ": bad environment variable name or value for '" + k + "'");
-    plan.envp_s.push_back(k + "=" + v);
+    plan.envp.push_back(k + "=" + v);
   }
-  const std::string& a0 = plan.argv_s[0];
+  const std::string& a0 = plan.argv[0];
   if (a0.find('/') != std::string::npos) {
     plan.candidates.push_back(a0);
   } else {
@@ -540,142 +524,7 @@ Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>&
       plan.candidates.push_back(std::string(d) + "/" + a0);
   }
   plan.not_found_msg = "warren: " + a0 + ": not found\n";
-  for (auto& s : plan.argv_s) plan.argv.push_back(s.data());
-  plan.argv.push_back(nullptr);
-  for (auto& s : plan.envp_s) plan.envp.push_back(s.data());
-  plan.envp.push_back(nullptr);
   return absl::OkStatus();
-}
-
-// Async-signal-safe. The grandchild: runs inside the sandbox's namespaces,
-// a child of the daemon (CLONE_PARENT), until execve.
-[[noreturn]] void ExecGrandchild(const ExecPlan& p) {
-  const int e = p.report_fd;
-  if (RawSetresgid(p.gid) != 0) jail::ChildFail(e, kStepSetId, errno);
-  // Capabilities first (dropping from the bounding set needs CAP_SETPCAP),
-  // then the uid change clears permitted/effective for a non-root user
-  // (no PR_SET_KEEPCAPS), and no_new_privs keeps it that way across execve.
-  if (int rc = jail::DropCapabilities(p.caps, p.last_cap); rc != 0) jail::ChildFail(e, kStepCaps, -rc);
-  if (RawSetresuid(p.uid) != 0) jail::ChildFail(e, kStepSetId, errno);
-  if (::chdir(p.cwd.c_str()) != 0) jail::ChildFail(e, kStepChdir, errno);
-  if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0)
-    jail::ChildFail(e, kStepDup, errno);
-  if (int rc = jail::ApplyRlimits(p.rlimits.data(), p.rlimits.size()); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
-  ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
-  ::umask(022);
-  ResetSignals();
-  if (p.seccomp) {
-    sock_fprog prog = p.seccomp->prog();
-    if (int rc = jail::InstallSeccompProgram(&prog); rc != 0) jail::ChildFail(e, kStepSeccomp, -rc);
-  }
-  int last = ENOENT;
-  for (const auto& c : p.candidates) {
-    ::execve(c.c_str(), p.argv.data(), p.envp.data());
-    if (errno != ENOENT && errno != ENOTDIR) last = errno;
-  }
-  // Like a shell: "not found" -> 127, found but not executable -> 126.
-  (void)jail::WriteAll(2, p.not_found_msg.data(), p.not_found_msg.size());
-  ::_exit(last == ENOENT ? 127 : 126);
-}
-
-// Async-signal-safe. The helper: forked from the daemon, joins the exec's
-// cgroups and the sandbox's namespaces, then clones the grandchild as a
-// sibling (CLONE_PARENT) so the daemon can wait for it directly.
-[[noreturn]] void ExecHelper(const ExecPlan& p) {
-  const int e = p.report_fd;
-  for (int fd : p.cgroup_fds) {
-    if (::write(fd, "0", 1) != 1) jail::ChildFail(e, kStepCgroup, errno);
-  }
-  if (::syscall(SYS_setgroups, 0, nullptr) != 0) jail::ChildFail(e, kStepSetgroups, errno);
-  if (::setns(p.pidfd, kNsFlags) != 0) jail::ChildFail(e, kStepSetns, errno);
-  // The grandchild shares our (the daemon's) memory until its execve; we are
-  // suspended until then (CLONE_VFORK), so its pid is reported only once it
-  // runs the command or has failed (its report comes first in that case).
-  pid_t pid;
-  if constexpr (kSpawnSharesMemory) {
-    pid = ::clone([](void* plan) -> int { ExecGrandchild(*static_cast<const ExecPlan*>(plan)); },
-                  p.grandchild_stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK, const_cast<ExecPlan*>(&p));
-  } else {
-    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
-    if (pid == 0) ExecGrandchild(p);
-  }
-  if (pid < 0) jail::ChildFail(e, kStepFork, errno);
-  jail::ChildError msg{0, pid};  // step 0 = "started, pid follows"
-  (void)jail::WriteAll(e, &msg, sizeof msg);
-  ::_exit(0);
-}
-
-// ---- Sandbox::Start (issue 3): like the exec helper/grandchild, plus a new
-// session, an optional controlling terminal and an optional fd 3 pipe.
-struct StartPlan {
-  ExecPlan base;
-  int tty_fd = -1;      // PTY slave: stdio + controlling terminal; -1 = pipes
-  int control_fd = -1;  // becomes fd 3; -1 = none
-};
-
-// Async-signal-safe (see ExecGrandchild).
-[[noreturn]] void StartGrandchild(const StartPlan& sp) {
-  const ExecPlan& p = sp.base;
-  const int e = p.report_fd;
-  if (RawSetresgid(p.gid) != 0) jail::ChildFail(e, kStepSetId, errno);
-  if (int rc = jail::DropCapabilities(p.caps, p.last_cap); rc != 0) jail::ChildFail(e, kStepCaps, -rc);
-  if (RawSetresuid(p.uid) != 0) jail::ChildFail(e, kStepSetId, errno);
-  if (::chdir(p.cwd.c_str()) != 0) jail::ChildFail(e, kStepChdir, errno);
-  // Its own session and process group: signals to the group (interrupts)
-  // reach the command's foreground jobs, never anything outside.
-  if (::setsid() < 0) jail::ChildFail(e, kStepStdio, errno);
-  if (sp.tty_fd >= 0) {
-    if (::ioctl(sp.tty_fd, TIOCSCTTY, 0) != 0) jail::ChildFail(e, kStepStdio, errno);
-    if (::dup2(sp.tty_fd, 0) < 0 || ::dup2(sp.tty_fd, 1) < 0 || ::dup2(sp.tty_fd, 2) < 0)
-      jail::ChildFail(e, kStepDup, errno);
-  } else if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0) {
-    jail::ChildFail(e, kStepDup, errno);
-  }
-  if (int rc = jail::ApplyRlimits(p.rlimits.data(), p.rlimits.size()); rc != 0) jail::ChildFail(e, kStepRlimits, -rc);
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
-  ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
-  if (sp.control_fd == 3) {
-    if (::fcntl(3, F_SETFD, 0) != 0) jail::ChildFail(e, kStepDup, errno);
-  } else if (sp.control_fd >= 0 && ::dup2(sp.control_fd, 3) < 0) {
-    jail::ChildFail(e, kStepDup, errno);
-  }
-  ::umask(022);
-  ResetSignals();
-  if (p.seccomp) {
-    sock_fprog prog = p.seccomp->prog();
-    if (int rc = jail::InstallSeccompProgram(&prog); rc != 0) jail::ChildFail(e, kStepSeccomp, -rc);
-  }
-  int last = ENOENT;
-  for (const auto& c : p.candidates) {
-    ::execve(c.c_str(), p.argv.data(), p.envp.data());
-    if (errno != ENOENT && errno != ENOTDIR) last = errno;
-  }
-  (void)jail::WriteAll(2, p.not_found_msg.data(), p.not_found_msg.size());
-  ::_exit(last == ENOENT ? 127 : 126);
-}
-
-// Async-signal-safe (see ExecHelper).
-[[noreturn]] void StartHelper(const StartPlan& sp) {
-  const ExecPlan& p = sp.base;
-  const int e = p.report_fd;
-  for (int fd : p.cgroup_fds) {
-    if (::write(fd, "0", 1) != 1) jail::ChildFail(e, kStepCgroup, errno);
-  }
-  if (::syscall(SYS_setgroups, 0, nullptr) != 0) jail::ChildFail(e, kStepSetgroups, errno);
-  if (::setns(p.pidfd, kNsFlags) != 0) jail::ChildFail(e, kStepSetns, errno);
-  pid_t pid;
-  if constexpr (kSpawnSharesMemory) {  // as ExecHelper: posix_spawn-style
-    pid = ::clone([](void* plan) -> int { StartGrandchild(*static_cast<const StartPlan*>(plan)); },
-                  p.grandchild_stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK, const_cast<StartPlan*>(&sp));
-  } else {
-    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
-    if (pid == 0) StartGrandchild(sp);
-  }
-  if (pid < 0) jail::ChildFail(e, kStepFork, errno);
-  jail::ChildError msg{0, pid};
-  (void)jail::WriteAll(e, &msg, sizeof msg);
-  ::_exit(0);
 }
 
 // ------------------------------------------------------------------ state
@@ -685,30 +534,19 @@ struct BackendState {
   jail::SeccompProgram seccomp;
   bool have_seccomp = false;
   UniqueFd init_exe;  // O_PATH of warren-init
+  std::string spawn_path;  // warren-spawn (spawn.h)
+  SpawnReaper reaper;      // spawns given up on
   int last_cap = 40;
   // Density (see MakeSharedMounts): detached, read-only mounts every sandbox
   // gets a clone of; invalid = each sandbox mounts its own (as before).
   UniqueFd sysfs_mnt, mask_mnt;
   std::mutex mu;
-  std::set<uint32_t> slots;
+  std::unique_ptr<UidSlots> uid_slots;  // host-wide (ContainerOptions::uid_lock_dir)
 
-  StatusOr<uint32_t> TakeSlot() {
-    std::lock_guard<std::mutex> l(mu);
-    for (uint32_t k = 0; k < options.max_sandboxes; ++k) {
-      if (slots.insert(k).second) return k;
-    }
-    return absl::ResourceExhaustedError("all " + std::to_string(options.max_sandboxes) +
-                                        " uid slots in use; retry after a destroy");
-  }
-  bool TakeSpecificSlot(uint32_t k) {
-    std::lock_guard<std::mutex> l(mu);
-    return slots.insert(k).second;
-  }
-  void ReleaseSlot(uint32_t k) {
-    std::lock_guard<std::mutex> l(mu);
-    slots.erase(k);
-  }
-  uid_t HostUid(uint32_t slot) const { return options.uid_base + slot * options.uid_range; }
+  StatusOr<uint32_t> TakeSlot() { return uid_slots->Take(); }
+  bool TakeSpecificSlot(uint32_t k) { return uid_slots->TakeSpecific(k); }
+  void ReleaseSlot(uint32_t k) { uid_slots->Release(k); }
+  uid_t HostUid(uint32_t slot) const { return uid_slots->HostUid(slot); }
 
   // ---- cgroup recycling (ContainerOptions::recycled_cgroups)
   struct Recycled {
@@ -812,18 +650,26 @@ struct UserIds {
   gid_t gid = 0;
 };
 
-// Reads a file of the sandbox (resolved inside its root).
+// Reads a file of the sandbox (resolved inside its root) that sandbox code
+// controls: only a regular file, opened non-blocking (a FIFO or device put
+// there by the sandbox must never hold a daemon thread), at most
+// kMaxSandboxFileBytes. nullopt if it is absent, not regular or too big.
+constexpr size_t kMaxSandboxFileBytes = 4 << 20;
 std::optional<std::string> ReadInRoot(int root_fd, const char* rel) {
   struct open_how how;
   memset(&how, 0, sizeof how);
-  how.flags = O_RDONLY | O_CLOEXEC;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   UniqueFd fd(static_cast<int>(syscall(SYS_openat2, root_fd, rel, &how, sizeof how)));
   if (!fd.valid()) return std::nullopt;
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxSandboxFileBytes)
+    return std::nullopt;
   std::string out;
   char buf[8192];
-  for (int i = 0; i < 1024; ++i) {
+  while (out.size() < kMaxSandboxFileBytes) {
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     out.append(buf, static_cast<size_t>(n));
   }
@@ -1071,16 +917,15 @@ class ContainerSandbox : public Sandbox {
 
  private:
   void SweepExecCgroups();
-  // After a spawn helper was cloned (Exec, Start): reads its report pipe to
-  // EOF (the helper's {0, pid}; the grandchild's {step, errno} if it failed
-  // before execve, before the pid with CLONE_VFORK, after it when forked),
-  // reaps the helper and returns the command's pidfd, or the failure as an
-  // error whose message starts with `verb` ("exec", "start").
-  struct Spawned {
-    pid_t pid = -1;
-    UniqueFd pidfd;
-  };
-  StatusOr<Spawned> CollectSpawn(int report_fd, pid_t helper, const std::string& verb, const std::string& cwd);
+  // The spawn request shared by Exec and Start: ids, caps, rlimits,
+  // seccomp, cwd, argv/envp (FillCommand), the sandbox's init and namespaces.
+  StatusOr<SpawnRequest> PrepareSpawn(const ExecSpec& es, const char* op, bool default_term);
+  // Launches warren-spawn for `req` and waits (bounded) for the command to
+  // run: gives up when the sandbox is destroyed or paused (Aborted: nothing
+  // of a spawn may sit frozen in a paused sandbox holding a daemon thread) or
+  // `deadline` passes (sets *timed_out; paused time does not count).
+  StatusOr<SpawnStarted> SpawnCommand(const SpawnRequest& req, const char* verb, Clock::time_point deadline,
+                                      bool* timed_out);
 
   std::shared_ptr<BackendState> st_;
   SandboxSpec spec_;
@@ -1115,45 +960,53 @@ class ContainerSandbox : public Sandbox {
   std::atomic<int64_t> paused_total_ns_{0};
 };
 
-StatusOr<ContainerSandbox::Spawned> ContainerSandbox::CollectSpawn(int report_fd, pid_t helper,
-                                                                 const std::string& verb, const std::string& cwd) {
-  // Reports until EOF: every write end is closed once the grandchild execs
-  // or dies and the helper has exited.
-  jail::ChildError msg, failure{0, 0};
-  pid_t child = -1;
-  for (int i = 0; i < 3; ++i) {
-    ssize_t n;
-    do n = ::read(report_fd, &msg, sizeof msg); while (n < 0 && errno == EINTR);
-    if (n != sizeof msg) break;
-    if (msg.step == 0) {
-      child = msg.err;
-    } else if (failure.step == 0) {
-      failure = msg;
+StatusOr<SpawnRequest> ContainerSandbox::PrepareSpawn(const ExecSpec& es, const char* op, bool default_term) {
+  SpawnRequest req;
+  req.spawn_path = st_->spawn_path;
+  req.init_pidfd = pidfd_.get();
+  req.ns_flags = kNsFlags;
+  req.last_cap = st_->last_cap;
+  req.caps = jail::DefaultCapabilityMask();
+  req.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
+  req.rlimits = SandboxRlimits(spec_.resources);
+  {
+    std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";
+    UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid() || PidfdSignal(pidfd_.get(), 0) != 0)
+      return absl::FailedPreconditionError("sandbox " + spec_.id + " has no running init");
+    ASSIGN_OR_RETURN(UserIds ids, ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(),
+                                              st_->options.uid_range));
+    req.uid = ids.uid;
+    req.gid = ids.gid;
+  }
+  req.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
+  RETURN_IF_ERROR(FillCommand(es, spec_.env, op, default_term, &req));
+  return req;
+}
+
+StatusOr<SpawnStarted> ContainerSandbox::SpawnCommand(const SpawnRequest& req, const char* verb,
+                                                      Clock::time_point deadline, bool* timed_out) {
+  *timed_out = false;
+  const std::string v = verb;
+  auto paused = [&]() -> Status {
+    return absl::AbortedError("sandbox " + spec_.id + " was paused while the " + v +
+                              " was starting (resume it and retry)");
+  };
+  if (paused_since_ns_.load() != 0) return paused();
+  const int64_t paused0 = PausedNs();
+  ASSIGN_OR_RETURN(SpawnInFlight spawn, LaunchSpawn(req));
+  auto keep_waiting = [&]() -> Status {
+    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during " + v);
+    if (paused_since_ns_.load() != 0) return paused();
+    if (deadline != Clock::time_point::max() &&
+        Clock::now() >= deadline + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::nanoseconds(PausedNs() - paused0))) {
+      *timed_out = true;
+      return absl::DeadlineExceededError(v + " timed out before the command started");
     }
-  }
-  int hs = 0;
-  while (::waitpid(helper, &hs, 0) < 0 && errno == EINTR) {
-  }
-  if (failure.step != 0) {
-    if (child > 0) (void)::waitpid(child, nullptr, 0);  // it has exited or is exiting: reap it
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during " + verb);
-    std::string what = verb + ": " + StepName(failure.step);
-    if (failure.step == kStepChdir) what += " " + cwd;
-    return ErrnoToStatus(failure.err, what);
-  }
-  if (child <= 0) {
-    if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during " + verb);
-    return absl::InternalError(verb + " helper for sandbox " + spec_.id + " died before starting the command");
-  }
-  Spawned out;
-  out.pid = child;
-  out.pidfd.reset(PidfdOpen(child));  // our (un-reaped) child: no pid reuse race
-  if (!out.pidfd.valid()) {
-    Status st = Errno("pidfd_open(" + std::to_string(child) + ")");
-    (void)::waitpid(child, nullptr, 0);
-    return st;
-  }
-  return out;
+    return absl::OkStatus();
+  };
+  return CollectSpawn(std::move(spawn), keep_waiting, st_->reaper, v, req.cwd);
 }
 
 void ContainerSandbox::SweepExecCgroups() {
@@ -1174,25 +1027,7 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   if (es.argv.empty() && !es.shell) return absl::InvalidArgumentError("exec: neither argv nor shell given");
   SweepExecCgroups();
 
-  ExecPlan plan;
-  plan.pidfd = pidfd_.get();
-  plan.last_cap = st_->last_cap;
-  plan.caps = jail::DefaultCapabilityMask();
-  plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
-  plan.rlimits = SandboxRlimits(spec_.resources);
-  {
-    std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";
-    UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid() || PidfdSignal(pidfd_.get(), 0) != 0)
-      return absl::FailedPreconditionError("sandbox " + spec_.id + " has no running init");
-    ASSIGN_OR_RETURN(UserIds ids, ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(),
-                                              st_->options.uid_range));
-    plan.uid = ids.uid;
-    plan.gid = ids.gid;
-  }
-  plan.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
-
-  RETURN_IF_ERROR(FillCommand(es, spec_.env, "exec", /*default_term=*/false, &plan));
+  ASSIGN_OR_RETURN(SpawnRequest req, PrepareSpawn(es, "exec", /*default_term=*/false));
 
   // Per-exec cgroup: tracks the whole tree (setsid / double fork included).
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> ecg,
@@ -1200,43 +1035,49 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   Rollback rb;
   rb.Add([&ecg] { (void)ecg->Destroy(milliseconds(2000)); });
   ASSIGN_OR_RETURN(std::vector<UniqueFd> join_fds, JoinFds(*cgroup_, *ecg));
-  for (auto& f : join_fds) plan.cgroup_fds.push_back(f.get());
+  for (auto& f : join_fds) req.cgroup_fds.push_back(f.get());
 
-  UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w;
+  UniqueFd in_r, in_w, out_r, out_w, err_r, err_w;
   RETURN_IF_ERROR(MakePipe(in_r, in_w));
   RETURN_IF_ERROR(MakePipe(out_r, out_w, /*big=*/true));
   RETURN_IF_ERROR(MakePipe(err_r, err_w, /*big=*/true));
-  RETURN_IF_ERROR(MakePipe(rep_r, rep_w));
-  plan.stdin_fd = in_r.get();
-  plan.stdout_fd = out_w.get();
-  plan.stderr_fd = err_w.get();
-  plan.report_fd = rep_w.get();
+  req.stdin_fd = in_r.get();
+  req.stdout_fd = out_w.get();
+  req.stderr_fd = err_w.get();
 
-  ChildStacks stacks;
-  RETURN_IF_ERROR(stacks.Map(2));
-  plan.grandchild_stack = stacks.Top(1);
-
+  // The timeout counts running time only: time the sandbox spends paused
+  // moves the deadline (no burst of timeouts after a resume). It bounds the
+  // spawn too: a command stopped before its execve (by a signal from inside
+  // the sandbox) ends the exec as timed out.
+  const auto base_deadline = es.timeout.count() > 0 ? t0 + es.timeout : Clock::time_point::max();
+  const int64_t paused0 = PausedNs();
   const uint64_t oom_before = cgroup_->OomKillCount();
-  // posix_spawn-style helper (see ChildStacks): this thread resumes once the
-  // helper has exited, i.e. after the grandchild's execve or failure.
-  pid_t helper;
-  if constexpr (kSpawnSharesMemory) {
-    helper = ::clone([](void* plan) -> int { ExecHelper(*static_cast<const ExecPlan*>(plan)); }, stacks.Top(0),
-                     CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
-  } else {
-    helper = Clone3(0, nullptr);
-    if (helper == 0) ExecHelper(plan);
-  }
-  if (helper < 0) return Errno("clone(exec helper)");
+  bool setup_timed_out = false;
+  StatusOr<SpawnStarted> spawned = SpawnCommand(req, "exec", base_deadline, &setup_timed_out);
   in_r.reset();
   out_w.reset();
   err_w.reset();
-  rep_w.reset();
   join_fds.clear();
-
-  ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "exec", plan.cwd));
+  if (!spawned.ok()) {
+    // A failed step's processes are reaped already: the cgroup goes now. A
+    // spawn given up on (destroyed, paused, timed out) may still sit frozen
+    // in it: it goes with the sandbox or a later sweep, never waited for here.
+    rb.Release();
+    if (!(ecg->Empty() && ecg->Remove().ok())) {
+      (void)ecg->SignalAll(SIGKILL);
+      std::lock_guard<std::mutex> l(mu_);
+      lingering_.push_back(std::move(ecg));
+    }
+    if (!setup_timed_out) return spawned.status();
+    ExecOutcome out;
+    out.timed_out = true;
+    out.signal = SIGKILL;
+    out.exit_code = 128 + SIGKILL;
+    out.duration = Clock::now() - t0;
+    return out;
+  }
   spawning.reset();
-  UniqueFd cpidfd = std::move(spawned.pidfd);
+  UniqueFd cpidfd = std::move(spawned->pidfd);
 
   ExecOutcome out;
   ScopedSigpipeBlock no_sigpipe;
@@ -1266,10 +1107,6 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
     }
   };
 
-  // The timeout counts running time only: time the sandbox spends paused
-  // moves the deadline (no burst of timeouts after a resume).
-  const auto base_deadline = es.timeout.count() > 0 ? t0 + es.timeout : Clock::time_point::max();
-  const int64_t paused0 = PausedNs();
   auto deadline = base_deadline;
   Clock::time_point kill_at = Clock::time_point::max();
   bool exited = false;
@@ -1481,26 +1318,9 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   if (es.argv.empty() && !es.shell) return absl::InvalidArgumentError("start: neither argv nor shell given");
   SweepExecCgroups();
 
-  StartPlan sp;
-  ExecPlan& plan = sp.base;
-  plan.pidfd = pidfd_.get();
-  plan.last_cap = st_->last_cap;
-  plan.caps = jail::DefaultCapabilityMask();
-  plan.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
-  plan.rlimits = SandboxRlimits(spec_.resources);
-  UniqueFd root;
-  {
-    std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";
-    root.reset(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid() || PidfdSignal(pidfd_.get(), 0) != 0)
-      return absl::FailedPreconditionError("sandbox " + spec_.id + " has no running init");
-    ASSIGN_OR_RETURN(UserIds ids, ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(),
-                                              st_->options.uid_range));
-    plan.uid = ids.uid;
-    plan.gid = ids.gid;
-  }
-  plan.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
-  RETURN_IF_ERROR(FillCommand(es, spec_.env, "start", /*default_term=*/so.pty, &plan));
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(SpawnRequest plan, PrepareSpawn(es, "start", /*default_term=*/so.pty));
+  plan.setsid = true;
 
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> ecg,
                    cgroup_->CreateChild("exec-" + std::to_string(exec_seq_.fetch_add(1))));
@@ -1511,7 +1331,7 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   ASSIGN_OR_RETURN(std::vector<UniqueFd> join_fds, JoinFds(*cgroup_, *ecg));
   for (auto& f : join_fds) plan.cgroup_fds.push_back(f.get());
 
-  UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, rep_r, rep_w, master, slave;
+  UniqueFd in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, master, slave;
   if (so.pty) {
     // The sandbox's own devpts instance (mounted newinstance by InitChild):
     // the terminal shows up as /dev/pts/N inside.
@@ -1527,7 +1347,8 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
     if (::fchown(slave.get(), host + plan.uid, host + plan.gid) != 0) return Errno("fchown(pty slave)");
     winsize ws{so.rows == 0 ? uint16_t{24} : so.rows, so.cols == 0 ? uint16_t{80} : so.cols, 0, 0};
     if (::ioctl(master.get(), TIOCSWINSZ, &ws) != 0) return Errno("ioctl(TIOCSWINSZ)");
-    sp.tty_fd = slave.get();
+    plan.stdin_fd = plan.stdout_fd = plan.stderr_fd = slave.get();
+    plan.tty = true;
   } else {
     RETURN_IF_ERROR(MakePipe(in_r, in_w));
     RETURN_IF_ERROR(MakePipe(out_r, out_w, /*big=*/true));
@@ -1538,35 +1359,33 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
   }
   if (so.control_fd) {
     RETURN_IF_ERROR(MakePipe(ctl_r, ctl_w));
-    sp.control_fd = ctl_w.get();
+    plan.control_fd = ctl_w.get();
   }
-  RETURN_IF_ERROR(MakePipe(rep_r, rep_w));
-  plan.report_fd = rep_w.get();
-
-  ChildStacks stacks;
-  RETURN_IF_ERROR(stacks.Map(2));
-  plan.grandchild_stack = stacks.Top(1);
 
   const uint64_t oom_before = cgroup_->OomKillCount();
-  // posix_spawn-style helper (see ChildStacks and Exec).
-  pid_t helper;
-  if constexpr (kSpawnSharesMemory) {
-    helper = ::clone([](void* plan) -> int { StartHelper(*static_cast<const StartPlan*>(plan)); }, stacks.Top(0),
-                     CLONE_VM | CLONE_VFORK | SIGCHLD, &sp);
-  } else {
-    helper = Clone3(0, nullptr);
-    if (helper == 0) StartHelper(sp);
-  }
-  if (helper < 0) return Errno("clone(start helper)");
+  // Bounded like an exec's spawn; a background process has no run-time
+  // limit of its own here, so its start gets kStartSetupLimit.
+  bool setup_timed_out = false;
+  StatusOr<SpawnStarted> started = SpawnCommand(plan, "start", t0 + kStartSetupLimit, &setup_timed_out);
   in_r.reset();
   out_w.reset();
   err_w.reset();
   ctl_w.reset();
-  rep_w.reset();
   slave.reset();
   join_fds.clear();
-
-  ASSIGN_OR_RETURN(Spawned spawned, CollectSpawn(rep_r.get(), helper, "start", plan.cwd));
+  if (!started.ok()) {
+    rb.Release();  // as in Exec: never wait here for what a given-up spawn left
+    if (!(ecg->Empty() && ecg->Remove().ok())) {
+      (void)ecg->SignalAll(SIGKILL);
+      std::lock_guard<std::mutex> l(mu_);
+      lingering_.push_back(std::move(ecg));
+    }
+    if (setup_timed_out)
+      return absl::UnavailableError("start: the command did not start within " +
+                                    std::to_string(kStartSetupLimit.count()) + " ms (stopped before its execve?)");
+    return started.status();
+  }
+  SpawnStarted& spawned = *started;
   spawning.reset();
   const pid_t child = spawned.pid;
   UniqueFd cpidfd = std::move(spawned.pidfd);
@@ -2363,11 +2182,17 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
   st->options = options;
   if (options.uid_range == 0 || options.max_sandboxes == 0)
     return absl::InvalidArgumentError("uid_range and max_sandboxes must be > 0");
-  if (uint64_t{options.uid_base} + uint64_t{options.uid_range} * options.max_sandboxes > 0xFFFFFFFEull)
-    return absl::InvalidArgumentError("uid_base + uid_range*max_sandboxes overflows the uid space");
+  ASSIGN_OR_RETURN(st->uid_slots, UidSlots::Open(options.uid_lock_dir, options.uid_owner, options.max_sandboxes,
+                                                 options.uid_base, options.uid_range));
   ASSIGN_OR_RETURN(st->cgroups, jail::CgroupManager::Detect(options.cgroup_name));
   st->init_exe.reset(::open(options.init_path.c_str(), O_PATH | O_CLOEXEC));
   if (!st->init_exe.valid()) return Errno("open(" + options.init_path + ")");
+  st->spawn_path = options.spawn_path;
+  if (st->spawn_path.empty()) {
+    const size_t slash = options.init_path.rfind('/');
+    st->spawn_path = (slash == std::string::npos ? std::string(".") : options.init_path.substr(0, slash)) + "/warren-spawn";
+  }
+  if (::access(st->spawn_path.c_str(), X_OK) != 0) return Errno("access(" + st->spawn_path + ", X_OK)");
   st->last_cap = jail::LastCapability();
   if (auto m = MakeSharedMaskMount(); m.ok()) st->mask_mnt = std::move(*m);
   if (auto m = MakeSharedSysfs(); m.ok()) st->sysfs_mnt = std::move(*m);

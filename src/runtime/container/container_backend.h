@@ -72,6 +72,10 @@ struct ContainerOptions {
   // Path of the static warren-init binary (bind-mounted read-only into
   // each sandbox as its PID 1).
   std::string init_path;
+  // Path of the static warren-spawn binary that starts every exec and
+  // background process inside a sandbox (src/init/warren_spawn.c); empty =
+  // "warren-spawn" next to init_path.
+  std::string spawn_path;
   // Sandboxes' cgroups are created under <the daemon's own cgroup>/<cgroup_name>/<id>
   // in every hierarchy used (v1) or in the unified one (v2).
   std::string cgroup_name = "warren";
@@ -80,6 +84,12 @@ struct ContainerOptions {
   uint32_t uid_base = 1000000;
   uint32_t uid_range = 65536;
   uint32_t max_sandboxes = 16384;
+  // Host-wide claims of the slots (uid_slots.h): a lock file per slot in
+  // uid_lock_dir naming uid_owner (the daemon's state dir, an absolute
+  // path), so that daemons on one host never share a range. "" = slots
+  // coordinated within this process only.
+  std::string uid_lock_dir;
+  std::string uid_owner;
   // Seccomp profile (JSON, see src/jail/seccomp/default.json); empty = the
   // profile compiled into the binary.
   std::string seccomp_profile;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@ struct open_how {
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -45,6 +47,7 @@ constexpr uint32_t kOverflowId = 65534;
 constexpr int kOpenat2Retries = 32;       // EAGAIN: a concurrent rename raced a ".." walk
 constexpr int kMaxSymlinks = 40;          // as the kernel's MAXSYMLINKS
 constexpr int kMaxRemoveDepth = 256;      // one fd per level while removing a tree
+constexpr int kMaxAncestors = PATH_MAX / 3;  // "../" steps from a directory up to the root
 constexpr size_t kMaxReadChunk = 64u << 20;
 constexpr mode_t kParentDirMode = 0755;   // directories created by make_parents / parents
 // mode 0 means the API's default (warren.proto: WriteFileRequest.mode, MkdirRequest.mode).
@@ -92,6 +95,58 @@ std::string Printable(const std::string& s) {
 
 Status Errno(int err, const std::string& op, const std::string& path) {
   return ErrnoToStatus(err, op + "(" + Printable(path) + ")");
+}
+
+// Kernel interface file systems. The daemon is host root: through them it
+// would read what the sandbox's root is refused (the host kernel log from
+// /proc/kmsg, destructively; /proc/slabinfo; /proc/iomem; /sys/firmware;
+// /proc/1/stack), so the file API never touches an object on one, whatever
+// path (or symlink planted by the sandbox) led there.
+bool IsKernelFs(long type) {
+  switch (static_cast<unsigned long>(type)) {
+    case 0x9fa0:      // PROC_SUPER_MAGIC
+    case 0x62656572:  // SYSFS_MAGIC
+    case 0x64626720:  // DEBUGFS_MAGIC
+    case 0x74726163:  // TRACEFS_MAGIC
+    case 0x73636673:  // SECURITYFS_MAGIC
+    case 0x27e0eb:    // CGROUP_SUPER_MAGIC
+    case 0x63677270:  // CGROUP2_SUPER_MAGIC
+    case 0xcafe4a11:  // BPF_FS_MAGIC
+    case 0x62656570:  // CONFIGFS_MAGIC
+    case 0x6165676c:  // PSTOREFS_MAGIC
+    case 0xde5e81e4:  // EFIVARFS_MAGIC
+    case 0xf97cff8c:  // SELINUX_MAGIC
+    case 0x43415d53:  // SMACK_MAGIC
+    case 0x42494e4d:  // BINFMTFS_MAGIC
+    case 0x6e736673:  // NSFS_MAGIC
+    case 0x65735543:  // FUSECTL_SUPER_MAGIC
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status KernelFsDenied(const std::string& op, const std::string& path) {
+  return absl::PermissionDeniedError(op + "(" + Printable(path) +
+                                     "): the file API does not reach /proc, /sys or other kernel file systems");
+}
+
+// PermissionDenied when `fd` (any open mode, O_PATH included) lies on a
+// kernel interface file system (IsKernelFs).
+Status RefuseKernelFs(int fd, const std::string& op, const std::string& path) {
+  struct statfs sfs;
+  if (fstatfs(fd, &sfs) != 0) return Errno(errno, op, path);
+  if (IsKernelFs(sfs.f_type)) return KernelFsDenied(op, path);
+  return absl::OkStatus();
+}
+
+const char* SpecialKind(mode_t mode) {
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symlink";
+  return "not a regular file";
 }
 
 StatusOr<SandboxPath> Parse(const std::string& path, const std::string& op) {
@@ -441,8 +496,13 @@ class RootedFiles : public SandboxFiles {
     if (p.trailing_slash) return Errno(EISDIR, "write", p.asked);
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
     if (make_parents) RETURN_IF_ERROR(MakeDirs(root.get(), p, p.parts.size() - 1, "write"));
-    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "write"));
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "write", W_OK | X_OK));
     struct stat st;
+    if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+        !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+      return absl::InvalidArgumentError("write(" + Printable(p.asked) + "): " + SpecialKind(st.st_mode) +
+                                        ", not a regular file");
+    }
     if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
       return Errno(EISDIR, "write", p.asked);
     }
@@ -469,16 +529,26 @@ class RootedFiles : public SandboxFiles {
                                                  uint64_t length) override {
     ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "read"));
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
-    // O_NONBLOCK: opening a FIFO planted by the sandbox must not hang.
-    int fd = ResolveInRoot(root.get(), p.Rel(), O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) return Errno(-fd, "read", p.asked);
-    UniqueFd file(fd);
+    // O_PATH first: an open is itself an action on anything but a regular
+    // file (a device's open runs its driver, a FIFO's blocks, /proc/kmsg's
+    // is a syslog call), so only an object checked to be a regular file of
+    // the sandbox's own file systems is opened for reading.
+    ASSIGN_OR_RETURN(UniqueFd path_fd, OpenFinal(root.get(), p, "read"));
+    RETURN_IF_ERROR(RefuseKernelFs(path_fd.get(), "read", p.asked));
     struct stat st;
-    if (fstat(file.get(), &st) != 0) return Errno(errno, "read", p.asked);
+    if (fstat(path_fd.get(), &st) != 0) return Errno(errno, "read", p.asked);
     if (S_ISDIR(st.st_mode)) return Errno(EISDIR, "read", p.asked);
     if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError("read(" + Printable(p.asked) + "): not a regular file");
+      return absl::InvalidArgumentError("read(" + Printable(p.asked) + "): " + SpecialKind(st.st_mode) +
+                                        ", not a regular file");
     }
+    RETURN_IF_ERROR(SandboxRootMay(st, R_OK, "read", p.asked));
+    // The same inode reopened through the daemon's own /proc (no second
+    // resolution a rename could race); O_NONBLOCK and O_NOCTTY as a
+    // belt for the type check above.
+    const std::string self_fd = "/proc/self/fd/" + std::to_string(path_fd.get());
+    UniqueFd file(open(self_fd.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+    if (!file.valid()) return Errno(errno, "read", p.asked);
     uint64_t remaining = length == 0 ? UINT64_MAX : length;
     return std::unique_ptr<FileReader>(
         std::make_unique<RootedReader>(std::move(file), offset, remaining, p.asked));
@@ -494,15 +564,19 @@ class RootedFiles : public SandboxFiles {
       int fd = ResolveInRoot(root.get(), p.Rel(), O_PATH);
       if (fd < 0) return Errno(-fd, "stat", p.asked);
       UniqueFd dir(fd);
+      RETURN_IF_ERROR(RefuseKernelFs(dir.get(), "stat", p.asked));
       if (fstat(dir.get(), &st) != 0) return Errno(errno, "stat", p.asked);
       info.name = p.is_root() ? "/" : "..";
       Fill(st, &info);
       return info;
     }
-    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "stat"));
-    if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return Errno(errno, "stat", p.asked);
-    }
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "stat", X_OK));
+    // The entry itself, not followed; a mount point opens as the root of
+    // what is mounted there (/proc, /sys).
+    UniqueFd entry(openat(parent.get(), p.last().c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!entry.valid()) return Errno(errno, "stat", p.asked);
+    RETURN_IF_ERROR(RefuseKernelFs(entry.get(), "stat", p.asked));
+    if (fstat(entry.get(), &st) != 0) return Errno(errno, "stat", p.asked);
     info.name = p.last();
     Fill(st, &info);
     if (S_ISLNK(st.st_mode)) {
@@ -519,6 +593,13 @@ class RootedFiles : public SandboxFiles {
     int fd = ResolveInRoot(root.get(), p.Rel(), O_RDONLY | O_DIRECTORY);
     if (fd < 0) return Errno(-fd, "list", p.asked);
     UniqueFd dir(fd);
+    RETURN_IF_ERROR(RefuseKernelFs(dir.get(), "list", p.asked));
+    {
+      struct stat st;
+      if (fstat(dir.get(), &st) != 0) return Errno(errno, "list", p.asked);
+      RETURN_IF_ERROR(SandboxRootMay(st, R_OK | X_OK, "list", p.asked));
+      RETURN_IF_ERROR(SearchableFromRoot(root.get(), dir.get(), st, "list", p.asked));
+    }
     ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDir(dir.get(), "list", p.asked));
     std::sort(entries.begin(), entries.end(),
               [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
@@ -553,7 +634,7 @@ class RootedFiles : public SandboxFiles {
       return absl::OkStatus();
     }
     if (parents) RETURN_IF_ERROR(MakeDirs(root.get(), p, p.parts.size() - 1, "mkdir"));
-    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "mkdir"));
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "mkdir", W_OK | X_OK));
     if (AsMappedOwner([&] { return mkdirat(parent.get(), p.last().c_str(), 0700); }) != 0) {
       int err = errno;
       if (err == EEXIST && parents) {
@@ -574,7 +655,7 @@ class RootedFiles : public SandboxFiles {
     if (p.is_root()) return absl::InvalidArgumentError("remove(" + Printable(path) + "): cannot remove /");
     RETURN_IF_ERROR(NeedsEntry(p, "remove"));
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
-    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "remove"));
+    ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(root.get(), p, "remove", W_OK | X_OK));
     struct stat st;
     if (fstatat(parent.get(), p.last().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       return Errno(errno, "remove", p.asked);
@@ -602,8 +683,8 @@ class RootedFiles : public SandboxFiles {
       return absl::InvalidArgumentError("rename(" + shown + "): both paths must name an entry");
     }
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
-    ASSIGN_OR_RETURN(UniqueFd fparent, OpenParent(root.get(), f, "rename"));
-    ASSIGN_OR_RETURN(UniqueFd tparent, OpenParent(root.get(), t, "rename"));
+    ASSIGN_OR_RETURN(UniqueFd fparent, OpenParent(root.get(), f, "rename", W_OK | X_OK));
+    ASSIGN_OR_RETURN(UniqueFd tparent, OpenParent(root.get(), t, "rename", W_OK | X_OK));
     if (AsMappedOwner([&] {
           return renameat(fparent.get(), f.last().c_str(), tparent.get(), t.last().c_str());
         }) != 0) {
@@ -626,11 +707,132 @@ class RootedFiles : public SandboxFiles {
     return absl::OkStatus();
   }
 
-  // The directory holding the path's last component, resolved inside the root.
-  static StatusOr<UniqueFd> OpenParent(int root, const SandboxPath& p, const std::string& op) {
-    int fd = ResolveInRoot(root, p.ParentRel(), O_PATH | O_DIRECTORY);
-    if (fd < 0) return Errno(-fd, op, p.asked);
-    return UniqueFd(fd);
+  // The directory `rel`, resolved inside the root, checked to be on the
+  // sandbox's own file systems and to grant the sandbox's root `want`
+  // (R_OK/W_OK/X_OK bits).
+  StatusOr<UniqueFd> OpenDir(int root, const std::string& rel, int want, const std::string& op,
+                             const std::string& shown) const {
+    int fd = ResolveInRoot(root, rel, O_PATH | O_DIRECTORY);
+    if (fd < 0) return Errno(-fd, op, shown);
+    UniqueFd dir(fd);
+    RETURN_IF_ERROR(RefuseKernelFs(dir.get(), op, shown));
+    struct stat st;
+    if (fstat(dir.get(), &st) != 0) return Errno(errno, op, shown);
+    RETURN_IF_ERROR(SandboxRootMay(st, want, op, shown));
+    RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), st, op, shown));
+    return dir;
+  }
+
+  // An O_PATH fd of what `p` names, symlinks followed inside the root as
+  // the sandbox's own walk would, with its root's search rights checked on
+  // every directory on the way (OpenDir): a final symlink's target is looked
+  // up from the link's directory, component by component.
+  StatusOr<UniqueFd> OpenFinal(int root, const SandboxPath& p, const std::string& op) const {
+    if (p.is_root() || p.last_is_dotdot()) {
+      int fd = ResolveInRoot(root, p.Rel(), O_PATH | O_DIRECTORY);
+      if (fd < 0) return Errno(-fd, op, p.asked);
+      UniqueFd dir(fd);
+      struct stat st;
+      if (fstat(dir.get(), &st) != 0) return Errno(errno, op, p.asked);
+      RETURN_IF_ERROR(SearchableFromRoot(root, dir.get(), st, op, p.asked));
+      return dir;
+    }
+    std::string dir = p.ParentRel();
+    std::string name = p.last();
+    for (int links = 0;; ++links) {
+      ASSIGN_OR_RETURN(UniqueFd parent, OpenDir(root, dir, X_OK, op, p.asked));
+      UniqueFd entry(openat(parent.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!entry.valid()) return Errno(errno, op, p.asked);
+      struct stat st;
+      if (fstat(entry.get(), &st) != 0) return Errno(errno, op, p.asked);
+      if (!S_ISLNK(st.st_mode)) {
+        if (p.trailing_slash && !S_ISDIR(st.st_mode)) return Errno(ENOTDIR, op, p.asked);
+        return entry;
+      }
+      if (links >= kMaxSymlinks) return Errno(ELOOP, op, p.asked);
+      std::string target;
+      if (int rc = ReadLink(entry.get(), "", &target); rc != 0) return Errno(-rc, op, p.asked);
+      if (target.empty()) return Errno(ENOENT, op, p.asked);
+      ASSIGN_OR_RETURN(SandboxPath t, Parse(target[0] == '/' || dir == "." ? target : dir + "/" + target, op));
+      if (t.is_root() || t.last_is_dotdot()) {
+        int fd = ResolveInRoot(root, t.Rel(), O_PATH | O_DIRECTORY);
+        if (fd < 0) return Errno(-fd, op, p.asked);
+        UniqueFd d(fd);
+        struct stat dst;
+        if (fstat(d.get(), &dst) != 0) return Errno(errno, op, p.asked);
+        RETURN_IF_ERROR(SearchableFromRoot(root, d.get(), dst, op, p.asked));
+        return d;
+      }
+      dir = t.ParentRel();
+      name = t.last();
+    }
+  }
+
+  // PermissionDenied unless the sandbox's root may search every directory
+  // above the directory `fd` (whose stat is `fd_st`) up to `root` (the kernel's walk needs X on
+  // each; the daemon's resolution, as host root, skipped those checks).
+  // Stats "..", "../..", ... relative to `fd` (no fd per level; ".." crosses
+  // mount points as a path walk does); a chain that ends elsewhere than at
+  // `root` is refused.
+  Status SearchableFromRoot(int root, int fd, const struct stat& fd_st, const std::string& op,
+                            const std::string& shown) const {
+    struct stat root_st, cur = fd_st;
+    if (fstat(root, &root_st) != 0) return Errno(errno, op, shown);
+    std::string up = "..";
+    for (int depth = 0; depth < kMaxAncestors; ++depth, up += "/..") {
+      if (cur.st_dev == root_st.st_dev && cur.st_ino == root_st.st_ino) return absl::OkStatus();
+      struct stat parent;
+      if (fstatat(fd, up.c_str(), &parent, 0) != 0) return Errno(errno, op, shown);
+      if (parent.st_dev == cur.st_dev && parent.st_ino == cur.st_ino) break;  // a root that is not ours
+      RETURN_IF_ERROR(SandboxRootMay(parent, X_OK, op, shown));
+      if (parent.st_dev != cur.st_dev) {
+        // A mount point crossed: what is mounted below /proc or /sys (the
+        // masks' tmpfs over /proc/acpi, ...) is as far out of reach.
+        struct statfs sfs;
+        const std::string via = "/proc/self/fd/" + std::to_string(fd) + "/" + up;
+        if (statfs(via.c_str(), &sfs) != 0) return Errno(errno, op, shown);
+        if (IsKernelFs(sfs.f_type)) return KernelFsDenied(op, shown);
+      }
+      cur = parent;
+    }
+    return Errno(EXDEV, op, shown);
+  }
+
+  // The directory holding the path's last component (see OpenDir).
+  StatusOr<UniqueFd> OpenParent(int root, const SandboxPath& p, const std::string& op, int want) const {
+    return OpenDir(root, p.ParentRel(), want, op, p.asked);
+  }
+
+  // PermissionDenied (EACCES) unless the sandbox's root could access `st`
+  // for `want`. Root inside holds CAP_DAC_OVERRIDE in its user namespace,
+  // which the kernel honours only for an inode whose owner uid and gid are
+  // both mapped there (capable_wrt_inode_uidgid); any other inode grants it
+  // just its mode bits: owner's if the uid is its own, group's if the gid
+  // is, else other's. The daemon checks this because it opens as host root,
+  // which would override them all.
+  Status SandboxRootMay(const struct stat& st, int want, const std::string& op, const std::string& shown) const {
+    const bool uid_mapped = Mapped(st.st_uid, opt_.host_root_uid);
+    const bool gid_mapped = Mapped(st.st_gid, opt_.host_root_gid);
+    bool ok;
+    if (uid_mapped && gid_mapped) {
+      // DAC_OVERRIDE: everything but executing a non-directory without any x bit.
+      ok = !(want & X_OK) || S_ISDIR(st.st_mode) || (st.st_mode & 0111) != 0;
+    } else {
+      unsigned bits = st.st_mode & 7;
+      if (st.st_uid == opt_.host_root_uid) {
+        bits = (st.st_mode >> 6) & 7;
+      } else if (st.st_gid == opt_.host_root_gid) {
+        bits = (st.st_mode >> 3) & 7;
+      }
+      ok = (bits & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+    }
+    if (ok) return absl::OkStatus();
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+    return ErrnoToStatus(EACCES, op + "(" + Printable(shown) + "): not for the sandbox's root (owner " +
+                                     std::to_string(SandboxId(st.st_uid, opt_.host_root_uid)) + ":" +
+                                     std::to_string(SandboxId(st.st_gid, opt_.host_root_gid)) + ", mode " +
+                                     mode + ")");
   }
 
   // mkdir -p of the first `count` components (symlinks followed inside the root).
@@ -642,9 +844,8 @@ class RootedFiles : public SandboxFiles {
         continue;
       }
       if (fd != -ENOENT || p.parts[i] == "..") return Errno(-fd, op, p.asked);
-      int parent = ResolveInRoot(root, p.Join(i), O_PATH | O_DIRECTORY);
-      if (parent < 0) return Errno(-parent, op, p.asked);
-      UniqueFd parent_fd(parent);
+      ASSIGN_OR_RETURN(UniqueFd parent_fd, OpenDir(root, p.Join(i), W_OK | X_OK, op, p.asked));
+      const int parent = parent_fd.get();
       if (AsMappedOwner([&] { return mkdirat(parent, p.parts[i].c_str(), 0700); }) != 0) {
         if (errno != EEXIST) return Errno(errno, op, p.asked);
         // Created concurrently, or a dangling symlink: resolve again.
@@ -727,12 +928,11 @@ class RootedFiles : public SandboxFiles {
     return Errno(ENOTEMPTY, "remove", shown);
   }
 
-  uint32_t SandboxId(uint32_t host, uint32_t base) const {
-    if (host >= base && static_cast<uint64_t>(host) < static_cast<uint64_t>(base) + opt_.id_range) {
-      return host - base;
-    }
-    return kOverflowId;
+  bool Mapped(uint32_t host, uint32_t base) const {
+    return host >= base && static_cast<uint64_t>(host) < static_cast<uint64_t>(base) + opt_.id_range;
   }
+
+  uint32_t SandboxId(uint32_t host, uint32_t base) const { return Mapped(host, base) ? host - base : kOverflowId; }
 
   void Fill(const struct stat& st, FileInfo* info) const {
     if (S_ISREG(st.st_mode)) {

@@ -3,11 +3,15 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -431,6 +435,9 @@ TEST_P(RootedFilesTest, UncommittedWriterLeavesNothing) {
 TEST_P(RootedFilesTest, NewFilesBelongToTheSandboxRoot) {
   constexpr uid_t kBase = 100000;
   auto files = Make(root_, kBase, kBase + 7);
+  // The tree a sandbox's root may write in: its own.
+  ASSERT_EQ(chown(root_.c_str(), kBase, kBase + 7), 0);
+  ASSERT_EQ(chown((root_ + "/w").c_str(), kBase, kBase + 7), 0);
   ASSERT_TRUE(WriteFile(*files, "/w/p/q/owned", "x", true, 04751).ok());
   ASSERT_TRUE(files->Mkdir("/w/m", 0710, false).ok());
   struct stat st;
@@ -456,6 +463,164 @@ TEST_P(RootedFilesTest, NewFilesBelongToTheSandboxRoot) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->uid, 65534u);
   EXPECT_EQ(info->gid, 65534u);
+}
+
+// The file API is a deputy of the sandbox's root: /proc and /sys (and any
+// other kernel file system) are never reached, by name or through a symlink
+// the sandbox planted, whatever the daemon's own rights there.
+TEST_P(RootedFilesTest, KernelFileSystemsAreNeverReached) {
+  for (const char* d : {"proc", "sys"}) {
+    const std::string mnt = root_ + "/" + d;
+    ASSERT_EQ(mkdir(mnt.c_str(), 0555), 0);
+    if (mount((std::string("/") + d).c_str(), mnt.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      GTEST_SKIP() << "cannot bind-mount /" << d << ": " << strerror(errno);
+    }
+    mounts_.push_back(mnt);
+  }
+  // A mask over a /proc dir, as the container backend mounts them: a tmpfs
+  // below /proc is as far out of reach (unmounted first: mounts_ order).
+  const std::string mask = root_ + "/proc/driver";
+  if (mount("tmpfs", mask.c_str(), "tmpfs", MS_RDONLY, "size=4k") == 0) {
+    mounts_.insert(mounts_.begin(), mask);
+    for (const char* p : {"/proc/driver", "/proc/driver/x"}) {
+      Status s = p == std::string("/proc/driver") ? files_->List(p).status() : files_->OpenRead(p, 0, 0).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << p << ": " << s;
+    }
+    EXPECT_EQ(files_->Stat("/proc/driver").status().code(), absl::StatusCode::kPermissionDenied);
+  }
+  ASSERT_EQ(symlink("/proc/self", (root_ + "/w/self").c_str()), 0);
+  ASSERT_EQ(symlink("/proc", (root_ + "/w/proc").c_str()), 0);
+  ASSERT_EQ(symlink("../sys/kernel", (root_ + "/w/kernel").c_str()), 0);
+  const absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
+  for (const char* p : {"/proc/self/status", "/proc/1/maps", "/proc/kmsg", "/proc/self/../self/stat",
+                        "/w/self/status", "/w/proc/1/stack", "/w/kernel/uevent_seqnum", "/sys/kernel/uevent_seqnum"}) {
+    Status s = files_->OpenRead(p, 0, 0).status();
+    EXPECT_EQ(s.code(), kDenied) << p << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(p));
+  }
+  for (const char* p : {"/proc", "/sys", "/w/proc", "/w/self", "/w/kernel", "/proc/self/fd", "/sys/kernel"}) {
+    Status s = files_->List(p).status();
+    EXPECT_EQ(s.code(), kDenied) << p << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("/proc, /sys"));
+  }
+  for (const char* p : {"/proc", "/sys", "/proc/self", "/w/proc/1", "/w/self/exe", "/sys/kernel"}) {
+    EXPECT_EQ(files_->Stat(p).status().code(), kDenied) << p;
+  }
+  EXPECT_TRUE(files_->Stat("/proc/..").ok());  // "/"
+  EXPECT_TRUE(files_->Stat("/w/proc").ok());  // the symlink itself, in /w
+  EXPECT_EQ(WriteFile("/proc/sys/kernel/warren-test", "x").code(), kDenied);
+  EXPECT_EQ(WriteFile("/w/self/comm", "x").code(), kDenied);
+  EXPECT_EQ(WriteFile("/w/proc/new/file", "x", true).code(), kDenied);
+  EXPECT_EQ(files_->Mkdir("/sys/warren-test", 0755, false).code(), kDenied);
+  EXPECT_EQ(files_->Mkdir("/w/kernel/a/b", 0755, true).code(), kDenied);
+  EXPECT_EQ(files_->Remove("/proc/self/fd", true).code(), kDenied);
+  EXPECT_EQ(files_->Rename("/proc/self/comm", "/w/comm").code(), kDenied);
+  EXPECT_EQ(files_->Rename("/w/self", "/sys/self").code(), kDenied);
+  // The rest of the tree is as usable as before.
+  StatusOr<std::vector<FileInfo>> root = files_->List("/");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_TRUE(ReadFile("/etc/hostname").ok());
+}
+
+// Device nodes, FIFOs and sockets are never opened: not for reading (a
+// device's open runs its driver, a FIFO's blocks) and not written over.
+TEST_P(RootedFilesTest, SpecialFilesAreNeverOpened) {
+  ASSERT_EQ(mknod((root_ + "/w/null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  ASSERT_EQ(mknod((root_ + "/w/loop").c_str(), S_IFBLK | 0600, makedev(7, 0)), 0);
+  ASSERT_EQ(mkfifo((root_ + "/w/fifo").c_str(), 0666), 0);
+  ASSERT_EQ(symlink("fifo", (root_ + "/w/fifo-link").c_str()), 0);
+  {
+    UniqueFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(sock.valid());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string path = root_ + "/w/sock";
+    ASSERT_LT(path.size(), sizeof addr.sun_path);
+    memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  }
+  const std::pair<const char*, const char*> cases[] = {{"/w/null", "character device"},
+                                                       {"/w/loop", "block device"},
+                                                       {"/w/fifo", "FIFO"},
+                                                       {"/w/fifo-link", "FIFO"},
+                                                       {"/w/sock", "socket"}};
+  for (const auto& [p, kind] : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = files_->OpenRead(p, 0, 0).status();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << p;
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(p));
+    EXPECT_THAT(std::string(s.message()), HasSubstr(kind));
+  }
+  for (const char* p : {"/w/null", "/w/loop", "/w/fifo", "/w/sock"}) {
+    Status s = WriteFile(p, "x");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p << ": " << s;
+  }
+  struct stat st;
+  ASSERT_EQ(lstat((root_ + "/w/null").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));  // not replaced by the write
+  StatusOr<FileInfo> info = files_->Stat("/w/null");  // stat is harmless
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->type, FileType::kOther);
+}
+
+// The daemon opens as host root, which overrides every mode; the sandbox's
+// root overrides modes only on inodes whose owner uid and gid its user
+// namespace maps. The file API grants what the sandbox's root has, no more.
+TEST_P(RootedFilesTest, NeverMoreThanTheSandboxRoot) {
+  constexpr uid_t kBase = 100000;
+  auto files = Make(root_, kBase, kBase);
+  ASSERT_EQ(chown(root_.c_str(), kBase, kBase), 0);
+  ASSERT_EQ(chown((root_ + "/w").c_str(), kBase, kBase), 0);
+  auto host_file = [&](const std::string& name, uid_t uid, gid_t gid, mode_t mode) {
+    HostWrite(root_ + name, "data of " + name);
+    ASSERT_EQ(chown((root_ + name).c_str(), uid, gid), 0);
+    ASSERT_EQ(chmod((root_ + name).c_str(), mode), 0);
+  };
+  host_file("/w/host-secret", 0, 0, 0600);            // unmapped owner: mode bits only
+  host_file("/w/host-public", 0, 0, 0644);
+  host_file("/w/user-private", kBase + 1000, kBase + 1000, 0600);  // mapped: DAC_OVERRIDE
+  host_file("/w/half-mapped", kBase + 1000, 0, 0640);  // gid unmapped: no override, "other" bits
+  host_file("/w/own-uid", kBase, 0, 0600);             // owner bits of its own uid
+  ASSERT_EQ(mkdir((root_ + "/w/host-dir").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((root_ + "/w/host-open").c_str(), 0777), 0);
+  ASSERT_EQ(chmod((root_ + "/w/host-open").c_str(), 0777), 0);  // past the umask
+  auto read = [&](const std::string& p) -> StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto r, files->OpenRead(p, 0, 0));
+    return r->Read(1 << 20);
+  };
+  const absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
+  Status s = read("/w/host-secret").status();
+  EXPECT_EQ(s.code(), kDenied) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/w/host-secret"));
+  EXPECT_EQ(read("/w/half-mapped").status().code(), kDenied);
+  EXPECT_EQ(*read("/w/host-public"), "data of /w/host-public");
+  EXPECT_EQ(*read("/w/user-private"), "data of /w/user-private");
+  EXPECT_EQ(*read("/w/own-uid"), "data of /w/own-uid");
+  EXPECT_EQ(files->List("/w/host-dir").status().code(), kDenied);
+  EXPECT_EQ(WriteFile(*files, "/w/host-dir/f", "x").code(), kDenied);
+  EXPECT_EQ(files->Mkdir("/w/host-dir/d", 0755, false).code(), kDenied);
+  EXPECT_EQ(WriteFile(*files, "/w/host-dir/d/f", "x", true).code(), kDenied);
+  EXPECT_EQ(files->Stat("/w/host-dir/f").status().code(), kDenied);
+  EXPECT_FALSE(HostExists(root_ + "/w/host-dir/f"));
+  EXPECT_TRUE(WriteFile(*files, "/w/host-open/f", "x").ok());  // "other" may write there
+  EXPECT_TRUE(files->List("/w/host-open").ok());
+  // What lies below a directory root inside may not search stays out of
+  // reach, whatever its own owner and mode, by name or through a symlink.
+  host_file("/w/host-dir/inner", kBase, kBase, 0644);
+  ASSERT_EQ(mkdir((root_ + "/w/host-dir/sub").c_str(), 0777), 0);
+  ASSERT_EQ(chown((root_ + "/w/host-dir/sub").c_str(), kBase, kBase), 0);
+  ASSERT_EQ(symlink("host-dir/inner", (root_ + "/w/to-inner").c_str()), 0);
+  ASSERT_EQ(symlink("/w/host-dir/sub", (root_ + "/w/to-sub").c_str()), 0);
+  ASSERT_EQ(symlink("host-public", (root_ + "/w/to-public").c_str()), 0);
+  for (const char* p : {"/w/host-dir/inner", "/w/to-inner", "/w/host-dir/sub/../inner"}) {
+    EXPECT_EQ(read(p).status().code(), kDenied) << p;
+  }
+  EXPECT_EQ(files->List("/w/host-dir/sub").status().code(), kDenied);
+  EXPECT_EQ(files->List("/w/to-sub").status().code(), kDenied);
+  EXPECT_EQ(WriteFile(*files, "/w/to-sub/f", "x").code(), kDenied);
+  EXPECT_EQ(files->Stat("/w/to-sub/f").status().code(), kDenied);
+  EXPECT_EQ(*read("/w/to-public"), "data of /w/host-public");
 }
 
 TEST_P(RootedFilesTest, OpenRootErrorPropagates) {

@@ -1,0 +1,73 @@
+#!/bin/bash
+# Same-run A/B of two warrend builds: exec round trip (bench/exec/bench.py)
+# and create -> exec -> destroy at concurrency 64 (bench/warren_loop.py),
+# in interleaved rounds so that load changes hit both alike.
+#
+# Usage: bench/ab_warrend.sh A_WARREND B_WARREND [rounds] [iterations]
+#   A_WARREND, B_WARREND  paths of the two warrend binaries (each finds its
+#                         warren-init/warren-spawn next to it or in ../init)
+# Both daemons run at once on private state dirs under /var/tmp/warren-ab,
+# sharing one layer store (base/debian-12@1 built from
+# /var/cache/warren/rootfs/debian-12 if missing). Prints one table per row
+# kind with the per-round numbers and the B/A ratio of their medians.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+a=${1:?A warrend}
+b=${2:?B warrend}
+rounds=${3:-3}
+iters=${4:-600}
+py=${WARREN_PYTHON:-$root/.venv/bin/python}
+work=/var/tmp/warren-ab
+rootfs=${WARREN_BASE_ROOTFS:-/var/cache/warren/rootfs/debian-12}
+mkdir -p "$work/layers"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+start() {  # name binary
+  local n=$1 bin=$2
+  mkdir -p "$work/$n"
+  "$bin" --state-dir "$work/$n/state" --socket "$work/$n.sock" --layer-store "$work/layers" \
+    --node-id "ab$n" >"$work/$n.log" 2>&1 </dev/null &
+  pids+=($!)
+  PYTHONPATH=$root/sdk/python "$py" - "$work/$n.sock" "$rootfs" <<'EOF'
+import sys, time, warren
+c = warren.Client("unix:" + sys.argv[1])
+for _ in range(300):
+    try:
+        c.status(timeout=2); break
+    except warren.WarrenError:
+        time.sleep(0.1)
+try:
+    c.layers.get("base/debian-12@1")
+except warren.NotFound:
+    c.layers.build("base/debian-12@1", dir=sys.argv[2])
+EOF
+}
+start A "$a"
+start B "$b"
+echo "A=$a"
+echo "B=$b"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A exec_p50 loop_rate
+for r in $(seq 1 "$rounds"); do
+  for n in A B; do
+    out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/exec/bench.py" --addr "unix:$work/$n.sock" \
+      --iterations "$iters" --rounds 1 --max-seconds 60 | grep -E '^\| warren_exec' | awk -F'|' '{print $4}' | tr -d ' ')
+    exec_p50[$n]+="$out "
+    out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/warren_loop.py" --addr "unix:$work/$n.sock" \
+      --layer base/debian-12@1 --concurrency 64 --iterations "$iters" --max-seconds 60 | tail -1)
+    rate=$(printf '%s' "$out" | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(round(d.get("rate_per_s", d.get("rate", 0)),1))')
+    loop_rate[$n]+="$rate "
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+med() { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+printf '| row | A per round | B per round | A median | B median | B/A |\n| --- | --- | --- | ---: | ---: | ---: |\n'
+for row in exec_p50_ms c64_rate_per_s; do
+  if [[ $row == exec_p50_ms ]]; then va=${exec_p50[A]}; vb=${exec_p50[B]}; else va=${loop_rate[A]}; vb=${loop_rate[B]}; fi
+  ma=$(med "$va"); mb=$(med "$vb")
+  printf '| %s | %s | %s | %s | %s | %.2f |\n' "$row" "$va" "$vb" "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)"
+done
