@@ -1387,6 +1387,12 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   }
   ASSIGN_OR_RETURN(std::vector<std::string> solution, NormalizePaths(req.solution, "solution"));
   ASSIGN_OR_RETURN(std::vector<std::string> prot, NormalizePaths(req.protected_paths, "protected"));
+  if (e->info.pristine_layers.empty()) {
+    return absl::FailedPreconditionError(
+        "grade of sandbox " + req.id + ": it has no pristine layers (its bottom layer was made by a sandbox, "
+        "e.g. a snapshot), so there is no toolchain to grade with; create it on the layers the snapshotted "
+        "sandbox was created from plus the snapshot layer (snapshot().layers)");
+  }
 
   GradeResult res;
   const int64_t t0 = NowNs();

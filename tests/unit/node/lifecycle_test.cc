@@ -258,6 +258,16 @@ TEST_F(LifecycleTest, PristineLayersEndAtTheFirstLayerASandboxMade) {
   EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
   g.solution = {"/w/../etc"};
   EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  // a sandbox whose bottom layer a sandbox made has nothing pristine to grade with
+  r.layers = {"workspace/snap@1", "toolset/py@1"};
+  auto b = manager_->Create(r);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->pristine_layers.empty());
+  g.id = b->id;
+  g.solution = {"/w/pkg"};
+  auto gr = manager_->Grade(g);
+  EXPECT_EQ(gr.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(gr.status().message().find("no pristine layers"), std::string::npos) << gr.status();
 }
 
 TEST_F(LifecycleTest, SuspendUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
