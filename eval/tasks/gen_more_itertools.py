@@ -245,6 +245,7 @@ def main() -> None:
                     "tests": [bug.tests],
                     "test_command": TEST_CMD,
                     "protected": [REPO + "/tests"],
+                    "solution": [REPO + "/more_itertools"],
                     "expected": "pass" if kind == "fix" else "fail",
                     "trajectory": tid,
                     "timeout_s": 120,

@@ -680,10 +680,13 @@ class LifecycleService final : public v1::Lifecycle::Service {
     g.id = req->id();
     WARREN_RETURN_IF_GRPC_ERROR(ToExecSpec(req->grader(), &g.grader));
     g.protected_paths.assign(req->protected_paths().begin(), req->protected_paths().end());
+    g.solution.assign(req->solution().begin(), req->solution().end());
     ASSIGN_OR_RETURN_GRPC(node::GradeResult res, impl_->m_->Grade(g));
     ToProto(std::move(res.outcome), resp->mutable_result());
     for (const auto& t : res.touched) resp->add_touched(t);
     resp->set_grade_sandbox_id(res.grade_sandbox_id);
+    resp->set_touched_truncated(res.touched_truncated);
+    resp->set_rejected(res.rejected);
     return grpc::Status::OK;
   }
 

@@ -4,10 +4,10 @@
 // warren fork ID -n N: N new running sandboxes from the sandbox's current
 //   file system (snapshot + N creates with its resources, labels and job);
 //   prints their ids, one per line.
-// warren grade ID [--protected PATH]... [--timeout S] -- CMD...: runs the
+// warren grade ID --solution PATH... [--timeout S] -- CMD...: runs the
 //   grader in a fresh sandbox from the pristine layers + the agent's changes
-//   with the protected paths restored; prints the grader's output, reports
-//   touched protected paths on stderr, exits with the grader's exit code.
+//   under the solution paths only; prints the grader's output, reports the
+//   agent's changes outside them on stderr, exits with the grader's exit code.
 #include <unistd.h>
 
 #include <cmath>
@@ -132,12 +132,15 @@ int RunGrade(Invocation& inv) {
     PrintJson({{"result", ExecResultToJson(r)},
                {"passed", r.exit_code() == 0},
                {"touched", touched},
+               {"touched_truncated", resp.touched_truncated()},
+               {"rejected", resp.rejected()},
                {"grade_sandbox_id", resp.grade_sandbox_id()}});
     return code;
   }
   (void)WriteAll(STDOUT_FILENO, r.stdout(), "stdout");
   (void)WriteAll(STDERR_FILENO, r.stderr(), "stderr");
-  for (const std::string& t : touched) std::cerr << "warren: protected path touched by the agent: " << t << "\n";
+  for (const std::string& t : touched) std::cerr << "warren: changed by the agent outside the solution: " << t << "\n";
+  if (resp.touched_truncated()) std::cerr << "warren: (more changes outside the solution not listed)\n";
   if (r.timed_out()) std::cerr << "warren: grader timed out\n";
   return code;
 }
@@ -161,7 +164,12 @@ StatusOr<v1::GradeRequest> BuildGradeRequest(const RlArgs& a, const std::vector<
   uint32_t ms = static_cast<uint32_t>(std::llround(a.timeout_s * 1000.0));
   if (a.timeout_s > 0 && ms == 0) ms = 1;
   g->set_timeout_ms(ms);
+  if (a.solution.empty()) {
+    return absl::InvalidArgumentError("missing --solution PATH: where the task's solution lives (the agent's changes "
+                                      "enter the grader only there)");
+  }
   for (const std::string& p : a.protected_paths) req.add_protected_paths(p);
+  for (const std::string& p : a.solution) req.add_solution(p);
   return req;
 }
 
@@ -191,11 +199,16 @@ void AddSnapshotCommands(CLI::App& root, Invocation& inv) {
   CLI::App* grade = root.add_subcommand(
       "grade",
       "Grade a sandbox: warren grade [flags] ID -- CMD...\n"
-      "The grader runs in a fresh sandbox from the pristine layers + the agent's changes,\n"
-      "with --protected paths restored; exits with the grader's exit code.");
+      "The grader runs in a fresh sandbox from the pristine layers + the agent's changes\n"
+      "under the --solution paths only; exits with the grader's exit code.");
   grade->fallthrough();
   grade->add_option("id", a.id, "sandbox id")->required();
-  grade->add_option("--protected", a.protected_paths, "absolute path restored from the pristine layers; repeatable")
+  grade->add_option("--solution", a.solution,
+                    "absolute path where the task's solution lives (the agent's changes enter the grader only "
+                    "there); repeatable, required")
+      ->allow_extra_args(false);
+  grade->add_option("--protected", a.protected_paths,
+                    "deprecated: a path inside a solution path kept pristine; repeatable")
       ->allow_extra_args(false);
   grade->add_option("--timeout", a.timeout_s, "grader timeout in seconds; 0 = none");
   grade->callback([&inv] {

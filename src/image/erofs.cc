@@ -39,7 +39,7 @@ std::string Drain(int fd) {
 
 }  // namespace
 
-Status MkfsErofs(const std::string& image, const std::string& src_dir) {
+Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked) {
   // --preserve-mtime keeps per-file mtimes; a fixed UUID and a fixed build
   // time make the image a function of the tree. SOURCE_DATE_EPOCH is the only
   // way erofs-utils 1.5 takes a fixed build time without also overriding
@@ -48,6 +48,7 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir) {
   std::vector<std::string> args = {"mkfs.erofs", "--quiet", "--preserve-mtime",
                                    "-U", "00000000-0000-0000-0000-000000000000",
                                    image, src_dir};
+  if (chunked) args.insert(args.begin() + 1, "--chunksize=4096");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -13,7 +13,10 @@ namespace warren::image {
 // hardlinks and device nodes. The same tree gives a byte-identical image
 // (fixed UUID and build time). On failure the error carries mkfs.erofs's
 // stderr; `image` may be left for the caller to remove.
-Status MkfsErofs(const std::string& image, const std::string& src_dir);
+// chunked: files are chunk-based with 4 KiB chunks (--chunksize), so holes
+// in the source stay holes in the image (the index costs 4 bytes per 4 KiB
+// of file size); the plain format writes every file densely.
+Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked = false);
 
 enum class ErofsSource { kAuto, kFile, kLoop };
 

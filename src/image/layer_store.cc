@@ -105,9 +105,11 @@ StatusOr<std::unique_ptr<LayerStore>> LayerStore::Open(const std::string& dir) {
     RETURN_IF_ERROR(MakeDirs(dir + "/" + sub));
   }
   // Staging trees from tars may hold setuid files and devices until they are
-  // built: nobody but root may reach them.
+  // built, and blobs hold sandboxes' snapshots: nobody but root may reach them.
   const std::string tmp = dir + "/tmp";
   if (chmod(tmp.c_str(), 0700) != 0) return ErrnoToStatus(errno, "chmod(" + tmp + ")");
+  const std::string blobs = dir + "/blobs";
+  if (chmod(blobs.c_str(), 0700) != 0) return ErrnoToStatus(errno, "chmod(" + blobs + ")");
   for (const std::string& name : ListNames(tmp)) {
     if (MadeByDeadLocalProcess(name)) (void)RemoveTree(tmp + "/" + name);
   }
@@ -138,6 +140,15 @@ StatusOr<LayerInfo> LayerStore::BuildFromDir(std::string_view name, const std::s
   return BuildImage(n, dir);
 }
 
+StatusOr<LayerInfo> LayerStore::BuildFromSandboxDir(std::string_view name, const std::string& dir) {
+  ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(name));
+  if (n.version.empty()) {
+    return absl::InvalidArgumentError("layer name \"" + std::string(name) +
+                                      "\": building needs a version (kind/name@version)");
+  }
+  return BuildImage(n, dir, /*from_sandbox=*/true);
+}
+
 StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::string& tar_path) {
   ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(name));
   if (n.version.empty()) {
@@ -153,12 +164,12 @@ StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::s
   return BuildImage(n, stage);
 }
 
-StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::string& src) {
+StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::string& src, bool from_sandbox) {
   UniqueFd src_fd(open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!src_fd.valid()) return ErrnoToStatus(errno, "open(" + src + ")");
   std::string image = TmpPath("build") + ".erofs";
   RemoveGuard remove_image(image);
-  RETURN_IF_ERROR(MkfsErofs(image, src));
+  RETURN_IF_ERROR(MkfsErofs(image, src, /*chunked=*/from_sandbox));
   if (chmod(image.c_str(), 0444) != 0) return ErrnoToStatus(errno, "chmod(" + image + ")");
   struct stat st;
   if (stat(image.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + image + ")");
@@ -171,13 +182,13 @@ StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::str
     if (!root.valid()) return ErrnoToStatus(errno, "openat(mount of " + image + ")");
     RETURN_IF_ERROR(CompareTrees(src_fd.get(), root.get()));
   }
-  ASSIGN_OR_RETURN(LayerInfo info, Publish(name, image, hex, static_cast<uint64_t>(st.st_size)));
+  ASSIGN_OR_RETURN(LayerInfo info, Publish(name, image, hex, static_cast<uint64_t>(st.st_size), from_sandbox));
   remove_image.Release();  // renamed into blobs/ or already unlinked
   return info;
 }
 
 StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string& tmp_image,
-                                        const std::string& hex, uint64_t size) {
+                                        const std::string& hex, uint64_t size, bool from_sandbox) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string digest = kDigestPrefix + hex;
   const std::string name_path = NamePath(name);
@@ -190,6 +201,12 @@ StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string
     unlink(tmp_image.c_str());
     return cur;
   };
+  const std::string marker = dir_ + "/meta/" + hex + ".sandbox";
+  if (from_sandbox && access(marker.c_str(), F_OK) != 0) {
+    // Before any name points at it: a create that resolves the digest
+    // afterwards sees the mark.
+    RETURN_IF_ERROR(WriteFileAtomic(marker, "1\n"));
+  }
   if (access(name_path.c_str(), F_OK) == 0) return existing();
 
   const std::string blob = BlobPath(hex);
@@ -247,6 +264,7 @@ StatusOr<LayerInfo> LayerStore::Resolve(std::string_view ref) const {
     info.digest = std::string(ref);
     info.size_bytes = static_cast<uint64_t>(st.st_size);
     info.created_at_ns = MtimeNs(st);
+    info.from_sandbox = access((dir_ + "/meta/" + hex + ".sandbox").c_str(), F_OK) == 0;
     auto meta = ReadSmallFile(dir_ + "/meta/" + hex + ".json");
     if (meta.ok()) {
       auto j = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
@@ -344,6 +362,7 @@ Status LayerStore::Remove(std::string_view ref) {
     return ErrnoToStatus(errno, "unlink(" + blob + ")");
   }
   unlink((dir_ + "/meta/" + hex + ".json").c_str());
+  unlink((dir_ + "/meta/" + hex + ".sandbox").c_str());
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 //   blobs/sha256/<hex>          the EROFS image (immutable once renamed in)
 //   names/<kind>/<name>/<ver>   text file holding "sha256:<hex>\n"
 //   meta/<hex>.json             {name, size, created_at_ns}
+//   meta/<hex>.sandbox          present: built from a sandbox's contents
 //   tmp/                        builds in progress (removed on failure)
 //
 // Thread-safe.
@@ -42,6 +43,10 @@ struct LayerInfo {
   std::string name;     // "kind/name@version"; empty for an unnamed layer
   uint64_t size_bytes = 0;
   int64_t created_at_ns = 0;
+  // Built from a sandbox's contents (a snapshot or a grade layer): never a
+  // pristine layer (see SandboxManager::Grade). Sticky per digest: once a
+  // sandbox produced these bytes, every name of them is marked.
+  bool from_sandbox = false;
 };
 
 class LayerStore {
@@ -59,6 +64,10 @@ class LayerStore {
   // must not change while it is built (verify would fail: Internal naming
   // the first differing path). Nothing is left behind on error.
   StatusOr<LayerInfo> BuildFromDir(std::string_view name, const std::string& dir);
+  // Same for a tree copied from a sandbox (snapshot, grade): the layer is
+  // marked from_sandbox (meta/<hex>.sandbox) and files are chunk-based, so
+  // that holes stay holes (a sparse file costs its data, not its size).
+  StatusOr<LayerInfo> BuildFromSandboxDir(std::string_view name, const std::string& dir);
   // Same from a tar file (plain/gz/xz/zstd, via libarchive). OCI/docker
   // whiteouts ".wh.<name>" become overlayfs whiteouts (0:0 char devices) and
   // ".wh..wh..opq" an opaque dir (trusted.overlay.opaque=y). Rejected with
@@ -87,9 +96,9 @@ class LayerStore {
  private:
   explicit LayerStore(std::string dir) : dir_(std::move(dir)) {}
   // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image.
-  StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src);
+  StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src, bool from_sandbox = false);
   StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image,
-                              const std::string& hex, uint64_t size);
+                              const std::string& hex, uint64_t size, bool from_sandbox);
   std::string NamePath(const LayerName& name) const;
   std::string TmpPath(std::string_view what) const;
 

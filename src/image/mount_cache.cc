@@ -64,6 +64,9 @@ StatusOr<std::unique_ptr<MountCache>> MountCache::Open(const LayerStore* store,
                                                        int64_t grace_ms) {
   if (store == nullptr) return absl::InvalidArgumentError("MountCache: no layer store");
   RETURN_IF_ERROR(MakeDirs(mount_root));
+  // Private to root: the mounts hold sandboxes' snapshots. Nothing but the
+  // daemon reaches them by path (sandboxes get their lowers as fds).
+  if (chmod(mount_root.c_str(), 0700) != 0) return ErrnoToStatus(errno, "chmod(" + mount_root + ", 0700)");
   char* real = realpath(mount_root.c_str(), nullptr);
   if (real == nullptr) return ErrnoToStatus(errno, "realpath(" + mount_root + ")");
   std::string root(real);

@@ -24,6 +24,10 @@ class ImageLayerProvider final : public LayerProvider {
                                           const std::string& dir) override {
     return store_->BuildFromDir(name, dir);
   }
+  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name,
+                                                 const std::string& dir) override {
+    return store_->BuildFromSandboxDir(name, dir);
+  }
   StatusOr<image::LayerInfo> BuildFromTar(const std::string& name,
                                           const std::string& tar_path) override {
     return store_->BuildFromTar(name, tar_path);

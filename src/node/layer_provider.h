@@ -27,6 +27,10 @@ class LayerProvider {
   virtual std::vector<image::LayerInfo> List() const = 0;
   virtual StatusOr<image::LayerInfo> BuildFromDir(const std::string& name,
                                                   const std::string& dir) = 0;
+  // A tree copied from a sandbox (snapshot, grade): marked from_sandbox
+  // (never pristine), holes kept.
+  virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name,
+                                                         const std::string& dir) = 0;
   virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name,
                                                   const std::string& tar_path) = 0;
   // Removes a name (the caller has checked the layer is not in use).

@@ -39,7 +39,8 @@ Status Annotate(Status s, const std::string& dir) {
 
 Status RemoveTreeAt(int parent_fd, const std::string& name, const std::string& path, dev_t dev,
                     int depth) {
-  if (depth > 256) return absl::FailedPreconditionError("RemoveTree(" + path + "): too deep");
+  // Staging trees are bounded by PATH_MAX (at most 2048 levels).
+  if (depth > 4096) return absl::FailedPreconditionError("RemoveTree(" + path + "): too deep");
   struct stat st;
   if (::fstatat(parent_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return absl::OkStatus();

@@ -365,6 +365,7 @@ nlohmann::json SandboxManager::MakeRecord(const Entry& e, SandboxState state) co
       {"dir", e.dir},
       {"layers", e.info.layer_digests},
       {"layer_names", e.info.layer_names},
+      {"pristine_layers", e.info.pristine_layers},
       {"resources",
        {{"cpu_millis", r.cpu_millis}, {"memory_mb", r.memory_mb}, {"disk_mb", r.disk_mb},
         {"pids", r.pids}, {"open_files", r.open_files}, {"tmpfs_mb", r.tmpfs_mb}}},
@@ -499,6 +500,7 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
 
   {
     std::shared_lock<std::shared_mutex> layer_lock(layer_mu_);
+    bool pristine_done = false;  // a layer from a sandbox ends the pristine ones
     for (size_t i = 0; i < spec.layers.size(); ++i) {
       StatusOr<image::LayerInfo> li = layers_->Resolve(spec.layers[i]);
       if (!li.ok()) {
@@ -507,6 +509,8 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
                                     ": " + std::string(s.message()));
       }
       e->info.layer_digests.push_back(li->digest);
+      if (li->from_sandbox) pristine_done = true;
+      if (!pristine_done) e->info.pristine_layers.push_back(li->digest);
     }
     std::lock_guard<std::mutex> l(mu_);
     table_[id] = e;
@@ -900,6 +904,15 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     e->info.state = SandboxState::kRunning;
     e->info.layer_digests = rec.at("layers").get<std::vector<std::string>>();
     e->info.layer_names = rec.value("layer_names", std::vector<std::string>());
+    if (rec.contains("pristine_layers")) {
+      e->info.pristine_layers = rec.at("pristine_layers").get<std::vector<std::string>>();
+    } else {  // a record of an older daemon: the same rule as Create
+      for (const std::string& d : e->info.layer_digests) {
+        StatusOr<image::LayerInfo> li = layers_->Resolve(d);
+        if (!li.ok() || li->from_sandbox) break;
+        e->info.pristine_layers.push_back(d);
+      }
+    }
     const auto& r = rec.at("resources");
     e->info.resources = runtime::Resources{r.at("cpu_millis").get<uint32_t>(), r.at("memory_mb").get<uint32_t>(),
                                            r.at("disk_mb").get<uint32_t>(), r.at("pids").get<uint32_t>(),
@@ -1248,6 +1261,15 @@ bool ValidInsidePath(const std::string& p) {
 }
 }  // namespace
 
+namespace {
+// What a snapshot or grade may copy from a sandbox: its disk limit (the
+// size of its upper) plus a quarter for metadata and chunk indexes.
+uint64_t CopyLimitBytes(const runtime::Resources& r) {
+  const uint64_t disk = uint64_t{r.disk_mb} << 20;
+  return disk + disk / 4;
+}
+}  // namespace
+
 StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) {
   std::shared_ptr<Entry> e;
   bool paused;
@@ -1268,32 +1290,83 @@ StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) 
     return absl::InvalidArgumentError("snapshot name " + Quote(name) + " must be kind/name@version");
   }
   ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
+  CopyBudget budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_,
+                    options_.max_staging_bytes);
   UpperCopyOptions co;
   co.host_root_id = e->sandbox->upper_host_root_id();
   co.id_range = e->sandbox->upper_id_range();
   co.exclude = req.exclude;
+  co.budget = &budget;
   const std::string staging = options_.state_dir + "/tmp/snap-" + req.id + "-" + std::to_string(t0);
   {
     FreezeGuard freeze(e->sandbox.get(), req.pause && !paused);
-    RETURN_IF_ERROR(CopyUpperTree(upper.get(), staging, co));
+    Status cs = CopyUpperTree(upper.get(), staging, co);
+    if (!cs.ok()) {
+      return Status(cs.code(), cs.code() == absl::StatusCode::kResourceExhausted  // names the sandbox
+                                   ? "snapshot: " + std::string(cs.message())
+                                   : "snapshot of sandbox " + req.id + ": " + std::string(cs.message()));
+    }
   }
-  StatusOr<image::LayerInfo> li = layers_->BuildFromDir(name, staging);
+  StatusOr<image::LayerInfo> li = layers_->BuildFromSandboxDir(name, staging);
   Status rm = RemoveTree(staging);
   if (!rm.ok()) Log(spdlog::level::warn, "removing snapshot staging failed", {{"dir", staging}, {"error", rm.ToString()}});
   if (!li.ok()) return li.status();
   Log(spdlog::level::info, "snapshot", {{"sandbox", req.id}, {"layer", name}, {"digest", li->digest},
+                                        {"bytes", std::to_string(budget.used())},
                                         {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return li;
 }
 
-// Grading without reward hacking: the agent's upper is copied WITHOUT the
-// protected paths (plus the shell the grader runs with), the protected paths
-// are restored from the pristine layers, the result becomes a temporary
-// layer, and the grader runs in a FRESH sandbox from the pristine layers +
-// that layer (never in the agent's sandbox, never with its /bin/sh). The
-// fresh sandbox and the layer are removed afterwards.
+namespace {
+// The /etc/hosts the container backend writes into a new sandbox's upper
+// when its image has none (SeedEtcHosts in container_backend.cc, same text):
+// not a change of the agent's, so not reported as touched. Read through fds
+// without following symlinks, regular files of at most 4 KiB only.
+bool IsSeededEtcHosts(int upper_fd, const std::string& hostname) {
+  UniqueFd etc(::openat(upper_fd, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!etc.valid()) return false;
+  UniqueFd f(::openat(etc.get(), "hosts", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st;
+  if (!f.valid() || ::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) return false;
+  std::string want = "# warren: generated for this sandbox\n127.0.0.1\tlocalhost\n";
+  if (!hostname.empty()) want += "127.0.1.1\t" + hostname + "\n";
+  want += "::1\tlocalhost ip6-localhost ip6-loopback\n";
+  std::string got(static_cast<size_t>(st.st_size), '\0');
+  return ::pread(f.get(), got.data(), got.size(), 0) == static_cast<ssize_t>(got.size()) && got == want;
+}
+
+StatusOr<std::vector<std::string>> NormalizePaths(const std::vector<std::string>& in, const char* field) {
+  std::vector<std::string> out;
+  for (const std::string& p : in) {
+    if (!ValidInsidePath(p) || p == "/") {
+      return absl::InvalidArgumentError(std::string(field) + " path " + Quote(p) +
+                                        " must be absolute, not \"/\", without \"..\"");
+    }
+    std::string q;  // collapse "//" and "/./", drop a trailing "/"
+    size_t i = 0;
+    while (i < p.size()) {
+      size_t j = p.find('/', i);
+      if (j == std::string::npos) j = p.size();
+      std::string c = p.substr(i, j - i);
+      if (!c.empty() && c != ".") q += "/" + c;
+      i = j + 1;
+    }
+    if (q.empty()) {
+      return absl::InvalidArgumentError(std::string(field) + " path " + Quote(p) + " names \"/\"");
+    }
+    out.push_back(q);
+  }
+  return out;
+}
+}  // namespace
+
+// Grading (see the header): the grader's sandbox is built from pristine
+// layers plus, per agent diff, a layer of only the solution paths; the
+// agent's sandbox is only read (frozen meanwhile). The grade layers and the
+// grader's sandbox are removed afterwards. A solution that cannot be packed
+// because of what the agent put there (over its disk limit, a path longer
+// than a layer holds) is a graded failure, not an error.
 StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
-  static const char* const kAlwaysProtected[] = {"/bin", "/usr/bin/sh", "/usr/bin/dash", "/usr/bin/bash"};
   std::shared_ptr<Entry> e;
   bool paused;
   {
@@ -1306,52 +1379,122 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
       return absl::FailedPreconditionError("sandbox " + req.id + " is " + SandboxStateName(e->info.state));
     }
   }
-  std::vector<std::string> prot;
-  for (const std::string& p : req.protected_paths) {
-    if (!ValidInsidePath(p) || p == "/") {
-      return absl::InvalidArgumentError("protected path " + Quote(p) + " must be absolute, not \"/\", without \"..\"");
-    }
-    std::string q = p;
-    while (q.size() > 1 && q.back() == '/') q.pop_back();
-    prot.push_back(q);
+  if (req.solution.empty()) {
+    return absl::InvalidArgumentError(
+        "grade of sandbox " + req.id +
+        ": solution is empty; name the paths where the task's solution lives (e.g. /w/repo/pkg): the "
+        "agent's changes enter the grader only there");
   }
-  const size_t user_count = prot.size();
-  for (const char* p : kAlwaysProtected) prot.push_back(p);
+  ASSIGN_OR_RETURN(std::vector<std::string> solution, NormalizePaths(req.solution, "solution"));
+  ASSIGN_OR_RETURN(std::vector<std::string> prot, NormalizePaths(req.protected_paths, "protected"));
+  if (e->info.pristine_layers.empty()) {
+    return absl::FailedPreconditionError(
+        "grade of sandbox " + req.id + ": it has no pristine layers (its bottom layer was made by a sandbox, "
+        "e.g. a snapshot), so there is no toolchain to grade with; create it on the layers the snapshotted "
+        "sandbox was created from plus the snapshot layer (snapshot().layers)");
+  }
 
   GradeResult res;
   const int64_t t0 = NowNs();
-  const std::string name = "workspace/grade-" + req.id + "@" + std::to_string(t0);
-  const std::string staging = options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0);
-  ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
-  UpperCopyOptions co;
-  co.host_root_id = e->sandbox->upper_host_root_id();
-  co.id_range = e->sandbox->upper_id_range();
-  co.exclude = prot;
+  const std::vector<std::string>& all = e->info.layer_digests;
+  const std::vector<std::string>& pristine = e->info.pristine_layers;  // a prefix of `all`, never changes
+  std::vector<std::unique_ptr<CopyBudget>> budget_store;  // outlives `rollback` (staging removed first)
   Rollback rollback;
-  {
-    FreezeGuard freeze(e->sandbox.get(), !paused);
-    for (size_t i = 0; i < user_count; ++i) {
-      if (UpperTouches(upper.get(), prot[i])) res.touched.push_back(prot[i]);
-    }
-    RETURN_IF_ERROR(CopyUpperTree(upper.get(), staging, co));
-  }
-  rollback.Add([staging] { (void)RemoveTree(staging); });
-  std::vector<std::string> lowers;
-  for (const std::string& d : e->info.layer_digests) {
+  std::vector<UniqueFd> layer_fds;  // every layer of the sandbox, bottom first
+  for (const std::string& d : all) {
     ASSIGN_OR_RETURN(std::string path, layers_->Acquire(d));
     rollback.Add([this, d] { layers_->Release(d); });
-    lowers.push_back(path);
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+    layer_fds.push_back(std::move(fd));
   }
-  for (const std::string& p : prot) RETURN_IF_ERROR(RestoreFromLowers(staging, p, lowers));
-  ASSIGN_OR_RETURN(image::LayerInfo li, layers_->BuildFromDir(name, staging));
-  rollback.Add([this, name] {
-    Status s = RemoveLayer(name);
-    if (!s.ok()) Log(spdlog::level::warn, "removing grade layer failed", {{"layer", name}, {"error", s.ToString()}});
-  });
+  std::vector<int> pristine_fds;
+  for (size_t i = 0; i < pristine.size(); ++i) pristine_fds.push_back(layer_fds[i].get());
+  ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
+  // The agent's diffs, bottom first: the layers a sandbox made, then the upper.
+  struct Diff {
+    int fd;
+    UpperCopyOptions options;
+    std::string staging;
+  };
+  std::vector<Diff> diffs;
+  for (size_t i = pristine.size(); i <= all.size(); ++i) {
+    Diff d;
+    d.fd = i < all.size() ? layer_fds[i].get() : upper.get();
+    if (i == all.size()) {
+      d.options.host_root_id = e->sandbox->upper_host_root_id();
+      d.options.id_range = e->sandbox->upper_id_range();
+    }
+    budget_store.push_back(std::make_unique<CopyBudget>("sandbox " + req.id, CopyLimitBytes(e->info.resources),
+                                                        &staging_used_, options_.max_staging_bytes));
+    d.options.budget = budget_store.back().get();
+    d.staging = options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0) + "-" + std::to_string(diffs.size());
+    diffs.push_back(std::move(d));
+  }
+  std::vector<std::string> touched;
+  {
+    FreezeGuard freeze(e->sandbox.get(), !paused);
+    for (Diff& d : diffs) {
+      std::vector<std::string> t;
+      const size_t room = GradeResult::kMaxTouched > touched.size() ? GradeResult::kMaxTouched - touched.size() : 0;
+      Status ls = ListChanges(d.fd, solution, pristine_fds, d.options, room, &t, &res.touched_truncated);
+      if (!ls.ok()) return Status(ls.code(), "grade of sandbox " + req.id + ": " + std::string(ls.message()));
+      if (d.fd == upper.get() && IsSeededEtcHosts(d.fd, e->info.hostname)) {
+        t.erase(std::remove(t.begin(), t.end(), "/etc/hosts"), t.end());
+      }
+      touched.insert(touched.end(), t.begin(), t.end());
+      for (const std::string& p : prot) {
+        if (UpperTouches(d.fd, p)) touched.push_back(p);
+      }
+      if (!res.rejected.empty()) continue;
+      Status cs = CopySolution(d.fd, d.staging, solution, prot, pristine_fds, d.options);
+      if (!cs.ok()) {
+        const bool content = (cs.code() == absl::StatusCode::kResourceExhausted && !d.options.budget->node_cap_hit()) ||
+                             cs.code() == absl::StatusCode::kFailedPrecondition;
+        if (!content) return Status(cs.code(), "grade of sandbox " + req.id + ": " + std::string(cs.message()));
+        res.rejected = std::string(cs.message());
+        continue;
+      }
+      rollback.Add([staging = d.staging] { (void)RemoveTree(staging); });
+    }
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  if (touched.size() > GradeResult::kMaxTouched) {
+    touched.resize(GradeResult::kMaxTouched);
+    res.touched_truncated = true;
+  }
+  res.touched = std::move(touched);
+  if (!res.rejected.empty()) {
+    res.outcome.exit_code = 1;
+    res.outcome.stderr_data = "warren: grade: the solution was not graded: " + res.rejected + "\n";
+    res.outcome.stderr_total = res.outcome.stderr_data.size();
+    Log(spdlog::level::info, "grade rejected", {{"sandbox", req.id}, {"reason", res.rejected}});
+    return res;
+  }
   CreateRequest cr = e->spec;
-  cr.layers = e->info.layer_digests;
-  cr.layers.push_back(li.digest);
+  cr.layers = pristine;
+  for (size_t i = 0; i < diffs.size(); ++i) {
+    if (diffs[i].options.budget->used() == 0) {  // nothing under the solution paths
+      (void)RemoveTree(diffs[i].staging);
+      continue;
+    }
+    const std::string name = "workspace/grade-" + req.id + "@" + std::to_string(t0) + "." + std::to_string(i);
+    StatusOr<image::LayerInfo> li = layers_->BuildFromSandboxDir(name, diffs[i].staging);
+    (void)RemoveTree(diffs[i].staging);
+    diffs[i].options.budget->ReleaseNode();
+    if (!li.ok()) return li.status();
+    rollback.Add([this, name] {
+      Status s = RemoveLayer(name);
+      if (!s.ok()) Log(spdlog::level::warn, "removing grade layer failed", {{"layer", name}, {"error", s.ToString()}});
+    });
+    cr.layers.push_back(li->digest);
+  }
   cr.labels["warren.grade-of"] = req.id;
+  // The agent sandbox's create RPC is long gone: not its deadline, not its
+  // cancellation probe (which refers to that call).
+  cr.deadline = std::chrono::steady_clock::time_point::max();
+  cr.cancelled = nullptr;
   cr.ttl_s = 0;
   cr.idle_timeout_s = 0;
   cr.job.clear();
@@ -1363,7 +1506,8 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   if (!out.ok()) return out.status();
   res.outcome = std::move(*out);
   Log(spdlog::level::info, "graded", {{"sandbox", req.id}, {"exit", std::to_string(res.outcome.exit_code)},
-                                      {"touched", std::to_string(res.touched.size())}});
+                                      {"touched", std::to_string(res.touched.size())},
+                                      {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return res;
 }
 

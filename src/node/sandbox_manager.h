@@ -105,6 +105,12 @@ struct SandboxInfo {
   SandboxState state = SandboxState::kCreating;
   std::vector<std::string> layer_digests;  // bottom first
   std::vector<std::string> layer_names;    // as asked
+  // The bottom layers up to (not including) the first one built from a
+  // sandbox's contents (LayerInfo::from_sandbox: a snapshot): the layers the
+  // creator chose, which grading trusts. A sandbox created from a snapshot's
+  // layer list keeps the snapshotted sandbox's pristine layers (its lineage).
+  // Persisted in the record.
+  std::vector<std::string> pristine_layers;
   runtime::Resources resources;
   std::map<std::string, std::string> labels;
   std::string job;
@@ -146,12 +152,25 @@ struct SnapshotRequest {
 struct GradeRequest {
   std::string id;
   runtime::ExecSpec grader;              // run in a fresh sandbox
+  // Absolute inside paths where the task's solution lives: the only place
+  // the agent's changes enter the grader. Required (non-empty).
+  std::vector<std::string> solution;
+  // Deprecated: everything outside `solution` is pristine anyway; a
+  // protected path inside a solution path stays pristine too.
   std::vector<std::string> protected_paths;
 };
 struct GradeResult {
   runtime::ExecOutcome outcome;
-  std::vector<std::string> touched;      // protected paths the agent's upper changes
+  // Every agent change outside the solution paths (sorted, at most
+  // kMaxTouched), plus the protected paths the agent changed.
+  std::vector<std::string> touched;
+  bool touched_truncated = false;
   std::string grade_sandbox_id;
+  // Non-empty: the solution could not be packed (over the sandbox's disk
+  // limit, a path longer than a layer holds); the grader did not run and
+  // outcome is a failure (exit_code 1, this text on stderr).
+  std::string rejected;
+  static constexpr size_t kMaxTouched = 4096;
 };
 
 struct NodeLimits {
@@ -180,6 +199,10 @@ struct ManagerOptions {
   std::chrono::milliseconds reap_interval{500};     // TTL/idle reaper period; 0 = no reaper thread
   size_t max_recorded_calls = 1024;                 // per sandbox, for request ids
   bool suspend_prefetch = true;  // resuming a suspended sandbox prefetches its working set
+  // Node-wide cap on the bytes that snapshot and grade staging trees (and so
+  // the layers built from them) hold at once; 0 = none. Each sandbox is
+  // bounded by its own disk limit as well (see Snapshot).
+  uint64_t max_staging_bytes = 0;
 };
 
 // Memory of one sandbox, read from its memory cgroup now.
@@ -259,7 +282,20 @@ class SandboxManager {
   // back to those inside, whiteouts/opaque dirs/xattrs/hardlinks kept. A
   // sandbox from the same layers + this one shows the snapshotted state.
   StatusOr<image::LayerInfo> Snapshot(const SnapshotRequest& request);
-  // Tamper-proof grading: see the .cc.
+  // Snapshot and grade copy at most disk_mb MiB + 1/4 (metadata) from a
+  // sandbox, holes at 1/16 of their size (sparse files stay sparse; see
+  // CopyBudget), and
+  // at most ManagerOptions::max_staging_bytes node-wide: ResourceExhausted
+  // naming the sandbox, the size and the limit.
+  //
+  // Tamper-proof grading by construction: the grader runs in a FRESH
+  // sandbox from the sandbox's pristine layers (those its creator gave,
+  // never one a sandbox made: see SandboxInfo::pristine_layers) plus, for
+  // each of the agent's diffs (the layers above the pristine ones, then its
+  // upper), a layer holding only what the diff has under
+  // `request.solution`. Nothing else of the agent's reaches the grader: not
+  // its interpreter, site-packages, test config, PATH, loader preload.
+  // `touched` lists every agent change outside the solution paths.
   StatusOr<GradeResult> Grade(const GradeRequest& request);
   // Audit log of a sandbox: one JSON object per exec / file call, oldest first
   // (<state_dir>/audit/<id>.jsonl, outside every sandbox; removed on destroy).
@@ -382,6 +418,8 @@ class SandboxManager {
   void RememberGone(const std::string& id, const std::string& reason);
   // NotFound for `id`, naming when and why it was destroyed if remembered.
   Status SandboxNotFound(const std::string& id) const;
+
+  std::atomic<uint64_t> staging_used_{0};  // bytes in snapshot/grade staging now
 
   mutable std::mutex jobs_mu_;
   std::map<std::string, JobInfo> jobs_;

@@ -81,6 +81,7 @@ struct Flags {
   std::string suspend_swap = "auto";
   uint64_t zram_size_mb = 0;
   bool suspend_prefetch = true;
+  uint64_t max_staging_mb = 0;
 };
 
 Status MkdirAll(const std::string& path, mode_t mode) {
@@ -251,6 +252,14 @@ int Run(const Flags& flags) {
     token = *t;
   }
   if (Status s = MkdirAll(flags.state_dir, 0711); !s.ok()) return fail(s);
+  // Not listable by other users (0711, also when it existed): they must not
+  // find snapshot staging, layer mounts or records. Traversable, because a
+  // fncall worker attaches its root at <state-dir>/fncall-root from inside
+  // its user namespace (a non-root host uid). What holds sandbox contents
+  // below it (mnt/, tmp/) is 0700.
+  if (::chmod(flags.state_dir.c_str(), 0711) != 0) {
+    return fail(ErrnoToStatus(errno, "chmod(" + flags.state_dir + ", 0711)"));
+  }
   StatusOr<UniqueFd> lock = LockStateDir(flags.state_dir);
   if (!lock.ok()) return fail(lock.status());
   if (Status s = PrepareSocket(flags.socket); !s.ok()) return fail(s);
@@ -300,6 +309,7 @@ int Run(const Flags& flags) {
   mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
   mopt.limits.max_create_queue = flags.max_create_queue;
   mopt.suspend_prefetch = flags.suspend_prefetch;
+  mopt.max_staging_bytes = flags.max_staging_mb << 20;
   {
     node::SuspendSwapOptions so;
     so.mode = flags.suspend_swap;
@@ -508,6 +518,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
   app.add_option("--zram-size-mb", f.zram_size_mb, "size of the zram swap set up by --suspend-swap=auto (0 = RAM/4)");
+  app.add_option("--max-staging-mb", f.max_staging_mb,
+                 "node-wide cap on what snapshots and grades copy from sandboxes at once, MiB (0 = none; "
+                 "each sandbox is also bounded by its disk limit)");
   app.add_option("--suspend-prefetch", f.suspend_prefetch,
                  "resuming a suspended sandbox prefetches its working set (true|false)")
       ->capture_default_str();

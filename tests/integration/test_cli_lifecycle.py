@@ -75,15 +75,17 @@ def test_cli_snapshot_fork_grade(cli, client, base_layer):
         client.destroy(j["ids"][0])
         assert cli("fork", sb.id, "-n", "0", check=False).returncode == 2
 
-        # grade: the grader's exit code and output; a tampered protected path is reported
+        # grade: the grader's exit code and output; the agent's changes enter
+        # only under --solution, the others are reported
         sb.exec("rm -rf /etc/apt", timeout=30)
-        p = cli("grade", sb.id, "--protected", "/etc/apt", "--", "test -d /etc/apt && cat /w/answer.txt", check=False)
+        p = cli("grade", sb.id, "--solution", "/w", "--", "test -d /etc/apt && cat /w/answer.txt", check=False)
         assert p.returncode == 0, p.stderr
-        assert p.stdout == b"42\n" and b"protected path touched by the agent: /etc/apt" in p.stderr
-        p = cli("--json", "grade", sb.id, "--", "sh", "-c", "echo no; exit 4", check=False)
+        assert p.stdout == b"42\n" and b"changed by the agent outside the solution: /etc/apt" in p.stderr
+        p = cli("--json", "grade", sb.id, "--solution", "/w", "--", "sh", "-c", "echo no; exit 4", check=False)
         assert p.returncode == 4
         j = json.loads(p.stdout)
-        assert j["passed"] is False and j["result"]["exit_code"] == 4 and j["touched"] == []
+        assert j["passed"] is False and j["result"]["exit_code"] == 4 and j["touched"] == ["/etc/apt"]
+        assert cli("grade", sb.id, "--", "true", check=False).returncode == 2  # no --solution
         assert cli("grade", sb.id, check=False).returncode == 2  # no grader command
 
 

@@ -135,9 +135,10 @@ def test_eval_python_api_and_wrong_expectations(daemon, client, eval_layers, tas
 
 
 @pytest.mark.timeout(600)
-def test_eval_isolated_grading_restores_protected_tests(daemon, client, eval_layers, tasks, baseline):
+def test_eval_isolated_grading_takes_only_the_solution(daemon, client, eval_layers, tasks, baseline):
     """An agent that rewrites the tests to pass "passes" with exec grading but
-    fails with isolated grading, which restores the protected tests."""
+    fails with isolated grading, where only its changes under the task's
+    solution paths reach the grader (the tests come from the layers)."""
     nofix = next(t for t in tasks if t.id.endswith("-nofix"))
     test_file, cls = nofix.tests[0].split("::")
     cheat = we.Trajectory("cheat", nofix.trajectory.turns + (

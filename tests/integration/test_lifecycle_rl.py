@@ -266,13 +266,14 @@ def task_layer(client, tmp_path_factory) -> str:
 
 
 GRADER = "bash /task/grade.sh"
-PROTECTED = ["/task/tests", "/task/grade.sh", "/task/conftest.py", "/usr/bin/bash"]
+SOLUTION = ["/task/solution.txt"]
+PROTECTED = ["/task/tests", "/task/grade.sh", "/task/conftest.py", "/usr/bin/bash"]  # deprecated, still accepted
 
 
 def test_grade_honest_agent(client, base_layer, task_layer):
     with client.create(layers=[base_layer, task_layer]) as sb:
         sb.files.write("/task/solution.txt", b"42\n")
-        g = sb.grade(GRADER, protected=PROTECTED, timeout=60)
+        g = sb.grade(GRADER, solution=SOLUTION, timeout=60)
         assert g.passed and g.result.stdout == b"PASS\n", g
         assert g.touched == []
         assert _gone(client, g.grade_sandbox_id)
@@ -294,13 +295,13 @@ def test_grade_is_not_fooled_by_tampering(client, base_layer, task_layer, hack):
         sb.files.write("/task/solution.txt", b"41\n")  # wrong answer
         r = sb.exec(hack, timeout=30)
         assert r.exit_code == 0, r
-        g = sb.grade(GRADER, protected=PROTECTED, timeout=60)
+        g = sb.grade(GRADER, solution=SOLUTION, timeout=60)
         assert not g.passed and b"PASS" not in g.result.stdout, g
         assert g.touched, "tampering not reported"
-        # the same tampered sandbox passes once the answer is right: grading
-        # uses the agent's diff, only protected paths are restored
+        # the same tampered sandbox passes once the answer is right: the
+        # agent's changes enter under the solution path only
         sb.files.write("/task/solution.txt", b"42\n")
-        g2 = sb.grade(GRADER, protected=PROTECTED, timeout=60)
+        g2 = sb.grade(GRADER, solution=SOLUTION, protected=PROTECTED, timeout=60)
         assert g2.passed and g2.result.stdout == b"PASS\n", g2
 
 

@@ -113,8 +113,8 @@ def test_snapshot_grade_fork_and_suspend_after_kill9_restart(test_root, layer_st
         finally:
             for k in kids:
                 k.destroy()
-        g = sb.grade("grep -q 42 /w/answer.txt && echo pass", protected=["/etc/apt"])
-        assert g.passed and g.result.stdout == b"pass\n" and g.touched == ["/etc/apt"], g
+        g = sb.grade("grep -q 42 /w/answer.txt && echo pass", solution=["/w"])
+        assert g.passed and g.result.stdout == b"pass\n" and g.touched == ["/etc/apt", "/etc/motd"], g
         # the suspended sandbox: still suspended after the restart, then intact
         sus = c.get(sus.id)
         assert sus.cached_info.state == "suspended"

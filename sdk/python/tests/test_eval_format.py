@@ -29,7 +29,7 @@ def test_loads_tasks_and_trajectories_from_a_dir(tmp_path):
     (t,) = we.load_tasks(tmp_path)
     assert (t.id, t.layers, t.repo, t.tests, t.expected) == (
         "t1", ("base/x@1",), "/w/r", ("tests/a.py::A",), "pass")
-    assert t.timeout_s == 120 and t.setup == () and t.protected == ()
+    assert t.timeout_s == 120 and t.setup == () and t.protected == () and t.solution == ()
     turns = t.trajectory.turns
     assert [x.type for x in turns] == ["exec", "write", "write", "read", "patch"]
     assert turns[0].expect_exit == 0 and turns[0].cmd == "ls"
@@ -50,6 +50,8 @@ def test_grade_command_quotes_tests(tmp_path):
     (dict(TASK, extra=1), "unknown task field"),
     (dict(TASK, expected="maybe"), "expected must be"),
     (dict(TASK, repo="w/r"), "repo must be an absolute path"),
+    (dict(TASK, solution="/w/r/pkg"), "solution must be a list"),
+    (dict(TASK, solution=["pkg"]), "solution paths must be absolute"),
     (dict(TASK, layers=[]), "layers must be a non-empty list"),
     (dict(TASK, trajectory="nope"), "trajectory 'nope' not in"),
     (dict(TASK, test_command="pytest"), "{tests}"),
@@ -99,3 +101,18 @@ def test_shipped_tasks_load_and_pair_fixes_with_failures():
         assert "exec" in kinds and "read" in kinds
         if t.expected == "pass":
             assert "patch" in kinds or "write" in kinds
+
+
+def test_solution_paths_and_isolated_grading_needs_them(tmp_path):
+    _write(tmp_path / "tasks.jsonl", [dict(TASK, solution=["/w/r/pkg"]), dict(TASK, id="t2")])
+    _write(tmp_path / "trajectories.jsonl", [TRAJ])
+    t1, t2 = we.load_tasks(tmp_path)
+    assert t1.solution == ("/w/r/pkg",) and t2.solution == ()
+    with pytest.raises(we.errors.InvalidArgument, match="t2"):
+        we.run(None, [t1, t2], n=1, grade="isolated")  # refused before any call
+
+
+def test_shipped_tasks_name_their_solution():
+    from pathlib import Path
+    tasks = we.load_tasks(Path(__file__).resolve().parents[3] / "eval/tasks/more-itertools")
+    assert {t.solution for t in tasks} == {("/w/more-itertools/more_itertools",)}

@@ -38,7 +38,7 @@ from ._proto import warren_pb2 as pb
 from ._proto import warren_pb2_grpc as pb_grpc
 from .client import (_check_data, _chunks, _create_request, _exec_request, _path_bytes, _target, _u32,
                      _u32_or_u64)
-from .lifecycle import GradeResult, JobInfo, Snapshot, _exec_request as _grade_request
+from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
 from .process import (STDERR, STDOUT, SESSION_BUFFER_BYTES, OutputChunk, ProcessInfo,
                       ProcessOutput, _INTERRUPT_GRACE_S, _SESSION_ARGV, _WAIT_SLICE_S, _SessionCommand,
                       _start_options, _to_bytes)
@@ -590,12 +590,10 @@ class AsyncSandbox:
         return out
 
     async def grade(self, grader: Cmd, protected: Sequence[str] = (), timeout: Optional[float] = None,
-                    env: Optional[Mapping[str, Union[str, bytes]]] = None, cwd: Optional[str] = None) -> GradeResult:
-        req = pb.GradeRequest(id=self.id, grader=_grade_request(grader, timeout, env, cwd),
-                              protected_paths=list(protected))
-        r = await _rpc(self._client._lifecycle.Grade(req, metadata=self._client._metadata))
-        return GradeResult(result=ExecResult._from_pb(r.result), touched=list(r.touched),
-                           grade_sandbox_id=r.grade_sandbox_id)
+                    env: Optional[Mapping[str, Union[str, bytes]]] = None, cwd: Optional[str] = None,
+                    solution: Optional[Sequence[str]] = None) -> GradeResult:
+        req = _grade_request(self.id, grader, protected, timeout, env, cwd, solution)
+        return _grade_result(await _rpc(self._client._lifecycle.Grade(req, metadata=self._client._metadata)))
 
     async def audit_log(self) -> List[Dict[str, Any]]:
         r = await _rpc(self._client._lifecycle.AuditLog(pb.AuditLogRequest(id=self.id),

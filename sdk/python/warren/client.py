@@ -587,11 +587,16 @@ class Sandbox:
     def grade(self, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
               protected: Sequence[str] = (), timeout: Optional[float] = None,
               env: Optional[Mapping[str, Union[str, bytes]]] = None,
-              cwd: Optional[str] = None) -> "GradeResult":
-        """Runs grader in a FRESH sandbox from the pristine layers + this
-        sandbox's changes, with `protected` paths restored from the pristine
-        layers; returns the grader's result and the protected paths touched."""
-        return self._client._lifecycle().grade(self.id, grader, protected, timeout, env, cwd)
+              cwd: Optional[str] = None, solution: Optional[Sequence[str]] = None) -> "GradeResult":
+        """Runs grader in a FRESH sandbox built from this sandbox's pristine
+        layers (those its creator gave; a fork or a sandbox created from a
+        snapshot keeps the pristine layers of the sandbox snapshotted) plus
+        its changes under the `solution` paths (required: absolute paths where
+        the task's solution lives) and nowhere else. Returns the grader's
+        result and every change of the agent outside the solution paths
+        (`touched`). `protected` is deprecated: a path inside a solution path
+        kept pristine. Raises InvalidArgument without `solution`."""
+        return self._client._lifecycle().grade(self.id, grader, protected, timeout, env, cwd, solution)
 
     def audit_log(self) -> List[Dict[str, Any]]:
         """Every exec and file call on this sandbox (kept by the daemon)."""

@@ -170,6 +170,7 @@ class Task:
     setup: Tuple[Turn, ...] = ()
     test_command: str = DEFAULT_TEST_COMMAND
     protected: Tuple[str, ...] = ()
+    solution: Tuple[str, ...] = ()
     timeout_s: float = 120.0
     cpu: Optional[float] = None
     memory_mb: Optional[int] = None
@@ -232,7 +233,7 @@ def load_tasks(path: "os.PathLike[str] | str",
     tasks: List[Task] = []
     seen = set()
     known = {"id", "layers", "repo", "tests", "expected", "trajectory", "setup", "test_command",
-             "protected", "timeout_s", "resources", "note"}
+             "protected", "solution", "timeout_s", "resources", "note"}
     for where, d in _read_jsonl(p):
         extra = set(d) - known
         if extra:
@@ -255,6 +256,9 @@ def load_tasks(path: "os.PathLike[str] | str",
 
         layers, tests = strs("layers"), strs("tests")
         protected = strs("protected", required=False)
+        solution = strs("solution", required=False)
+        if any(not x.startswith("/") for x in solution):
+            raise EvalFormatError(f"{where}: solution paths must be absolute paths in the sandbox")
         repo = d.get("repo")
         if not isinstance(repo, str) or not repo.startswith("/"):
             raise EvalFormatError(f"{where}: repo must be an absolute path in the sandbox")
@@ -292,7 +296,7 @@ def load_tasks(path: "os.PathLike[str] | str",
         tasks.append(Task(
             id=tid, layers=layers, repo=repo, tests=tests, expected=expected, trajectory=traj,
             setup=tuple(Turn.parse(t, f"{where}: setup turn {k}") for k, t in enumerate(setup)),
-            test_command=cmd, protected=protected, timeout_s=float(timeout),
+            test_command=cmd, protected=protected, solution=solution, timeout_s=float(timeout),
             cpu=res.get("cpu"), memory_mb=res.get("memory_mb"), disk_mb=res.get("disk_mb")))
     if not tasks:
         raise EvalFormatError(f"{p}: no tasks")
@@ -385,7 +389,7 @@ def run_rollout(client: Client, task: Task, index: int = 0, grade: str = "exec",
     """Runs one rollout of `task` in a fresh sandbox and destroys it (also on
     error). grade: "exec" (the tests run in the rollout's sandbox) or
     "isolated" (sb.grade(): a fresh sandbox from the pristine layers plus the
-    rollout's changes, with the task's `protected` paths restored). Never
+    rollout's changes under the task's `solution` paths only). Never
     raises for a rollout failure: errors are the result's outcome "error"."""
     r = RolloutResult(index=index, task=task.id, expected=task.expected)
     t_start = time.monotonic()
@@ -402,7 +406,8 @@ def run_rollout(client: Client, task: Task, index: int = 0, grade: str = "exec",
         cmd = task.grade_command()
         t0 = time.monotonic()
         if grade == "isolated":
-            g = sb.grade(cmd, protected=list(task.protected), timeout=task.timeout_s, cwd=task.repo)
+            g = sb.grade(cmd, solution=list(task.solution), protected=list(task.protected),
+                         timeout=task.timeout_s, cwd=task.repo)
             res = g.result
         else:
             res = sb.exec(cmd, cwd=task.repo, timeout=task.timeout_s)
@@ -581,6 +586,11 @@ def run(client: Client, tasks: Sequence[Task], n: Optional[int] = None, concurre
         raise errors.InvalidArgument(f"eval: n and concurrency must be >= 1, got {n}, {concurrency}")
     if grade not in ("exec", "isolated"):
         raise errors.InvalidArgument(f"eval: grade must be 'exec' or 'isolated', got {grade!r}")
+    if grade == "isolated":
+        lacking = sorted({t.id for t in tasks if not t.solution})
+        if lacking:
+            raise errors.InvalidArgument(f"eval: --grade isolated needs each task's solution paths; "
+                                         f"missing in {', '.join(lacking[:5])}")
     for ref in sorted({l for t in tasks for l in t.layers}):
         client.layers.get(ref)  # NotFound names the missing layer
     run_id = uuid.uuid4().hex[:12]
@@ -710,7 +720,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("-c", "--concurrency", type=int, default=4, help="rollouts in flight (default 4)")
     ap.add_argument("--grade", choices=("exec", "isolated"), default="exec",
                     help="exec: run the tests in the rollout's sandbox (default); isolated: "
-                         "sb.grade() in a fresh sandbox with the task's protected paths restored")
+                         "sb.grade() in a fresh sandbox from the pristine layers plus the rollout's "
+                         "changes under the task's solution paths only")
     ap.add_argument("--task", metavar="REGEX", help="only tasks whose id matches REGEX")
     ap.add_argument("--report", help="write the JSON report here")
     ap.add_argument("--layer-dir", action="append", default=[], metavar="NAME=DIR",

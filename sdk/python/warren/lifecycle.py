@@ -34,16 +34,44 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class GradeResult:
-    """The grader's outcome (run in a fresh sandbox) and the protected paths
-    the agent's changes touched (restored before grading)."""
+    """The grader's outcome (run in a fresh sandbox from the pristine layers
+    plus the agent's changes under the solution paths only) and every change
+    of the agent outside the solution paths (`touched`: added, modified,
+    deleted files, directories with a new mode or owner; at most 4096, then
+    `touched_truncated`). `rejected` (non-empty): the solution could not be
+    packed (over the sandbox's disk limit, a path longer than a layer
+    holds); the grader did not run and the result is a failure."""
 
     result: ExecResult
     touched: List[str]
     grade_sandbox_id: str
+    touched_truncated: bool = False
+    rejected: str = ""
 
     @property
     def passed(self) -> bool:
         return self.result.exit_code == 0
+
+
+def _grade_request(sandbox_id: str, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
+                   protected: Sequence[str], timeout: Optional[float],
+                   env: Optional[Mapping[str, Union[str, bytes]]], cwd: Optional[str],
+                   solution: Optional[Sequence[str]]) -> "pb.GradeRequest":
+    """The request of sync and async grade (one source for both)."""
+    if isinstance(solution, str):
+        solution = [solution]
+    if not solution:
+        raise errors.InvalidArgument(
+            "grade: solution= is required: the absolute paths where the task's solution lives "
+            "(the agent's changes enter the grader only there)")
+    return pb.GradeRequest(id=sandbox_id, grader=_exec_request(grader, timeout, env, cwd),
+                           protected_paths=list(protected), solution=list(solution))
+
+
+def _grade_result(r: "pb.GradeResponse") -> GradeResult:
+    return GradeResult(result=ExecResult._from_pb(r.result), touched=list(r.touched),
+                       grade_sandbox_id=r.grade_sandbox_id, touched_truncated=r.touched_truncated,
+                       rejected=r.rejected)
 
 
 def _exec_request(cmd: Union[str, bytes, Sequence[Union[str, bytes]]],
@@ -113,14 +141,11 @@ class Lifecycle:
     def grade(self, sandbox_id: str, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
               protected: Sequence[str] = (), timeout: Optional[float] = None,
               env: Optional[Mapping[str, Union[str, bytes]]] = None,
-              cwd: Optional[str] = None) -> GradeResult:
-        req = pb.GradeRequest(id=sandbox_id, grader=_exec_request(grader, timeout, env, cwd),
-                              protected_paths=list(protected))
+              cwd: Optional[str] = None, solution: Optional[Sequence[str]] = None) -> GradeResult:
+        req = _grade_request(sandbox_id, grader, protected, timeout, env, cwd, solution)
 
         def run() -> GradeResult:
-            r = self._stub.Grade(req, metadata=self._md())
-            return GradeResult(result=ExecResult._from_pb(r.result), touched=list(r.touched),
-                               grade_sandbox_id=r.grade_sandbox_id)
+            return _grade_result(self._stub.Grade(req, metadata=self._md()))
         return self._wrap(run)
 
     def audit_log(self, sandbox_id: str) -> List[Dict[str, Any]]:

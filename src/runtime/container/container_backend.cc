@@ -1424,11 +1424,22 @@ constexpr char kEtcHostsMark[] = "# warren: generated for this sandbox\n";
 
 Status SeedEtcHosts(int upper_fd, const SandboxSpec& spec, uid_t host_uid) {
   for (auto it = spec.lower_dirs.rbegin(); it != spec.lower_dirs.rend(); ++it) {  // top layer first
-    UniqueFd f(::open((*it + "/etc/hosts").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    // One component at a time from the layer's root: a symlink /etc in a
+    // layer is never resolved on the host.
+    UniqueFd root(::open(it->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) return Errno("open(" + *it + ")");
+    UniqueFd etc(::openat(root.get(), "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!etc.valid()) {
+      if (errno == ENOENT) continue;
+      return absl::OkStatus();  // /etc is not a directory here: the image's own business
+    }
+    UniqueFd f(::openat(etc.get(), "hosts", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (!f.valid()) {
-      if (errno == ENOENT || errno == ENOTDIR) continue;
+      if (errno == ENOENT) continue;
       return absl::OkStatus();  // present (a symlink, ...): the image's own
     }
+    struct stat st;
+    if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) return absl::OkStatus();
     char head[sizeof kEtcHostsMark - 1];
     if (::read(f.get(), head, sizeof head) != static_cast<ssize_t>(sizeof head) ||
         memcmp(head, kEtcHostsMark, sizeof head) != 0) {

@@ -787,8 +787,8 @@ TEST(ParseTest, EvalWithoutArgumentsStillRunsTheRunner) {
 TEST(ParseTest, LifecycleVerbs) {
   {
     Invocation inv;
-    ASSERT_EQ(Parse(inv, {"grade", "sb1", "--protected", "/task/tests", "--protected", "/t2", "--timeout", "30",
-                          "--json", "--", "bash", "-c", "exit 3"}),
+    ASSERT_EQ(Parse(inv, {"grade", "sb1", "--solution", "/w/pkg", "--protected", "/task/tests", "--protected", "/t2",
+                          "--timeout", "30", "--json", "--", "bash", "-c", "exit 3"}),
               0);
     EXPECT_EQ(inv.verb, "grade");
     EXPECT_TRUE(inv.global.json);
@@ -796,16 +796,22 @@ TEST(ParseTest, LifecycleVerbs) {
     ASSERT_TRUE(req.ok()) << req.status();
     EXPECT_EQ(req->id(), "sb1");
     EXPECT_EQ(req->protected_paths_size(), 2);
+    ASSERT_EQ(req->solution_size(), 1);
+    EXPECT_EQ(req->solution(0), "/w/pkg");
     EXPECT_EQ(req->grader().argv_size(), 3);
     EXPECT_EQ(req->grader().argv(2), "exit 3");
     EXPECT_EQ(req->grader().timeout_ms(), 30000u);
   }
   {
     Invocation inv;
-    ASSERT_EQ(Parse(inv, {"grade", "sb1", "--", "sh /g.sh"}), 0);
+    ASSERT_EQ(Parse(inv, {"grade", "sb1", "--solution", "/w", "--", "sh /g.sh"}), 0);
     StatusOr<v1::GradeRequest> req = BuildGradeRequest(inv.rl, inv.exec_tail);
     ASSERT_TRUE(req.ok());
     EXPECT_EQ(req->grader().shell(), "sh /g.sh");
+    Invocation no_solution;  // grading needs the solution paths
+    ASSERT_EQ(Parse(no_solution, {"grade", "sb1", "--", "sh /g.sh"}), 0);
+    EXPECT_EQ(BuildGradeRequest(no_solution.rl, no_solution.exec_tail).status().code(),
+              absl::StatusCode::kInvalidArgument);
     Invocation none;
     ASSERT_EQ(Parse(none, {"grade", "sb1"}), 0);
     EXPECT_EQ(BuildGradeRequest(none.rl, none.exec_tail).status().code(), absl::StatusCode::kInvalidArgument);

@@ -250,6 +250,45 @@ TEST_F(LayerStoreTest, SameTreeGivesSameDigest) {
   ExpectTmpEmpty();
 }
 
+TEST_F(LayerStoreTest, SandboxBuildsAreMarkedAndKeepHoles) {
+  std::string src = Src("src");
+  WriteFile(src + "/small", "hi\n");
+  {
+    int fd = open((src + "/sparse").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, off_t{256} << 20), 0);
+    ASSERT_EQ(pwrite(fd, "data", 4, off_t{128} << 20), 4);
+    close(fd);
+  }
+  auto client = store_->BuildFromDir("workspace/client@1", src);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_FALSE(client->from_sandbox);
+  EXPECT_GT(client->size_bytes, uint64_t{256} << 20);  // the plain format is dense
+  auto snap = store_->BuildFromSandboxDir("workspace/snap@1", src);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_TRUE(snap->from_sandbox);
+  EXPECT_LT(snap->size_bytes, uint64_t{1} << 20);  // chunk index + data
+  EXPECT_TRUE(store_->Resolve("workspace/snap@1")->from_sandbox);
+  EXPECT_TRUE(store_->Resolve(snap->digest)->from_sandbox);
+  EXPECT_FALSE(store_->Resolve("workspace/client@1")->from_sandbox);
+  const std::string m = Mount(*snap);
+  struct stat st;
+  ASSERT_EQ(stat((m + "/sparse").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, off_t{256} << 20);
+  // the store's blobs are private to root
+  ASSERT_EQ(stat((store_->dir() + "/blobs").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  // the mark goes with the blob
+  std::string other = Src("other");
+  WriteFile(other + "/f", "x");
+  auto o = store_->BuildFromSandboxDir("workspace/other@1", other);
+  ASSERT_TRUE(o.ok()) << o.status();
+  const std::string mark = store_->dir() + "/meta/" + o->digest.substr(7) + ".sandbox";
+  EXPECT_EQ(access(mark.c_str(), F_OK), 0);
+  ASSERT_TRUE(store_->Remove("workspace/other@1").ok());
+  EXPECT_NE(access(mark.c_str(), F_OK), 0);
+}
+
 TEST_F(LayerStoreTest, NameConflictIsAlreadyExists) {
   std::string s1 = Src("s1"), s2 = Src("s2");
   WriteFile(s1 + "/f", "one");

@@ -209,8 +209,9 @@ struct FakeLayerState {
   std::vector<std::string> builds;                 // "dir:<name>:<dir>", "tar:<name>:<bytes>"
   std::string tmp_dir = "/tmp";
 
-  void Add(const std::string& name, const std::string& hex) {
+  void Add(const std::string& name, const std::string& hex, bool from_sandbox = false) {
     image::LayerInfo li{"sha256:" + hex, name, 4096, 1};
+    li.from_sandbox = from_sandbox;
     std::lock_guard<std::mutex> l(mu);
     by_ref[name] = li;
     by_ref[li.digest] = li;
@@ -245,6 +246,13 @@ class FakeLayers final : public node::LayerProvider {
     std::lock_guard<std::mutex> l(s_->mu);
     s_->builds.push_back("dir:" + name + ":" + dir);
     return image::LayerInfo{"sha256:" + std::string(64, 'd'), name, 1, 1};
+  }
+  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->builds.push_back("sandbox-dir:" + name + ":" + dir);
+    image::LayerInfo li{"sha256:" + std::string(64, 'e'), name, 1, 1};
+    li.from_sandbox = true;
+    return li;
   }
   StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar) override {
     struct stat st;

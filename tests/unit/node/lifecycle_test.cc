@@ -1,7 +1,8 @@
 // Lifecycle of the node (issue 4): TTL / idle reaping, ExtendTtl persisted
 // across a restart, idempotent calls, the audit log (over the fake backend),
 // and the upper-tree copy used by snapshots and grading (on a real file
-// system: whiteouts, opaque xattrs, hardlinks, symlinks, id shift, excludes).
+// system: whiteouts, opaque xattrs, hardlinks, symlinks, id shift, excludes,
+// holes, bounds, depth, security xattrs, solution-only copies, changes).
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -231,6 +232,44 @@ TEST_F(LifecycleTest, PauseUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
   EXPECT_EQ(manager_->Snapshot({a->id, "", {}, true}).status().code(), absl::StatusCode::kUnimplemented);
 }
 
+TEST_F(LifecycleTest, PristineLayersEndAtTheFirstLayerASandboxMade) {
+  layer_state_->Add("workspace/snap@1", std::string(64, '5'), /*from_sandbox=*/true);
+  layer_state_->Add("toolset/py@1", std::string(64, '6'));
+  manager_ = NewManager();
+  CreateRequest r = Req();
+  r.layers = {"base/debian@12", "toolset/py@1", "workspace/snap@1", "toolset/py@1"};
+  auto a = manager_->Create(r);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->pristine_layers, (std::vector<std::string>{"sha256:" + std::string(kBaseHex),
+                                                          "sha256:" + std::string(64, '6')}));
+  EXPECT_EQ(a->layer_digests.size(), 4u);
+  // persisted: a restarted daemon keeps the lineage
+  manager_.reset();
+  manager_ = NewManager();
+  auto again = manager_->Get(a->id);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->pristine_layers, a->pristine_layers);
+  // grading names where the solution lives
+  GradeRequest g;
+  g.id = a->id;
+  g.grader.shell = "true";
+  EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  g.solution = {"w/pkg"};
+  EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  g.solution = {"/w/../etc"};
+  EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  // a sandbox whose bottom layer a sandbox made has nothing pristine to grade with
+  r.layers = {"workspace/snap@1", "toolset/py@1"};
+  auto b = manager_->Create(r);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->pristine_layers.empty());
+  g.id = b->id;
+  g.solution = {"/w/pkg"};
+  auto gr = manager_->Grade(g);
+  EXPECT_EQ(gr.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(gr.status().message().find("no pristine layers"), std::string::npos) << gr.status();
+}
+
 TEST_F(LifecycleTest, SuspendUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
   manager_ = NewManager();
   auto a = manager_->Create(Req());
@@ -322,13 +361,8 @@ TEST_F(UpperCopyTest, KeepsWhiteoutsOpaqueHardlinksSymlinksAndShiftsIds) {
   EXPECT_TRUE(fs::exists(dst + "/d/f"));
 }
 
-TEST_F(UpperCopyTest, UpperTouchesAndRestoreFromLowers) {
-  // lower: /t/tests/a, /t/keep ; upper: /t opaque with /t/new, /x whiteout
-  const std::string lower = root_ + "/lower";
-  fs::create_directories(lower + "/t/tests");
-  std::ofstream(lower + "/t/tests/a") << "pristine";
-  std::ofstream(lower + "/t/keep") << "k";
-  fs::create_directories(lower + "/x");
+TEST_F(UpperCopyTest, UpperTouchesAndExcludes) {
+  // upper: /t opaque with /t/new, /x whiteout, /u/file
   ASSERT_EQ(::mkdir((up_ + "/t").c_str(), 0755), 0);
   ASSERT_EQ(::lsetxattr((up_ + "/t").c_str(), "trusted.overlay.opaque", "y", 1, 0), 0);
   Write("/t/new", "n");
@@ -342,23 +376,213 @@ TEST_F(UpperCopyTest, UpperTouchesAndRestoreFromLowers) {
   EXPECT_TRUE(UpperTouches(src.get(), "/u/file"));
   EXPECT_FALSE(UpperTouches(src.get(), "/u/other"));
   EXPECT_FALSE(UpperTouches(src.get(), "/v"));
-
-  const std::string dst = root_ + "/out";
-  UpperCopyOptions o;
-  o.exclude = {"/t/tests", "/x/y"};
-  ASSERT_TRUE(CopyUpperTree(src.get(), dst, o).ok());
-  ASSERT_TRUE(RestoreFromLowers(dst, "/t/tests", {lower}).ok());
-  ASSERT_TRUE(RestoreFromLowers(dst, "/x/y", {lower}).ok());  // absent in pristine
-  ASSERT_TRUE(RestoreFromLowers(dst, "/t/missing", {lower}).ok());
-  std::ifstream in(dst + "/t/tests/a");
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(data, "pristine");
-  EXPECT_TRUE(fs::exists(dst + "/t/new"));  // the agent's other changes stay
-  EXPECT_FALSE(fs::exists(dst + "/t/keep"));  // opaque: not copied from the lower
-  EXPECT_FALSE(fs::exists(dst + "/t/missing"));
   EXPECT_TRUE(PathExcluded("/a/b/__pycache__", {"*/__pycache__"}));
   EXPECT_TRUE(PathExcluded("/a/b.pyc", {"*.pyc"}));
   EXPECT_FALSE(PathExcluded("/a/bc", {"/a/b"}));
+  EXPECT_TRUE(PathWithin("/a/b/c", "/a/b"));
+  EXPECT_TRUE(PathWithin("/a/b", "/a/b"));
+  EXPECT_FALSE(PathWithin("/a/bc", "/a/b"));
+}
+
+// The diff of a task sandbox over a pristine lower:
+//   lower: /t/tests/a, /t/keep, /t/pkg/x, /x/, /etc/
+//   upper: /t opaque with /t/new and /t/pkg/x, /x whiteout, /u/file
+class SolutionCopyTest : public UpperCopyTest {
+ protected:
+  void SetUp() override {
+    UpperCopyTest::SetUp();
+    lower_ = root_ + "/lower";
+    fs::create_directories(lower_ + "/t/tests");
+    fs::create_directories(lower_ + "/t/pkg");
+    fs::create_directories(lower_ + "/x");
+    fs::create_directories(lower_ + "/etc");
+    ASSERT_EQ(::chmod((lower_ + "/t").c_str(), 0751), 0);
+    std::ofstream(lower_ + "/t/tests/a") << "pristine";
+    std::ofstream(lower_ + "/t/keep") << "k";
+    std::ofstream(lower_ + "/t/pkg/x") << "old";
+    ASSERT_EQ(::mkdir((up_ + "/t").c_str(), 0751), 0);
+    ASSERT_EQ(::lsetxattr((up_ + "/t").c_str(), "trusted.overlay.opaque", "y", 1, 0), 0);
+    Write("/t/new", "n");
+    ASSERT_EQ(::mkdir((up_ + "/t/pkg").c_str(), 0755), 0);
+    Write("/t/pkg/x", "new");
+    ASSERT_EQ(::mknod((up_ + "/x").c_str(), S_IFCHR | 0, makedev(0, 0)), 0);
+    ASSERT_EQ(::mkdir((up_ + "/u").c_str(), 0755), 0);
+    Write("/u/file", "f");
+    src_.reset(::open(up_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    lower_fd_.reset(::open(lower_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(src_.valid() && lower_fd_.valid());
+  }
+  std::string Read(const std::string& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  bool Opaque(const std::string& p) {
+    char v[4];
+    return ::lgetxattr(p.c_str(), "trusted.overlay.opaque", v, sizeof v) == 1;
+  }
+  std::string lower_;
+  UniqueFd src_, lower_fd_;
+};
+
+TEST_F(SolutionCopyTest, CopiesOnlyTheSolutionWithPristineAncestors) {
+  const std::string dst = root_ + "/out";
+  ASSERT_TRUE(CopySolution(src_.get(), dst, {"/t/pkg", "/x/y", "/v/w"}, {}, {lower_fd_.get()}, {}).ok());
+  // the ancestor is a plain merging dir with the pristine mode
+  struct stat t = Lstat(dst + "/t");
+  EXPECT_TRUE(S_ISDIR(t.st_mode));
+  EXPECT_EQ(t.st_mode & 07777, 0751u);
+  EXPECT_FALSE(Opaque(dst + "/t"));
+  // below a replaced ancestor the solution path is opaque: only the agent's
+  // view of it shows
+  EXPECT_TRUE(Opaque(dst + "/t/pkg"));
+  EXPECT_EQ(Read(dst + "/t/pkg/x"), "new");
+  EXPECT_FALSE(fs::exists(dst + "/t/new"));
+  EXPECT_FALSE(fs::exists(dst + "/t/keep"));
+  EXPECT_FALSE(fs::exists(dst + "/u"));
+  // a solution path under a deleted ancestor is deleted
+  struct stat w = Lstat(dst + "/x/y");
+  EXPECT_TRUE(S_ISCHR(w.st_mode) && w.st_rdev == makedev(0, 0));
+  EXPECT_FALSE(Opaque(dst + "/x"));
+  // one the diff does not touch is not in the copy at all
+  EXPECT_FALSE(fs::exists(dst + "/v"));
+}
+
+TEST_F(SolutionCopyTest, ProtectedPathsInsideTheSolutionShowThePristineLayers) {
+  const std::string dst = root_ + "/out";
+  ASSERT_TRUE(CopySolution(src_.get(), dst, {"/t"}, {"/t/tests/a"}, {lower_fd_.get()}, {}).ok());
+  EXPECT_FALSE(Opaque(dst + "/t"));  // not opaque: /t/tests/a comes from below
+  EXPECT_FALSE(fs::exists(dst + "/t/tests"));
+  EXPECT_EQ(Read(dst + "/t/new"), "n");
+}
+
+TEST_F(SolutionCopyTest, ListChangesReportsEverythingOutsideTheSolution) {
+  std::vector<std::string> out;
+  bool truncated = false;
+  ASSERT_TRUE(ListChanges(src_.get(), {"/t/pkg"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  EXPECT_EQ(out, (std::vector<std::string>{"/t", "/t/new", "/u", "/x"}));
+  EXPECT_FALSE(truncated);
+  out.clear();
+  ASSERT_TRUE(ListChanges(src_.get(), {"/t/pkg"}, {lower_fd_.get()}, {}, 2, &out, &truncated).ok());
+  EXPECT_EQ(out.size(), 2u);
+  EXPECT_TRUE(truncated);
+  // a chmod of a pristine dir is a change; a copied-up dir is not
+  ASSERT_EQ(::mkdir((up_ + "/etc").c_str(), 0700), 0);
+  out.clear();
+  truncated = false;
+  ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  EXPECT_EQ(out, (std::vector<std::string>{"/etc"}));
+  ASSERT_EQ(::chmod((up_ + "/etc").c_str(), 0755), 0);
+  out.clear();
+  ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  EXPECT_TRUE(out.empty()) << out[0];
+}
+
+TEST_F(SolutionCopyTest, SymlinksInDiffsAndLayersAreNeverFollowedOnTheHost) {
+  // host dir with a secret; the diff has /s -> host dir, the pristine layer
+  // has /p -> host dir
+  const std::string host = root_ + "/host";
+  fs::create_directories(host + "/pkg");
+  std::ofstream(host + "/pkg/secret") << "host secret";
+  ASSERT_EQ(::symlink(host.c_str(), (up_ + "/s").c_str()), 0);
+  ASSERT_EQ(::symlink(host.c_str(), (lower_ + "/p").c_str()), 0);
+  // the agent replaced the pristine symlink /p by a directory
+  fs::create_directories(up_ + "/p/pkg");
+  Write("/p/pkg/q", "agent");
+  const std::string dst = root_ + "/out";
+  ASSERT_TRUE(CopySolution(src_.get(), dst, {"/s/pkg", "/p/pkg/q"}, {}, {lower_fd_.get()}, {}).ok());
+  // /s/pkg: its ancestor is a symlink in the diff: deleted, nothing copied
+  struct stat w = Lstat(dst + "/s/pkg");
+  EXPECT_TRUE(S_ISCHR(w.st_mode));
+  EXPECT_FALSE(fs::exists(dst + "/s/pkg/secret"));
+  // /p/pkg/q: a directory /p in the grade layer would hide the pristine
+  // symlink: the solution path cannot enter
+  EXPECT_FALSE(fs::exists(dst + "/p"));
+  std::vector<std::string> out;
+  bool truncated = false;
+  ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  EXPECT_EQ(out, (std::vector<std::string>{"/p", "/s"}));
+}
+
+TEST_F(UpperCopyTest, SparseFilesStaySparseAndCopiesAreBounded) {
+  Write("/sparse", "");
+  {
+    UniqueFd f(::open((up_ + "/sparse").c_str(), O_WRONLY | O_CLOEXEC));
+    ASSERT_EQ(::ftruncate(f.get(), off_t{1} << 30), 0);
+    ASSERT_EQ(::pwrite(f.get(), "data", 4, off_t{1} << 29), 4);
+  }
+  UniqueFd src(::open(up_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  CopyBudget budget("sandbox n0-test", 128 << 20);
+  UpperCopyOptions o;
+  o.budget = &budget;
+  const std::string dst = root_ + "/out";
+  ASSERT_TRUE(CopyUpperTree(src.get(), dst, o).ok());
+  struct stat st = Lstat(dst + "/sparse");
+  EXPECT_EQ(st.st_size, off_t{1} << 30);
+  EXPECT_LT(st.st_blocks * 512, 1 << 20);  // holes kept
+  EXPECT_LT(budget.used(), uint64_t{65} << 20);  // data + 1/16 of the size
+  char buf[4];
+  UniqueFd f(::open((dst + "/sparse").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_EQ(::pread(f.get(), buf, 4, off_t{1} << 29), 4);
+  EXPECT_EQ(std::string(buf, 4), "data");
+  // over the limit: ResourceExhausted naming the sandbox and the limit, nothing left
+  std::atomic<uint64_t> node_used{0};
+  CopyBudget small("sandbox n0-test", 32 << 20, &node_used, 0);
+  o.budget = &small;
+  Status s = CopyUpperTree(src.get(), root_ + "/out2", o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("sandbox n0-test"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(std::to_string(32 << 20)), std::string::npos) << s;
+  EXPECT_FALSE(fs::exists(root_ + "/out2"));
+  small.ReleaseNode();
+  EXPECT_EQ(node_used.load(), 0u);
+  // the node-wide cap
+  CopyBudget capped("sandbox n0-test", 0, &node_used, 1000);
+  o.budget = &capped;
+  s = CopyUpperTree(src.get(), root_ + "/out3", o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(capped.node_cap_hit());
+}
+
+TEST_F(UpperCopyTest, DeepTreesCopyWithoutARecursionLimitUpToPathMax) {
+  std::string p = up_;
+  for (int i = 0; i < 600; ++i) {
+    p += "/d";
+    ASSERT_EQ(::mkdir(p.c_str(), 0755), 0);
+  }
+  std::ofstream(p + "/f") << "deep";
+  UniqueFd src(::open(up_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  const std::string dst = root_ + "/out";
+  ASSERT_TRUE(CopyUpperTree(src.get(), dst, {}).ok());
+  EXPECT_TRUE(fs::exists(dst + p.substr(up_.size()) + "/f"));
+  // longer than PATH_MAX: a clear FailedPrecondition, nothing left behind
+  UniqueFd cur(::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (int i = 0; i < 1500; ++i) {
+    ASSERT_EQ(::mkdirat(cur.get(), "d", 0755), 0);
+    cur.reset(::openat(cur.get(), "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(cur.valid());
+  }
+  Status s = CopyUpperTree(src.get(), root_ + "/out2", {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("longer than a layer"), std::string::npos) << s;
+  EXPECT_FALSE(fs::exists(root_ + "/out2"));
+  std::vector<std::string> out;
+  bool truncated = false;
+  ASSERT_TRUE(ListChanges(src.get(), {"/other"}, {}, {}, 100, &out, &truncated).ok());
+  EXPECT_EQ(out, (std::vector<std::string>{"/d"}));
+}
+
+TEST_F(UpperCopyTest, SecurityXattrsAreDropped) {
+  Write("/bin-with-cap", "x", 0755);
+  const unsigned char cap[20] = {0x01, 0, 0, 0x02, 0, 0x20, 0, 0};  // v2, effective, CAP_NET_RAW
+  ASSERT_EQ(::lsetxattr((up_ + "/bin-with-cap").c_str(), "security.capability", cap, sizeof cap, 0), 0);
+  ASSERT_EQ(::lsetxattr((up_ + "/bin-with-cap").c_str(), "user.keep", "v", 1, 0), 0);
+  UniqueFd src(::open(up_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  const std::string dst = root_ + "/out";
+  ASSERT_TRUE(CopyUpperTree(src.get(), dst, {}).ok());
+  char v[32];
+  EXPECT_EQ(::lgetxattr((dst + "/bin-with-cap").c_str(), "security.capability", v, sizeof v), -1);
+  EXPECT_EQ(errno, ENODATA);
+  EXPECT_EQ(::lgetxattr((dst + "/bin-with-cap").c_str(), "user.keep", v, sizeof v), 1);
 }
 
 }  // namespace

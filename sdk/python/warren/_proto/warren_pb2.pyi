@@ -482,24 +482,30 @@ class SnapshotResponse(_message.Message):
     def __init__(self, layer: _Optional[_Union[Layer, _Mapping]] = ..., layers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GradeRequest(_message.Message):
-    __slots__ = ("id", "grader", "protected_paths")
+    __slots__ = ("id", "grader", "protected_paths", "solution")
     ID_FIELD_NUMBER: _ClassVar[int]
     GRADER_FIELD_NUMBER: _ClassVar[int]
     PROTECTED_PATHS_FIELD_NUMBER: _ClassVar[int]
+    SOLUTION_FIELD_NUMBER: _ClassVar[int]
     id: str
     grader: ExecRequest
     protected_paths: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., grader: _Optional[_Union[ExecRequest, _Mapping]] = ..., protected_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+    solution: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., grader: _Optional[_Union[ExecRequest, _Mapping]] = ..., protected_paths: _Optional[_Iterable[str]] = ..., solution: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GradeResponse(_message.Message):
-    __slots__ = ("result", "touched", "grade_sandbox_id")
+    __slots__ = ("result", "touched", "grade_sandbox_id", "touched_truncated", "rejected")
     RESULT_FIELD_NUMBER: _ClassVar[int]
     TOUCHED_FIELD_NUMBER: _ClassVar[int]
     GRADE_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TOUCHED_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     result: ExecResult
     touched: _containers.RepeatedScalarFieldContainer[str]
     grade_sandbox_id: str
-    def __init__(self, result: _Optional[_Union[ExecResult, _Mapping]] = ..., touched: _Optional[_Iterable[str]] = ..., grade_sandbox_id: _Optional[str] = ...) -> None: ...
+    touched_truncated: bool
+    rejected: str
+    def __init__(self, result: _Optional[_Union[ExecResult, _Mapping]] = ..., touched: _Optional[_Iterable[str]] = ..., grade_sandbox_id: _Optional[str] = ..., touched_truncated: _Optional[bool] = ..., rejected: _Optional[str] = ...) -> None: ...
 
 class AuditLogRequest(_message.Message):
     __slots__ = ("id",)
