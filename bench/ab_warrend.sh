@@ -30,7 +30,7 @@ start() {  # name binary
   local n=$1 bin=$2
   mkdir -p "$work/$n"
   "$bin" --state-dir "$work/$n/state" --socket "$work/$n.sock" --layer-store "$work/layers" \
-    --node-id "ab$n" >"$work/$n.log" 2>&1 </dev/null &
+    --node-id "ab$(echo $n | tr A-Z a-z)" >"$work/$n.log" 2>&1 </dev/null &
   pids+=($!)
   PYTHONPATH=$root/sdk/python "$py" - "$work/$n.sock" "$rootfs" <<'EOF'
 import sys, time, warren
