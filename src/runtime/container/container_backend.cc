@@ -56,6 +56,7 @@
 #include <set>
 #include <thread>
 
+#include "common/child_reaper.h"
 #include "common/scoped_sigpipe.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -1378,12 +1379,19 @@ Status ContainerSandbox::Destroy() {
   // kill catches helpers still outside the pid namespace.
   if (pidfd_.valid()) {
     (void)PidfdSignal(pidfd_.get(), SIGKILL);
-    (void)cgroup_->Thaw();  // a paused sandbox: let the kill be delivered
+    // A paused sandbox, or an exec cgroup frozen on its own (by SignalAll
+    // when a daemon was killed): a frozen task ignores SIGKILL until thawed
+    // (v1), and init's exit waits for every task of its pid namespace.
+    (void)cgroup_->ThawTree();
     pollfd pfd{pidfd_.get(), POLLIN, 0};
     (void)::poll(&pfd, 1, 2000);
     // init is a child of the daemon that created it (not after Adopt by
-    // another process): reap it so it does not linger as a zombie.
-    (void)::waitpid(init_pid_, nullptr, WNOHANG);
+    // another process): reap it, by pidfd (its pid may be reused once
+    // reaped). Still exiting after the bound: the process-wide reaper takes it.
+    if (!TryReapPidfd(pidfd_.get())) {
+      UniqueFd dup(::fcntl(pidfd_.get(), F_DUPFD_CLOEXEC, 3));
+      ChildReaper::Get().Adopt(std::move(dup));
+    }
   }
   // Emptied, the cgroup is recycled for a later shell when it can be (see
   // ContainerOptions::recycled_cgroups), else removed.
@@ -1418,8 +1426,8 @@ class ContainerProcess : public Process {
       (void)PidfdSignal(pidfd_.get(), SIGKILL);
       pollfd pfd{pidfd_.get(), POLLIN, 0};
       (void)::poll(&pfd, 1, 2000);  // bounded: a frozen sandbox delays the kill
-      siginfo_t info;
-      (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG);
+      // Not dead yet (frozen): reaped by the process-wide reaper once it is.
+      if (!TryReapPidfd(pidfd_.get())) ChildReaper::Get().Adopt(std::move(pidfd_));
     }
     sb_->ReleaseExecCgroup(std::move(ecg_));
   }
@@ -2257,6 +2265,12 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const nlohmann::json&
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Open(cg_rel));
   if (!st_->TakeSpecificSlot(slot))
     return absl::AlreadyExistsError("sandbox " + spec.id + ": uid slot " + std::to_string(slot) + " already in use");
+  // Exec cgroups a killed daemon left: frozen on their own if it died in
+  // the middle of a SignalAll (their tasks would never run or die again),
+  // empty if their exec ended while no daemon ran. The sandbox's own freezer
+  // state is the node's to reconcile (Pause/Resume after Adopt).
+  (void)cg->ThawDescendants();
+  cg->RemoveEmptyDescendants();
   auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
   // Not fatal: the sandbox runs; only snapshot/grade/fork are refused (OpenUpper says why).
   (void)sb->ReattachUpper(r.value("upper_dev", uint64_t{0}), r.value("upper_ino", uint64_t{0}));
