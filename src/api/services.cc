@@ -29,7 +29,7 @@ constexpr uint64_t kMaxOutputCap = 256ull << 20;
 constexpr size_t kReadChunk = 1 << 20;
 constexpr size_t kMaxWriteChunk = 16 << 20;
 // See SandboxesService::Create.
-constexpr auto kCreateReplyMargin = std::chrono::milliseconds(50);
+constexpr auto kCreateReplyMargin = std::chrono::milliseconds(20);
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -278,7 +278,7 @@ class SandboxesService final : public v1::Sandboxes::Service {
     // Nobody will ever learn this id if the client gave up: do not leak the
     // sandbox. The client's deadline is earlier than ours by the request's
     // transit time, and our reply needs time to reach it: a reply sent in
-    // the last kCreateReplyMargin before our deadline is taken as too late.
+    // the last kCreateReplyMargin (20 ms) before our deadline is taken as too late.
     // (One lost in flight anyway is abandoned by the client: see
     // CreateSandboxRequest.request_id.)
     const bool late = ctx->deadline() != std::chrono::system_clock::time_point::max() &&
