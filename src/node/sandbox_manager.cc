@@ -585,6 +585,11 @@ StatusOr<SandboxInfo> SandboxManager::CreateOnce(const CreateRequest& request) {
 
   auto e = std::make_shared<Entry>();
   e->spec = spec;
+  // What the entry keeps is the sandbox's spec, not this call's: the
+  // caller's deadline and its cancellation probe (which points into the
+  // RPC) end with the call.
+  e->spec.deadline = std::chrono::steady_clock::time_point::max();
+  e->spec.cancelled = nullptr;
   e->dir = RunDir(id);
   e->backend = backends_.at(spec.backend).get();
   e->info.id = id;
@@ -1485,6 +1490,7 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
     if (!s.ok()) Log(spdlog::level::warn, "removing grade layer failed", {{"layer", name}, {"error", s.ToString()}});
   });
   CreateRequest cr = e->spec;
+  cr.request_id.clear();  // the agent sandbox's create key: this is another create
   cr.layers = e->info.layer_digests;
   cr.layers.push_back(li.digest);
   cr.labels["warren.grade-of"] = req.id;

@@ -120,13 +120,14 @@ def _code(e: BaseException) -> str:
 
 class Soak:
     def __init__(self, daemon: Any, base_layer: str, *, cycles: int, kills: int, seed: int, workers: int,
-                 log: Callable[[str], None] = print):
+                 max_seconds: float = 0, log: Callable[[str], None] = print):
         self.d = daemon
         self.base = base_layer
         self.cycles = cycles
         self.kills = kills
         self.seed = seed
         self.workers = workers
+        self.max_seconds = max_seconds  # 0 = none; else no new cycle starts after it (kills still all run)
         self.log = log
         self.tag = f"soak-{os.getpid()}-{seed}"
         self.stats = Stats()
@@ -137,6 +138,7 @@ class Soak:
         self.cycle_lock = threading.Lock()
         self.stop = threading.Event()
         self.baseline: Dict[str, Set[str]] = {}
+        self.timed_out = False  # the time budget ended the cycles early
         self.threads_baseline = 0
 
     # ------------------------------------------------------------ calls
@@ -479,6 +481,9 @@ class Soak:
                 with self.cycle_lock:
                     if self.next_cycle >= self.cycles:
                         return
+                    if self.max_seconds and time.monotonic() - self.t_start > self.max_seconds:
+                        self.timed_out = True
+                        return
                     self.next_cycle += 1
                 try:
                     self.cycle(c, rng)
@@ -573,7 +578,8 @@ class Soak:
 
     def report(self) -> Dict[str, Any]:
         s = self.stats
-        return {"seed": self.seed, "cycles": s.cycles, "workers": self.workers,
+        return {"seed": self.seed, "cycles": s.cycles, "cycles_asked": self.cycles,
+                "stopped_by_time_budget": self.timed_out, "workers": self.workers,
                 "seconds": round(time.monotonic() - self.t_start, 1),
                 "faults": dict(sorted(s.faults.items())),
                 "fault_seconds": {k: round(v, 1) for k, v in sorted(s.fault_s.items())}, "kills": s.kills,
@@ -702,6 +708,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--max-seconds", type=float, default=0, help="time budget of the cycles (0 = none)")
     ap.add_argument("--root", default=os.environ.get("WARREN_TEST_ROOT", "/var/tmp"))
     ap.add_argument("--report", help="write the JSON report here")
     a = ap.parse_args()
@@ -717,7 +724,7 @@ def main() -> int:
         except warren.NotFound:
             d.client.layers.build(itc.BASE, dir=str(itc.BASE_ROOTFS), timeout=900)
         soak = Soak(d, itc.BASE, cycles=a.cycles, kills=a.kills, seed=a.seed, workers=a.workers,
-                    log=lambda s: print(s, file=sys.stderr, flush=True))
+                    max_seconds=a.max_seconds, log=lambda s: print(s, file=sys.stderr, flush=True))
         rep = soak.run_reporting()
     finally:
         d.stop()
