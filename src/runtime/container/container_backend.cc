@@ -1362,6 +1362,10 @@ Status ContainerSandbox::Destroy() {
     std::lock_guard<std::mutex> pl(pause_mu_);  // no Pause/Resume/Reclaim runs past this point
     destroyed_.store(true);
   }
+  // A spawn helper that joined a paused sandbox is frozen in the middle of
+  // its spawn: thawed, it finishes (its command dies with the sandbox below)
+  // instead of holding the wait for spawns to its bound.
+  (void)cgroup_->ThawTree();
   // Execs and Starts past their destroyed_ check may still be joining this
   // sandbox's cgroups: they finish (fail on the dead init) before the
   // cgroup may go to another sandbox. Bounded: a stuck one blocks recycling.
