@@ -277,3 +277,38 @@ def test_exec_stream_abandoned_by_closing_the_channel_leaks_no_thread(daemon, ba
             [t.name for t in threading.enumerate()]
     finally:
         daemon.client.destroy(sb.id)
+
+
+# ---------------------------------------------------------------- daemon memory
+
+
+@pytest.mark.timeout(300)
+def test_daemon_rss_stays_flat_under_big_outputs(daemon, client, base_layer):
+    """Rounds of concurrent execs with 12 MiB outputs: the daemon's RSS stays
+    within 64 MiB of where it was (was: +160 MiB after one round, +300 MiB
+    after eight: freed output buffers kept by glibc's arenas, see BoundHeap
+    in src/warrend/main.cc; bench/soak/heap.py)."""
+    from conftest import rss_bytes
+    sbs = [client.create(layers=[base_layer]) for _ in range(2)]
+    try:
+        def flood(i: int) -> None:
+            assert sbs[i % 2].exec("head -c 12M /dev/zero", timeout=60).stdout_total_bytes == 12 << 20
+
+        def round_() -> None:
+            ts = [threading.Thread(target=flood, args=(i,)) for i in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+
+        base = rss_bytes(daemon.pid)
+        peak = base
+        for _ in range(4):
+            round_()
+            time.sleep(1)
+            peak = max(peak, rss_bytes(daemon.pid))
+        assert wait_until(lambda: rss_bytes(daemon.pid) < base + (64 << 20), timeout=15), \
+            f"RSS {base >> 20} MiB -> {rss_bytes(daemon.pid) >> 20} MiB (peak {peak >> 20} MiB)"
+    finally:
+        for sb in sbs:
+            sb.destroy()
