@@ -510,13 +510,17 @@ class Soak:
         ws = [threading.Thread(target=self.worker, args=(w,), name=f"soak-{w}") for w in range(self.workers)]
         for t in ws:
             t.start()
+        # Kills at even intervals of the cycles, or of the time budget if it
+        # ends the cycles first.
         kill_at = [self.cycles * (k + 1) // (self.kills + 1) for k in range(self.kills)]
+        kill_t = [self.max_seconds * (k + 1) / (self.kills + 1) if self.max_seconds else float("inf")
+                  for k in range(self.kills)]
         every = max(1, self.cycles // 10)
         next_cp = every
         k = 0
         while any(t.is_alive() for t in ws):
             time.sleep(0.2)
-            if k < len(kill_at) and self.stats.cycles >= kill_at[k]:
+            if k < len(kill_at) and (self.stats.cycles >= kill_at[k] or time.monotonic() - self.t_start >= kill_t[k]):
                 self.kill_and_restart(rng, k)
                 k += 1
             if self.stats.cycles >= next_cp:

@@ -1,7 +1,7 @@
 """CI form of the fault soak (tests/soak/soak.py): a few thousand seeded
 cycles with every fault kind and several kill -9 restarts of warrend, on its
 own daemon, bounded by a time budget (the cycles stop after
-WARREN_SOAK_SECONDS, default 240; every kill still runs). WARREN_SOAK_CYCLES /
+WARREN_SOAK_SECONDS, default 180; every kill still runs). WARREN_SOAK_CYCLES /
 WARREN_SOAK_KILLS / WARREN_SOAK_SEED change the size; the long form is
 bench/soak (python tests/soak/soak.py)."""
 
@@ -22,7 +22,7 @@ def test_fault_soak(test_root, layer_store, base_layer, daemon):
         soak = Soak(d, base_layer, cycles=int(os.environ.get("WARREN_SOAK_CYCLES", "1500")),
                     kills=int(os.environ.get("WARREN_SOAK_KILLS", "4")),
                     seed=int(os.environ.get("WARREN_SOAK_SEED", "19")), workers=4,
-                    max_seconds=float(os.environ.get("WARREN_SOAK_SECONDS", "240")))
+                    max_seconds=float(os.environ.get("WARREN_SOAK_SECONDS", "180")))
         rep = soak.run_reporting()
         print(json.dumps({k: v for k, v in rep.items() if k != "checkpoints"}, indent=1))
         for cp in rep["checkpoints"]:
