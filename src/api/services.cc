@@ -284,7 +284,9 @@ class SandboxesService final : public v1::Sandboxes::Service {
     const bool late = ctx->deadline() != std::chrono::system_clock::time_point::max() &&
                       std::chrono::system_clock::now() + kCreateReplyMargin >= ctx->deadline();
     if (late || ctx->IsCancelled()) {
-      Status s = r.request_id.empty() ? impl_->m_->Destroy(info->id) : impl_->m_->AbandonCreate(r.request_id);
+      // A retry with the same request id makes a new one (this call, not
+      // the request, was given up: no tombstone as AbandonCreate leaves).
+      Status s = impl_->m_->Destroy(info->id);
       node::Log(spdlog::level::info, "create given up by the client; sandbox destroyed",
                 {{"sandbox", info->id}, {"destroy", s.ToString()}, {"late", late ? "true" : "false"}});
       return late ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "create finished too close to its deadline; nothing was kept")

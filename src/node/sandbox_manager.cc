@@ -503,8 +503,11 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
       if (k->abandoned) return absl::CancelledError("create request " + Quote(key) + " was abandoned by its client");
       if (k->done) {
         StatusOr<SandboxInfo> info = Get(k->sandbox_id);
-        if (info.ok()) return info;  // the retry of a create that made it
-        create_keys_.erase(it);      // destroyed since: the key makes a new one
+        // The retry of a create that made it; destroyed (or being destroyed,
+        // e.g. because that first call's client gave up) since: the key
+        // makes a new one.
+        if (info.ok() && info->state != SandboxState::kDestroying) return info;
+        create_keys_.erase(it);
         break;
       }
       // A duplicate of a create in progress waits for it, until its own
