@@ -1,8 +1,8 @@
 #!/bin/bash
 # Runs every test: gtest unit tests (ctest on build/), the SDK unit tests, the
 # integration tests (pytest through the SDK against a real warrend started by
-# the tests), the escape suite (tests/security) and, with WARREN_ASAN=1, the
-# unit tests again under ASan/UBSan (build-asan/). Exits non-zero if anything failed. Expects scripts/setup.sh
+# the tests), the escape suite (tests/security), the fault soak's CI form (tests/soak) and, with WARREN_ASAN=1,
+# the unit tests again under ASan/UBSan (build-asan/). Exits non-zero if anything failed. Expects scripts/setup.sh
 # to have run. Extra pytest arguments: WARREN_PYTEST_ARGS (e.g. "-m 'not slow'").
 set -uo pipefail
 
@@ -30,6 +30,8 @@ eval "extra=(${WARREN_PYTEST_ARGS:-})"
 step integration .venv/bin/python -m pytest -v -rA --durations=15 tests/integration "${extra[@]}"
 step conformance .venv/bin/python -m pytest -v -rA tests/conformance "${extra[@]}"
 step security .venv/bin/python -m pytest -v -rA tests/security "${extra[@]}"
+# The fault soak's bounded CI form (WARREN_SOAK_CYCLES/KILLS; long form: bench/soak).
+step soak .venv/bin/python -m pytest -v -rA -s tests/soak "${extra[@]}"
 
 if [[ ${WARREN_ASAN:-0} == 1 ]]; then
   step asan-build bash -c 'cmake --preset asan && cmake --build build-asan -j2'

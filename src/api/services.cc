@@ -28,6 +28,8 @@ constexpr uint64_t kDefaultOutputCap = 16ull << 20;
 constexpr uint64_t kMaxOutputCap = 256ull << 20;
 constexpr size_t kReadChunk = 1 << 20;
 constexpr size_t kMaxWriteChunk = 16 << 20;
+// See SandboxesService::Create.
+constexpr auto kCreateReplyMargin = std::chrono::milliseconds(20);
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -270,14 +272,25 @@ class SandboxesService final : public v1::Sandboxes::Service {
                        ctx->deadline() - std::chrono::system_clock::now());
     }
     r.cancelled = [ctx] { return ctx->IsCancelled(); };
+    r.request_id = req->request_id();
     StatusOr<node::SandboxInfo> info = impl_->m_->Create(r);
     if (!info.ok()) return ToGrpcStatus(info.status());
-    if (ctx->IsCancelled()) {
-      // Nobody will ever learn this id: do not leak the sandbox.
+    // Nobody will ever learn this id if the client gave up: do not leak the
+    // sandbox. The client's deadline is earlier than ours by the request's
+    // transit time, and our reply needs time to reach it: a reply sent in
+    // the last kCreateReplyMargin (20 ms) before our deadline is taken as too late.
+    // (One lost in flight anyway is abandoned by the client: see
+    // CreateSandboxRequest.request_id.)
+    const bool late = ctx->deadline() != std::chrono::system_clock::time_point::max() &&
+                      std::chrono::system_clock::now() + kCreateReplyMargin >= ctx->deadline();
+    if (late || ctx->IsCancelled()) {
+      // A retry with the same request id makes a new one (this call, not
+      // the request, was given up: no tombstone as AbandonCreate leaves).
       Status s = impl_->m_->Destroy(info->id);
-      node::Log(spdlog::level::info, "create cancelled by the client; sandbox destroyed",
-                {{"sandbox", info->id}, {"destroy", s.ToString()}});
-      return grpc::Status(grpc::StatusCode::CANCELLED, "create cancelled by the client");
+      node::Log(spdlog::level::info, "create given up by the client; sandbox destroyed",
+                {{"sandbox", info->id}, {"destroy", s.ToString()}, {"late", late ? "true" : "false"}});
+      return late ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "create finished too close to its deadline; nothing was kept")
+                  : grpc::Status(grpc::StatusCode::CANCELLED, "create cancelled by the client");
     }
     ToProto(*info, resp);
     return grpc::Status::OK;
@@ -310,6 +323,10 @@ class SandboxesService final : public v1::Sandboxes::Service {
   grpc::Status Destroy(grpc::ServerContext* ctx, const v1::DestroySandboxRequest* req,
                        v1::DestroySandboxResponse*) override {
     WARREN_AUTHORIZE(ctx);
+    if (!req->create_request_id().empty()) {
+      if (!req->id().empty()) return Invalid("give either id or create_request_id, not both");
+      return ToGrpcStatus(impl_->m_->AbandonCreate(req->create_request_id()));
+    }
     WARREN_RETURN_IF_GRPC_ERROR(CheckId(req->id()));
     return ToGrpcStatus(impl_->m_->Destroy(req->id()));
   }

@@ -93,6 +93,58 @@ Status RemoveTree(const std::string& dir, int depth = 0) {
   return absl::OkStatus();
 }
 
+// Writes `value` to `file` in `dir` and every descendant of it (depth first
+// is not needed: each cgroup's own state is independent). ENOENT (removed
+// meanwhile) ignored; the first other error returned after trying all.
+Status WriteTree(const std::string& dir, const char* file, const std::string& value, bool self = true,
+                 int depth = 0) {
+  Status first;
+  const std::string path = dir + "/" + file;
+  if (self) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == ENOENT) return first;
+      first = ErrnoToStatus(errno, "open(" + path + ")");
+    } else if (::write(fd.get(), value.data(), value.size()) < 0 && errno != ENOENT) {
+      first = ErrnoToStatus(errno, "write(" + path + ", " + value + ")");
+    }
+  }
+  if (depth >= 8) return first;
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d.valid()) return first;
+  std::vector<std::string> subs;
+  if (DIR* dp = ::fdopendir(d.release())) {
+    while (struct dirent* e = ::readdir(dp)) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') subs.push_back(e->d_name);
+    }
+    ::closedir(dp);
+  }
+  for (const auto& sub : subs) {
+    Status st = WriteTree(dir + "/" + sub, file, value, true, depth + 1);
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+// rmdir of every descendant of `dir`, deepest first; failures (EBUSY: a
+// process is still in it) ignored.
+void RemoveEmptyBelow(const std::string& dir, int depth = 0) {
+  if (depth >= 8) return;
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d.valid()) return;
+  std::vector<std::string> subs;
+  if (DIR* dp = ::fdopendir(d.release())) {
+    while (struct dirent* e = ::readdir(dp)) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') subs.push_back(e->d_name);
+    }
+    ::closedir(dp);
+  }
+  for (const auto& sub : subs) {
+    RemoveEmptyBelow(dir + "/" + sub, depth + 1);
+    (void)::rmdir((dir + "/" + sub).c_str());
+  }
+}
+
 std::string Join(const std::string& a, const std::string& b) {
   if (b.empty()) return a;
   return a + "/" + b;
@@ -257,7 +309,19 @@ class CgroupV1 : public Cgroup {
       if (!s || s->rfind("FROZEN", 0) == 0) return absl::OkStatus();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    return absl::DeadlineExceededError("freezer.state of " + it->second + " never became FROZEN");
+    (void)WriteFile(it->second + "/freezer.state", "THAWED");
+    return absl::AbortedError("freezer.state of " + it->second +
+                              " still FREEZING after 1 s (a task could not freeze now); thawed again, retry");
+  }
+  Status ThawTree() override {
+    auto it = hiers_.find("freezer");
+    if (it == hiers_.end()) return absl::OkStatus();
+    return WriteTree(it->second, "freezer.state", "THAWED");
+  }
+  Status ThawDescendants() override {
+    auto it = hiers_.find("freezer");
+    if (it == hiers_.end()) return absl::OkStatus();
+    return WriteTree(it->second, "freezer.state", "THAWED", /*self=*/false);
   }
 
   Status Thaw() override {
@@ -472,9 +536,13 @@ class CgroupV2 : public Cgroup {
       if (!t || ParseKey(*t, "frozen") == 1) return absl::OkStatus();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    return absl::DeadlineExceededError("cgroup.events of " + dir_ + " never reported frozen 1");
+    (void)WriteFile(dir_ + "/cgroup.freeze", "0");
+    return absl::AbortedError("cgroup.events of " + dir_ +
+                              " did not report frozen 1 within 1 s (a task could not freeze now); thawed again, retry");
   }
   Status Thaw() override { return WriteFile(dir_ + "/cgroup.freeze", "0"); }
+  Status ThawTree() override { return WriteTree(dir_, "cgroup.freeze", "0"); }
+  Status ThawDescendants() override { return WriteTree(dir_, "cgroup.freeze", "0", /*self=*/false); }
   bool Frozen() const override {
     auto ev = ReadFile(dir_ + "/cgroup.events");
     return ev && ParseKey(*ev, "frozen") == 1;
@@ -588,14 +656,24 @@ Status Cgroup::Evacuate(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int i = 0; i < 10000; ++i) {
     if (Empty()) return absl::OkStatus();
+    // SignalAll freezes and thaws this cgroup only: a descendant frozen on
+    // its own would keep its tasks frozen, and a v1-frozen task ignores
+    // SIGKILL until thawed.
     (void)SignalAll(SIGKILL);
-    if (std::chrono::steady_clock::now() > deadline) {
-      (void)Thaw();
-      return absl::DeadlineExceededError("cgroup " + rel() + " still has processes after SIGKILL");
-    }
+    (void)ThawTree();
+    if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(i < 20 ? 1 : 10));
   }
-  return absl::DeadlineExceededError("cgroup " + rel() + " still has processes after SIGKILL");
+  (void)ThawTree();
+  std::string left;
+  for (pid_t p : Pids(true)) left += (left.empty() ? "" : " ") + std::to_string(p);
+  if (left.empty()) return absl::OkStatus();
+  return absl::UnavailableError("cgroup " + rel() + " still has processes after SIGKILL (pids " + left +
+                                "): thawed, retry");
+}
+
+void Cgroup::RemoveEmptyDescendants() {
+  for (const std::string& d : dirs()) RemoveEmptyBelow(d);
 }
 
 Status Cgroup::RemoveChildren() {

@@ -66,9 +66,24 @@ class Cgroup {
   virtual std::vector<pid_t> Pids(bool recursive) const = 0;
   virtual bool Empty() const { return Pids(true).empty(); }
   // Freezes/thaws the cgroup and its descendants; Freeze waits (bounded by
-  // 1 s) until the kernel reports the frozen state.
+  // 1 s) until the kernel reports the frozen state. When it does not (a task
+  // that cannot freeze now: exiting, in the middle of a fork or an exec), the
+  // cgroup is thawed again (a cgroup left FREEZING would freeze its tasks
+  // one by one, later) and Freeze returns Aborted: retryable, nothing
+  // changed.
   virtual Status Freeze() = 0;
+  // Thaw writes this cgroup's own state only: a descendant frozen on its
+  // own (v1 freezer.state / v2 cgroup.freeze written on it) stays frozen.
   virtual Status Thaw() = 0;
+  // Thaws this cgroup and every descendant, each by its own state: what a
+  // freeze interrupted by a crash (an exec cgroup frozen by SignalAll when
+  // the daemon was killed) leaves behind. Needed before a kill: a v1-frozen
+  // task does not act on SIGKILL until it is thawed. The first error is
+  // returned after every cgroup was tried.
+  virtual Status ThawTree() = 0;
+  // The same for the descendants only: this cgroup's own state is kept (a
+  // paused sandbox stays frozen while its exec cgroups are reconciled).
+  virtual Status ThawDescendants() = 0;
   // True while the kernel reports the cgroup frozen or freezing (v1
   // freezer.state not THAWED, v2 cgroup.events "frozen 1"); false without a
   // freezer or when unreadable.
@@ -108,8 +123,12 @@ class Cgroup {
   virtual Status Remove() = 0;
   // Removes the cgroup's descendants (they must be empty), keeps itself.
   Status RemoveChildren();
-  // Kills everything (SIGKILL) until the subtree is empty, for at most
-  // `timeout` (DeadlineExceeded then, the cgroup thawed).
+  // Removes the descendants that hold no process (rmdir refuses the others:
+  // they stay). For a cgroup nobody else adds children to meanwhile.
+  void RemoveEmptyDescendants();
+  // Kills everything (SIGKILL) until the subtree is empty, thawing the whole
+  // subtree (ThawTree) each round, for at most `timeout` (Unavailable then,
+  // naming the pids left; the subtree thawed).
   Status Evacuate(std::chrono::milliseconds timeout);
   // Evacuate, then Remove (retried while an exiting task still detaches).
   Status Destroy(std::chrono::milliseconds timeout);

@@ -378,6 +378,7 @@ nlohmann::json SandboxManager::MakeRecord(const Entry& e, SandboxState state) co
       {"ttl_s", e.info.ttl_s},
       {"created_at_ns", e.info.created_at_ns},
       {"backend_record", e.backend_record},
+      {"request_id", e.spec.request_id},
       {"transitions", e.transitions},
   };
   return j;
@@ -468,7 +469,114 @@ void SandboxManager::ReleaseCreateSlotLocked() {
   if (!create_queue_.empty()) create_queue_.front()->cv.notify_one();
 }
 
+struct SandboxManager::CreateKey {
+  bool done = false;       // the create finished (made `sandbox_id`, or failed and was forgotten)
+  bool abandoned = false;  // its client gave up: destroy what it makes, refuse the key
+  std::string sandbox_id;
+};
+
+void SandboxManager::RememberCreateKeyLocked(const std::string& key, std::shared_ptr<CreateKey> k) {
+  if (create_keys_.emplace(key, std::move(k)).second) create_key_order_.push_back(key);
+  // Oldest first; a key whose create still runs is kept (and with it the
+  // ones after it: the bound is exceeded only while that many creates run).
+  while (create_key_order_.size() > kMaxCreateKeys) {
+    auto it = create_keys_.find(create_key_order_.front());
+    if (it != create_keys_.end() && !it->second->done) break;
+    if (it != create_keys_.end()) create_keys_.erase(it);
+    create_key_order_.pop_front();
+  }
+}
+
 StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
+  const std::string& key = request.request_id;
+  if (key.empty()) return CreateOnce(request);
+  if (key.size() > 256 || HasControl(key)) {
+    return absl::InvalidArgumentError("request_id=" + Quote(key) +
+                                      " must be at most 256 bytes without control characters");
+  }
+  std::shared_ptr<CreateKey> mine;
+  {
+    std::unique_lock<std::mutex> l(create_keys_mu_);
+    for (;;) {
+      auto it = create_keys_.find(key);
+      if (it == create_keys_.end()) break;
+      std::shared_ptr<CreateKey> k = it->second;
+      if (k->abandoned) return absl::CancelledError("create request " + Quote(key) + " was abandoned by its client");
+      if (k->done) {
+        StatusOr<SandboxInfo> info = Get(k->sandbox_id);
+        // The retry of a create that made it; destroyed (or being destroyed,
+        // e.g. because that first call's client gave up) since: the key
+        // makes a new one.
+        if (info.ok() && info->state != SandboxState::kDestroying) return info;
+        create_keys_.erase(it);
+        break;
+      }
+      // A duplicate of a create in progress waits for it, until its own
+      // deadline (bounded by the create queue's bound).
+      const auto until = std::min(request.deadline, std::chrono::steady_clock::now() + kMaxCreateQueueWait);
+      if (!create_keys_cv_.wait_until(l, until, [&] { return k->done || k->abandoned; })) {
+        return absl::DeadlineExceededError("create request " + Quote(key) +
+                                           " is still being made by an earlier call; reached this call's deadline");
+      }
+    }
+    mine = std::make_shared<CreateKey>();
+    RememberCreateKeyLocked(key, mine);
+  }
+  StatusOr<SandboxInfo> info = CreateOnce(request);
+  bool abandoned;
+  {
+    std::lock_guard<std::mutex> l(create_keys_mu_);
+    abandoned = mine->abandoned;
+    mine->done = true;
+    if (info.ok()) {
+      mine->sandbox_id = info->id;
+    } else if (!abandoned) {
+      // Not recorded: a retry runs again.
+      auto it = create_keys_.find(key);
+      if (it != create_keys_.end() && it->second == mine) create_keys_.erase(it);
+    }
+  }
+  create_keys_cv_.notify_all();
+  if (abandoned && info.ok()) {
+    Status ds = Destroy(info->id);
+    Log(spdlog::level::info, "create abandoned by its client; sandbox destroyed",
+        {{"sandbox", info->id}, {"request_id", key}, {"destroy", ds.ToString()}});
+    return absl::CancelledError("create request " + Quote(key) + " was abandoned by its client");
+  }
+  return info;
+}
+
+Status SandboxManager::AbandonCreate(const std::string& key) {
+  if (key.empty() || key.size() > 256 || HasControl(key)) {
+    return absl::InvalidArgumentError("create_request_id=" + Quote(key) +
+                                      " must be 1-256 bytes without control characters");
+  }
+  std::string made;
+  {
+    std::lock_guard<std::mutex> l(create_keys_mu_);
+    auto it = create_keys_.find(key);
+    if (it == create_keys_.end()) {
+      // Nothing made (yet): a tombstone, for a create still on its way.
+      auto k = std::make_shared<CreateKey>();
+      k->done = true;
+      k->abandoned = true;
+      RememberCreateKeyLocked(key, std::move(k));
+      return absl::OkStatus();
+    }
+    std::shared_ptr<CreateKey> k = it->second;
+    if (k->abandoned) return absl::OkStatus();
+    k->abandoned = true;
+    if (!k->done) return absl::OkStatus();  // the create destroys it when it finishes
+    made = k->sandbox_id;
+  }
+  create_keys_cv_.notify_all();
+  if (made.empty()) return absl::OkStatus();
+  Status ds = DestroyWithReason(made, "create abandoned by its client");
+  if (ds.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  return ds;
+}
+
+StatusOr<SandboxInfo> SandboxManager::CreateOnce(const CreateRequest& request) {
   ASSIGN_OR_RETURN(CreateRequest spec, Normalize(request));
   Rollback rollback;
   RETURN_IF_ERROR(AdmitCreate(spec));
@@ -481,6 +589,11 @@ StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) {
 
   auto e = std::make_shared<Entry>();
   e->spec = spec;
+  // What the entry keeps is the sandbox's spec, not this call's: the
+  // caller's deadline and its cancellation probe (which points into the
+  // RPC) end with the call.
+  e->spec.deadline = std::chrono::steady_clock::time_point::max();
+  e->spec.cancelled = nullptr;
   e->dir = RunDir(id);
   e->backend = backends_.at(spec.backend).get();
   e->info.id = id;
@@ -625,6 +738,9 @@ Status SandboxManager::DestroyWithReason(const std::string& id, const std::strin
     e->info.state = SandboxState::kDestroying;
     e->destroy_running = true;
   }
+  // A pause/resume/suspend of this sandbox in flight finishes first (it sees
+  // kDestroying and leaves state and record alone); later ones refuse.
+  { std::lock_guard<std::mutex> pl(e->pause_mu); }
   AddTransition(e->transitions, SandboxState::kDestroying, reason);
   Status s = records_.Put(id, MakeRecord(*e, SandboxState::kDestroying));
   if (!s.ok()) {
@@ -949,6 +1065,7 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     }
     e->backend_record = rec.value("backend_record", nlohmann::json::object());
     e->transitions = rec.value("transitions", nlohmann::json::array());
+    e->spec.request_id = rec.value("request_id", std::string());
   } catch (const std::exception& ex) {
     CleanupRecord(id, rec, std::string("malformed record: ") + ex.what());
     return;
@@ -959,6 +1076,20 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
     return;
   }
   e->sandbox = std::shared_ptr<runtime::Sandbox>(std::move(*sb));
+  // The freezer is reconciled with the record: a daemon killed between a
+  // freeze and the record write (pause, suspend) or between a thaw and the
+  // record write (resume) left the cgroup in the other state. The record is
+  // what the client was told (it is written before the reply), so the
+  // cgroup follows it.
+  const bool paused = e->info.state != SandboxState::kRunning;
+  Status fs = paused ? e->sandbox->Pause() : e->sandbox->Resume();
+  if (!fs.ok()) {
+    Log(spdlog::level::warn, "reconciling the freezer of an adopted sandbox failed",
+        {{"sandbox", id}, {"want", paused ? "frozen" : "thawed"}, {"error", fs.ToString()}});
+    if (paused && e->sandbox->Resume().ok()) {
+      e->info.state = SandboxState::kRunning;  // never left half-frozen: running, recorded as such below
+    }
+  }
   for (const std::string& d : e->info.layer_digests) {
     StatusOr<std::string> p = layers_->Acquire(d);
     if (!p.ok()) {
@@ -974,6 +1105,15 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
   {
     std::lock_guard<std::mutex> l(mu_);
     table_[id] = e;
+  }
+  if (!e->spec.request_id.empty()) {
+    // A create whose reply the crash may have lost: its client can still
+    // retry it (or abandon it) by its key.
+    auto k = std::make_shared<CreateKey>();
+    k->done = true;
+    k->sandbox_id = id;
+    std::lock_guard<std::mutex> l(create_keys_mu_);
+    RememberCreateKeyLocked(e->spec.request_id, std::move(k));
   }
   Log(spdlog::level::info, "sandbox adopted", {{"sandbox", id}, {"reason", "daemon restart"}});
 }
@@ -1116,6 +1256,10 @@ StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t 
 void SandboxManager::SetPausedState(Entry& e, const std::string& id, SandboxState to, const std::string& reason) {
   {
     std::lock_guard<std::mutex> l(mu_);
+    // A destroy took over meanwhile (it waits for this call's pause_mu
+    // before it touches the record): its state and record stand.
+    auto it = table_.find(id);
+    if (e.info.state == SandboxState::kDestroying || it == table_.end() || it->second.get() != &e) return;
     e.info.state = to;
     if (to == SandboxState::kRunning) e.info.last_activity_ns = NowNs();
   }
@@ -1473,6 +1617,7 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
     return res;
   }
   CreateRequest cr = e->spec;
+  cr.request_id.clear();  // the agent sandbox's create key: this is another create
   cr.layers = pristine;
   for (size_t i = 0; i < diffs.size(); ++i) {
     if (diffs[i].options.budget->used() == 0) {  // nothing under the solution paths

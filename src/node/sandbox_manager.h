@@ -96,6 +96,8 @@ struct CreateRequest {
   // is polled while waiting (the RPC's client went away).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::function<bool()> cancelled;
+  // Idempotency key (see AbandonCreate); empty = none.
+  std::string request_id;
 };
 
 // A snapshot of one table entry.
@@ -234,7 +236,17 @@ class SandboxManager {
   // cannot be recovered is logged, cleaned up and dropped.
   Status Start();
 
+  // With request.request_id set, a create retried with the same key returns
+  // the sandbox the first one made while it exists (a concurrent duplicate
+  // waits for the first, until its own deadline); a failed create is not
+  // recorded (a retry runs again); an abandoned key is refused (Cancelled).
+  // The last kMaxCreateKeys keys are kept, in memory only.
   StatusOr<SandboxInfo> Create(const CreateRequest& request);
+  // The client of the create with `request_id` gave up: its sandbox is
+  // destroyed now if it was made, or by the create itself when it finishes
+  // (which then returns Cancelled); the key is refused from now on. OK when
+  // nothing was made (a tombstone is kept for a create still on its way).
+  Status AbandonCreate(const std::string& request_id);
   Status Destroy(const std::string& id);
   StatusOr<SandboxInfo> Get(const std::string& id) const;
   // Sandboxes carrying all `labels` and, if `job` is non-empty, of that job.
@@ -390,6 +402,15 @@ class SandboxManager {
     std::condition_variable cv;
   };
   std::list<CreateWaiter*> create_queue_;
+  // Create idempotency keys (CreateRequest::request_id), bounded FIFO.
+  struct CreateKey;
+  static constexpr size_t kMaxCreateKeys = 4096;
+  std::mutex create_keys_mu_;
+  std::condition_variable create_keys_cv_;
+  std::map<std::string, std::shared_ptr<CreateKey>> create_keys_;  // guarded by create_keys_mu_
+  std::deque<std::string> create_key_order_;                      // guarded by create_keys_mu_, oldest first
+  void RememberCreateKeyLocked(const std::string& key, std::shared_ptr<CreateKey> k);
+  StatusOr<SandboxInfo> CreateOnce(const CreateRequest& request);
   Status AdmitCreate(const CreateRequest& request);  // takes a create slot (mu_ not held)
   void ReleaseCreateSlotLocked();                     // mu_ held
 

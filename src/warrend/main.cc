@@ -4,6 +4,7 @@
 // state dir re-adopts them.
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -229,7 +230,28 @@ std::pair<uint64_t, uint64_t> RaiseNofileLimit() {
   return {before, rl.rlim_cur};
 }
 
+// The daemon's heap stays bounded in steady state. glibc's defaults let it
+// grow with the load's history, not its size: (1) the mmap threshold is
+// dynamic, raised to the size of every large block freed (up to 32 MiB), so
+// after the first big exec output (up to 2 x output_cap) every later one is
+// carved from an arena, whose freed middle is never returned; (2) each of up
+// to 8 x cores arenas (one per thread that ever contended) keeps its own free
+// memory. So: a fixed threshold (blocks >= 1 MiB are mmapped and unmapped on
+// free), at most 4 arenas, and every 10 s malloc_trim(0) hands the free
+// pages inside the arenas back (MADV_DONTNEED; a few ms of CPU).
+void BoundHeap() {
+  (void)::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  (void)::mallopt(M_ARENA_MAX, 4);
+  std::thread([] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      (void)::malloc_trim(0);
+    }
+  }).detach();
+}
+
 int Run(const Flags& flags) {
+  BoundHeap();
   if (auto [before, after] = RaiseNofileLimit(); before != after) {
     node::Log(spdlog::level::info, "raised RLIMIT_NOFILE soft limit to the hard limit",
               {{"from", std::to_string(before)}, {"to", std::to_string(after)}});

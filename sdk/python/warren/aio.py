@@ -36,8 +36,8 @@ from ._proto import process_pb2 as ppb
 from ._proto import process_pb2_grpc as ppb_grpc
 from ._proto import warren_pb2 as pb
 from ._proto import warren_pb2_grpc as pb_grpc
-from .client import (_check_data, _chunks, _create_request, _exec_request, _path_bytes, _target, _u32,
-                     _u32_or_u64)
+from .client import (ABANDON_RETRY_S, _check_data, _chunks, _create_request, _exec_request, _new_request_id,
+                     _path_bytes, _target, _u32, _u32_or_u64)
 from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
 from .process import (STDERR, STDOUT, SESSION_BUFFER_BYTES, OutputChunk, ProcessInfo,
                       ProcessOutput, _INTERRUPT_GRACE_S, _SESSION_ARGV, _WAIT_SLICE_S, _SessionCommand,
@@ -701,6 +701,7 @@ class AsyncClient:
         self._lifecycle = pb_grpc.LifecycleStub(self._channel)
         self._processes = ppb_grpc.ProcessesStub(self._channel)
         self.layers = AsyncLayers(self)
+        self._abandons: "set[asyncio.Task[None]]" = set()  # see _abandon_create
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -709,7 +710,10 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Closes the channel; calls in flight are cancelled."""
+        """Closes the channel; calls in flight are cancelled. Abandons of
+        given-up creates still running get up to 5 s first."""
+        if self._abandons:
+            await asyncio.wait(list(self._abandons), timeout=5.0)
         await self._channel.close()
 
     async def create(self, backend: str = "container", layers: Sequence[str] = (), *,
@@ -717,18 +721,53 @@ class AsyncClient:
         """See warren.Client.create. retries: how many times a retryable
         refusal (ResourceExhausted: node busy/full; Unavailable) is retried,
         with jittered exponential backoff from 10 ms up to 1 s."""
+        own_key = kwargs.get("request_id") is None
+        kwargs["request_id"] = kwargs.get("request_id") or _new_request_id()
         req = _create_request(backend, layers, **kwargs)
         delay = 0.01
         for attempt in range(retries + 1):
             try:
+                # A retry after Unavailable carries the same key: it returns
+                # the sandbox if the first attempt made it.
                 s = await _rpc(self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout))
                 return AsyncSandbox(self, SandboxInfo._from_pb(s))
             except (errors.ResourceExhausted, errors.Unavailable):
-                if attempt == retries:
-                    raise
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(1.0, delay * 2)
+                if attempt < retries:
+                    await asyncio.sleep(delay * (0.5 + random.random()))
+                    delay = min(1.0, delay * 2)
+                    continue
+                if own_key:
+                    self._abandon_create(req.request_id)
+                raise
+            except (errors.DeadlineExceeded, errors.Cancelled, asyncio.CancelledError):
+                if own_key:  # see warren.Client.create
+                    self._abandon_create(req.request_id)
+                raise
         raise AssertionError("unreachable")
+
+    def _abandon_create(self, request_id: str) -> None:
+        """See warren.Client._abandon_create: a task on this loop."""
+
+        async def run() -> None:
+            end = time.monotonic() + ABANDON_RETRY_S
+            delay = 0.1
+            while True:
+                try:
+                    await self._sandboxes.Destroy(pb.DestroySandboxRequest(create_request_id=request_id),
+                                                  metadata=self._metadata, timeout=10)
+                    return
+                except grpc.RpcError as e:
+                    if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                            or time.monotonic() + delay > end:
+                        return
+                except Exception:  # noqa: BLE001 - the client was closed: nothing left to do
+                    return
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._abandons.add(task)
+        task.add_done_callback(self._abandons.discard)
 
     async def _get_info(self, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo._from_pb(await _rpc(self._sandboxes.Get(pb.GetSandboxRequest(id=sandbox_id),
@@ -746,6 +785,10 @@ class AsyncClient:
     async def destroy(self, sandbox_id: str, timeout: Optional[float] = None) -> None:
         await _rpc(self._sandboxes.Destroy(pb.DestroySandboxRequest(id=sandbox_id), metadata=self._metadata,
                                            timeout=timeout))
+
+    async def abandon_create(self, request_id: str, timeout: Optional[float] = None) -> None:
+        await _rpc(self._sandboxes.Destroy(pb.DestroySandboxRequest(create_request_id=request_id),
+                                           metadata=self._metadata, timeout=timeout))
 
     async def status(self, timeout: Optional[float] = None) -> NodeStatus:
         return NodeStatus._from_pb(await _rpc(self._node.Status(pb.NodeStatusRequest(), metadata=self._metadata,

@@ -6,9 +6,12 @@ creating, executing in and destroying sandboxes concurrently.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
-import functools
+import secrets
+import threading
+import time
 from typing import (Any, BinaryIO, Callable, Dict, Iterable, Iterator, List,
                     Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
@@ -56,6 +59,11 @@ def _call(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(*args, **kwargs)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        except ValueError as e:
+            w = errors.from_closed_channel(e)
+            if w is None:
+                raise
+            raise w from None
 
     return wrapper
 
@@ -210,7 +218,8 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
                     workdir: Optional[str] = None, user: Optional[str] = None,
                     hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
                     ttl_s: Optional[int] = None, job: Optional[str] = None,
-                    idle_timeout_s: Optional[int] = None) -> "pb.CreateSandboxRequest":
+                    idle_timeout_s: Optional[int] = None,
+                    request_id: Optional[str] = None) -> "pb.CreateSandboxRequest":
     """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
     res = pb.Resources(
         memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
@@ -225,8 +234,22 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
         backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
         workdir=workdir or "", user=user or "", hostname=hostname or "",
         labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
-        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s))
+        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s), request_id=request_id or "")
     return req
+
+
+# A create whose RPC ended without an answer from the daemon (the client's
+# deadline passed, the call was cancelled or the connection broke) may still
+# have made a sandbox the client will never learn about: the SDK abandons it
+# by its request id (CreateSandboxRequest.request_id).
+_CREATE_GIVEN_UP = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                    grpc.StatusCode.UNAVAILABLE)
+# How long an abandon is retried while the daemon is unreachable (restarting).
+ABANDON_RETRY_S = 60.0
+
+
+def _new_request_id() -> str:
+    return "sdk-" + secrets.token_hex(12)
 
 
 class Files:
@@ -295,6 +318,11 @@ class Files:
                 yield bytes(chunk.data)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        except ValueError as e:
+            w = errors.from_closed_channel(e)
+            if w is None:
+                raise
+            raise w from None
 
     def read(self, path: PathLike, offset: int = 0, length: int = 0,
              timeout: Optional[float] = None) -> bytes:
@@ -696,6 +724,8 @@ class Client:
         self._node = pb_grpc.NodeStub(self._channel)
         self._files = pb_grpc.FilesStub(self._channel)
         self.layers = Layers(self)
+        self._abandons: List[threading.Thread] = []  # background abandons of given-up creates
+        self._abandons_lock = threading.Lock()
 
     def __enter__(self) -> "Client":
         return self
@@ -704,8 +734,47 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Closes the channel; calls in flight are cancelled."""
+        """Closes the channel; calls in flight are cancelled (they raise
+        Cancelled, as do later calls). Abandons of given-up creates still
+        running get up to 5 s first."""
+        end = time.monotonic() + 5.0
+        with self._abandons_lock:
+            pending = list(self._abandons)
+        for t in pending:
+            t.join(max(0.0, end - time.monotonic()))
         self._channel.close()
+
+    def _abandon_create(self, request_id: str) -> None:
+        """Abandons the create with request_id in a background thread (the
+        caller's deadline has passed already): the daemon destroys what that
+        create made, now or when it finishes. Retried while the daemon is
+        unreachable, for up to ABANDON_RETRY_S."""
+
+        def run() -> None:
+            end = time.monotonic() + ABANDON_RETRY_S
+            delay = 0.1
+            try:
+                while True:
+                    try:
+                        self._sandboxes.Destroy(pb.DestroySandboxRequest(create_request_id=request_id),
+                                                metadata=self._metadata, timeout=10)
+                        return
+                    except grpc.RpcError as e:
+                        if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                                or time.monotonic() + delay > end:
+                            return
+                    except ValueError:  # the client was closed
+                        return
+                    time.sleep(delay)
+                    delay = min(2.0, delay * 2)
+            finally:
+                with self._abandons_lock:
+                    self._abandons.remove(threading.current_thread())
+
+        t = threading.Thread(target=run, name="warren-abandon-create", daemon=True)
+        with self._abandons_lock:
+            self._abandons.append(t)
+        t.start()
 
     @_call
     def create(self, backend: str = "container", layers: Sequence[str] = (), *,
@@ -718,7 +787,8 @@ class Client:
                labels: Optional[Mapping[str, str]] = None,
                ttl_s: Optional[int] = None, job: Optional[str] = None,
                timeout: Optional[float] = None,
-               idle_timeout_s: Optional[int] = None) -> Sandbox:
+               idle_timeout_s: Optional[int] = None,
+               request_id: Optional[str] = None) -> Sandbox:
         """Creates a sandbox and returns it running.
 
         layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
@@ -736,12 +806,28 @@ class Client:
         NotFound (unknown layer), ResourceExhausted (node full / create queue
         full / disk full: retryable), DeadlineExceeded (timeout passed, also
         while queued), Unavailable (daemon unreachable: retryable).
+
+        request_id: idempotency key (<= 256 bytes): a retry with the same key
+        returns the sandbox the first call made instead of a second one. Without
+        it, a create that ends without the daemon's answer (DeadlineExceeded,
+        Cancelled, Unavailable) leaves nothing behind: the SDK abandons it by
+        an internal key (in the background; the daemon destroys what it made).
+        With it, that is up to the caller (retry with the same key to get it).
         """
         req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
                               open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
                               hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
-                              idle_timeout_s=idle_timeout_s)
-        s = self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout)
+                              idle_timeout_s=idle_timeout_s, request_id=request_id or _new_request_id())
+        try:
+            s = self._sandboxes.Create(req, metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            if request_id is None and e.code() in _CREATE_GIVEN_UP:
+                self._abandon_create(req.request_id)
+            raise
+        except BaseException:  # KeyboardInterrupt while waiting: the answer will never be read
+            if request_id is None:
+                self._abandon_create(req.request_id)
+            raise
         return Sandbox(self, SandboxInfo._from_pb(s))
 
     @_call
@@ -768,6 +854,15 @@ class Client:
         """Destroys a sandbox. NotFound if it does not exist. timeout: RPC
         deadline in seconds (None = none)."""
         self._sandboxes.Destroy(pb.DestroySandboxRequest(id=sandbox_id),
+                                metadata=self._metadata, timeout=timeout)
+
+    @_call
+    def abandon_create(self, request_id: str, timeout: Optional[float] = None) -> None:
+        """Gives up the create made with request_id (create(request_id=...)):
+        its sandbox is destroyed if it was made, or as soon as it is; a later
+        create with that request_id is refused (Cancelled). OK when nothing
+        was made."""
+        self._sandboxes.Destroy(pb.DestroySandboxRequest(create_request_id=request_id),
                                 metadata=self._metadata, timeout=timeout)
 
     # ------------------------------------------------------------ fncall (issue 5)

@@ -31,6 +31,7 @@ __all__ = [
     "DataLoss",
     "Unauthenticated",
     "from_rpc_error",
+    "from_closed_channel",
 ]
 
 
@@ -177,3 +178,13 @@ def from_rpc_error(err: grpc.RpcError) -> WarrenError:
     details = err.details() if hasattr(err, "details") else str(err)
     cls = _BY_CODE.get(code, Unknown)
     return cls(details or "", code)
+
+
+def from_closed_channel(err: ValueError) -> Optional[WarrenError]:
+    """The WarrenError for grpc's ValueError on a call made through a closed
+    channel (the Client was closed, maybe by another thread, while a command
+    or a session was still using it): Cancelled, as gRPC reports the calls
+    that were in flight when it closed. None for any other ValueError."""
+    if "closed channel" not in str(err):
+        return None
+    return Cancelled("the client was closed: " + str(err), grpc.StatusCode.CANCELLED)

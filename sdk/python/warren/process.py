@@ -217,7 +217,17 @@ class ExecStream:
         self._q: "queue.Queue[Optional[ppb.ExecStreamRequest]]" = queue.Queue()
         self._q.put(first)
         self._closed_input = False
-        self._call = stub.ExecStream(self._requests(), metadata=metadata, timeout=deadline)
+        try:
+            self._call = stub.ExecStream(self._requests(), metadata=metadata, timeout=deadline)
+        except ValueError as e:
+            w = errors.from_closed_channel(e)
+            if w is None:
+                raise
+            raise w from None
+        # gRPC reads _requests() on a thread of its own: however the call
+        # ends (its channel closed, cancelled, deadline, error), the request
+        # stream must end too, or that thread blocks on the queue forever.
+        self._call.add_done_callback(lambda _call: self._end_input())
         self._cap = collect_cap
         self._out: List[bytes] = []
         self._err: List[bytes] = []
@@ -365,6 +375,11 @@ class Process:
             return fn(*args, metadata=self._md, **kwargs)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        except ValueError as e:
+            w = errors.from_closed_channel(e)
+            if w is None:
+                raise
+            raise w from None
 
     @property
     def cached_info(self) -> Optional[ProcessInfo]:
@@ -425,8 +440,9 @@ class Process:
         dropped = {STDOUT: 0, STDERR: 0}
         first = {STDOUT: True, STDERR: True}
         result: Optional[ExecResult] = None
+        calls = self._rpc(lambda **kw: iter(self._stub.Output(req, **kw)), timeout=60)
         try:
-            for ev in self._stub.Output(req, metadata=self._md, timeout=60):
+            for ev in calls:
                 kind = ev.WhichOneof("event")
                 if kind == "output":
                     c = OutputChunk._from_pb(ev.output)
@@ -455,7 +471,7 @@ class Process:
         req = ppb.ProcessOutputRequest(ref=self._ref(), stdout_offset=stdout_offset,
                                        stderr_offset=stderr_offset, control_offset=control_offset,
                                        follow=follow)
-        return ProcessStream(self._stub.Output(req, metadata=self._md, timeout=timeout))
+        return ProcessStream(self._rpc(self._stub.Output, req, timeout=timeout))
 
 
 # ---------------------------------------------------------------- sessions

@@ -56,6 +56,7 @@
 #include <set>
 #include <thread>
 
+#include "common/child_reaper.h"
 #include "common/scoped_sigpipe.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -1198,6 +1199,10 @@ Status ContainerSandbox::Destroy() {
     std::lock_guard<std::mutex> pl(pause_mu_);  // no Pause/Resume/Reclaim runs past this point
     destroyed_.store(true);
   }
+  // A spawn helper that joined a paused sandbox is frozen in the middle of
+  // its spawn: thawed, it finishes (its command dies with the sandbox below)
+  // instead of holding the wait for spawns to its bound.
+  (void)cgroup_->ThawTree();
   // Execs and Starts past their destroyed_ check may still be joining this
   // sandbox's cgroups: they finish (fail on the dead init) before the
   // cgroup may go to another sandbox. Bounded: a stuck one blocks recycling.
@@ -1215,12 +1220,19 @@ Status ContainerSandbox::Destroy() {
   // kill catches helpers still outside the pid namespace.
   if (pidfd_.valid()) {
     (void)PidfdSignal(pidfd_.get(), SIGKILL);
-    (void)cgroup_->Thaw();  // a paused sandbox: let the kill be delivered
+    // A paused sandbox, or an exec cgroup frozen on its own (by SignalAll
+    // when a daemon was killed): a frozen task ignores SIGKILL until thawed
+    // (v1), and init's exit waits for every task of its pid namespace.
+    (void)cgroup_->ThawTree();
     pollfd pfd{pidfd_.get(), POLLIN, 0};
     (void)::poll(&pfd, 1, 2000);
     // init is a child of the daemon that created it (not after Adopt by
-    // another process): reap it so it does not linger as a zombie.
-    (void)::waitpid(init_pid_, nullptr, WNOHANG);
+    // another process): reap it, by pidfd (its pid may be reused once
+    // reaped). Still exiting after the bound: the process-wide reaper takes it.
+    if (!TryReapPidfd(pidfd_.get())) {
+      UniqueFd dup(::fcntl(pidfd_.get(), F_DUPFD_CLOEXEC, 3));
+      ChildReaper::Get().Adopt(std::move(dup));
+    }
   }
   // Emptied, the cgroup is recycled for a later shell when it can be (see
   // ContainerOptions::recycled_cgroups), else removed.
@@ -1255,8 +1267,8 @@ class ContainerProcess : public Process {
       (void)PidfdSignal(pidfd_.get(), SIGKILL);
       pollfd pfd{pidfd_.get(), POLLIN, 0};
       (void)::poll(&pfd, 1, 2000);  // bounded: a frozen sandbox delays the kill
-      siginfo_t info;
-      (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG);
+      // Not dead yet (frozen): reaped by the process-wide reaper once it is.
+      if (!TryReapPidfd(pidfd_.get())) ChildReaper::Get().Adopt(std::move(pidfd_));
     }
     sb_->ReleaseExecCgroup(std::move(ecg_));
   }
@@ -2087,6 +2099,12 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const nlohmann::json&
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Open(cg_rel));
   if (!st_->TakeSpecificSlot(slot))
     return absl::AlreadyExistsError("sandbox " + spec.id + ": uid slot " + std::to_string(slot) + " already in use");
+  // Exec cgroups a killed daemon left: frozen on their own if it died in
+  // the middle of a SignalAll (their tasks would never run or die again),
+  // empty if their exec ended while no daemon ran. The sandbox's own freezer
+  // state is the node's to reconcile (Pause/Resume after Adopt).
+  (void)cg->ThawDescendants();
+  cg->RemoveEmptyDescendants();
   auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
   // Not fatal: the sandbox runs; only snapshot/grade/fork are refused (OpenUpper says why).
   (void)sb->ReattachUpper(r.value("upper_dev", uint64_t{0}), r.value("upper_ino", uint64_t{0}));

@@ -208,6 +208,56 @@ TEST_F(CgroupTest, ChildCgroupsTrackEscapedProcessesAndFreeze) {
   ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
 }
 
+// A child cgroup frozen on its own (what a daemon killed in the middle of
+// SignalAll leaves): thawing the parent does not thaw it, and a v1-frozen
+// task does not act on SIGKILL; Destroy must still empty and remove the tree.
+TEST_F(CgroupTest, DestroyEmptiesAChildFrozenOnItsOwn) {
+  auto cg = mgr_->Create("selffrozen", CgroupLimits{});
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  auto sub = (*cg)->CreateChild("exec-1");
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  auto fds = (*sub)->OpenProcsFds();
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  std::vector<int> raw;
+  for (auto& f : *fds) raw.push_back(f.get());
+  Child c = Child::Spawn([&raw] {
+    for (int fd : raw) {
+      if (::write(fd, "0", 1) != 1) ::_exit(3);
+    }
+    for (;;) ::pause();
+  });
+  c.Go();
+  for (int i = 0; i < 200 && (*sub)->Pids(false).empty(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ((*sub)->Pids(false).size(), 1u);
+  ASSERT_TRUE((*sub)->Freeze().ok());
+  ASSERT_TRUE((*cg)->Thaw().ok());
+  EXPECT_TRUE((*sub)->Frozen()) << "a parent's thaw must not thaw a child frozen on its own";
+  Status st = (*cg)->Destroy(2000ms);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_FALSE((*sub)->Frozen());
+  int ws = 0;
+  ASSERT_EQ(::waitpid(c.pid, &ws, 0), c.pid);
+  EXPECT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL) << ws;
+  for (const auto& d : (*cg)->dirs()) EXPECT_FALSE(Exists(d)) << d;
+}
+
+// ThawDescendants thaws the children and keeps the cgroup's own state.
+TEST_F(CgroupTest, ThawDescendantsKeepsTheParentFrozen) {
+  auto cg = mgr_->Create("thawdesc", CgroupLimits{});
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  auto sub = (*cg)->CreateChild("exec-1");
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_TRUE((*sub)->Freeze().ok());
+  ASSERT_TRUE((*cg)->Freeze().ok());
+  ASSERT_TRUE((*cg)->ThawDescendants().ok());
+  EXPECT_TRUE((*cg)->Frozen());
+  ASSERT_TRUE((*cg)->Thaw().ok());
+  EXPECT_FALSE((*sub)->Frozen()) << "the child's own FROZEN was cleared";
+  (*cg)->RemoveEmptyDescendants();
+  for (const auto& d : (*sub)->dirs()) EXPECT_FALSE(Exists(d)) << d;
+  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+}
+
 TEST_F(CgroupTest, OomKillIsCounted) {
   CgroupLimits l;
   l.memory_bytes = 32ull << 20;
@@ -370,6 +420,32 @@ TEST_F(CgroupV2Test, TracksEscapedProcessesFreezesKillsAndRemoves) {
   const std::string stat = Slurp("/proc/" + std::to_string(pids[0]) + "/stat");
   const size_t paren = stat.rfind(')');
   EXPECT_TRUE(stat.empty() || (paren != std::string::npos && stat.compare(paren, 4, ") Z ") == 0)) << stat;
+}
+
+TEST_F(CgroupV2Test, DestroyEmptiesAChildFrozenOnItsOwn) {
+  auto cg = mgr_->Create("selffrozen", CgroupLimits{});
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  auto sub = (*cg)->CreateChild("exec-1");
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  auto fds = (*sub)->OpenProcsFds();
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  const int procs_fd = (*fds)[0].get();
+  Child c = Child::Spawn([procs_fd] {
+    if (::write(procs_fd, "0", 1) != 1) ::_exit(3);
+    for (;;) ::pause();
+  });
+  c.Go();
+  for (int i = 0; i < 200 && (*sub)->Pids(false).empty(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ((*sub)->Pids(false).size(), 1u);
+  ASSERT_TRUE((*sub)->Freeze().ok());
+  ASSERT_TRUE((*cg)->Thaw().ok());
+  EXPECT_TRUE((*sub)->Frozen());
+  Status st = (*cg)->Destroy(2000ms);
+  ASSERT_TRUE(st.ok()) << st;
+  int ws = 0;
+  ASSERT_EQ(::waitpid(c.pid, &ws, 0), c.pid);
+  EXPECT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL) << ws;
+  EXPECT_FALSE(Exists((*cg)->dirs()[0]));
 }
 
 }  // namespace warren::jail
