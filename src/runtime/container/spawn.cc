@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/child_reaper.h"
 #include "init/spawn_plan.h"
 
 #ifndef P_PIDFD
@@ -27,15 +28,6 @@ namespace {
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 int PidfdSignal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
-}
-
-// Reaps the child behind `pidfd` if it has exited; true once reaped (or gone).
-bool TryReap(int pidfd) {
-  siginfo_t info;
-  memset(&info, 0, sizeof info);
-  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) != 0)
-    return errno == ECHILD;
-  return info.si_pid != 0;
 }
 
 // The command's pid as the kernel stored it in the plan (CLONE_PARENT_SETTID,
@@ -180,14 +172,14 @@ StatusOr<SpawnInFlight> LaunchSpawn(const SpawnRequest& req) {
 }
 
 // ------------------------------------------------------------------ reaper
+// An abandoned spawn is watched here only until its command's pid is known
+// (from the report pipe, or from the plan once the helper is gone); every
+// pidfd goes to the process-wide ChildReaper, which does the reaping.
 struct SpawnReaper::Item {
   UniqueFd plan;    // to find a command whose pid was never reported
   UniqueFd report;  // invalid once EOF was read
-  UniqueFd helper_pidfd;
-  pid_t child = -1;
-  UniqueFd child_pidfd;
-  bool helper_done = false, child_done = false;
-  bool Done() const { return !report.valid() && helper_done && (child <= 0 || child_done); }
+  UniqueFd helper_pidfd;  // watched for the helper's exit (then adopted)
+  bool Done() const { return !report.valid() && !helper_pidfd.valid(); }
 };
 
 SpawnReaper::SpawnReaper() = default;
@@ -210,15 +202,31 @@ size_t SpawnReaper::pending() const {
   return items_.size();
 }
 
+namespace {
+// SIGKILLs our child `pid` (by pidfd: it is un-reaped, so no reuse race) and
+// leaves its reaping to the ChildReaper.
+void KillAndReap(pid_t pid) {
+  if (pid <= 0) return;
+  UniqueFd fd(PidfdOpen(pid));
+  if (!fd.valid()) return;
+  (void)PidfdSignal(fd.get(), SIGKILL);
+  ChildReaper::Get().Adopt(std::move(fd));
+}
+}  // namespace
+
 void SpawnReaper::Abandon(SpawnInFlight spawn, pid_t child, UniqueFd child_pidfd) {
+  if (child_pidfd.valid()) {
+    (void)PidfdSignal(child_pidfd.get(), SIGKILL);
+    ChildReaper::Get().Adopt(std::move(child_pidfd));
+  }
+  if (child > 0) {  // nothing left to learn from the helper
+    if (spawn.helper_pidfd.valid()) ChildReaper::Get().Adopt(std::move(spawn.helper_pidfd));
+    return;
+  }
   auto it = std::make_unique<Item>();
   it->report = std::move(spawn.report);
   it->plan = std::move(spawn.plan);
   it->helper_pidfd = std::move(spawn.helper_pidfd);
-  it->helper_done = !it->helper_pidfd.valid();
-  it->child = child;
-  it->child_pidfd = std::move(child_pidfd);
-  if (it->child_pidfd.valid()) (void)PidfdSignal(it->child_pidfd.get(), SIGKILL);
   std::lock_guard<std::mutex> l(mu_);
   items_.push_back(std::move(it));
   if (!wake_.valid()) wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -227,14 +235,14 @@ void SpawnReaper::Abandon(SpawnInFlight spawn, pid_t child, UniqueFd child_pidfd
 }
 
 void SpawnReaper::Reap(pid_t pid, UniqueFd pidfd) {
-  SpawnInFlight none;
-  Abandon(std::move(none), pid, std::move(pidfd));
+  (void)pid;
+  if (pidfd.valid()) ChildReaper::Get().Adopt(std::move(pidfd));
 }
 
 void SpawnReaper::Run() {
   while (!stop_.load()) {
     std::vector<pollfd> pfds;
-    std::vector<std::pair<Item*, int>> who;  // item, 0 = report, 1 = helper, 2 = child
+    std::vector<std::pair<Item*, int>> who;  // item, 0 = report, 1 = helper
     {
       std::lock_guard<std::mutex> l(mu_);
       pfds.push_back({wake_.get(), POLLIN, 0});
@@ -243,19 +251,12 @@ void SpawnReaper::Run() {
         if (it->report.valid()) {
           pfds.push_back({it->report.get(), POLLIN, 0});
           who.emplace_back(it.get(), 0);
-        }
-        if (!it->helper_done) {
+        } else if (it->helper_pidfd.valid()) {
           pfds.push_back({it->helper_pidfd.get(), POLLIN, 0});
           who.emplace_back(it.get(), 1);
         }
-        if (it->child > 0 && !it->child_done) {
-          pfds.push_back({it->child_pidfd.get(), POLLIN, 0});
-          who.emplace_back(it.get(), 2);
-        }
       }
     }
-    // The timeout re-tries reaps whose exit was missed (pidfd POLLIN is
-    // edge-free, but a child of a dead thread may need another look).
     int n = ::poll(pfds.data(), pfds.size(), 1000);
     if (n < 0 && errno != EINTR) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::lock_guard<std::mutex> l(mu_);
@@ -265,48 +266,24 @@ void SpawnReaper::Run() {
     }
     for (size_t i = 1; i < pfds.size(); ++i) {
       Item* it = who[i].first;
-      switch (who[i].second) {
-        case 0:
-          if (pfds[i].revents) {
-            WarrenSpawnReport r;
-            ssize_t got = ::read(it->report.get(), &r, sizeof r);
-            if (got == static_cast<ssize_t>(sizeof r)) {
-              if (r.step == WARREN_SPAWN_STEP_STARTED && it->child <= 0 && r.err > 0) {
-                it->child = r.err;
-                it->child_pidfd.reset(PidfdOpen(it->child));
-                if (it->child_pidfd.valid()) {
-                  (void)PidfdSignal(it->child_pidfd.get(), SIGKILL);
-                } else {
-                  it->child_done = true;
-                }
-              }
-            } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
-              it->report.reset();
-            }
+      if (!pfds[i].revents) continue;
+      if (who[i].second == 0) {
+        WarrenSpawnReport r;
+        ssize_t got = ::read(it->report.get(), &r, sizeof r);
+        if (got == static_cast<ssize_t>(sizeof r)) {
+          if (r.step == WARREN_SPAWN_STEP_STARTED && r.err > 0) {
+            KillAndReap(r.err);
+            it->plan.reset();  // known: nothing more to learn
           }
-          break;
-        case 1:
-          if (TryReap(it->helper_pidfd.get())) it->helper_done = true;
-          break;
-        case 2:
-          if (TryReap(it->child_pidfd.get())) it->child_done = true;
-          break;
-      }
-    }
-    // A helper killed between its clone and its report: the command's pid
-    // is in the plan all the same.
-    for (auto& it : items_) {
-      if (!it->report.valid() && it->helper_done && it->child <= 0 && it->plan.valid()) {
-        it->child = PlanChildPid(it->plan.get());
-        it->plan.reset();
-        if (it->child > 0) {
-          it->child_pidfd.reset(PidfdOpen(it->child));
-          if (it->child_pidfd.valid()) {
-            (void)PidfdSignal(it->child_pidfd.get(), SIGKILL);
-          } else {
-            it->child_done = true;
-          }
+        } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+          it->report.reset();
         }
+      } else {
+        // The helper exited: a command it cloned but never reported (killed
+        // in between) is found in the plan.
+        if (it->plan.valid()) KillAndReap(PlanChildPid(it->plan.get()));
+        it->plan.reset();
+        ChildReaper::Get().Adopt(std::move(it->helper_pidfd));
       }
     }
     items_.erase(std::remove_if(items_.begin(), items_.end(), [](const auto& it) { return it->Done(); }),
@@ -351,7 +328,7 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
   {
     pollfd hp{spawn.helper_pidfd.get(), POLLIN, 0};
     (void)::poll(&hp, 1, 1000);
-    if (!TryReap(spawn.helper_pidfd.get())) reaper.Reap(spawn.helper, std::move(spawn.helper_pidfd));
+    if (!TryReapPidfd(spawn.helper_pidfd.get())) reaper.Reap(spawn.helper, std::move(spawn.helper_pidfd));
   }
   if (child <= 0) {  // a helper killed between its clone and its report
     child = PlanChildPid(spawn.plan.get());
@@ -361,7 +338,7 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
     if (child > 0 && child_pidfd.valid()) {
       pollfd cp{child_pidfd.get(), POLLIN, 0};
       (void)::poll(&cp, 1, 1000);  // it exits right after its report
-      if (!TryReap(child_pidfd.get())) reaper.Reap(child, std::move(child_pidfd));
+      if (!TryReapPidfd(child_pidfd.get())) reaper.Reap(child, std::move(child_pidfd));
     }
     std::string what = verb + ": " +
                        (failure.step > 0 && failure.step < WARREN_SPAWN_STEP_COUNT ? kWarrenSpawnStepNames[failure.step]

@@ -63,10 +63,11 @@ struct SpawnInFlight {
 // posix_spawn failed (errno kept). Thread-safe.
 StatusOr<SpawnInFlight> LaunchSpawn(const SpawnRequest& req);
 
-// Reaps spawns given up on (see CollectSpawn) and children killed but not
-// yet exited (a v1-frozen process takes its SIGKILL only once thawed). One
-// thread, started on first use, ended by the destructor (which leaves what
-// is still unreaped to the kernel's reparenting at daemon exit).
+// Follows spawns given up on (see CollectSpawn) until their command's pid
+// is known (from the report pipe, or, when the helper was killed between
+// its clone and its report, from the plan), kills that command and hands
+// every pidfd to the process-wide ChildReaper (common/child_reaper.h). One
+// thread, started on first use, ended by the destructor.
 class SpawnReaper {
  public:
   SpawnReaper();
@@ -74,10 +75,12 @@ class SpawnReaper {
   SpawnReaper(const SpawnReaper&) = delete;
   SpawnReaper& operator=(const SpawnReaper&) = delete;
 
-  // Takes over a spawn: SIGKILLs its command as soon as its pid is reported
-  // (`child` > 0 if already known, with its pidfd), reaps helper and command.
+  // Takes over a spawn: SIGKILLs its command as soon as its pid is known
+  // (`child` > 0 if already known, with its pidfd); helper and command are
+  // reaped by the ChildReaper.
   void Abandon(SpawnInFlight spawn, pid_t child, UniqueFd child_pidfd);
-  // Reaps `pid` (a child of this process; `pidfd` its pidfd) once it exits.
+  // Reaps `pid` (a child of this process; `pidfd` its pidfd) once it exits
+  // (through the ChildReaper).
   void Reap(pid_t pid, UniqueFd pidfd);
   size_t pending() const;
 
