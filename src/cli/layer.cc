@@ -158,7 +158,7 @@ int RunLayerRm(Invocation& inv) {
 }  // namespace
 
 void AddLayerCommand(CLI::App& root, Invocation& inv) {
-  CLI::App* layer = root.add_subcommand("layer", "Build, list, show and remove layers.");
+  CLI::App* layer = root.add_subcommand("layer", "Build, list, get and remove layers.");
   layer->fallthrough();
   layer->require_subcommand(1);
 
