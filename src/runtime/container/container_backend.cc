@@ -1131,7 +1131,15 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
                       : static_cast<int>(std::clamp<int64_t>(
                             std::chrono::duration_cast<milliseconds>(next - now).count() + 1, 0, 1000));
     int pr = ::poll(pfds, static_cast<nfds_t>(np), wait_ms);
-    if (pr < 0 && errno != EINTR) return Errno("poll(exec pipes)");
+    if (pr < 0 && errno != EINTR) {
+      // Never leave the command behind: killed, its tree too, and reaped
+      // by the ChildReaper; the exec cgroup goes with the rollback.
+      Status st = Errno("poll(exec pipes)");
+      (void)ecg->SignalAll(SIGKILL);
+      (void)PidfdSignal(cpidfd.get(), SIGKILL);
+      ChildReaper::Get().Adopt(std::move(cpidfd));
+      return st;
+    }
     if (out_i >= 0 && pfds[out_i].revents) drain(out_r, out.stdout_data, out.stdout_total, out.stdout_truncated, 4);
     if (err_i >= 0 && pfds[err_i].revents) drain(err_r, out.stderr_data, out.stderr_total, out.stderr_truncated, 4);
     if (in_i >= 0 && pfds[in_i].revents) {
