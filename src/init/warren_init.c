@@ -25,33 +25,12 @@
 #include <stddef.h>
 #include <sys/syscall.h>
 
+#include "common/freestanding_start.h"
 #include "common/raw_syscall.h"
 
 static long Sys(long n, long a, long b, long c, long d, long e) { return warren_raw_syscall6(n, a, b, c, d, e, 0); }
 
-#if defined(__x86_64__)
-__asm__(
-    ".text\n"
-    ".global _start\n"
-    "_start:\n"
-    "  xor %rbp, %rbp\n"
-    "  mov %rsp, %rdi\n"
-    "  and $-16, %rsp\n"
-    "  call InitMain\n"
-    "  hlt\n");
-#elif defined(__aarch64__)
-__asm__(
-    ".text\n"
-    ".global _start\n"
-    "_start:\n"
-    "  mov x29, #0\n"
-    "  mov x30, #0\n"
-    "  mov x0, sp\n"
-    "  bl InitMain\n"
-    "  brk #0\n");
-#else
-#error "warren-init: freestanding build supports x86_64 and aarch64 only"
-#endif
+WARREN_FREESTANDING_START(InitMain)
 
 #define kSigsetBytes 8  // the kernel's sigset_t (64 signals)
 #define kEintr 4
