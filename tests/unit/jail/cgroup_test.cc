@@ -399,10 +399,14 @@ TEST_F(CgroupV2Test, TracksEscapedProcessesFreezesKillsAndRemoves) {
   });
   c.Go();
   ASSERT_EQ(c.Wait(), 0);
+  // The intermediate child exits as its own grandchild escapes: until it is
+  // reaped it may still be listed, so wait (bounded) until only the escaped
+  // grandchild remains, below and recursively.
   std::vector<pid_t> pids;
-  for (int i = 0; i < 200 && pids.size() != 1; ++i) {
+  for (int i = 0; i < 200; ++i) {
     pids = (*sub)->Pids(false);
-    if (pids.size() != 1) std::this_thread::sleep_for(10ms);
+    if (pids.size() == 1 && (*cg)->Pids(true) == pids) break;
+    std::this_thread::sleep_for(10ms);
   }
   ASSERT_EQ(pids.size(), 1u);  // the escaped grandchild, still tracked
   EXPECT_EQ((*cg)->Pids(true), pids);
