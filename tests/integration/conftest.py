@@ -164,10 +164,26 @@ def _unmount_under(root: Path) -> None:
             subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL, check=False)
 
 
+def _ours_by_cgroup(cgroup_text: str) -> bool:
+    """A sandbox cgroup of this session's daemons: named after one of our node
+    ids (<node id>-<hex>), or a warm/recycled shell of one of our daemon pids
+    (shell-<pid>-...)."""
+    shells = tuple(f"shell-{pid}-" for d in _DAEMONS for pid in d.past_pids)
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "/warren/" not in path:
+            continue
+        leaf = path.rsplit("/warren/", 1)[1].split("/", 1)[0]
+        if leaf.startswith(NODE_PREFIX) or (shells and leaf.startswith(shells)):
+            return True
+    return False
+
+
 def _kill_leftover_sandboxes(root: Path) -> None:
-    """Last resort after a hung or crashed daemon: SIGKILLs sandbox inits
-    whose mounts come from under root (so only ours), then removes their
-    (now empty) cgroups."""
+    """Last resort after a hung or crashed daemon: SIGKILLs sandbox inits of
+    this session (their cgroups carry our node ids or daemon pids; a
+    sandbox's mountinfo does not name the host paths of its detached
+    mounts), then removes their (now empty) cgroups."""
     cg_dirs: List[Path] = []
     mounts = _cgroup_mounts()
     for e in os.listdir("/proc"):
@@ -176,9 +192,10 @@ def _kill_leftover_sandboxes(root: Path) -> None:
         try:
             if Path(f"/proc/{e}/comm").read_text().strip() != "warren-init":
                 continue
-            if str(root) not in Path(f"/proc/{e}/mountinfo").read_text():
+            cgroup_text = Path(f"/proc/{e}/cgroup").read_text()
+            if not _ours_by_cgroup(cgroup_text) and str(root) not in Path(f"/proc/{e}/mountinfo").read_text():
                 continue
-            for line in Path(f"/proc/{e}/cgroup").read_text().splitlines():
+            for line in cgroup_text.splitlines():
                 _, ctrls, path = line.split(":", 2)
                 key = ",".join(sorted(ctrls.split(","))) if ctrls else ""
                 if key in mounts and "/warren/" in path:
