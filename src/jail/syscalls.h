@@ -40,6 +40,11 @@ inline int MoveMount(int from_dfd, const char* from, int to_dfd, const char* to,
 // glibc's set*id() wrappers broadcast the change to every thread of the
 // process (nptl setxid), taking locks: in a child forked from the
 // multithreaded daemon by raw clone3 that deadlocks. Children use these.
+// pidfd_open(2) / pidfd_send_signal(2) (glibc 2.36 has no wrappers): -1 and errno on failure.
+inline int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+inline int PidfdSignal(int pidfd, int sig) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
 inline int RawSetresuid(uid_t u) { return static_cast<int>(syscall(SYS_setresuid, u, u, u)); }
 inline int RawSetresgid(gid_t g) { return static_cast<int>(syscall(SYS_setresgid, g, g, g)); }
 

@@ -100,8 +100,8 @@ using jail::MoveMount;
 using jail::OpenTree;
 using jail::RawSetresgid;
 using jail::RawSetresuid;
-int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
-int PidfdSignal(int pidfd, int sig) { return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
+using jail::PidfdOpen;
+using jail::PidfdSignal;
 
 Status Errno(const std::string& what) { return ErrnoToStatus(errno, what); }
 
@@ -144,7 +144,7 @@ enum Step : int32_t {
   kStepRecvRootfs = 1, kStepUnshareCgroup, kStepHostname, kStepPrivate, kStepAttachRoot, kStepChdirRoot,
   kStepSetId, kStepMkdir, kStepProc, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepSys, kStepMask,
   kStepPivot, kStepLoopback, kStepStdio, kStepRlimits, kStepCaps, kStepNoNewPrivs, kStepSeccomp, kStepExec,
-  kStepCgroup, kStepSetgroups, kStepSetns, kStepFork, kStepChdir, kStepDup, kStepRecvUpper, kStepKeepUpper,
+  kStepRecvUpper, kStepKeepUpper,
   kStepRecvShared,
 };
 
@@ -154,8 +154,7 @@ const char* StepName(int32_t s) {
       "move_mount(rootfs)", "chdir(rootfs)", "setresuid/setresgid(0)", "mkdir(mount point)", "mount(proc)",
       "mount(/dev tmpfs)", "bind(/dev node)", "mount(devpts)", "mount(/dev/shm)", "mount(/sys)",
       "mask /proc path", "pivot_root", "loopback up", "stdio", "setrlimit", "drop capabilities",
-      "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp", "execve", "join cgroup", "setgroups", "setns(pidfd)",
-      "clone(CLONE_PARENT)", "chdir(cwd)", "dup2(stdio)", "recvmsg(upper fd)", "fcntl(upper fd, F_SETFD)",
+      "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp", "execve", "recvmsg(upper fd)", "fcntl(upper fd, F_SETFD)",
       "recvmsg(dev/sysfs/mask mount fd)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }

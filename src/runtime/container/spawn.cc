@@ -17,6 +17,7 @@
 
 #include "common/child_reaper.h"
 #include "init/spawn_plan.h"
+#include "jail/syscalls.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -25,10 +26,8 @@
 namespace warren::runtime {
 namespace {
 
-int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-int PidfdSignal(int pidfd, int sig) {
-  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
-}
+using jail::PidfdOpen;
+using jail::PidfdSignal;
 
 // The command's pid as the kernel stored it in the plan (CLONE_PARENT_SETTID,
 // spawn_plan.h); 0 if the helper has not cloned it (yet).
@@ -197,11 +196,6 @@ void SpawnReaper::Wake() {
   }
 }
 
-size_t SpawnReaper::pending() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return items_.size();
-}
-
 namespace {
 // SIGKILLs our child `pid` (by pidfd: it is un-reaped, so no reuse race) and
 // leaves its reaping to the ChildReaper.
@@ -232,11 +226,6 @@ void SpawnReaper::Abandon(SpawnInFlight spawn, pid_t child, UniqueFd child_pidfd
   if (!wake_.valid()) wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
   Wake();
-}
-
-void SpawnReaper::Reap(pid_t pid, UniqueFd pidfd) {
-  (void)pid;
-  if (pidfd.valid()) ChildReaper::Get().Adopt(std::move(pidfd));
 }
 
 void SpawnReaper::Run() {
@@ -328,7 +317,7 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
   {
     pollfd hp{spawn.helper_pidfd.get(), POLLIN, 0};
     (void)::poll(&hp, 1, 1000);
-    if (!TryReapPidfd(spawn.helper_pidfd.get())) reaper.Reap(spawn.helper, std::move(spawn.helper_pidfd));
+    if (!TryReapPidfd(spawn.helper_pidfd.get())) ChildReaper::Get().Adopt(std::move(spawn.helper_pidfd));
   }
   if (child <= 0) {  // a helper killed between its clone and its report
     child = PlanChildPid(spawn.plan.get());
@@ -338,7 +327,7 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
     if (child > 0 && child_pidfd.valid()) {
       pollfd cp{child_pidfd.get(), POLLIN, 0};
       (void)::poll(&cp, 1, 1000);  // it exits right after its report
-      if (!TryReapPidfd(child_pidfd.get())) reaper.Reap(child, std::move(child_pidfd));
+      if (!TryReapPidfd(child_pidfd.get())) ChildReaper::Get().Adopt(std::move(child_pidfd));
     }
     std::string what = verb + ": " +
                        (failure.step > 0 && failure.step < WARREN_SPAWN_STEP_COUNT ? kWarrenSpawnStepNames[failure.step]

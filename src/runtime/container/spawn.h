@@ -79,10 +79,6 @@ class SpawnReaper {
   // (`child` > 0 if already known, with its pidfd); helper and command are
   // reaped by the ChildReaper.
   void Abandon(SpawnInFlight spawn, pid_t child, UniqueFd child_pidfd);
-  // Reaps `pid` (a child of this process; `pidfd` its pidfd) once it exits
-  // (through the ChildReaper).
-  void Reap(pid_t pid, UniqueFd pidfd);
-  size_t pending() const;
 
  private:
   struct Item;
