@@ -485,6 +485,37 @@ class SnapshotResponse(_message.Message):
     layers: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, layer: _Optional[_Union[Layer, _Mapping]] = ..., layers: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ForkRequest(_message.Message):
+    __slots__ = ("id", "count", "labels", "ttl_s", "exclude", "no_pause")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    NO_PAUSE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    count: int
+    labels: _containers.ScalarMap[str, str]
+    ttl_s: int
+    exclude: _containers.RepeatedScalarFieldContainer[str]
+    no_pause: bool
+    def __init__(self, id: _Optional[str] = ..., count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., exclude: _Optional[_Iterable[str]] = ..., no_pause: _Optional[bool] = ...) -> None: ...
+
+class ForkResponse(_message.Message):
+    __slots__ = ("layer", "sandboxes")
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    layer: Layer
+    sandboxes: _containers.RepeatedCompositeFieldContainer[Sandbox]
+    def __init__(self, layer: _Optional[_Union[Layer, _Mapping]] = ..., sandboxes: _Optional[_Iterable[_Union[Sandbox, _Mapping]]] = ...) -> None: ...
+
 class GradeRequest(_message.Message):
     __slots__ = ("id", "grader", "protected_paths", "solution")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -931,6 +931,11 @@ class LifecycleStub:
                 request_serializer=warren_dot_v1_dot_warren__pb2.GradeRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_warren__pb2.GradeResponse.FromString,
                 _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/warren.v1.Lifecycle/Fork',
+                request_serializer=warren_dot_v1_dot_warren__pb2.ForkRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.ForkResponse.FromString,
+                _registered_method=True)
         self.AuditLog = channel.unary_unary(
                 '/warren.v1.Lifecycle/AuditLog',
                 request_serializer=warren_dot_v1_dot_warren__pb2.AuditLogRequest.SerializeToString,
@@ -1013,6 +1018,12 @@ class LifecycleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fork(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AuditLog(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1087,6 +1098,11 @@ def add_LifecycleServicer_to_server(servicer, server):
                     servicer.Grade,
                     request_deserializer=warren_dot_v1_dot_warren__pb2.GradeRequest.FromString,
                     response_serializer=warren_dot_v1_dot_warren__pb2.GradeResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.ForkRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.ForkResponse.SerializeToString,
             ),
             'AuditLog': grpc.unary_unary_rpc_method_handler(
                     servicer.AuditLog,
@@ -1374,6 +1390,33 @@ class Lifecycle:
             '/warren.v1.Lifecycle/Grade',
             warren_dot_v1_dot_warren__pb2.GradeRequest.SerializeToString,
             warren_dot_v1_dot_warren__pb2.GradeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Lifecycle/Fork',
+            warren_dot_v1_dot_warren__pb2.ForkRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.ForkResponse.FromString,
             options,
             channel_credentials,
             insecure,
