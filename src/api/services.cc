@@ -16,7 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "api/status_map.h"
 #include "common/unique_fd.h"
-#include "node/log.h"
+#include "common/log.h"
 #include "warren/v1/process.grpc.pb.h"
 
 namespace warren::api {
@@ -287,7 +287,7 @@ class SandboxesService final : public v1::Sandboxes::Service {
       // A retry with the same request id makes a new one (this call, not
       // the request, was given up: no tombstone as AbandonCreate leaves).
       Status s = impl_->m_->Destroy(info->id);
-      node::Log(spdlog::level::info, "create given up by the client; sandbox destroyed",
+      warren::Log(spdlog::level::info, "create given up by the client; sandbox destroyed",
                 {{"sandbox", info->id}, {"destroy", s.ToString()}, {"late", late ? "true" : "false"}});
       return late ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "create finished too close to its deadline; nothing was kept")
                   : grpc::Status(grpc::StatusCode::CANCELLED, "create cancelled by the client");
@@ -527,7 +527,7 @@ class LayersService final : public v1::Layers::Service {
       }
       if (!msg.tar_chunk().empty()) return Invalid("give either source_dir or tar_chunk, not both");
       ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, layers.BuildFromDir(name, msg.source_dir()));
-      node::Log(spdlog::level::info, "layer built", {{"layer", name}, {"digest", li.digest}, {"from", msg.source_dir()}});
+      warren::Log(spdlog::level::info, "layer built", {{"layer", name}, {"digest", li.digest}, {"from", msg.source_dir()}});
       ToLayer(li, resp);
       return grpc::Status::OK;
     }
@@ -561,7 +561,7 @@ class LayersService final : public v1::Layers::Service {
     if (total == 0) return Invalid("no tar data and no source_dir");
     fd.reset();
     ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, layers.BuildFromTar(name, path));
-    node::Log(spdlog::level::info, "layer built", {{"layer", name}, {"digest", li.digest}, {"tar_bytes", std::to_string(total)}});
+    warren::Log(spdlog::level::info, "layer built", {{"layer", name}, {"digest", li.digest}, {"tar_bytes", std::to_string(total)}});
     ToLayer(li, resp);
     return grpc::Status::OK;
   }

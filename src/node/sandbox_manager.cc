@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "absl/strings/escaping.h"
-#include "node/log.h"
+#include "common/log.h"
 #include "node/rollback.h"
 #include "node/upper_copy.h"
 

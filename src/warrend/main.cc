@@ -32,7 +32,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "node/image_layer_provider.h"
-#include "node/log.h"
+#include "common/log.h"
 #include "node/run_dir.h"
 #include "node/sandbox_manager.h"
 #include "node/suspend_swap.h"
@@ -196,7 +196,7 @@ Status PrepareSocket(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoToStatus(errno, "unlink(" + path + ")");
   }
-  node::Log(spdlog::level::info, "removed stale socket", {{"socket", path}});
+  warren::Log(spdlog::level::info, "removed stale socket", {{"socket", path}});
   return absl::OkStatus();
 }
 
@@ -253,11 +253,11 @@ void BoundHeap() {
 int Run(const Flags& flags) {
   BoundHeap();
   if (auto [before, after] = RaiseNofileLimit(); before != after) {
-    node::Log(spdlog::level::info, "raised RLIMIT_NOFILE soft limit to the hard limit",
+    warren::Log(spdlog::level::info, "raised RLIMIT_NOFILE soft limit to the hard limit",
               {{"from", std::to_string(before)}, {"to", std::to_string(after)}});
   }
   auto fail = [](const Status& s) {
-    node::Log(spdlog::level::critical, "warrend cannot start", {{"error", s.ToString()}});
+    warren::Log(spdlog::level::critical, "warrend cannot start", {{"error", s.ToString()}});
     return 1;
   };
   if (flags.state_dir.empty() || flags.state_dir[0] != '/') {
@@ -338,12 +338,12 @@ int Run(const Flags& flags) {
     so.zram_size_mb = flags.zram_size_mb;
     StatusOr<node::SuspendSwap> sw = node::EnsureSuspendSwap(so);
     if (!sw.ok()) {
-      node::Log(spdlog::level::warn, "no swap for suspend: suspended sandboxes give back only page cache",
+      warren::Log(spdlog::level::warn, "no swap for suspend: suspended sandboxes give back only page cache",
                 {{"error", sw.status().ToString()}});
     } else if (sw->how == "disabled") {
-      node::Log(spdlog::level::info, "suspend swap disabled (--suspend-swap=none)");
+      warren::Log(spdlog::level::info, "suspend swap disabled (--suspend-swap=none)");
     } else {
-      node::Log(spdlog::level::info,
+      warren::Log(spdlog::level::info,
                 sw->how == "created" ? "suspend swap: set up zram swap"
                 : sw->how == "adopted" ? "suspend swap: adopted the zram swap set up earlier"
                                        : "suspend swap: using the host's swap",
@@ -363,7 +363,7 @@ int Run(const Flags& flags) {
   if (probed.wait_for(std::chrono::seconds(5)) == std::future_status::ready) {
     hf = probed.get();
   } else {
-    node::Log(spdlog::level::warn,
+    warren::Log(spdlog::level::warn,
               "host feature probe did not finish in 5 s; Node.Status reports them unknown");
   }
   api::ServiceOptions sopt;
@@ -410,7 +410,7 @@ int Run(const Flags& flags) {
       ho.token = *t;
     }
     if (ho.token.empty()) {
-      node::Log(spdlog::level::warn,
+      warren::Log(spdlog::level::warn,
                 "/run_code has no token (--http-token-file or --token-file): any local process may call it",
                 {{"listen", flags.http_listen}});
     }
@@ -441,7 +441,7 @@ int Run(const Flags& flags) {
     unsigned char sig = 0;
     while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    node::Log(spdlog::level::info, "shutting down; sandboxes keep running",
+    warren::Log(spdlog::level::info, "shutting down; sandboxes keep running",
               {{"signal", strsignal(sig)}});
     // In-flight calls get a grace period, then are cancelled. A sync
     // handler still blocked in a long exec would hold Shutdown() forever:
@@ -449,14 +449,14 @@ int Run(const Flags& flags) {
     // and outlive the daemon; that exec's result is lost, as in a crash).
     std::thread([socket] {
       std::this_thread::sleep_for(std::chrono::seconds(20));
-      node::Log(spdlog::level::warn, "in-flight calls did not finish; exiting without them");
+      warren::Log(spdlog::level::warn, "in-flight calls did not finish; exiting without them");
       ::unlink(socket.c_str());
       ::_exit(0);
     }).detach();
     (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
   });
 
-  node::Log(spdlog::level::info, "warrend ready",
+  warren::Log(spdlog::level::info, "warrend ready",
             {{"socket", flags.socket}, {"state_dir", flags.state_dir}, {"run_dir", *run_dir}, {"node_id", flags.node_id},
              {"tcp", flags.listen.empty() ? "" : flags.listen + " (port " + std::to_string(tcp_port) + ")"},
              {"init", *init}, {"cgroup", "v" + std::to_string(hf.cgroup_version) + " " + hf.cgroup_parent}});
@@ -470,7 +470,7 @@ int Run(const Flags& flags) {
   fncall_pool->reset();  // fncall workers go before the layer mounts they use
   fncall_frontend.ReleaseLayers();
   manager->reset();
-  node::Log(spdlog::level::info, "warrend stopped");
+  warren::Log(spdlog::level::info, "warrend stopped");
   return 0;
 }
 
@@ -548,8 +548,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  warren::Status s = warren::node::SetupLogging(
-      f.log_format == "json" ? warren::node::LogFormat::kJson : warren::node::LogFormat::kText,
+  warren::Status s = warren::SetupLogging(
+      f.log_format == "json" ? warren::LogFormat::kJson : warren::LogFormat::kText,
       f.log_level);
   if (!s.ok()) {
     std::fprintf(stderr, "warrend: %s\n", s.ToString().c_str());

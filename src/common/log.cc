@@ -1,4 +1,4 @@
-#include "node/log.h"
+#include "common/log.h"
 
 #include <chrono>
 #include <ctime>
@@ -8,7 +8,7 @@
 #include <spdlog/formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
-namespace warren::node {
+namespace warren {
 namespace {
 
 // Fields of the Log() call being formatted on this thread (spdlog's default
@@ -87,4 +87,4 @@ void Log(spdlog::level::level_enum level, const std::string& msg,
   t_fields = nullptr;
 }
 
-}  // namespace warren::node
+}  // namespace warren

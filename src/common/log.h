@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 
-namespace warren::node {
+namespace warren {
 
 enum class LogFormat { kText, kJson };
 
@@ -26,4 +26,4 @@ Status SetupLogging(LogFormat format, const std::string& level);
 void Log(spdlog::level::level_enum level, const std::string& msg,
          std::initializer_list<LogField> fields = {});
 
-}  // namespace warren::node
+}  // namespace warren
