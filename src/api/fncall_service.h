@@ -13,7 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "api/services.h"
+#include "api/auth.h"
 #include "common/status.h"
 #include "node/layer_provider.h"
 #include "runtime/fncall/fncall.h"
@@ -50,7 +50,7 @@ class FnCallFrontend {
 
 class FnCallServiceImpl final : public warren::v1::FnCall::Service {
  public:
-  // `token`: bearer token required from non-unix peers (empty = TCP refused).
+  // `token`: bearer token required from TCP callers (api/auth.h; empty = TCP refused).
   FnCallServiceImpl(FnCallFrontend* frontend, std::string token);
   grpc::Status Call(grpc::ServerContext* ctx, const warren::v1::FnCallRequest* req,
                     warren::v1::FnCallResponse* resp) override;
@@ -58,11 +58,10 @@ class FnCallServiceImpl final : public warren::v1::FnCall::Service {
                          warren::v1::FnCallBatchResponse* resp) override;
 
  private:
-  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
-  grpc::Status CheckLayerRefs(const grpc::ServerContext* ctx,
-                              const google::protobuf::RepeatedPtrField<std::string>& refs) const;
+  static grpc::Status CheckLayerRefs(const grpc::ServerContext* ctx,
+                                     const google::protobuf::RepeatedPtrField<std::string>& refs);
   FnCallFrontend* const frontend_;
-  const std::string token_;
+  const Authorizer auth_;
 };
 
 // Converts between the proto and the runtime types.
