@@ -1,4 +1,4 @@
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -56,6 +56,41 @@ Status RemoveTreeAt(int parent_fd, const std::string& name, const std::string& p
 }
 
 }  // namespace
+
+StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "read(" + path + ")");
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes)
+      return absl::FailedPreconditionError(path + " is larger than " + std::to_string(max_bytes) + " bytes");
+  }
+}
+
+Status WriteAll(int fd, std::string_view data, const std::string& what) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "write(" + what + ")");
+    off += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+Status WriteFile(const std::string& path, std::string_view data) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+  if (::write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+    return ErrnoToStatus(errno, "write(" + path + ", " + std::string(data) + ")");
+  return absl::OkStatus();
+}
 
 Status RemoveTree(const std::string& path) {
   struct stat st;
