@@ -11,7 +11,7 @@
 
 #include "common/child_reaper.h"
 #include "common/rollback.h"
-#include "common/scoped_sigpipe.h"
+#include "common/output_pump.h"
 #include "runtime/container/command.h"
 
 #ifndef P_PIDFD
@@ -145,95 +145,48 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   UniqueFd cpidfd = std::move(spawned->pidfd);
 
   ExecOutcome out;
-  ScopedSigpipeBlock no_sigpipe;
-  size_t stdin_off = 0;
-  if (es.stdin_data.empty()) in_w.reset();
-  if (in_w.valid()) ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
-  ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
-  ::fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
-  // 64 KiB per read (a pipe's default capacity), one buffer per handler
-  // thread: a fresh one per exec cost a memset, page faults and a heap
-  // consolidation on free, for execs most of which print little.
-  thread_local std::string buf(64 << 10, '\0');
-  auto drain = [&](UniqueFd& fd, std::string& data, uint64_t& total, bool& trunc, int max_reads) {
-    for (int i = 0; i < max_reads && fd.valid(); ++i) {
-      ssize_t r = ::read(fd.get(), buf.data(), buf.size());
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return;  // EAGAIN: nothing more right now
-      if (r == 0) {
-        fd.reset();
-        return;
-      }
-      total += static_cast<uint64_t>(r);
-      uint64_t room = es.output_cap_bytes > data.size() ? es.output_cap_bytes - data.size() : 0;
-      size_t take = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(r)));
-      data.append(buf.data(), take);
-      if (take < static_cast<size_t>(r)) trunc = true;
-    }
-  };
-
-  auto deadline = base_deadline;
-  Clock::time_point kill_at = Clock::time_point::max();
-  bool exited = false;
   siginfo_t info;
   memset(&info, 0, sizeof info);
-  for (uint64_t iter = 0; !exited; ++iter) {
-    pollfd pfds[4];
-    int np = 0;
-    pfds[np++] = {cpidfd.get(), POLLIN, 0};
-    int out_i = -1, err_i = -1, in_i = -1;
-    if (out_r.valid()) { out_i = np; pfds[np++] = {out_r.get(), POLLIN, 0}; }
-    if (err_r.valid()) { err_i = np; pfds[np++] = {err_r.get(), POLLIN, 0}; }
-    if (in_w.valid()) { in_i = np; pfds[np++] = {in_w.get(), POLLOUT, 0}; }
-    if (base_deadline != Clock::time_point::max()) {
-      deadline = base_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(PausedNs() - paused0));
-    }
-    auto now = Clock::now();
-    auto next = std::min(deadline, kill_at);
-    int wait_ms = next == Clock::time_point::max()
-                      ? 1000
-                      : static_cast<int>(std::clamp<int64_t>(
-                            std::chrono::duration_cast<milliseconds>(next - now).count() + 1, 0, 1000));
-    int pr = ::poll(pfds, static_cast<nfds_t>(np), wait_ms);
-    if (pr < 0 && errno != EINTR) {
-      // Never leave the command behind: killed, its tree too, and reaped
-      // by the ChildReaper; the exec cgroup goes with the rollback.
-      Status st = Errno("poll(exec pipes)");
-      (void)ecg->SignalAll(SIGKILL);
-      (void)PidfdSignal(cpidfd.get(), SIGKILL);
-      ChildReaper::Get().Adopt(std::move(cpidfd));
-      return st;
-    }
-    if (out_i >= 0 && pfds[out_i].revents) drain(out_r, out.stdout_data, out.stdout_total, out.stdout_truncated, 4);
-    if (err_i >= 0 && pfds[err_i].revents) drain(err_r, out.stderr_data, out.stderr_total, out.stderr_truncated, 4);
-    if (in_i >= 0 && pfds[in_i].revents) {
-      ssize_t w = ::write(in_w.get(), es.stdin_data.data() + stdin_off, es.stdin_data.size() - stdin_off);
-      if (w > 0) stdin_off += static_cast<size_t>(w);
-      if ((w < 0 && errno != EAGAIN && errno != EINTR) || stdin_off == es.stdin_data.size()) in_w.reset();
-    }
-    if (pfds[0].revents & POLLIN) {
-      memset(&info, 0, sizeof info);
-      if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(cpidfd.get()), &info, WEXITED | WNOHANG) == 0 &&
-          info.si_pid != 0)
-        exited = true;
-    }
-    if (base_deadline != Clock::time_point::max()) {
-      deadline = base_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(PausedNs() - paused0));
-    }
-    now = Clock::now();
-    if (!exited && now >= deadline && !out.timed_out) {
-      out.timed_out = true;
-      (void)ecg->SignalAll(SIGTERM);
-      kill_at = now + es.kill_grace;
-    }
-    if (!exited && now >= kill_at) {
-      (void)ecg->SignalAll(SIGKILL);
-      kill_at = now + milliseconds(200);  // re-kill until the foreground is gone
-    }
+  PumpStream so, se;
+  so.fd = std::move(out_r);
+  so.cap = es.output_cap_bytes;
+  se.fd = std::move(err_r);
+  se.cap = es.output_cap_bytes;
+  PumpOptions po;
+  po.exit_fd = cpidfd.get();
+  po.on_exit_readable = [&]() -> StatusOr<bool> {
+    memset(&info, 0, sizeof info);
+    return ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(cpidfd.get()), &info, WEXITED | WNOHANG) == 0 &&
+           info.si_pid != 0;
+  };
+  po.stdin_fd = &in_w;
+  po.stdin_data = es.stdin_data;
+  if (base_deadline != Clock::time_point::max()) {
+    po.deadline = [&] {
+      return base_deadline +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(PausedNs() - paused0));
+    };
   }
-  // The foreground is gone: take what is already in the pipes, then stop.
-  drain(out_r, out.stdout_data, out.stdout_total, out.stdout_truncated, 64);
-  drain(err_r, out.stderr_data, out.stderr_total, out.stderr_truncated, 64);
+  po.kill = [&ecg](int sig) { (void)ecg->SignalAll(sig); };
+  po.kill_grace = es.kill_grace;
+  po.what = "exec";
+  StatusOr<PumpResult> pumped = PumpOutput(po, {&so, &se});
+  if (!pumped.ok()) {
+    // Never leave the command behind: killed, its tree too, and reaped
+    // by the ChildReaper; the exec cgroup goes with the rollback.
+    (void)ecg->SignalAll(SIGKILL);
+    (void)PidfdSignal(cpidfd.get(), SIGKILL);
+    ChildReaper::Get().Adopt(std::move(cpidfd));
+    return pumped.status();
+  }
+  out.timed_out = pumped->timed_out;
+  const Clock::time_point kill_at = pumped->kill_at;
+  out.stdout_truncated = so.truncated();
+  out.stdout_total = so.total;
+  out.stdout_data = std::move(so.data);
+  out.stderr_truncated = se.truncated();
+  out.stderr_total = se.total;
+  out.stderr_data = std::move(se.data);
   if (info.si_code == CLD_EXITED) {
     out.exit_code = info.si_status;
   } else {
