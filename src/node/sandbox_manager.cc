@@ -1478,7 +1478,7 @@ StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) 
 
 namespace {
 // The /etc/hosts the container backend writes into a new sandbox's upper
-// when its image has none (SeedEtcHosts in container_backend.cc, same text):
+// when its image has none (SeedEtcHosts in runtime/container/rootfs.cc, same text):
 // not a change of the agent's, so not reported as touched. Read through fds
 // without following symlinks, regular files of at most 4 KiB only.
 bool IsSeededEtcHosts(int upper_fd, const std::string& hostname) {

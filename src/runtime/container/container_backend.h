@@ -6,7 +6,7 @@
 // reaper. Exec goes from the daemon into the sandbox (setns + fork); there is
 // no control socket inside the sandbox.
 //
-// Implementation contract (container_backend.cc):
+// Implementation contract (the rooms of runtime/container/, see CMakeLists.txt there):
 // * Nothing is mounted in the daemon's mount namespace: the upper tmpfs, the
 //   idmapped lower clones and the overlay are detached mounts handed to the
 //   sandbox's first process, which attaches them in its private mount
