@@ -1,16 +1,11 @@
 #include "api/auth.h"
 
+#include "common/secret.h"
+
 namespace warren::api {
 
 bool IsUnixPeer(const grpc::ServerContext& context) {
   return context.peer().rfind("unix:", 0) == 0;
-}
-
-bool SameSecret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 grpc::Status Authorizer::Check(const grpc::ServerContext& context) const {

@@ -26,9 +26,6 @@ namespace warren::api {
 // True when the call came over a unix socket.
 bool IsUnixPeer(const grpc::ServerContext& context);
 
-// Constant-time comparison: a secret must not leak through timing.
-bool SameSecret(std::string_view a, std::string_view b);
-
 class Authorizer {
  public:
   // `token`: the bearer token TCP callers must send; empty = TCP callers

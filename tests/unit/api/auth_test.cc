@@ -17,6 +17,7 @@
 #include "api/auth.h"
 #include "api/fncall_service.h"
 #include "api/services.h"
+#include "common/secret.h"
 #include "fake_node.h"
 #include "warren/v1/fncall.pb.h"
 #include "warren/v1/process.pb.h"
@@ -149,7 +150,7 @@ TEST_F(AuthTest, TheTokenIsAcceptedOverTcp) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
 }
 
-TEST(AuthorizerTest, SameSecretComparesWholeStrings) {
+TEST(SecretTest, SameSecretComparesWholeStrings) {
   EXPECT_TRUE(SameSecret("Bearer abc", "Bearer abc"));
   EXPECT_FALSE(SameSecret("Bearer abc", "Bearer abd"));
   EXPECT_FALSE(SameSecret("Bearer ab", "Bearer abc"));
