@@ -1,25 +1,28 @@
-"""Lifecycle for RL (issue 4; DESIGN.md section 5): TTL, pause/resume,
-snapshots (pack_diff), fork, tamper-proof grading and the audit log, over the
+"""Lifecycle for RL (DESIGN.md section 5): TTL, pause/resume, snapshots
+(pack_diff), fork, tamper-proof grading and the audit log, over the
 Lifecycle gRPC service. Used through Sandbox methods (sb.pause(),
-sb.snapshot(), sb.grade(), ...); this module holds the implementation.
+sb.snapshot(), sb.grade(), ...) and jobs (client.job(name)); this module
+holds their result types, the grade request and the Job core.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from . import errors
+from ._core import Gen, Rpc, Sync, op
 from ._proto import warren_pb2 as pb
-from ._proto import warren_pb2_grpc as pb_grpc
-from .types import ExecResult, Layer, SandboxInfo
+from ._requests import _u32
+from .types import ExecResult, Layer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client, Sandbox
+    from .client import Sandbox
 
-__all__ = ["Snapshot", "GradeResult", "Lifecycle", "Job", "JobInfo"]
+__all__ = ["Snapshot", "GradeResult", "Job", "JobInfo"]
+
+SB = TypeVar("SB")
 
 
 @dataclass(frozen=True)
@@ -94,67 +97,6 @@ def _exec_request(cmd: Union[str, bytes, Sequence[Union[str, bytes]]],
     return req
 
 
-class Lifecycle:
-    """Lifecycle calls of one Client (thread-safe)."""
-
-    def __init__(self, client: "Client"):
-        self._client = client
-        self._stub = pb_grpc.LifecycleStub(client._channel)
-
-    def _md(self) -> Any:
-        return self._client._metadata
-
-    def _wrap(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from .client import _call
-        return _call(fn)(*args, **kwargs)
-
-    def extend_ttl(self, sandbox_id: str, ttl_s: int) -> SandboxInfo:
-        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.ExtendTtl(
-            pb.ExtendTtlRequest(id=sandbox_id, ttl_s=int(ttl_s)), metadata=self._md())))
-
-    def pause(self, sandbox_id: str) -> SandboxInfo:
-        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Pause(
-            pb.PauseRequest(id=sandbox_id), metadata=self._md())))
-
-    def resume(self, sandbox_id: str, prefetch: bool = True) -> SandboxInfo:
-        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Resume(
-            pb.ResumeRequest(id=sandbox_id, no_prefetch=not prefetch), metadata=self._md())))
-
-    def suspend(self, sandbox_id: str) -> SandboxInfo:
-        return self._wrap(lambda: SandboxInfo._from_pb(self._stub.Suspend(
-            pb.SuspendRequest(id=sandbox_id), metadata=self._md())))
-
-    def list_jobs(self) -> List["JobInfo"]:
-        return self._wrap(lambda: [JobInfo._from_pb(j) for j in self._stub.ListJobs(
-            pb.ListJobsRequest(), metadata=self._md()).jobs])
-
-    def snapshot(self, sandbox_id: str, name: Optional[str] = None,
-                 exclude: Sequence[str] = (), pause: bool = True,
-                 timeout: Optional[float] = None) -> Snapshot:
-        def run() -> Snapshot:
-            r = self._stub.Snapshot(pb.SnapshotRequest(
-                id=sandbox_id, name=name or "", exclude=list(exclude), no_pause=not pause),
-                metadata=self._md(), timeout=timeout)
-            return Snapshot(layer=Layer._from_pb(r.layer), layers=list(r.layers))
-        return self._wrap(run)
-
-    def grade(self, sandbox_id: str, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
-              protected: Sequence[str] = (), timeout: Optional[float] = None,
-              env: Optional[Mapping[str, Union[str, bytes]]] = None,
-              cwd: Optional[str] = None, solution: Optional[Sequence[str]] = None) -> GradeResult:
-        req = _grade_request(sandbox_id, grader, protected, timeout, env, cwd, solution)
-
-        def run() -> GradeResult:
-            return _grade_result(self._stub.Grade(req, metadata=self._md()))
-        return self._wrap(run)
-
-    def audit_log(self, sandbox_id: str) -> List[Dict[str, Any]]:
-        def run() -> List[Dict[str, Any]]:
-            r = self._stub.AuditLog(pb.AuditLogRequest(id=sandbox_id), metadata=self._md())
-            return [json.loads(e) for e in r.entries]
-        return self._wrap(run)
-
-
 @dataclass(frozen=True)
 class JobInfo:
     """A job's lease: lapsed=True means its sandboxes were suspended because no
@@ -175,49 +117,59 @@ class JobInfo:
                    j.lapsed_at_ns, j.sandboxes)
 
 
-class Job:
+class JobCore(Generic[SB]):
     """The sandboxes created with create(job=name), as one unit (client.job(name))."""
 
-    def __init__(self, client: "Client", name: str):
+    def __init__(self, client: "Any", name: str):
         if not name:
             raise errors.InvalidArgument("job name is empty")
         self._client = client
-        self._lc = client._lifecycle()
         self.name = name
 
     def __repr__(self) -> str:
-        return f"Job(name={self.name!r})"
+        return f"{type(self).__name__}(name={self.name!r})"
 
-    def heartbeat(self, lease_s: Optional[int] = None, grace_s: Optional[int] = None) -> JobInfo:
+    def _lc(self, method: str, req: Any) -> Rpc:
+        return Rpc(getattr(self._client._lifecycle, method), req, self._client._metadata)
+
+    @op
+    def heartbeat(self, lease_s: Optional[int] = None, grace_s: Optional[int] = None) -> Gen[JobInfo]:
         """Renews the lease (starts it on the first call). lease_s/grace_s:
         None keeps the previous values (defaults 60 s / 300 s)."""
-        lc = self._lc
-        return lc._wrap(lambda: JobInfo._from_pb(lc._stub.JobHeartbeat(
-            pb.JobHeartbeatRequest(job=self.name, lease_s=int(lease_s or 0), grace_s=int(grace_s or 0)),
-            metadata=lc._md())))
+        r = yield self._lc("JobHeartbeat", pb.JobHeartbeatRequest(job=self.name, lease_s=_u32("lease_s", lease_s),
+                                                                   grace_s=_u32("grace_s", grace_s)))
+        return JobInfo._from_pb(r)
 
-    def info(self) -> JobInfo:
-        lc = self._lc
-        return lc._wrap(lambda: JobInfo._from_pb(lc._stub.GetJob(
-            pb.JobRequest(job=self.name), metadata=lc._md())))
+    @op
+    def info(self) -> Gen[JobInfo]:
+        return JobInfo._from_pb((yield self._lc("GetJob", pb.JobRequest(job=self.name))))
 
-    def list(self) -> List["Sandbox"]:
-        return self._client.list(job=self.name)
+    @op
+    def list(self) -> Gen[List[SB]]:
+        """The job's sandboxes."""
+        from ._sandbox import ClientCore
+        return (yield from ClientCore.list.fn(self._client, job=self.name))
 
-    def _action(self, rpc: str) -> int:
-        lc = self._lc
-        return lc._wrap(lambda: getattr(lc._stub, rpc)(
-            pb.JobRequest(job=self.name), metadata=lc._md()).affected)
+    def _action(self, rpc: str) -> Gen[int]:
+        r = yield self._lc(rpc, pb.JobRequest(job=self.name))
+        return int(r.affected)
 
-    def suspend(self) -> int:
+    @op
+    def suspend(self) -> Gen[int]:
         """Suspends (pauses and reclaims the memory of) every running or paused
         sandbox of the job; returns how many."""
-        return self._action("SuspendJob")
+        return (yield from self._action("SuspendJob"))
 
-    def resume(self) -> int:
+    @op
+    def resume(self) -> Gen[int]:
         """Resumes every paused or suspended sandbox of the job; returns how many."""
-        return self._action("ResumeJob")
+        return (yield from self._action("ResumeJob"))
 
-    def destroy(self) -> int:
+    @op
+    def destroy(self) -> Gen[int]:
         """Destroys every sandbox of the job and forgets its lease."""
-        return self._action("DestroyJob")
+        return (yield from self._action("DestroyJob"))
+
+
+class Job(JobCore["Sandbox"], Sync):
+    __doc__ = JobCore.__doc__
