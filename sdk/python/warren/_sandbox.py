@@ -9,21 +9,64 @@ import os
 import random
 import threading
 import time
-from typing import (TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Generic, Iterator, List, Mapping,
-                    Optional, Sequence, Tuple, TypeVar, Union)
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from . import errors
-from ._core import (END, Background, CloseChannel, Emit, Gen, Next, Open, Rpc, RpcStreamIn, Sleep,
-                    WaitBackground, op, streaming)
+from ._core import (
+    END,
+    Background,
+    CloseChannel,
+    Emit,
+    Gen,
+    Next,
+    Open,
+    Rpc,
+    RpcStreamIn,
+    Sleep,
+    WaitBackground,
+    op,
+    streaming,
+)
 from ._proto import fncall_pb2 as fpb
 from ._proto import fncall_pb2_grpc as fpb_grpc
 from ._proto import process_pb2 as ppb
 from ._proto import process_pb2_grpc as ppb_grpc
 from ._proto import warren_pb2 as pb
 from ._proto import warren_pb2_grpc as pb_grpc
-from ._requests import (_CREATE_GIVEN_UP, ABANDON_RETRY_S, DEFAULT_ADDR, Cmd, Data, PathLike, _check_data,
-                        _chunks, _create_request, _exec_request, _new_request_id, _path_bytes, _proc_request,
-                        _start_options, _target, _u32, _u32_or_u64)
+from ._requests import (
+    _CREATE_GIVEN_UP,
+    ABANDON_RETRY_S,
+    DEFAULT_ADDR,
+    Cmd,
+    Data,
+    PathLike,
+    _check_data,
+    _chunks,
+    _create_request,
+    _exec_request,
+    _new_request_id,
+    _path_bytes,
+    _proc_request,
+    _start_options,
+    _target,
+    _u32,
+    _u32_or_u64,
+)
 from .fncall import FnCallRequest, FnCallResult
 from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
 from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
@@ -59,7 +102,7 @@ class FilesCore:
     running, directory not empty), each naming the path.
     """
 
-    def __init__(self, sandbox: "SandboxCore[Any, Any, Any, Any]"):
+    def __init__(self, sandbox: SandboxCore[Any, Any, Any, Any]):
         self._sb = sandbox
         self._stub = sandbox._client._files  # one stub per client: making one costs ~0.1 ms
 
@@ -180,7 +223,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
 
     files: Any
 
-    def __init__(self, client: "ClientCore[SB, Any]", info: SandboxInfo):
+    def __init__(self, client: ClientCore[Any, Any], info: SandboxInfo):
         self._client = client
         self._info = info
         self.id: str = info.id
@@ -191,7 +234,8 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
 
     def _exit(self) -> Gen[None]:
         try:
-            yield from ClientCore.destroy.fn(self._client, self.id)
+            c: Any = self._client
+            yield from ClientCore.destroy.fn(c, self.id)
         except errors.NotFound:
             pass
 
@@ -215,7 +259,8 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         """Destroys the sandbox: its processes are killed, its files are gone.
         NotFound if it does not exist (any more). timeout: RPC deadline in
         seconds (None = none)."""
-        yield from ClientCore.destroy.fn(self._client, self.id, timeout)
+        c: Any = self._client
+        yield from ClientCore.destroy.fn(c, self.id, timeout)
 
     @op
     def exec(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
@@ -270,8 +315,9 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
             finally:
                 if st.result is None:
                     st._cancel()
-            assert st.result is not None
-            return st.result
+            result: Optional[ExecResult] = st.result
+            assert result is not None
+            return result
         req, deadline = _exec_request(self.id, cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
                                       output_cap=output_cap, kill_grace=kill_grace, request_id=request_id)
         r = yield Rpc(self._client._sandboxes.Exec, req, self._client._metadata, deadline)
@@ -280,7 +326,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
     def _exec_stream_first(self, cmd: Cmd, env: Env, cwd: Optional[str], user: Optional[str],
                            stdin: Optional[Union[bytes, str]], timeout: Optional[float],
                            kill_grace: Optional[float], pty: bool, rows: Optional[int],
-                           cols: Optional[int]) -> "ppb.ExecStreamRequest":
+                           cols: Optional[int]) -> ppb.ExecStreamRequest:
         req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
         return ppb.ExecStreamRequest(exec=req, options=_start_options(pty, rows, cols))
 
@@ -333,7 +379,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         return p  # type: ignore[no-any-return]
 
     @op
-    def processes(self) -> Gen[List["ProcessInfo"]]:
+    def processes(self) -> Gen[List[ProcessInfo]]:
         """The sandbox's background processes (running and exited), oldest first."""
         from .process import ProcessInfo
         r = yield Rpc(self._client._processes.List, ppb.ListProcessesRequest(sandbox_id=self.id),
@@ -344,7 +390,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
     def session(self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None) -> Gen[SE]:
         """A persistent bash session (warren.process.Session): session.run(cmd,
         timeout) keeps cwd, env and shell variables between commands."""
-        from ._process import SESSION_BUFFER_BYTES, SessionCore, _session_env, _SESSION_ARGV
+        from ._process import _SESSION_ARGV, SESSION_BUFFER_BYTES, SessionCore, _session_env
         p = yield from SandboxCore.spawn.fn(self, _SESSION_ARGV, env=_session_env(env), cwd=cwd, user=user,
                                             control_fd=True, buffer_bytes=SESSION_BUFFER_BYTES)
         s = self._client._session_cls(p)
@@ -399,17 +445,18 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         return Snapshot(layer=Layer._from_pb(r.layer), layers=list(r.layers))
 
     @op
-    def fork(self, n: int, **overrides: Any) -> Gen[List[SB]]:
+    def fork(self, /, n: int, **overrides: Any) -> Gen[List[SB]]:
         """n new running sandboxes from a snapshot of this one, made by the
         daemon in one call (Lifecycle.Fork, all or nothing): they keep its
         layers, resources, env, workdir, user, labels and job.
 
-        overrides: labels (replace the labels), ttl_s, exclude (fnmatch
-        patterns of absolute paths left out of the snapshot), pause (False:
-        snapshot without freezing the sandbox), timeout (RPC deadline in
-        seconds). Any other keyword (a create() field the daemon keeps
-        from the original, e.g. memory_mb or env) raises InvalidArgument
-        naming it, before anything is sent. Raises InvalidArgument if n < 1."""
+        n: 1..256. overrides: labels (merged over the sandbox's labels),
+        ttl_s (None/0 = the sandbox's TTL), exclude (fnmatch patterns of
+        absolute paths left out of the snapshot), pause (False: snapshot
+        without freezing the sandbox), timeout (RPC deadline in seconds).
+        Any other keyword (a create() field a fork keeps from its
+        sandbox, e.g. memory_mb or env) raises InvalidArgument naming it,
+        before anything is sent; so does n < 1."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise errors.InvalidArgument(f"fork: n={n!r} must be an int >= 1")
         timeout = overrides.pop("timeout", None)
@@ -454,13 +501,13 @@ class LayersCore:
     "kind/name@version" (kind in base, workspace, toolset) and addressed by
     "sha256:<hex>"."""
 
-    def __init__(self, client: "ClientCore[Any, Any]"):
+    def __init__(self, client: ClientCore[Any, Any]):
         self._client = client
         self._stub = pb_grpc.LayersStub(client._channel)
 
     @op
     def build(self, name: str, dir: Optional[str] = None,
-              tar: Optional[Union[str, "os.PathLike[str]", BinaryIO]] = None,
+              tar: Optional[Union[str, os.PathLike[str], BinaryIO]] = None,
               timeout: Optional[float] = None) -> Gen[Layer]:
         """Builds (and verifies) a layer and names it.
 
@@ -479,7 +526,7 @@ class LayersCore:
             req = pb.BuildLayerRequest(name=name, source_dir=os.path.abspath(dir))
             return Layer._from_pb((yield RpcStreamIn(self._stub.Build, iter([req]), md, timeout)))
         assert tar is not None
-        f: BinaryIO = open(tar, "rb") if isinstance(tar, (str, os.PathLike)) else tar
+        f: BinaryIO = open(tar, "rb") if isinstance(tar, (str, os.PathLike)) else tar  # noqa: SIM115 - closed below
 
         def requests() -> Iterator[pb.BuildLayerRequest]:
             yield pb.BuildLayerRequest(name=name)
