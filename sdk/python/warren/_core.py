@@ -24,8 +24,23 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import (Any, AsyncIterator, Awaitable, Callable, Concatenate, Generator, Generic, Iterator,
-                    List, Optional, ParamSpec, Set, Type, TypeVar, overload)
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Concatenate,
+    Generator,
+    Generic,
+    Iterator,
+    List,
+    Optional,
+    ParamSpec,
+    Set,
+    Type,
+    TypeVar,
+    overload,
+)
 
 import grpc
 import grpc.aio
@@ -84,19 +99,19 @@ class OpenBidi:
 @dataclass
 class Next:
     """The next message of a stream, or END."""
-    stream: "Stream"
+    stream: Stream
 
 
 @dataclass
 class Send:
-    stream: "Stream"
+    stream: Stream
     msg: Any
 
 
 @dataclass
 class DoneWriting:
     """Ends the request side of a bidi stream (idempotent, never raises)."""
-    stream: "Stream"
+    stream: Stream
 
 
 @dataclass
@@ -147,14 +162,14 @@ class Emit:
 @dataclass
 class AwaitKick:
     """Async only: waits for the work started by Async._kick."""
-    task: "asyncio.Future[Any]"
+    task: asyncio.Future[Any]
 
 
 @dataclass
 class Stream:
     """Handle of a streaming call of either side. cancel() is plain on both."""
     call: Any
-    requests: Optional["queue.Queue[Any]"] = None
+    requests: Optional[queue.Queue[Any]] = None
     input_done: bool = False
     pending: List[Any] = field(default_factory=list)
 
@@ -204,7 +219,7 @@ class _RequestErrors:
             raise
 
 
-def _queue_requests(q: "queue.Queue[Any]") -> Iterator[Any]:
+def _queue_requests(q: queue.Queue[Any]) -> Iterator[Any]:
     while True:
         m = q.get()
         if m is None:
@@ -232,7 +247,7 @@ def _do_sync(eff: Any) -> Any:
         eff.stream.end_input()
         return None
     if t is OpenBidi:
-        q: "queue.Queue[Any]" = queue.Queue()
+        q: queue.Queue[Any] = queue.Queue()
         st = Stream(None, q)
         st.call = eff.fn(_queue_requests(q), metadata=eff.md, timeout=eff.timeout)
         # gRPC reads the requests on a thread of its own: however the call
@@ -451,15 +466,14 @@ class Sync:
         run_sync(gen)
 
     def _kicked(self) -> Gen[None]:
-        return
-        yield  # a core method with nothing to wait for
+        yield from ()  # nothing to wait for: _kick ran it
 
 
 class Async:
     """Marks a surface class whose ops are coroutine methods."""
 
     _is_async = True
-    _kick_task: "Optional[asyncio.Future[Any]]" = None
+    _kick_task: Optional[asyncio.Future[Any]] = None
 
     @staticmethod
     def _new_lock() -> Any:
@@ -484,7 +498,7 @@ class op(Generic[S, P, R]):
         self._sig = sig.replace(parameters=list(sig.parameters.values())[1:])
 
     @overload
-    def __get__(self, obj: None, owner: Any) -> "op[S, P, R]": ...
+    def __get__(self, obj: None, owner: Any) -> op[S, P, R]: ...
 
     @overload
     def __get__(self, obj: Sync, owner: Any) -> Callable[P, R]: ...
@@ -522,7 +536,7 @@ class stream_op(Generic[S, P, T]):
         self._sig = sig.replace(parameters=list(sig.parameters.values())[1:])
 
     @overload
-    def __get__(self, obj: None, owner: Any) -> "stream_op[S, P, T]": ...
+    def __get__(self, obj: None, owner: Any) -> stream_op[S, P, T]: ...
 
     @overload
     def __get__(self, obj: Sync, owner: Any) -> Callable[P, Iterator[T]]: ...

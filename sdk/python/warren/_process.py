@@ -55,7 +55,7 @@ class OutputChunk:
         return self.data.decode("utf-8", errors="replace")
 
     @classmethod
-    def _from_pb(cls, c: "ppb.OutputChunk") -> "OutputChunk":
+    def _from_pb(cls, c: ppb.OutputChunk) -> OutputChunk:
         return cls(stream=_STREAM_NAMES.get(c.stream, STDOUT), data=bytes(c.data), offset=c.offset,
                    dropped=c.dropped_bytes, stdout_mark=c.stdout_mark, stderr_mark=c.stderr_mark)
 
@@ -91,7 +91,7 @@ class ProcessInfo:
         return None if self.result is None else self.result.exit_code
 
     @classmethod
-    def _from_pb(cls, p: "ppb.ProcessInfo") -> "ProcessInfo":
+    def _from_pb(cls, p: ppb.ProcessInfo) -> ProcessInfo:
         running = p.state != ppb.PROCESS_STATE_EXITED
         return cls(id=p.process_id, sandbox_id=p.sandbox_id, argv=tuple(bytes(a) for a in p.argv),
                    shell=bytes(p.shell), running=running,
@@ -150,7 +150,7 @@ def _bash_quote(data: bytes) -> str:
         if c.isalnum() or c in " _-./,:=+@%^":
             out.append(c)
         else:
-            out.append("\\x%02x" % b)
+            out.append(f"\\x{b:02x}")
     out.append("'")
     return "".join(out)
 
@@ -182,7 +182,7 @@ class _SessionCommand:
     def pending(self) -> bool:
         return self.rc is None or self.off[0] < self.marks[0] or self.off[1] < self.marks[1]
 
-    def feed(self, c: "OutputChunk") -> bool:
+    def feed(self, c: OutputChunk) -> bool:
         """Takes one chunk of the process's output; True once the command is complete."""
         i = {STDOUT: 0, STDERR: 1, CONTROL: 2}[c.stream]
         self.off[i] = c.offset + len(c.data)
@@ -233,7 +233,7 @@ def next_emit(gen: Gen[None]) -> Gen[Any]:
         send, exc = None, None
         try:
             send = yield eff
-        except BaseException as e:  # noqa: B036 - handed to the inner core method
+        except BaseException as e:
             exc = e
 
 
@@ -252,7 +252,7 @@ class ExecStreamCore:
 
     _kicked: Callable[[], Gen[None]]
 
-    def __init__(self, client: Any, first: "ppb.ExecStreamRequest", collect_cap: int = 0):
+    def __init__(self, client: Any, first: ppb.ExecStreamRequest, collect_cap: int = 0):
         self._client = client
         self._first = first
         self._stream: Optional[Stream] = None
@@ -319,7 +319,7 @@ class ExecStreamCore:
         assert self.result is not None
         return self.result
 
-    def _send(self, m: "ppb.ExecStreamRequest") -> Gen[None]:
+    def _send(self, m: ppb.ExecStreamRequest) -> Gen[None]:
         st = yield from self._ready()
         yield Send(st, m)
 
@@ -360,7 +360,7 @@ class ProcessStreamCore:
     iterate for OutputChunk objects; after the end, `result` is the
     ExecResult (None if the stream was not followed to the exit)."""
 
-    def __init__(self, client: Any, req: "ppb.ProcessOutputRequest", timeout: Optional[float]):
+    def __init__(self, client: Any, req: ppb.ProcessOutputRequest, timeout: Optional[float]):
         self._client = client
         self._req = req
         self._timeout = timeout
@@ -371,8 +371,11 @@ class ProcessStreamCore:
     def _exit(self) -> Gen[None]:
         yield from ProcessStreamCore.close.fn(self)
 
+    def _stopped(self) -> bool:
+        return self._cancelled
+
     def _events(self) -> Gen[None]:
-        if self._cancelled:
+        if self._stopped():
             return
         self._stream = st = yield Open(self._client._processes.Output, self._req, self._client._metadata,
                                        self._timeout)
@@ -387,7 +390,7 @@ class ProcessStreamCore:
                 elif kind == "exit":
                     self.result = ExecResult._from_pb(ev.exit)
         except (errors.Cancelled, asyncio.CancelledError):
-            if self._cancelled:
+            if self._stopped():
                 return
             raise
 
@@ -397,8 +400,7 @@ class ProcessStreamCore:
         self._cancelled = True
         if self._stream is not None:
             self._stream.cancel()
-        return
-        yield  # a core method
+        yield from ()  # a core method without effects
 
 
 class ProcessCore(Generic[PS]):
@@ -419,7 +421,7 @@ class ProcessCore(Generic[PS]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sandbox_id={self.sandbox_id!r}, id={self.id!r})"
 
-    def _ref(self) -> "ppb.ProcessRef":
+    def _ref(self) -> ppb.ProcessRef:
         return ppb.ProcessRef(sandbox_id=self.sandbox_id, process_id=self.id)
 
     def _rpc(self, method: str, req: Any, timeout: Optional[float] = None) -> Rpc:
@@ -584,8 +586,9 @@ class SessionCore(Generic[PR]):
         if self._closed:
             return
         self._closed = True
+        p: Any = self.process
         try:
-            yield from ProcessCore.kill.fn(self.process)
+            yield from ProcessCore.kill.fn(p)
         except errors.NotFound:
             pass
 

@@ -115,7 +115,7 @@ def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, by
                   user: Optional[str] = None, stdin: Optional[Union[bytes, str]] = None,
                   timeout: Optional[float] = None, output_cap: Optional[int] = None,
                   kill_grace: Optional[float] = None,
-                  request_id: Optional[str] = None) -> Tuple["pb.ExecRequest", Optional[float]]:
+                  request_id: Optional[str] = None) -> Tuple[pb.ExecRequest, Optional[float]]:
     """The ExecRequest of Sandbox.exec and its RPC deadline (shared with warren.aio)."""
     req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "",
                          user=user or "", request_id=request_id or "")
@@ -132,14 +132,14 @@ def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, by
     if timeout is not None:
         if timeout <= 0:
             raise errors.InvalidArgument(f"exec: timeout must be > 0 seconds, got {timeout}")
-        ms = max(1, int(round(timeout * 1000)))
+        ms = max(1, round(timeout * 1000))
         req.timeout_ms = _u32("timeout (ms)", ms)
         grace = kill_grace if kill_grace is not None else 0.5
         deadline = timeout + grace + EXEC_DEADLINE_MARGIN_S
     if kill_grace is not None:
         if kill_grace < 0:
             raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
-        req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
+        req.kill_grace_ms = _u32("kill_grace (ms)", round(kill_grace * 1000))
     if output_cap is not None:
         if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
                 not 0 < output_cap <= MAX_OUTPUT_CAP:
@@ -158,7 +158,7 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
                     hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
                     ttl_s: Optional[int] = None, job: Optional[str] = None,
                     idle_timeout_s: Optional[int] = None,
-                    request_id: Optional[str] = None) -> "pb.CreateSandboxRequest":
+                    request_id: Optional[str] = None) -> pb.CreateSandboxRequest:
     """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
     res = pb.Resources(
         memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
@@ -167,7 +167,7 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
     if cpu is not None:
         if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
             raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
-        millis = int(round(cpu * 1000))
+        millis = round(cpu * 1000)
         res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
     req = pb.CreateSandboxRequest(
         backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
@@ -199,7 +199,7 @@ def _u32_or_u64(name: str, value: int) -> int:
 # Process requests (streaming exec, spawn): the ExecRequest without output_cap/request_id.
 def _proc_request(sandbox_id: str, cmd: Cmd, env: Optional[Mapping[str, Union[str, bytes]]],
                   cwd: Optional[str], user: Optional[str], stdin: Optional[Union[bytes, str]],
-                  timeout: Optional[float], kill_grace: Optional[float]) -> "pb.ExecRequest":
+                  timeout: Optional[float], kill_grace: Optional[float]) -> pb.ExecRequest:
     """The ExecRequest of a command (same rules as Sandbox.exec)."""
     req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "", user=user or "")
     if isinstance(cmd, (str, bytes)):
@@ -214,16 +214,16 @@ def _proc_request(sandbox_id: str, cmd: Cmd, env: Optional[Mapping[str, Union[st
     if timeout is not None:
         if timeout <= 0:
             raise errors.InvalidArgument(f"timeout must be > 0 seconds, got {timeout}")
-        req.timeout_ms = _u32("timeout (ms)", max(1, int(round(timeout * 1000))))
+        req.timeout_ms = _u32("timeout (ms)", max(1, round(timeout * 1000)))
     if kill_grace is not None:
         if kill_grace < 0:
             raise errors.InvalidArgument(f"kill_grace must be >= 0, got {kill_grace}")
-        req.kill_grace_ms = _u32("kill_grace (ms)", int(round(kill_grace * 1000)))
+        req.kill_grace_ms = _u32("kill_grace (ms)", round(kill_grace * 1000))
     return req
 
 
 def _start_options(pty: bool, rows: Optional[int], cols: Optional[int], control_fd: bool = False,
-                   buffer_bytes: Optional[int] = None) -> "ppb.StartOptions":
+                   buffer_bytes: Optional[int] = None) -> ppb.StartOptions:
     if buffer_bytes is not None and (isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int)
                                      or not 0 < buffer_bytes <= MAX_BUFFER_BYTES):
         raise errors.InvalidArgument(

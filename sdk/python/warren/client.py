@@ -17,9 +17,25 @@ import grpc
 
 from . import errors
 from ._core import Sync, SyncContext
-from ._requests import (ABANDON_RETRY_S, CHUNK_SIZE, DEFAULT_ADDR, EXEC_DEADLINE_MARGIN_S, MAX_OUTPUT_CAP,  # noqa: F401
-                        Data, PathLike, _check_data, _chunks, _create_request, _env_pb, _exec_request,
-                        _new_request_id, _path_bytes, _target, _u32, _u32_or_u64)
+from ._requests import (  # noqa: F401
+    ABANDON_RETRY_S,
+    CHUNK_SIZE,
+    DEFAULT_ADDR,
+    EXEC_DEADLINE_MARGIN_S,
+    MAX_OUTPUT_CAP,
+    Data,
+    PathLike,
+    _check_data,
+    _chunks,
+    _create_request,
+    _env_pb,
+    _exec_request,
+    _new_request_id,
+    _path_bytes,
+    _target,
+    _u32,
+    _u32_or_u64,
+)
 from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
 from .lifecycle import Job
 from .process import ExecStream, Process, Session
@@ -62,7 +78,7 @@ class Sandbox(SandboxCore["Sandbox", Process, ExecStream, Session], SyncContext)
 
 
 class Client(ClientCore[Sandbox, Job], SyncContext):
-    __doc__ = ClientCore.__doc__ + "\n    Thread-safe.\n"
+    __doc__ = (ClientCore.__doc__ or "") + "\n    Thread-safe.\n"
     layers: Layers
     _sandbox_cls = Sandbox
     _job_cls = Job

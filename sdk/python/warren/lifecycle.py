@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, List, Mapping, Optional, Sequence, TypeVar, Union, cast
 
 from . import errors
 from ._core import Gen, Rpc, Sync, op
@@ -18,7 +18,8 @@ from ._requests import _u32
 from .types import ExecResult, Layer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Sandbox
+    from ._sandbox import ClientCore
+    from .client import Sandbox  # noqa: F401 - Job's type argument
 
 __all__ = ["Snapshot", "GradeResult", "Job", "JobInfo"]
 
@@ -59,7 +60,7 @@ class GradeResult:
 def _grade_request(sandbox_id: str, grader: Union[str, bytes, Sequence[Union[str, bytes]]],
                    protected: Sequence[str], timeout: Optional[float],
                    env: Optional[Mapping[str, Union[str, bytes]]], cwd: Optional[str],
-                   solution: Optional[Sequence[str]]) -> "pb.GradeRequest":
+                   solution: Optional[Sequence[str]]) -> pb.GradeRequest:
     """The request of sync and async grade (one source for both)."""
     if isinstance(solution, str):
         solution = [solution]
@@ -71,7 +72,7 @@ def _grade_request(sandbox_id: str, grader: Union[str, bytes, Sequence[Union[str
                            protected_paths=list(protected), solution=list(solution))
 
 
-def _grade_result(r: "pb.GradeResponse") -> GradeResult:
+def _grade_result(r: pb.GradeResponse) -> GradeResult:
     return GradeResult(result=ExecResult._from_pb(r.result), touched=list(r.touched),
                        grade_sandbox_id=r.grade_sandbox_id, touched_truncated=r.touched_truncated,
                        rejected=r.rejected)
@@ -79,7 +80,7 @@ def _grade_result(r: "pb.GradeResponse") -> GradeResult:
 
 def _exec_request(cmd: Union[str, bytes, Sequence[Union[str, bytes]]],
                   timeout: Optional[float], env: Optional[Mapping[str, Union[str, bytes]]],
-                  cwd: Optional[str]) -> "pb.ExecRequest":
+                  cwd: Optional[str]) -> pb.ExecRequest:
     req = pb.ExecRequest(cwd=cwd or "")
     for k, v in (env or {}).items():
         req.env[k] = v if isinstance(v, bytes) else v.encode("utf-8", "surrogateescape")
@@ -93,7 +94,7 @@ def _exec_request(cmd: Union[str, bytes, Sequence[Union[str, bytes]]],
     if timeout is not None:
         if timeout <= 0:
             raise errors.InvalidArgument(f"grade: timeout must be > 0 seconds, got {timeout}")
-        req.timeout_ms = max(1, int(round(timeout * 1000)))
+        req.timeout_ms = max(1, round(timeout * 1000))
     return req
 
 
@@ -112,7 +113,7 @@ class JobInfo:
     sandboxes: int
 
     @classmethod
-    def _from_pb(cls, j: "pb.Job") -> "JobInfo":
+    def _from_pb(cls, j: pb.Job) -> JobInfo:
         return cls(j.name, j.lease_s, j.grace_s, j.lease_expires_at_ns, j.lapsed,
                    j.lapsed_at_ns, j.sandboxes)
 
@@ -120,7 +121,7 @@ class JobInfo:
 class JobCore(Generic[SB]):
     """The sandboxes created with create(job=name), as one unit (client.job(name))."""
 
-    def __init__(self, client: "Any", name: str):
+    def __init__(self, client: ClientCore[SB, Any], name: str):
         if not name:
             raise errors.InvalidArgument("job name is empty")
         self._client = client
@@ -148,7 +149,9 @@ class JobCore(Generic[SB]):
     def list(self) -> Gen[List[SB]]:
         """The job's sandboxes."""
         from ._sandbox import ClientCore
-        return (yield from ClientCore.list.fn(self._client, job=self.name))
+        c: Any = self._client
+        sbs = yield from ClientCore.list.fn(c, job=self.name)
+        return cast(List[SB], sbs)
 
     def _action(self, rpc: str) -> Gen[int]:
         r = yield self._lc(rpc, pb.JobRequest(job=self.name))

@@ -19,9 +19,21 @@ dropped oldest first, and every read says how many bytes it missed
 from __future__ import annotations
 
 from ._core import Sync, SyncContext, SyncIterable
-from ._process import (CONTROL, DEFAULT_BUFFER_BYTES, MAX_BUFFER_BYTES, SESSION_BUFFER_BYTES, STDERR, STDOUT,
-                       ExecStreamCore, OutputChunk, ProcessCore, ProcessInfo, ProcessOutput, ProcessStreamCore,
-                       SessionCore)
+from ._process import (
+    CONTROL,
+    DEFAULT_BUFFER_BYTES,
+    MAX_BUFFER_BYTES,
+    SESSION_BUFFER_BYTES,
+    STDERR,
+    STDOUT,
+    ExecStreamCore,
+    OutputChunk,
+    ProcessCore,
+    ProcessInfo,
+    ProcessOutput,
+    ProcessStreamCore,
+    SessionCore,
+)
 
 __all__ = ["OutputChunk", "ProcessInfo", "ProcessOutput", "ExecStream", "ProcessStream", "Process", "Session",
            "DEFAULT_BUFFER_BYTES", "MAX_BUFFER_BYTES", "SESSION_BUFFER_BYTES", "STDOUT", "STDERR", "CONTROL"]
