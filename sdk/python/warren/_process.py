@@ -132,8 +132,83 @@ _SESSION_ARGV = ["bash", "--norc", "--noprofile", "--noediting", "-i"]
 # Seconds to wait for a command's sentinel after it was interrupted.
 _INTERRUPT_GRACE_S = 2.0
 SESSION_BUFFER_BYTES = 4 << 20
-# The first command of a session: no history expansion, no prompt hooks.
-_SESSION_SETUP = b"set +H +o history; unset PROMPT_COMMAND; true"
+# The first input of a session, read by bash as typed (not through eval):
+# no history expansion, no prompt hooks, and the machinery that keeps the
+# shell alive whatever a command does to it (see SessionCore):
+# * fds 61-63 keep the shell's own stdout, stderr and control pipe; each
+#   command runs with them (and fd 3) closed, and __warren_done puts 1, 2
+#   and 3 back, so `exec 2>/dev/null` or `exec 1>&-` last one command.
+# * __warren_opts is the shell's `set -o`/`shopt` state (without the line
+#   editing and history options, which bash cannot switch while it reads a
+#   line); __warren_done restores it, and resets the traps.
+# * errexit must not exit the shell, and bash 5 exits an interactive shell
+#   on an expansion error (`set -u`, `${x:?}`) while -e is on, before any
+#   trap: so -e is never really on in the shell. `set` is an alias that runs
+#   the builtin with the emulated state put back, and a one-shot DEBUG trap
+#   after it moves -e into __warren_e. errtrace/functrace (-E -T) stay on;
+#   the ERR trap, when __warren_e is set, exits a subshell, or in the shell
+#   itself records the status and sends the shell SIGINT: an interactive
+#   bash abandons the rest of the line (as for a timeout) and reads the
+#   sentinel line next. `trap ... ERR` is wrapped so the user's action runs
+#   first and `exit` in it ends the command, not the shell.
+# * Only `exit` outside an ERR trap (the builtin) ends the shell.
+_SESSION_SETUP = b"""set +H +o history; unset PROMPT_COMMAND
+exec 61>&1 62>&2 63>&3
+__warren_abort() { __warren_rc=$1; builtin set +e; exec 2>/dev/null; builtin trap - INT; builtin kill -INT $$; }
+__warren_err() {
+  [[ -n ${__warren_e-} ]] || return 0
+  if [[ $BASHPID == "$$" ]]; then __warren_abort "$1"; else builtin exit "$1"; fi
+}
+__warren_arm() { [[ -n ${__warren_e-} ]] && builtin set -e; __warren_skip=1; builtin trap __warren_disarm DEBUG; }
+__warren_disarm() {
+  if [[ -n ${__warren_skip-} ]]; then __warren_skip=; return; fi
+  if [[ $- == *e* ]]; then builtin set +e; __warren_e=1; else __warren_e=; fi
+  builtin trap - DEBUG
+}
+alias set='__warren_arm; builtin set'
+
+__warren_enter() { __warren_in_err=$1; return "$1"; }
+__warren_leave() { local s=$__warren_in_err; __warren_in_err=; __warren_err "$s"; }
+exit() {
+  if [[ -n ${__warren_in_err-} && $BASHPID == "$$" ]]; then __warren_in_err=; __warren_abort "${1-$?}"
+  else builtin exit "$@"; fi
+}
+trap() {
+  case ${1-} in -l|-p|-lp|-pl) builtin trap "$@"; return;; esac
+  [[ ${1-} == -- ]] && shift
+  (($#)) || { builtin trap; return; }
+  local act=- s rc=0
+  if (($# > 1)); then act=$1; shift; fi
+  for s in "$@"; do
+    if [[ $s == ERR || $s == SIGERR ]]; then
+      if [[ $act == - || -z $act ]]; then builtin trap -- '__warren_err $?' ERR
+      else builtin trap -- "__warren_enter \\$?; $act
+__warren_leave" ERR; fi
+    else builtin trap -- "$act" "$s" || rc=$?; fi
+  done
+  return $rc
+}
+__warren_done() {
+  local rc=$?
+  builtin set +euo pipefail
+  [[ -n ${__warren_rc-} ]] && rc=$__warren_rc
+  __warren_rc= __warren_in_err= __warren_e=
+  exec 1>&61 2>&62 3>&63
+  builtin eval "$__warren_opts"
+  builtin set -ET
+  builtin trap - RETURN DEBUG EXIT INT
+  builtin trap '__warren_err $?' ERR
+  builtin printf '%s %d\\n' "$1" "$rc" >&3
+}
+builtin trap '__warren_err $?' ERR
+set -ET
+__warren_opts=
+while read -r __warren_l; do
+  case $__warren_l in *' emacs'|*' vi'|*' history'|*' monitor') ;; *) __warren_opts+="$__warren_l; ";; esac
+done < <(set +o; shopt -p)
+unset __warren_l
+true
+"""
 
 
 def _session_env(env: Optional[Mapping[str, Union[str, bytes]]]) -> Dict[str, Union[str, bytes]]:
@@ -163,7 +238,7 @@ class _SessionCommand:
     the control stream and stdout/stderr were read up to the byte marks the
     daemon stamped on it."""
 
-    def __init__(self, data: bytes, off: List[int]):
+    def __init__(self, data: bytes, off: List[int], raw: bool = False):
         self.token = secrets.token_hex(16)
         self.off = off
         self.pieces: List[List[Tuple[int, bytes]]] = [[], []]  # (offset, data) per stream
@@ -172,12 +247,15 @@ class _SessionCommand:
         self.marks = [0, 0]
         self._ctl = b""
         # The command line, then a line printing the sentinel and $? to fd 3.
-        self.input = (b"eval " + _bash_quote(data).encode() + b" </dev/null 3>&-\n" +
-                      f"printf '%s %d\\n' {self.token} \"$?\" >&3\n".encode())
+        # raw (the session's setup): the lines as they are, then the sentinel.
+        line = data if raw else (b"eval " + _bash_quote(data).encode() + b" </dev/null 3>&- 61>&- 62>&- 63>&-")
+        self.input = line.rstrip(b"\n") + b"\n" + self.resend()
 
     def resend(self) -> bytes:
-        """A sentinel line to send again when an interrupt may have hit the first."""
-        return f"printf '%s %d\\n' {self.token} 130 >&3\n".encode()
+        """The sentinel line: __warren_done restores the shell's fds, options
+        and traps and prints the token and the command's status to fd 3.
+        Sent again when an interrupt may have hit the first ($? is then 130)."""
+        return f"__warren_done {self.token}\n".encode()
 
     def pending(self) -> bool:
         return self.rc is None or self.off[0] < self.marks[0] or self.off[1] < self.marks[1]
@@ -546,14 +624,19 @@ class SessionCore(Generic[PR]):
     the line and goes on; background jobs (which ignore SIGINT) survive; the
     result has timed_out=True and exit_code 130.
 
-    What a command does to the shell itself does not outlive it (see
-    _SessionCommand): shell options (``set -e``/``-u``/``-o pipefail``,
-    ``shopt``), traps and redirections of the shell's own stdout/stderr
-    (``exec 2>/dev/null``) are restored after each command; errexit and
-    ERR traps end the command, not the shell. Variables, functions,
-    aliases, exports and the cwd carry over. Only an explicit ``exit``
-    ends the session: that run() raises FailedPrecondition naming the
-    shell's exit code, and so does every later call.
+    Each command is like a script sourced into the session: what it does
+    to the shell itself lasts for that command only. Shell options (``set
+    -e``/``-u``/``-o pipefail``, ``shopt``), traps and redirections of the
+    shell's own fds (``exec 2>/dev/null``) are put back after it; errexit,
+    an unset variable under ``set -u`` and ``exit`` inside an ERR trap end
+    the command with its status, never the shell. Variables, functions,
+    aliases, exports, positional parameters and the cwd carry over. Only
+    an explicit ``exit`` (outside an ERR trap) ends the session: that
+    run() raises FailedPrecondition naming the shell's exit code, and so
+    does every later call. To keep the shell alive, errexit is emulated
+    (``$-`` does not show ``e``; ``set`` is an alias of the builtin) and
+    errtrace and functrace (``-E -T``) are always on; an EXIT trap does
+    not outlive its command.
 
     Output of background jobs produced after their command ended shows up in
     a later command's output; bash's job notices ("[1] 123") go to stderr.
@@ -576,7 +659,7 @@ class SessionCore(Generic[PR]):
         yield from SessionCore.close.fn(self)
 
     def _start(self) -> Gen[None]:
-        r = yield from self._run_locked(_SESSION_SETUP, 60.0)
+        r = yield from self._run_locked(_SESSION_SETUP, 60.0, raw=True)
         if r.exit_code != 0:
             raise errors.Internal(f"session shell did not start: {r!r}")
 
@@ -610,12 +693,12 @@ class SessionCore(Generic[PR]):
         finally:
             self._lock.release()
 
-    def _run_locked(self, data: bytes, timeout: Optional[float]) -> Gen[ExecResult]:
+    def _run_locked(self, data: bytes, timeout: Optional[float], raw: bool = False) -> Gen[ExecResult]:
         if self._closed:
             raise errors.FailedPrecondition(f"session {self.id} is closed")
         p: Any = self.process
         t0 = time.monotonic()
-        cmdr = _SessionCommand(data, self._off)
+        cmdr = _SessionCommand(data, self._off, raw)
         yield from ProcessCore.send_stdin.fn(p, cmdr.input)
         timed_out = resent = False
         end = None if timeout is None else t0 + timeout
