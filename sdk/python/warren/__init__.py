@@ -31,8 +31,8 @@ from .errors import (
                      Unknown,
                      WarrenError,
 )
-from .fncall import FnCallRequest, FnCallResult  # fncall (issue 5)
-from .process import ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput, Session  # issue 3
+from .fncall import FnCallRequest, FnCallResult
+from .process import ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput, Session
 from .types import ExecResult, FileInfo, Layer, NodeStatus, Resources, SandboxInfo
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""fncall: stateless function calls on warrend's warm worker pool (issue 5).
+"""fncall: stateless function calls on warrend's warm worker pool.
 
     import warren
     client = warren.Client()

@@ -1,5 +1,5 @@
-"""Streaming exec, background processes and shell sessions (issue 3;
-api/warren/v1/process.proto).
+"""Streaming exec, background processes and shell sessions
+(api/warren/v1/process.proto).
 
     for chunk in sb.exec_stream("for i in 1 2 3; do echo $i; sleep 1; done"):
         print(chunk.stream, chunk.data)          # as produced

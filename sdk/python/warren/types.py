@@ -207,7 +207,7 @@ class SandboxInfo:
     created_at_ns: int
     init_pid: int
     hostname: str
-    # Lifecycle (issue 4): TTL deadline (Unix ns, 0 = none), idle timeout,
+    # Lifecycle: TTL deadline (Unix ns, 0 = none), idle timeout,
     # last exec/file call (Unix ns), TTL in seconds.
     expires_at_ns: int = 0
     idle_timeout_s: int = 0
