@@ -23,7 +23,7 @@ import inspect
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import (
     Any,
     AsyncIterator,
@@ -33,10 +33,8 @@ from typing import (
     Generator,
     Generic,
     Iterator,
-    List,
     Optional,
     ParamSpec,
-    Set,
     Type,
     TypeVar,
     overload,
@@ -171,7 +169,6 @@ class Stream:
     call: Any
     requests: Optional[queue.Queue[Any]] = None
     input_done: bool = False
-    pending: List[Any] = field(default_factory=list)
 
     def cancel(self) -> None:
         self.end_input()
@@ -568,14 +565,6 @@ def streaming(item: Type[T]) -> Callable[[Callable[Concatenate[S, P], Gen[None]]
     def deco(fn: Callable[Concatenate[S, P], Gen[None]]) -> stream_op[S, P, T]:
         return stream_op(item, fn)
     return deco
-
-
-class BackgroundOwner:
-    """Keeps the background work of a client (see Background)."""
-
-    def _init_background(self) -> None:
-        self._background: Set[Any] = set()
-        self._background_lock = threading.Lock()
 
 
 # The context-manager and iteration protocols of each side: `_exit()` and
