@@ -18,7 +18,7 @@ from conftest import CLI
 
 def test_fork_keeps_env_workdir_user_limits_labels_and_job(client, base_layer):
     job = f"fork-{uuid.uuid4().hex[:8]}"
-    with client.create(layers=[base_layer], env={"FORK_ENV": b"v\xff"}, workdir="/srv/w", user="1000:1000",
+    with client.create(layers=[base_layer], env={"FORK_ENV": "v-\u00e9"}, workdir="/srv/w", user="1000:1000",
                        memory_mb=300, pids=77, labels={"a": "1", "b": "2"}, job=job, ttl_s=900) as sb:
         sb.exec("echo parent > /srv/w/state", user="root", timeout=30)
         sb.exec("mkdir -p /tmp/skip && echo x > /tmp/skip/f", timeout=30)
@@ -34,7 +34,7 @@ def test_fork_keeps_env_workdir_user_limits_labels_and_job(client, base_layer):
                 assert info.ttl_s == 900
                 r = k.exec("printf '%s' \"$FORK_ENV\"; echo; pwd; id -u; cat state; test -e /tmp/skip; echo $?",
                            timeout=30)
-                assert r.stdout == b"v\xff\n/srv/w\n1000\nparent\n1\n", r
+                assert r.stdout == "v-\u00e9\n/srv/w\n1000\nparent\n1\n".encode(), r
             kids[0].exec("echo k0 >> state", user="root", timeout=30)
             assert kids[1].exec("cat state", timeout=30).stdout == b"parent\n"
             assert sb.exec("cat state", timeout=30).stdout == b"parent\n"
