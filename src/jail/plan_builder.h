@@ -1,0 +1,102 @@
+// Building containment plans (plan.h) in the daemon, before the clone; the
+// one list of /proc and /sys masks, the one list of /dev nodes and the
+// standard mount sets every spawn path takes from here. Parent side: may
+// allocate; not async-signal-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "jail/plan.h"
+#include "jail/seccomp.h"
+
+namespace warren::jail {
+
+// Files under /proc bound over with /dev/null: kernel memory, keys, timers,
+// the scheduler's internals and the magic SysRq trigger (what Docker and
+// runc mask). Missing ones (a kernel without the feature) are skipped.
+extern const char* const kMaskedFiles[12];
+// Directories hidden under an empty read-only tmpfs. The /sys one applies
+// where sysfs is mounted.
+extern const char* const kMaskedDirs[4];
+// /proc directories made read-only (kernel tunables, bus and fs state, irq affinity).
+extern const char* const kReadOnlyDirs[4];
+
+// A node of /dev every sandbox gets: name, major, minor; `terminal` for the
+// controlling-terminal node (none in an fncall call, which has no terminal).
+struct DevNode {
+  const char* name;
+  unsigned major, minor;
+  bool terminal;
+};
+extern const DevNode kDevNodes[6];
+
+// The /dev symlinks (target, link name under dev/).
+struct DevLink {
+  const char* target;
+  const char* name;
+  bool terminal;  // only with a terminal (ptmx)
+};
+extern const DevLink kDevLinks[6];
+
+// Builds one plan. Every Add* records the first error (a path too long for
+// the plan's fixed fields, too many ops); Finish returns it.
+class PlanBuilder {
+ public:
+  PlanBuilder();
+
+  WarrenJailPlan& plan() { return plan_; }
+
+  PlanBuilder& Mkdir(const std::string& target, uint32_t mode);
+  PlanBuilder& Mount(const std::string& source, const std::string& target, const std::string& fstype,
+                     uint64_t flags, const std::string& data, uint32_t opts = 0);
+  PlanBuilder& Bind(const std::string& source, const std::string& target, uint64_t flags = 0, uint32_t opts = 0);
+  PlanBuilder& MoveFd(int fd_slot, const std::string& target, uint32_t opts = 0);
+  PlanBuilder& Remount(const std::string& target, uint64_t flags, const std::string& data = "");
+  PlanBuilder& ReadOnly(const std::string& target, uint64_t flags, uint32_t opts = 0);
+  PlanBuilder& MaskFile(const std::string& target);
+  PlanBuilder& MaskDir(const std::string& target, int fd_slot);
+  PlanBuilder& DevNode(const std::string& host_node, const std::string& target);
+  PlanBuilder& Symlink(const std::string& target, const std::string& link);
+
+  // /proc (fresh, nosuid/nodev/noexec) at `proc` ("proc" or "/proc"), then
+  // its masks and read-only dirs. `with_sys`: mask /sys/firmware too (sysfs
+  // is mounted). mask_fd_slot: the shared empty tmpfs for masked dirs (-1:
+  // one made by the child).
+  PlanBuilder& Proc(const std::string& proc, bool with_sys, int mask_fd_slot);
+  // The masks and read-only dirs alone (the proc mount made by other ops).
+  PlanBuilder& ProcMasks(const std::string& proc, bool with_sys, int mask_fd_slot);
+  // The /dev nodes bound from the host's (when the daemon could not make
+  // them itself), and the /dev symlinks.
+  PlanBuilder& DevNodes(const std::string& dev, bool terminal);
+  PlanBuilder& DevLinks(const std::string& dev, bool terminal);
+
+  // Credentials.
+  PlanBuilder& Rlimit(int resource, uint64_t cur, uint64_t max);
+  // uid/gid inside the sandbox's user namespace (setgroups(0) first when `setgroups`).
+  PlanBuilder& Ids(uint32_t uid, uint32_t gid, bool setgroups);
+  // Effective = permitted = bounding = `keep`; inheritable = ambient = 0.
+  PlanBuilder& Capabilities(uint64_t keep, int last_cap);
+  PlanBuilder& NoNewPrivs();
+  // The program is referenced, not copied: it must outlive the plan's use
+  // (PlanBytes copies it).
+  PlanBuilder& Seccomp(const SeccompProgram* prog);
+
+  Status Finish() const { return error_; }
+
+ private:
+  WarrenJailMount* Next(uint32_t op, const std::string& source, const std::string& target);
+  WarrenJailPlan plan_;
+  Status error_;
+};
+
+// The plan as bytes: the struct, then its seccomp program (plan.h,
+// warren_jail_plan_attach_filter).
+std::string PlanBytes(const WarrenJailPlan& plan);
+
+// The failing step of a plan, for errors: "mount(proc on proc/sys, ...)".
+std::string StepDescription(const WarrenJailPlan& plan, int step);
+
+}  // namespace warren::jail
