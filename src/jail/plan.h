@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-#define WARREN_JAIL_MAX_MOUNTS 64
+#define WARREN_JAIL_MAX_MOUNTS 96
 #define WARREN_JAIL_MAX_RLIMITS 16
 #define WARREN_JAIL_MAX_FD_SLOTS 4
 #define WARREN_JAIL_ROOT_MAX 1024
@@ -75,8 +75,8 @@ struct WarrenJailMount {
   uint64_t flags;  /* MS_* */
   int32_t fd_slot; /* WARREN_JAIL_MOVE_FD, WARREN_JAIL_MASK_DIR: index into the fds passed in, or -1 */
   uint32_t mode;   /* WARREN_JAIL_MKDIR */
-  char source[64];
-  char target[64];
+  char source[256]; /* host paths (a sandbox's cgroup dir) can be long */
+  char target[96];
   char fstype[16];
   char data[96];
 };

@@ -1,6 +1,7 @@
 #include "jail/plan_builder.h"
 
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -14,6 +15,8 @@ const char* const kReadOnlyDirs[4] = {"sys", "bus", "fs", "irq"};
 
 const DevNode kDevNodes[6] = {{"null", 1, 3, false},   {"zero", 1, 5, false},    {"full", 1, 7, false},
                               {"random", 1, 8, false}, {"urandom", 1, 9, false}, {"tty", 5, 0, true}};
+const char* const kLxcfsProcFiles[7] = {"meminfo", "cpuinfo", "stat", "uptime", "loadavg", "swaps", "diskstats"};
+
 const DevLink kDevLinks[6] = {{"/proc/self/fd", "fd", false},     {"/proc/self/fd/0", "stdin", false},
                               {"/proc/self/fd/1", "stdout", false}, {"/proc/self/fd/2", "stderr", false},
                               {"pts/ptmx", "ptmx", true},         {"/proc/kcore", "core", true}};
@@ -162,6 +165,30 @@ PlanBuilder& PlanBuilder::DevLinks(const std::string& dev, bool terminal) {
     if (l.terminal && !terminal) continue;
     Symlink(l.target, Join(dev, l.name));
   }
+  return *this;
+}
+
+PlanBuilder& PlanBuilder::LimitViews(const std::string& proc, const std::string& lxcfs_proc) {
+  for (const char* f : kLxcfsProcFiles) Bind(Join(lxcfs_proc, f), Join(proc, f), 0, WARREN_JAIL_IF_EXISTS);
+  return *this;
+}
+
+PlanBuilder& PlanBuilder::CgroupView(const std::string& at, const std::vector<std::string>& dirs) {
+  constexpr uint64_t kRo = MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  const std::string root = "/sys/fs/cgroup/";
+  const bool v2 = dirs.size() == 1 && access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
+  if (v2) {
+    Bind(dirs[0], at).Remount(at, kRo);
+    return *this;
+  }
+  Mount("tmpfs", at, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=64,mode=755");
+  for (const std::string& d : dirs) {
+    if (d.compare(0, root.size(), root) != 0) continue;
+    const std::string h = d.substr(root.size(), d.find('/', root.size()) - root.size());
+    const std::string target = Join(at, h);
+    Mkdir(target, 0755).Bind(d, target).Remount(target, kRo);
+  }
+  Remount(at, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=64,mode=755");
   return *this;
 }
 

@@ -33,6 +33,9 @@ struct DevNode {
 };
 extern const DevNode kDevNodes[6];
 
+// The /proc files lxcfs answers with the reader's cgroup limits.
+extern const char* const kLxcfsProcFiles[7];
+
 // The /dev symlinks (target, link name under dev/).
 struct DevLink {
   const char* target;
@@ -72,6 +75,17 @@ class PlanBuilder {
   // them itself), and the /dev symlinks.
   PlanBuilder& DevNodes(const std::string& dev, bool terminal);
   PlanBuilder& DevLinks(const std::string& dev, bool terminal);
+
+  // The sandbox's own limits where programs look for them: lxcfs's files
+  // (jail/lxcfs.h; `lxcfs_proc`: its proc dir, kLxcfsProcFiles) bound over
+  // `proc`'s, each where both exist.
+  PlanBuilder& LimitViews(const std::string& proc, const std::string& lxcfs_proc);
+  // The sandbox's cgroup, read-only, at `at` (".../sys/fs/cgroup"): an empty
+  // tmpfs with one dir per v1 hierarchy (`dirs`: the host's
+  // /sys/fs/cgroup/<hierarchy>/<path>) bound there, or, on v2, the one dir
+  // bound at `at` itself. In a cgroup namespace rooted at the sandbox's
+  // cgroup, /proc/self/cgroup then names "/" and the files match.
+  PlanBuilder& CgroupView(const std::string& at, const std::vector<std::string>& dirs);
 
   // Credentials.
   PlanBuilder& Rlimit(int resource, uint64_t cur, uint64_t max);

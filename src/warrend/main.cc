@@ -2,6 +2,7 @@
 // socket (and optionally TCP with a bearer token), owns the sandbox table,
 // and leaves sandboxes running when it stops: the next warrend on the same
 // state dir re-adopts them.
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
@@ -33,6 +34,7 @@
 #include "common/unique_fd.h"
 #include "node/image_layer_provider.h"
 #include "common/log.h"
+#include "jail/lxcfs.h"
 #include "node/run_dir.h"
 #include "node/sandbox_manager.h"
 #include "node/suspend_swap.h"
@@ -291,6 +293,38 @@ int Run(const Flags& flags) {
                                                              /*mount_tmpfs=*/true);
   if (!run_dir.ok()) return fail(run_dir.status());
   if (Status s = node::LinkRunDir(flags.state_dir, *run_dir); !s.ok()) return fail(s);
+  // lxcfs (jail/lxcfs.h): sandboxes see their own limits in /proc. One per
+  // run dir, beside it; stopped on the way out when the run dir goes
+  // (no sandbox left), else left for the next daemon to adopt.
+  std::unique_ptr<jail::Lxcfs> lxcfs;
+  {
+    const std::string dir = *run_dir + ".lxcfs";
+    StatusOr<std::unique_ptr<jail::Lxcfs>> l = jail::Lxcfs::Start(dir);
+    if (l.ok()) {
+      lxcfs = std::move(*l);
+    } else {
+      warren::Log(spdlog::level::warn, "no lxcfs: sandboxes see the host's cpus and memory in /proc",
+                  {{"error", l.status().ToString()}});
+    }
+  }
+  struct LxcfsGuard {
+    const std::string& run;
+    std::unique_ptr<jail::Lxcfs>& l;
+    ~LxcfsGuard() {
+      if (!l) return;
+      bool empty = true;  // no live sandbox's record (RemoveRunDirIfUnused's test)
+      if (DIR* d = ::opendir((run + "/sandboxes").c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+          if (e->d_name[0] != '.') {
+            empty = false;
+            break;
+          }
+        }
+        ::closedir(d);
+      }
+      if (empty) l->Stop();
+    }
+  } lxcfs_guard{*run_dir, lxcfs};
   // On every way out (after the manager, declared below, is gone): an unused
   // run dir and its links go, live sandboxes' records stay for the next daemon.
   struct RunDirGuard {
@@ -304,6 +338,7 @@ int Run(const Flags& flags) {
                          ? static_cast<uint32_t>(flags.warm_shells)
                          : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   copt.recycled_cgroups = flags.recycled_cgroups;
+  if (lxcfs) copt.lxcfs_dir = lxcfs->mount_dir();
   // Sandbox uid ranges are claimed host-wide, in the name of this state dir
   // (sandboxes outlive the daemon; a restart on the same dir re-takes them).
   copt.uid_lock_dir = "/run/warren/uid-slots";
@@ -376,6 +411,7 @@ int Run(const Flags& flags) {
   // fncall (issue 5): warm worker pool, FnCall gRPC service, optional HTTP /run_code.
   runtime::FnCallOptions fopt;
   fopt.mount_point = flags.state_dir + "/fncall-root";
+  if (lxcfs) fopt.lxcfs_dir = lxcfs->mount_dir();
   fopt.max_workers = flags.fncall_max_workers ? flags.fncall_max_workers
                                               : std::max(4u, 4 * std::thread::hardware_concurrency());
   StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);

@@ -16,6 +16,7 @@ Runs its own fncall daemon (the session daemon plus --fncall-layers)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Dict, Iterable
 
@@ -185,3 +186,75 @@ def test_rlimits(views: Dict[str, Dict]) -> None:
         assert views[path]["limits"] == ref, (path, views[path]["limits"], ref)
     for path in ("init", "fncall"):
         assert views[path]["limits"]["Max core file size"] == ["0", "0"], (path, views[path]["limits"])
+
+
+# ---------------------------------------------------------------- limit views
+# Programs that size themselves from their limits (JVM heaps, thread pools,
+# os.cpu_count, `free`) read /proc/meminfo, /proc/cpuinfo, /proc/stat,
+# sysconf (/sys/devices/system/cpu/online) and the cgroup files: inside a
+# sandbox these show the sandbox's limits (lxcfs, jail/lxcfs.h, and the
+# sandbox's own cgroup at /sys/fs/cgroup). sched_getaffinity (`nproc`) is
+# left alone by design: pinning a sandbox to ceil(cpu) cpus would take the
+# kernel's load balancing away from it (the CFS quota already caps its share).
+VIEWS = r'''
+import json, os
+def kb(k):
+    for l in open("/proc/meminfo"):
+        if l.startswith(k + ":"):
+            return int(l.split()[1])
+cg = {}
+for p in ["memory/memory.limit_in_bytes", "cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us", "pids/pids.max",
+          "memory.max", "cpu.max", "pids.max"]:
+    try:
+        cg[p] = open("/sys/fs/cgroup/" + p).read().strip()
+    except OSError:
+        pass
+print(json.dumps({"MemTotal": kb("MemTotal"), "MemAvailable": kb("MemAvailable"),
+                  "cpuinfo": sum(1 for l in open("/proc/cpuinfo") if l.startswith("processor")),
+                  "stat_cpus": sum(1 for l in open("/proc/stat") if l.startswith("cpu") and l[3].isdigit()),
+                  "cpu_count": os.cpu_count(), "cgroup": cg,
+                  "self_cgroup": open("/proc/self/cgroup").read()}))
+'''
+
+
+def _lxcfs_or_skip() -> None:
+    import shutil
+    if shutil.which("lxcfs") is None or not Path("/dev/fuse").exists():
+        pytest.skip("lxcfs or /dev/fuse missing on this host (scripts/setup.sh installs lxcfs)")
+
+
+def _check_views(v: Dict, memory_mb: int, cpus: int, pids: int) -> None:
+    assert v["MemTotal"] == memory_mb * 1024, v
+    assert 0 < v["MemAvailable"] <= memory_mb * 1024, v
+    assert v["cpuinfo"] == cpus and v["stat_cpus"] == cpus and v["cpu_count"] == cpus, json.dumps(v)
+    cg = v["cgroup"]
+    if "memory.max" in cg:  # v2
+        assert cg["memory.max"] == str(memory_mb << 20), cg
+    else:
+        assert cg["memory/memory.limit_in_bytes"] == str(memory_mb << 20), cg
+        quota, period = int(cg["cpu/cpu.cfs_quota_us"]), int(cg["cpu/cpu.cfs_period_us"])
+        assert -(-quota // period) == cpus, cg
+    # A cgroup namespace rooted at the sandbox's cgroup: every line names "/".
+    assert all(line.endswith(":/") for line in v["self_cgroup"].split()), v["self_cgroup"]
+
+
+def test_limit_views_in_a_container(fnd: Daemon, base_layer: str) -> None:
+    _lxcfs_or_skip()
+    if (os_cpus := len(os.sched_getaffinity(0))) < 2:
+        pytest.skip("one host cpu: a 0.5-cpu sandbox would see as many as the host")
+    sb = fnd.client.create(layers=[base_layer], cpu=0.5, memory_mb=256)
+    try:
+        r = sb.exec(["/usr/bin/python3", "-I", "-S", "-c", VIEWS], timeout=30)
+        assert r.exit_code == 0, r
+        _check_views(_parse(r.stdout), 256, 1, os_cpus)
+    finally:
+        sb.destroy()
+
+
+def test_limit_views_in_an_fncall_call(fnd: Daemon) -> None:
+    _lxcfs_or_skip()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one host cpu: a 1-cpu worker would see as many as the host")
+    f = fnd.client.fncall(VIEWS)
+    assert f.ok, f
+    _check_views(_parse(f.stdout), 512, 1, 0)

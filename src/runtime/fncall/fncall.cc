@@ -69,11 +69,11 @@ Status WriteString(const std::string& path, const std::string& v) {
 
 // ------------------------------------------------------------------ jail child
 // Steps of the worker child outside the containment plan (plan.h names its own).
-enum Step : int32_t { kStepRecv = 1, kStepLoopback, kStepStdio, kStepPlan, kStepExec };
+enum Step : int32_t { kStepRecv = 1, kStepLoopback, kStepStdio, kStepCgroupNs, kStepExec };
 // Steps from kJailStep0 on are the containment plan's (plan.h), offset.
 constexpr int32_t kJailStep0 = 1000;
 const char* StepName(int32_t s) {
-  static const char* const kNames[] = {"?", "recvmsg(rootfs fd)", "loopback up", "stdio", "containment plan",
+  static const char* const kNames[] = {"?", "recvmsg(rootfs fd)", "loopback up", "stdio", "unshare(CLONE_NEWCGROUP)",
                                        "execve(python3)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
@@ -89,11 +89,15 @@ struct WorkerPlan {
 
 // The worker's (the zygote's) containment: the read-only root, /proc with
 // the masks every sandbox gets, a read-only /dev of the common nodes (no
-// terminal) with its own /dev/shm, a small /tmp, then pivot_root. The
-// zygote keeps its capabilities (it mounts each call's /tmp, /dev/shm and
-// /proc) and drops its bounding set itself (zygote.py); each call process
-// then applies CallJailPlan.
-StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point) {
+// terminal) with its own /dev/shm, a small /tmp, a read-only /sys holding
+// only the worker's cgroup (fs/cgroup) and the limit views, then
+// pivot_root. The zygote keeps its capabilities (it mounts each call's /tmp,
+// /dev/shm and /proc) and drops its bounding set itself (zygote.py); each
+// call process then applies CallJailPlan.
+// Where the worker keeps lxcfs's proc files for its calls' fresh /proc.
+constexpr const char* kLxcfsInWorker = "/sys/fs/lxcfs";
+StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point, const std::vector<std::string>& cgroup_dirs,
+                                        const std::string& lxcfs) {
   jail::PlanBuilder b;
   WarrenJailPlan& p = b.plan();
   if (mount_point.size() >= sizeof p.root) return absl::InvalidArgumentError("fncall: mount point too long");
@@ -104,8 +108,9 @@ StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point) {
             WARREN_JAIL_PIVOT;
   p.root_fd_slot = 0;
   p.mount_uid = p.mount_gid = 0;
-  b.Proc("proc", /*with_sys=*/false, -1)
-      .Mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+  b.Proc("proc", /*with_sys=*/false, -1);
+  if (!lxcfs.empty()) b.LimitViews("proc", lxcfs + "/proc");
+  b.Mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
       .DevNodes("dev", /*terminal=*/false)
       .DevLinks("dev", /*terminal=*/false)
       .Mkdir("dev/shm", 01777)
@@ -114,24 +119,35 @@ StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point) {
       // later calls (each call gets its own /dev/shm, /tmp and /proc).
       .Remount("dev", MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
       .Mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=64,mode=1777")
-      .NoNewPrivs();
+      .Mount("tmpfs", "sys", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=64,mode=755")
+      .Mkdir("sys/fs", 0755)
+      .Mkdir("sys/fs/cgroup", 0755)
+      .CgroupView("sys/fs/cgroup", cgroup_dirs);
+  if (!lxcfs.empty()) {
+    b.Mkdir("sys/fs/lxcfs", 0755).Bind(lxcfs + "/proc", "sys/fs/lxcfs", 0, WARREN_JAIL_IF_EXISTS);
+    b.Mkdir("sys/devices", 0755).Mkdir("sys/devices/system", 0755).Mkdir("sys/devices/system/cpu", 0755);
+    b.DevNode(lxcfs + "/sys/devices/system/cpu/online", "sys/devices/system/cpu/online");
+  }
+  b.Remount("sys", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=64,mode=755").NoNewPrivs();
   RETURN_IF_ERROR(b.Finish());
   return p;
 }
 
 // A call process's containment (zygote_helper.c applies it after its clone
 // into fresh mount, pid and ipc namespaces): its own /tmp (scratch, cwd) and
-// /dev/shm, a fresh /proc of its pid namespace with the same masks as every
-// sandbox, RLIMIT_CORE 0, no capability in any set, no_new_privs, seccomp.
-StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompProgram* seccomp) {
+// /dev/shm, a fresh /proc of its pid namespace with the same masks and limit
+// views as every sandbox, RLIMIT_CORE 0, no capability in any set,
+// no_new_privs, seccomp.
+StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompProgram* seccomp, bool lxcfs) {
   jail::PlanBuilder b;
   WarrenJailPlan& p = b.plan();
   p.ns_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
   b.Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
           "size=" + std::to_string(scratch_mb) + "m,nr_inodes=65536,mode=1777")
       .Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777")
-      .Proc("/proc", /*with_sys=*/false, -1)
-      .Rlimit(RLIMIT_CORE, 0, 0)
+      .Proc("/proc", /*with_sys=*/false, -1);
+  if (lxcfs) b.LimitViews("/proc", kLxcfsInWorker);
+  b.Rlimit(RLIMIT_CORE, 0, 0)
       .Capabilities(0, jail::LastCapability())
       .NoNewPrivs()
       .Seccomp(seccomp);
@@ -156,6 +172,10 @@ StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompPr
   if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
   if (rootfs < 0) jail::ChildFail(e, kStepRecv, -rootfs);
   ::close(p.sock);
+  // A cgroup namespace rooted at the worker's cgroup (the parent placed us
+  // there before sending the root): /proc/self/cgroup names "/", matching
+  // the view at /sys/fs/cgroup.
+  if (::unshare(CLONE_NEWCGROUP) != 0) jail::ChildFail(e, kStepCgroupNs, errno);
   const int fds[WARREN_JAIL_MAX_FD_SLOTS] = {rootfs, -1, -1, -1};
   int step = 0;
   if (int rc = warren_jail_enter_root(p.jail, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);
@@ -310,7 +330,7 @@ StatusOr<ZygoteMsg> ParseZygoteMsg(const std::string& data) {
                            : "?";
     if (m.b >= kJailStep0) {
       // The mount ops do not depend on the pool's options: a plan built here names them.
-      auto plan = CallJailPlan(1, nullptr);
+      auto plan = CallJailPlan(1, nullptr, true);
       step = plan.ok() ? jail::StepDescription(*plan, m.b - kJailStep0) : warren_jail_step_name(m.b - kJailStep0);
     }
     return ErrnoToStatus(m.a, "fncall call process set-up: " + step);
@@ -587,7 +607,8 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   plan.chan = chan_child.get();
   plan.err_fd = err_w.get();
   plan.helper = helper_.get();
-  ASSIGN_OR_RETURN(const WarrenJailPlan worker_jail, WorkerJailPlan(opt_.mount_point));
+  ASSIGN_OR_RETURN(const WarrenJailPlan worker_jail,
+                   WorkerJailPlan(opt_.mount_point, w->cgroup->dirs(), opt_.lxcfs_dir));
   const WarrenJailPlan* jail_plan = &worker_jail;
   plan.jail = jail_plan;
   plan.argv = {a0.data(), a1.data(), a2.data(), a3.data(), zsrc.data(), nullptr};
@@ -628,7 +649,7 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   w->chan = std::move(chan_parent);
   const auto deadline = Clock::now() + milliseconds(20000);
   ASSIGN_OR_RETURN(const WarrenJailPlan call_plan,
-                   CallJailPlan(opt_.scratch_mb, seccomp_ ? &*seccomp_ : nullptr));
+                   CallJailPlan(opt_.scratch_mb, seccomp_ ? &*seccomp_ : nullptr, !opt_.lxcfs_dir.empty()));
   RETURN_IF_ERROR(SendMsgUntil(w->chan.get(), Frame(json{{"op", "init"}, {"env", DefaultCallEnv()}}, jail::PlanBytes(call_plan)),
                                {}, deadline));
   auto ready = ReadJsonFrame(w->chan.get(), deadline);
