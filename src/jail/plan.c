@@ -146,6 +146,7 @@ int warren_jail_mount(const struct WarrenJailPlan* p, const int* fds, int* faile
     const struct WarrenJailMount* m = &p->mounts[i];
     long rc = MountOp(m, fds, &first_mask);
     if (rc == -J_ENOENT && (m->opts & WARREN_JAIL_IF_EXISTS)) rc = 0;
+    if (m->opts & WARREN_JAIL_BEST_EFFORT) rc = 0;
     if (m->opts & WARREN_JAIL_OR_NEXT) {
       if (rc == 0) ++i; /* skip the fallback */
       continue;

@@ -68,6 +68,7 @@ enum WarrenJailMountOp {
 /* WarrenJailMount.opts */
 #define WARREN_JAIL_IF_EXISTS 0x1u /* the target missing (ENOENT) skips the op: a kernel without the file */
 #define WARREN_JAIL_OR_NEXT 0x2u   /* on failure run the next op instead; on success skip it */
+#define WARREN_JAIL_BEST_EFFORT 0x4u /* a failure is ignored (a convenience the kernel may lack: mqueue) */
 
 struct WarrenJailMount {
   uint32_t op;     /* WarrenJailMountOp */

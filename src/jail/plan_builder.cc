@@ -1,6 +1,7 @@
 #include "jail/plan_builder.h"
 
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -232,6 +233,57 @@ PlanBuilder& PlanBuilder::Seccomp(const SeccompProgram* prog) {
     plan_.creds.filter = prog->filter.data();
   }
   return *this;
+}
+
+StatusOr<WarrenJailPlan> SandboxInitPlan(const SandboxPlanOptions& o) {
+  PlanBuilder b;
+  WarrenJailPlan& p = b.plan();
+  if (o.root.size() >= sizeof p.root)
+    return absl::InvalidArgumentError("sandbox root '" + o.root + "' is too long (max " +
+                                      std::to_string(sizeof p.root - 1) + " bytes)");
+  if (o.hostname.size() >= sizeof p.hostname)
+    return absl::InvalidArgumentError("hostname '" + o.hostname + "' is too long (max 63 bytes)");
+  memcpy(p.root, o.root.c_str(), o.root.size() + 1);
+  memcpy(p.hostname, o.hostname.c_str(), o.hostname.size() + 1);
+  p.steps = WARREN_JAIL_HOSTNAME | WARREN_JAIL_PRIVATE | WARREN_JAIL_ATTACH_ROOT | WARREN_JAIL_MOUNT_IDS |
+            WARREN_JAIL_PIVOT;
+  p.root_fd_slot = kSlotRootfs;
+  // Become the sandbox's root (host uid_base) before the mounts, so that
+  // everything created from now on belongs to it.
+  p.mount_uid = p.mount_gid = 0;
+  b.Mkdir("proc", 0755).Mkdir("dev", 0755).Mkdir("sys", 0755).Mkdir("tmp", 01777);
+  b.Mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+  // /dev: a directory of the upper's tmpfs (no superblock of its own).
+  b.MoveFd(kSlotDev, "dev");
+  if (!o.dev_nodes_made) b.DevNodes("dev", /*terminal=*/true);
+  b.DevLinks("dev", /*terminal=*/true)
+      .Mkdir("dev/pts", 0755)
+      .Mkdir("dev/shm", 01777)
+      .Mkdir("dev/mqueue", 0755)
+      .Mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+      .Mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, o.shm_opts)
+      .Mount("mqueue", "dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, "", WARREN_JAIL_BEST_EFFORT);
+  if (o.shared_sysfs) {
+    b.MoveFd(kSlotSysfs, "sys");  // the backend's shared read-only sysfs (of an empty netns)
+  } else {
+    // No sysfs for this netns/userns: an empty read-only tmpfs instead.
+    b.Mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "", WARREN_JAIL_OR_NEXT)
+        .Mount("tmpfs", "sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=555");
+  }
+  b.ProcMasks("proc", /*with_sys=*/true, o.shared_mask ? kSlotMask : -1);
+  if (!o.lxcfs_dir.empty()) {
+    b.LimitViews("proc", o.lxcfs_dir + "/proc")
+        .Bind(o.lxcfs_dir + "/sys/devices/system/cpu/online", "sys/devices/system/cpu/online", 0,
+              WARREN_JAIL_IF_EXISTS);
+  }
+  if (!o.cgroup_dirs.empty()) b.CgroupView("sys/fs/cgroup", o.cgroup_dirs);
+  b.Rlimit(RLIMIT_NOFILE, o.nofile, o.nofile)
+      .Rlimit(RLIMIT_CORE, 0, 0)
+      .Capabilities(0, o.last_cap)
+      .NoNewPrivs()
+      .Seccomp(o.seccomp);
+  RETURN_IF_ERROR(b.Finish());
+  return p;
 }
 
 std::string PlanBytes(const WarrenJailPlan& plan) {

@@ -106,6 +106,28 @@ class PlanBuilder {
   Status error_;
 };
 
+// A container sandbox's first process (its init): what the daemon knows at
+// Start. The shell receives the plan with the fds of its slots.
+enum SandboxFdSlot : int { kSlotRootfs = 0, kSlotDev = 1, kSlotSysfs = 2, kSlotMask = 3 };
+struct SandboxPlanOptions {
+  std::string root;       // where the rootfs mount is attached (spec.dir/rootfs)
+  std::string hostname;   // at most 63 bytes
+  std::string shm_opts;   // mount options of /dev/shm
+  bool dev_nodes_made = false;  // the daemon made kDevNodes in the /dev dir (else bound from the host's)
+  bool shared_sysfs = false;    // a read-only sysfs arrives in kSlotSysfs (else mounted here)
+  bool shared_mask = false;     // an empty read-only tmpfs for masked dirs arrives in kSlotMask
+  std::vector<std::string> cgroup_dirs;  // the sandbox's cgroup, shown at /sys/fs/cgroup
+  std::string lxcfs_dir;                 // jail/lxcfs.h mount; "" = none
+  uint64_t nofile = 0;
+  int last_cap = 40;
+  const SeccompProgram* seccomp = nullptr;
+};
+// Mounts: rootfs attached, proc, /dev (the slot's dir: nodes, links, pts,
+// shm, mqueue), /sys, the masks, the limit views, pivot_root. Credentials:
+// RLIMIT_NOFILE, RLIMIT_CORE 0, no capability at all (warren-init needs
+// none; commands get theirs from warren-spawn), no_new_privs, seccomp.
+StatusOr<WarrenJailPlan> SandboxInitPlan(const SandboxPlanOptions& o);
+
 // The plan as bytes: the struct, then its seccomp program (plan.h,
 // warren_jail_plan_attach_filter).
 std::string PlanBytes(const WarrenJailPlan& plan);
