@@ -234,8 +234,15 @@ def _check_views(v: Dict, memory_mb: int, cpus: int, pids: int) -> None:
         assert cg["memory/memory.limit_in_bytes"] == str(memory_mb << 20), cg
         quota, period = int(cg["cpu/cpu.cfs_quota_us"]), int(cg["cpu/cpu.cfs_period_us"])
         assert -(-quota // period) == cpus, cg
-    # A cgroup namespace rooted at the sandbox's cgroup: every line names "/".
-    assert all(line.endswith(":/") for line in v["self_cgroup"].split()), v["self_cgroup"]
+    # A cgroup namespace rooted at the sandbox's cgroup: the limit-holding
+    # hierarchies name "/" (an exec has a child cgroup of its own in the
+    # freezer/pids hierarchies: "/exec-N").
+    for line in v["self_cgroup"].split():
+        _, ctrls, path = line.split(":", 2)
+        if {"memory", "cpu", "cpuset"} & set(ctrls.split(",")):
+            assert path == "/", v["self_cgroup"]
+        elif ctrls == "":  # v2: the exec's own child cgroup, below the namespace's root
+            assert path == "/" or path.startswith("/exec-"), v["self_cgroup"]
 
 
 def test_limit_views_in_a_container(fnd: Daemon, base_layer: str) -> None:
