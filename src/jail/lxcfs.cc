@@ -90,27 +90,38 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
     sigfillset(&all);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &all);
-    // Its own session: a signal to the daemon's process group (^C) must not
-    // take the file system the sandboxes read from with it.
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    // -f: stays our child until we exit (then the host's init reaps it);
+    // Not the daemon's child: started through setsid(1) --fork, whose
+    // child it is, so it is re-parented to init at once. It outlives a
+    // daemon that leaves sandboxes running, in its own session (a signal to
+    // the daemon's process group does not reach it); its pid comes from the
+    // pid file. -f: lxcfs itself stays in the foreground of that process.
     // --enable-cfs: cpu views from the CFS quota, not only the cpuset.
-    std::string a0 = bin, a1 = "-f", a2 = "--enable-cfs", a3 = "-p", a4 = pidfile, a5 = l->mnt_;
-    char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), a5.data(), nullptr};
+    const std::string setsid = FindBinary("setsid");
+    if (setsid.empty()) return absl::FailedPreconditionError("lxcfs: setsid (util-linux) not installed");
+    std::string a0 = setsid, a1 = "--fork", a2 = bin, a3 = "-f", a4 = "--enable-cfs", a5 = "-p", a6 = pidfile,
+                a7 = l->mnt_;
+    char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(),
+                    a5.data(), a6.data(), a7.data(), nullptr};
     pid_t pid = -1;
-    const int rc = posix_spawn(&pid, bin.c_str(), &fa, &at, argv, environ);
+    (void)::unlink(pidfile.c_str());
+    const int rc = posix_spawn(&pid, setsid.c_str(), &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
-    if (rc != 0) return ErrnoToStatus(rc, "posix_spawn(" + bin + ")");
-    l->pid_ = pid;
+    if (rc != 0) return ErrnoToStatus(rc, "posix_spawn(" + setsid + " --fork " + bin + ")");
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return absl::UnavailableError("lxcfs failed to start (see " + log + ")");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     for (int i = 0; i < 500 && !Answers(l->mnt_); ++i) {
-      if (std::chrono::steady_clock::now() > deadline || ::kill(pid, 0) != 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        l->pid_ = ReadPid(pidfile);
         l->Stop();
         return absl::UnavailableError("lxcfs did not mount " + l->mnt_ + " within 5 s (see " + log + ")");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    l->pid_ = ReadPid(pidfile);
   }
   for (const char* f : kProcFiles) {
     if (::access((l->mnt_ + "/proc/" + f).c_str(), R_OK) == 0) l->proc_files_.push_back(f);
@@ -122,13 +133,9 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
 void Lxcfs::Stop() {
   if (pid_ > 0) {
     (void)::kill(pid_, SIGTERM);
-    for (int i = 0; i < 200 && ::kill(pid_, 0) == 0; ++i) {
-      int st;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    // Not our child: wait (bounded) for it to go.
+    for (int i = 0; i < 200 && ::kill(pid_, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (::kill(pid_, 0) == 0) (void)::kill(pid_, SIGKILL);
-    (void)::waitpid(pid_, nullptr, WNOHANG);
     pid_ = -1;
   }
   (void)::umount2(mnt_.c_str(), MNT_DETACH);

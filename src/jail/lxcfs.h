@@ -12,7 +12,8 @@
 // that leaves sandboxes running (their binds hold its FUSE connection: a
 // dead lxcfs would make their /proc/meminfo fail with ENOTCONN), so the next
 // daemon on the same run dir adopts it; the daemon stops it when it leaves
-// no sandbox behind (Stop).
+// no sandbox behind (Stop). lxcfs daemonizes itself: it is not the
+// daemon's child.
 #pragma once
 
 #include <sys/types.h>

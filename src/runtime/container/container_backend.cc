@@ -141,23 +141,16 @@ bool ValidId(const std::string& id) {
                      [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
 }
 
-// Child-side failure steps, reported as {step, errno}.
+// Child-side failure steps, reported as {step, errno}; the containment
+// plan's own steps from kJailStep0 on.
 enum Step : int32_t {
-  kStepRecvRootfs = 1, kStepUnshareCgroup, kStepHostname, kStepPrivate, kStepAttachRoot, kStepChdirRoot,
-  kStepSetId, kStepMkdir, kStepProc, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepSys, kStepMask,
-  kStepPivot, kStepLoopback, kStepStdio, kStepRlimits, kStepCaps, kStepNoNewPrivs, kStepSeccomp, kStepExec,
-  kStepRecvUpper, kStepKeepUpper,
-  kStepRecvShared,
+  kStepRecvRootfs = 1, kStepUnshareCgroup, kStepLoopback, kStepStdio, kStepExec, kStepKeepUpper, kStepRecvShared,
 };
 
 const char* StepName(int32_t s) {
-  static const char* const kNames[] = {
-      "?", "recvmsg(rootfs fd)", "unshare(CLONE_NEWCGROUP)", "sethostname", "mount(/, MS_PRIVATE)",
-      "move_mount(rootfs)", "chdir(rootfs)", "setresuid/setresgid(0)", "mkdir(mount point)", "mount(proc)",
-      "mount(/dev tmpfs)", "bind(/dev node)", "mount(devpts)", "mount(/dev/shm)", "mount(/sys)",
-      "mask /proc path", "pivot_root", "loopback up", "stdio", "setrlimit", "drop capabilities",
-      "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp", "execve", "recvmsg(upper fd)", "fcntl(upper fd, F_SETFD)",
-      "recvmsg(dev/sysfs/mask mount fd)"};
+  static const char* const kNames[] = {"?", "recvmsg(init plan, rootfs and upper fds)", "unshare(CLONE_NEWCGROUP)",
+                                       "loopback up", "stdio", "execve", "fcntl(upper fd, F_SETFD)",
+                                       "recvmsg(dev/sysfs/mask mount fd)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
 
