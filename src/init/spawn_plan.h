@@ -4,9 +4,9 @@
  *
  * Layout of the plan (a sealed memfd at fd WARREN_SPAWN_FD_PLAN, host byte
  * order: writer and reader are the same machine and build):
- *   struct WarrenSpawnHeader
- *   struct WarrenSpawnRlimit[n_rlimits]
- *   struct sock_filter[n_filters]        (the seccomp program; 0 = none)
+ *   struct WarrenSpawnHeader             (with the command's credentials: a
+ *                                         containment plan's WarrenJailCreds)
+ *   struct sock_filter[creds.n_filters]  (the seccomp program; 0 = none)
  *   strings, each NUL-terminated, in this order:
  *     cwd, not_found_msg, argv[argc], envp[envc], candidates[n_candidates]
  *
@@ -24,6 +24,8 @@
 #define WARREN_INIT_SPAWN_PLAN_H_
 
 #include <stdint.h>
+
+#include "jail/plan.h"
 
 #define WARREN_SPAWN_MAGIC 0x57535031u /* "WSP1" */
 #define WARREN_SPAWN_MAX_PLAN_BYTES (64u << 20)
@@ -43,10 +45,7 @@ struct WarrenSpawnHeader {
   uint32_t magic;
   uint32_t flags;
   uint32_t ns_flags; /* CLONE_NEW* set for setns(init pidfd) */
-  uint32_t uid, gid; /* inside the sandbox's user namespace */
-  int32_t last_cap;  /* highest capability of the running kernel */
-  uint64_t caps;     /* kept for uid 0; a non-root command gets none */
-  uint32_t n_cgroup_fds, n_rlimits, n_filters;
+  uint32_t n_cgroup_fds;
   uint32_t argc, envc, n_candidates;
   uint32_t strings_bytes;
   /* Written by the kernel, not the daemon: warren-spawn maps the plan's
@@ -56,17 +55,16 @@ struct WarrenSpawnHeader {
    * helper is killed before it could report it. 0 until then. */
   int32_t child_pid;
   uint32_t pad;
-};
-
-struct WarrenSpawnRlimit {
-  int32_t resource;
-  uint32_t pad;
-  uint64_t cur, max;
+  /* rlimits, ids, capabilities, no_new_privs, seccomp (filter: NULL here,
+   * the program follows the header), applied by the plan's executor
+   * (jail/plan.c). */
+  struct WarrenJailCreds creds;
 };
 
 /* Report records on fd 4: step 0 = "started", err = the command's pid in
  * the daemon's pid namespace; any other step = that step failed with errno
- * `err` (the command did not run). */
+ * `err` (the command did not run): a WarrenSpawnStep, or
+ * WARREN_SPAWN_STEP_JAIL0 + a step of the containment plan (plan.h). */
 struct WarrenSpawnReport {
   int32_t step;
   int32_t err;
@@ -79,20 +77,15 @@ enum WarrenSpawnStep {
   WARREN_SPAWN_STEP_SETGROUPS,
   WARREN_SPAWN_STEP_SETNS,
   WARREN_SPAWN_STEP_FORK,
-  WARREN_SPAWN_STEP_SETID,
-  WARREN_SPAWN_STEP_CAPS,
   WARREN_SPAWN_STEP_CHDIR,
   WARREN_SPAWN_STEP_SESSION,
-  WARREN_SPAWN_STEP_RLIMITS,
-  WARREN_SPAWN_STEP_NO_NEW_PRIVS,
   WARREN_SPAWN_STEP_FDS,
-  WARREN_SPAWN_STEP_SECCOMP,
-  WARREN_SPAWN_STEP_COUNT
+  WARREN_SPAWN_STEP_COUNT,
+  WARREN_SPAWN_STEP_JAIL0 = 1000
 };
 
 static const char* const kWarrenSpawnStepNames[WARREN_SPAWN_STEP_COUNT] = {
-    "started",        "read plan",     "join cgroup",     "setgroups",          "setns(pidfd)",
-    "clone(CLONE_PARENT)", "setresuid/setresgid", "drop capabilities", "chdir(cwd)", "setsid/TIOCSCTTY",
-    "setrlimit",      "prctl(PR_SET_NO_NEW_PRIVS)", "fds", "seccomp"};
+    "started", "read plan", "join cgroup", "setgroups", "setns(pidfd)", "clone(CLONE_PARENT)",
+    "chdir(cwd)", "setsid/TIOCSCTTY", "fds"};
 
 #endif /* WARREN_INIT_SPAWN_PLAN_H_ */

@@ -19,10 +19,12 @@
 //               warrend is its parent and waits for it by pidfd), reports
 //               its pid, exits. Never visible inside (it stays in the host
 //               pid namespace).
-//   command     ids, capabilities (none at all for a non-root user: empty
-//               bounding set, so file capabilities grant nothing either),
-//               cwd, session/terminal, rlimits, no_new_privs, fds, seccomp
-//               last, execve over the PATH candidates.
+//   command     rlimits, ids, capabilities (none at all for a non-root
+//               user: empty bounding set, so file capabilities grant nothing
+//               either), cwd, session/terminal, fds, no_new_privs, seccomp
+//               last, execve over the PATH candidates. The credential steps
+//               are the containment plan's executor (jail/plan.c, compiled
+//               in), applied to the plan's WarrenJailCreds.
 // Every failure is reported to warrend as {step, errno} on fd 4.
 //
 // Freestanding like warren-init (no libc, raw syscalls, x86_64 and
@@ -47,6 +49,7 @@
 #include "common/freestanding_start.h"
 #include "common/raw_syscall.h"
 #include "init/spawn_plan.h"
+#include "jail/plan.h"
 
 WARREN_FREESTANDING_START(SpawnMain)
 
@@ -97,9 +100,7 @@ __attribute__((noreturn)) static void Fail(int step, long rc) {
 }
 
 struct Plan {
-  const struct WarrenSpawnHeader* h;
-  const struct WarrenSpawnRlimit* rlimits;
-  const struct sock_filter* filters;
+  struct WarrenSpawnHeader* h;
   const char* cwd;
   const char* not_found_msg;
   char* argv[4096 + 1];
@@ -138,16 +139,15 @@ static long LoadPlan(struct Plan* plan) {
   plan->child_pid = &((struct WarrenSpawnHeader*)shared)->child_pid;
   Sys(__NR_close, WARREN_SPAWN_FD_PLAN, 0, 0, 0, 0);
   char* end = base + size;
-  const struct WarrenSpawnHeader* h = (const struct WarrenSpawnHeader*)base;
-  if (h->magic != WARREN_SPAWN_MAGIC || h->argc == 0 || h->argc > 4096 || h->n_filters > BPF_MAXINSNS ||
-      h->n_rlimits > 64 || h->n_cgroup_fds > 16 || h->envc > (1u << 20) || h->n_candidates > (1u << 16))
+  struct WarrenSpawnHeader* h = (struct WarrenSpawnHeader*)base;
+  if (h->magic != WARREN_SPAWN_MAGIC || h->argc == 0 || h->argc > 4096 || h->creds.n_filters > BPF_MAXINSNS ||
+      h->creds.n_rlimits > WARREN_JAIL_MAX_RLIMITS || h->n_cgroup_fds > 16 || h->envc > (1u << 20) ||
+      h->n_candidates > (1u << 16))
     return -EPROTO;
-  size_t fixed = sizeof *h + (size_t)h->n_rlimits * sizeof(struct WarrenSpawnRlimit) +
-                 (size_t)h->n_filters * sizeof(struct sock_filter);
+  size_t fixed = sizeof *h + (size_t)h->creds.n_filters * sizeof(struct sock_filter);
   if (fixed + h->strings_bytes != size) return -EPROTO;
   plan->h = h;
-  plan->rlimits = (const struct WarrenSpawnRlimit*)(base + sizeof *h);
-  plan->filters = (const struct sock_filter*)(base + sizeof *h + (size_t)h->n_rlimits * sizeof(struct WarrenSpawnRlimit));
+  h->creds.filter = h->creds.n_filters ? (const struct sock_filter*)(base + sizeof *h) : NULL;
   char* s = base + fixed;
   if ((plan->cwd = NextString(&s, end)) == NULL) return -EPROTO;
   if ((plan->not_found_msg = NextString(&s, end)) == NULL) return -EPROTO;
@@ -169,41 +169,6 @@ static long LoadPlan(struct Plan* plan) {
   }
   plan->candidates[h->n_candidates] = NULL;
   return s == end ? 0 : -EPROTO;
-}
-
-// Drops every capability not in `bounding` from the bounding set (needs
-// CAP_SETPCAP: before the uid change), clears ambient and inheritable, sets
-// permitted = effective = `keep`. 0 or -errno.
-static long DropCapabilities(uint64_t bounding, uint64_t keep, int last_cap) {
-  for (int c = 0; c <= last_cap && c < 64; ++c) {
-    if (bounding & ((uint64_t)1 << c)) continue;
-    if (Sys(__NR_prctl, PR_CAPBSET_READ, c, 0, 0, 0) == 0) continue;  // gone already
-    long rc = Sys(__NR_prctl, PR_CAPBSET_DROP, c, 0, 0, 0);
-    if (rc != 0 && rc != -EINVAL) return rc;
-  }
-  long rc = Sys(__NR_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-  if (rc != 0 && rc != -EINVAL) return rc;
-  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[2] = {{0, 0, 0}, {0, 0, 0}};
-  data[0].effective = data[0].permitted = (uint32_t)keep;
-  data[1].effective = data[1].permitted = (uint32_t)(keep >> 32);
-  return Sys(__NR_capset, (long)&hdr, (long)data, 0, 0, 0);
-}
-
-// 1 if the calling process holds no capability in any set.
-static int HoldsNoCapability(void) {
-  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[2] = {{0, 0, 0}, {0, 0, 0}};
-  if (Sys(__NR_capget, (long)&hdr, (long)data, 0, 0, 0) != 0) return 0;
-  for (int i = 0; i < 2; ++i) {
-    if (data[i].effective | data[i].permitted | data[i].inheritable) return 0;
-  }
-  for (int c = 0; c < 64; ++c) {
-    long r = Sys(__NR_prctl, PR_CAPBSET_READ, c, 0, 0, 0);
-    if (r > 0) return 0;
-    if (r < 0) break;  // EINVAL past the kernel's last capability
-  }
-  return 1;
 }
 
 static const char* ErrnoText(int e) {
@@ -229,33 +194,19 @@ static long Dup2(int from, int to) { return Sys(__NR_dup3, from, to, 0, 0, 0); }
 __attribute__((noreturn)) static void Command(const struct Plan* p) {
   const struct WarrenSpawnHeader* h = p->h;
   Sys(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);  // the mm is a copy: keep it private too
-  long rc = Sys(__NR_setresgid, h->gid, h->gid, h->gid, 0, 0);
-  if (rc != 0) Fail(WARREN_SPAWN_STEP_SETID, rc);
-  // A non-root command: empty bounding set, so no file capability can
-  // grant it anything at execve (no_new_privs alone caps it at the
-  // permitted set it holds, which it empties below).
-  const uint64_t bounding = h->uid == 0 ? h->caps : 0;
-  if ((rc = DropCapabilities(bounding, h->caps, h->last_cap)) != 0) Fail(WARREN_SPAWN_STEP_CAPS, rc);
-  if ((rc = Sys(__NR_setresuid, h->uid, h->uid, h->uid, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_SETID, rc);
-  // The uid change does NOT clear permitted and effective here: the kernel
-  // clears them only on a change away from the namespace's root, and this
-  // process entered the namespace as host root (unmapped inside). So a
-  // non-root command drops them itself, and it is checked.
-  if (h->uid != 0) {
-    if ((rc = DropCapabilities(0, 0, h->last_cap)) != 0) Fail(WARREN_SPAWN_STEP_CAPS, rc);
-    if (!HoldsNoCapability()) Fail(WARREN_SPAWN_STEP_CAPS, -EPERM);
-  }
+  // rlimits, then ids and capabilities (the plan's executor checks that the
+  // process holds exactly the plan's sets afterwards: a non-root command
+  // none at all, its bounding set empty).
+  int step = 0;
+  long rc = warren_jail_rlimits(&h->creds, &step);
+  if (rc == 0) rc = warren_jail_identity(&h->creds, &step);
+  if (rc != 0) Fail(WARREN_SPAWN_STEP_JAIL0 + step, rc);
   if ((rc = Sys(__NR_chdir, (long)p->cwd, 0, 0, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_CHDIR, rc);
   if (h->flags & WARREN_SPAWN_SETSID) {
     if ((rc = Sys(__NR_setsid, 0, 0, 0, 0, 0)) < 0) Fail(WARREN_SPAWN_STEP_SESSION, rc);
     if ((h->flags & WARREN_SPAWN_TTY) && (rc = Sys(__NR_ioctl, 0, TIOCSCTTY, 0, 0, 0)) != 0)
       Fail(WARREN_SPAWN_STEP_SESSION, rc);
   }
-  for (uint32_t i = 0; i < h->n_rlimits; ++i) {
-    struct rlimit64 rl = {p->rlimits[i].cur, p->rlimits[i].max};
-    if ((rc = Sys(__NR_prlimit64, 0, p->rlimits[i].resource, (long)&rl, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_RLIMITS, rc);
-  }
-  if ((rc = Sys(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_NO_NEW_PRIVS, rc);
   // fd 3 of the command: the control pipe or nothing; the report pipe (4)
   // closes at execve, which is how warrend learns the command runs.
   if (h->flags & WARREN_SPAWN_CONTROL) {
@@ -265,10 +216,8 @@ __attribute__((noreturn)) static void Command(const struct Plan* p) {
   }
   if ((rc = Sys(__NR_close_range, 4, ~0U, CLOSE_RANGE_CLOEXEC, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_FDS, rc);
   Sys(__NR_umask, 022, 0, 0, 0, 0);
-  if (h->n_filters > 0) {
-    struct sock_fprog prog = {(unsigned short)h->n_filters, (struct sock_filter*)p->filters};
-    if ((rc = Sys(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, (long)&prog, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_SECCOMP, rc);
-  }
+  // no_new_privs, seccomp last.
+  if ((rc = warren_jail_seal(&h->creds, &step)) != 0) Fail(WARREN_SPAWN_STEP_JAIL0 + step, rc);
   long last = -ENOENT;
   for (const char* const* c = p->candidates; *c != NULL; ++c) {
     rc = Sys(__NR_execve, (long)*c, (long)p->argv, (long)p->envp, 0, 0);

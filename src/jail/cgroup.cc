@@ -186,7 +186,23 @@ Mounts FindMounts() {
     } else if (fstype == "cgroup" && sep + 3 < f.end()) {
       for (absl::string_view opt : absl::StrSplit(*(sep + 3), ',')) {
         std::string o(opt);
-        if (o == "cpu" || o == "memory" || o == "pids" || o == "freezer") m.v1[o] = mp;
+        // cpuset, cpuacct: no limit of ours, but lxcfs finds a reader's cpu
+        // quota through its cpuset cgroup's path and per-cpu usage in its
+        // cpuacct cgroup (jail/lxcfs.h). One entry per hierarchy (cpu and
+        // cpuacct are often one, "cpu,cpuacct").
+        if (o == "cpu" || o == "memory" || o == "pids" || o == "freezer" || o == "cpuset" || o == "cpuacct") {
+          // The limits are set under "cpu": it names a shared hierarchy.
+          std::string other;
+          for (const auto& [c, p] : m.v1) {
+            if (p == mp) other = c;
+          }
+          if (other.empty()) {
+            m.v1[o] = mp;
+          } else if (o == "cpu") {
+            m.v1.erase(other);
+            m.v1[o] = mp;
+          }
+        }
       }
     }
   }
@@ -434,13 +450,39 @@ class CgroupManagerV1 : public CgroupManager {
       for (absl::string_view s : absl::StrSplit(rel, '/', absl::SkipEmpty())) comps.emplace_back(s);
       for (const auto& comp : comps) {
         if (!comp.empty()) path += "/" + comp;
-        if (::mkdir(path.c_str(), 0755) == 0) {
+        const bool made_now = ::mkdir(path.c_str(), 0755) == 0;
+        if (made_now) {
           created.push_back(path);
-          // v1 cpuset-like inheritance is not needed for cpu/memory/pids/freezer.
         } else if (errno != EEXIST) {
           Status st = ErrnoToStatus(errno, "mkdir(" + path + ")");
           rollback();
           return st;
+        }
+        // A new v1 cpuset has no cpus and no mems (joining it fails with
+        // ENOSPC): copy the parent's where they are empty. Also for a dir
+        // another create made a moment ago and has not filled yet (two
+        // creates race on the shared components); the same value written
+        // twice is harmless. clone_children makes the kernel fill the ones
+        // below from then on.
+        if (c == "cpuset") {
+          const std::string parent = path.substr(0, path.rfind('/'));
+          Status st;
+          for (const char* f : {"/cpuset.cpus", "/cpuset.mems"}) {
+            auto cur = ReadFile(path + f);
+            if (cur && !absl::StripAsciiWhitespace(*cur).empty()) continue;
+            auto v = ReadFile(parent + f);
+            if (!v) {
+              st = ErrnoToStatus(errno ? errno : EIO, "read(" + parent + f + ")");
+              break;
+            }
+            std::string val(absl::StripAsciiWhitespace(*v));
+            if (st = WriteFile(path + f, val); !st.ok()) break;
+          }
+          if (st.ok() && made_now) st = WriteFile(path + "/cgroup.clone_children", "1");
+          if (!st.ok()) {
+            rollback();
+            return st;
+          }
         }
       }
       made[c] = path;

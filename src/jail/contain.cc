@@ -95,27 +95,6 @@ int LastCapability() {
   return v > 0 && v < 64 ? v : CAP_LAST_CAP;
 }
 
-int DropCapabilities(uint64_t keep, int last_cap) {
-  for (int c = 0; c <= last_cap; ++c) {
-    if (keep & (uint64_t{1} << c)) continue;
-    if (::prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) return -errno;
-  }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return -errno;
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2] = {};
-  data[0].effective = data[0].permitted = static_cast<uint32_t>(keep);
-  data[1].effective = data[1].permitted = static_cast<uint32_t>(keep >> 32);
-  if (::syscall(SYS_capset, &hdr, data) != 0) return -errno;
-  return 0;
-}
-
-int ApplyRlimits(const RlimitSetting* limits, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (::setrlimit(static_cast<__rlimit_resource>(limits[i].resource), &limits[i].limit) != 0) return -errno;
-  }
-  return 0;
-}
-
 int LoopbackUp() {
   int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -errno;

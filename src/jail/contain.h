@@ -3,7 +3,9 @@
 // cgroup placement -> namespaces -> mounts/pivot_root -> rlimits ->
 // capabilities/no_new_privs -> close fds -> seccomp -> exec).
 //
-// Every function marked "async-signal-safe" only issues raw syscalls on
+// The ladder itself (mounts, masks, rlimits, ids, capabilities,
+// no_new_privs, seccomp) is the containment plan's (plan.h); these are the
+// helpers around it. Every function marked "async-signal-safe" only issues raw syscalls on
 // memory prepared by the parent: no allocation, no locks, no logging. They
 // return 0 or -errno. The parent-side helpers (not marked) may allocate.
 #pragma once
@@ -27,18 +29,10 @@ uint64_t DefaultCapabilityMask();
 // (/proc/sys/kernel/cap_last_cap; parent side).
 int LastCapability();
 
-// Async-signal-safe: drops every capability not in `keep` from the bounding
-// set (needs CAP_SETPCAP, so call before changing uid), then sets
-// permitted = effective = keep, inheritable = 0, clears ambient.
-int DropCapabilities(uint64_t keep, int last_cap);
-
 struct RlimitSetting {
   int resource;
   struct rlimit limit;
 };
-
-// Async-signal-safe.
-int ApplyRlimits(const RlimitSetting* limits, size_t n);
 
 // Async-signal-safe: brings the loopback interface of the current network
 // namespace up (ioctl SIOCSIFFLAGS; needs CAP_NET_ADMIN in the netns' owner).

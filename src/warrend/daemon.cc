@@ -1,5 +1,6 @@
 #include "warrend/daemon.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "http/run_code_server.h"
+#include "jail/lxcfs.h"
 #include "node/fncall_frontend.h"
 #include "node/image_layer_provider.h"
 #include "node/run_dir.h"
@@ -61,9 +63,11 @@ void InstallShutdownHandler() {
 // The sandbox manager over the container backend and the layer store, started
 // (sandboxes of an earlier daemon on this state dir re-adopted).
 StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags, const std::string& init,
-                                                             const std::string& run_dir) {
+                                                             const std::string& run_dir,
+                                                             const std::string& lxcfs_dir) {
   runtime::ContainerOptions copt;
   copt.init_path = init;
+  copt.lxcfs_dir = lxcfs_dir;
   copt.warm_shells = flags.warm_shells >= 0
                          ? static_cast<uint32_t>(flags.warm_shells)
                          : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
@@ -226,8 +230,37 @@ int Run(const Flags& flags) {
     const std::string &state, &run;
     ~RunDirGuard() { node::RemoveRunDirIfUnused(state, run); }
   } run_dir_guard{flags.state_dir, *run_dir};
+  // lxcfs (jail/lxcfs.h): sandboxes see their own limits in /proc. One per
+  // run dir, beside it; stopped on the way out when no sandbox is left (no
+  // record in the run dir), else left for the next daemon to adopt.
+  std::unique_ptr<jail::Lxcfs> lxcfs;
+  if (StatusOr<std::unique_ptr<jail::Lxcfs>> l = jail::Lxcfs::Start(*run_dir + ".lxcfs"); l.ok()) {
+    lxcfs = std::move(*l);
+  } else {
+    Log(spdlog::level::warn, "no lxcfs: sandboxes see the host's cpus and memory in /proc",
+        {{"error", l.status().ToString()}});
+  }
+  struct LxcfsGuard {
+    const std::string& run;
+    std::unique_ptr<jail::Lxcfs>& l;
+    ~LxcfsGuard() {
+      if (!l) return;
+      bool empty = true;  // no live sandbox's record (RemoveRunDirIfUnused's test)
+      if (DIR* d = ::opendir((run + "/sandboxes").c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+          if (e->d_name[0] != '.') {
+            empty = false;
+            break;
+          }
+        }
+        ::closedir(d);
+      }
+      if (empty) l->Stop();
+    }
+  } lxcfs_guard{*run_dir, lxcfs};
+  const std::string lxcfs_dir = lxcfs ? lxcfs->mount_dir() : std::string();
 
-  StatusOr<std::unique_ptr<node::SandboxManager>> manager = StartManager(flags, *init, *run_dir);
+  StatusOr<std::unique_ptr<node::SandboxManager>> manager = StartManager(flags, *init, *run_dir, lxcfs_dir);
   if (!manager.ok()) return fail(manager.status());
 
   api::ServiceOptions sopt;
@@ -238,6 +271,7 @@ int Run(const Flags& flags) {
   // fncall: warm worker pool, FnCall gRPC service, optional HTTP /run_code.
   runtime::FnCallOptions fopt;
   fopt.mount_point = flags.state_dir + "/fncall-root";
+  fopt.lxcfs_dir = lxcfs_dir;
   fopt.max_workers = flags.fncall_max_workers ? flags.fncall_max_workers
                                               : std::max(4u, 4 * std::thread::hardware_concurrency());
   StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);

@@ -48,6 +48,8 @@
 #include "runtime/container/sandbox.h"
 #include "runtime/container/shell_pool.h"
 #include "runtime/container/state.h"
+#include "jail/plan.h"
+#include "jail/plan_builder.h"
 
 namespace warren::runtime::container {
 
@@ -109,9 +111,9 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Create(const SandboxSpec& i
   if (spec.dir.empty() || spec.dir[0] != '/') return absl::InvalidArgumentError("sandbox dir must be absolute");
   if (spec.lower_dirs.empty()) return absl::InvalidArgumentError("sandbox needs at least one lower dir");
   if (spec.hostname.empty()) spec.hostname = spec.id.substr(0, 63);
-  if (spec.dir.size() + sizeof "/rootfs" > sizeof InitParams{}.rootfs)
+  if (spec.dir.size() + sizeof "/rootfs" > WARREN_JAIL_ROOT_MAX)
     return absl::InvalidArgumentError("sandbox dir '" + spec.dir + "' is too long (max " +
-                                      std::to_string(sizeof InitParams{}.rootfs - sizeof "/rootfs") + " bytes)");
+                                      std::to_string(WARREN_JAIL_ROOT_MAX - sizeof "/rootfs") + " bytes)");
   const jail::CgroupLimits lim = LimitsOf(spec);
   // Every container sandbox can start from a warm shell today (the shell
   // fixes only what all sandboxes share: namespaces, id range, seccomp);
@@ -162,14 +164,21 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   ASSIGN_OR_RETURN(UniqueFd rootfs_mnt,
                    BuildRootfs(spec, sh->userns.get(), host_uid, &upper_fd, &dev_mnt, &dev_nodes_made));
 
-  InitParams ip;
-  memset(&ip, 0, sizeof ip);
-  snprintf(ip.hostname, sizeof ip.hostname, "%s", spec.hostname.substr(0, 63).c_str());
-  snprintf(ip.shm_opts, sizeof ip.shm_opts, "size=%um,nr_inodes=65536,mode=1777", spec.resources.tmpfs_mb);
-  ip.nofile = spec.resources.open_files;
-  ip.dev_nodes_made = dev_nodes_made ? 1 : 0;
-  snprintf(ip.rootfs, sizeof ip.rootfs, "%s", rootfs.c_str());
-  if (int r = SendInitParams(sh->sock.get(), ip, rootfs_mnt.get(), upper_fd.get()); r != 0) {
+  jail::SandboxPlanOptions po;
+  po.root = rootfs;
+  po.hostname = spec.hostname.substr(0, 63);
+  po.shm_opts = "size=" + std::to_string(spec.resources.tmpfs_mb) + "m,nr_inodes=65536,mode=1777";
+  po.dev_nodes_made = dev_nodes_made;
+  po.shared_sysfs = st_->sysfs_mnt.valid();
+  po.shared_mask = st_->mask_mnt.valid();
+  po.cgroup_dirs = sh->cg->dirs();
+  po.lxcfs_dir = st_->options.lxcfs_dir;
+  po.nofile = spec.resources.open_files;
+  po.last_cap = st_->last_cap;
+  po.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
+  ASSIGN_OR_RETURN(WarrenJailPlan init_plan, jail::SandboxInitPlan(po));
+  sh->init_plan = std::make_unique<WarrenJailPlan>(init_plan);
+  if (int r = SendInitPlan(sh->sock.get(), *sh->init_plan, rootfs_mnt.get(), upper_fd.get()); r != 0) {
     // The shell holds its end until it received this: a closed socket means it died.
     if (r == -EPIPE || r == -ECONNRESET || !sh->Alive())
       return absl::AbortedError("sandbox " + spec.id + ": its shell died before setup");
@@ -184,7 +193,9 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   ssize_t n;
   do n = ::read(sh->err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
   if (n == sizeof ce) {
-    return ErrnoToStatus(ce.err, "sandbox " + spec.id + " setup: " + StepName(ce.step));
+    return ErrnoToStatus(ce.err, "sandbox " + spec.id + " setup: " +
+                                     (ce.step >= kJailStep0 ? jail::StepDescription(*sh->init_plan, ce.step - kJailStep0)
+                                                            : std::string(StepName(ce.step))));
   }
   if (n != 0) return absl::InternalError("sandbox " + spec.id + " init died during setup");
   // EOF without a report: exec'd, or killed. execve sets the comm before it

@@ -97,6 +97,9 @@ struct ContainerOptions {
   // Seccomp profile (JSON, see src/jail/seccomp/default.json); empty = the
   // profile compiled into the binary.
   std::string seccomp_profile;
+  // An lxcfs mount (jail/lxcfs.h) whose views of cpus and memory each
+  // sandbox gets over its /proc; "" = the host's.
+  std::string lxcfs_dir;
   // Warm pool: this many pre-spawned sandbox shells
   // (namespaces made, uid maps written, cgroup joined, waiting for a rootfs)
   // are kept ready by a background thread (nice 10), started by the first

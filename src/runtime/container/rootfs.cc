@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "jail/contain.h"
+#include "jail/plan_builder.h"
 #include "runtime/container/init.h"
 
 namespace warren::runtime::container {
@@ -102,11 +103,13 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
   // make one: mknod needs CAP_MKNOD there): 6 bind mounts fewer per sandbox
   // to set up and tear down. Any failure: the shell bind-mounts the host's.
   *dev_nodes_made = true;
-  for (size_t i = 0; i < sizeof kDevNodes / sizeof kDevNodes[0]; ++i) {
-    const std::string path = std::string("dev/") + kDevNodes[i];
-    if (::mknodat(tmnt.get(), path.c_str(), S_IFCHR | 0666, makedev(kDevNodeNumbers[i][0], kDevNodeNumbers[i][1])) != 0 ||
+  for (size_t i = 0; i < std::size(jail::kDevNodes); ++i) {
+    const jail::DevNode& node = jail::kDevNodes[i];
+    const std::string path = std::string("dev/") + node.name;
+    if (::mknodat(tmnt.get(), path.c_str(), S_IFCHR | 0666, makedev(node.major, node.minor)) != 0 ||
         ::fchmodat(tmnt.get(), path.c_str(), 0666, 0) != 0) {
-      for (size_t j = 0; j <= i; ++j) (void)::unlinkat(tmnt.get(), (std::string("dev/") + kDevNodes[j]).c_str(), 0);
+      for (size_t j = 0; j <= i; ++j)
+        (void)::unlinkat(tmnt.get(), (std::string("dev/") + jail::kDevNodes[j].name).c_str(), 0);
       *dev_nodes_made = false;
       break;
     }

@@ -85,6 +85,7 @@ struct Shell {
   // exec): it runs on `stack` and reads `plan`, both kept until it exec'd or
   // was reaped (declared last: freed after the destructor's kill and reap).
   std::unique_ptr<InitPlan> plan;
+  std::unique_ptr<WarrenJailPlan> init_plan;  // sent at Start; names a failing step
   std::unique_ptr<ChildStacks> stack;
 
   Shell() = default;

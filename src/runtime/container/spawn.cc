@@ -17,6 +17,8 @@
 
 #include "common/child_reaper.h"
 #include "init/spawn_plan.h"
+#include "jail/plan.h"
+#include "jail/plan_builder.h"
 #include "jail/syscalls.h"
 
 #ifndef P_PIDFD
@@ -47,13 +49,19 @@ StatusOr<std::string> EncodePlan(const SpawnRequest& r) {
   h.flags = (r.setsid ? WARREN_SPAWN_SETSID : 0u) | (r.tty ? WARREN_SPAWN_TTY : 0u) |
             (r.control_fd >= 0 ? WARREN_SPAWN_CONTROL : 0u);
   h.ns_flags = r.ns_flags;
-  h.uid = r.uid;
-  h.gid = r.gid;
-  h.last_cap = r.last_cap;
-  h.caps = r.caps;
+  // The command's credentials, as a containment plan has them: a non-root
+  // command gets no capability in any set (empty bounding set too, so file
+  // capabilities grant nothing at execve).
+  jail::PlanBuilder b;
+  for (const auto& rl : r.rlimits) b.Rlimit(rl.resource, rl.limit.rlim_cur, rl.limit.rlim_max);
+  b.Ids(r.uid, r.gid, /*setgroups=*/false)
+      .Capabilities(r.uid == 0 ? r.caps : 0, r.last_cap)
+      .NoNewPrivs()
+      .Seccomp(r.seccomp);
+  RETURN_IF_ERROR(b.Finish());
+  h.creds = b.plan().creds;
+  h.creds.filter = nullptr;  // the program follows the header
   h.n_cgroup_fds = static_cast<uint32_t>(r.cgroup_fds.size());
-  h.n_rlimits = static_cast<uint32_t>(r.rlimits.size());
-  h.n_filters = r.seccomp ? static_cast<uint32_t>(r.seccomp->filter.size()) : 0;
   h.argc = static_cast<uint32_t>(r.argv.size());
   h.envc = static_cast<uint32_t>(r.envp.size());
   h.n_candidates = static_cast<uint32_t>(r.candidates.size());
@@ -72,10 +80,6 @@ StatusOr<std::string> EncodePlan(const SpawnRequest& r) {
   for (const auto& s : r.candidates) add(s);
   h.strings_bytes = static_cast<uint32_t>(strings.size());
   std::string out(reinterpret_cast<const char*>(&h), sizeof h);
-  for (const auto& rl : r.rlimits) {
-    WarrenSpawnRlimit w{rl.resource, 0, rl.limit.rlim_cur, rl.limit.rlim_max};
-    out.append(reinterpret_cast<const char*>(&w), sizeof w);
-  }
   if (r.seccomp)
     out.append(reinterpret_cast<const char*>(r.seccomp->filter.data()), r.seccomp->filter.size() * sizeof(sock_filter));
   out += strings;
@@ -330,8 +334,10 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
       if (!TryReapPidfd(child_pidfd.get())) ChildReaper::Get().Adopt(std::move(child_pidfd));
     }
     std::string what = verb + ": " +
-                       (failure.step > 0 && failure.step < WARREN_SPAWN_STEP_COUNT ? kWarrenSpawnStepNames[failure.step]
-                                                                                 : "?");
+                       (failure.step >= WARREN_SPAWN_STEP_JAIL0
+                            ? std::string(warren_jail_step_name(failure.step - WARREN_SPAWN_STEP_JAIL0))
+                        : failure.step > 0 && failure.step < WARREN_SPAWN_STEP_COUNT ? kWarrenSpawnStepNames[failure.step]
+                                                                                     : "?");
     if (failure.step == WARREN_SPAWN_STEP_CHDIR) what += " " + cwd;
     if (Status s = keep_waiting(); !s.ok()) return s;  // e.g. destroyed meanwhile: say that
     return ErrnoToStatus(failure.err, what);

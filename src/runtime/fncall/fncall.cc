@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -34,6 +35,8 @@
 #include "common/output_pump.h"
 #include "jail/cgroup.h"
 #include "jail/contain.h"
+#include "jail/plan.h"
+#include "jail/plan_builder.h"
 #include "jail/seccomp.h"
 #include "jail/syscalls.h"
 
@@ -65,16 +68,13 @@ Status WriteString(const std::string& path, const std::string& v) {
 }
 
 // ------------------------------------------------------------------ jail child
-enum Step : int32_t {
-  kStepRecv = 1, kStepPrivate, kStepAttachRoot, kStepChdirRoot, kStepSetId, kStepProc, kStepDev, kStepDevNode,
-  kStepShm, kStepTmp, kStepPivot, kStepHostname, kStepLoopback, kStepStdio, kStepNoNewPrivs, kStepExec,
-};
+// Steps of the worker child outside the containment plan (plan.h names its own).
+enum Step : int32_t { kStepRecv = 1, kStepLoopback, kStepStdio, kStepCgroupNs, kStepExec };
+// Steps from kJailStep0 on are the containment plan's (plan.h), offset.
+constexpr int32_t kJailStep0 = 1000;
 const char* StepName(int32_t s) {
-  static const char* const kNames[] = {"?", "recvmsg(rootfs fd)", "mount(/, MS_PRIVATE)", "move_mount(rootfs)",
-                                       "chdir(rootfs)", "setresuid/setresgid(0)", "mount(proc)",
-                                       "mount(/dev tmpfs)", "bind(/dev node)", "mount(/dev/shm)",
-                                       "mount(/tmp)", "pivot_root", "sethostname", "loopback up", "stdio",
-                                       "prctl(PR_SET_NO_NEW_PRIVS)", "execve(python3)"};
+  static const char* const kNames[] = {"?", "recvmsg(rootfs fd)", "loopback up", "stdio", "unshare(CLONE_NEWCGROUP)",
+                                       "execve(python3)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
 
@@ -83,11 +83,77 @@ struct WorkerPlan {
   int chan = -1;     // child end of the protocol socket (becomes fd 3)
   int err_fd = -1;   // CLOEXEC error pipe: EOF = exec'd
   int helper = -1;   // memfd holding zygote_helper.so (becomes fd 4)
-  std::string mount_point;
+  const WarrenJailPlan* jail = nullptr;  // root, mounts, no_new_privs (WorkerJailPlan)
   std::vector<char*> argv, envp;
 };
 
-const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom"};
+// The worker's (the zygote's) containment: the read-only root, /proc with
+// the masks every sandbox gets, a read-only /dev of the common nodes (no
+// terminal) with its own /dev/shm, a small /tmp, a read-only /sys holding
+// only the worker's cgroup (fs/cgroup) and the limit views, then
+// pivot_root. The zygote keeps its capabilities (it mounts each call's /tmp,
+// /dev/shm and /proc) and drops its bounding set itself (zygote.py); each
+// call process then applies CallJailPlan.
+// Where the worker keeps lxcfs's proc files for its calls' fresh /proc.
+constexpr const char* kLxcfsInWorker = "/sys/fs/lxcfs";
+StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point, const std::vector<std::string>& cgroup_dirs,
+                                        const std::string& lxcfs) {
+  jail::PlanBuilder b;
+  WarrenJailPlan& p = b.plan();
+  if (mount_point.size() >= sizeof p.root) return absl::InvalidArgumentError("fncall: mount point too long");
+  memcpy(p.root, mount_point.c_str(), mount_point.size() + 1);
+  memcpy(p.hostname, "fncall", 7);
+  p.ns_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
+  p.steps = WARREN_JAIL_HOSTNAME | WARREN_JAIL_PRIVATE | WARREN_JAIL_ATTACH_ROOT | WARREN_JAIL_MOUNT_IDS |
+            WARREN_JAIL_PIVOT;
+  p.root_fd_slot = 0;
+  p.mount_uid = p.mount_gid = 0;
+  b.Proc("proc", /*with_sys=*/false, -1);
+  if (!lxcfs.empty()) b.LimitViews("proc", lxcfs + "/proc");
+  b.Mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+      .DevNodes("dev", /*terminal=*/false)
+      .DevLinks("dev", /*terminal=*/false)
+      .Mkdir("dev/shm", 01777)
+      .Mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777")
+      // /dev itself read-only: root inside must not leave files there for
+      // later calls (each call gets its own /dev/shm, /tmp and /proc).
+      .Remount("dev", MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+      .Mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=64,mode=1777")
+      .Mount("tmpfs", "sys", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=64,mode=755")
+      .Mkdir("sys/fs", 0755)
+      .Mkdir("sys/fs/cgroup", 0755)
+      .CgroupView("sys/fs/cgroup", cgroup_dirs);
+  if (!lxcfs.empty()) {
+    b.Mkdir("sys/fs/lxcfs", 0755).Bind(lxcfs + "/proc", "sys/fs/lxcfs", 0, WARREN_JAIL_IF_EXISTS);
+    b.Mkdir("sys/devices", 0755).Mkdir("sys/devices/system", 0755).Mkdir("sys/devices/system/cpu", 0755);
+    b.DevNode(lxcfs + "/sys/devices/system/cpu/online", "sys/devices/system/cpu/online");
+  }
+  b.Remount("sys", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=64,mode=755").NoNewPrivs();
+  RETURN_IF_ERROR(b.Finish());
+  return p;
+}
+
+// A call process's containment (zygote_helper.c applies it after its clone
+// into fresh mount, pid and ipc namespaces): its own /tmp (scratch, cwd) and
+// /dev/shm, a fresh /proc of its pid namespace with the same masks and limit
+// views as every sandbox, RLIMIT_CORE 0, no capability in any set,
+// no_new_privs, seccomp.
+StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompProgram* seccomp, bool lxcfs) {
+  jail::PlanBuilder b;
+  WarrenJailPlan& p = b.plan();
+  p.ns_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
+  b.Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+          "size=" + std::to_string(scratch_mb) + "m,nr_inodes=65536,mode=1777")
+      .Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777")
+      .Proc("/proc", /*with_sys=*/false, -1);
+  if (lxcfs) b.LimitViews("/proc", kLxcfsInWorker);
+  b.Rlimit(RLIMIT_CORE, 0, 0)
+      .Capabilities(0, jail::LastCapability())
+      .NoNewPrivs()
+      .Seccomp(seccomp);
+  RETURN_IF_ERROR(b.Finish());
+  return p;
+}
 
 // Async-signal-safe: runs between clone3 and execve of the zygote.
 [[noreturn]] void WorkerChild(const WorkerPlan& p) {
@@ -106,55 +172,21 @@ const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom"};
   if (rootfs == -EPIPE) ::_exit(1);  // parent gave up: nothing to report
   if (rootfs < 0) jail::ChildFail(e, kStepRecv, -rootfs);
   ::close(p.sock);
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) jail::ChildFail(e, kStepPrivate, errno);
-  if (MoveMount(rootfs, "", AT_FDCWD, p.mount_point.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
-    jail::ChildFail(e, kStepAttachRoot, errno);
-  ::close(rootfs);
-  if (::chdir(p.mount_point.c_str()) != 0) jail::ChildFail(e, kStepChdirRoot, errno);
-  if (RawSetresgid(0) != 0 || RawSetresuid(0) != 0) jail::ChildFail(e, kStepSetId, errno);
-  if (::mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
-    jail::ChildFail(e, kStepProc, errno);
-  if (::mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755") != 0)
-    jail::ChildFail(e, kStepDev, errno);
-  {
-    char path[64], src[64];
-    for (const char* n : kDevNodes) {
-      memcpy(path, "dev/", 5);
-      memcpy(src, "/dev/", 6);
-      strncat(path, n, sizeof path - 8);
-      strncat(src, n, sizeof src - 8);
-      int fd = ::open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-      if (fd < 0) jail::ChildFail(e, kStepDevNode, errno);
-      ::close(fd);
-      if (::mount(src, path, nullptr, MS_BIND, nullptr) != 0) jail::ChildFail(e, kStepDevNode, errno);
-    }
-  }
-  const char* const links[][2] = {{"/proc/self/fd", "dev/fd"},
-                                  {"/proc/self/fd/0", "dev/stdin"},
-                                  {"/proc/self/fd/1", "dev/stdout"},
-                                  {"/proc/self/fd/2", "dev/stderr"}};
-  for (const auto& l : links) (void)::symlink(l[0], l[1]);
-  if (::mkdir("dev/shm", 01777) != 0) jail::ChildFail(e, kStepShm, errno);
-  if (::mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777") != 0)
-    jail::ChildFail(e, kStepShm, errno);
-  // /dev itself read-only: root inside must not leave files there for later
-  // calls (each call gets its own /dev/shm, /tmp and /proc).
-  if (::mount(nullptr, "dev", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
-              "size=64k,nr_inodes=64,mode=755") != 0)
-    jail::ChildFail(e, kStepDev, errno);
-  if (::mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=64,mode=1777") != 0)
-    jail::ChildFail(e, kStepTmp, errno);
-  if (::syscall(SYS_pivot_root, ".", ".") != 0) jail::ChildFail(e, kStepPivot, errno);
-  if (::umount2(".", MNT_DETACH) != 0) jail::ChildFail(e, kStepPivot, errno);
-  if (::chdir("/") != 0) jail::ChildFail(e, kStepPivot, errno);
-  if (::sethostname("fncall", 6) != 0) jail::ChildFail(e, kStepHostname, errno);
+  // A cgroup namespace rooted at the worker's cgroup (the parent placed us
+  // there before sending the root): /proc/self/cgroup names "/", matching
+  // the view at /sys/fs/cgroup.
+  if (::unshare(CLONE_NEWCGROUP) != 0) jail::ChildFail(e, kStepCgroupNs, errno);
+  const int fds[WARREN_JAIL_MAX_FD_SLOTS] = {rootfs, -1, -1, -1};
+  int step = 0;
+  if (int rc = warren_jail_enter_root(p.jail, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);
+  if (int rc = warren_jail_mount(p.jail, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);
   if (int rc = jail::LoopbackUp(); rc != 0) jail::ChildFail(e, kStepLoopback, -rc);
   int nul = ::open("/dev/null", O_RDWR);
   if (nul < 0 || ::dup2(nul, 0) < 0 || ::dup2(nul, 1) < 0 || ::dup2(nul, 2) < 0) jail::ChildFail(e, kStepStdio, errno);
   if (::dup2(p.chan, 3) < 0) jail::ChildFail(e, kStepStdio, errno);  // dup2 clears CLOEXEC
   if (::dup2(p.helper, 4) < 0) jail::ChildFail(e, kStepStdio, errno);
   ::setsid();
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) jail::ChildFail(e, kStepNoNewPrivs, errno);
+  if (int rc = warren_jail_lockdown(&p.jail->creds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);
   ::syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
   ::execve("/usr/bin/python3", p.argv.data(), p.envp.data());
   jail::ChildFail(e, kStepExec, errno);
@@ -208,11 +240,10 @@ constexpr uint32_t kCallMagic = 0x434e4657;  // "WFNC"
 constexpr uint32_t kCallInMemfd = 1;
 constexpr uint32_t kCallPlainPython = 2;  // python, default env, no files, no fetch: no json, blob = code
 constexpr size_t kInlineMax = 64u << 10;  // bigger calls travel in a memfd
-const char* const kHelperSteps[] = {"?", "mount(tmpfs, /tmp)", "mount(tmpfs, /dev/shm)", "chdir(/tmp)",
-                                    "open(/proc/self/oom_score_adj)", "prlimit(RLIMIT_CORE)",
-                                    "prctl(PR_SET_NO_NEW_PRIVS)", "capset(0)", "prctl(PR_SET_SECCOMP)",
-                                    "recvmsg(call)", "malformed call", "mmap(call memfd)", "dup3(call fds)",
-                                    "getrandom(reseed)"};
+// The call process's own steps (zygote_helper.c); from kJailStep0 on, its
+// containment plan's (CallJailPlan).
+const char* const kHelperSteps[] = {"?", "chdir(/tmp)", "open(/proc/self/oom_score_adj)", "recvmsg(call)",
+                                    "malformed call", "mmap(call memfd)", "dup3(call fds)", "getrandom(reseed)"};
 
 // Sends one message with `fds` attached (SCM_RIGHTS), waiting for room until
 // `deadline`.
@@ -294,10 +325,15 @@ StatusOr<ZygoteMsg> ParseZygoteMsg(const std::string& data) {
   if (data.size() < sizeof m) return absl::InternalError("worker sent a short message");
   memcpy(&m, data.data(), sizeof m);
   if (m.kind == 'E') {
-    const char* step = m.b > 0 && m.b < static_cast<int32_t>(sizeof kHelperSteps / sizeof kHelperSteps[0])
+    std::string step = m.b > 0 && m.b < static_cast<int32_t>(sizeof kHelperSteps / sizeof kHelperSteps[0])
                            ? kHelperSteps[m.b]
                            : "?";
-    return ErrnoToStatus(m.a, std::string("fncall call process set-up: ") + step);
+    if (m.b >= kJailStep0) {
+      // The mount ops do not depend on the pool's options: a plan built here names them.
+      auto plan = CallJailPlan(1, nullptr, true);
+      step = plan.ok() ? jail::StepDescription(*plan, m.b - kJailStep0) : warren_jail_step_name(m.b - kJailStep0);
+    }
+    return ErrnoToStatus(m.a, "fncall call process set-up: " + step);
   }
   if (m.kind == 'F') return ErrnoToStatus(m.a, "fncall zygote: clone3(call process)");
   return m;
@@ -566,7 +602,10 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   plan.chan = chan_child.get();
   plan.err_fd = err_w.get();
   plan.helper = helper_.get();
-  plan.mount_point = opt_.mount_point;
+  ASSIGN_OR_RETURN(const WarrenJailPlan worker_jail,
+                   WorkerJailPlan(opt_.mount_point, w->cgroup->dirs(), opt_.lxcfs_dir));
+  const WarrenJailPlan* jail_plan = &worker_jail;
+  plan.jail = jail_plan;
   plan.argv = {a0.data(), a1.data(), a2.data(), a3.data(), zsrc.data(), nullptr};
   for (const char* e : kEnv) plan.envp.push_back(const_cast<char*>(e));
 
@@ -595,18 +634,19 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   jail::ChildError ce;
   ssize_t n;
   do n = ::read(err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
-  if (n == sizeof ce) return ErrnoToStatus(ce.err, std::string("fncall worker setup: ") + StepName(ce.step));
+  if (n == sizeof ce) {
+    return ErrnoToStatus(ce.err, "fncall worker setup: " + (ce.step >= kJailStep0
+                                                                ? jail::StepDescription(*jail_plan, ce.step - kJailStep0)
+                                                                : std::string(StepName(ce.step))));
+  }
   if (n != 0) return absl::InternalError("fncall worker died during setup");
 
   w->chan = std::move(chan_parent);
   const auto deadline = Clock::now() + milliseconds(20000);
-  std::string bpf;
-  if (seccomp_) {
-    bpf.assign(reinterpret_cast<const char*>(seccomp_->filter.data()),
-               seccomp_->filter.size() * sizeof(sock_filter));
-  }
-  RETURN_IF_ERROR(
-      SendMsgUntil(w->chan.get(), Frame(json{{"op", "init"}, {"scratch_mb", opt_.scratch_mb}, {"env", DefaultCallEnv()}}, bpf), {}, deadline));
+  ASSIGN_OR_RETURN(const WarrenJailPlan call_plan,
+                   CallJailPlan(opt_.scratch_mb, seccomp_ ? &*seccomp_ : nullptr, !opt_.lxcfs_dir.empty()));
+  RETURN_IF_ERROR(SendMsgUntil(w->chan.get(), Frame(json{{"op", "init"}, {"env", DefaultCallEnv()}}, jail::PlanBytes(call_plan)),
+                               {}, deadline));
   auto ready = ReadJsonFrame(w->chan.get(), deadline);
   if (!ready.ok() || ready->value("op", "") != "ready") {
     return absl::InternalError("fncall worker: python zygote did not start (is /usr/bin/python3 in the layers?): " +

@@ -91,6 +91,9 @@ struct FnCallOptions {
   uint32_t uid_base = 2100000000;  // worker k: root inside = host uid uid_base + k
   uint32_t uid_count = 65536;
   std::string seccomp_profile;     // JSON; empty = the built-in default profile
+  // An lxcfs mount (jail/lxcfs.h): calls see their worker's limits in
+  // /proc/{meminfo,cpuinfo,stat,...} and sysconf's cpu count. "" = the host's.
+  std::string lxcfs_dir;
 };
 
 struct FnCallStats {

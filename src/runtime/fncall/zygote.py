@@ -5,15 +5,16 @@
 # as a memfd on fd 4.
 #
 # Start-up (one message each way, u32 json_len, u32 blob_len, json, blob):
-#   daemon -> zygote  {"op":"init","scratch_mb":N} + seccomp BPF (sock_filter array)
+#   daemon -> zygote  {"op":"init","env":{...}} + the call processes' containment
+#                     plan (jail/plan.h: struct WarrenJailPlan + its seccomp program)
 #   zygote -> daemon  {"op":"ready"}
 # Then the zygote calls warren_fncall_loop (the helper) and never runs python
 # bytecode again: per call the helper clones the call process D into fresh
 # mount, pid and ipc namespaces AHEAD of the call (right after the previous
 # D ended), passes D's pidfd to the daemon and reports D's wait status when
-# it ends (protocol: zygote_helper.c). D sets itself up in C (fresh tmpfs
-# /tmp = cwd and scratch, /dev/shm, /proc; no capabilities, no_new_privs,
-# seccomp), receives the call from the daemon with the pipe ends the daemon
+# it ends (protocol: zygote_helper.c). D sets itself up in C by the plan
+# (fresh tmpfs /tmp = cwd and scratch, /dev/shm, /proc with its masks; no
+# capabilities, no_new_privs, seccomp), receives the call from the daemon with the pipe ends the daemon
 # owns (stdin 0, stdout 1, stderr 2, status records 1023, compile stdout
 # 1021 and stderr 1022), and returns here (call_child). The daemon feeds
 # stdin, collects output, kills D at the time-outs and builds the result.
@@ -56,7 +57,6 @@ SOCK = 3
 HELPER_FD = 4
 PR_CAPBSET_DROP = 24
 SRC_DIR = "/tmp/.warren"
-SCRATCH_MB = 256  # size of a call's /tmp (the pool's scratch_mb, from the init frame)
 COUT_FD, CERR_FD = 1021, 1022  # the compile stage's stdout and stderr (compiled languages)
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -64,8 +64,8 @@ libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ul
 
 
 class LoopArgs(ctypes.Structure):  # struct warren_loop_args (zygote_helper.c)
-    _fields_ = [("after_fork_child", ctypes.c_void_p), ("seccomp_filter", ctypes.c_void_p),
-                ("seccomp_len", ctypes.c_ulong), ("tmp_opts", ctypes.c_char_p), ("sock", ctypes.c_long),
+    _fields_ = [("after_fork_child", ctypes.c_void_p), ("plan", ctypes.c_void_p),
+                ("plan_len", ctypes.c_ulong), ("sock", ctypes.c_long),
                 ("reseed", ctypes.c_void_p), ("reseed_len", ctypes.c_ulong), ("reseed_index", ctypes.c_void_p),
                 ("reseed_index_value", ctypes.c_long)]
 
@@ -379,7 +379,6 @@ def main():
     hdr, blob = recv_frame()
     if hdr.get("op") != "init":
         os._exit(2)
-    scratch_mb = int(hdr.get("scratch_mb", SCRATCH_MB))
     global STDIO, DEFAULT_ENV
     DEFAULT_ENV = {str(k): str(v) for k, v in hdr.get("env", {}).items()}
     os.environ.clear()
@@ -397,8 +396,6 @@ def main():
     loop = helper.warren_fncall_loop
     loop.argtypes = [ctypes.POINTER(LoopArgs), ctypes.POINTER(CallIn)]
     loop.restype = ctypes.c_long
-    opts = ("size=%dm,nr_inodes=65536,mode=1777" % scratch_mb).encode()
-    KEEP.append(opts)
     # No PyOS_AfterFork_Child in the call process: it costs ~210 page faults
     # per call, and the zygote is single-threaded and holds no lock but the
     # GIL when it forks (inside the helper), so the interpreter's locks are
@@ -407,17 +404,15 @@ def main():
     # random's matters (threading's re-registers the forking thread, the
     # only one, under the same ident): call_child reseeds random itself.
     LOOP_ARGS.after_fork_child = None
-    LOOP_ARGS.tmp_opts = opts
     mt = mt_state()
     if mt is not None:
         LOOP_ARGS.reseed, LOOP_ARGS.reseed_len, LOOP_ARGS.reseed_index = mt
         LOOP_ARGS.reseed_index_value = 624
     LOOP_ARGS.sock = SOCK
-    if blob:
-        buf = ctypes.create_string_buffer(blob, len(blob))
-        KEEP.append(buf)
-        LOOP_ARGS.seccomp_filter = ctypes.addressof(buf)
-        LOOP_ARGS.seccomp_len = len(blob) // 8
+    plan = ctypes.create_string_buffer(blob, len(blob))  # writable: the helper points the plan at its filter
+    KEEP.append(plan)
+    LOOP_ARGS.plan = ctypes.addressof(plan)
+    LOOP_ARGS.plan_len = len(blob)
     os.umask(0o022)
     # Everything imported so far is shared copy-on-write with every call:
     # keep the calls' garbage collector off those pages.

@@ -23,15 +23,18 @@
 // exists at a time, so the call reaches the pre-forked D directly.
 //
 // D (the call process) is cloned into fresh mount, pid and ipc namespaces.
-// Before it reads its call it runs PyOS_AfterFork_Child, mounts a fresh
-// tmpfs on /tmp (its cwd) and /dev/shm and a fresh /proc, makes itself the
-// OOM victim, and locks itself down (RLIMIT_CORE 0, no_new_privs, no
-// capabilities, the seccomp filter); then it receives the call, moves the
+// Before it reads its call it runs PyOS_AfterFork_Child, applies the call's
+// containment plan (jail/plan.h, built by warrend: fncall.cc CallJailPlan)
+// with the one executor every spawn path uses: a fresh tmpfs on /tmp (its
+// cwd) and /dev/shm, a fresh /proc with the masks of every sandbox, then
+// RLIMIT_CORE 0, no capabilities, no_new_privs, the seccomp filter (after
+// making itself the OOM victim); then it receives the call, moves the
 // pipe ends to fds 0, 1, 2 and 1023 (status, close-on-exec) (and 1021, 1022:
 // the compile stage's stdout and stderr, close-on-exec), closes the channel
 // and returns to python, which runs the call (zygote.py: call_child).
 #include <asm/unistd.h>
 #include "common/raw_syscall.h"
+#include "jail/plan.h"
 #include <linux/capability.h>
 #include <linux/fcntl.h>
 #include <linux/filter.h>
@@ -135,9 +138,8 @@ static long send_msg(int sock, const void* data, ulong len, int fd) {
 // ------------------------------------------------------------------ the call process
 struct warren_loop_args {
   void (*after_fork_child)(void);  // called first in D if set (e.g. PyOS_AfterFork_Child)
-  const void* seccomp_filter;      // struct sock_filter[seccomp_len], or 0
-  ulong seccomp_len;
-  const char* tmp_opts;            // mount options of the call's /tmp
+  struct WarrenJailPlan* plan;     // the call's containment plan + its seccomp program, as sent by warrend
+  ulong plan_len;                  // bytes at plan
   long sock;                       // the worker channel (3)
   // Filled with fresh random bytes in D before the call runs (0: none): the
   // Mersenne Twister state of python's random module (zygote.py).
@@ -155,10 +157,9 @@ struct warren_call_in {  // filled in D for python
   long flags;  // CallHead.flags
 };
 
-enum {
-  kStepMountTmp = 1, kStepMountShm, kStepChdir, kStepOom, kStepRlimit, kStepNoNewPrivs, kStepCapset,
-  kStepSeccomp, kStepRecv, kStepBadCall, kStepMap, kStepFds, kStepReseed,
-};
+// fncall.cc mirrors these; from kJailStep0 on, the plan's steps (plan.h), offset.
+enum { kStepChdir = 1, kStepOom, kStepRecv, kStepBadCall, kStepMap, kStepFds, kStepReseed };
+#define kJailStep0 1000
 
 // Space for an inline call (warrend sends bigger ones in a memfd). In .bss:
 // never touched by the zygote, so a call faults in only what it receives.
@@ -186,11 +187,10 @@ static int move_fd(int from, int to, int cloexec) {
 static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, struct warren_call_in* out) {
   const int s = (int)a->sock;
   if (a->after_fork_child != 0) a->after_fork_child();
-  long r = SYS(mount, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_opts, 0);
-  if (r < 0) child_fail(s, serial, kStepMountTmp, r);
-  r = SYS(mount, "shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777", 0);
-  if (r < 0) child_fail(s, serial, kStepMountShm, r);
-  (void)SYS(mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0, 0);
+  static const int kNoFds[WARREN_JAIL_MAX_FD_SLOTS] = {-1, -1, -1, -1};
+  int step = 0;
+  long r = warren_jail_mount(a->plan, kNoFds, &step);
+  if (r < 0) child_fail(s, serial, kJailStep0 + step, r);
   r = SYS(chdir, "/tmp", 0, 0, 0, 0, 0);
   if (r < 0) child_fail(s, serial, kStepChdir, r);
   // The call, never the zygote, is the OOM victim.
@@ -198,21 +198,8 @@ static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, str
   if (r < 0) child_fail(s, serial, kStepOom, r);
   (void)SYS(write, r, "1000", 4, 0, 0, 0);
   SYS(close, r, 0, 0, 0, 0, 0);
-  ulong zero[2] = {0, 0};
-  r = SYS(prlimit64, 0, 4 /* RLIMIT_CORE */, zero, 0, 0, 0);
-  if (r < 0) child_fail(s, serial, kStepRlimit, r);
-  r = SYS(prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0);
-  if (r < 0) child_fail(s, serial, kStepNoNewPrivs, r);
-  struct __user_cap_header_struct ch = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct cd[2];
-  memset(cd, 0, sizeof cd);
-  r = SYS(capset, &ch, cd, 0, 0, 0, 0);
-  if (r < 0) child_fail(s, serial, kStepCapset, r);
-  if (a->seccomp_filter != 0) {
-    struct sock_fprog prog = {(unsigned short)a->seccomp_len, (struct sock_filter*)a->seccomp_filter};
-    r = SYS(prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0, 0);
-    if (r < 0) child_fail(s, serial, kStepSeccomp, r);
-  }
+  r = warren_jail_lockdown(&a->plan->creds, &step);
+  if (r < 0) child_fail(s, serial, kJailStep0 + step, r);
   if (a->reseed != 0) {
     // 256 bits from the kernel, stretched with xoshiro256** over the state
     // (getrandom of the whole 2.5 KB state cost ~1.5 % of a call here).
@@ -294,6 +281,11 @@ static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, str
 // never) or a clone fails (returns -errno after telling warrend).
 EXPORT long warren_fncall_loop(const struct warren_loop_args* a, struct warren_call_in* out) {
   const int s = (int)a->sock;
+  if (warren_jail_plan_attach_filter(a->plan, a->plan_len) != 0) {
+    struct ZygoteMsg f = {'F', 0, 71 /* EPROTO: a malformed plan */, 0};
+    send_msg(s, &f, sizeof f, -1);
+    return -71;
+  }
   for (u32 serial = 1;; ++serial) {
     // PID 1 of the worker: reap anything orphaned onto us (nothing should be:
     // a call's processes die with its pid namespace).
