@@ -16,7 +16,7 @@
 #include <set>
 
 #include "common/unique_fd.h"
-#include "node/record_store.h"
+#include "node/records/record_store.h"
 
 namespace warren::node {
 namespace {

@@ -1,4 +1,4 @@
-#include "node/record_store.h"
+#include "node/records/record_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
