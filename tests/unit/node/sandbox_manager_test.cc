@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -146,6 +148,98 @@ TEST_F(SandboxManagerTest, CreateGetListExecDestroy) {
   EXPECT_EQ(manager_->Destroy(sb->id).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(world_->Count("destroy:" + sb->id), 1);
   ExpectNothingLeft(*manager_);
+}
+
+// A request the node cannot grant is refused before anything is made, naming
+// the field, the value and the maximum (a sandbox's open-files limit cannot
+// exceed the daemon's hard RLIMIT_NOFILE: setting it would fail in the
+// sandbox's setup with EPERM).
+TEST_F(SandboxManagerTest, RequestsBeyondTheNodeAreRefusedNamingTheMaximum) {
+  // In a child: lowering a hard limit cannot be undone without
+  // CAP_SYS_RESOURCE in the initial user namespace.
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipefd[0]);
+    struct rlimit low = {1024, 4096};
+    std::string out;
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0) {
+      out = "setrlimit failed";
+    } else {
+      std::unique_ptr<SandboxManager> m = NewManager();
+      CreateRequest r = Req();
+      r.resources.open_files = 5000;
+      auto sb = m->Create(r);
+      out = sb.ok() ? "created" : sb.status().ToString();
+      if (!world_->calls.empty()) out += " (backend called)";
+    }
+    (void)!write(pipefd[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string got;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  int wst = 0;
+  ASSERT_EQ(waitpid(child, &wst, 0), child);
+  EXPECT_NE(got.find("INVALID_ARGUMENT"), std::string::npos) << got;
+  EXPECT_NE(got.find("resources.open_files=5000"), std::string::npos) << got;
+  EXPECT_NE(got.find("4096"), std::string::npos) << got;
+  EXPECT_EQ(got.find("backend called"), std::string::npos) << got;
+
+  manager_ = NewManager();
+  struct Case {
+    std::function<void(CreateRequest&)> mutate;
+    std::string field, max;
+  };
+  std::vector<Case> cases = {
+      {[](CreateRequest& q) { q.resources.cpu_millis = 4001; }, "resources.cpu_millis=4001", "4000"},
+      {[](CreateRequest& q) { q.resources.memory_mb = 9000; }, "resources.memory_mb=9000", "8192"},
+      {[](CreateRequest& q) { q.resources.tmpfs_mb = 9000; }, "resources.tmpfs_mb=9000", "8192"},
+      {[](CreateRequest& q) { q.resources.disk_mb = 9000; }, "resources.disk_mb=9000", "8192"},
+      {[](CreateRequest& q) { q.resources.pids = 5000000; }, "resources.pids=5000000", "4194304"},
+  };
+  for (const Case& c : cases) {
+    CreateRequest q = Req();
+    c.mutate(q);
+    auto got = manager_->Create(q);
+    ASSERT_FALSE(got.ok()) << c.field;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(got.status().message().find(c.field), absl::string_view::npos) << got.status();
+    EXPECT_NE(got.status().message().find(c.max), absl::string_view::npos) << got.status();
+  }
+  EXPECT_TRUE(world_->calls.empty());
+}
+
+// A node whose daemon holds fewer open files than the default gets the
+// default clamped, like the other defaults (never an explicit ask).
+TEST_F(SandboxManagerTest, DefaultOpenFilesFitTheNode) {
+  NodeLimits lim;
+  lim.max_open_files = 512;
+  manager_ = NewManager(lim);
+  auto sb = manager_->Create(Req());
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_EQ(sb->resources.open_files, 512u);
+}
+
+// The default locale is UTF-8 unless the request chose one.
+TEST_F(SandboxManagerTest, DefaultLocaleIsUtf8UnlessTheRequestSetsOne) {
+  manager_ = NewManager();
+  ASSERT_TRUE(manager_->Create(Req()).ok());
+  EXPECT_EQ(world_->create_specs.back().env["LANG"], "C.UTF-8");
+  CreateRequest r = Req();
+  r.env["LANG"] = "de_DE.UTF-8";
+  ASSERT_TRUE(manager_->Create(r).ok());
+  EXPECT_EQ(world_->create_specs.back().env["LANG"], "de_DE.UTF-8");
+  r = Req();
+  r.env["LC_ALL"] = "C";
+  ASSERT_TRUE(manager_->Create(r).ok());
+  EXPECT_EQ(world_->create_specs.back().env.count("LANG"), 0u);
+  EXPECT_EQ(world_->create_specs.back().env["LC_ALL"], "C");
 }
 
 TEST_F(SandboxManagerTest, ValidationErrorsNameTheField) {
