@@ -7,7 +7,11 @@
 
 #include <cerrno>
 
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
 #include "common/unique_fd.h"
+#include "node/records/legacy_record.h"
 
 namespace warren::node {
 namespace {
@@ -91,13 +95,14 @@ StatusOr<RecordStore> RecordStore::Open(const std::string& dir) {
   return RecordStore(dir);
 }
 
-Status RecordStore::Put(const std::string& id, const nlohmann::json& record) const {
+Status RecordStore::Put(const std::string& id, const record::Sandbox& record) const {
   std::string data;
-  try {
-    data = record.dump(1) + "\n";
-  } catch (const std::exception& e) {
-    return absl::InternalError("record of " + id + " is not serializable: " + e.what());
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  if (auto s = google::protobuf::util::MessageToJsonString(record, &data, opts); !s.ok()) {
+    return absl::InternalError("record of " + id + " is not serializable: " + std::string(s.message()));
   }
+  data += "\n";
   std::string tmp = dir_ + "/" + kTmpPrefix + id + ".json";
   std::string final_path = dir_ + "/" + id + ".json";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -166,8 +171,17 @@ std::vector<RecordStore::Loaded> RecordStore::LoadAll() const {
       nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded() || !j.is_object()) {
         l.record = absl::DataLossError("record " + path + " is not a JSON object");
+      } else if (j.value("version", 0) < 2) {
+        l.record = FromLegacyRecord(j);
       } else {
-        l.record = std::move(j);
+        record::Sandbox rec;
+        google::protobuf::util::JsonParseOptions opts;
+        opts.ignore_unknown_fields = true;  // written by a newer daemon
+        if (auto s = google::protobuf::util::JsonStringToMessage(data, &rec, opts); !s.ok()) {
+          l.record = absl::DataLossError("record " + path + ": " + std::string(s.message()));
+        } else {
+          l.record = std::move(rec);
+        }
       }
     }
     out.push_back(std::move(l));

@@ -90,7 +90,6 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
     cv_.notify_all();
   });
 
-  e->backend_record = {{"id", id}, {"dir", e->dir}};
   RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, SandboxState::kCreating)));
   rollback.Add([this, id] {
     Status s = records_.Remove(id);
@@ -129,8 +128,8 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
 
   // Cleanup is idempotent and covers a backend that broke its "nothing left
   // behind" promise; it runs before the dir removal registered above.
-  rollback.Add([e] {
-    Status s = e->backend->Cleanup(e->backend_record);
+  rollback.Add([e, bspec] {
+    Status s = e->backend->Cleanup(bspec, e->backend_record);
     if (!s.ok()) Log(spdlog::level::err, "rollback: backend cleanup failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
   });
   StatusOr<std::unique_ptr<runtime::Sandbox>> sb = e->backend->Create(bspec);
@@ -144,9 +143,6 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
     if (!s.ok()) Log(spdlog::level::err, "rollback: destroy failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
   });
   e->backend_record = e->sandbox->Record();
-  if (!e->backend_record.is_object()) e->backend_record = nlohmann::json::object();
-  e->backend_record["id"] = id;
-  e->backend_record["dir"] = e->dir;
   AddTransition(*e, SandboxState::kRunning, "created");
   Status st = records_.Put(id, MakeRecord(*e, SandboxState::kRunning));
   if (!st.ok()) {

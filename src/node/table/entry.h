@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "node/records/record.pb.h"
 #include "node/sandbox_types.h"
 #include "runtime/backend.h"
 
@@ -22,11 +21,12 @@ struct Entry {
   runtime::Backend* backend = nullptr;
   std::vector<std::string> acquired;  // digests holding a mount reference
   std::shared_ptr<runtime::Sandbox> sandbox;
-  nlohmann::json backend_record;
+  std::string backend_record;  // Sandbox::Record() of its backend; empty before Create
   bool destroy_running = false;  // table
   int inflight_execs = 0;        // table; an exec running is never idle
   std::mutex pause_mu;           // serializes Pause/Resume/Suspend of this sandbox
-  nlohmann::json transitions = nlohmann::json::array();  // under pause_mu or before publication
+  // State history, persisted with the record.
+  google::protobuf::RepeatedPtrField<record::Transition> transitions;
 };
 
 // Appends a state transition (state, time, reason) to the entry's history.

@@ -7,21 +7,18 @@
 
 namespace warren::node {
 
-void SandboxTable::CleanupRecord(const std::string& id, const nlohmann::json& record, const std::string& reason) {
-  nlohmann::json brec = record.contains("backend_record") && record["backend_record"].is_object()
-                            ? record["backend_record"]
-                            : nlohmann::json::object();
-  brec["id"] = id;
-  brec["dir"] = RunDir(id);
+void SandboxTable::CleanupRecord(const std::string& id, const record::Sandbox& record, const std::string& reason) {
+  runtime::SandboxSpec spec = SpecOf(record);
+  spec.id = id;
+  spec.dir = RunDir(id);
   std::vector<runtime::Backend*> targets;
-  std::string bname = record.value("backend", std::string());
-  if (backends_.count(bname)) {
-    targets.push_back(backends_.at(bname).get());
+  if (backends_.count(record.backend())) {
+    targets.push_back(backends_.at(record.backend()).get());
   } else {
     for (const auto& [n, b] : backends_) targets.push_back(b.get());  // unknown: try all
   }
   for (runtime::Backend* b : targets) {
-    Status s = b->Cleanup(brec);
+    Status s = b->Cleanup(spec, record.backend_record());
     if (!s.ok()) {
       Log(spdlog::level::err, "cleanup failed; record kept for the next start",
           {{"sandbox", id}, {"reason", reason}, {"error", s.ToString()}});
@@ -39,9 +36,9 @@ void SandboxTable::CleanupRecord(const std::string& id, const nlohmann::json& re
   Log(spdlog::level::info, "sandbox cleaned up", {{"sandbox", id}, {"reason", reason}});
 }
 
-void SandboxTable::RecoverOne(const std::string& id, const nlohmann::json& rec) {
-  std::string state = rec.value("state", std::string());
-  if (rec.value("id", std::string()) != id) {
+void SandboxTable::RecoverOne(const std::string& id, const record::Sandbox& rec) {
+  const std::string& state = rec.state();
+  if (rec.id() != id) {
     CleanupRecord(id, rec, "record id does not match its file name");
     return;
   }
@@ -49,7 +46,7 @@ void SandboxTable::RecoverOne(const std::string& id, const nlohmann::json& rec) 
     CleanupRecord(id, rec, "found in state '" + state + "' at start: half-created or half-destroyed");
     return;
   }
-  std::string bname = rec.value("backend", std::string());
+  const std::string& bname = rec.backend();
   auto bit = backends_.find(bname);
   if (bit == backends_.end()) {
     Log(spdlog::level::err, "record names an unavailable backend; left in place", {{"sandbox", id}, {"backend", bname}});
@@ -58,7 +55,7 @@ void SandboxTable::RecoverOne(const std::string& id, const nlohmann::json& rec) 
   auto e = std::make_shared<Entry>();
   e->backend = bit->second.get();
   e->dir = RunDir(id);
-  Status ps = ParseRecord(rec, e.get(), [this](const std::vector<std::string>& digests) {
+  ParseRecord(rec, e.get(), [this](const std::vector<std::string>& digests) {
     std::vector<std::string> pristine;
     for (const std::string& d : digests) {
       StatusOr<image::LayerInfo> li = layers_.Resolve(d);
@@ -67,16 +64,15 @@ void SandboxTable::RecoverOne(const std::string& id, const nlohmann::json& rec) 
     }
     return pristine;
   });
-  if (!ps.ok()) {
-    CleanupRecord(id, rec, std::string(ps.message()));
-    return;
-  }
-  StatusOr<std::unique_ptr<runtime::Sandbox>> sb = e->backend->Adopt(e->backend_record);
+  runtime::SandboxSpec spec = SpecOf(rec);
+  spec.dir = e->dir;
+  StatusOr<std::unique_ptr<runtime::Sandbox>> sb = e->backend->Adopt(spec, e->backend_record);
   if (!sb.ok()) {
     CleanupRecord(id, rec, "backend could not adopt it: " + sb.status().ToString());
     return;
   }
   e->sandbox = std::shared_ptr<runtime::Sandbox>(std::move(*sb));
+  e->backend_record = e->sandbox->Record();  // in the backend's current format
   // The freezer is reconciled with the record: a daemon killed between a
   // freeze and the record write (pause, suspend) or between a thaw and the
   // record write (resume) left the cgroup in the other state. The record is
@@ -117,7 +113,7 @@ void SandboxTable::Recover() {
       continue;
     }
     if (!l.record.ok()) {
-      CleanupRecord(l.id, nlohmann::json::object(), "unreadable record: " + l.record.status().ToString());
+      CleanupRecord(l.id, record::Sandbox(), "unreadable record: " + l.record.status().ToString());
       continue;
     }
     RecoverOne(l.id, *l.record);

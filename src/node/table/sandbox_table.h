@@ -115,8 +115,8 @@ class SandboxTable {
   // write is logged (the sandbox is in that state either way).
   void SetPausedState(Entry& e, SandboxState to, const std::string& reason);
   void Persist(const Entry& e, SandboxState state, const char* what) const;
-  void RecoverOne(const std::string& id, const nlohmann::json& record);
-  void CleanupRecord(const std::string& id, const nlohmann::json& record, const std::string& reason);
+  void RecoverOne(const std::string& id, const record::Sandbox& record);
+  void CleanupRecord(const std::string& id, const record::Sandbox& record, const std::string& reason);
 
   const ManagerOptions& options_;
   const Backends& backends_;

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
+
 #include "fake_node.h"
 
 namespace warren::node {
@@ -129,7 +131,9 @@ TEST_F(SandboxManagerTest, CreateGetListExecDestroy) {
   EXPECT_EQ(manager_->LayerUsers(kBase), 1u);
   nlohmann::json rec = ReadRecord(sb->id);
   EXPECT_EQ(rec["state"], "running");
-  EXPECT_EQ(rec["backend_record"]["fake_pid"], 4242);
+  std::string brec;  // the backend's record: opaque bytes (base64 in the JSON mapping)
+  ASSERT_TRUE(absl::Base64Unescape(rec["backend_record"].get<std::string>(), &brec));
+  EXPECT_EQ(nlohmann::json::parse(brec)["fake_pid"], 4242);
 
   EXPECT_EQ(manager_->List({{"task", "t1"}}, "").size(), 1u);
   EXPECT_EQ(manager_->List({{"task", "t2"}}, "").size(), 0u);
@@ -516,6 +520,68 @@ TEST_F(SandboxManagerTest, DestroyDuringCreateWaitsThenDestroys) {
   ExpectNothingLeft(*manager_);
 }
 
+// The env is bytes (the API's map<string, bytes>): a value that is not UTF-8
+// is persisted and handed back to the backend byte-exact after a restart.
+TEST_F(SandboxManagerTest, NonUtf8EnvSurvivesARestartByteExact) {
+  manager_ = NewManager();
+  CreateRequest r = Req();
+  r.env = {{"BIN", std::string("\xff\xfe\x80 \xc3(", 6)}, {"TEXT", "caf\xc3\xa9"}};
+  auto sb = manager_->Create(r);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  std::map<std::string, std::string> want = r.env;
+  want["LANG"] = "C.UTF-8";
+  EXPECT_EQ(world_->create_specs.back().env, want);
+  manager_.reset();
+  manager_ = NewManager();
+  ASSERT_TRUE(manager_->Get(sb->id).ok());
+  ASSERT_EQ(world_->adopt_specs.size(), 1u);
+  EXPECT_EQ(world_->adopt_specs[0].env, want);
+  EXPECT_EQ(world_->adopt_specs[0].workdir, "/");
+  EXPECT_EQ(world_->adopt_specs[0].hostname, sb->id);
+}
+
+// A record an older daemon wrote (JSON of its own, version 1, env in base64,
+// the backend's part a JSON object) is adopted, and rewritten in the current
+// format.
+TEST_F(SandboxManagerTest, AdoptsARecordOfAnOlderDaemon) {
+  manager_ = NewManager();
+  manager_.reset();
+  const std::string id = "n7-00000000beef";
+  ASSERT_EQ(mkdir(RunDir(id).c_str(), 0700), 0);
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->alive.insert(id);
+  }
+  nlohmann::json old = {
+      {"version", 1}, {"id", id}, {"state", "running"}, {"paused", false}, {"suspended", false},
+      {"expires_at_ns", 0}, {"idle_timeout_s", 0}, {"backend", "container"}, {"dir", RunDir(id)},
+      {"layers", {kBase, kWs}}, {"layer_names", {"base/debian@12", "workspace/demo@1"}},
+      {"resources", {{"cpu_millis", 1000}, {"memory_mb", 512}, {"disk_mb", 256}, {"pids", 64},
+                     {"open_files", 128}, {"tmpfs_mb", 16}}},
+      {"env_b64", {{absl::Base64Escape("K"), absl::Base64Escape(std::string("\xff\x01", 2))}}},
+      {"workdir", "/w"}, {"user", "1000"}, {"hostname", "old-box"}, {"labels", {{"task", "t9"}}},
+      {"job", "j"}, {"ttl_s", 0}, {"created_at_ns", 123},
+      {"backend_record", {{"id", id}, {"dir", RunDir(id)}, {"fake_pid", 4242}}},
+      {"request_id", ""}, {"transitions", nlohmann::json::array()}};
+  std::ofstream(RecordPath(id)) << old.dump();
+  manager_ = NewManager();
+  auto got = manager_->Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->resources.memory_mb, 512u);
+  EXPECT_EQ(got->hostname, "old-box");
+  EXPECT_EQ(got->labels.at("task"), "t9");
+  EXPECT_EQ(got->pristine_layers, (std::vector<std::string>{kBase, kWs}));
+  ASSERT_EQ(world_->adopt_specs.size(), 1u);
+  EXPECT_EQ(world_->adopt_specs[0].env.at("K"), std::string("\xff\x01", 2));
+  EXPECT_EQ(world_->adopt_specs[0].workdir, "/w");
+  EXPECT_EQ(world_->adopt_specs[0].user, "1000");
+  nlohmann::json rec = ReadRecord(id);
+  EXPECT_EQ(rec["version"], 2);
+  EXPECT_EQ(rec["env"]["K"], absl::Base64Escape(std::string("\xff\x01", 2)));
+  EXPECT_EQ(rec["transitions"].back()["reason"], "adopted after daemon restart");
+  EXPECT_TRUE(manager_->Destroy(id).ok());
+}
+
 TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
   manager_ = NewManager();
   auto keep = manager_->Create(Req());
@@ -604,11 +670,17 @@ TEST(RecordStoreTest, PutReplacesAtomicallyAndRemoveIsIdempotent) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   auto rs = RecordStore::Open(std::string(tmpl) + "/r");
   ASSERT_TRUE(rs.ok());
-  ASSERT_TRUE(rs->Put("n0-a", {{"v", 1}}).ok());
-  ASSERT_TRUE(rs->Put("n0-a", {{"v", 2}}).ok());
+  node::record::Sandbox r;
+  r.set_version(2);
+  r.set_id("n0-a");
+  r.set_job("v1");
+  ASSERT_TRUE(rs->Put("n0-a", r).ok());
+  r.set_job("v2");
+  ASSERT_TRUE(rs->Put("n0-a", r).ok());
   auto all = rs->LoadAll();
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ((*all[0].record)["v"], 2);
+  ASSERT_TRUE(all[0].record.ok()) << all[0].record.status();
+  EXPECT_EQ(all[0].record->job(), "v2");
   EXPECT_TRUE(rs->Remove("n0-a").ok());
   EXPECT_TRUE(rs->Remove("n0-a").ok());
   EXPECT_TRUE(rs->LoadAll().empty());
