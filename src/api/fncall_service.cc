@@ -1,37 +1,9 @@
 #include "api/fncall_service.h"
 
-#include <sys/stat.h>
-
-#include <atomic>
-#include <thread>
-
+#include "api/convert.h"
 #include "api/status_map.h"
 
 namespace warren::api {
-namespace {
-
-void OutcomeToProto(const runtime::ExecOutcome& o, warren::v1::ExecResult* r) {
-  r->set_exit_code(o.exit_code);
-  r->set_signal(o.signal);
-  r->set_oom_killed(o.oom_killed);
-  r->set_timed_out(o.timed_out);
-  r->set_stdout(o.stdout_data);
-  r->set_stderr(o.stderr_data);
-  r->set_stdout_truncated(o.stdout_truncated);
-  r->set_stderr_truncated(o.stderr_truncated);
-  r->set_stdout_total_bytes(o.stdout_total);
-  r->set_stderr_total_bytes(o.stderr_total);
-  r->set_duration_ns(o.duration.count());
-}
-
-bool SameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace
 
 runtime::FnCallRequest FromProto(const warren::v1::FnCallRequest& r) {
   runtime::FnCallRequest q;
@@ -51,104 +23,35 @@ runtime::FnCallRequest FromProto(const warren::v1::FnCallRequest& r) {
 }
 
 void ToProto(const runtime::FnCallResult& r, warren::v1::FnCallResponse* out) {
-  if (r.compile) OutcomeToProto(*r.compile, out->mutable_compile());
-  if (r.run) OutcomeToProto(*r.run, out->mutable_run());
+  if (r.compile) ToProto(*r.compile, out->mutable_compile());
+  if (r.run) ToProto(*r.run, out->mutable_run());
   for (const auto& [k, v] : r.files) (*out->mutable_files())[k] = v;
   for (const auto& m : r.missing_files) out->add_missing_files(m);
   out->set_sandbox_error(r.sandbox_error);
   out->set_duration_ns(r.duration.count());
 }
 
-FnCallFrontend::FnCallFrontend(runtime::FnCallPool* pool, node::LayerProvider* layers,
-                               std::vector<std::string> default_layers)
-    : pool_(pool), layers_(layers), default_layers_(std::move(default_layers)) {}
-
-FnCallFrontend::~FnCallFrontend() { ReleaseLayers(); }
-
-void FnCallFrontend::ReleaseLayers() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (layers_ != nullptr) {
-    for (const auto& [digest, path] : acquired_) layers_->Release(digest);
-  }
-  acquired_.clear();
-}
-
-StatusOr<std::vector<std::string>> FnCallFrontend::LowerDirs(const std::vector<std::string>& refs_in) {
-  const std::vector<std::string>& refs = refs_in.empty() ? default_layers_ : refs_in;
-  if (refs.empty()) return absl::InvalidArgumentError("fncall: no layers given and no default image");
-  std::vector<std::string> dirs;
-  for (const std::string& ref : refs) {
-    // A plain directory (tests, --fncall-layers pointing at a rootfs dir).
-    if (!ref.empty() && ref[0] == '/') {
-      dirs.push_back(ref);
-      continue;
-    }
-    if (layers_ == nullptr) return absl::FailedPreconditionError("fncall: no layer store");
-    ASSIGN_OR_RETURN(image::LayerInfo info, layers_->Resolve(ref));
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = acquired_.find(info.digest);
-    if (it == acquired_.end()) {
-      ASSIGN_OR_RETURN(std::string path, layers_->Acquire(info.digest));
-      it = acquired_.emplace(info.digest, path).first;
-    }
-    dirs.push_back(it->second);
-  }
-  return dirs;
-}
-
-StatusOr<runtime::FnCallResult> FnCallFrontend::Run(const std::vector<std::string>& layer_refs,
-                                                    const runtime::FnCallRequest& request) {
-  ASSIGN_OR_RETURN(std::vector<std::string> dirs, LowerDirs(layer_refs));
-  return pool_->Call(dirs, request);
-}
-
-std::vector<StatusOr<runtime::FnCallResult>> FnCallFrontend::RunBatch(
-    const std::vector<std::pair<std::vector<std::string>, runtime::FnCallRequest>>& calls, uint32_t concurrency) {
-  std::vector<StatusOr<runtime::FnCallResult>> out(calls.size(), absl::InternalError("not run"));
-  const size_t n = std::min<size_t>(calls.size(), std::max<uint32_t>(concurrency, 1));
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < calls.size(); i = next++) out[i] = Run(calls[i].first, calls[i].second);
-  };
-  std::vector<std::thread> ts;
-  for (size_t i = 1; i < n; ++i) ts.emplace_back(work);
-  work();
-  for (auto& t : ts) t.join();
-  return out;
-}
-
-FnCallServiceImpl::FnCallServiceImpl(FnCallFrontend* frontend, std::string token)
-    : frontend_(frontend), token_(std::move(token)) {}
-
-grpc::Status FnCallServiceImpl::Authorize(const grpc::ServerContext* ctx) const {
-  if (IsUnixPeer(*ctx)) return grpc::Status::OK;
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (token_.empty() || it == md.end())
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "TCP calls need 'authorization: Bearer <token>'");
-  if (!SameSecret(std::string(it->second.data(), it->second.size()), "Bearer " + token_))
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "bad bearer token");
-  return grpc::Status::OK;
-}
+FnCallServiceImpl::FnCallServiceImpl(node::FnCallFrontend* frontend, std::string token)
+    : frontend_(frontend), auth_(std::move(token)) {}
 
 // A layer ref that is a host directory ("/...") lends the call a host tree
 // as root: only local callers (the unix socket, root's) may name one; a TCP
 // caller's bearer token grants the API, not the host's file system.
 grpc::Status FnCallServiceImpl::CheckLayerRefs(const grpc::ServerContext* ctx,
-                                               const google::protobuf::RepeatedPtrField<std::string>& refs) const {
-  if (IsUnixPeer(*ctx)) return grpc::Status::OK;
+                                               const google::protobuf::RepeatedPtrField<std::string>& refs) {
   for (int i = 0; i < refs.size(); ++i) {
-    if (!refs[i].empty() && refs[i][0] == '/')
-      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          "fncall layers[" + std::to_string(i) + "] \"" + refs[i] +
-                              "\": host directories are for local (unix socket) callers only; name a layer");
+    if (!refs[i].empty() && refs[i][0] == '/') {
+      RETURN_IF_GRPC_ERROR(Authorizer::RequireLocal(
+          *ctx, "fncall layers[" + std::to_string(i) + "] \"" + refs[i] +
+                    "\": host directories are for local (unix socket) callers only; name a layer"));
+    }
   }
   return grpc::Status::OK;
 }
 
 grpc::Status FnCallServiceImpl::Call(grpc::ServerContext* ctx, const warren::v1::FnCallRequest* req,
                                      warren::v1::FnCallResponse* resp) {
-  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
+  RETURN_IF_GRPC_ERROR(auth_.Check(*ctx));
   if (grpc::Status a = CheckLayerRefs(ctx, req->layers()); !a.ok()) return a;
   std::vector<std::string> layers(req->layers().begin(), req->layers().end());
   StatusOr<runtime::FnCallResult> r = frontend_->Run(layers, FromProto(*req));
@@ -159,7 +62,7 @@ grpc::Status FnCallServiceImpl::Call(grpc::ServerContext* ctx, const warren::v1:
 
 grpc::Status FnCallServiceImpl::CallBatch(grpc::ServerContext* ctx, const warren::v1::FnCallBatchRequest* req,
                                           warren::v1::FnCallBatchResponse* resp) {
-  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
+  RETURN_IF_GRPC_ERROR(auth_.Check(*ctx));
   for (const auto& q : req->requests()) {
     if (grpc::Status a = CheckLayerRefs(ctx, q.layers()); !a.ok()) return a;
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
 #include "image/layer_store.h"
 
 namespace warren::http {
@@ -96,13 +97,6 @@ bool AllowedHost(const RunCodeOptions& o, const std::string& host) {
   return false;
 }
 
-bool SameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 // Text for JSON: invalid UTF-8 replaced (JSON strings must be valid UTF-8).
 json Text(const std::string& bytes) {
   return json(json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace)));
@@ -123,7 +117,7 @@ json Error(const std::string& msg) {
 
 }  // namespace
 
-RunCodeReply RunCode(api::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
+RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
   auto bad = [](const Status& s) {
     return RunCodeReply{s.code() == absl::StatusCode::kPermissionDenied ? 403 : 400, Error(std::string(s.message()))};
   };
@@ -232,7 +226,7 @@ void RunCodeServer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(api::FnCallFrontend* frontend, RunCodeOptions options) {
+StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(node::FnCallFrontend* frontend, RunCodeOptions options) {
   const std::string listen = options.listen;
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return absl::InvalidArgumentError("--http-listen wants HOST:PORT, got " + listen);

@@ -31,7 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/fncall_service.h"
+#include "node/fncall_frontend.h"
 #include "common/status.h"
 
 namespace httplib {
@@ -63,7 +63,7 @@ struct RunCodeReply {
 
 // The reply to one request JSON (exposed for tests): 400 with a
 // SandboxError body for a request outside `options`' bounds.
-RunCodeReply RunCode(api::FnCallFrontend& frontend, const nlohmann::json& request, const RunCodeOptions& options);
+RunCodeReply RunCode(node::FnCallFrontend& frontend, const nlohmann::json& request, const RunCodeOptions& options);
 
 // The HTTP-level checks (content type, Host, Origin, token) of one POST;
 // 0 when it may proceed, else the status to answer with and `why`.
@@ -73,7 +73,7 @@ int CheckCaller(const RunCodeOptions& options, const std::string& content_type, 
 class RunCodeServer {
  public:
   ~RunCodeServer();
-  static StatusOr<std::unique_ptr<RunCodeServer>> Start(api::FnCallFrontend* frontend, RunCodeOptions options);
+  static StatusOr<std::unique_ptr<RunCodeServer>> Start(node::FnCallFrontend* frontend, RunCodeOptions options);
   int port() const { return port_; }
   void Stop();
 

@@ -42,6 +42,7 @@
 #include "node/reaper/reaper.h"
 #include "node/records/record_store.h"
 #include "node/sandbox_types.h"
+#include "node/snapshot/snapshot_service.h"
 #include "node/table/sandbox_table.h"
 #include "runtime/backend.h"
 
@@ -117,24 +118,9 @@ class SandboxManager {
   StatusOr<SandboxMemory> Memory(const std::string& id) const;
   // Every job with a lease or with sandboxes, by name.
   std::vector<JobInfo> ListJobs() const;
-  // Packs the sandbox's upper (minus `exclude`) into a new layer: ids mapped
-  // back to those inside, whiteouts/opaque dirs/xattrs/hardlinks kept. A
-  // sandbox from the same layers + this one shows the snapshotted state.
+  // Snapshot, fork and grade: see node/snapshot/snapshot_service.h.
   StatusOr<image::LayerInfo> Snapshot(const SnapshotRequest& request);
-  // Snapshot and grade copy at most disk_mb MiB + 1/4 (metadata) from a
-  // sandbox, holes at 1/16 of their size (sparse files stay sparse; see
-  // CopyBudget), and
-  // at most ManagerOptions::max_staging_bytes node-wide: ResourceExhausted
-  // naming the sandbox, the size and the limit.
-  //
-  // Tamper-proof grading by construction: the grader runs in a FRESH
-  // sandbox from the sandbox's pristine layers (those its creator gave,
-  // never one a sandbox made: see SandboxInfo::pristine_layers) plus, for
-  // each of the agent's diffs (the layers above the pristine ones, then its
-  // upper), a layer holding only what the diff has under
-  // `request.solution`. Nothing else of the agent's reaches the grader: not
-  // its interpreter, site-packages, test config, PATH, loader preload.
-  // `touched` lists every agent change outside the solution paths.
+  StatusOr<ForkResult> Fork(const ForkRequest& request);
   StatusOr<GradeResult> Grade(const GradeRequest& request);
   // Audit log of a sandbox: one JSON object per exec / file call, oldest first
   // (<state_dir>/audit/<id>.jsonl, outside every sandbox; removed on destroy).
@@ -205,6 +191,7 @@ class SandboxManager {
   std::unique_ptr<CallSlots> calls_;
   std::unique_ptr<CreateKeys> create_keys_;
   std::unique_ptr<Jobs> jobs_;
+  std::unique_ptr<SnapshotService> snapshots_;
   // Declared last: destroyed first (stops the threads and the process
   // pumps before anything they use).
   std::unique_ptr<ProcessTable> processes_ = std::make_unique<ProcessTable>();

@@ -91,7 +91,7 @@ struct JobInfo {
 struct SnapshotRequest {
   std::string id;
   std::string name;                  // "kind/name@version"; empty = "workspace/snap-<id>@<unix ns>"
-  std::vector<std::string> exclude;  // see UpperCopyOptions::exclude
+  std::vector<std::string> exclude;  // see runtime::ExportOptions::exclude
   bool pause = true;                 // freeze the sandbox for a consistent cut
 };
 

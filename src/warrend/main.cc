@@ -380,7 +380,7 @@ int Run(const Flags& flags) {
                                               : std::max(4u, 4 * std::thread::hardware_concurrency());
   StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);
   if (!fncall_pool.ok()) return fail(fncall_pool.status());
-  api::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers);
+  node::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers);
   api::FnCallServiceImpl fncall_service(&fncall_frontend, token);
   std::unique_ptr<http::RunCodeServer> http_server;
   if (!flags.http_listen.empty()) {

@@ -50,9 +50,5 @@ class RecordStore {
   std::string dir_;
 };
 
-// Removes `path` recursively without following symlinks and without crossing
-// into other mounts (an entry on another device is an error, left in place).
-// OK when `path` does not exist.
-Status RemoveTree(const std::string& path);
 
 }  // namespace warren::node

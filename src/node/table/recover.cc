@@ -1,5 +1,6 @@
 // SandboxTable: recovery of the sandboxes a previous daemon left (see
 // sandbox_table.h).
+#include "common/fs_tree.h"
 #include "common/log.h"
 #include "node/admission/validate.h"
 #include "node/records/sandbox_record.h"
@@ -79,11 +80,14 @@ void SandboxTable::RecoverOne(const std::string& id, const record::Sandbox& rec)
   // what the client was told (it is written before the reply), so the
   // cgroup follows it.
   const bool paused = e->info.state != SandboxState::kRunning;
-  Status fs = paused ? e->sandbox->Pause() : e->sandbox->Resume();
-  if (!fs.ok()) {
+  runtime::Pausable* pausable = runtime::As<runtime::Pausable>(*e->sandbox);
+  Status fs = pausable == nullptr ? runtime::NotSupported(*e->sandbox, runtime::Capability::kPause)
+              : paused            ? pausable->Pause()
+                                  : pausable->Resume();
+  if (!fs.ok() && (paused || pausable != nullptr)) {
     Log(spdlog::level::warn, "reconciling the freezer of an adopted sandbox failed",
         {{"sandbox", id}, {"want", paused ? "frozen" : "thawed"}, {"error", fs.ToString()}});
-    if (paused && e->sandbox->Resume().ok()) {
+    if (paused && pausable != nullptr && pausable->Resume().ok()) {
       e->info.state = SandboxState::kRunning;  // never left half-frozen: running, recorded as such below
     }
   }

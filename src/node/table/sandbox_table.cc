@@ -87,7 +87,7 @@ uint32_t SandboxTable::LayerUsers(const std::string& digest) const {
   return n;
 }
 
-StatusOr<std::shared_ptr<Entry>> SandboxTable::Live(const std::string& id) const {
+StatusOr<std::shared_ptr<Entry>> SandboxTable::Live(const std::string& id, SandboxState* state) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = table_.find(id);
   if (it == table_.end()) return NotFound(id);
@@ -95,6 +95,7 @@ StatusOr<std::shared_ptr<Entry>> SandboxTable::Live(const std::string& id) const
   if (s != SandboxState::kRunning && s != SandboxState::kPaused && s != SandboxState::kSuspended) {
     return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(s));
   }
+  if (state != nullptr) *state = s;
   return it->second;
 }
 
@@ -128,9 +129,10 @@ StatusOr<SandboxMemory> SandboxTable::Memory(const std::string& id) const {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
     }
   }
+  ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
   SandboxMemory m;
-  ASSIGN_OR_RETURN(m.memory_bytes, e->sandbox->MemoryUsage());
-  m.swap_bytes = e->sandbox->SwapUsage();
+  ASSIGN_OR_RETURN(m.memory_bytes, suspendable->MemoryUsage());
+  m.swap_bytes = suspendable->SwapUsage();
   return m;
 }
 
@@ -216,7 +218,8 @@ Status SandboxTable::Pause(const std::string& id) {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
     }
   }
-  RETURN_IF_ERROR(e->sandbox->Pause());
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
+  RETURN_IF_ERROR(pausable->Pause());
   SetPausedState(*e, SandboxState::kPaused, "pause requested");
   Log(spdlog::level::info, "sandbox paused", {{"sandbox", id}});
   return absl::OkStatus();
@@ -234,18 +237,22 @@ Status SandboxTable::Resume(const std::string& id, bool prefetch) {
     }
     suspended = e->info.state == SandboxState::kSuspended;
   }
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
   const int64_t t0 = NowNs();
   uint64_t prefetched = 0;
   if (suspended) {
     // Still frozen: the working set comes back before any process runs.
-    StatusOr<uint64_t> p = e->sandbox->EndSuspend(options_.suspend_prefetch && prefetch);
+    runtime::Suspendable* suspendable = runtime::As<runtime::Suspendable>(*e->sandbox);
+    StatusOr<uint64_t> p = suspendable != nullptr
+                               ? suspendable->EndSuspend(options_.suspend_prefetch && prefetch)
+                               : runtime::NotSupported(*e->sandbox, runtime::Capability::kSuspend);
     if (!p.ok()) {
       Log(spdlog::level::warn, "ending suspend failed; resuming anyway", {{"sandbox", id}, {"error", p.status().ToString()}});
     } else {
       prefetched = *p;
     }
   }
-  RETURN_IF_ERROR(e->sandbox->Resume());
+  RETURN_IF_ERROR(pausable->Resume());
   SetPausedState(*e, SandboxState::kRunning, "resumed");
   Log(spdlog::level::info, "sandbox resumed",
       {{"sandbox", id}, {"from", suspended ? "suspended" : "paused"},
@@ -265,15 +272,17 @@ Status SandboxTable::Suspend(const std::string& id) {
     }
     was_running = e->info.state == SandboxState::kRunning;
   }
+  ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
   const int64_t t0 = NowNs();
-  if (was_running) RETURN_IF_ERROR(e->sandbox->Pause());
-  const uint64_t before = e->sandbox->MemoryUsage().value_or(0);
-  Status rs = e->sandbox->ReclaimMemory();
+  if (was_running) RETURN_IF_ERROR(pausable->Pause());
+  const uint64_t before = suspendable->MemoryUsage().value_or(0);
+  Status rs = suspendable->ReclaimMemory();
   if (!rs.ok()) {
     // Undo: the sandbox goes back to the state it was in.
-    (void)e->sandbox->EndSuspend(false);
+    (void)suspendable->EndSuspend(false);
     if (was_running) {
-      Status us = e->sandbox->Resume();
+      Status us = pausable->Resume();
       if (!us.ok()) {
         Log(spdlog::level::err, "resuming after a failed suspend failed; sandbox left paused",
             {{"sandbox", id}, {"error", us.ToString()}});
@@ -282,11 +291,11 @@ Status SandboxTable::Suspend(const std::string& id) {
     }
     return Status(rs.code(), "suspend of " + id + ": " + std::string(rs.message()));
   }
-  const uint64_t after = e->sandbox->MemoryUsage().value_or(0);
+  const uint64_t after = suspendable->MemoryUsage().value_or(0);
   SetPausedState(*e, SandboxState::kSuspended, "suspend requested");
   Log(spdlog::level::info, "sandbox suspended",
       {{"sandbox", id}, {"memory_before_bytes", std::to_string(before)}, {"memory_after_bytes", std::to_string(after)},
-       {"swap_bytes", std::to_string(e->sandbox->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+       {"swap_bytes", std::to_string(suspendable->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }
 

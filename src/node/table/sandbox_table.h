@@ -79,8 +79,8 @@ class SandboxTable {
   StatusOr<SandboxMemory> Memory(const std::string& id) const;
   // The entry of `id` (for services built on the table: snapshot, grade,
   // fork), or NotFound naming the id. FailedPrecondition unless it is
-  // running, paused or suspended.
-  StatusOr<std::shared_ptr<Entry>> Live(const std::string& id) const;
+  // running, paused or suspended; `state`, if given, gets its state.
+  StatusOr<std::shared_ptr<Entry>> Live(const std::string& id, SandboxState* state = nullptr) const;
   // (id, reason) of every sandbox whose TTL or idle timeout expired at
   // `now_ns` (a paused or suspended sandbox is never idle; its TTL runs).
   std::vector<std::pair<std::string, std::string>> Expired(int64_t now_ns) const;

@@ -65,6 +65,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "image/layer_tree.h"
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
@@ -88,6 +89,7 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 // How long a background process's spawn may take (paused time excluded).
+constexpr std::string_view kBackendName = "container";
 constexpr milliseconds kStartSetupLimit{30000};
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
@@ -730,7 +732,11 @@ Status MakePipe(UniqueFd& r, UniqueFd& w, bool big = false) {
 
 
 // ------------------------------------------------------------------ sandbox
-class ContainerSandbox : public Sandbox {
+class ContainerSandbox : public Sandbox,
+                         public Pausable,
+                         public Suspendable,
+                         public ProcessStarter,
+                         public ChangeExporter {
  public:
   ContainerSandbox(std::shared_ptr<BackendState> st, SandboxSpec spec, uint32_t slot, pid_t init_pid,
                    uint64_t start_time, UniqueFd pidfd, std::unique_ptr<jail::Cgroup> cg)
@@ -767,6 +773,7 @@ class ContainerSandbox : public Sandbox {
 
   const std::string& id() const override { return spec_.id; }
   pid_t init_pid() const override { return init_pid_; }
+  std::string_view backend_name() const override { return kBackendName; }
   SandboxFiles& files() override { return *files_; }
 
   std::string Record() const override {
@@ -814,7 +821,7 @@ class ContainerSandbox : public Sandbox {
   // warren-init holds another (argv[1]) through which Adopt finds it again
   // after a daemon restart (ReattachUpper). A sandbox created by a warrend
   // before that existed has no upper after a restart: FailedPrecondition.
-  StatusOr<UniqueFd> OpenUpper() override {
+  StatusOr<UniqueFd> OpenUpper() {
     std::lock_guard<std::mutex> l(mu_);
     if (destroyed_.load() || !upper_.valid())
       return absl::FailedPreconditionError("sandbox " + spec_.id + ": upper layer not reachable (" +
@@ -822,6 +829,17 @@ class ContainerSandbox : public Sandbox {
     UniqueFd fd(::openat(upper_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid()) return Errno("openat(upper of " + spec_.id + ")");
     return fd;
+  }
+  // The upper holds HOST ids (root inside = HostUid(slot_)): the copy shifts
+  // them back into the sandbox's range.
+  Status ExportChanges(const std::string& dst_dir, const ExportOptions& o) override {
+    ASSIGN_OR_RETURN(UniqueFd upper, OpenUpper());
+    image::DiffCopyOptions co;
+    co.host_root_id = st_->HostUid(slot_);
+    co.id_range = st_->options.uid_range;
+    co.exclude = o.exclude;
+    co.budget = o.budget;
+    return image::CopyDiffTree(upper.get(), dst_dir, co);
   }
   StatusOr<uint64_t> MemoryUsage() const override { return cgroup_->MemoryUsage(); }
   uint64_t SwapUsage() const override { return cgroup_->SwapUsage(); }
@@ -850,7 +868,6 @@ class ContainerSandbox : public Sandbox {
     RETURN_IF_ERROR(cgroup_->EndReclaim());
     return total;
   }
-  uint32_t upper_host_root_id() const override { return st_->HostUid(slot_); }
   StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& es, const StartOptions& so) override;
   // A finished Start()ed process hands its exec cgroup back: removed now when
   // empty, else kept until its last process exits (or the sandbox goes).
@@ -860,7 +877,6 @@ class ContainerSandbox : public Sandbox {
     if (!destroy_done_) lingering_.push_back(std::move(cg));
   }
   uint64_t OomKillCount() const { return cgroup_->OomKillCount(); }
-  uint32_t upper_id_range() const override { return st_->options.uid_range; }
   void set_upper(UniqueFd fd) {
     struct stat st;
     std::lock_guard<std::mutex> l(mu_);
@@ -1936,7 +1952,10 @@ class ContainerBackend : public Backend {
   explicit ContainerBackend(std::shared_ptr<BackendState> st) : st_(std::move(st)) {
     if (st_->options.warm_shells > 0) pool_ = std::make_unique<ShellPool>(st_, st_->options.warm_shells);
   }
-  std::string name() const override { return "container"; }
+  std::string name() const override { return std::string(kBackendName); }
+  Capabilities capabilities() const override {
+    return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges};
+  }
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override;
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override;
   Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override;

@@ -56,8 +56,12 @@
 //   warren-init keeps an fd on it (argv[1]) and is non-dumpable (sandbox
 //   processes cannot open /proc/1/fd); Adopt finds it among /proc/<init>/fd
 //   by the device and inode recorded at create ("upper_dev", "upper_ino").
-// * Suspend: ReclaimMemory (frozen sandbox) = jail::Cgroup::ReclaimMemory on
-//   the sandbox cgroup; EndSuspend prefetches (memory_prefetch.h).
+// * Capabilities: all of them (pause, suspend, processes, export_changes).
+// * Pausable = the sandbox cgroup's freezer.
+// * Suspendable: ReclaimMemory (frozen sandbox) = jail::Cgroup::ReclaimMemory
+//   on the sandbox cgroup; EndSuspend prefetches (memory_prefetch.h).
+// * ChangeExporter: a copy of the upper dir (image::CopyDiffTree) with the
+//   host ids shifted back into the sandbox's range.
 #pragma once
 
 #include <cstdint>

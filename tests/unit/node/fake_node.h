@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "node/layer_provider.h"
+#include <nlohmann/json.hpp>
+
 #include "runtime/backend.h"
 
 namespace warren::testing {
@@ -152,6 +154,7 @@ class FakeSandbox final : public runtime::Sandbox {
   }
   std::string Record() const override { return nlohmann::json{{"id", id_}, {"fake_pid", 4242}}.dump(); }
   pid_t init_pid() const override { return 4242; }
+  std::string_view backend_name() const override { return "container"; }
 
  private:
   std::string id_;
@@ -163,6 +166,7 @@ class FakeBackend final : public runtime::Backend {
  public:
   explicit FakeBackend(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
   std::string name() const override { return "container"; }
+  runtime::Capabilities capabilities() const override { return {}; }
   StatusOr<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override {
     world_->Call("create:" + spec.id);
     struct stat st;

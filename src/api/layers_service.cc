@@ -1,0 +1,103 @@
+#include "api/layers_service.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "api/convert.h"
+#include "api/status_map.h"
+#include "common/log.h"
+#include "common/unique_fd.h"
+
+namespace warren::api {
+
+namespace v1 = ::warren::v1;
+
+void LayersService::ToLayer(const image::LayerInfo& li, v1::Layer* out) const {
+  ToProto(li, out);
+  out->set_in_use(deps_.manager->LayerUsers(li.digest));
+  out->set_mounted(deps_.manager->layers().IsMounted(li.digest));
+}
+
+grpc::Status LayersService::Build(grpc::ServerContext* ctx, grpc::ServerReader<v1::BuildLayerRequest>* reader,
+                                  v1::Layer* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  v1::BuildLayerRequest msg;
+  if (!reader->Read(&msg)) return Invalid("empty stream: the first message must carry the name");
+  if (msg.name().empty()) return Invalid("name is empty");
+  const std::string name = msg.name();
+  node::LayerProvider& layers = deps_.manager->layers();
+  if (!msg.source_dir().empty()) {
+    RETURN_IF_GRPC_ERROR(
+        Authorizer::RequireLocal(*ctx, "source_dir builds are accepted only over the unix socket"));
+    if (msg.source_dir()[0] != '/') {
+      return Invalid("source_dir=" + Quote(msg.source_dir()) + " must be an absolute path");
+    }
+    if (!msg.tar_chunk().empty()) return Invalid("give either source_dir or tar_chunk, not both");
+    ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, layers.BuildFromDir(name, msg.source_dir()));
+    warren::Log(spdlog::level::info, "layer built",
+                {{"layer", name}, {"digest", li.digest}, {"from", msg.source_dir()}});
+    ToLayer(li, resp);
+    return grpc::Status::OK;
+  }
+  // Spool the tar next to the store (same file system, no copy of a huge
+  // upload into memory); removed whatever happens.
+  std::string dir = layers.TmpDir();
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ToGrpcStatus(ErrnoToStatus(errno, "mkdir(" + dir + ")"));
+  }
+  std::string path = dir + "/upload-XXXXXX";
+  UniqueFd fd(::mkostemp(path.data(), O_CLOEXEC));
+  if (!fd.valid()) return ToGrpcStatus(ErrnoToStatus(errno, "mkostemp(" + path + ")"));
+  struct Unlink {
+    std::string p;
+    ~Unlink() { ::unlink(p.c_str()); }
+  } unlink_guard{path};
+  uint64_t total = 0;
+  do {
+    if (!msg.source_dir().empty()) return Invalid("source_dir is only allowed in the first message");
+    const std::string& data = msg.tar_chunk();
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ToGrpcStatus(ErrnoToStatus(errno, "write(" + path + ")"));
+      off += static_cast<size_t>(n);
+    }
+    total += data.size();
+  } while (reader->Read(&msg));
+  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+  if (total == 0) return Invalid("no tar data and no source_dir");
+  fd.reset();
+  ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, layers.BuildFromTar(name, path));
+  warren::Log(spdlog::level::info, "layer built",
+              {{"layer", name}, {"digest", li.digest}, {"tar_bytes", std::to_string(total)}});
+  ToLayer(li, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LayersService::Get(grpc::ServerContext* ctx, const v1::GetLayerRequest* req, v1::Layer* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (req->ref().empty()) return Invalid("ref is empty");
+  ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->layers().Resolve(req->ref()));
+  ToLayer(li, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersRequest*,
+                                 v1::ListLayersResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  for (const auto& li : deps_.manager->layers().List()) ToLayer(li, resp->add_layers());
+  return grpc::Status::OK;
+}
+
+grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLayerRequest* req, v1::Empty*) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (req->ref().empty()) return Invalid("ref is empty");
+  return ToGrpcStatus(deps_.manager->RemoveLayer(req->ref()));
+}
+
+}  // namespace warren::api

@@ -1,0 +1,166 @@
+#include "api/lifecycle_service.h"
+
+#include "api/convert.h"
+#include "api/status_map.h"
+
+namespace warren::api {
+
+namespace v1 = ::warren::v1;
+
+grpc::Status LifecycleService::JobHeartbeat(grpc::ServerContext* ctx, const v1::JobHeartbeatRequest* req,
+                                            v1::Job* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  ASSIGN_OR_RETURN_GRPC(node::JobInfo j, deps_.manager->JobHeartbeat(req->job(), req->lease_s(), req->grace_s()));
+  ToProto(j, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::GetJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::Job* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (req->job().empty()) return Invalid("job is empty");
+  ASSIGN_OR_RETURN_GRPC(node::JobInfo j, deps_.manager->GetJob(req->job()));
+  ToProto(j, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::SuspendJob(grpc::ServerContext* ctx, const v1::JobRequest* req,
+                                          v1::JobActionResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (req->job().empty()) return Invalid("job is empty");
+  resp->set_affected(deps_.manager->SuspendJob(req->job(), "job suspend requested"));
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::ResumeJob(grpc::ServerContext* ctx, const v1::JobRequest* req,
+                                         v1::JobActionResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (req->job().empty()) return Invalid("job is empty");
+  resp->set_affected(deps_.manager->ResumeJob(req->job()));
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::DestroyJob(grpc::ServerContext* ctx, const v1::JobRequest* req,
+                                          v1::JobActionResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (req->job().empty()) return Invalid("job is empty");
+  resp->set_affected(deps_.manager->DestroyJob(req->job(), "job destroy requested"));
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
+                                        v1::ListJobsResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  for (const node::JobInfo& j : deps_.manager->ListJobs()) ToProto(j, resp->add_jobs());
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::ExtendTtlRequest* req,
+                                         v1::Sandbox* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->ExtendTtl(req->id(), req->ttl_s()));
+  ToProto(info, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::Pause(grpc::ServerContext* ctx, const v1::PauseRequest* req, v1::Sandbox* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Pause(req->id())));
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  ToProto(info, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req, v1::Sandbox* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Resume(req->id(), !req->no_prefetch())));
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  ToProto(info, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::Suspend(grpc::ServerContext* ctx, const v1::SuspendRequest* req, v1::Sandbox* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Suspend(req->id())));
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  ToProto(info, resp);
+  if (StatusOr<node::SandboxMemory> m = deps_.manager->Memory(req->id()); m.ok()) {
+    resp->set_memory_bytes(m->memory_bytes);
+    resp->set_swap_bytes(m->swap_bytes);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest* req,
+                                        v1::SnapshotResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  node::SnapshotRequest r;
+  r.id = req->id();
+  r.name = req->name();
+  r.exclude.assign(req->exclude().begin(), req->exclude().end());
+  for (const auto& x : r.exclude) {
+    if (x.empty() || x.find('\0') != std::string::npos) {
+      return Invalid("exclude entry " + Quote(x) + " is empty or has NUL");
+    }
+  }
+  r.pause = !req->no_pause();
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->Snapshot(r));
+  ToProto(li, resp->mutable_layer());
+  for (const auto& d : info.layer_digests) resp->add_layers(d);
+  resp->add_layers(li.digest);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  node::ForkRequest r;
+  r.id = req->id();
+  r.count = req->count();
+  r.labels = std::map<std::string, std::string>(req->labels().begin(), req->labels().end());
+  r.ttl_s = req->ttl_s();
+  r.exclude.assign(req->exclude().begin(), req->exclude().end());
+  for (const auto& x : r.exclude) {
+    if (x.empty() || x.find('\0') != std::string::npos) {
+      return Invalid("exclude entry " + Quote(x) + " is empty or has NUL");
+    }
+  }
+  r.pause = !req->no_pause();
+  ASSIGN_OR_RETURN_GRPC(node::ForkResult res, deps_.manager->Fork(r));
+  ToProto(res.layer, resp->mutable_layer());
+  for (const node::SandboxInfo& f : res.sandboxes) ToProto(f, resp->add_sandboxes());
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::Grade(grpc::ServerContext* ctx, const v1::GradeRequest* req, v1::GradeResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  node::GradeRequest g;
+  g.id = req->id();
+  RETURN_IF_GRPC_ERROR(ToExecSpec(req->grader(), &g.grader));
+  g.protected_paths.assign(req->protected_paths().begin(), req->protected_paths().end());
+  g.solution.assign(req->solution().begin(), req->solution().end());
+  ASSIGN_OR_RETURN_GRPC(node::GradeResult res, deps_.manager->Grade(g));
+  ToProto(std::move(res.outcome), resp->mutable_result());
+  for (const auto& t : res.touched) resp->add_touched(t);
+  resp->set_grade_sandbox_id(res.grade_sandbox_id);
+  resp->set_touched_truncated(res.touched_truncated);
+  resp->set_rejected(res.rejected);
+  return grpc::Status::OK;
+}
+
+grpc::Status LifecycleService::AuditLog(grpc::ServerContext* ctx, const v1::AuditLogRequest* req,
+                                        v1::AuditLogResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  ASSIGN_OR_RETURN_GRPC(std::vector<nlohmann::json> entries, deps_.manager->AuditLog(req->id()));
+  for (const auto& e : entries) resp->add_entries(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return grpc::Status::OK;
+}
+
+}  // namespace warren::api

@@ -1,0 +1,52 @@
+#include "api/node_service.h"
+
+#include <sys/sysinfo.h>
+
+#include <fstream>
+
+#include "api/status_map.h"
+
+namespace warren::api {
+namespace {
+
+namespace v1 = ::warren::v1;
+
+// MemAvailable of /proc/meminfo; 0 when unreadable.
+uint64_t MemAvailableBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  for (int i = 0; i < 64 && f >> key >> kb >> unit; ++i) {
+    if (key == "MemAvailable:") return kb << 10;
+  }
+  return 0;
+}
+
+}  // namespace
+
+grpc::Status NodeService::Status(grpc::ServerContext* ctx, const v1::NodeStatusRequest*, v1::NodeStatus* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  node::SandboxManager& m = *deps_.manager;
+  node::NodeCounters c = m.Counters();
+  resp->set_node_id(m.options().node_id);
+  resp->set_version(facts_.version);
+  for (const auto& b : m.BackendNames()) resp->add_backends(b);
+  for (const auto& b : extra_backends_) resp->add_backends(b);
+  resp->set_sandboxes(c.sandboxes);
+  resp->set_layers(static_cast<uint32_t>(m.layers().List().size()));
+  resp->set_layers_mounted(static_cast<uint32_t>(m.layers().MountedCount()));
+  if (facts_.cgroup_version != 0) resp->set_cgroup_version("v" + std::to_string(facts_.cgroup_version));
+  resp->set_cgroup_parent(facts_.cgroup_parent);
+  resp->set_idmapped_mounts(facts_.idmapped_mounts);
+  resp->set_file_backed_erofs(m.layers().FileBackedErofs());
+  resp->set_state_dir(m.options().state_dir);
+  resp->set_started_at_ns(c.started_at_ns);
+  resp->set_cpus(c.cpus);
+  struct sysinfo si;
+  if (sysinfo(&si) == 0) resp->set_memory_total_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
+  resp->set_memory_available_bytes(MemAvailableBytes());
+  return grpc::Status::OK;
+}
+
+}  // namespace warren::api

@@ -1,0 +1,38 @@
+// warren.v1.Node: the node's status (identity, backends, counters, memory).
+//
+// Thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "api/service_deps.h"
+#include "warren/v1/warren.grpc.pb.h"
+
+namespace warren::api {
+
+// Static facts about the node, reported by Node.Status.
+struct NodeFacts {
+  std::string version = "0.1.0";
+  int cgroup_version = 0;
+  std::string cgroup_parent;
+  bool idmapped_mounts = false;
+};
+
+class NodeService final : public warren::v1::Node::Service {
+ public:
+  // `extra_backends`: served outside the sandbox manager (e.g. "fncall");
+  // listed after the manager's.
+  NodeService(ServiceDeps deps, NodeFacts facts, std::vector<std::string> extra_backends)
+      : deps_(deps), facts_(std::move(facts)), extra_backends_(std::move(extra_backends)) {}
+
+  grpc::Status Status(grpc::ServerContext* ctx, const warren::v1::NodeStatusRequest* req,
+                      warren::v1::NodeStatus* resp) override;
+
+ private:
+  const ServiceDeps deps_;
+  const NodeFacts facts_;
+  const std::vector<std::string> extra_backends_;
+};
+
+}  // namespace warren::api

@@ -1,0 +1,16 @@
+// What every warren.v1 service over the sandbox manager borrows. Each
+// handler's first statement is `RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));`
+// (api/auth.h), before it reads its request.
+#pragma once
+
+#include "api/auth.h"
+#include "node/sandbox_manager.h"
+
+namespace warren::api {
+
+struct ServiceDeps {
+  node::SandboxManager* manager;  // borrowed; outlives the services
+  const Authorizer* auth;         // borrowed; outlives the services
+};
+
+}  // namespace warren::api
