@@ -22,7 +22,7 @@ def test_fork_keeps_env_workdir_user_limits_labels_job(client, base_layer):
     with client.create(layers=[base_layer], env={"RAW": raw, "K": "v"}, workdir="/w/app", user="1000:1000",
                        memory_mb=300, pids=77, open_files=333, cpu=0.5, labels={"task": "t1", "keep": "me"},
                        job="fork-job", ttl_s=900, idle_timeout_s=600) as src:
-        src.exec("echo hi > note.txt", timeout=30)
+        src.files.write("/w/app/note.txt", b"hi\n")
         resp = _fork(client, id=src.id, count=2, labels={"task": "t2", "fork": "yes"})
         assert len(resp.sandboxes) == 2
         assert resp.layer.digest
