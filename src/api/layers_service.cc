@@ -9,6 +9,7 @@
 
 #include "api/convert.h"
 #include "api/status_map.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 
@@ -59,15 +60,8 @@ grpc::Status LayersService::Build(grpc::ServerContext* ctx, grpc::ServerReader<v
   uint64_t total = 0;
   do {
     if (!msg.source_dir().empty()) return Invalid("source_dir is only allowed in the first message");
-    const std::string& data = msg.tar_chunk();
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ToGrpcStatus(ErrnoToStatus(errno, "write(" + path + ")"));
-      off += static_cast<size_t>(n);
-    }
-    total += data.size();
+    RETURN_IF_GRPC_ERROR(ToGrpcStatus(WriteAll(fd.get(), msg.tar_chunk(), path)));
+    total += msg.tar_chunk().size();
   } while (reader->Read(&msg));
   if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
   if (total == 0) return Invalid("no tar data and no source_dir");

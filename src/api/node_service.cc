@@ -2,9 +2,10 @@
 
 #include <sys/sysinfo.h>
 
-#include <fstream>
+#include <sstream>
 
 #include "api/status_map.h"
+#include "common/file_util.h"
 
 namespace warren::api {
 namespace {
@@ -13,11 +14,13 @@ namespace v1 = ::warren::v1;
 
 // MemAvailable of /proc/meminfo; 0 when unreadable.
 uint64_t MemAvailableBytes() {
-  std::ifstream f("/proc/meminfo");
+  StatusOr<std::string> meminfo = ReadSmallFile("/proc/meminfo");
+  if (!meminfo.ok()) return 0;
+  std::istringstream in(*meminfo);
   std::string key;
   uint64_t kb = 0;
   std::string unit;
-  for (int i = 0; i < 64 && f >> key >> kb >> unit; ++i) {
+  for (int i = 0; i < 64 && in >> key >> kb >> unit; ++i) {
     if (key == "MemAvailable:") return kb << 10;
   }
   return 0;

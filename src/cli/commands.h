@@ -97,10 +97,11 @@ struct RlArgs {
   std::vector<std::string> exclude;          // snapshot --exclude GLOB
   bool no_pause = false;                     // snapshot --no-pause
   uint32_t n = 0;                            // fork -n
+  std::vector<std::string> labels;           // fork --label K=V
   std::vector<std::string> protected_paths;  // grade --protected PATH (deprecated)
   std::vector<std::string> solution;         // grade --solution PATH
   double timeout_s = 0;                      // grade --timeout
-  uint32_t ttl_s = 0;                        // ttl ID SECONDS
+  uint32_t ttl_s = 0;                        // ttl ID SECONDS; fork --ttl
   uint32_t lease_s = 0, grace_s = 0;         // job heartbeat --lease/--grace
 };
 

@@ -21,7 +21,7 @@ nlohmann::json JobToJson(const v1::Job& j) {
 std::vector<std::string> JobRow(const v1::Job& j) {
   std::string lease = j.lease_s() == 0 ? "-" : absl::StrCat(j.lease_s(), "s");
   std::string left = "-";
-  if (j.lease_s() > 0 && !j.lapsed()) left = absl::StrCat(std::max<int64_t>(0, (j.lease_expires_at_ns() - NowNs()) / 1000000000), "s");
+  if (j.lease_s() > 0 && !j.lapsed()) left = absl::StrCat(std::max<int64_t>(0, (j.lease_expires_at_ns() - WallNowNs()) / 1000000000), "s");
   return {j.name(), absl::StrCat(j.sandboxes()), lease, absl::StrCat(j.grace_s(), "s"), j.lapsed() ? "lapsed" : "ok", left};
 }
 

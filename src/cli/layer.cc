@@ -100,7 +100,7 @@ int RunLayerLs(Invocation& inv) {
   }
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "DIGEST", "SIZE", "IN_USE", "MOUNTED", "AGE"}};
-  int64_t now = NowNs();
+  int64_t now = WallNowNs();
   for (const v1::Layer& l : resp.layers()) {
     rows.push_back({l.name().empty() ? "-" : l.name(), ShortDigest(l.digest()),
                     FormatBytes(l.size_bytes()), absl::StrCat(l.in_use()),
@@ -129,7 +129,7 @@ int RunLayerGet(Invocation& inv) {
   PrintTable(std::cout, {{"name:", l.name()},
                          {"digest:", l.digest()},
                          {"size:", absl::StrCat(l.size_bytes(), " (", FormatBytes(l.size_bytes()), ")")},
-                         {"age:", FormatAge(l.created_at_ns(), NowNs())},
+                         {"age:", FormatAge(l.created_at_ns(), WallNowNs())},
                          {"in_use:", absl::StrCat(l.in_use())},
                          {"mounted:", l.mounted() ? "yes" : "no"}});
   return kExitOk;

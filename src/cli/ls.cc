@@ -47,7 +47,7 @@ int RunLs(Invocation& inv) {
   }
   std::vector<std::vector<std::string>> rows = {
       {"ID", "BACKEND", "STATE", "AGE", "LAYERS", "CPU", "MEM"}};
-  int64_t now = NowNs();
+  int64_t now = WallNowNs();
   for (const v1::Sandbox& s : resp.sandboxes()) {
     rows.push_back({s.id(), s.backend(), StateName(s.state()),
                     FormatAge(s.created_at_ns(), now), LayersColumn(s),
@@ -88,7 +88,7 @@ int RunGet(Invocation& inv) {
       {"id:", s.id()},
       {"backend:", s.backend()},
       {"state:", StateName(s.state())},
-      {"age:", FormatAge(s.created_at_ns(), NowNs())},
+      {"age:", FormatAge(s.created_at_ns(), WallNowNs())},
       {"job:", s.job()},
       {"hostname:", s.hostname()},
       {"init_pid:", absl::StrCat(s.init_pid())},

@@ -165,12 +165,6 @@ std::string ShortDigest(const std::string& digest) {
   return digest.size() > kPrefix ? digest.substr(0, kPrefix) : digest;
 }
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 void PrintTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& row : rows) {
@@ -192,46 +186,6 @@ void PrintError(const Status& s) {
   std::cout.flush();
   std::string msg(s.message());
   std::cerr << "error: " << absl::StatusCodeToString(s.code()) << ": " << msg << std::endl;
-}
-
-StatusOr<size_t> ReadFull(int fd, char* buf, size_t len, const std::string& what) {
-  size_t filled = 0;
-  while (filled < len) {
-    ssize_t n = ::read(fd, buf + filled, len - filled);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "read(" + what + ")");
-    }
-    if (n == 0) break;
-    filled += static_cast<size_t>(n);
-  }
-  return filled;
-}
-
-StatusOr<std::string> ReadAll(int fd, const std::string& what) {
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "read(" + what + ")");
-    }
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-  }
-}
-
-Status WriteAll(int fd, std::string_view data, const std::string& what) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write(" + what + ")");
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace warren::cli

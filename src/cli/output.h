@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_util.h"  // ReadAll, ReadFull, WriteAll
 #include "common/status.h"
+#include "common/time.h"  // WallNowNs
 #include "warren/v1/warren.pb.h"
 
 namespace warren::cli {
@@ -40,21 +42,11 @@ std::string FormatAge(int64_t created_at_ns, int64_t now_ns);
 std::string FormatBytes(uint64_t bytes);
 // Short digest for tables: "sha256:0123456789ab".
 std::string ShortDigest(const std::string& digest);
-int64_t NowNs();
 
 // Left-aligned columns separated by two spaces; the first row is the header.
 void PrintTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows);
 
 // "error: NOT_FOUND: <message>" on stderr.
 void PrintError(const Status& s);
-
-// read(2) until `len` bytes or EOF; returns the count (< len only at EOF).
-StatusOr<size_t> ReadFull(int fd, char* buf, size_t len, const std::string& what);
-
-// read(2) to EOF; EINTR retried.
-StatusOr<std::string> ReadAll(int fd, const std::string& what);
-
-// write(2) until done; EINTR retried.
-Status WriteAll(int fd, std::string_view data, const std::string& what);
 
 }  // namespace warren::cli

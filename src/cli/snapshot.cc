@@ -1,9 +1,11 @@
 // warren snapshot ID [--exclude GLOB]... [--name KIND/NAME@VERSION] [--no-pause]:
 //   the sandbox's changes become a layer; prints the layer digest (--json:
 //   the layer and the layers to create from).
-// warren fork ID -n N: N new running sandboxes from the sandbox's current
-//   file system (snapshot + N creates with its resources, labels and job);
-//   prints their ids, one per line.
+// warren fork ID -n N [--exclude GLOB]... [--no-pause] [--ttl S] [--label K=V]...:
+//   N new running sandboxes from the sandbox's current file system, made by
+//   the daemon in one call (Lifecycle.Fork: all or nothing; they keep its
+//   resources, env, workdir, user, labels, ttl and job; --label K=V is
+//   merged over the labels, --ttl S replaces the TTL); prints their ids, one per line.
 // warren grade ID --solution PATH... [--timeout S] -- CMD...: runs the
 //   grader in a fresh sandbox from the pristine layers + the agent's changes
 //   under the solution paths only; prints the grader's output, reports the
@@ -21,7 +23,7 @@
 namespace warren::cli {
 namespace {
 
-constexpr uint32_t kMaxFork = 1024;
+constexpr uint32_t kMaxFork = 256;  // ForkRequest.count
 
 StatusOr<v1::SnapshotResponse> DoSnapshot(Client& client, const RlArgs& a) {
   v1::Lifecycle::Stub stub(client.channel());
@@ -58,54 +60,34 @@ int RunFork(Invocation& inv) {
   if (a.n < 1 || a.n > kMaxFork) {
     return UsageError(absl::InvalidArgumentError(absl::StrCat("-n must be in [1, ", kMaxFork, "], got ", a.n)));
   }
-  Client client(inv.global);
-  v1::Sandbox src;
-  {
-    grpc::ClientContext ctx;
-    client.Prepare(&ctx);
-    v1::GetSandboxRequest req;
-    req.set_id(a.id);
-    if (Status st = FromGrpc(client.sandboxes().Get(&ctx, req, &src)); !st.ok()) {
-      PrintError(st);
-      return kExitError;
-    }
+  v1::ForkRequest req;
+  req.set_id(a.id);
+  req.set_count(a.n);
+  for (const std::string& x : a.exclude) req.add_exclude(x);
+  req.set_no_pause(a.no_pause);
+  req.set_ttl_s(a.ttl_s);
+  for (const std::string& kv : a.labels) {
+    StatusOr<std::pair<std::string, std::string>> p = ParseKeyValue(kv, "--label");
+    if (!p.ok()) return UsageError(p.status());
+    (*req.mutable_labels())[p->first] = p->second;
   }
-  StatusOr<v1::SnapshotResponse> snap = DoSnapshot(client, a);
-  if (!snap.ok()) {
-    PrintError(snap.status());
+  Client client(inv.global);
+  v1::Lifecycle::Stub stub(client.channel());
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::ForkResponse resp;
+  if (Status st = FromGrpc(stub.Fork(&ctx, req, &resp)); !st.ok()) {
+    PrintError(st);
     return kExitError;
   }
-  v1::CreateSandboxRequest cr;
-  cr.set_backend(src.backend());
-  for (const std::string& l : snap->layers()) cr.add_layers(l);
-  *cr.mutable_resources() = src.resources();
-  *cr.mutable_labels() = src.labels();
-  cr.set_job(src.job());
-  cr.set_ttl_s(src.ttl_s());
-  cr.set_idle_timeout_s(src.idle_timeout_s());
   std::vector<std::string> ids;
-  for (uint32_t i = 0; i < a.n; ++i) {
-    grpc::ClientContext ctx;
-    client.Prepare(&ctx);
-    v1::Sandbox sb;
-    if (Status st = FromGrpc(client.sandboxes().Create(&ctx, cr, &sb)); !st.ok()) {
-      // Undo: the copies made so far go (the snapshot layer stays, named).
-      for (const std::string& id : ids) {
-        grpc::ClientContext dctx;
-        client.Prepare(&dctx);
-        v1::DestroySandboxRequest dr;
-        dr.set_id(id);
-        v1::DestroySandboxResponse dresp;
-        (void)client.sandboxes().Destroy(&dctx, dr, &dresp);
-      }
-      PrintError(st);
-      return kExitError;
-    }
-    ids.push_back(sb.id());
+  std::vector<std::string> layers;
+  for (const v1::Sandbox& sb : resp.sandboxes()) ids.push_back(sb.id());
+  if (!resp.sandboxes().empty()) {
+    layers.assign(resp.sandboxes(0).layers().begin(), resp.sandboxes(0).layers().end());
   }
   if (inv.global.json) {
-    PrintJson({{"ids", ids}, {"layer", LayerToJson(snap->layer())},
-               {"layers", std::vector<std::string>(snap->layers().begin(), snap->layers().end())}});
+    PrintJson({{"ids", ids}, {"layer", LayerToJson(resp.layer())}, {"layers", layers}});
   } else {
     for (const std::string& id : ids) std::cout << id << "\n";
     std::cout.flush();
@@ -191,6 +173,12 @@ void AddSnapshotCommands(CLI::App& root, Invocation& inv) {
   fork->fallthrough();
   fork->add_option("id", a.id, "sandbox id")->required();
   fork->add_option("-n", a.n, "number of copies")->required();
+  fork->add_option("--exclude", a.exclude, "fnmatch pattern of absolute paths left out of the copies; repeatable")
+      ->allow_extra_args(false);
+  fork->add_flag("--no-pause", a.no_pause, "do not freeze the sandbox while its changes are read");
+  fork->add_option("--ttl", a.ttl_s, "TTL of the copies in seconds (default: the sandbox's)");
+  fork->add_option("--label", a.labels, "K=V label of the copies (merged over the sandbox's); repeatable")
+      ->allow_extra_args(false);
   fork->callback([&inv] {
     inv.verb = "fork";
     inv.run = RunFork;

@@ -39,7 +39,7 @@ int RunStatus(Invocation& inv) {
       {"idmapped_mounts:", yes_no(n.idmapped_mounts())},
       {"file_backed_erofs:", yes_no(n.file_backed_erofs())},
       {"state_dir:", n.state_dir()},
-      {"uptime:", FormatAge(n.started_at_ns(), NowNs())},
+      {"uptime:", FormatAge(n.started_at_ns(), WallNowNs())},
       {"cpus:", absl::StrCat(n.cpus())},
       {"memory:", absl::StrCat(FormatBytes(n.memory_available_bytes()), " available of ",
                                FormatBytes(n.memory_total_bytes()))},

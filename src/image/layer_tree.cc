@@ -16,7 +16,7 @@
 #include <set>
 
 #include "common/unique_fd.h"
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 
 namespace warren::image {
 namespace {

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "node/admission/validate.h"
 #include "node/rollback.h"

@@ -95,3 +95,26 @@ def test_async_streaming_processes_and_sessions(daemon, base_layer) -> None:
                     assert (await sh.run("echo ok", timeout=30)).stdout == b"ok\n"
 
     asyncio.run(main())
+
+
+def test_async_suspend_resume_and_jobs(daemon, base_layer) -> None:
+    """The async side has every method of the sync one: suspend (raised
+    AttributeError), resume(prefetch=...), jobs(), create(retries=...)."""
+    async def main() -> None:
+        async with warren.AsyncClient("unix:" + str(daemon.socket)) as ac:
+            job = f"async-suspend-{time.monotonic_ns()}"
+            async with await ac.create(layers=[base_layer], job=job, retries=3) as sb:
+                await sb.files.write("/tmp/kept", b"kept\n")
+                p = await sb.spawn("sleep 1000")
+                info = await sb.suspend()
+                assert info.state == "suspended"
+                assert (await sb.info()).state == "suspended"
+                assert (await sb.resume(prefetch=False)).state == "running"
+                assert await sb.files.read("/tmp/kept") == b"kept\n"
+                assert (await p.info()).running
+                await sb.suspend()
+                assert (await sb.resume()).state == "running"
+                assert job in [j.name for j in await ac.jobs()]
+                assert [s.id for s in await ac.job(job).list()] == [sb.id]
+
+    asyncio.run(main())

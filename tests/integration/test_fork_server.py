@@ -1,4 +1,4 @@
-"""Fork on the server (Lifecycle.Fork): snapshot + count sandboxes made by the
+"""Fork on the server (Lifecycle.Fork), node side: snapshot + count sandboxes made by the
 node, each keeping the source's env (byte-exact), workdir, user, limits,
 labels (merged with the request's), job, TTL and idle timeout; all or
 nothing. Called through the generated stub (the SDK switches to it)."""

@@ -75,7 +75,7 @@ def test_duplicate_ids_and_bad_json_are_errors(tmp_path):
     with pytest.raises(we.EvalFormatError, match="duplicate task id t1"):
         we.load_tasks(tmp_path)
     _write(tmp_path / "tasks.jsonl", ["{not json"])
-    with pytest.raises(we.EvalFormatError, match="tasks.jsonl:1: invalid JSON"):
+    with pytest.raises(we.EvalFormatError, match=r"tasks\.jsonl:1: invalid JSON"):
         we.load_tasks(tmp_path)
     _write(tmp_path / "tasks.jsonl", [])
     with pytest.raises(we.EvalFormatError, match="no tasks"):

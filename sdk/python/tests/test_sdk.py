@@ -67,7 +67,7 @@ class Fake(pb_grpc.SandboxesServicer, pb_grpc.FilesServicer, pb_grpc.LayersServi
 
     def Read(self, req, ctx):
         self._record(req, ctx)
-        for i, c in enumerate(self.read_chunks):
+        for c in self.read_chunks:
             if isinstance(c, tuple):
                 ctx.abort(*c)
             yield pb.ReadFileChunk(data=c)

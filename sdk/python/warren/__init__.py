@@ -12,14 +12,28 @@ gRPC status codes.
 
 from .aio import AsyncClient, AsyncSandbox
 from .client import CHUNK_SIZE, DEFAULT_ADDR, Client, Files, Layers, Sandbox
-from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
-                     FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
-                     PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
-                     Unimplemented, Unknown, WarrenError)
+from .errors import (
+                     Aborted,
+                     AlreadyExists,
+                     Cancelled,
+                     DataLoss,
+                     DeadlineExceeded,
+                     FailedPrecondition,
+                     Internal,
+                     InvalidArgument,
+                     NotFound,
+                     OutOfRange,
+                     PermissionDenied,
+                     ResourceExhausted,
+                     Unauthenticated,
+                     Unavailable,
+                     Unimplemented,
+                     Unknown,
+                     WarrenError,
+)
+from .fncall import FnCallRequest, FnCallResult
+from .process import ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput, Session
 from .types import ExecResult, FileInfo, Layer, NodeStatus, Resources, SandboxInfo
-from .fncall import FnCallRequest, FnCallResult  # fncall (issue 5)
-from .process import (ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput,  # issue 3
-                      Session)
 
 __version__ = "0.1.0"
 

@@ -97,7 +97,7 @@ class Turn:
     timeout_s: Optional[float] = None
 
     @classmethod
-    def parse(cls, d: Any, where: str) -> "Turn":
+    def parse(cls, d: Any, where: str) -> Turn:
         if not isinstance(d, dict):
             raise EvalFormatError(f"{where}: a turn must be an object, got {type(d).__name__}")
         t = d.get("type")
@@ -200,7 +200,7 @@ def _read_jsonl(path: Path) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
-def load_trajectories(path: "os.PathLike[str] | str") -> Dict[str, Trajectory]:
+def load_trajectories(path: os.PathLike[str] | str) -> Dict[str, Trajectory]:
     """Reads a trajectories JSONL file: {"id": str, "turns": [turn, ...]}
     per line. Raises EvalFormatError."""
     out: Dict[str, Trajectory] = {}
@@ -218,8 +218,8 @@ def load_trajectories(path: "os.PathLike[str] | str") -> Dict[str, Trajectory]:
     return out
 
 
-def load_tasks(path: "os.PathLike[str] | str",
-               trajectories: "os.PathLike[str] | str | None" = None) -> List[Task]:
+def load_tasks(path: os.PathLike[str] | str,
+               trajectories: os.PathLike[str] | str | None = None) -> List[Task]:
     """Reads tasks (a tasks.jsonl file, or a dir holding tasks.jsonl) and
     resolves each task's trajectory: an inline object, or an id looked up in
     `trajectories` (default: trajectories.jsonl beside the tasks file).
@@ -246,11 +246,11 @@ def load_tasks(path: "os.PathLike[str] | str",
         seen.add(tid)
         where = f"{where} (task {tid})"
 
-        def strs(k: str, required: bool = True) -> Tuple[str, ...]:
-            v = d.get(k, None if required else [])
+        def strs(k: str, required: bool = True) -> Tuple[str, ...]:  # called in this iteration only
+            v = d.get(k, None if required else [])  # noqa: B023
             if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v) or \
                     (required and not v):
-                raise EvalFormatError(f"{where}: {k} must be a {'non-empty ' if required else ''}"
+                raise EvalFormatError(f"{where}: {k} must be a {'non-empty ' if required else ''}"  # noqa: B023
                                       f"list of non-empty strings")
             return tuple(v)
 
@@ -476,7 +476,7 @@ class _MemorySampler:
         while not self._stop.wait(self._period):
             self._sample()
 
-    def __enter__(self) -> "_MemorySampler":
+    def __enter__(self) -> _MemorySampler:
         self._sample()
         self._thread.start()
         return self
@@ -561,7 +561,7 @@ class EvalReport:
             d["rollouts"].append(x)
         return d
 
-    def write_json(self, path: "os.PathLike[str] | str") -> None:
+    def write_json(self, path: os.PathLike[str] | str) -> None:
         tmp = f"{path}.tmp"
         with open(tmp, "w") as f:
             json.dump(self.to_json(), f, indent=1)
@@ -591,7 +591,7 @@ def run(client: Client, tasks: Sequence[Task], n: Optional[int] = None, concurre
         if lacking:
             raise errors.InvalidArgument(f"eval: --grade isolated needs each task's solution paths; "
                                          f"missing in {', '.join(lacking[:5])}")
-    for ref in sorted({l for t in tasks for l in t.layers}):
+    for ref in sorted({layer for t in tasks for layer in t.layers}):
         client.layers.get(ref)  # NotFound names the missing layer
     run_id = uuid.uuid4().hex[:12]
     labels = {"warren-eval": run_id}

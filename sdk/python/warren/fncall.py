@@ -1,4 +1,4 @@
-"""fncall: stateless function calls on warrend's warm worker pool (issue 5).
+"""fncall: stateless function calls on warrend's warm worker pool.
 
     import warren
     client = warren.Client()
@@ -18,7 +18,7 @@ gcc/g++ in the layers).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors
 from ._proto import fncall_pb2 as fpb
@@ -111,7 +111,7 @@ class FnCallResult:
         return not self.sandbox_error and self.run is not None and self.run.ok
 
     @staticmethod
-    def _from_pb(r: "fpb.FnCallResponse") -> "FnCallResult":
+    def _from_pb(r: fpb.FnCallResponse) -> FnCallResult:
         return FnCallResult(
             run=ExecResult._from_pb(r.run) if r.HasField("run") else None,
             compile=ExecResult._from_pb(r.compile) if r.HasField("compile") else None,
@@ -122,7 +122,7 @@ class FnCallResult:
 class FnCall:
     """The FnCall service of one Client (shares its channel and token)."""
 
-    def __init__(self, channel, metadata):
+    def __init__(self, channel: Any, metadata: Any):
         self._stub = fpb_grpc.FnCallStub(channel)
         self._md = metadata
 

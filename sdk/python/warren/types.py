@@ -79,7 +79,7 @@ class ExecResult:
         return self.stdout_text
 
     @classmethod
-    def _from_pb(cls, r: "pb.ExecResult") -> "ExecResult":
+    def _from_pb(cls, r: pb.ExecResult) -> ExecResult:
         return cls(
             exit_code=r.exit_code,
             signal=r.signal,
@@ -131,7 +131,7 @@ class FileInfo:
         return self.type == "symlink"
 
     @classmethod
-    def _from_pb(cls, f: "pb.FileInfo") -> "FileInfo":
+    def _from_pb(cls, f: pb.FileInfo) -> FileInfo:
         return cls(
             name=os.fsdecode(bytes(f.name)),
             name_bytes=bytes(f.name),
@@ -164,8 +164,8 @@ class Layer:
     mounted: bool
 
     @classmethod
-    def _from_pb(cls, l: "pb.Layer") -> "Layer":
-        return cls(l.digest, l.name, l.size_bytes, l.created_at_ns, l.in_use, l.mounted)
+    def _from_pb(cls, m: pb.Layer) -> Layer:
+        return cls(m.digest, m.name, m.size_bytes, m.created_at_ns, m.in_use, m.mounted)
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ class SandboxInfo:
     created_at_ns: int
     init_pid: int
     hostname: str
-    # Lifecycle (issue 4): TTL deadline (Unix ns, 0 = none), idle timeout,
+    # Lifecycle: TTL deadline (Unix ns, 0 = none), idle timeout,
     # last exec/file call (Unix ns), TTL in seconds.
     expires_at_ns: int = 0
     idle_timeout_s: int = 0
@@ -217,7 +217,7 @@ class SandboxInfo:
     swap_bytes: int = 0
 
     @classmethod
-    def _from_pb(cls, s: "pb.Sandbox") -> "SandboxInfo":
+    def _from_pb(cls, s: pb.Sandbox) -> SandboxInfo:
         r = s.resources
         return cls(
             id=s.id,
@@ -263,7 +263,7 @@ class NodeStatus:
     memory_available_bytes: int
 
     @classmethod
-    def _from_pb(cls, n: "pb.NodeStatus") -> "NodeStatus":
+    def _from_pb(cls, n: pb.NodeStatus) -> NodeStatus:
         return cls(
             node_id=n.node_id, version=n.version, backends=list(n.backends),
             sandboxes=n.sandboxes, layers=n.layers, layers_mounted=n.layers_mounted,

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 #include "image/layer_tree.h"
@@ -42,7 +42,7 @@ bool ValidInsidePath(const std::string& p) {
 }
 
 // The /etc/hosts the container backend writes into a new sandbox's upper
-// when its image has none (SeedEtcHosts in container_backend.cc, same text):
+// when its image has none (SeedEtcHosts in runtime/container/rootfs.cc, same text):
 // not a change of the agent's, so not reported as touched. Read through fds
 // without following symlinks, regular files of at most 4 KiB only.
 bool IsSeededEtcHosts(int upper_fd, const std::string& hostname) {

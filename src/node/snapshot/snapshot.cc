@@ -1,6 +1,6 @@
 #include "node/snapshot/snapshot_service.h"
 
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "image/layer_tree.h"
 #include "node/snapshot/freeze.h"

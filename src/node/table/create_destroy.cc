@@ -5,7 +5,7 @@
 #include <cerrno>
 
 #include "absl/strings/escaping.h"
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "node/records/sandbox_record.h"
 #include "node/rollback.h"

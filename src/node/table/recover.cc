@@ -1,6 +1,6 @@
 // SandboxTable: recovery of the sandboxes a previous daemon left (see
 // sandbox_table.h).
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "node/admission/validate.h"
 #include "node/records/sandbox_record.h"

@@ -338,7 +338,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     s.mutable_resources()->set_memory_mb(1024);
     (*s.mutable_labels())["team"] = "rl";
     s.set_job("run-1");
-    s.set_created_at_ns(NowNs() - 5000000000LL);
+    s.set_created_at_ns(WallNowNs() - 5000000000LL);
     return s;
   }
 

@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/escaping.h"
-#include "common/fs_tree.h"
+#include "common/file_util.h"
 
 #include "fake_node.h"
 

@@ -1,0 +1,783 @@
+"""Core of Client, Sandbox, Files, Layers and Job, written once for both
+sides (see warren._core): warren.client and warren.aio only pick the side."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import threading
+import time
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+from . import errors
+from ._core import (
+    END,
+    Background,
+    CloseChannel,
+    Emit,
+    Gen,
+    Next,
+    Open,
+    Rpc,
+    RpcStreamIn,
+    Sleep,
+    WaitBackground,
+    op,
+    streaming,
+)
+from ._proto import fncall_pb2 as fpb
+from ._proto import fncall_pb2_grpc as fpb_grpc
+from ._proto import process_pb2 as ppb
+from ._proto import process_pb2_grpc as ppb_grpc
+from ._proto import warren_pb2 as pb
+from ._proto import warren_pb2_grpc as pb_grpc
+from ._requests import (
+    _CREATE_GIVEN_UP,
+    ABANDON_RETRY_S,
+    DEFAULT_ADDR,
+    Cmd,
+    Data,
+    PathLike,
+    _check_data,
+    _chunks,
+    _create_request,
+    _exec_request,
+    _new_request_id,
+    _path_bytes,
+    _proc_request,
+    _start_options,
+    _target,
+    _u32,
+    _u32_or_u64,
+)
+from .fncall import FnCallRequest, FnCallResult
+from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
+from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
+
+if TYPE_CHECKING:
+    from .process import ProcessInfo
+
+SB = TypeVar("SB")      # the side's Sandbox
+JB = TypeVar("JB")      # the side's Job
+PR = TypeVar("PR")      # the side's Process
+XS = TypeVar("XS")      # the side's ExecStream
+SE = TypeVar("SE")      # the side's Session
+Env = Optional[Mapping[str, Union[str, bytes]]]
+
+# Backoff of create(retries=N): jittered, doubling from 10 ms up to 1 s.
+_RETRY_FIRST_S = 0.01
+_RETRY_MAX_S = 1.0
+
+
+def _channel_options() -> List[Tuple[str, int]]:
+    # Exec results carry up to 2 x 256 MiB of output.
+    return [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+class FilesCore:
+    """File API of one sandbox (``sb.files``). Paths are absolute inside the
+    sandbox (relative ones are taken from "/"), str (encoded with
+    surrogateescape) or bytes. They are resolved inside the sandbox root:
+    ".." never climbs above its "/".
+
+    Errors: NotFound (missing path), PermissionDenied, InvalidArgument,
+    ResourceExhausted (no space left), FailedPrecondition (sandbox not
+    running, directory not empty), each naming the path.
+    """
+
+    def __init__(self, sandbox: SandboxCore[Any, Any, Any, Any]):
+        self._sb = sandbox
+        self._stub = sandbox._client._files  # one stub per client: making one costs ~0.1 ms
+
+    def _md(self) -> Optional[List[Tuple[str, str]]]:
+        return self._sb._client._metadata
+
+    @op
+    def write(self, path: PathLike, data: Data, mode: int = 0o644, make_parents: bool = False,
+              timeout: Optional[float] = None, request_id: Optional[str] = None) -> Gen[int]:
+        """Creates or replaces the file at path with data (bytes, str as UTF-8,
+        a binary file object read in 1 MiB chunks, or an iterable of bytes/str
+        pieces; any size, streamed). Other types: InvalidArgument.
+        mode: permission bits of a new file. make_parents: create missing
+        parent directories (0755). Returns the number of bytes written.
+        timeout: RPC deadline in seconds (None = none)."""
+        p = _path_bytes(path)
+        mode = _u32("mode", mode) & 0o7777
+        sid = self._sb.id
+
+        def requests() -> Iterator[pb.WriteFileRequest]:
+            first = True
+            for chunk in _chunks(data):
+                if first:
+                    first = False
+                    yield pb.WriteFileRequest(sandbox_id=sid, path=p, mode=mode, make_parents=make_parents,
+                                              data=chunk, request_id=request_id or "")
+                else:
+                    yield pb.WriteFileRequest(data=chunk)
+            if first:  # empty file: the header alone
+                yield pb.WriteFileRequest(sandbox_id=sid, path=p, mode=mode, make_parents=make_parents,
+                                          request_id=request_id or "")
+
+        _check_data(data)
+        resp = yield RpcStreamIn(self._stub.Write, requests(), self._md(), timeout)
+        return int(resp.bytes_written)
+
+    @streaming(bytes)
+    def read_stream(self, path: PathLike, offset: int = 0, length: int = 0,
+                    timeout: Optional[float] = None) -> Gen[None]:
+        """Yields the file's bytes in chunks of at most 1 MiB, from offset
+        (bytes), length bytes (0 = to the end). Errors are raised while
+        iterating."""
+        req = pb.ReadFileRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                 offset=_u32_or_u64("offset", offset), length=_u32_or_u64("length", length))
+        st = yield Open(self._stub.Read, req, self._md(), timeout)
+        while True:
+            chunk = yield Next(st)
+            if chunk is END:
+                return
+            yield Emit(bytes(chunk.data))
+
+    @op
+    def read(self, path: PathLike, offset: int = 0, length: int = 0,
+             timeout: Optional[float] = None) -> Gen[bytes]:
+        """Returns the file's bytes (byte-exact), see read_stream."""
+        buf = io.BytesIO()
+        req = pb.ReadFileRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                 offset=_u32_or_u64("offset", offset), length=_u32_or_u64("length", length))
+        st = yield Open(self._stub.Read, req, self._md(), timeout)
+        while True:
+            chunk = yield Next(st)
+            if chunk is END:
+                return buf.getvalue()
+            buf.write(chunk.data)
+
+    @op
+    def stat(self, path: PathLike) -> Gen[FileInfo]:
+        """Returns the FileInfo of path (symlinks are not followed at the last
+        component). NotFound if it does not exist."""
+        r = yield Rpc(self._stub.Stat, pb.StatRequest(sandbox_id=self._sb.id, path=_path_bytes(path)), self._md())
+        return FileInfo._from_pb(r)
+
+    @op
+    def list(self, path: PathLike) -> Gen[List[FileInfo]]:
+        """Returns the entries of the directory path (no "." or "..")."""
+        r = yield Rpc(self._stub.ListDir, pb.ListDirRequest(sandbox_id=self._sb.id, path=_path_bytes(path)),
+                      self._md())
+        return [FileInfo._from_pb(e) for e in r.entries]
+
+    @op
+    def mkdir(self, path: PathLike, parents: bool = False, mode: int = 0o755) -> Gen[None]:
+        """Creates a directory. parents: like mkdir -p (missing parents are
+        created, no error if it exists); otherwise AlreadyExists if it exists."""
+        yield Rpc(self._stub.Mkdir, pb.MkdirRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                                    mode=_u32("mode", mode) & 0o7777, parents=parents), self._md())
+
+    @op
+    def remove(self, path: PathLike, recursive: bool = False) -> Gen[None]:
+        """Removes a file, symlink or empty directory; recursive removes a
+        whole tree. FailedPrecondition for a non-empty directory otherwise."""
+        yield Rpc(self._stub.Remove, pb.RemoveRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
+                                                      recursive=recursive), self._md())
+
+    @op
+    def rename(self, src: PathLike, dst: PathLike) -> Gen[None]:
+        """Renames src to dst (replacing dst like rename(2))."""
+        req = pb.RenameRequest(sandbox_id=self._sb.id, to=_path_bytes(dst), **{"from": _path_bytes(src)})
+        yield Rpc(self._stub.Rename, req, self._md())
+
+    @op
+    def exists(self, path: PathLike) -> Gen[bool]:
+        """True if path exists (a dangling symlink counts as existing)."""
+        try:
+            yield Rpc(self._stub.Stat, pb.StatRequest(sandbox_id=self._sb.id, path=_path_bytes(path)), self._md())
+            return True
+        except errors.NotFound:
+            return False
+
+
+# Fields of create() that fork() carries over on the server (ForkRequest).
+_FORK_FIELDS = ("labels", "ttl_s", "exclude", "pause")
+
+
+class SandboxCore(Generic[SB, PR, XS, SE]):
+    """Handle of one sandbox. Usable as a context manager: leaving the block
+    destroys the sandbox. Thread-safe: execs and file calls may run
+    concurrently; destroy() makes running execs return promptly."""
+
+    files: Any
+
+    def __init__(self, client: ClientCore[Any, Any], info: SandboxInfo):
+        self._client = client
+        self._info = info
+        self.id: str = info.id
+        self.files = client._files_cls(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r})"
+
+    def _exit(self) -> Gen[None]:
+        try:
+            c: Any = self._client
+            yield from ClientCore.destroy.fn(c, self.id)
+        except errors.NotFound:
+            pass
+
+    @property
+    def cached_info(self) -> SandboxInfo:
+        """The SandboxInfo of the last create/get/list/info call (no RPC)."""
+        return self._info
+
+    def _lc(self, method: str, req: Any, timeout: Optional[float] = None) -> Rpc:
+        c = self._client
+        return Rpc(getattr(c._lifecycle, method), req, c._metadata, timeout)
+
+    @op
+    def info(self) -> Gen[SandboxInfo]:
+        """Fetches the sandbox's current SandboxInfo. NotFound once destroyed."""
+        self._info = yield from self._client._get_info(self.id)
+        return self._info
+
+    @op
+    def destroy(self, timeout: Optional[float] = None) -> Gen[None]:
+        """Destroys the sandbox: its processes are killed, its files are gone.
+        NotFound if it does not exist (any more). timeout: RPC deadline in
+        seconds (None = none)."""
+        c: Any = self._client
+        yield from ClientCore.destroy.fn(c, self.id, timeout)
+
+    @op
+    def exec(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
+             stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
+             output_cap: Optional[int] = None, kill_grace: Optional[float] = None,
+             request_id: Optional[str] = None, on_stdout: Optional[Callable[[bytes], Any]] = None,
+             on_stderr: Optional[Callable[[bytes], Any]] = None) -> Gen[ExecResult]:
+        """Runs a command in the sandbox and waits for it.
+
+        cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
+            is an argv (argv[0] searched in PATH), items str or bytes.
+        env: added to the sandbox env (values byte-exact).
+        cwd: working directory (default: the sandbox workdir). user: "root",
+            a name from the sandbox's /etc/passwd or "uid[:gid]".
+        stdin: bytes (str as UTF-8) fed to stdin, then EOF; None = immediate EOF.
+        timeout: seconds; on expiry the whole process tree of the exec gets
+            SIGTERM, then SIGKILL after kill_grace seconds (default 0.5); the
+            result then has timed_out=True. None = no timeout.
+        output_cap: bytes kept per stream (default 16 MiB, max 256 MiB); the
+            rest is counted but dropped (stdout_truncated/stderr_truncated).
+
+        Returns an ExecResult: a non-zero exit, a signal, an OOM kill or a
+        timeout is an outcome, not an exception. Raises NotFound (unknown
+        sandbox), InvalidArgument (bad env key, cwd, user, limits),
+        FailedPrecondition (sandbox not running), DeadlineExceeded (the
+        daemon did not answer within timeout + EXEC_DEADLINE_MARGIN_S).
+
+        on_stdout / on_stderr: called with each chunk of bytes as the command
+        produces it (streaming exec; request_id is then not supported); the
+        result is the same ExecResult, its stdout/stderr capped at output_cap.
+        On the async side they may also be coroutine functions.
+        """
+        if on_stdout is not None or on_stderr is not None:
+            if request_id:
+                raise errors.InvalidArgument("exec: request_id cannot be combined with on_stdout/on_stderr")
+            from ._process import ExecStreamCore, next_emit
+            cap = output_cap if output_cap is not None else 16 << 20
+            st = self._client._exec_stream_cls(self._client, self._exec_stream_first(
+                cmd, env, cwd, user, stdin, timeout, kill_grace, False, None, None), cap)
+            yield from st._open()
+            try:
+                yield from ExecStreamCore.close_stdin.fn(st)  # as exec: EOF after the stdin bytes
+                events = st._events()
+                while True:
+                    c = yield from next_emit(events)
+                    if c is END:
+                        break
+                    cb = on_stdout if c.stream == "stdout" else on_stderr if c.stream == "stderr" else None
+                    if cb is not None:
+                        from ._core import Callback
+                        yield Callback(cb, c.data)
+            finally:
+                if st.result is None:
+                    st._cancel()
+            result: Optional[ExecResult] = st.result
+            assert result is not None
+            return result
+        req, deadline = _exec_request(self.id, cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
+                                      output_cap=output_cap, kill_grace=kill_grace, request_id=request_id)
+        r = yield Rpc(self._client._sandboxes.Exec, req, self._client._metadata, deadline)
+        return ExecResult._from_pb(r)
+
+    def _exec_stream_first(self, cmd: Cmd, env: Env, cwd: Optional[str], user: Optional[str],
+                           stdin: Optional[Union[bytes, str]], timeout: Optional[float],
+                           kill_grace: Optional[float], pty: bool, rows: Optional[int],
+                           cols: Optional[int]) -> ppb.ExecStreamRequest:
+        req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        return ppb.ExecStreamRequest(exec=req, options=_start_options(pty, rows, cols))
+
+    def exec_stream(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
+                    stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
+                    kill_grace: Optional[float] = None, pty: bool = False, rows: Optional[int] = None,
+                    cols: Optional[int] = None) -> XS:
+        """Starts cmd (as exec) and returns its ExecStream at once (not a
+        coroutine on the async side): iterate it for OutputChunk(stream,
+        data, offset) as produced, then read .result (ExecResult). stdin:
+        first bytes of stdin; unlike exec, stdin stays open: more with
+        send_stdin(), EOF with close_stdin() (or when the stream is closed).
+        pty: run on a terminal of rows x cols (default 24 x 80; stderr merged
+        into stdout). Closing the stream or the client going away kills the
+        command's whole tree. Errors as exec (raised when iterating)."""
+        first = self._exec_stream_first(cmd, env, cwd, user, stdin, timeout, kill_grace, pty, rows, cols)
+        st = self._client._exec_stream_cls(self._client, first, 0)
+        st._kick(st._open())
+        return st  # type: ignore[no-any-return]
+
+    @op
+    def spawn(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
+              stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
+              kill_grace: Optional[float] = None, pty: bool = False, rows: Optional[int] = None,
+              cols: Optional[int] = None, buffer_bytes: Optional[int] = None,
+              control_fd: bool = False) -> Gen[PR]:
+        """Starts cmd in the background and returns its Process handle (wait,
+        kill, output, stream, send_stdin, close_stdin, resize). The process
+        lives in the daemon, survives this client, and dies with the
+        sandbox. stdin: first bytes of stdin (stdin stays open).
+        timeout: seconds, then the whole tree gets SIGTERM, SIGKILL after
+        kill_grace. buffer_bytes: ring buffer per stream (default 1 MiB, max
+        64 MiB). control_fd: a pipe on fd 3 (stream "control").
+        Raises ResourceExhausted when the sandbox already runs 64 background
+        processes, else as exec."""
+        from .process import ProcessInfo
+        req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        opts = _start_options(pty, rows, cols, control_fd, buffer_bytes)
+        r = yield Rpc(self._client._processes.Spawn, ppb.SpawnRequest(exec=req, options=opts),
+                      self._client._metadata)
+        info = ProcessInfo._from_pb(r)
+        return self._client._process_cls(self, info.id, info)  # type: ignore[no-any-return]
+
+    @op
+    def process(self, process_id: str) -> Gen[PR]:
+        """Re-attaches to a background process by id. NotFound if unknown."""
+        from ._process import ProcessCore
+        p = self._client._process_cls(self, process_id)
+        yield from ProcessCore.info.fn(p)
+        return p  # type: ignore[no-any-return]
+
+    @op
+    def processes(self) -> Gen[List[ProcessInfo]]:
+        """The sandbox's background processes (running and exited), oldest first."""
+        from .process import ProcessInfo
+        r = yield Rpc(self._client._processes.List, ppb.ListProcessesRequest(sandbox_id=self.id),
+                      self._client._metadata)
+        return [ProcessInfo._from_pb(p) for p in r.processes]
+
+    @op
+    def session(self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None) -> Gen[SE]:
+        """A persistent bash session (warren.process.Session): session.run(cmd,
+        timeout) keeps cwd, env and shell variables between commands."""
+        from ._process import _SESSION_ARGV, SESSION_BUFFER_BYTES, SessionCore, _session_env
+        p = yield from SandboxCore.spawn.fn(self, _SESSION_ARGV, env=_session_env(env), cwd=cwd, user=user,
+                                            control_fd=True, buffer_bytes=SESSION_BUFFER_BYTES)
+        s = self._client._session_cls(p)
+        yield from SessionCore._start(s)
+        return s  # type: ignore[no-any-return]
+
+    # request_id on exec()/files.write(): a retry with the same id returns the
+    # first call's recorded result instead of running again (see warren.proto).
+
+    @op
+    def pause(self) -> Gen[SandboxInfo]:
+        """Freezes every process of the sandbox; any exec/file call resumes it."""
+        self._info = SandboxInfo._from_pb((yield self._lc("Pause", pb.PauseRequest(id=self.id))))
+        return self._info
+
+    @op
+    def resume(self, prefetch: bool = True) -> Gen[SandboxInfo]:
+        """Thaws a paused or suspended sandbox. A suspended one first gets
+        its working set prefetched back from swap (every process's mappings
+        and the tmpfs upper's files), unless prefetch=False (pages then come
+        back on first touch)."""
+        r = yield self._lc("Resume", pb.ResumeRequest(id=self.id, no_prefetch=not prefetch))
+        self._info = SandboxInfo._from_pb(r)
+        return self._info
+
+    @op
+    def suspend(self) -> Gen[SandboxInfo]:
+        """Pauses the sandbox and gives its memory back to the host: its
+        memory cgroup is reclaimed into swap (zram set up by warrend when the
+        host has none). state becomes "suspended"; the returned info carries
+        memory_bytes/swap_bytes after the reclaim. Any exec/file call or
+        resume() brings it back with processes, open files and files intact.
+        Idempotent."""
+        self._info = SandboxInfo._from_pb((yield self._lc("Suspend", pb.SuspendRequest(id=self.id))))
+        return self._info
+
+    @op
+    def extend_ttl(self, ttl_s: int) -> Gen[SandboxInfo]:
+        """Sets the TTL to ttl_s seconds from now (0 = no TTL)."""
+        r = yield self._lc("ExtendTtl", pb.ExtendTtlRequest(id=self.id, ttl_s=_u32("ttl_s", ttl_s)))
+        self._info = SandboxInfo._from_pb(r)
+        return self._info
+
+    @op
+    def snapshot(self, name: Optional[str] = None, exclude: Sequence[str] = (), pause: bool = True,
+                 timeout: Optional[float] = None) -> Gen[Snapshot]:
+        """Packs the sandbox's changes into a layer (pack_diff); exclude:
+        fnmatch patterns of absolute paths dropped from it. create(layers=
+        snap.layers) starts from that state."""
+        r = yield self._lc("Snapshot", pb.SnapshotRequest(id=self.id, name=name or "", exclude=list(exclude),
+                                                          no_pause=not pause), timeout)
+        return Snapshot(layer=Layer._from_pb(r.layer), layers=list(r.layers))
+
+    @op
+    def fork(self, /, n: int, **overrides: Any) -> Gen[List[SB]]:
+        """n new running sandboxes from a snapshot of this one, made by the
+        daemon in one call (Lifecycle.Fork, all or nothing): they keep its
+        layers, resources, env, workdir, user, labels and job.
+
+        n: 1..256. overrides: labels (merged over the sandbox's labels),
+        ttl_s (None/0 = the sandbox's TTL), exclude (fnmatch patterns of
+        absolute paths left out of the snapshot), pause (False: snapshot
+        without freezing the sandbox), timeout (RPC deadline in seconds).
+        Any other keyword (a create() field a fork keeps from its
+        sandbox, e.g. memory_mb or env) raises InvalidArgument naming it,
+        before anything is sent; so does n < 1."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise errors.InvalidArgument(f"fork: n={n!r} must be an int >= 1")
+        timeout = overrides.pop("timeout", None)
+        unknown = sorted(k for k in overrides if k not in _FORK_FIELDS)
+        if unknown:
+            raise errors.InvalidArgument(
+                f"fork: cannot override {', '.join(unknown)} (a fork keeps the sandbox's own; "
+                f"overridable: {', '.join(_FORK_FIELDS)}, timeout)")
+        labels = overrides.get("labels")
+        req = pb.ForkRequest(id=self.id, count=_u32("fork n", n), ttl_s=_u32("ttl_s", overrides.get("ttl_s")),
+                             exclude=list(overrides.get("exclude", ())),
+                             no_pause=not overrides.get("pause", True))
+        if labels is not None:
+            req.labels.update(dict(labels))
+        r = yield self._lc("Fork", req, timeout)
+        return [self._client._sandbox_cls(self._client, SandboxInfo._from_pb(s)) for s in r.sandboxes]
+
+    @op
+    def grade(self, grader: Cmd, protected: Sequence[str] = (), timeout: Optional[float] = None,
+              env: Env = None, cwd: Optional[str] = None,
+              solution: Optional[Sequence[str]] = None) -> Gen[GradeResult]:
+        """Runs grader in a FRESH sandbox built from this sandbox's pristine
+        layers (those its creator gave; a fork or a sandbox created from a
+        snapshot keeps the pristine layers of the sandbox snapshotted) plus
+        its changes under the `solution` paths (required: absolute paths where
+        the task's solution lives) and nowhere else. Returns the grader's
+        result and every change of the agent outside the solution paths
+        (`touched`). `protected` is deprecated: a path inside a solution path
+        kept pristine. Raises InvalidArgument without `solution`."""
+        req = _grade_request(self.id, grader, protected, timeout, env, cwd, solution)
+        return _grade_result((yield self._lc("Grade", req)))
+
+    @op
+    def audit_log(self) -> Gen[List[Dict[str, Any]]]:
+        """Every exec and file call on this sandbox (kept by the daemon)."""
+        r = yield self._lc("AuditLog", pb.AuditLogRequest(id=self.id))
+        return [json.loads(e) for e in r.entries]
+
+
+class LayersCore:
+    """Layer API (``client.layers``): read-only EROFS layers named
+    "kind/name@version" (kind in base, workspace, toolset) and addressed by
+    "sha256:<hex>"."""
+
+    def __init__(self, client: ClientCore[Any, Any]):
+        self._client = client
+        self._stub = pb_grpc.LayersStub(client._channel)
+
+    @op
+    def build(self, name: str, dir: Optional[str] = None,
+              tar: Optional[Union[str, os.PathLike[str], BinaryIO]] = None,
+              timeout: Optional[float] = None) -> Gen[Layer]:
+        """Builds (and verifies) a layer and names it.
+
+        Exactly one of dir (a directory on the daemon's host; root only, unix
+        socket only) or tar (a path or binary file object of a tar, plain/gz/
+        xz/zstd, streamed in 1 MiB chunks; OCI whiteouts honoured).
+        Raises InvalidArgument (bad name; a tar entry with an absolute or ".."
+        path or a device node, named in the message), AlreadyExists (the
+        name@version points at a different digest), PermissionDenied.
+        timeout: RPC deadline in seconds (None = none).
+        """
+        if (dir is None) == (tar is None):
+            raise errors.InvalidArgument("layers.build: give exactly one of dir= or tar=")
+        md = self._client._metadata
+        if dir is not None:
+            req = pb.BuildLayerRequest(name=name, source_dir=os.path.abspath(dir))
+            return Layer._from_pb((yield RpcStreamIn(self._stub.Build, iter([req]), md, timeout)))
+        assert tar is not None
+        f: BinaryIO = open(tar, "rb") if isinstance(tar, (str, os.PathLike)) else tar  # noqa: SIM115 - closed below
+
+        def requests() -> Iterator[pb.BuildLayerRequest]:
+            yield pb.BuildLayerRequest(name=name)
+            for chunk in _chunks(f):
+                yield pb.BuildLayerRequest(tar_chunk=chunk)
+
+        try:
+            return Layer._from_pb((yield RpcStreamIn(self._stub.Build, requests(), md, timeout)))
+        finally:
+            if f is not tar:
+                f.close()
+
+    @op
+    def list(self) -> Gen[List[Layer]]:
+        """All layers in the store."""
+        r = yield Rpc(self._stub.List, pb.ListLayersRequest(), self._client._metadata)
+        return [Layer._from_pb(x) for x in r.layers]
+
+    @op
+    def get(self, ref: str) -> Gen[Layer]:
+        """ref: "kind/name", "kind/name@version" (no version = newest) or
+        "sha256:<hex>". NotFound if absent."""
+        return Layer._from_pb((yield Rpc(self._stub.Get, pb.GetLayerRequest(ref=ref), self._client._metadata)))
+
+    @op
+    def remove(self, ref: str) -> Gen[None]:
+        """Removes the name (and the image when nothing else points at it).
+        FailedPrecondition if a sandbox uses it."""
+        yield Rpc(self._stub.Remove, pb.RemoveLayerRequest(ref=ref), self._client._metadata)
+
+
+class ClientCore(Generic[SB, JB]):
+    """Connection to one warrend.
+
+    addr: "unix:/path" or "/path" (unix socket) or "host:port" (TCP).
+        Default: env WARREN_ADDR, else unix:/run/warren/warrend.sock.
+    token: bearer token sent as "authorization: Bearer <token>" (needed over
+        TCP). Default: env WARREN_TOKEN.
+
+    Use as a context manager or call close() to release the channel.
+    Nothing is contacted until the first call; an unreachable daemon raises
+    Unavailable then.
+    """
+
+    # The side's classes (set by warren.client / warren.aio).
+    _sandbox_cls: Callable[..., SB]
+    _job_cls: Callable[..., JB]
+    _files_cls: Callable[..., Any]
+    _layers_cls: Callable[..., Any]
+    _process_cls: Callable[..., Any]
+    _exec_stream_cls: Callable[..., Any]
+    _session_cls: Callable[..., Any]
+    _background: Any
+    layers: Any
+
+    def __init__(self, addr: Optional[str] = None, token: Optional[str] = None):
+        self.addr = addr or os.environ.get("WARREN_ADDR") or DEFAULT_ADDR
+        token = token if token is not None else os.environ.get("WARREN_TOKEN")
+        self._metadata: Optional[List[Tuple[str, str]]] = (
+            [("authorization", f"Bearer {token}")] if token else None)
+        self._channel = self._make_channel(_target(self.addr), _channel_options())
+        self._sandboxes = pb_grpc.SandboxesStub(self._channel)
+        self._node = pb_grpc.NodeStub(self._channel)
+        self._files = pb_grpc.FilesStub(self._channel)
+        self._lifecycle = pb_grpc.LifecycleStub(self._channel)
+        self._processes = ppb_grpc.ProcessesStub(self._channel)
+        self._fncall = fpb_grpc.FnCallStub(self._channel)
+        self._init_background()
+        self.layers = self._layers_cls(self)
+
+    def _make_channel(self, target: str, options: List[Tuple[str, int]]) -> Any:
+        raise NotImplementedError
+
+    def _init_background(self) -> None:
+        self._background = set()  # threads (sync) or tasks (async) of Background effects
+        self._background_lock = threading.Lock()
+
+    def _exit(self) -> Gen[None]:
+        yield from ClientCore.close.fn(self)
+
+    @op
+    def close(self) -> Gen[None]:
+        """Closes the channel; calls in flight are cancelled (they raise
+        Cancelled, as do later calls). Abandons of given-up creates still
+        running get up to 5 s first."""
+        yield WaitBackground(self, 5.0)
+        yield CloseChannel(self._channel)
+
+    def _abandon(self, request_id: str) -> Gen[None]:
+        """Abandons the create with request_id (the daemon destroys what that
+        create made, now or when it finishes), retried while the daemon is
+        unreachable, for up to ABANDON_RETRY_S."""
+        end = time.monotonic() + ABANDON_RETRY_S
+        delay = 0.1
+        while True:
+            try:
+                yield Rpc(self._sandboxes.Destroy, pb.DestroySandboxRequest(create_request_id=request_id),
+                          self._metadata, 10)
+                return
+            except (errors.Unavailable, errors.DeadlineExceeded):
+                if time.monotonic() + delay > end:
+                    return
+            except errors.WarrenError:  # e.g. the client was closed: nothing left to do
+                return
+            yield Sleep(delay)
+            delay = min(2.0, delay * 2)
+
+    @op
+    def create(self, backend: str = "container", layers: Sequence[str] = (), *,
+               cpu: Optional[float] = None, memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
+               pids: Optional[int] = None, open_files: Optional[int] = None, tmpfs_mb: Optional[int] = None,
+               env: Env = None, workdir: Optional[str] = None, user: Optional[str] = None,
+               hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+               ttl_s: Optional[int] = None, job: Optional[str] = None, timeout: Optional[float] = None,
+               idle_timeout_s: Optional[int] = None, request_id: Optional[str] = None,
+               retries: int = 0) -> Gen[SB]:
+        """Creates a sandbox and returns it running.
+
+        layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
+        cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
+        tmpfs_mb: /dev/shm cap in MiB (/tmp is in the upper, capped by
+        disk_mb); pids: max tasks;
+        open_files: RLIMIT_NOFILE. None = node default (cpu 1, memory_mb
+        2048, disk_mb 1024, pids 1024, open_files 1024, tmpfs_mb 256). ttl_s: seconds of
+        life, None = none. timeout: RPC deadline in seconds (None = none).
+
+        When the node already runs its maximum of creates, this one waits in
+        the node's FIFO create queue (up to `timeout`, if given).
+
+        Raises InvalidArgument (bad layer ref, limit, env key, workdir, ...),
+        NotFound (unknown layer), ResourceExhausted (node full / create queue
+        full / disk full: retryable), DeadlineExceeded (timeout passed, also
+        while queued), Unavailable (daemon unreachable: retryable).
+
+        retries: how many times a retryable refusal (ResourceExhausted,
+        Unavailable) is retried, with jittered exponential backoff from 10 ms
+        up to 1 s (the retries carry the same request id: a retry after
+        Unavailable returns the sandbox if the first attempt made it).
+
+        request_id: idempotency key (<= 256 bytes): a retry with the same key
+        returns the sandbox the first call made instead of a second one. Without
+        it, a create that ends without the daemon's answer (DeadlineExceeded,
+        Cancelled, Unavailable) leaves nothing behind: the SDK abandons it by
+        an internal key (in the background; the daemon destroys what it made).
+        With it, that is up to the caller (retry with the same key to get it).
+        """
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise errors.InvalidArgument(f"retries must be an int >= 0, got {retries!r}")
+        req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
+                              open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
+                              hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
+                              idle_timeout_s=idle_timeout_s, request_id=request_id or _new_request_id())
+        own_key = request_id is None
+        delay = _RETRY_FIRST_S
+        attempt = 0
+        while True:
+            try:
+                s = yield Rpc(self._sandboxes.Create, req, self._metadata, timeout)
+                return self._sandbox_cls(self, SandboxInfo._from_pb(s))
+            except (errors.ResourceExhausted, errors.Unavailable) as e:
+                if attempt < retries:
+                    attempt += 1
+                    yield Sleep(delay * (0.5 + random.random()))
+                    delay = min(_RETRY_MAX_S, delay * 2)
+                    continue
+                if own_key and isinstance(e, _CREATE_GIVEN_UP):
+                    yield Background(self, self._abandon(req.request_id))
+                raise
+            except _CREATE_GIVEN_UP:
+                if own_key:
+                    yield Background(self, self._abandon(req.request_id))
+                raise
+            except errors.WarrenError:
+                raise
+            except BaseException:  # KeyboardInterrupt / task cancelled: the answer will never be read
+                if own_key:
+                    yield Background(self, self._abandon(req.request_id))
+                raise
+
+    def _get_info(self, sandbox_id: str) -> Gen[SandboxInfo]:
+        r = yield Rpc(self._sandboxes.Get, pb.GetSandboxRequest(id=sandbox_id), self._metadata)
+        return SandboxInfo._from_pb(r)
+
+    @op
+    def get(self, sandbox_id: str) -> Gen[SB]:
+        """Returns the sandbox with this id. NotFound if there is none."""
+        return self._sandbox_cls(self, (yield from self._get_info(sandbox_id)))
+
+    @op
+    def list(self, labels: Optional[Mapping[str, str]] = None, job: Optional[str] = None,
+             timeout: Optional[float] = None) -> Gen[List[SB]]:
+        """Sandboxes carrying all of labels (and of job, if given). timeout:
+        RPC deadline in seconds (None = none)."""
+        r = yield Rpc(self._sandboxes.List, pb.ListSandboxesRequest(labels=dict(labels or {}), job=job or ""),
+                      self._metadata, timeout)
+        return [self._sandbox_cls(self, SandboxInfo._from_pb(s)) for s in r.sandboxes]
+
+    @op
+    def destroy(self, sandbox_id: str, timeout: Optional[float] = None) -> Gen[None]:
+        """Destroys a sandbox. NotFound if it does not exist. timeout: RPC
+        deadline in seconds (None = none)."""
+        yield Rpc(self._sandboxes.Destroy, pb.DestroySandboxRequest(id=sandbox_id), self._metadata, timeout)
+
+    @op
+    def abandon_create(self, request_id: str, timeout: Optional[float] = None) -> Gen[None]:
+        """Gives up the create made with request_id (create(request_id=...)):
+        its sandbox is destroyed if it was made, or as soon as it is; a later
+        create with that request_id is refused (Cancelled). OK when nothing
+        was made."""
+        yield Rpc(self._sandboxes.Destroy, pb.DestroySandboxRequest(create_request_id=request_id),
+                  self._metadata, timeout)
+
+    @op
+    def fncall(self, code: Union[str, bytes], language: str = "python", *, stdin: Union[str, bytes] = b"",
+               files: Optional[Mapping[str, Union[str, bytes]]] = None, fetch_files: Sequence[str] = (),
+               env: Env = None, timeout: Optional[float] = None, compile_timeout: Optional[float] = None,
+               memory_mb: Optional[int] = None, layers: Sequence[str] = (),
+               output_cap: int = 0) -> Gen[FnCallResult]:
+        """Runs `code` once on the fncall backend's warm pool (see warren.fncall).
+        output_cap: bytes kept per stream (0 = 16 MiB); the rest is counted."""
+        req = FnCallRequest(code=code, language=language, stdin=stdin, files=dict(files or {}),
+                            fetch_files=fetch_files, env=dict(env or {}), timeout=timeout,
+                            compile_timeout=compile_timeout, memory_mb=memory_mb, layers=layers,
+                            output_cap=output_cap)
+        r = yield Rpc(self._fncall.Call, req._pb(), self._metadata, req._deadline())
+        return FnCallResult._from_pb(r)
+
+    @op
+    def fncall_batch(self, requests: Sequence[FnCallRequest], concurrency: int = 0) -> Gen[List[FnCallResult]]:
+        """Runs many warren.FnCallRequest concurrently; results in request order."""
+        if not requests:
+            return []
+        deadline = max(r._deadline() for r in requests) * (1 + len(requests) // 16)
+        r = yield Rpc(self._fncall.CallBatch,
+                      fpb.FnCallBatchRequest(requests=[q._pb() for q in requests], concurrency=concurrency),
+                      self._metadata, deadline)
+        return [FnCallResult._from_pb(x) for x in r.responses]
+
+    def job(self, name: str) -> JB:
+        """The job `name` (sandboxes created with job=name): heartbeat(),
+        info(), list(), suspend(), resume(), destroy()."""
+        return self._job_cls(self, name)
+
+    @op
+    def jobs(self) -> Gen[List[JobInfo]]:
+        """Every job the node knows (with a lease or with sandboxes), by name."""
+        r = yield Rpc(self._lifecycle.ListJobs, pb.ListJobsRequest(), self._metadata)
+        return [JobInfo._from_pb(j) for j in r.jobs]
+
+    @op
+    def status(self, timeout: Optional[float] = None) -> Gen[NodeStatus]:
+        """Status of the node. Unavailable if the daemon is not reachable."""
+        r = yield Rpc(self._node.Status, pb.NodeStatusRequest(), self._metadata, timeout)
+        return NodeStatus._from_pb(r)

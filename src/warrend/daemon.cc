@@ -1,0 +1,285 @@
+#include "warrend/daemon.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/fncall_service.h"
+#include "api/services.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "http/run_code_server.h"
+#include "node/fncall_frontend.h"
+#include "node/image_layer_provider.h"
+#include "node/run_dir.h"
+#include "node/sandbox_manager.h"
+#include "runtime/container/container_backend.h"
+#include "warrend/host_setup.h"
+
+namespace warren::warrend {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+// SIGTERM/SIGINT become a byte on g_signal_pipe (async-signal-safe).
+void OnShutdownSignal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t ignored = ::write(g_signal_pipe[1], &b, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+// Nothing is blocked, so forked children do not inherit a blocked signal
+// mask; until this is called SIGTERM/SIGINT kill the process (nothing to shut
+// down yet).
+void InstallShutdownHandler() {
+  struct sigaction sa {};
+  sa.sa_handler = OnShutdownSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// The sandbox manager over the container backend and the layer store, started
+// (sandboxes of an earlier daemon on this state dir re-adopted).
+StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags, const std::string& init,
+                                                             const std::string& run_dir) {
+  runtime::ContainerOptions copt;
+  copt.init_path = init;
+  copt.warm_shells = flags.warm_shells >= 0
+                         ? static_cast<uint32_t>(flags.warm_shells)
+                         : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  copt.recycled_cgroups = flags.recycled_cgroups;
+  // Sandbox uid ranges are claimed host-wide, in the name of this state dir
+  // (sandboxes outlive the daemon; a restart on the same dir re-takes them).
+  copt.uid_lock_dir = "/run/warren/uid-slots";
+  char real[PATH_MAX];
+  if (::realpath(flags.state_dir.c_str(), real) == nullptr) {
+    return ErrnoToStatus(errno, "realpath(" + flags.state_dir + ")");
+  }
+  copt.uid_owner = real;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> container, runtime::NewContainerBackend(copt));
+  std::vector<std::unique_ptr<runtime::Backend>> backends;
+  backends.push_back(std::move(container));
+
+  std::string store_dir = flags.layer_store.empty() ? flags.state_dir + "/layers" : flags.layer_store;
+  ASSIGN_OR_RETURN(std::unique_ptr<node::LayerProvider> layers,
+                   node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms));
+
+  node::ManagerOptions mopt;
+  mopt.node_id = flags.node_id;
+  mopt.state_dir = flags.state_dir;
+  mopt.run_dir = run_dir;
+  mopt.limits.max_sandboxes = flags.max_sandboxes;
+  mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
+  mopt.limits.max_create_queue = flags.max_create_queue;
+  mopt.suspend_prefetch = flags.suspend_prefetch;
+  mopt.max_staging_bytes = flags.max_staging_mb << 20;
+  SetUpSuspendSwap(flags.suspend_swap, flags.zram_size_mb);
+  ASSIGN_OR_RETURN(std::unique_ptr<node::SandboxManager> manager,
+                   node::SandboxManager::New(mopt, std::move(backends), std::move(layers)));
+  RETURN_IF_ERROR(manager->Start());
+  return manager;
+}
+
+// Host facts for Node.Status. The probe only feeds Node.Status: it must
+// never hold up serving (unknown after 5 s).
+api::NodeFacts ProbeFacts() {
+  auto probe = std::make_shared<std::promise<runtime::HostFeatures>>();
+  std::future<runtime::HostFeatures> probed = probe->get_future();
+  std::thread([probe] { probe->set_value(runtime::ProbeHostFeatures()); }).detach();
+  runtime::HostFeatures hf;
+  if (probed.wait_for(std::chrono::seconds(5)) == std::future_status::ready) {
+    hf = probed.get();
+  } else {
+    warren::Log(spdlog::level::warn, "host feature probe did not finish in 5 s; Node.Status reports them unknown");
+  }
+  api::NodeFacts facts;
+  facts.cgroup_version = hf.cgroup_version;
+  facts.cgroup_parent = hf.cgroup_parent;
+  facts.idmapped_mounts = hf.idmapped_mounts;
+  return facts;
+}
+
+// The /run_code HTTP server over `frontend`, as --http-listen and the
+// /run_code flags ask.
+StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, node::FnCallFrontend* frontend,
+                                                             const std::string& token) {
+  http::RunCodeOptions ho;
+  ho.listen = flags.http_listen;
+  ho.allowed_hosts = flags.http_allowed_hosts;
+  ho.allowed_layers = flags.run_code_layers;
+  if (ho.allowed_layers.empty()) {  // the fncall defaults' names (directories among them serve as defaults only)
+    for (const std::string& l : flags.fncall_layers) {
+      std::stringstream ss(l);
+      for (std::string part; std::getline(ss, part, ',');) {
+        if (!part.empty() && part[0] != '/') ho.allowed_layers.push_back(part);
+      }
+    }
+  }
+  ho.max_timeout_s = flags.run_code_max_timeout_s;
+  ho.max_memory_mb = flags.run_code_max_memory_mb;
+  if (ho.max_memory_mb == 0) {
+    const uint64_t ram_mb =
+        static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) >> 20;
+    ho.max_memory_mb = static_cast<uint32_t>(std::min<uint64_t>(4096, std::max<uint64_t>(ram_mb / 2, 64)));
+  }
+  ho.token = token;
+  if (!flags.http_token_file.empty()) {
+    ASSIGN_OR_RETURN(ho.token, ReadToken(flags.http_token_file));
+  }
+  if (ho.token.empty()) {
+    warren::Log(spdlog::level::warn,
+                "/run_code has no token (--http-token-file or --token-file): any local process may call it",
+                {{"listen", flags.http_listen}});
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<http::RunCodeServer> server, http::RunCodeServer::Start(frontend, std::move(ho)));
+  std::fprintf(stderr, "warrend /run_code on http://%s (port %d)\n", flags.http_listen.c_str(), server->port());
+  return server;
+}
+
+// Waits for SIGTERM/SIGINT, then shuts `server` down: in-flight calls get a
+// grace period, then are cancelled. A sync handler still blocked in a long
+// exec would hold Shutdown() forever: past a second grace the process exits
+// anyway (sandboxes are persisted and outlive the daemon; that exec's result
+// is lost, as in a crash).
+std::thread ShutdownOnSignal(grpc::Server* server, std::string socket) {
+  return std::thread([server, socket = std::move(socket)] {
+    unsigned char sig = 0;
+    while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    warren::Log(spdlog::level::info, "shutting down; sandboxes keep running", {{"signal", strsignal(sig)}});
+    std::thread([socket] {
+      std::this_thread::sleep_for(std::chrono::seconds(20));
+      warren::Log(spdlog::level::warn, "in-flight calls did not finish; exiting without them");
+      ::unlink(socket.c_str());
+      ::_exit(0);
+    }).detach();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  });
+}
+
+}  // namespace
+
+int Run(const Flags& flags) {
+  auto fail = [](const Status& s) {
+    warren::Log(spdlog::level::critical, "warrend cannot start", {{"error", s.ToString()}});
+    return 1;
+  };
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) return fail(ErrnoToStatus(errno, "pipe2"));
+  BoundHeap();
+  if (auto [before, after] = RaiseNofileLimit(); before != after) {
+    warren::Log(spdlog::level::info, "raised RLIMIT_NOFILE soft limit to the hard limit",
+                {{"from", std::to_string(before)}, {"to", std::to_string(after)}});
+  }
+  if (flags.state_dir.empty() || flags.state_dir[0] != '/') {
+    return fail(absl::InvalidArgumentError("--state-dir must be an absolute path"));
+  }
+  if (!flags.listen.empty() && flags.token_file.empty()) {
+    return fail(absl::InvalidArgumentError("--listen needs --token-file (TCP callers must present a bearer token)"));
+  }
+  std::string token;
+  if (!flags.token_file.empty()) {
+    StatusOr<std::string> t = ReadToken(flags.token_file);
+    if (!t.ok()) return fail(t.status());
+    token = *t;
+  }
+  if (Status s = MkdirAll(flags.state_dir, 0711); !s.ok()) return fail(s);
+  // Not listable by other users (0711, also when it existed): they must not
+  // find snapshot staging, layer mounts or records. Traversable, because a
+  // fncall worker attaches its root at <state-dir>/fncall-root from inside
+  // its user namespace (a non-root host uid). What holds sandbox contents
+  // below it (mnt/, tmp/) is 0700.
+  if (::chmod(flags.state_dir.c_str(), 0711) != 0) {
+    return fail(ErrnoToStatus(errno, "chmod(" + flags.state_dir + ", 0711)"));
+  }
+  StatusOr<UniqueFd> lock = LockStateDir(flags.state_dir);
+  if (!lock.ok()) return fail(lock.status());
+  if (Status s = PrepareSocket(flags.socket); !s.ok()) return fail(s);
+  StatusOr<std::string> init = FindInit(flags.init_path);
+  if (!init.ok()) return fail(init.status());
+  StatusOr<std::string> run_dir =
+      node::ResolveRunDir(flags.state_dir, flags.run_dir, "/run/warren/runtime", /*mount_tmpfs=*/true);
+  if (!run_dir.ok()) return fail(run_dir.status());
+  if (Status s = node::LinkRunDir(flags.state_dir, *run_dir); !s.ok()) return fail(s);
+  // On every way out (after the manager, declared below, is gone): an unused
+  // run dir and its links go, live sandboxes' records stay for the next daemon.
+  struct RunDirGuard {
+    const std::string &state, &run;
+    ~RunDirGuard() { node::RemoveRunDirIfUnused(state, run); }
+  } run_dir_guard{flags.state_dir, *run_dir};
+
+  StatusOr<std::unique_ptr<node::SandboxManager>> manager = StartManager(flags, *init, *run_dir);
+  if (!manager.ok()) return fail(manager.status());
+
+  api::ServiceOptions sopt;
+  sopt.token = token;
+  sopt.facts = ProbeFacts();
+  sopt.extra_backends.push_back("fncall");  // the pool below is always on
+  api::WarrenServices services(manager->get(), sopt);
+  // fncall: warm worker pool, FnCall gRPC service, optional HTTP /run_code.
+  runtime::FnCallOptions fopt;
+  fopt.mount_point = flags.state_dir + "/fncall-root";
+  fopt.max_workers = flags.fncall_max_workers ? flags.fncall_max_workers
+                                              : std::max(4u, 4 * std::thread::hardware_concurrency());
+  StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);
+  if (!fncall_pool.ok()) return fail(fncall_pool.status());
+  node::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers);
+  api::FnCallServiceImpl fncall_service(&fncall_frontend, token);
+  std::unique_ptr<http::RunCodeServer> http_server;
+  if (!flags.http_listen.empty()) {
+    StatusOr<std::unique_ptr<http::RunCodeServer>> h = StartRunCode(flags, &fncall_frontend, token);
+    if (!h.ok()) return fail(h.status());
+    http_server = std::move(*h);
+  }
+  api::ServerOptions server_opt;
+  server_opt.unix_socket = flags.socket;
+  server_opt.tcp_listen = flags.listen;
+  int tcp_port = 0;
+  StatusOr<std::unique_ptr<grpc::Server>> server =
+      api::StartServer(server_opt, services, flags.listen.empty() ? nullptr : &tcp_port, {&fncall_service});
+  if (!server.ok()) return fail(server.status());
+
+  InstallShutdownHandler();
+  std::thread signal_thread = ShutdownOnSignal(server->get(), flags.socket);
+  warren::Log(spdlog::level::info, "warrend ready",
+              {{"socket", flags.socket},
+               {"state_dir", flags.state_dir},
+               {"run_dir", *run_dir},
+               {"node_id", flags.node_id},
+               {"tcp", flags.listen.empty() ? "" : flags.listen + " (port " + std::to_string(tcp_port) + ")"},
+               {"init", *init},
+               {"cgroup", "v" + std::to_string(sopt.facts.cgroup_version) + " " + sopt.facts.cgroup_parent}});
+  std::fprintf(stderr, "warrend ready on unix:%s\n", flags.socket.c_str());
+  std::fflush(stderr);
+  (*server)->Wait();
+  signal_thread.join();
+  ::unlink(flags.socket.c_str());
+  server->reset();
+  if (http_server) http_server->Stop();
+  fncall_pool->reset();  // fncall workers go before the layer mounts they use
+  fncall_frontend.ReleaseLayers();
+  manager->reset();
+  warren::Log(spdlog::level::info, "warrend stopped");
+  return 0;
+}
+
+}  // namespace warren::warrend

@@ -1,0 +1,74 @@
+#include "warrend/flags.h"
+
+namespace warren::warrend {
+
+void AddFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--state-dir", flags.state_dir, "state directory (records, runtime dirs, mounts)")
+      ->capture_default_str();
+  app.add_option("--run-dir", flags.run_dir,
+                 "per-sandbox runtime state (records, runtime dirs, audit logs; linked from the state dir); "
+                 "default: /run/warren/runtime/<hash of the state dir> on a tmpfs (mounted there if /run is "
+                 "not one), or the state dir when its sandboxes/ already holds records");
+  app.add_option("--socket", flags.socket, "unix socket to serve on")->capture_default_str();
+  app.add_option("--listen", flags.listen, "also serve TCP on HOST:PORT (needs --token-file)");
+  app.add_option("--token-file", flags.token_file, "file holding the bearer token for TCP callers");
+  app.add_option("--layer-store", flags.layer_store, "layer store directory (default <state-dir>/layers)");
+  app.add_option("--init-path", flags.init_path,
+                 "warren-init binary (default: next to warrend or ../init/warren-init)");
+  app.add_option("--node-id", flags.node_id, "node id, prefix of sandbox ids")->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|critical|off")
+      ->capture_default_str();
+  app.add_option("--log-format", flags.log_format, "text|json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--max-sandboxes", flags.max_sandboxes, "admission: max sandboxes (0 = 16384)");
+  app.add_option("--max-creates-in-flight", flags.max_creates_in_flight,
+                 "admission: max concurrent creates (0 = 4 x cpus)");
+  app.add_option("--max-create-queue", flags.max_create_queue,
+                 "admission: creates beyond --max-creates-in-flight wait in a FIFO queue of at most this many "
+                 "(until their deadline) before RESOURCE_EXHAUSTED (0 = 1024)");
+  app.add_option("--warm-shells", flags.warm_shells,
+                 "container: keep this many pre-spawned sandbox shells (namespaces + cgroup, waiting for a "
+                 "rootfs) so that a create skips the fork and cgroup attach (-1 = 2 x cpus, 0 = off)")
+      ->capture_default_str();
+  app.add_option("--recycled-cgroups", flags.recycled_cgroups,
+                 "container (cgroup v1): keep up to this many emptied sandbox cgroups for new sandboxes "
+                 "instead of removing and creating them (only those whose sandbox left < 1 MiB charged; 0 = off)")
+      ->capture_default_str();
+  app.add_option("--mount-grace-ms", flags.mount_grace_ms,
+                 "keep an unused layer mount this long before unmounting")
+      ->capture_default_str();
+  app.add_option("--http-listen", flags.http_listen,
+                 "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
+  app.add_option("--http-token-file", flags.http_token_file,
+                 "/run_code: file holding the bearer token callers send as 'Authorization: Bearer <token>' "
+                 "(default: --token-file's token; neither = no token)");
+  app.add_option("--http-allowed-hosts", flags.http_allowed_hosts,
+                 "/run_code: Host header names accepted besides localhost, IP literals and the --http-listen host")
+      ->delimiter(',');
+  app.add_option("--run-code-layers", flags.run_code_layers,
+                 "/run_code: layers a request's \"layers\" may name (kind/name = any version, kind/name@version; "
+                 "default: --fncall-layers)")
+      ->delimiter(',');
+  app.add_option("--run-code-max-memory-mb", flags.run_code_max_memory_mb,
+                 "/run_code: largest memory_limit_MB accepted (0 = min(4096, RAM/2))");
+  app.add_option("--run-code-max-timeout-s", flags.run_code_max_timeout_s,
+                 "/run_code: largest run_timeout / compile_timeout accepted, in seconds")
+      ->capture_default_str();
+  app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
+  app.add_option("--fncall-layers", flags.fncall_layers, "fncall: default layers of calls that name none")
+      ->capture_default_str();
+  app.add_option("--suspend-swap", flags.suspend_swap,
+                 "swap for suspended sandboxes: auto (set up zram when the host has no swap) | none")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
+  app.add_option("--zram-size-mb", flags.zram_size_mb, "size of the zram swap set up by --suspend-swap=auto (0 = RAM/4)");
+  app.add_option("--max-staging-mb", flags.max_staging_mb,
+                 "node-wide cap on what snapshots and grades copy from sandboxes at once, MiB (0 = none; "
+                 "each sandbox is also bounded by its disk limit)");
+  app.add_option("--suspend-prefetch", flags.suspend_prefetch,
+                 "resuming a suspended sandbox prefetches its working set (true|false)")
+      ->capture_default_str();
+}
+
+}  // namespace warren::warrend

@@ -1,0 +1,54 @@
+// warrend's command line: every flag with its default, and their CLI11
+// definitions (help texts are the flags' documentation; README.md lists
+// them too).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace warren::warrend {
+
+struct Flags {
+  std::string state_dir = "/var/lib/warren";
+  std::string run_dir;  // "" = automatic (node/run_dir.h)
+  std::string socket = "/run/warren/warrend.sock";
+  std::string listen;
+  std::string token_file;
+  std::string layer_store;
+  std::string init_path;
+  std::string node_id = "n0";
+  std::string log_level = "info";
+  std::string log_format = "text";
+  // Admission.
+  uint32_t max_sandboxes = 0;
+  uint32_t max_creates_in_flight = 0;
+  uint32_t max_create_queue = 0;
+  // Container backend.
+  int32_t warm_shells = -1;  // -1 = 2 x cpus
+  uint32_t recycled_cgroups = 64;
+  int64_t mount_grace_ms = 60000;
+  // fncall.
+  std::string http_listen;
+  uint32_t fncall_max_workers = 0;
+  std::vector<std::string> fncall_layers = {"base/debian-12"};
+  // /run_code (src/http/run_code_server.h).
+  std::vector<std::string> run_code_layers;  // empty = fncall_layers
+  std::vector<std::string> http_allowed_hosts;
+  std::string http_token_file;          // "" = --token-file's token, if any
+  uint32_t run_code_max_memory_mb = 0;  // 0 = min(4096, RAM/2)
+  double run_code_max_timeout_s = 300;
+  // Suspend.
+  std::string suspend_swap = "auto";
+  uint64_t zram_size_mb = 0;
+  bool suspend_prefetch = true;
+  uint64_t max_staging_mb = 0;
+};
+
+// Defines every flag on `app`, bound to the fields of `flags` (which must
+// outlive the parse).
+void AddFlags(CLI::App& app, Flags& flags);
+
+}  // namespace warren::warrend
