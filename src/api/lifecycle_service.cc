@@ -116,10 +116,25 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
   return grpc::Status::OK;
 }
 
-grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse*) {
+grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Fork is not served by this node yet");
+  node::ForkRequest r;
+  r.id = req->id();
+  r.count = req->count();
+  r.labels = std::map<std::string, std::string>(req->labels().begin(), req->labels().end());
+  r.ttl_s = req->ttl_s();
+  r.exclude.assign(req->exclude().begin(), req->exclude().end());
+  for (const auto& x : r.exclude) {
+    if (x.empty() || x.find('\0') != std::string::npos) {
+      return Invalid("exclude entry " + Quote(x) + " is empty or has NUL");
+    }
+  }
+  r.pause = !req->no_pause();
+  ASSIGN_OR_RETURN_GRPC(node::ForkResult res, deps_.manager->Fork(r));
+  ToProto(res.layer, resp->mutable_layer());
+  for (const node::SandboxInfo& f : res.sandboxes) ToProto(f, resp->add_sandboxes());
+  return grpc::Status::OK;
 }
 
 grpc::Status LifecycleService::Grade(grpc::ServerContext* ctx, const v1::GradeRequest* req, v1::GradeResponse* resp) {

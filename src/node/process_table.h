@@ -1,4 +1,4 @@
-// Processes started in sandboxes (issue 3; api/warren/v1/process.proto):
+// Processes started in sandboxes (api/warren/v1/process.proto):
 // streaming exec, background processes, shell sessions and PTYs all run on a
 // ManagedProcess.
 //

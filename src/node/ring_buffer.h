@@ -1,5 +1,5 @@
 // RingBuffer: the bounded output buffer of one stream of a background
-// process (issue 3). Holds the newest `capacity` bytes ever appended; older
+// process. Holds the newest `capacity` bytes ever appended; older
 // bytes are dropped. Positions are absolute stream offsets (bytes appended
 // since the start), so a reader that comes back later learns exactly how many
 // bytes it missed.

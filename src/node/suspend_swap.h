@@ -1,4 +1,4 @@
-// Swap for suspended sandboxes (issue 4, DESIGN.md §5 "suspend"): reclaiming
+// Swap for suspended sandboxes (DESIGN.md §5 "suspend"): reclaiming
 // a frozen sandbox's anonymous and tmpfs pages needs swap. When the host has
 // none, warrend sets up a zram device (compressed RAM) as swap at start.
 //

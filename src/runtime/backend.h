@@ -35,7 +35,6 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -216,8 +215,10 @@ class Sandbox : public CommandRunner {
   // Kills every process, unmounts, removes cgroups and the runtime dir.
   // Idempotent; safe to call concurrently with Exec.
   virtual Status Destroy() = 0;
-  // What Backend::Adopt needs after a daemon restart (persisted by the node).
-  virtual nlohmann::json Record() const = 0;
+  // What Backend::Adopt needs after a daemon restart beyond the spec: the
+  // backend's own serialized message (opaque bytes to the node, which
+  // persists them in its record and hands them back to Adopt/Cleanup).
+  virtual std::string Record() const = 0;
   virtual pid_t init_pid() const = 0;
   // Backend::name() of the backend that made it (errors name it).
   virtual std::string_view backend_name() const = 0;
@@ -384,14 +385,16 @@ class Backend {
   // Creates and starts a sandbox. On error nothing is left behind (no
   // process, mount, cgroup, file under spec.dir).
   virtual StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) = 0;
-  // Re-attaches to a sandbox that a previous daemon created, from its
-  // Record(). NotFound if it is gone (then call Cleanup).
-  virtual StatusOr<std::unique_ptr<Sandbox>> Adopt(const nlohmann::json& record) = 0;
+  // Re-attaches to a sandbox that a previous daemon created: `spec` as it
+  // was created (lower_dirs may be empty), `backend_record` its Record().
+  // NotFound if it is gone (then call Cleanup); InvalidArgument for a
+  // record this backend cannot read.
+  virtual StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) = 0;
   // Removes whatever a half-created or dead sandbox left (processes, mounts,
-  // cgroups, dir), given as much of a record as was written: at least
-  // {"id": spec.id, "dir": spec.dir}, which the node persists before Create.
-  // Idempotent.
-  virtual Status Cleanup(const nlohmann::json& record) = 0;
+  // cgroups, dir). `spec` holds at least id and dir (the node persists both
+  // before Create); `backend_record` is its Record(), or empty when the
+  // sandbox never got that far. Idempotent.
+  virtual Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) = 0;
 };
 
 }  // namespace warren::runtime

@@ -239,3 +239,37 @@ def test_full_state_dir(test_root, layer_store, base_layer, daemon):
             time.sleep(0.5)
         else:
             subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def _hard_nofile(pid):
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return line.split()[4]
+    raise AssertionError("no 'Max open files' in /proc/<pid>/limits")
+
+
+def test_open_files_above_the_daemons_hard_limit(daemon, client, base_layer, baseline):
+    """A sandbox cannot get more open files than its daemon holds: refused in
+    validation (InvalidArgument naming the field, the value and the maximum),
+    never a PermissionDenied from the sandbox's setup."""
+    hard = _hard_nofile(daemon.pid)
+    if hard == "unlimited" or int(hard) >= 1048576:
+        pytest.skip(f"the daemon's hard RLIMIT_NOFILE ({hard}) is not below warren's own maximum")
+    ask = int(hard) + 1
+    with pytest.raises(warren.InvalidArgument) as ei:
+        client.create(layers=[base_layer], open_files=ask)
+    assert f"open_files={ask}" in ei.value.details and hard in ei.value.details, ei.value.details
+    assert client.list() == []
+    with client.create(layers=[base_layer], open_files=int(hard)) as sb:
+        assert sb.exec("ulimit -n", timeout=30).stdout.strip() == hard.encode()
+    assert_back_to_baseline([daemon], baseline, clients=[client])
+
+
+def test_default_locale_is_utf8(client, base_layer):
+    with client.create(layers=[base_layer]) as sb:
+        r = sb.exec("echo $LANG; python3 -c 'import sys; print(sys.stdout.encoding); print(\"\\u00e9\")'", timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout == "C.UTF-8\nutf-8\n\u00e9\n".encode(), r.stdout
+    with client.create(layers=[base_layer], env={"LC_ALL": "C"}) as sb:
+        assert sb.exec("echo \"[$LANG]\"", timeout=30).stdout == b"[]\n"

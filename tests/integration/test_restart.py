@@ -179,3 +179,34 @@ def test_clean_shutdown_unmounts_unused_layers_and_keeps_live_ones(test_root, la
             except Exception:  # noqa: BLE001 - the test failed already; stop() below still runs
                 pass
         d.stop()
+
+
+@pytest.mark.timeout(300)
+def test_non_utf8_env_survives_create_exec_and_restart(test_root, layer_store, base_layer, daemon):
+    """The env is bytes (map<string, bytes>): a value that is not UTF-8 is
+    kept byte-exact by create, seen by exec, persisted in the record and seen
+    again after the daemon restarts (it failed INTERNAL: the backend's record
+    could not be serialized)."""
+    d = Daemon(test_root, "restart-env", layer_store, NODE_PREFIX + "e")
+    base = host_snapshot([daemon, d])
+    d.start()
+    raw = b"\xff\xfe\x80 caf\xc3\xa9 \xc3("
+    show = "printf '%s' \"$RAW\" | od -An -tx1 | tr -d ' \\n'"
+    try:
+        sb = d.client.create(layers=[base_layer], env={"RAW": raw, "TEXT": "caf\u00e9"})
+        r = sb.exec(show, timeout=30)
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout == raw.hex().encode()
+        assert sb.exec("printf '%s' \"$TEXT\"", timeout=30).stdout == "caf\u00e9".encode()
+        d.kill9()
+        d.start()
+        sb = d.client.get(sb.id)
+        r = sb.exec(show, timeout=30)
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout == raw.hex().encode()
+        sb.destroy()
+        assert d.client.list() == []
+        assert_back_to_baseline([daemon, d], base, timeout=60, clients=[d.client])
+    finally:
+        if d.proc and d.proc.poll() is None:
+            d.stop()

@@ -37,6 +37,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <nlohmann/json.hpp>  // records of older daemons (ParseContainerRecord)
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -44,6 +46,7 @@
 #include "common/rollback.h"
 #include "jail/contain.h"
 #include "runtime/container/init.h"
+#include "runtime/container/record.pb.h"
 #include "runtime/container/rootfs.h"
 #include "runtime/container/sandbox.h"
 #include "runtime/container/shell_pool.h"
@@ -92,8 +95,8 @@ class ContainerBackend : public Backend {
     return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges};
   }
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override;
-  StatusOr<std::unique_ptr<Sandbox>> Adopt(const nlohmann::json& record) override;
-  Status Cleanup(const nlohmann::json& record) override;
+  StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override;
+  Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override;
 
  private:
   // Turns a shell into the sandbox `spec` (cgroup named and limited, rootfs
@@ -221,37 +224,42 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   return std::unique_ptr<Sandbox>(std::move(sb));
 }
 
-StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const nlohmann::json& r) {
-  SandboxSpec spec;
-  uint32_t slot;
-  pid_t pid;
-  uint64_t start;
-  std::string cg_rel;
-  try {
-    spec.id = r.at("id").get<std::string>();
-    spec.dir = r.at("dir").get<std::string>();
-    pid = r.at("init_pid").get<pid_t>();
-    start = r.at("init_start_time").get<uint64_t>();
-    slot = r.at("slot").get<uint32_t>();
-    cg_rel = r.value("cgroup", spec.id);
-    spec.workdir = r.value("workdir", std::string("/"));
-    spec.user = r.value("user", std::string("root"));
-    spec.hostname = r.value("hostname", spec.id);
-    if (r.contains("env")) {
-      for (const auto& [k, v] : r.at("env").items()) spec.env[k] = v.get<std::string>();
+// A backend record: this backend's message, or the JSON object an older
+// daemon wrote (its first byte '{' is never the first byte of the binary
+// message: field 15, wire type 3 is not a proto3 encoding).
+Status ParseContainerRecord(const std::string& bytes, container::record::Container* r) {
+  if (!bytes.empty() && bytes[0] == '{') {
+    nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return absl::InvalidArgumentError("bad container sandbox record: not a JSON object");
+    try {
+      if (j.contains("init_pid")) r->set_init_pid(j.at("init_pid").get<int32_t>());
+      if (j.contains("init_start_time")) r->set_init_start_time(j.at("init_start_time").get<uint64_t>());
+      if (j.contains("slot")) r->set_slot(j.at("slot").get<uint32_t>());
+      r->set_host_uid(j.value("host_uid", 0u));
+      r->set_cgroup(j.value("cgroup", std::string()));
+      r->set_upper_dev(j.value("upper_dev", uint64_t{0}));
+      r->set_upper_ino(j.value("upper_ino", uint64_t{0}));
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(std::string("bad container sandbox record: ") + e.what());
     }
-    if (r.contains("resources")) {
-      const auto& x = r.at("resources");
-      spec.resources.cpu_millis = x.value("cpu_millis", spec.resources.cpu_millis);
-      spec.resources.memory_mb = x.value("memory_mb", spec.resources.memory_mb);
-      spec.resources.disk_mb = x.value("disk_mb", spec.resources.disk_mb);
-      spec.resources.pids = x.value("pids", spec.resources.pids);
-      spec.resources.open_files = x.value("open_files", spec.resources.open_files);
-      spec.resources.tmpfs_mb = x.value("tmpfs_mb", spec.resources.tmpfs_mb);
-    }
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("bad container sandbox record: ") + e.what());
+    return absl::OkStatus();
   }
+  if (!r->ParseFromString(bytes)) return absl::InvalidArgumentError("bad container sandbox record: unparsable");
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const SandboxSpec& spec_in, const std::string& backend_record) {
+  container::record::Container r;
+  RETURN_IF_ERROR(ParseContainerRecord(backend_record, &r));
+  if (r.init_pid() <= 0 || r.init_start_time() == 0) {
+    return absl::InvalidArgumentError("bad container sandbox record: no init pid and start time");
+  }
+  SandboxSpec spec = spec_in;
+  if (spec.hostname.empty()) spec.hostname = spec.id;
+  const uint32_t slot = r.slot();
+  const pid_t pid = r.init_pid();
+  const uint64_t start = r.init_start_time();
+  const std::string cg_rel = r.cgroup().empty() ? spec.id : r.cgroup();
   UniqueFd pidfd(PidfdOpen(pid));
   if (!pidfd.valid()) return absl::NotFoundError("sandbox " + spec.id + ": init pid " + std::to_string(pid) + " is gone");
   if (ProcStartTime(pid) != start)
@@ -267,29 +275,26 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const nlohmann::json&
   cg->RemoveEmptyDescendants();
   auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
   // Not fatal: the sandbox runs; only snapshot/grade/fork are refused (OpenUpper says why).
-  (void)sb->ReattachUpper(r.value("upper_dev", uint64_t{0}), r.value("upper_ino", uint64_t{0}));
+  (void)sb->ReattachUpper(r.upper_dev(), r.upper_ino());
   return std::unique_ptr<Sandbox>(std::move(sb));
 }
 
-Status ContainerBackend::Cleanup(const nlohmann::json& r) {
-  std::string id, dir;
-  try {
-    id = r.at("id").get<std::string>();
-    dir = r.at("dir").get<std::string>();
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("cleanup record needs id and dir: ") + e.what());
-  }
+Status ContainerBackend::Cleanup(const SandboxSpec& spec, const std::string& backend_record) {
+  const std::string& id = spec.id;
+  const std::string& dir = spec.dir;
+  if (dir.empty()) return absl::InvalidArgumentError("cleanup of sandbox '" + id + "' needs its dir");
+  container::record::Container r;
+  const bool have_record = !backend_record.empty() && ParseContainerRecord(backend_record, &r).ok();
   if (!ValidId(id)) return absl::InvalidArgumentError("bad sandbox id '" + id + "'");
   // A recorded init that is still the same process: kill its pid namespace.
-  if (r.contains("init_pid") && r.contains("init_start_time")) {
-    pid_t pid = r["init_pid"].get<pid_t>();
+  if (have_record && r.init_pid() > 0 && r.init_start_time() != 0) {
+    pid_t pid = r.init_pid();
     UniqueFd pidfd(PidfdOpen(pid));
-    if (pidfd.valid() && ProcStartTime(pid) == r["init_start_time"].get<uint64_t>())
-      (void)PidfdSignal(pidfd.get(), SIGKILL);
+    if (pidfd.valid() && ProcStartTime(pid) == r.init_start_time()) (void)PidfdSignal(pidfd.get(), SIGKILL);
   }
   // Every process of the sandbox is in its cgroup; all its mounts live in its
   // own mount namespace, which dies with them.
-  auto cg = st_->cgroups->Open(r.value("cgroup", id));
+  auto cg = st_->cgroups->Open(have_record && !r.cgroup().empty() ? r.cgroup() : id);
   if (cg.ok()) RETURN_IF_ERROR((*cg)->Destroy(milliseconds(5000)));
   // Mounts a daemon of an older layout may have left on the host under dir.
   if (auto mi = ReadSmallFile("/proc/self/mountinfo", 16 << 20); mi.ok()) {
@@ -307,7 +312,7 @@ Status ContainerBackend::Cleanup(const nlohmann::json& r) {
   if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT) return Errno("rmdir(" + rootfs + ")");
   if (::rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
     return Errno("rmdir(" + dir + ")");
-  if (r.contains("slot")) st_->ReleaseSlot(r["slot"].get<uint32_t>());
+  if (have_record) st_->ReleaseSlot(r.slot());
   return absl::OkStatus();
 }
 

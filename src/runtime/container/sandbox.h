@@ -21,6 +21,7 @@
 #include "jail/cgroup.h"
 #include "runtime/backend.h"
 #include "runtime/container/memory_prefetch.h"
+#include "runtime/container/record.pb.h"
 #include "runtime/container/rooted_files.h"
 #include "runtime/container/spawn.h"
 #include "runtime/container/state.h"
@@ -71,30 +72,17 @@ class ContainerSandbox : public Sandbox,
   std::string_view backend_name() const override { return kBackendName; }
   SandboxFiles& files() override { return *files_; }
 
-  nlohmann::json Record() const override {
-    nlohmann::json env = nlohmann::json::object();
-    for (const auto& [k, v] : spec_.env) env[k] = v;
-    return {{"id", spec_.id},
-            {"dir", spec_.dir},
-            {"init_pid", init_pid_},
-            {"init_start_time", start_time_},
-            {"slot", slot_},
-            {"host_uid", st_->HostUid(slot_)},
-            {"cgroup", cgroup_->rel()},
-            {"cgroup_dirs", cgroup_->dirs()},
-            {"upper_dev", upper_dev_},
-            {"upper_ino", upper_ino_},
-            {"workdir", spec_.workdir},
-            {"user", spec_.user},
-            {"hostname", spec_.hostname},
-            {"env", env},
-            {"resources",
-             {{"cpu_millis", spec_.resources.cpu_millis},
-              {"memory_mb", spec_.resources.memory_mb},
-              {"disk_mb", spec_.resources.disk_mb},
-              {"pids", spec_.resources.pids},
-              {"open_files", spec_.resources.open_files},
-              {"tmpfs_mb", spec_.resources.tmpfs_mb}}}};
+  std::string Record() const override {
+    container::record::Container r;
+    r.set_init_pid(init_pid_);
+    r.set_init_start_time(start_time_);
+    r.set_slot(slot_);
+    r.set_host_uid(st_->HostUid(slot_));
+    r.set_cgroup(cgroup_->rel());
+    for (const std::string& d : cgroup_->dirs()) r.add_cgroup_dirs(d);
+    r.set_upper_dev(upper_dev_);
+    r.set_upper_ino(upper_ino_);
+    return r.SerializeAsString();
   }
 
   StatusOr<ExecOutcome> Exec(const ExecSpec& es) override;

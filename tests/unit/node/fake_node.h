@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "node/layer_provider.h"
+#include <nlohmann/json.hpp>
+
 #include "runtime/backend.h"
 
 namespace warren::testing {
@@ -28,6 +30,7 @@ struct FakeWorld {
   std::set<std::string> alive;  // sandbox ids with live "processes"
   std::vector<std::string> calls;  // "create:<id>", "destroy:<id>", "cleanup:<id>", "adopt:<id>"
   std::vector<runtime::SandboxSpec> create_specs;
+  std::vector<runtime::SandboxSpec> adopt_specs;
   Status fail_create = absl::OkStatus();
   std::function<void(const runtime::SandboxSpec&)> on_create;  // runs inside Create
   std::chrono::milliseconds destroy_delay{0};
@@ -149,7 +152,7 @@ class FakeSandbox final : public runtime::Sandbox {
     world_->cv.notify_all();
     return absl::OkStatus();
   }
-  nlohmann::json Record() const override { return {{"id", id_}, {"fake_pid", 4242}}; }
+  std::string Record() const override { return nlohmann::json{{"id", id_}, {"fake_pid", 4242}}.dump(); }
   pid_t init_pid() const override { return 4242; }
   std::string_view backend_name() const override { return "container"; }
 
@@ -182,15 +185,23 @@ class FakeBackend final : public runtime::Backend {
     }
     return std::unique_ptr<runtime::Sandbox>(std::make_unique<FakeSandbox>(spec.id, world_));
   }
-  StatusOr<std::unique_ptr<runtime::Sandbox>> Adopt(const nlohmann::json& record) override {
-    std::string id = record.value("id", std::string());
+  StatusOr<std::unique_ptr<runtime::Sandbox>> Adopt(const runtime::SandboxSpec& spec,
+                                                     const std::string& backend_record) override {
+    nlohmann::json record = nlohmann::json::parse(backend_record, nullptr, false);
+    if (!record.is_object()) return absl::InvalidArgumentError("bad record");
+    std::string id = spec.id;
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      world_->adopt_specs.push_back(spec);
+    }
     world_->Call("adopt:" + id);
     if (record.value("fake_pid", 0) != 4242) return absl::InvalidArgumentError("bad record");
     if (!world_->IsAlive(id)) return absl::NotFoundError("sandbox " + id + " is gone");
     return std::unique_ptr<runtime::Sandbox>(std::make_unique<FakeSandbox>(id, world_));
   }
-  Status Cleanup(const nlohmann::json& record) override {
-    std::string id = record.value("id", std::string());
+  Status Cleanup(const runtime::SandboxSpec& spec, const std::string& backend_record) override {
+    (void)backend_record;
+    std::string id = spec.id;
     world_->Call("cleanup:" + id);
     std::lock_guard<std::mutex> l(world_->mu);
     world_->alive.erase(id);

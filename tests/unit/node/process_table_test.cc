@@ -75,7 +75,7 @@ class HostSandbox final : public runtime::Sandbox, public runtime::ProcessStarte
   }
   runtime::SandboxFiles& files() override { std::abort(); }
   Status Destroy() override { return absl::OkStatus(); }
-  nlohmann::json Record() const override { return {}; }
+  std::string Record() const override { return {}; }
   pid_t init_pid() const override { return 1; }
   StatusOr<std::unique_ptr<runtime::Process>> Start(const runtime::ExecSpec& spec,
                                                     const runtime::StartOptions& so) override {

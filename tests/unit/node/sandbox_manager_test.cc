@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +14,9 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/escaping.h"
+#include "common/file_util.h"
 
 #include "fake_node.h"
 
@@ -127,7 +132,9 @@ TEST_F(SandboxManagerTest, CreateGetListExecDestroy) {
   EXPECT_EQ(manager_->LayerUsers(kBase), 1u);
   nlohmann::json rec = ReadRecord(sb->id);
   EXPECT_EQ(rec["state"], "running");
-  EXPECT_EQ(rec["backend_record"]["fake_pid"], 4242);
+  std::string brec;  // the backend's record: opaque bytes (base64 in the JSON mapping)
+  ASSERT_TRUE(absl::Base64Unescape(rec["backend_record"].get<std::string>(), &brec));
+  EXPECT_EQ(nlohmann::json::parse(brec)["fake_pid"], 4242);
 
   EXPECT_EQ(manager_->List({{"task", "t1"}}, "").size(), 1u);
   EXPECT_EQ(manager_->List({{"task", "t2"}}, "").size(), 0u);
@@ -146,6 +153,98 @@ TEST_F(SandboxManagerTest, CreateGetListExecDestroy) {
   EXPECT_EQ(manager_->Destroy(sb->id).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(world_->Count("destroy:" + sb->id), 1);
   ExpectNothingLeft(*manager_);
+}
+
+// A request the node cannot grant is refused before anything is made, naming
+// the field, the value and the maximum (a sandbox's open-files limit cannot
+// exceed the daemon's hard RLIMIT_NOFILE: setting it would fail in the
+// sandbox's setup with EPERM).
+TEST_F(SandboxManagerTest, RequestsBeyondTheNodeAreRefusedNamingTheMaximum) {
+  // In a child: lowering a hard limit cannot be undone without
+  // CAP_SYS_RESOURCE in the initial user namespace.
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipefd[0]);
+    struct rlimit low = {1024, 4096};
+    std::string out;
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0) {
+      out = "setrlimit failed";
+    } else {
+      std::unique_ptr<SandboxManager> m = NewManager();
+      CreateRequest r = Req();
+      r.resources.open_files = 5000;
+      auto sb = m->Create(r);
+      out = sb.ok() ? "created" : sb.status().ToString();
+      if (!world_->calls.empty()) out += " (backend called)";
+    }
+    (void)!write(pipefd[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string got;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  int wst = 0;
+  ASSERT_EQ(waitpid(child, &wst, 0), child);
+  EXPECT_NE(got.find("INVALID_ARGUMENT"), std::string::npos) << got;
+  EXPECT_NE(got.find("resources.open_files=5000"), std::string::npos) << got;
+  EXPECT_NE(got.find("4096"), std::string::npos) << got;
+  EXPECT_EQ(got.find("backend called"), std::string::npos) << got;
+
+  manager_ = NewManager();
+  struct Case {
+    std::function<void(CreateRequest&)> mutate;
+    std::string field, max;
+  };
+  std::vector<Case> cases = {
+      {[](CreateRequest& q) { q.resources.cpu_millis = 4001; }, "resources.cpu_millis=4001", "4000"},
+      {[](CreateRequest& q) { q.resources.memory_mb = 9000; }, "resources.memory_mb=9000", "8192"},
+      {[](CreateRequest& q) { q.resources.tmpfs_mb = 9000; }, "resources.tmpfs_mb=9000", "8192"},
+      {[](CreateRequest& q) { q.resources.disk_mb = 9000; }, "resources.disk_mb=9000", "8192"},
+      {[](CreateRequest& q) { q.resources.pids = 5000000; }, "resources.pids=5000000", "4194304"},
+  };
+  for (const Case& c : cases) {
+    CreateRequest q = Req();
+    c.mutate(q);
+    auto got = manager_->Create(q);
+    ASSERT_FALSE(got.ok()) << c.field;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(got.status().message().find(c.field), absl::string_view::npos) << got.status();
+    EXPECT_NE(got.status().message().find(c.max), absl::string_view::npos) << got.status();
+  }
+  EXPECT_TRUE(world_->calls.empty());
+}
+
+// A node whose daemon holds fewer open files than the default gets the
+// default clamped, like the other defaults (never an explicit ask).
+TEST_F(SandboxManagerTest, DefaultOpenFilesFitTheNode) {
+  NodeLimits lim;
+  lim.max_open_files = 512;
+  manager_ = NewManager(lim);
+  auto sb = manager_->Create(Req());
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_EQ(sb->resources.open_files, 512u);
+}
+
+// The default locale is UTF-8 unless the request chose one.
+TEST_F(SandboxManagerTest, DefaultLocaleIsUtf8UnlessTheRequestSetsOne) {
+  manager_ = NewManager();
+  ASSERT_TRUE(manager_->Create(Req()).ok());
+  EXPECT_EQ(world_->create_specs.back().env["LANG"], "C.UTF-8");
+  CreateRequest r = Req();
+  r.env["LANG"] = "de_DE.UTF-8";
+  ASSERT_TRUE(manager_->Create(r).ok());
+  EXPECT_EQ(world_->create_specs.back().env["LANG"], "de_DE.UTF-8");
+  r = Req();
+  r.env["LC_ALL"] = "C";
+  ASSERT_TRUE(manager_->Create(r).ok());
+  EXPECT_EQ(world_->create_specs.back().env.count("LANG"), 0u);
+  EXPECT_EQ(world_->create_specs.back().env["LC_ALL"], "C");
 }
 
 TEST_F(SandboxManagerTest, ValidationErrorsNameTheField) {
@@ -422,6 +521,68 @@ TEST_F(SandboxManagerTest, DestroyDuringCreateWaitsThenDestroys) {
   ExpectNothingLeft(*manager_);
 }
 
+// The env is bytes (the API's map<string, bytes>): a value that is not UTF-8
+// is persisted and handed back to the backend byte-exact after a restart.
+TEST_F(SandboxManagerTest, NonUtf8EnvSurvivesARestartByteExact) {
+  manager_ = NewManager();
+  CreateRequest r = Req();
+  r.env = {{"BIN", std::string("\xff\xfe\x80 \xc3(", 6)}, {"TEXT", "caf\xc3\xa9"}};
+  auto sb = manager_->Create(r);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  std::map<std::string, std::string> want = r.env;
+  want["LANG"] = "C.UTF-8";
+  EXPECT_EQ(world_->create_specs.back().env, want);
+  manager_.reset();
+  manager_ = NewManager();
+  ASSERT_TRUE(manager_->Get(sb->id).ok());
+  ASSERT_EQ(world_->adopt_specs.size(), 1u);
+  EXPECT_EQ(world_->adopt_specs[0].env, want);
+  EXPECT_EQ(world_->adopt_specs[0].workdir, "/");
+  EXPECT_EQ(world_->adopt_specs[0].hostname, sb->id);
+}
+
+// A record an older daemon wrote (JSON of its own, version 1, env in base64,
+// the backend's part a JSON object) is adopted, and rewritten in the current
+// format.
+TEST_F(SandboxManagerTest, AdoptsARecordOfAnOlderDaemon) {
+  manager_ = NewManager();
+  manager_.reset();
+  const std::string id = "n7-00000000beef";
+  ASSERT_EQ(mkdir(RunDir(id).c_str(), 0700), 0);
+  {
+    std::lock_guard<std::mutex> l(world_->mu);
+    world_->alive.insert(id);
+  }
+  nlohmann::json old = {
+      {"version", 1}, {"id", id}, {"state", "running"}, {"paused", false}, {"suspended", false},
+      {"expires_at_ns", 0}, {"idle_timeout_s", 0}, {"backend", "container"}, {"dir", RunDir(id)},
+      {"layers", {kBase, kWs}}, {"layer_names", {"base/debian@12", "workspace/demo@1"}},
+      {"resources", {{"cpu_millis", 1000}, {"memory_mb", 512}, {"disk_mb", 256}, {"pids", 64},
+                     {"open_files", 128}, {"tmpfs_mb", 16}}},
+      {"env_b64", {{absl::Base64Escape("K"), absl::Base64Escape(std::string("\xff\x01", 2))}}},
+      {"workdir", "/w"}, {"user", "1000"}, {"hostname", "old-box"}, {"labels", {{"task", "t9"}}},
+      {"job", "j"}, {"ttl_s", 0}, {"created_at_ns", 123},
+      {"backend_record", {{"id", id}, {"dir", RunDir(id)}, {"fake_pid", 4242}}},
+      {"request_id", ""}, {"transitions", nlohmann::json::array()}};
+  std::ofstream(RecordPath(id)) << old.dump();
+  manager_ = NewManager();
+  auto got = manager_->Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->resources.memory_mb, 512u);
+  EXPECT_EQ(got->hostname, "old-box");
+  EXPECT_EQ(got->labels.at("task"), "t9");
+  EXPECT_EQ(got->pristine_layers, (std::vector<std::string>{kBase, kWs}));
+  ASSERT_EQ(world_->adopt_specs.size(), 1u);
+  EXPECT_EQ(world_->adopt_specs[0].env.at("K"), std::string("\xff\x01", 2));
+  EXPECT_EQ(world_->adopt_specs[0].workdir, "/w");
+  EXPECT_EQ(world_->adopt_specs[0].user, "1000");
+  nlohmann::json rec = ReadRecord(id);
+  EXPECT_EQ(rec["version"], 2);
+  EXPECT_EQ(rec["env"]["K"], absl::Base64Escape(std::string("\xff\x01", 2)));
+  EXPECT_EQ(rec["transitions"].back()["reason"], "adopted after daemon restart");
+  EXPECT_TRUE(manager_->Destroy(id).ok());
+}
+
 TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
   manager_ = NewManager();
   auto keep = manager_->Create(Req());
@@ -510,11 +671,17 @@ TEST(RecordStoreTest, PutReplacesAtomicallyAndRemoveIsIdempotent) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   auto rs = RecordStore::Open(std::string(tmpl) + "/r");
   ASSERT_TRUE(rs.ok());
-  ASSERT_TRUE(rs->Put("n0-a", {{"v", 1}}).ok());
-  ASSERT_TRUE(rs->Put("n0-a", {{"v", 2}}).ok());
+  node::record::Sandbox r;
+  r.set_version(2);
+  r.set_id("n0-a");
+  r.set_job("v1");
+  ASSERT_TRUE(rs->Put("n0-a", r).ok());
+  r.set_job("v2");
+  ASSERT_TRUE(rs->Put("n0-a", r).ok());
   auto all = rs->LoadAll();
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ((*all[0].record)["v"], 2);
+  ASSERT_TRUE(all[0].record.ok()) << all[0].record.status();
+  EXPECT_EQ(all[0].record->job(), "v2");
   EXPECT_TRUE(rs->Remove("n0-a").ok());
   EXPECT_TRUE(rs->Remove("n0-a").ok());
   EXPECT_TRUE(rs->LoadAll().empty());

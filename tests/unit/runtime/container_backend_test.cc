@@ -29,12 +29,24 @@
 
 #include "image/layer_tree.h"
 #include "jail/cgroup.h"
+#include "runtime/container/record.pb.h"
 
 namespace warren::runtime {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+
+// The container's record of a sandbox (its Record(), parsed).
+container::record::Container RecordOf(const Sandbox& sb) {
+  container::record::Container r;
+  EXPECT_TRUE(r.ParseFromString(sb.Record()));
+  return r;
+}
+std::vector<std::string> CgroupDirs(const Sandbox& sb) {
+  container::record::Container r = RecordOf(sb);
+  return {r.cgroup_dirs().begin(), r.cgroup_dirs().end()};
+}
 using namespace std::chrono_literals;
 
 std::string Sh(const std::string& cmd) {
@@ -549,9 +561,8 @@ TEST_F(ContainerTest, DestroyLeavesNothingAndIsIdempotent) {
   Sandbox* sb = Make("gone", &spec);
   ASSERT_NE(sb, nullptr);
   Run(sb, "sh -c 'trap \"\" TERM; sleep 1000 & sleep 1000 & wait' &");
-  nlohmann::json rec = sb->Record();
   pid_t init = sb->init_pid();
-  std::vector<std::string> dirs = rec["cgroup_dirs"].get<std::vector<std::string>>();
+  std::vector<std::string> dirs = CgroupDirs(*sb);
   ASSERT_FALSE(dirs.empty());
   for (const auto& d : dirs) EXPECT_TRUE(fs::exists(d)) << d;
   // Exec concurrent with Destroy returns promptly.
@@ -578,13 +589,14 @@ TEST_F(ContainerTest, DestroyLeavesNothingAndIsIdempotent) {
 }
 
 TEST_F(ContainerTest, AdoptAfterRestart) {
-  Sandbox* sb = Make("adopt");
+  SandboxSpec spec;
+  Sandbox* sb = Make("adopt", &spec);
   ASSERT_NE(sb, nullptr);
   ASSERT_EQ(Run(sb, "echo state > /w/f").exit_code, 0);
-  nlohmann::json rec = nlohmann::json::parse(sb->Record().dump());
+  const std::string rec = sb->Record();
   auto b2 = NewContainerBackend(options_);
   ASSERT_TRUE(b2.ok());
-  auto again = (*b2)->Adopt(rec);
+  auto again = (*b2)->Adopt(spec, rec);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->init_pid(), sb->init_pid());
   ExecSpec e;
@@ -593,11 +605,11 @@ TEST_F(ContainerTest, AdoptAfterRestart) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->stdout_data, "state\nadopt\n");
   // A record whose init is gone (or reused) is NotFound.
-  nlohmann::json stale = rec;
-  stale["init_start_time"] = rec["init_start_time"].get<uint64_t>() + 1;
-  EXPECT_EQ((*b2)->Adopt(stale).status().code(), absl::StatusCode::kNotFound);
+  container::record::Container stale = RecordOf(*sb);
+  stale.set_init_start_time(stale.init_start_time() + 1);
+  EXPECT_EQ((*b2)->Adopt(spec, stale.SerializeAsString()).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE((*again)->Destroy().ok());
-  EXPECT_EQ((*b2)->Adopt(rec).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*b2)->Adopt(spec, rec).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ContainerTest, CleanupFromIdAndDirOnly) {
@@ -605,21 +617,26 @@ TEST_F(ContainerTest, CleanupFromIdAndDirOnly) {
   Sandbox* sb = Make("crashed", &spec);
   ASSERT_NE(sb, nullptr);
   Run(sb, "sleep 1000 &");
-  auto dirs = sb->Record()["cgroup_dirs"].get<std::vector<std::string>>();
+  auto dirs = CgroupDirs(*sb);
   pid_t init = sb->init_pid();
-  nlohmann::json minimal = {{"id", spec.id}, {"dir", spec.dir}};
-  ASSERT_TRUE(backend_->Cleanup(minimal).ok());
+  SandboxSpec minimal;
+  minimal.id = spec.id;
+  minimal.dir = spec.dir;
+  ASSERT_TRUE(backend_->Cleanup(minimal, "").ok());
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
   std::this_thread::sleep_for(50ms);
   (void)::waitpid(init, nullptr, WNOHANG);
   EXPECT_NE(::kill(init, 0), 0);
   EXPECT_FALSE(fs::exists(spec.dir));
-  EXPECT_TRUE(backend_->Cleanup(minimal).ok());  // idempotent
+  EXPECT_TRUE(backend_->Cleanup(minimal, "").ok());  // idempotent
   // Cleanup of something that never got further than its dir.
   char tmpl[] = "/tmp/warren-ct-sb-XXXXXX";
   std::string half = ::mkdtemp(tmpl);
   ::mkdir((half + "/rootfs").c_str(), 0755);
-  EXPECT_TRUE(backend_->Cleanup({{"id", "half"}, {"dir", half}}).ok());
+  SandboxSpec half_spec;
+  half_spec.id = "half";
+  half_spec.dir = half;
+  EXPECT_TRUE(backend_->Cleanup(half_spec, "").ok());
   EXPECT_FALSE(fs::exists(half + "/rootfs"));
   fs::remove_all(half);
 }
@@ -987,7 +1004,7 @@ std::vector<pid_t> WarmShellChildren() {
 void ExpectCgroupLimits(Sandbox& sb, uint64_t memory_mb, uint32_t pids, bool memsw) {
   std::vector<const char*> files = {"memory.limit_in_bytes", "pids.max"};
   if (memsw) files.push_back("memory.memsw.limit_in_bytes");
-  for (const auto& d : sb.Record()["cgroup_dirs"].get<std::vector<std::string>>()) {
+  for (const auto& d : CgroupDirs(sb)) {
     for (const char* f : files) {
       if (!fs::exists(d + "/" + f)) continue;
       std::ifstream in(d + "/" + f);
@@ -1061,8 +1078,8 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
   // It was one of the pool's shells.
   EXPECT_NE(std::find(shells.begin(), shells.end(), s->init_pid()), shells.end()) << s->init_pid();
   // Its cgroup carries the sandbox's name and limits, everywhere.
-  nlohmann::json rec = s->Record();
-  auto dirs = rec["cgroup_dirs"].get<std::vector<std::string>>();
+  container::record::Container rec = RecordOf(*s);
+  std::vector<std::string> dirs(rec.cgroup_dirs().begin(), rec.cgroup_dirs().end());
   ASSERT_FALSE(dirs.empty());
   for (const auto& d : dirs) {
     EXPECT_EQ(fs::path(d).filename(), "warm-second") << d;
@@ -1085,7 +1102,7 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
       EXPECT_EQ(v, "77");
     }
   }
-  EXPECT_EQ(rec["cgroup"], "warm-second");
+  EXPECT_EQ(rec.cgroup(), "warm-second");
   EXPECT_EQ(Run(s, "hostname; ulimit -n; df -k /dev/shm | tail -1 | awk '{print $2}'; cat /proc/1/comm").stdout_data,
             "warm-host\n333\n8192\nwarren-init\n");
   // The pool refills; destroying the sandbox leaves nothing of it.
@@ -1160,7 +1177,7 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   ASSERT_NE(a, nullptr);
   // A background process keeps its exec cgroup (a child) alive until the destroy.
   EXPECT_EQ(Run(a, "sleep 100 >/dev/null 2>&1 & echo started").stdout_data, "started\n");
-  const auto a_dirs = a->Record()["cgroup_dirs"].get<std::vector<std::string>>();
+  const auto a_dirs = CgroupDirs(*a);
   ASSERT_FALSE(a_dirs.empty());
   // Destroyed while paused: its cgroup is recycled thawed, never frozen.
   ASSERT_TRUE(As<Pausable>(*a)->Pause().ok());
@@ -1201,7 +1218,7 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   sandboxes_.emplace_back(std::move(*sb), spec.dir);
   Sandbox* bsb = sandboxes_.back().first.get();
   EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty()) << "the recycled cgroup was not taken";
-  for (const auto& d : bsb->Record()["cgroup_dirs"].get<std::vector<std::string>>())
+  for (const auto& d : CgroupDirs(*bsb))
     EXPECT_EQ(fs::path(d).filename(), "recycle-b") << d;
   ExpectCgroupLimits(*bsb, 200, 77, /*memsw=*/false);
   EXPECT_EQ(Run(bsb, "echo ok; cat /proc/1/comm").stdout_data, "ok\nwarren-init\n");
@@ -1227,7 +1244,7 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
     cs.lower_dirs = {BusyboxImage(), lower};
     auto c = backend_->Create(cs);
     ASSERT_TRUE(c.ok()) << c.status();
-    const auto c_dirs = (*c)->Record()["cgroup_dirs"].get<std::vector<std::string>>();
+    const auto c_dirs = CgroupDirs(**c);
     ExecSpec rd;
     rd.shell = "cat /big > /dev/null && echo read";
     auto r = (*c)->Exec(rd);

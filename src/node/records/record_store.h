@@ -1,5 +1,10 @@
-// Persistence of sandbox records: one JSON file per sandbox,
-// <dir>/<id>.json, replaced atomically (temp file + rename), so a daemon
+// Persistence of sandbox records (record.proto's Sandbox): one file per
+// sandbox, <dir>/<id>.json, in protobuf's JSON mapping with the proto's field
+// names. JSON rather than binary: an operator (and a test) can read a record
+// with any JSON tool, the env stays byte-exact (bytes are base64), and a
+// record an older daemon wrote (JSON of its own, version 1) is read by the
+// same store and converted. Records are small; the encoding costs nothing
+// next to a create. Replaced atomically (temp file + rename), so a daemon
 // crash leaves either the old or the new record, never a torn one.
 // Not fsync'd, on purpose: a record describes live processes and mounts,
 // which only a daemon crash outlives (the page cache survives it); a host
@@ -13,9 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
+#include "node/records/record.pb.h"
 
 namespace warren::node {
 
@@ -26,12 +30,15 @@ class RecordStore {
 
   // ENOSPC/EDQUOT → ResourceExhausted naming the directory; on any error no
   // temporary file is left behind and the previous record (if any) is intact.
-  Status Put(const std::string& id, const nlohmann::json& record) const;
+  Status Put(const std::string& id, const record::Sandbox& record) const;
   // Idempotent: OK when the record does not exist.
   Status Remove(const std::string& id) const;
   struct Loaded {
     std::string id;
-    StatusOr<nlohmann::json> record;  // error: unreadable or corrupt file
+    // Error: unreadable or corrupt file. A version-1 record (an older
+    // daemon's JSON) comes converted, its backend part as the JSON text the
+    // backend wrote then.
+    StatusOr<record::Sandbox> record;
   };
   // Every <id>.json in the directory; leftover temp files are removed.
   std::vector<Loaded> LoadAll() const;
@@ -43,9 +50,5 @@ class RecordStore {
   std::string dir_;
 };
 
-// Removes `path` recursively without following symlinks and without crossing
-// into other mounts (an entry on another device is an error, left in place).
-// OK when `path` does not exist.
-Status RemoveTree(const std::string& path);
 
 }  // namespace warren::node

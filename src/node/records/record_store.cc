@@ -1,4 +1,4 @@
-#include "node/record_store.h"
+#include "node/records/record_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -7,7 +7,11 @@
 
 #include <cerrno>
 
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
 #include "common/unique_fd.h"
+#include "node/records/legacy_record.h"
 
 namespace warren::node {
 namespace {
@@ -37,51 +41,6 @@ Status Annotate(Status s, const std::string& dir) {
   return s;
 }
 
-Status RemoveTreeAt(int parent_fd, const std::string& name, const std::string& path, dev_t dev,
-                    int depth) {
-  // Staging trees are bounded by PATH_MAX (at most 2048 levels).
-  if (depth > 4096) return absl::FailedPreconditionError("RemoveTree(" + path + "): too deep");
-  struct stat st;
-  if (::fstatat(parent_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return ErrnoToStatus(errno, "fstatat(" + path + ")");
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    if (::unlinkat(parent_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-      return ErrnoToStatus(errno, "unlinkat(" + path + ")");
-    }
-    return absl::OkStatus();
-  }
-  if (st.st_dev != dev) {
-    return absl::FailedPreconditionError("RemoveTree(" + path +
-                                         "): is on another file system (a leftover mount?)");
-  }
-  UniqueFd fd(::openat(parent_fd, name.c_str(),
-                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoToStatus(errno, "openat(" + path + ")");
-  int dup_fd = ::dup(fd.get());
-  if (dup_fd < 0) return ErrnoToStatus(errno, "dup(" + path + ")");
-  DIR* d = ::fdopendir(dup_fd);
-  if (d == nullptr) {
-    int err = errno;
-    ::close(dup_fd);
-    return ErrnoToStatus(err, "fdopendir(" + path + ")");
-  }
-  std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(std::move(n));
-  }
-  ::closedir(d);
-  for (const std::string& n : names) {
-    RETURN_IF_ERROR(RemoveTreeAt(fd.get(), n, path + "/" + n, dev, depth + 1));
-  }
-  if (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
-    return ErrnoToStatus(errno, "rmdir(" + path + ")");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 StatusOr<RecordStore> RecordStore::Open(const std::string& dir) {
@@ -91,13 +50,14 @@ StatusOr<RecordStore> RecordStore::Open(const std::string& dir) {
   return RecordStore(dir);
 }
 
-Status RecordStore::Put(const std::string& id, const nlohmann::json& record) const {
+Status RecordStore::Put(const std::string& id, const record::Sandbox& record) const {
   std::string data;
-  try {
-    data = record.dump(1) + "\n";
-  } catch (const std::exception& e) {
-    return absl::InternalError("record of " + id + " is not serializable: " + e.what());
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  if (auto s = google::protobuf::util::MessageToJsonString(record, &data, opts); !s.ok()) {
+    return absl::InternalError("record of " + id + " is not serializable: " + std::string(s.message()));
   }
+  data += "\n";
   std::string tmp = dir_ + "/" + kTmpPrefix + id + ".json";
   std::string final_path = dir_ + "/" + id + ".json";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -166,8 +126,17 @@ std::vector<RecordStore::Loaded> RecordStore::LoadAll() const {
       nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded() || !j.is_object()) {
         l.record = absl::DataLossError("record " + path + " is not a JSON object");
+      } else if (j.value("version", 0) < 2) {
+        l.record = FromLegacyRecord(j);
       } else {
-        l.record = std::move(j);
+        record::Sandbox rec;
+        google::protobuf::util::JsonParseOptions opts;
+        opts.ignore_unknown_fields = true;  // written by a newer daemon
+        if (auto s = google::protobuf::util::JsonStringToMessage(data, &rec, opts); !s.ok()) {
+          l.record = absl::DataLossError("record " + path + ": " + std::string(s.message()));
+        } else {
+          l.record = std::move(rec);
+        }
       }
     }
     out.push_back(std::move(l));
@@ -175,13 +144,5 @@ std::vector<RecordStore::Loaded> RecordStore::LoadAll() const {
   return out;
 }
 
-Status RemoveTree(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return ErrnoToStatus(errno, "lstat(" + path + ")");
-  }
-  return RemoveTreeAt(AT_FDCWD, path, path, st.st_dev, 0);
-}
 
 }  // namespace warren::node

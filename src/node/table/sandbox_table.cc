@@ -1,0 +1,315 @@
+#include "node/table/sandbox_table.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "node/admission/validate.h"
+#include "node/records/sandbox_record.h"
+
+namespace warren::node {
+
+SandboxTable::SandboxTable(const ManagerOptions& options, const Backends& backends, LayerProvider& layers,
+                           const RecordStore& records, Admission& admission, Hooks hooks)
+    : options_(options),
+      backends_(backends),
+      layers_(layers),
+      records_(records),
+      admission_(admission),
+      hooks_(std::move(hooks)) {}
+
+StatusOr<CreateRequest> SandboxTable::Normalize(const CreateRequest& request) const {
+  std::vector<std::string> names;
+  for (const auto& [n, b] : backends_) names.push_back(n);
+  return NormalizeCreate(request, options_.limits, names);
+}
+
+SandboxInfo SandboxTable::InfoOf(const Entry& e) const {
+  SandboxInfo i = e.info;
+  if (e.sandbox != nullptr) i.init_pid = e.sandbox->init_pid();
+  return i;
+}
+
+StatusOr<std::shared_ptr<Entry>> SandboxTable::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return NotFound(id);
+  return it->second;
+}
+
+void SandboxTable::Persist(const Entry& e, SandboxState state, const char* what) const {
+  Status s = records_.Put(e.info.id, MakeRecord(e, state));
+  if (!s.ok()) Log(spdlog::level::warn, what, {{"sandbox", e.info.id}, {"error", s.ToString()}});
+}
+
+StatusOr<SandboxInfo> SandboxTable::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return NotFound(id);
+  return InfoOf(*it->second);
+}
+
+std::vector<SandboxInfo> SandboxTable::List(const std::map<std::string, std::string>& labels,
+                                            const std::string& job) const {
+  std::vector<SandboxInfo> out;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, e] : table_) {
+    if (!job.empty() && e->info.job != job) continue;
+    bool match = true;
+    for (const auto& [k, v] : labels) {
+      auto it = e->info.labels.find(k);
+      if (it == e->info.labels.end() || it->second != v) {
+        match = false;
+        break;
+      }
+    }
+    if (match) out.push_back(InfoOf(*e));
+  }
+  return out;
+}
+
+size_t SandboxTable::size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return table_.size();
+}
+
+bool SandboxTable::Contains(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return table_.count(id) > 0;
+}
+
+uint32_t SandboxTable::LayerUsers(const std::string& digest) const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& [id, e] : table_) {
+    const auto& d = e->info.layer_digests;
+    if (std::find(d.begin(), d.end(), digest) != d.end()) ++n;
+  }
+  return n;
+}
+
+StatusOr<std::shared_ptr<Entry>> SandboxTable::Live(const std::string& id, SandboxState* state) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return NotFound(id);
+  const SandboxState s = it->second->info.state;
+  if (s != SandboxState::kRunning && s != SandboxState::kPaused && s != SandboxState::kSuspended) {
+    return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(s));
+  }
+  if (state != nullptr) *state = s;
+  return it->second;
+}
+
+std::vector<std::pair<std::string, std::string>> SandboxTable::Expired(int64_t now) const {
+  std::vector<std::pair<std::string, std::string>> victims;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, e] : table_) {
+    const SandboxInfo& i = e->info;
+    if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused &&
+        i.state != SandboxState::kSuspended) {
+      continue;
+    }
+    if (i.expires_at_ns > 0 && now >= i.expires_at_ns) {
+      victims.emplace_back(id, "ttl expired");
+    } else if (i.idle_timeout_s > 0 && e->inflight_execs == 0 && i.state == SandboxState::kRunning &&
+               now - i.last_activity_ns >= int64_t{i.idle_timeout_s} * 1000000000) {
+      victims.emplace_back(id, "idle timeout");
+    }
+  }
+  return victims;
+}
+
+StatusOr<SandboxMemory> SandboxTable::Memory(const std::string& id) const {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return NotFound(id);
+    e = it->second;
+    if (e->sandbox == nullptr) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+  }
+  ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
+  SandboxMemory m;
+  ASSIGN_OR_RETURN(m.memory_bytes, suspendable->MemoryUsage());
+  m.swap_bytes = suspendable->SwapUsage();
+  return m;
+}
+
+StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxTable::Use(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return NotFound(id);
+    const SandboxState s = it->second->info.state;
+    const bool paused = s == SandboxState::kPaused || s == SandboxState::kSuspended;
+    if (!paused && s != SandboxState::kRunning) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(s));
+    }
+    it->second->info.last_activity_ns = NowNs();
+    if (!paused) return it->second->sandbox;
+  }
+  // Any call on a paused or suspended sandbox resumes it.
+  RETURN_IF_ERROR(Resume(id, true));
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return NotFound(id);
+  if (it->second->info.state != SandboxState::kRunning) {
+    return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(it->second->info.state));
+  }
+  return it->second->sandbox;
+}
+
+void SandboxTable::Touch(const std::string& id, int delta_inflight) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return;
+  it->second->inflight_execs += delta_inflight;
+  it->second->info.last_activity_ns = NowNs();
+}
+
+StatusOr<SandboxInfo> SandboxTable::ExtendTtl(const std::string& id, uint32_t ttl_s) {
+  std::shared_ptr<Entry> e;
+  SandboxState state;
+  SandboxInfo info;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = table_.find(id);
+    if (it == table_.end()) return NotFound(id);
+    e = it->second;
+    state = e->info.state;
+    if (state != SandboxState::kRunning && state != SandboxState::kPaused && state != SandboxState::kSuspended) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(state));
+    }
+    e->info.ttl_s = ttl_s;
+    e->spec.ttl_s = ttl_s;
+    e->info.expires_at_ns = ttl_s > 0 ? NowNs() + int64_t{ttl_s} * 1000000000 : 0;
+    info = InfoOf(*e);
+  }
+  RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, state)));
+  return info;
+}
+
+void SandboxTable::SetPausedState(Entry& e, SandboxState to, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // A destroy took over meanwhile (it waits for this call's pause_mu
+    // before it touches the record): its state and record stand.
+    auto it = table_.find(e.info.id);
+    if (e.info.state == SandboxState::kDestroying || it == table_.end() || it->second.get() != &e) return;
+    e.info.state = to;
+    if (to == SandboxState::kRunning) e.info.last_activity_ns = NowNs();
+  }
+  AddTransition(e, to, reason);
+  Status s = records_.Put(e.info.id, MakeRecord(e, to));
+  if (!s.ok()) {
+    Log(spdlog::level::warn, "persisting sandbox state failed",
+        {{"sandbox", e.info.id}, {"state", SandboxStateName(to)}, {"error", s.ToString()}});
+  }
+}
+
+Status SandboxTable::Pause(const std::string& id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  std::lock_guard<std::mutex> pl(e->pause_mu);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (e->info.state == SandboxState::kPaused || e->info.state == SandboxState::kSuspended) return absl::OkStatus();
+    if (e->info.state != SandboxState::kRunning) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+  }
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
+  RETURN_IF_ERROR(pausable->Pause());
+  SetPausedState(*e, SandboxState::kPaused, "pause requested");
+  Log(spdlog::level::info, "sandbox paused", {{"sandbox", id}});
+  return absl::OkStatus();
+}
+
+Status SandboxTable::Resume(const std::string& id, bool prefetch) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  std::lock_guard<std::mutex> pl(e->pause_mu);
+  bool suspended;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (e->info.state == SandboxState::kRunning) return absl::OkStatus();
+    if (e->info.state != SandboxState::kPaused && e->info.state != SandboxState::kSuspended) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+    suspended = e->info.state == SandboxState::kSuspended;
+  }
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
+  const int64_t t0 = NowNs();
+  uint64_t prefetched = 0;
+  if (suspended) {
+    // Still frozen: the working set comes back before any process runs.
+    runtime::Suspendable* suspendable = runtime::As<runtime::Suspendable>(*e->sandbox);
+    StatusOr<uint64_t> p = suspendable != nullptr
+                               ? suspendable->EndSuspend(options_.suspend_prefetch && prefetch)
+                               : runtime::NotSupported(*e->sandbox, runtime::Capability::kSuspend);
+    if (!p.ok()) {
+      Log(spdlog::level::warn, "ending suspend failed; resuming anyway", {{"sandbox", id}, {"error", p.status().ToString()}});
+    } else {
+      prefetched = *p;
+    }
+  }
+  RETURN_IF_ERROR(pausable->Resume());
+  SetPausedState(*e, SandboxState::kRunning, "resumed");
+  Log(spdlog::level::info, "sandbox resumed",
+      {{"sandbox", id}, {"from", suspended ? "suspended" : "paused"},
+       {"prefetched_bytes", std::to_string(prefetched)}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+  return absl::OkStatus();
+}
+
+Status SandboxTable::Suspend(const std::string& id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  std::lock_guard<std::mutex> pl(e->pause_mu);
+  bool was_running;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (e->info.state == SandboxState::kSuspended) return absl::OkStatus();
+    if (e->info.state != SandboxState::kRunning && e->info.state != SandboxState::kPaused) {
+      return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
+    }
+    was_running = e->info.state == SandboxState::kRunning;
+  }
+  ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
+  const int64_t t0 = NowNs();
+  if (was_running) RETURN_IF_ERROR(pausable->Pause());
+  const uint64_t before = suspendable->MemoryUsage().value_or(0);
+  Status rs = suspendable->ReclaimMemory();
+  if (!rs.ok()) {
+    // Undo: the sandbox goes back to the state it was in.
+    (void)suspendable->EndSuspend(false);
+    if (was_running) {
+      Status us = pausable->Resume();
+      if (!us.ok()) {
+        Log(spdlog::level::err, "resuming after a failed suspend failed; sandbox left paused",
+            {{"sandbox", id}, {"error", us.ToString()}});
+        SetPausedState(*e, SandboxState::kPaused, "suspend failed");
+      }
+    }
+    return Status(rs.code(), "suspend of " + id + ": " + std::string(rs.message()));
+  }
+  const uint64_t after = suspendable->MemoryUsage().value_or(0);
+  SetPausedState(*e, SandboxState::kSuspended, "suspend requested");
+  Log(spdlog::level::info, "sandbox suspended",
+      {{"sandbox", id}, {"memory_before_bytes", std::to_string(before)}, {"memory_after_bytes", std::to_string(after)},
+       {"swap_bytes", std::to_string(suspendable->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+  return absl::OkStatus();
+}
+
+Status SandboxTable::RemoveLayer(const std::string& ref) {
+  std::unique_lock<std::shared_mutex> layer_lock(layer_mu_);
+  ASSIGN_OR_RETURN(image::LayerInfo info, layers_.Resolve(ref));
+  uint32_t users = LayerUsers(info.digest);
+  if (users > 0) {
+    return absl::FailedPreconditionError("layer " + ref + " (" + info.digest + ") is in use by " +
+                                         std::to_string(users) + " sandbox(es)");
+  }
+  RETURN_IF_ERROR(layers_.Remove(ref));
+  Log(spdlog::level::info, "layer removed", {{"layer", ref}, {"digest", info.digest}});
+  return absl::OkStatus();
+}
+
+}  // namespace warren::node
