@@ -22,6 +22,7 @@ pkgs=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libcap-dev libssl-dev
   erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
   libcpp-httplib-dev
+  clang-format-15 clang-tidy-15
   gcc-multilib
   python3 python3-venv python3-pip
   python3-pytest patch make curl ca-certificates

@@ -40,10 +40,10 @@ const absl::Status& ToStatus(const absl::StatusOr<T>& s) {
 // grpc::Status and the like, without including grpc here.
 template <typename T>
   requires requires(const T& s) {
-    { s.ok() } -> std::convertible_to<bool>;
-    s.error_code();
-    s.error_message();
-  }
+             { s.ok() } -> std::convertible_to<bool>;
+             s.error_code();
+             s.error_message();
+           }
 absl::Status ToStatus(const T& s) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
@@ -220,10 +220,9 @@ using ::warren::status_testing::StatusIs;
 // lhs, which may be a declaration (`auto x`, `const auto& [a, b]`).
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
   WARREN_ASSERT_OK_AND_ASSIGN_IMPL_(WARREN_STATUS_MATCHERS_CONCAT_(warren_statusor_, __LINE__), lhs, rexpr)
-#define WARREN_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr)                          \
-  auto statusor = (rexpr);                                                               \
-  if (::testing::AssertionResult warren_ok_ =                                            \
-          ::warren::status_testing::internal::AssertOk(#rexpr, statusor);                \
-      !warren_ok_)                                                                       \
-    GTEST_FATAL_FAILURE_(warren_ok_.message());                                          \
+#define WARREN_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr)                                               \
+  auto statusor = (rexpr);                                                                                    \
+  if (::testing::AssertionResult warren_ok_ = ::warren::status_testing::internal::AssertOk(#rexpr, statusor); \
+      !warren_ok_)                                                                                            \
+    GTEST_FATAL_FAILURE_(warren_ok_.message());                                                               \
   lhs = std::move(statusor).value()
