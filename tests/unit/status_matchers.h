@@ -136,8 +136,7 @@ class IsOkAndHoldsImpl : public ::testing::MatcherInterface<StatusOrT> {
   using Value = typename std::remove_cvref_t<StatusOrT>::value_type;
 
   template <typename InnerMatcher>
-  explicit IsOkAndHoldsImpl(InnerMatcher&& inner)
-      : inner_(::testing::SafeMatcherCast<const Value&>(std::forward<InnerMatcher>(inner))) {}
+  explicit IsOkAndHoldsImpl(const InnerMatcher& inner) : inner_(::testing::SafeMatcherCast<const Value&>(inner)) {}
 
   void DescribeTo(std::ostream* os) const override {
     *os << "is OK and has a value that ";
@@ -220,9 +219,12 @@ using ::warren::status_testing::StatusIs;
 // lhs, which may be a declaration (`auto x`, `const auto& [a, b]`).
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
   WARREN_ASSERT_OK_AND_ASSIGN_IMPL_(WARREN_STATUS_MATCHERS_CONCAT_(warren_statusor_, __LINE__), lhs, rexpr)
+// statusor is a name and lhs may be a declaration: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define WARREN_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr)                                               \
   auto statusor = (rexpr);                                                                                    \
   if (::testing::AssertionResult warren_ok_ = ::warren::status_testing::internal::AssertOk(#rexpr, statusor); \
       !warren_ok_)                                                                                            \
     GTEST_FATAL_FAILURE_(warren_ok_.message());                                                               \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
