@@ -35,6 +35,7 @@ using ::testing::internal::GetCapturedStdout;
 int Parse(Invocation& inv, std::vector<std::string> args) {
   args.insert(args.begin(), "warren");
   std::vector<const char*> argv;
+  argv.reserve(args.size());
   for (const auto& a : args) argv.push_back(a.c_str());
   std::unique_ptr<CLI::App> app = MakeApp(inv);
   CaptureStdout();
@@ -223,6 +224,7 @@ TEST(ParseTest, VerbsAndUsageErrors) {
   {
     std::vector<std::string> args = {"warren", "--json", "frobnicate", "x"};
     std::vector<const char*> argv;
+    argv.reserve(args.size());
     for (const auto& a : args) argv.push_back(a.c_str());
     std::unique_ptr<CLI::App> app = MakeApp(bogus);
     CaptureStderr();
@@ -287,8 +289,8 @@ TEST(OutputTest, AgeBytesTable) {
   EXPECT_EQ(FormatAge(0, 5 * s), "-");
   EXPECT_EQ(FormatAge(1 * s, 43 * s), "42s");
   EXPECT_EQ(FormatAge(1, 1 + 300 * s), "5m");
-  EXPECT_EQ(FormatAge(1, 1 + 3 * 3600 * s), "3h");
-  EXPECT_EQ(FormatAge(1, 1 + 3 * 86400 * s), "3d");
+  EXPECT_EQ(FormatAge(1, 1 + 3 * (3600 * s)), "3h");
+  EXPECT_EQ(FormatAge(1, 1 + 3 * (86400 * s)), "3d");
   EXPECT_EQ(FormatBytes(0), "0B");
   EXPECT_EQ(FormatBytes(1536), "1.5KiB");
   EXPECT_EQ(ShortDigest("sha256:0123456789abcdef"), "sha256:0123456789ab");
@@ -534,6 +536,7 @@ class CliE2eTest : public ::testing::Test {
   Out Run(std::vector<std::string> args) {
     args.insert(args.begin(), {"warren", "--addr", addr_});
     std::vector<const char*> argv;
+    argv.reserve(args.size());
     for (const auto& a : args) argv.push_back(a.c_str());
     CaptureStdout();
     CaptureStderr();
