@@ -61,7 +61,8 @@ lint_tidy() {
   # GCC-only warning flags in the database are not clang-tidy's concern; -Wno-error lets .clang-tidy
   # choose among clang's own warnings (clang-diagnostic-*), which WarningsAsErrors then fails on.
   timeout "${WARREN_LINT_TIMEOUT:-900}" run-clang-tidy-15 -clang-tidy-binary "$clang_tidy" -p "$build" -j "$jobs" \
-    -quiet -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wno-error "${filter[@]}" >"$build/clang-tidy.log" 2>&1
+    -quiet -header-filter="^$root/(src|tests)/" -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wno-error \
+    "${filter[@]}" >"$build/clang-tidy.log" 2>&1
   local rc=$?
   # One line per finding (a header's findings repeat in every unit that includes it).
   local findings

@@ -146,7 +146,7 @@ TEST_F(ApiTest, SandboxLifecycleOverUnixSocket) {
     grpc::ClientContext ctx;
     v1::ExecRequest req;
     req.set_sandbox_id(sb.id());
-    req.set_shell(std::string("printf '\xff\x00'", 12));
+    req.set_shell(std::string("printf '\xff\x00'", 11));
     v1::ExecResult r;
     grpc::Status s = stub->Exec(&ctx, req, &r);
     // NUL in the shell string is refused; without it the command runs.

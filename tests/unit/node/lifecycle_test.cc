@@ -168,6 +168,7 @@ TEST_F(LifecycleTest, RequestIdRunsOnceAndConcurrentDuplicatesWait) {
     return r;
   };
   std::vector<std::future<StatusOr<RecordedCall>>> futs;
+  futs.reserve(4);
   for (int i = 0; i < 4; ++i) {
     futs.push_back(std::async(std::launch::async, [&] { return manager_->Idempotent(a->id, "r1", run); }));
   }
