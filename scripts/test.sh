@@ -42,16 +42,22 @@ if [[ ${WARREN_ASAN:-0} == 1 ]]; then
 fi
 
 if [[ ${WARREN_TSAN:-0} == 1 ]]; then
-  # Only the node and runtime unit tests (the daemon's threads live there), built alone since TSan
-  # builds are slow; not rooted_files_test (no threads; its 100 MB streaming cases run 10x slower).
-  # ctest then runs every test of the built executables; the others are placeholders named
-  # <target>_NOT_BUILT.
+  # The node and runtime unit tests (the daemon's threads live there), built alone since TSan builds
+  # are slow. Not rooted_files_test (no threads; its 100 MB streaming cases run 10x slower) and not
+  # container_backend_test: its sandboxes' init children run instrumented code after a raw clone3
+  # that TSan never sees (no fork interceptor), so TSan reports stale-shadow races in them (pid 1)
+  # and they can hang on TSan's internal locks.
   tsan_targets=(node_test node_lifecycle_test node_ring_buffer_test node_process_table_test node_run_dir_test
-    container_backend_test uid_slots_test fncall_test warren-spawn)
+    uid_slots_test fncall_test)
   step tsan-build bash -c 'cmake --preset tsan >/dev/null && cmake --build build-tsan -j2 --target "$@"' _ "${tsan_targets[@]}"
+  # ctest selects those executables' tests by their gtest suite names.
+  tsan_suites=$(for t in "${tsan_targets[@]}"; do
+    f=$(find build-tsan/tests -type f -name "$t" -perm -u+x | head -1)
+    [[ -n $f ]] && "$f" --gtest_list_tests | grep -E '^[A-Za-z0-9_/]+\.$' | sed 's/\.$//'
+  done | sort -u | paste -sd'|')
   # halt_on_error=0: every report of a run is printed; the test still fails (exit code 66).
   step tsan-unit env TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp halt_on_error=0 second_deadlock_stack=1" \
-    ctest --test-dir build-tsan --output-on-failure -j2 --timeout 900 -E '_NOT_BUILT$'
+    ctest --test-dir build-tsan --output-on-failure -j2 --timeout 900 -R "^(${tsan_suites:-none})\\."
 fi
 
 if ((${#failed[@]})); then
