@@ -11,7 +11,7 @@
 #   scripts/lint.sh tidy FILE...    clang-tidy on some files only
 #
 # Environment: WARREN_LINT_JOBS (clang-tidy processes, default: nproc),
-# WARREN_LINT_TIMEOUT (seconds for the clang-tidy step, default 900),
+# WARREN_LINT_TIMEOUT (seconds for the clang-tidy step, default 1800),
 # WARREN_BUILD_DIR (default build).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,7 +60,7 @@ lint_tidy() {
   # Headers are checked where a translation unit of ours includes them (HeaderFilterRegex).
   # GCC-only warning flags in the database are not clang-tidy's concern; -Wno-error lets .clang-tidy
   # choose among clang's own warnings (clang-diagnostic-*), which WarningsAsErrors then fails on.
-  timeout "${WARREN_LINT_TIMEOUT:-900}" run-clang-tidy-15 -clang-tidy-binary "$clang_tidy" -p "$build" -j "$jobs" \
+  timeout "${WARREN_LINT_TIMEOUT:-1800}" run-clang-tidy-15 -clang-tidy-binary "$clang_tidy" -p "$build" -j "$jobs" \
     -quiet -header-filter="^$root/(src|tests)/" -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wno-error \
     "${filter[@]}" >"$build/clang-tidy.log" 2>&1
   local rc=$?
@@ -69,7 +69,7 @@ lint_tidy() {
   findings=$(grep -E '^/[^ ]+:[0-9]+:[0-9]+: (warning|error):' "$build/clang-tidy.log" | sed "s|^$root/||" | sort -u)
   [[ -n $findings ]] && echo "$findings"
   if ((rc == 124)); then
-    echo "lint: clang-tidy timed out after ${WARREN_LINT_TIMEOUT:-900} s"
+    echo "lint: clang-tidy timed out after ${WARREN_LINT_TIMEOUT:-1800} s"
     return 1
   fi
   if ((rc)) || [[ -n $findings ]]; then
