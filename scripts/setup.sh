@@ -23,6 +23,7 @@ pkgs=(
   erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
   libcpp-httplib-dev
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
+  clang-format-15 clang-tidy-15
   gcc-multilib
   python3 python3-venv python3-pip
   python3-pytest patch make curl ca-certificates

@@ -42,6 +42,7 @@ struct ChildReaper::State {
         for (const UniqueFd& f : fds) watch.push_back(f.get());
       }
       std::vector<pollfd> pfds;
+      pfds.reserve(watch.size());
       for (int fd : watch) pfds.push_back({fd, POLLIN, 0});
       (void)::poll(pfds.data(), pfds.size(), 200);
       std::vector<int> done;

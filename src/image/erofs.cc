@@ -19,7 +19,7 @@ extern char** environ;
 namespace warren::image {
 namespace {
 
-constexpr size_t kMaxStderr = 16 * 1024;
+constexpr size_t kMaxStderr = size_t{16} * 1024;
 
 // Reads `fd` to EOF, keeping at most kMaxStderr bytes.
 std::string Drain(int fd) {
@@ -50,6 +50,7 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
                                    image, src_dir};
   if (chunked) args.insert(args.begin() + 1, "--chunksize=4096");
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
@@ -59,6 +60,7 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
   }
   env_store.emplace_back("SOURCE_DATE_EPOCH=4294967295");
   std::vector<char*> envp;
+  envp.reserve(env_store.size() + 1);
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
 

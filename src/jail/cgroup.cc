@@ -233,6 +233,7 @@ class CgroupV1 : public Cgroup {
   const std::string& rel() const override { return rel_; }
   std::vector<std::string> dirs() const override {
     std::vector<std::string> d;
+    d.reserve(hiers_.size());
     for (const auto& [c, dir] : hiers_) d.push_back(dir);
     return d;
   }

@@ -33,9 +33,10 @@ namespace warren::runtime::container {
 // children run only async-signal-safe code and raw id syscalls (glibc's
 // setuid would signal the daemon's threads), and the parent is suspended
 // (CLONE_VFORK) until they execve or exit.
-#if defined(__SANITIZE_ADDRESS__)
-// ASan cannot follow a child onto a stack of its own (google/sanitizers#189):
-// sanitized builds fork the exec helper and grandchild instead.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// ASan and TSan cannot follow a child onto a stack of its own
+// (google/sanitizers#189; TSan's child runs on a thread it never saw start and
+// crashes): sanitized builds fork the exec helper and grandchild instead.
 constexpr bool kSpawnSharesMemory = false;
 #else
 constexpr bool kSpawnSharesMemory = true;

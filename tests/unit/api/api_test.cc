@@ -10,6 +10,7 @@
 #include "api/services.h"
 #include "api/status_map.h"
 #include "fake_node.h"
+#include "status_matchers.h"
 #include "warren/v1/warren.grpc.pb.h"
 
 namespace warren::api {
@@ -25,7 +26,7 @@ TEST(StatusMapTest, InvalidUtf8InMessagesIsEscaped) {
 }
 
 TEST(StatusMapTest, CodesAndMessagesMapOneToOne) {
-  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  EXPECT_OK(ToGrpcStatus(absl::OkStatus()));
   struct Case {
     Status in;
     grpc::StatusCode want;
@@ -71,9 +72,9 @@ class ApiTest : public ::testing::Test {
     std::vector<std::unique_ptr<runtime::Backend>> b;
     b.push_back(std::make_unique<testing::FakeBackend>(world_));
     auto m = node::SandboxManager::New(o, std::move(b), std::make_unique<testing::FakeLayers>(layers_));
-    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_OK(m);
     manager_ = std::move(*m);
-    ASSERT_TRUE(manager_->Start().ok());
+    ASSERT_OK(manager_->Start());
     ServiceOptions so;
     so.token = "s3cret";
     so.facts.cgroup_version = 1;
@@ -82,7 +83,7 @@ class ApiTest : public ::testing::Test {
     sopt.unix_socket = root_ + "/w.sock";
     sopt.tcp_listen = "127.0.0.1:0";
     auto server = StartServer(sopt, *services_, &tcp_port_);
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = std::move(*server);
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(600 << 20);
@@ -106,7 +107,7 @@ class ApiTest : public ::testing::Test {
     (*req.mutable_labels())["k"] = "v";
     v1::Sandbox sb;
     grpc::Status s = stub->Create(&ctx, req, &sb);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_OK(s);
     return sb;
   }
 
@@ -138,14 +139,14 @@ TEST_F(ApiTest, SandboxLifecycleOverUnixSocket) {
     v1::ListSandboxesRequest req;
     (*req.mutable_labels())["k"] = "v";
     v1::ListSandboxesResponse resp;
-    ASSERT_TRUE(stub->List(&ctx, req, &resp).ok());
+    ASSERT_OK(stub->List(&ctx, req, &resp));
     EXPECT_EQ(resp.sandboxes_size(), 1);
   }
   {
     grpc::ClientContext ctx;
     v1::ExecRequest req;
     req.set_sandbox_id(sb.id());
-    req.set_shell(std::string("printf '\xff\x00'", 12));
+    req.set_shell(std::string("printf '\xff\x00'", 11));
     v1::ExecResult r;
     grpc::Status s = stub->Exec(&ctx, req, &r);
     // NUL in the shell string is refused; without it the command runs.
@@ -158,7 +159,7 @@ TEST_F(ApiTest, SandboxLifecycleOverUnixSocket) {
     req.set_shell("printf '\xff'");
     req.set_stdin(std::string("in\0put", 6));
     v1::ExecResult r;
-    ASSERT_TRUE(stub->Exec(&ctx, req, &r).ok());
+    ASSERT_OK(stub->Exec(&ctx, req, &r));
     EXPECT_EQ(r.exit_code(), 3);
     EXPECT_EQ(r.stdout(), "printf '\xff'");
     EXPECT_EQ(r.stderr(), std::string("in\0put", 6));
@@ -169,7 +170,7 @@ TEST_F(ApiTest, SandboxLifecycleOverUnixSocket) {
     v1::DestroySandboxRequest req;
     req.set_id(sb.id());
     v1::DestroySandboxResponse r;
-    ASSERT_TRUE(stub->Destroy(&ctx, req, &r).ok());
+    ASSERT_OK(stub->Destroy(&ctx, req, &r));
   }
   {
     grpc::ClientContext ctx;
@@ -250,7 +251,7 @@ TEST_F(ApiTest, TcpNeedsTheBearerToken) {
     grpc::ClientContext ctx;
     ctx.AddMetadata("authorization", "Bearer s3cret");
     grpc::Status s = stub->Status(&ctx, req, &st);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s);
     EXPECT_EQ(st.node_id(), "n0");
     EXPECT_EQ(st.cgroup_version(), "v1");
     EXPECT_EQ(st.cpus(), 2u);
@@ -260,7 +261,7 @@ TEST_F(ApiTest, TcpNeedsTheBearerToken) {
   }
   // The unix socket needs no token.
   grpc::ClientContext ctx;
-  EXPECT_TRUE(v1::Node::NewStub(unix_)->Status(&ctx, req, &st).ok());
+  EXPECT_OK(v1::Node::NewStub(unix_)->Status(&ctx, req, &st));
 }
 
 TEST_F(ApiTest, FilesWriteAndReadStreamInChunks) {
@@ -283,7 +284,7 @@ TEST_F(ApiTest, FilesWriteAndReadStreamInChunks) {
     }
     w->WritesDone();
     grpc::Status s = w->Finish();
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s);
     EXPECT_EQ(resp.bytes_written(), payload.size());
   }
   {
@@ -300,7 +301,7 @@ TEST_F(ApiTest, FilesWriteAndReadStreamInChunks) {
       got += c.data();
       ++chunks;
     }
-    ASSERT_TRUE(r->Finish().ok());
+    ASSERT_OK(r->Finish());
     EXPECT_EQ(chunks, 4);
     EXPECT_TRUE(got == payload);
   }
@@ -329,7 +330,7 @@ TEST_F(ApiTest, LayerBuildFromTarSpoolsAndRemoveRefusesInUse) {
     ASSERT_TRUE(w->Write(m2));
     w->WritesDone();
     grpc::Status s = w->Finish();
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s);
     EXPECT_EQ(layer.name(), "workspace/demo@1");
   }
   ASSERT_EQ(layers_->builds.size(), 1u);
@@ -354,7 +355,7 @@ TEST_F(ApiTest, LayerBuildFromTarSpoolsAndRemoveRefusesInUse) {
     v1::GetLayerRequest req;
     req.set_ref("base/debian@12");
     v1::Layer l;
-    ASSERT_TRUE(stub->Get(&ctx, req, &l).ok());
+    ASSERT_OK(stub->Get(&ctx, req, &l));
     EXPECT_EQ(l.in_use(), 1u);
     EXPECT_TRUE(l.mounted());
   }

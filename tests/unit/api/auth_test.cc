@@ -19,6 +19,7 @@
 #include "api/services.h"
 #include "common/secret.h"
 #include "fake_node.h"
+#include "status_matchers.h"
 #include "warren/v1/fncall.pb.h"
 #include "warren/v1/process.pb.h"
 #include "warren/v1/warren.pb.h"
@@ -46,9 +47,9 @@ class AuthTest : public ::testing::Test {
     std::vector<std::unique_ptr<runtime::Backend>> b;
     b.push_back(std::make_unique<testing::FakeBackend>(world));
     auto m = node::SandboxManager::New(o, std::move(b), std::make_unique<testing::FakeLayers>(layers));
-    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_OK(m);
     manager_ = std::move(*m);
-    ASSERT_TRUE(manager_->Start().ok());
+    ASSERT_OK(manager_->Start());
     ServiceOptions so;
     so.token = "s3cret";
     services_ = std::make_unique<WarrenServices>(manager_.get(), so);
@@ -58,7 +59,7 @@ class AuthTest : public ::testing::Test {
     sopt.unix_socket = root_ + "/w.sock";
     sopt.tcp_listen = "127.0.0.1:0";
     auto server = StartServer(sopt, *services_, &tcp_port_, {fncall_.get()});
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = std::move(*server);
     tcp_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(tcp_port_), grpc::InsecureChannelCredentials());
   }

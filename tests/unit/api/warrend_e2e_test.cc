@@ -19,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
 #include "warren/v1/warren.grpc.pb.h"
 
 extern char** environ;
@@ -191,7 +192,7 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
     ASSERT_TRUE(w->Write(m));
     w->WritesDone();
     grpc::Status s = w->Finish();
-    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << Log();
+    ASSERT_OK(s) << Log();
     EXPECT_EQ(layer.digest().rfind("sha256:", 0), 0u);
   }
   auto stub = v1::Sandboxes::NewStub(channel_);
@@ -203,12 +204,12 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
     req.mutable_resources()->set_memory_mb(256);
     (*req.mutable_labels())["t"] = "e2e";
     grpc::Status s = stub->Create(&ctx, req, &sb);
-    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << Log();
+    ASSERT_OK(s) << Log();
   }
   EXPECT_EQ(sb.id().rfind("e2e-", 0), 0u);
   v1::ExecResult r;
   grpc::Status s = Exec(sb.id(), "printf 'ok \\377'; echo err >&2; exit 3", &r);
-  ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << Log();
+  ASSERT_OK(s) << Log();
   EXPECT_EQ(r.exit_code(), 3);
   EXPECT_EQ(r.stdout(), "ok \xff");
   EXPECT_EQ(r.stderr(), "err\n");
@@ -225,10 +226,10 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
     ASSERT_TRUE(w->Write(m));
     w->WritesDone();
     grpc::Status ws = w->Finish();
-    ASSERT_TRUE(ws.ok()) << ws.error_message();
+    ASSERT_OK(ws);
     EXPECT_EQ(resp.bytes_written(), 5u);
   }
-  ASSERT_TRUE(Exec(sb.id(), "cat /w/a.txt", &r).ok());
+  ASSERT_OK(Exec(sb.id(), "cat /w/a.txt", &r));
   EXPECT_EQ(r.stdout(), "hello");
 
   // kill -9 the daemon: the sandbox survives, the stale socket is replaced,
@@ -242,11 +243,11 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
     req.set_id(sb.id());
     v1::Sandbox got;
     grpc::Status gs = stub->Get(&ctx, req, &got);
-    ASSERT_TRUE(gs.ok()) << gs.error_message() << "\n" << Log();
+    ASSERT_OK(gs) << Log();
     EXPECT_EQ(got.state(), v1::SANDBOX_STATE_RUNNING);
   }
   stub = v1::Sandboxes::NewStub(channel_);
-  ASSERT_TRUE(Exec(sb.id(), "cat /w/a.txt", &r).ok()) << Log();
+  ASSERT_OK(Exec(sb.id(), "cat /w/a.txt", &r)) << Log();
   EXPECT_EQ(r.stdout(), "hello");
   {
     grpc::ClientContext ctx;
@@ -262,7 +263,7 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
     req.set_id(sb.id());
     v1::DestroySandboxResponse resp;
     grpc::Status ds = stub->Destroy(&ctx, req, &resp);
-    ASSERT_TRUE(ds.ok()) << ds.error_message();
+    ASSERT_OK(ds);
   }
   EXPECT_TRUE(fs::is_empty(state_ + "/sandboxes"));
   EXPECT_TRUE(fs::is_empty(state_ + "/run"));
@@ -286,14 +287,14 @@ TEST_F(WarrendTest, SigtermWithLongExecLeavesSandboxRunning) {
     m.set_source_dir(image_);
     ASSERT_TRUE(w->Write(m));
     w->WritesDone();
-    ASSERT_TRUE(w->Finish().ok());
+    ASSERT_OK(w->Finish());
   }
   v1::Sandbox sb;
   {
     grpc::ClientContext ctx;
     v1::CreateSandboxRequest req;
     req.add_layers("base/busybox@1");
-    ASSERT_TRUE(v1::Sandboxes::NewStub(channel_)->Create(&ctx, req, &sb).ok()) << Log();
+    ASSERT_OK(v1::Sandboxes::NewStub(channel_)->Create(&ctx, req, &sb)) << Log();
   }
   std::thread long_exec([&] {
     v1::ExecResult r;
@@ -319,7 +320,7 @@ TEST_F(WarrendTest, SigtermWithLongExecLeavesSandboxRunning) {
   ASSERT_TRUE(StartDaemon());
   v1::ExecResult r;
   grpc::Status s = Exec(sb.id(), "echo alive", &r);
-  ASSERT_TRUE(s.ok()) << s.error_message() << Log();
+  ASSERT_OK(s) << Log();
   EXPECT_EQ(r.stdout(), "alive\n");
 }
 

@@ -20,6 +20,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "status_matchers.h"
 #include "warren/v1/warren.grpc.pb.h"
 
 namespace warren::cli {
@@ -34,6 +35,7 @@ using ::testing::internal::GetCapturedStdout;
 int Parse(Invocation& inv, std::vector<std::string> args) {
   args.insert(args.begin(), "warren");
   std::vector<const char*> argv;
+  argv.reserve(args.size());
   for (const auto& a : args) argv.push_back(a.c_str());
   std::unique_ptr<CLI::App> app = MakeApp(inv);
   CaptureStdout();
@@ -57,7 +59,7 @@ TEST(ParseTest, CreateBuildsFullRequest) {
   EXPECT_EQ(inv.verb, "create");
   EXPECT_TRUE(inv.global.json);
   StatusOr<v1::CreateSandboxRequest> req = BuildCreateRequest(inv.create);
-  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_OK(req);
   EXPECT_EQ(req->backend(), "container");
   ASSERT_EQ(req->layers_size(), 2);
   EXPECT_EQ(req->layers(0), "base/debian-12");
@@ -89,11 +91,11 @@ TEST(ParseTest, CreateRejectsMalformedKeyValue) {
     Invocation inv;
     ASSERT_EQ(Parse(inv, {"create", "--env", bad}), 0);
     StatusOr<v1::CreateSandboxRequest> req = BuildCreateRequest(inv.create);
-    EXPECT_EQ(req.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(req, StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
   }
   Invocation inv;
   ASSERT_EQ(Parse(inv, {"create", "--label", "x"}), 0);
-  EXPECT_FALSE(BuildCreateRequest(inv.create).ok());
+  EXPECT_THAT(BuildCreateRequest(inv.create), ::testing::Not(IsOk()));
   EXPECT_NE(Parse(inv, {"create", "--cpu", "lots"}), 0);
 }
 
@@ -101,7 +103,7 @@ TEST(ParseTest, ExecSingleWordIsShellSeveralAreArgv) {
   Invocation inv;
   ASSERT_EQ(Parse(inv, {"exec", "sb1", "--", "echo a; exit 3"}), 0);
   StatusOr<v1::ExecRequest> req = BuildExecRequest(inv.exec);
-  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_OK(req);
   EXPECT_EQ(req->sandbox_id(), "sb1");
   EXPECT_EQ(req->shell(), "echo a; exit 3");
   EXPECT_EQ(req->argv_size(), 0);
@@ -111,7 +113,7 @@ TEST(ParseTest, ExecSingleWordIsShellSeveralAreArgv) {
                          "--env", "K=V", "--", "ls", "-la", "--json", "/"}),
             0);
   req = BuildExecRequest(inv2.exec);
-  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_OK(req);
   EXPECT_TRUE(req->shell().empty());
   ASSERT_EQ(req->argv_size(), 4);
   EXPECT_EQ(req->argv(0), "ls");
@@ -126,7 +128,7 @@ TEST(ParseTest, ExecSingleWordIsShellSeveralAreArgv) {
   Invocation inv3;
   ASSERT_EQ(Parse(inv3, {"exec", "--argv", "sb1", "--", "/bin/true"}), 0);
   req = BuildExecRequest(inv3.exec);
-  ASSERT_TRUE(req.ok());
+  ASSERT_OK(req);
   ASSERT_EQ(req->argv_size(), 1);
   EXPECT_EQ(req->argv(0), "/bin/true");
 }
@@ -160,15 +162,15 @@ TEST(ParseTest, ExecCommandWordsNeedNoDoubleDash) {
 TEST(ParseTest, ExecValidation) {
   Invocation inv;
   ASSERT_EQ(Parse(inv, {"exec", "sb1"}), 0);
-  EXPECT_EQ(BuildExecRequest(inv.exec).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(BuildExecRequest(inv.exec), StatusIs(absl::StatusCode::kInvalidArgument));
 
   Invocation neg;
   ASSERT_EQ(Parse(neg, {"exec", "sb1", "--timeout", "-1", "--", "true"}), 0);
-  EXPECT_FALSE(BuildExecRequest(neg.exec).ok());
+  EXPECT_THAT(BuildExecRequest(neg.exec), ::testing::Not(IsOk()));
 
   Invocation tiny;
   ASSERT_EQ(Parse(tiny, {"exec", "sb1", "--timeout", "0.0001", "--", "true"}), 0);
-  ASSERT_TRUE(BuildExecRequest(tiny.exec).ok());
+  ASSERT_OK(BuildExecRequest(tiny.exec));
   EXPECT_EQ(BuildExecRequest(tiny.exec)->timeout_ms(), 1u);
 
   Invocation both;
@@ -187,7 +189,7 @@ TEST(ParseTest, GlobalFlagsBeforeOrAfterVerbAndFromEnv) {
   EXPECT_EQ(inv.global.addr, "10.0.0.1:7000");
   EXPECT_EQ(inv.global.token, "from-env");
   StatusOr<v1::ListSandboxesRequest> req = BuildListRequest(inv.ls);
-  ASSERT_TRUE(req.ok());
+  ASSERT_OK(req);
   EXPECT_EQ(req->labels().at("a"), "b");
   EXPECT_EQ(req->job(), "j");
 
@@ -222,6 +224,7 @@ TEST(ParseTest, VerbsAndUsageErrors) {
   {
     std::vector<std::string> args = {"warren", "--json", "frobnicate", "x"};
     std::vector<const char*> argv;
+    argv.reserve(args.size());
     for (const auto& a : args) argv.push_back(a.c_str());
     std::unique_ptr<CLI::App> app = MakeApp(bogus);
     CaptureStderr();
@@ -249,11 +252,11 @@ TEST(ParseTest, CpEndpoints) {
   EXPECT_FALSE(ParseCpEndpoint("/x/a:b").remote);
   EXPECT_FALSE(ParseCpEndpoint("-").remote);
   EXPECT_FALSE(ParseCpEndpoint(":x").remote);
-  EXPECT_TRUE(ParseCpArgs("f", "id:/x").ok());
-  EXPECT_TRUE(ParseCpArgs("id:/x", "-").ok());
-  EXPECT_FALSE(ParseCpArgs("a", "b").ok());
-  EXPECT_FALSE(ParseCpArgs("i:/a", "j:/b").ok());
-  EXPECT_FALSE(ParseCpArgs("f", "id:").ok());
+  EXPECT_OK(ParseCpArgs("f", "id:/x"));
+  EXPECT_OK(ParseCpArgs("id:/x", "-"));
+  EXPECT_THAT(ParseCpArgs("a", "b"), ::testing::Not(IsOk()));
+  EXPECT_THAT(ParseCpArgs("i:/a", "j:/b"), ::testing::Not(IsOk()));
+  EXPECT_THAT(ParseCpArgs("f", "id:"), ::testing::Not(IsOk()));
 }
 
 // ------------------------------------------------------------ output helpers
@@ -286,8 +289,8 @@ TEST(OutputTest, AgeBytesTable) {
   EXPECT_EQ(FormatAge(0, 5 * s), "-");
   EXPECT_EQ(FormatAge(1 * s, 43 * s), "42s");
   EXPECT_EQ(FormatAge(1, 1 + 300 * s), "5m");
-  EXPECT_EQ(FormatAge(1, 1 + 3 * 3600 * s), "3h");
-  EXPECT_EQ(FormatAge(1, 1 + 3 * 86400 * s), "3d");
+  EXPECT_EQ(FormatAge(1, 1 + 3 * (3600 * s)), "3h");
+  EXPECT_EQ(FormatAge(1, 1 + 3 * (86400 * s)), "3d");
   EXPECT_EQ(FormatBytes(0), "0B");
   EXPECT_EQ(FormatBytes(1536), "1.5KiB");
   EXPECT_EQ(ShortDigest("sha256:0123456789abcdef"), "sha256:0123456789ab");
@@ -533,6 +536,7 @@ class CliE2eTest : public ::testing::Test {
   Out Run(std::vector<std::string> args) {
     args.insert(args.begin(), {"warren", "--addr", addr_});
     std::vector<const char*> argv;
+    argv.reserve(args.size());
     for (const auto& a : args) argv.push_back(a.c_str());
     CaptureStdout();
     CaptureStderr();
@@ -793,7 +797,7 @@ TEST(ParseTest, LifecycleVerbs) {
     EXPECT_EQ(inv.verb, "grade");
     EXPECT_TRUE(inv.global.json);
     StatusOr<v1::GradeRequest> req = BuildGradeRequest(inv.rl, inv.exec_tail);
-    ASSERT_TRUE(req.ok()) << req.status();
+    ASSERT_OK(req);
     EXPECT_EQ(req->id(), "sb1");
     EXPECT_EQ(req->protected_paths_size(), 2);
     ASSERT_EQ(req->solution_size(), 1);
@@ -806,15 +810,14 @@ TEST(ParseTest, LifecycleVerbs) {
     Invocation inv;
     ASSERT_EQ(Parse(inv, {"grade", "sb1", "--solution", "/w", "--", "sh /g.sh"}), 0);
     StatusOr<v1::GradeRequest> req = BuildGradeRequest(inv.rl, inv.exec_tail);
-    ASSERT_TRUE(req.ok());
+    ASSERT_OK(req);
     EXPECT_EQ(req->grader().shell(), "sh /g.sh");
     Invocation no_solution;  // grading needs the solution paths
     ASSERT_EQ(Parse(no_solution, {"grade", "sb1", "--", "sh /g.sh"}), 0);
-    EXPECT_EQ(BuildGradeRequest(no_solution.rl, no_solution.exec_tail).status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(BuildGradeRequest(no_solution.rl, no_solution.exec_tail), StatusIs(absl::StatusCode::kInvalidArgument));
     Invocation none;
     ASSERT_EQ(Parse(none, {"grade", "sb1"}), 0);
-    EXPECT_EQ(BuildGradeRequest(none.rl, none.exec_tail).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(BuildGradeRequest(none.rl, none.exec_tail), StatusIs(absl::StatusCode::kInvalidArgument));
   }
   {
     Invocation inv;

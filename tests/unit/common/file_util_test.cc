@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "common/unique_fd.h"
+#include "status_matchers.h"
 
 namespace warren {
 namespace {
@@ -37,16 +38,16 @@ TEST_F(FileUtilTest, WriteAllThenReadSmallFileRoundTrips) {
   {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
     ASSERT_TRUE(fd.valid());
-    ASSERT_TRUE(WriteAll(fd.get(), data, path).ok());
+    ASSERT_OK(WriteAll(fd.get(), data, path));
   }
   StatusOr<std::string> got = ReadSmallFile(path);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, data);
 }
 
 TEST_F(FileUtilTest, ReadSmallFileNamesTheFileAndKeepsErrno) {
   StatusOr<std::string> got = ReadSmallFile(root_ + "/missing");
-  ASSERT_FALSE(got.ok());
+  ASSERT_THAT(got, ::testing::Not(IsOk()));
   EXPECT_EQ(StatusErrno(got.status()), ENOENT);
   EXPECT_NE(got.status().message().find("open(" + root_ + "/missing)"), std::string::npos) << got.status();
 }
@@ -55,11 +56,11 @@ TEST_F(FileUtilTest, ReadSmallFileRefusesAFileLongerThanTheMaximum) {
   const std::string path = root_ + "/big";
   {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-    ASSERT_TRUE(WriteAll(fd.get(), std::string(100, 'x'), path).ok());
+    ASSERT_OK(WriteAll(fd.get(), std::string(100, 'x'), path));
   }
   StatusOr<std::string> got = ReadSmallFile(path, 99);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kOutOfRange) << got.status();
-  EXPECT_TRUE(ReadSmallFile(path, 100).ok());
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_OK(ReadSmallFile(path, 100));
 }
 
 TEST_F(FileUtilTest, WriteAllNamesWhatFailed) {
@@ -75,11 +76,11 @@ TEST_F(FileUtilTest, WriteAllNamesWhatFailed) {
 
 TEST_F(FileUtilTest, MkdirAllMakesEveryMissingParent) {
   const std::string deep = root_ + "/a/b//c/";
-  ASSERT_TRUE(MkdirAll(deep, 0750).ok());
+  ASSERT_OK(MkdirAll(deep, 0750));
   struct stat st;
   ASSERT_EQ(::stat((root_ + "/a/b/c").c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
-  EXPECT_TRUE(MkdirAll(deep, 0750).ok());  // existing: fine
+  EXPECT_OK(MkdirAll(deep, 0750));  // existing: fine
   const std::string file = root_ + "/file";
   UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   Status s = MkdirAll(file + "/x", 0750);
@@ -99,23 +100,23 @@ TEST(FileUtil, ReadWriteAndRemoveTree) {
   const std::string f = root + "/a/b/f";
   fs::create_directories(root + "/a/b");
   std::ofstream(f) << "";
-  ASSERT_TRUE(WriteFile(f, "hello").ok());
+  ASSERT_OK(WriteFile(f, "hello"));
   auto r = ReadSmallFile(f);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, "hello");
-  EXPECT_EQ(ReadSmallFile(f, 3).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(ReadSmallFile(root + "/nope").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(WriteFile(root + "/nope", "x").code(), absl::StatusCode::kNotFound);  // never created
+  EXPECT_THAT(ReadSmallFile(f, 3), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(ReadSmallFile(root + "/nope"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(WriteFile(root + "/nope", "x"), StatusIs(absl::StatusCode::kNotFound));  // never created
   int fd = ::open(f.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   ASSERT_GE(fd, 0);
-  EXPECT_TRUE(WriteAll(fd, std::string(100000, 'z'), f).ok());
+  EXPECT_OK(WriteAll(fd, std::string(100000, 'z'), f));
   ::close(fd);
   EXPECT_EQ(fs::file_size(f), 100000u);
   ASSERT_EQ(::symlink("/etc", (root + "/a/link").c_str()), 0);  // never followed
-  EXPECT_TRUE(RemoveTree(root).ok());
+  EXPECT_OK(RemoveTree(root));
   EXPECT_FALSE(fs::exists(root));
   EXPECT_TRUE(fs::exists("/etc/passwd"));
-  EXPECT_TRUE(RemoveTree(root).ok());  // already gone
+  EXPECT_OK(RemoveTree(root));  // already gone
 }
 
 }  // namespace

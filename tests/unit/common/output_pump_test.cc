@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
+
 namespace warren {
 namespace {
 
@@ -81,7 +83,7 @@ TEST(OutputPump, CapsEachStreamAndCountsTotals) {
   err.fd = std::move(c.err);
   err.cap = 1 << 20;
   auto r = PumpOutput(c.Options(), {&out, &err});
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_FALSE(r->timed_out);
   EXPECT_EQ(out.total, 300000u);
   EXPECT_EQ(out.data, std::string(1000, '\0'));
@@ -102,7 +104,7 @@ TEST(OutputPump, FeedsStdinThenClosesIt) {
   o.stdin_fd = &c.in;
   o.stdin_data = big;
   auto r = PumpOutput(o, {&out});
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(out.data, big + "end\n");
   EXPECT_FALSE(c.in.valid());
 }
@@ -118,7 +120,7 @@ TEST(OutputPump, DeadlineSendsTermThenKillAfterTheGrace) {
   o.kill_grace = 300ms;
   const auto t0 = Clock::now();
   auto r = PumpOutput(o, {&out});
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_TRUE(r->timed_out);
   EXPECT_GE(Clock::now() - t0, 500ms);
   EXPECT_LT(Clock::now() - t0, 10s);
@@ -138,7 +140,7 @@ TEST(OutputPump, AfterExitTakesWhatIsThereOrWaitsForEofWithinLinger) {
     out.cap = 100;
     const auto t0 = Clock::now();
     auto r = PumpOutput(c.Options(), {&out});
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_LT(Clock::now() - t0, 2s);
     EXPECT_EQ(out.data, "now\n");
   }
@@ -150,7 +152,7 @@ TEST(OutputPump, AfterExitTakesWhatIsThereOrWaitsForEofWithinLinger) {
     PumpOptions o = c.Options();
     o.after_exit = PumpOptions::AfterExit::kUntilEof;
     auto r = PumpOutput(o, {&out});
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(out.data, "now\nlate\n");
   }
   {
@@ -163,7 +165,7 @@ TEST(OutputPump, AfterExitTakesWhatIsThereOrWaitsForEofWithinLinger) {
     o.linger = 200ms;
     o.what = "test call";
     auto r = PumpOutput(o, {&out});
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kDeadlineExceeded));
     EXPECT_NE(r.status().message().find("test call"), std::string::npos) << r.status();
   }
 }
@@ -176,7 +178,7 @@ TEST(OutputPump, CancelledEndsThePump) {
   const auto t0 = Clock::now();
   o.cancelled = [t0] { return Clock::now() - t0 > 100ms; };
   auto r = PumpOutput(o, {&out});
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kCancelled));
   EXPECT_LT(Clock::now() - t0, 3s);
 }
 

@@ -19,6 +19,7 @@
 #include <dirent.h>
 
 #include "jail/cgroup.h"
+#include "status_matchers.h"
 
 namespace warren::runtime {
 namespace {
@@ -48,7 +49,7 @@ class FnCallTest : public ::testing::Test {
     o.max_workers = ::getenv("FNCALL_TEST_WORKERS") ? atoi(::getenv("FNCALL_TEST_WORKERS")) : 2;
     o.cgroup_name = CgroupName();
     auto p = NewFnCallPool(o);
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     pool_ = std::move(*p);
   }
   void TearDown() override {
@@ -83,7 +84,7 @@ class FnCallTest : public ::testing::Test {
     r.memory_mb = memory_mb;
     r.stdin_data = in;
     auto res = pool_->Call({BaseRootfs()}, r);
-    EXPECT_TRUE(res.ok()) << res.status();
+    EXPECT_OK(res);
     return res.ok() ? *res : FnCallResult{};
   }
   std::string dir_;
@@ -192,7 +193,7 @@ TEST_F(FnCallTest, FilesInAndOut) {
   q.files["data/in.txt"] = "hello";
   q.fetch_files = {"out.txt", "nope.txt"};
   auto r = pool_->Call({BaseRootfs()}, q);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   ASSERT_TRUE(r->run.has_value()) << r->sandbox_error;
   EXPECT_EQ(r->run->exit_code, 0) << r->run->stderr_data;
   EXPECT_EQ(r->files["out.txt"], "HELLO");
@@ -200,7 +201,7 @@ TEST_F(FnCallTest, FilesInAndOut) {
   q.files.clear();
   q.files["../../etc/x"] = "no";
   r = pool_->Call({BaseRootfs()}, q);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_NE(r->sandbox_error.find("escapes"), std::string::npos) << r->sandbox_error;
 }
 
@@ -233,7 +234,7 @@ TEST_F(FnCallTest, CppCompileErrorRunAndTimeoutOnToolsetLayer) {
     q.compile_timeout = milliseconds(60000);
     q.stdin_data = "20 22";
     auto r = pool_->Call(layers, q);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     return r.ok() ? *r : FnCallResult{};
   };
   auto r = call("#include <iostream>\nint main(){int a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}",
@@ -267,7 +268,7 @@ TEST_F(FnCallTest, MemoryLimitFollowsEachCallAndNothingIsLeftBehind) {
     }
   }
   auto mgr = jail::CgroupManager::Detect(CgroupName());
-  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  ASSERT_OK(mgr);
   const std::string dir = std::string((*mgr)->version() == 1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") +
                           (*mgr)->parent();
   auto workers = [&] {
@@ -312,7 +313,7 @@ TEST_F(FnCallTest, PythonSelfSignalEndsTheCall) {
     q.code = "import os, time\nprint('a', flush=True)\nos.kill(os.getpid(), 15)\ntime.sleep(5)\nprint('b')";
     if (fetch) q.fetch_files = {"none.txt"};
     auto r = pool_->Call({BaseRootfs()}, q);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     ASSERT_TRUE(r->run.has_value()) << r->sandbox_error;
     EXPECT_EQ(r->run->signal, SIGTERM) << "fetch=" << fetch;
     EXPECT_EQ(r->run->exit_code, 128 + SIGTERM) << "fetch=" << fetch;
@@ -332,7 +333,7 @@ TEST_F(FnCallTest, RunnerMapsExecSpec) {
   ExecSpec s;
   s.argv = {"printf", "%s|", "it's", "two words", "$HOME"};
   auto o = cr.Exec(s);
-  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_OK(o);
   EXPECT_EQ(o->exit_code, 0);
   EXPECT_EQ(o->stdout_data, "it's|two words|$HOME|");
   s = ExecSpec{};
@@ -341,23 +342,23 @@ TEST_F(FnCallTest, RunnerMapsExecSpec) {
   s.cwd = "/tmp/sub";
   s.stdin_data = "in";
   o = cr.Exec(s);
-  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_OK(o);
   EXPECT_EQ(o->exit_code, 5);
   EXPECT_EQ(o->stdout_data, "/tmp/sub\ny\nin");
   s = ExecSpec{};
   s.shell = "sleep 30";
   s.timeout = milliseconds(300);
   o = cr.Exec(s);
-  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_OK(o);
   EXPECT_TRUE(o->timed_out);
   EXPECT_EQ(o->signal, SIGKILL);
   s = ExecSpec{};
   s.shell = "true";
   s.user = "nobody";
-  EXPECT_EQ(cr.Exec(s).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cr.Exec(s), StatusIs(absl::StatusCode::kInvalidArgument));
   s.user = "";
   s.cwd = "/etc";
-  EXPECT_EQ(cr.Exec(s).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cr.Exec(s), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "image/erofs.h"
 #include "image/fs_util.h"
 #include "image/tree_compare.h"
+#include "status_matchers.h"
 #include "test_util.h"
 
 namespace warren::image {
@@ -34,20 +35,20 @@ using ::warren::image::testing::WriteTar;
 
 TEST(LayerNameTest, ParsesGoodNames) {
   auto n = LayerName::Parse("base/debian-12");
-  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_OK(n);
   EXPECT_EQ(n->kind, LayerKind::kBase);
   EXPECT_EQ(n->name, "debian-12");
   EXPECT_EQ(n->version, "");
   EXPECT_EQ(n->ToString(), "base/debian-12");
 
   n = LayerName::Parse("workspace/demo@1");
-  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_OK(n);
   EXPECT_EQ(n->kind, LayerKind::kWorkspace);
   EXPECT_EQ(n->version, "1");
   EXPECT_EQ(n->ToString(), "workspace/demo@1");
 
   n = LayerName::Parse("toolset/a.b_c-9@V1.0+build_2-rc");
-  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_OK(n);
   EXPECT_EQ(n->kind, LayerKind::kToolset);
   EXPECT_EQ(n->name, "a.b_c-9");
   EXPECT_EQ(n->version, "V1.0+build_2-rc");
@@ -55,7 +56,7 @@ TEST(LayerNameTest, ParsesGoodNames) {
   std::string long_name = "a" + std::string(127, 'z');
   std::string long_ver = "V" + std::string(63, '9');
   n = LayerName::Parse("base/" + long_name + "@" + long_ver);
-  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_OK(n);
   EXPECT_EQ(n->ToString(), "base/" + long_name + "@" + long_ver);
 }
 
@@ -85,8 +86,8 @@ TEST(LayerNameTest, RejectsBadNamesNamingThePart) {
   };
   for (const Case& c : cases) {
     auto n = LayerName::Parse(c.in);
-    ASSERT_FALSE(n.ok()) << c.in;
-    EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << c.in;
+    ASSERT_THAT(n, ::testing::Not(IsOk())) << c.in;
+    EXPECT_THAT(n, StatusIs(absl::StatusCode::kInvalidArgument)) << c.in;
     EXPECT_NE(n.status().message().find(c.part), absl::string_view::npos)
         << c.in << " -> " << n.status();
   }
@@ -99,10 +100,10 @@ class LayerStoreTest : public ::testing::Test {
   void SetUp() override {
     root_ = MakeTempDir();
     auto s = LayerStore::Open(root_ + "/store");
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s);
     store_ = *std::move(s);
     auto c = MountCache::Open(store_.get(), root_ + "/mnt", 0);
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c);
     cache_ = *std::move(c);
   }
   void TearDown() override {
@@ -112,12 +113,12 @@ class LayerStoreTest : public ::testing::Test {
       EXPECT_EQ(cache_->MountedCount(), 0u);
     }
     EXPECT_EQ(CountMountsUnder(root_), 0);
-    EXPECT_TRUE(RemoveTree(root_).ok());
+    EXPECT_OK(RemoveTree(root_));
   }
   // Mounts a built layer for inspection (released in TearDown).
   std::string Mount(const LayerInfo& l) {
     auto p = cache_->Acquire(l.digest);
-    EXPECT_TRUE(p.ok()) << p.status();
+    EXPECT_OK(p);
     if (!p.ok()) return "/nonexistent";
     acquired_.push_back(l);
     return *p;
@@ -168,7 +169,7 @@ TEST_F(LayerStoreTest, BuildFromDirKeepsEverything) {
   std::string src = Src("src");
   ASSERT_NO_FATAL_FAILURE(MakeRichTree(src));
   auto info = store_->BuildFromDir("workspace/rich@1", src);
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->name, "workspace/rich@1");
   ASSERT_EQ(info->digest.size(), 7u + 64u);
   struct stat st;
@@ -231,21 +232,21 @@ TEST_F(LayerStoreTest, SameTreeGivesSameDigest) {
   std::string src = Src("src");
   ASSERT_NO_FATAL_FAILURE(MakeRichTree(src));
   auto a = store_->BuildFromDir("base/same@1", src);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   // A later wall-clock second must not change the image.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto b = store_->BuildFromDir("base/same@2", src);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   EXPECT_EQ(a->digest, b->digest);
   EXPECT_EQ(ListDir(store_->dir() + "/blobs/sha256").size(), 1u);
   // Same name, same content: idempotent.
   auto c = store_->BuildFromDir("base/same@1", src);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->digest, a->digest);
   // A change gives another digest.
   WriteFile(src + "/small", "changed\n", 0640);
   auto d = store_->BuildFromDir("base/same@3", src);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d);
   EXPECT_NE(d->digest, a->digest);
   ExpectTmpEmpty();
 }
@@ -261,11 +262,11 @@ TEST_F(LayerStoreTest, SandboxBuildsAreMarkedAndKeepHoles) {
     close(fd);
   }
   auto client = store_->BuildFromDir("workspace/client@1", src);
-  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_OK(client);
   EXPECT_FALSE(client->from_sandbox);
   EXPECT_GT(client->size_bytes, uint64_t{256} << 20);  // the plain format is dense
   auto snap = store_->BuildFromSandboxDir("workspace/snap@1", src);
-  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_OK(snap);
   EXPECT_TRUE(snap->from_sandbox);
   EXPECT_LT(snap->size_bytes, uint64_t{1} << 20);  // chunk index + data
   EXPECT_TRUE(store_->Resolve("workspace/snap@1")->from_sandbox);
@@ -282,10 +283,10 @@ TEST_F(LayerStoreTest, SandboxBuildsAreMarkedAndKeepHoles) {
   std::string other = Src("other");
   WriteFile(other + "/f", "x");
   auto o = store_->BuildFromSandboxDir("workspace/other@1", other);
-  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_OK(o);
   const std::string mark = store_->dir() + "/meta/" + o->digest.substr(7) + ".sandbox";
   EXPECT_EQ(access(mark.c_str(), F_OK), 0);
-  ASSERT_TRUE(store_->Remove("workspace/other@1").ok());
+  ASSERT_OK(store_->Remove("workspace/other@1"));
   EXPECT_NE(access(mark.c_str(), F_OK), 0);
 }
 
@@ -294,22 +295,20 @@ TEST_F(LayerStoreTest, NameConflictIsAlreadyExists) {
   WriteFile(s1 + "/f", "one");
   WriteFile(s2 + "/f", "two");
   auto a = store_->BuildFromDir("toolset/t@1", s1);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   auto b = store_->BuildFromDir("toolset/t@1", s2);
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), absl::StatusCode::kAlreadyExists) << b.status();
+  ASSERT_THAT(b, ::testing::Not(IsOk()));
+  EXPECT_THAT(b, StatusIs(absl::StatusCode::kAlreadyExists));
   // The losing build leaves no blob and no temp file behind.
   EXPECT_EQ(ListDir(store_->dir() + "/blobs/sha256").size(), 1u);
   ExpectTmpEmpty();
   auto r = store_->Resolve("toolset/t@1");
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->digest, a->digest);
   // Building needs a version; bad names are refused before any work.
-  EXPECT_EQ(store_->BuildFromDir("toolset/t", s1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store_->BuildFromDir("tools/t@1", s1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(store_->BuildFromDir("toolset/t@2", root_ + "/missing").ok());
+  EXPECT_THAT(store_->BuildFromDir("toolset/t", s1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->BuildFromDir("tools/t@1", s1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->BuildFromDir("toolset/t@2", root_ + "/missing"), ::testing::Not(IsOk()));
   ExpectTmpEmpty();
 }
 
@@ -319,45 +318,44 @@ TEST_F(LayerStoreTest, ResolveListRemove) {
   WriteFile(s2 + "/f", "two");
   WriteFile(s3 + "/f", "three");
   auto v9 = store_->BuildFromDir("workspace/w@9", s1);
-  ASSERT_TRUE(v9.ok()) << v9.status();
+  ASSERT_OK(v9);
   auto v10 = store_->BuildFromDir("workspace/w@10", s2);
-  ASSERT_TRUE(v10.ok()) << v10.status();
+  ASSERT_OK(v10);
   auto alias = store_->BuildFromDir("workspace/alias@1", s2);  // same blob as w@10
-  ASSERT_TRUE(alias.ok()) << alias.status();
+  ASSERT_OK(alias);
   auto other = store_->BuildFromDir("base/b@1", s3);
-  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_OK(other);
 
   auto newest = store_->Resolve("workspace/w");
-  ASSERT_TRUE(newest.ok()) << newest.status();
+  ASSERT_OK(newest);
   EXPECT_EQ(newest->name, "workspace/w@10");
   EXPECT_EQ(newest->digest, v10->digest);
   auto by_digest = store_->Resolve(v9->digest);
-  ASSERT_TRUE(by_digest.ok()) << by_digest.status();
+  ASSERT_OK(by_digest);
   EXPECT_EQ(by_digest->size_bytes, v9->size_bytes);
-  EXPECT_EQ(store_->Resolve("workspace/nope").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->Resolve("workspace/w@11").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->Resolve("sha256:" + std::string(64, 'a')).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->Resolve("sha256:xyz").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->Resolve("workspace/nope"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Resolve("workspace/w@11"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Resolve("sha256:" + std::string(64, 'a')), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Resolve("sha256:xyz"), StatusIs(absl::StatusCode::kInvalidArgument));
 
   auto list = store_->List();
   ASSERT_EQ(list.size(), 4u);
   EXPECT_EQ(list[0].name, "base/b@1");
   EXPECT_EQ(list[1].name, "workspace/alias@1");
 
-  EXPECT_EQ(store_->Remove("workspace/w").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->Remove("workspace/w"), StatusIs(absl::StatusCode::kInvalidArgument));
   // w@10's blob is still named by alias@1: only the name goes.
-  ASSERT_TRUE(store_->Remove("workspace/w@10").ok());
-  EXPECT_TRUE(store_->Resolve(v10->digest).ok());
+  ASSERT_OK(store_->Remove("workspace/w@10"));
+  EXPECT_OK(store_->Resolve(v10->digest));
   newest = store_->Resolve("workspace/w");
-  ASSERT_TRUE(newest.ok());
+  ASSERT_OK(newest);
   EXPECT_EQ(newest->name, "workspace/w@9");
-  ASSERT_TRUE(store_->Remove("workspace/alias@1").ok());
-  EXPECT_EQ(store_->Resolve(v10->digest).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_OK(store_->Remove("workspace/alias@1"));
+  EXPECT_THAT(store_->Resolve(v10->digest), StatusIs(absl::StatusCode::kNotFound));
   // By digest: every name and the blob.
-  ASSERT_TRUE(store_->Remove(v9->digest).ok());
-  EXPECT_EQ(store_->Resolve("workspace/w").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->Remove("workspace/w@9").code(), absl::StatusCode::kNotFound);
+  ASSERT_OK(store_->Remove(v9->digest));
+  EXPECT_THAT(store_->Resolve("workspace/w"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Remove("workspace/w@9"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(store_->List().size(), 1u);
   EXPECT_EQ(ListDir(store_->dir() + "/blobs/sha256").size(), 1u);
   EXPECT_EQ(ListDir(store_->dir() + "/meta").size(), 1u);
@@ -375,15 +373,15 @@ TEST_F(LayerStoreTest, ConcurrentBuildsOfOneNameAgree) {
   t2.join();
   EXPECT_NE(r1.ok(), r2.ok()) << r1.status() << " / " << r2.status();
   const Status& loser = r1.ok() ? r2.status() : r1.status();
-  EXPECT_EQ(loser.code(), absl::StatusCode::kAlreadyExists) << loser;
+  EXPECT_THAT(loser, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_EQ(ListDir(store_->dir() + "/blobs/sha256").size(), 1u);
   // Same name, same tree: both succeed with one digest.
   std::thread t3([&] { r1 = store_->BuildFromDir("workspace/same@1", s1); });
   std::thread t4([&] { r2 = store_->BuildFromDir("workspace/same@1", s1); });
   t3.join();
   t4.join();
-  ASSERT_TRUE(r1.ok()) << r1.status();
-  ASSERT_TRUE(r2.ok()) << r2.status();
+  ASSERT_OK(r1);
+  ASSERT_OK(r2);
   EXPECT_EQ(r1->digest, r2->digest);
   ExpectTmpEmpty();
 }
@@ -392,7 +390,7 @@ TEST_F(LayerStoreTest, MkfsFailureCarriesItsStderr) {
   std::string src = Src("src");
   WriteFile(src + "/f", "x");
   Status s = MkfsErofs(root_ + "/no/such/dir/image", src);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal));
   EXPECT_NE(s.message().find("mkfs.erofs"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("exit status"), absl::string_view::npos) << s;
   // mkfs.erofs's own complaint, without its usage text.
@@ -419,7 +417,7 @@ TEST_F(LayerStoreTest, OpenRemovesLeftoversOfDeadLocalBuilds) {
   }
   WriteFile(dead_image, "img");
   auto reopened = LayerStore::Open(store_->dir());
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_OK(reopened);
   struct stat st;
   EXPECT_NE(lstat(dead.c_str(), &st), 0);
   EXPECT_NE(lstat(dead_image.c_str(), &st), 0);
@@ -427,8 +425,8 @@ TEST_F(LayerStoreTest, OpenRemovesLeftoversOfDeadLocalBuilds) {
   EXPECT_EQ(lstat(foreign.c_str(), &st), 0);
   ASSERT_EQ(lstat(tmp.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
-  EXPECT_TRUE(RemoveTree(alive).ok());
-  EXPECT_TRUE(RemoveTree(foreign).ok());
+  EXPECT_OK(RemoveTree(alive));
+  EXPECT_OK(RemoveTree(foreign));
 }
 
 // ------------------------------------------------------------- verify
@@ -436,8 +434,8 @@ TEST_F(LayerStoreTest, OpenRemovesLeftoversOfDeadLocalBuilds) {
 TEST_F(LayerStoreTest, CompareTreesFindsTheFirstDifference) {
   std::string a = Src("a"), b = Src("b");
   auto reset = [&] {
-    ASSERT_TRUE(RemoveTree(a).ok());
-    ASSERT_TRUE(RemoveTree(b).ok());
+    ASSERT_OK(RemoveTree(a));
+    ASSERT_OK(RemoveTree(b));
     ASSERT_EQ(mkdir(a.c_str(), 0755), 0);
     ASSERT_EQ(mkdir(b.c_str(), 0755), 0);
     for (const std::string& d : {a, b}) {
@@ -453,11 +451,11 @@ TEST_F(LayerStoreTest, CompareTreesFindsTheFirstDifference) {
   };
   auto expect_diff = [&](const std::string& path) {
     Status s = compare();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal));
     EXPECT_NE(s.message().find(path), absl::string_view::npos) << s;
   };
   reset();
-  EXPECT_TRUE(compare().ok()) << compare();
+  EXPECT_OK(compare());
 
   WriteFile(b + "/f", "diff");
   expect_diff("f: contents differ");
@@ -518,7 +516,7 @@ TEST_P(TarImportTest, ImportsWhiteoutsOpaqueDirsAndMetadata) {
   ASSERT_NO_FATAL_FAILURE(WriteTar(tar, entries, GetParam()));
 
   auto info = store_->BuildFromTar("workspace/tar@1", tar);
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   ExpectTmpEmpty();
   std::string m = Mount(*info);
   struct stat st;
@@ -592,8 +590,8 @@ TEST_F(LayerStoreTest, BadTarsAreRejectedNamingTheEntry) {
     std::string tar = root_ + "/bad" + std::to_string(i) + ".tar";
     ASSERT_NO_FATAL_FAILURE(WriteTar(tar, cases[i].entries));
     auto r = store_->BuildFromTar("workspace/bad@" + std::to_string(i), tar);
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    ASSERT_THAT(r, ::testing::Not(IsOk()));
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_NE(r.status().message().find(cases[i].expect), absl::string_view::npos)
         << r.status();
     ExpectTmpEmpty();
@@ -613,8 +611,8 @@ TEST_F(LayerStoreTest, CorruptTarsAreRejected) {
   std::string trunc = root_ + "/trunc.tar";
   WriteFile(trunc, bytes.substr(0, bytes.size() / 2));
   auto r = store_->BuildFromTar("workspace/t@1", trunc);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  ASSERT_THAT(r, ::testing::Not(IsOk()));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(r.status().message().find("big"), absl::string_view::npos) << r.status();
   ExpectTmpEmpty();
 
@@ -622,8 +620,8 @@ TEST_F(LayerStoreTest, CorruptTarsAreRejected) {
   std::string junk = root_ + "/junk.tar";
   WriteFile(junk, std::string(10000, '\x5a'));
   r = store_->BuildFromTar("workspace/t@2", junk);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  ASSERT_THAT(r, ::testing::Not(IsOk()));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   ExpectTmpEmpty();
 
   // Truncated gzip stream.
@@ -633,12 +631,12 @@ TEST_F(LayerStoreTest, CorruptTarsAreRejected) {
   std::string gbytes = ReadFile(gz);
   WriteFile(gz, gbytes.substr(0, gbytes.size() / 2));
   r = store_->BuildFromTar("workspace/t@3", gz);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  ASSERT_THAT(r, ::testing::Not(IsOk()));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   ExpectTmpEmpty();
 
   r = store_->BuildFromTar("workspace/t@4", root_ + "/missing.tar");
-  EXPECT_FALSE(r.ok());
+  EXPECT_THAT(r, ::testing::Not(IsOk()));
   ExpectTmpEmpty();
   EXPECT_TRUE(store_->List().empty());
 }

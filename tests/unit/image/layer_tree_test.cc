@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "common/unique_fd.h"
+#include "status_matchers.h"
 
 namespace warren::image {
 namespace {
@@ -69,7 +70,7 @@ TEST_F(UpperCopyTest, KeepsWhiteoutsOpaqueHardlinksSymlinksAndShiftsIds) {
   o.id_range = 65536;
   o.exclude = {"/answer.txt", "/cache/"};
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopyDiffTree(src.get(), dst, o).ok());
+  ASSERT_OK(CopyDiffTree(src.get(), dst, o));
 
   struct stat d = Lstat(dst + "/d");
   EXPECT_TRUE(S_ISDIR(d.st_mode));
@@ -97,7 +98,7 @@ TEST_F(UpperCopyTest, KeepsWhiteoutsOpaqueHardlinksSymlinksAndShiftsIds) {
   EXPECT_EQ(data, "hello");
 
   // An existing destination is refused and left alone.
-  EXPECT_FALSE(CopyDiffTree(src.get(), dst, o).ok());
+  EXPECT_THAT(CopyDiffTree(src.get(), dst, o), ::testing::Not(IsOk()));
   EXPECT_TRUE(fs::exists(dst + "/d/f"));
 }
 
@@ -166,7 +167,7 @@ class SolutionCopyTest : public UpperCopyTest {
 
 TEST_F(SolutionCopyTest, CopiesOnlyTheSolutionWithPristineAncestors) {
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopySolution(src_.get(), dst, {"/t/pkg", "/x/y", "/v/w"}, {}, {lower_fd_.get()}, {}).ok());
+  ASSERT_OK(CopySolution(src_.get(), dst, {"/t/pkg", "/x/y", "/v/w"}, {}, {lower_fd_.get()}, {}));
   // the ancestor is a plain merging dir with the pristine mode
   struct stat t = Lstat(dst + "/t");
   EXPECT_TRUE(S_ISDIR(t.st_mode));
@@ -189,7 +190,7 @@ TEST_F(SolutionCopyTest, CopiesOnlyTheSolutionWithPristineAncestors) {
 
 TEST_F(SolutionCopyTest, ProtectedPathsInsideTheSolutionShowThePristineLayers) {
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopySolution(src_.get(), dst, {"/t"}, {"/t/tests/a"}, {lower_fd_.get()}, {}).ok());
+  ASSERT_OK(CopySolution(src_.get(), dst, {"/t"}, {"/t/tests/a"}, {lower_fd_.get()}, {}));
   EXPECT_FALSE(Opaque(dst + "/t"));  // not opaque: /t/tests/a comes from below
   EXPECT_FALSE(fs::exists(dst + "/t/tests"));
   EXPECT_EQ(Read(dst + "/t/new"), "n");
@@ -198,22 +199,22 @@ TEST_F(SolutionCopyTest, ProtectedPathsInsideTheSolutionShowThePristineLayers) {
 TEST_F(SolutionCopyTest, ListChangesReportsEverythingOutsideTheSolution) {
   std::vector<std::string> out;
   bool truncated = false;
-  ASSERT_TRUE(ListChanges(src_.get(), {"/t/pkg"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  ASSERT_OK(ListChanges(src_.get(), {"/t/pkg"}, {lower_fd_.get()}, {}, 100, &out, &truncated));
   EXPECT_EQ(out, (std::vector<std::string>{"/t", "/t/new", "/u", "/x"}));
   EXPECT_FALSE(truncated);
   out.clear();
-  ASSERT_TRUE(ListChanges(src_.get(), {"/t/pkg"}, {lower_fd_.get()}, {}, 2, &out, &truncated).ok());
+  ASSERT_OK(ListChanges(src_.get(), {"/t/pkg"}, {lower_fd_.get()}, {}, 2, &out, &truncated));
   EXPECT_EQ(out.size(), 2u);
   EXPECT_TRUE(truncated);
   // a chmod of a pristine dir is a change; a copied-up dir is not
   ASSERT_EQ(::mkdir((up_ + "/etc").c_str(), 0700), 0);
   out.clear();
   truncated = false;
-  ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  ASSERT_OK(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated));
   EXPECT_EQ(out, (std::vector<std::string>{"/etc"}));
   ASSERT_EQ(::chmod((up_ + "/etc").c_str(), 0755), 0);
   out.clear();
-  ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  ASSERT_OK(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated));
   EXPECT_TRUE(out.empty()) << out[0];
 }
 
@@ -229,7 +230,7 @@ TEST_F(SolutionCopyTest, SymlinksInDiffsAndLayersAreNeverFollowedOnTheHost) {
   fs::create_directories(up_ + "/p/pkg");
   Write("/p/pkg/q", "agent");
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopySolution(src_.get(), dst, {"/s/pkg", "/p/pkg/q"}, {}, {lower_fd_.get()}, {}).ok());
+  ASSERT_OK(CopySolution(src_.get(), dst, {"/s/pkg", "/p/pkg/q"}, {}, {lower_fd_.get()}, {}));
   // /s/pkg: its ancestor is a symlink in the diff: deleted, nothing copied
   struct stat w = Lstat(dst + "/s/pkg");
   EXPECT_TRUE(S_ISCHR(w.st_mode));
@@ -239,7 +240,7 @@ TEST_F(SolutionCopyTest, SymlinksInDiffsAndLayersAreNeverFollowedOnTheHost) {
   EXPECT_FALSE(fs::exists(dst + "/p"));
   std::vector<std::string> out;
   bool truncated = false;
-  ASSERT_TRUE(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated).ok());
+  ASSERT_OK(ListChanges(src_.get(), {"/t", "/u", "/x"}, {lower_fd_.get()}, {}, 100, &out, &truncated));
   EXPECT_EQ(out, (std::vector<std::string>{"/p", "/s"}));
 }
 
@@ -255,7 +256,7 @@ TEST_F(UpperCopyTest, SparseFilesStaySparseAndCopiesAreBounded) {
   DiffCopyOptions o;
   o.budget = &budget;
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopyDiffTree(src.get(), dst, o).ok());
+  ASSERT_OK(CopyDiffTree(src.get(), dst, o));
   struct stat st = Lstat(dst + "/sparse");
   EXPECT_EQ(st.st_size, off_t{1} << 30);
   EXPECT_LT(st.st_blocks * 512, 1 << 20);  // holes kept
@@ -269,7 +270,7 @@ TEST_F(UpperCopyTest, SparseFilesStaySparseAndCopiesAreBounded) {
   CopyBudget small("sandbox n0-test", 32 << 20, &node_used, 0);
   o.budget = &small;
   Status s = CopyDiffTree(src.get(), root_ + "/out2", o);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(s.message().find("sandbox n0-test"), std::string::npos) << s;
   EXPECT_NE(s.message().find(std::to_string(32 << 20)), std::string::npos) << s;
   EXPECT_FALSE(fs::exists(root_ + "/out2"));
@@ -279,7 +280,7 @@ TEST_F(UpperCopyTest, SparseFilesStaySparseAndCopiesAreBounded) {
   CopyBudget capped("sandbox n0-test", 0, &node_used, 1000);
   o.budget = &capped;
   s = CopyDiffTree(src.get(), root_ + "/out3", o);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_TRUE(capped.node_cap_hit());
 }
 
@@ -292,7 +293,7 @@ TEST_F(UpperCopyTest, DeepTreesCopyWithoutARecursionLimitUpToPathMax) {
   std::ofstream(p + "/f") << "deep";
   UniqueFd src(::open(up_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopyDiffTree(src.get(), dst, {}).ok());
+  ASSERT_OK(CopyDiffTree(src.get(), dst, {}));
   EXPECT_TRUE(fs::exists(dst + p.substr(up_.size()) + "/f"));
   // longer than PATH_MAX: a clear FailedPrecondition, nothing left behind
   UniqueFd cur(::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -302,12 +303,12 @@ TEST_F(UpperCopyTest, DeepTreesCopyWithoutARecursionLimitUpToPathMax) {
     ASSERT_TRUE(cur.valid());
   }
   Status s = CopyDiffTree(src.get(), root_ + "/out2", {});
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(s.message().find("longer than a layer"), std::string::npos) << s;
   EXPECT_FALSE(fs::exists(root_ + "/out2"));
   std::vector<std::string> out;
   bool truncated = false;
-  ASSERT_TRUE(ListChanges(src.get(), {"/other"}, {}, {}, 100, &out, &truncated).ok());
+  ASSERT_OK(ListChanges(src.get(), {"/other"}, {}, {}, 100, &out, &truncated));
   EXPECT_EQ(out, (std::vector<std::string>{"/d"}));
 }
 
@@ -318,7 +319,7 @@ TEST_F(UpperCopyTest, SecurityXattrsAreDropped) {
   ASSERT_EQ(::lsetxattr((up_ + "/bin-with-cap").c_str(), "user.keep", "v", 1, 0), 0);
   UniqueFd src(::open(up_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   const std::string dst = root_ + "/out";
-  ASSERT_TRUE(CopyDiffTree(src.get(), dst, {}).ok());
+  ASSERT_OK(CopyDiffTree(src.get(), dst, {}));
   char v[32];
   EXPECT_EQ(::lgetxattr((dst + "/bin-with-cap").c_str(), "security.capability", v, sizeof v), -1);
   EXPECT_EQ(errno, ENODATA);

@@ -17,6 +17,7 @@
 #include "image/erofs.h"
 #include "image/fs_util.h"
 #include "image/layer_store.h"
+#include "status_matchers.h"
 #include "test_util.h"
 
 namespace warren::image {
@@ -34,14 +35,14 @@ class MountCacheTest : public ::testing::Test {
   void SetUp() override {
     root_ = MakeTempDir();
     auto s = LayerStore::Open(root_ + "/store");
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s);
     store_ = *std::move(s);
     mnt_ = root_ + "/mnt";
     std::string src = root_ + "/src";
     ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
     WriteFile(src + "/hello", "world");
     auto l = store_->BuildFromDir("base/m@1", src);
-    ASSERT_TRUE(l.ok()) << l.status();
+    ASSERT_OK(l);
     layer_ = *l;
     hex_ = layer_.digest.substr(7);
   }
@@ -52,11 +53,11 @@ class MountCacheTest : public ::testing::Test {
       for (const std::string& n : ListDir(mnt_)) umount2((mnt_ + "/" + n).c_str(), 0);
     }
     EXPECT_EQ(CountMountsUnder(root_), 0);
-    EXPECT_TRUE(RemoveTree(root_).ok());
+    EXPECT_OK(RemoveTree(root_));
   }
   std::unique_ptr<MountCache> OpenCache(int64_t grace_ms = 0) {
     auto c = MountCache::Open(store_.get(), mnt_, grace_ms);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? *std::move(c) : nullptr;
   }
 
@@ -78,7 +79,7 @@ TEST_F(MountCacheTest, FileBackedErofsProbe) {
   // Distribution kernels >= 6.12 enable CONFIG_EROFS_FS_BACKED_BY_FILE.
   EXPECT_TRUE(a) << "file-backed EROFS expected on kernel " << u.release;
   auto m = MountErofs(store_->BlobPath(layer_.digest), ErofsSource::kFile);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_OK(m);
   UniqueFd f(openat(m->get(), "hello", O_RDONLY | O_CLOEXEC));
   EXPECT_TRUE(f.valid());
 }
@@ -87,9 +88,9 @@ TEST_F(MountCacheTest, AcquireMountsOnceAndSweepUnmounts) {
   auto cache = OpenCache(/*grace_ms=*/60'000);
   ASSERT_NE(cache, nullptr);
   auto p1 = cache->Acquire(layer_.digest);
-  ASSERT_TRUE(p1.ok()) << p1.status();
+  ASSERT_OK(p1);
   auto p2 = cache->Acquire(layer_.digest);
-  ASSERT_TRUE(p2.ok()) << p2.status();
+  ASSERT_OK(p2);
   EXPECT_EQ(*p1, *p2);
   EXPECT_EQ(*p1, mnt_ + "/" + hex_);
   EXPECT_EQ(CountMounts(*p1), 1);
@@ -108,7 +109,7 @@ TEST_F(MountCacheTest, AcquireMountsOnceAndSweepUnmounts) {
   EXPECT_EQ(CountMounts(*p1), 1);
   EXPECT_TRUE(cache->IsMounted(layer_.digest));
   // Re-acquiring a mounted, unreferenced layer reuses the mount.
-  ASSERT_TRUE(cache->Acquire(layer_.digest).ok());
+  ASSERT_OK(cache->Acquire(layer_.digest));
   EXPECT_EQ(CountMounts(*p1), 1);
   cache->Release(layer_.digest);
   cache->Sweep(true);
@@ -123,7 +124,7 @@ TEST_F(MountCacheTest, GraceExpiryUnmounts) {
   auto cache = OpenCache(/*grace_ms=*/100);
   ASSERT_NE(cache, nullptr);
   auto p = cache->Acquire(layer_.digest);
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   cache->Release(layer_.digest);
   cache->Sweep();
   EXPECT_EQ(CountMounts(*p), 1);
@@ -136,7 +137,7 @@ TEST_F(MountCacheTest, BusyMountIsNotUnmounted) {
   auto cache = OpenCache();
   ASSERT_NE(cache, nullptr);
   auto p = cache->Acquire(layer_.digest);
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   cache->Release(layer_.digest);
   {
     // Something outside the refcount (e.g. a sandbox not re-adopted yet)
@@ -177,7 +178,7 @@ TEST_F(MountCacheTest, ReopenAdoptsMountsAndRemovesStaleDirs) {
     auto cache = OpenCache();
     ASSERT_NE(cache, nullptr);
     auto p = cache->Acquire(layer_.digest);
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     path = *p;
     // The cache goes away (daemon restart) with the layer still mounted.
   }
@@ -193,7 +194,7 @@ TEST_F(MountCacheTest, ReopenAdoptsMountsAndRemovesStaleDirs) {
   EXPECT_NE(lstat(stale.c_str(), &st), 0) << "stale mount dir kept";
   // A re-adopted sandbox acquires it again: no second mount.
   auto p = cache->Acquire(layer_.digest);
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   EXPECT_EQ(*p, path);
   EXPECT_EQ(CountMounts(path), 1);
   cache->Release(layer_.digest);
@@ -219,16 +220,15 @@ TEST_F(MountCacheTest, CorruptBlobFailsCleanly) {
     std::string digest = "sha256:" + std::string(63, 'c') + std::to_string(&c - cases);
     WriteFile(store_->BlobPath(digest), c.bytes);
     auto p = cache->Acquire(digest);
-    EXPECT_FALSE(p.ok());
+    EXPECT_THAT(p, ::testing::Not(IsOk()));
     EXPECT_FALSE(cache->IsMounted(digest));
     EXPECT_EQ(cache->RefCount(digest), 0u);
     EXPECT_EQ(CountMountsUnder(mnt_), 0);
     EXPECT_TRUE(ListDir(mnt_).empty());
   }
-  EXPECT_EQ(cache->Acquire("sha256:" + std::string(64, 'd')).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(cache->Acquire("sha256:nothex").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache->Acquire(hex_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cache->Acquire("sha256:" + std::string(64, 'd')), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache->Acquire("sha256:nothex"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cache->Acquire(hex_), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(ListDir(mnt_).empty());
 }
 
@@ -247,7 +247,7 @@ TEST_F(MountCacheTest, LoopFallbackMountsAndFreesTheDevice) {
   };
   {
     auto m = MountErofs(blob, ErofsSource::kLoop);
-    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_OK(m);
     EXPECT_EQ(loops_on_blob(), 1);
     UniqueFd f(openat(m->get(), "hello", O_RDONLY | O_CLOEXEC));
     ASSERT_TRUE(f.valid());
@@ -263,7 +263,7 @@ TEST_F(MountCacheTest, LoopFallbackMountsAndFreesTheDevice) {
   // A corrupt image through a loop device fails and frees the device too.
   std::string bad = root_ + "/bad-" + hex_;
   WriteFile(bad, std::string(8192, '\x42'));
-  EXPECT_FALSE(MountErofs(bad, ErofsSource::kLoop).ok());
+  EXPECT_THAT(MountErofs(bad, ErofsSource::kLoop), ::testing::Not(IsOk()));
   for (int i = 0; i < 100 && loops_on_blob() > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

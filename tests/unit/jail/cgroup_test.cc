@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
+
 namespace warren::jail {
 namespace {
 
@@ -67,7 +69,7 @@ class CgroupTest : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root";
     name_ = "warren-cgtest-" + std::to_string(::getpid());
     auto m = CgroupManager::Detect(name_);
-    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_OK(m);
     mgr_ = std::move(*m);
   }
   void TearDown() override {
@@ -101,7 +103,7 @@ TEST_F(CgroupTest, CreateSetsLimitsAndDestroyRemoves) {
   l.memory_bytes = 64ull << 20;
   l.pids = 17;
   auto cg = mgr_->Create("sb1", l);
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   auto dirs = (*cg)->dirs();
   ASSERT_FALSE(dirs.empty());
   bool saw_mem = false, saw_pids = false;
@@ -126,18 +128,18 @@ TEST_F(CgroupTest, CreateSetsLimitsAndDestroyRemoves) {
   EXPECT_TRUE(saw_mem);
   EXPECT_TRUE(saw_pids);
   auto again = mgr_->Open("sb1");
-  ASSERT_TRUE(again.ok());
-  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  ASSERT_OK(again);
+  ASSERT_OK((*cg)->Destroy(2000ms));
   for (const auto& d : dirs) EXPECT_FALSE(Exists(d)) << d;
-  EXPECT_EQ(mgr_->Open("sb1").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE((*cg)->Remove().ok());  // idempotent
+  EXPECT_THAT(mgr_->Open("sb1"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK((*cg)->Remove());  // idempotent
 }
 
 TEST_F(CgroupTest, PidsLimitIsEnforced) {
   CgroupLimits l;
   l.pids = 3;
   auto cg = mgr_->Create("pids", l);
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   Child c = Child::Spawn([] {
     int ok = 0;
     for (int i = 0; i < 10; ++i) {
@@ -150,7 +152,7 @@ TEST_F(CgroupTest, PidsLimitIsEnforced) {
     }
     ::_exit(ok);
   });
-  ASSERT_TRUE((*cg)->AddProcess(c.pid).ok());
+  ASSERT_OK((*cg)->AddProcess(c.pid));
   c.Go();
   int st = c.Wait();
   ASSERT_TRUE(WIFEXITED(st));
@@ -158,18 +160,18 @@ TEST_F(CgroupTest, PidsLimitIsEnforced) {
   // Orphans left in the cgroup: SignalAll kills them, Destroy waits.
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ((*cg)->Pids(true).size(), 2u);
-  ASSERT_TRUE((*cg)->Destroy(3000ms).ok());
+  ASSERT_OK((*cg)->Destroy(3000ms));
 }
 
 TEST_F(CgroupTest, ChildCgroupsTrackEscapedProcessesAndFreeze) {
   auto cg = mgr_->Create("tree", CgroupLimits{});
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   auto sub = (*cg)->CreateChild("exec-1");
-  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_OK(sub);
   // The child joins through the pre-opened fds (the async-signal-safe path)
   // and double-forks a setsid'ed grandchild.
   auto fds = (*sub)->OpenProcsFds();
-  ASSERT_TRUE(fds.ok());
+  ASSERT_OK(fds);
   std::vector<int> raw;
   for (auto& f : *fds) raw.push_back(f.get());
   Child c = Child::Spawn([&raw] {
@@ -193,19 +195,19 @@ TEST_F(CgroupTest, ChildCgroupsTrackEscapedProcessesAndFreeze) {
   EXPECT_EQ((*cg)->Pids(true).size(), 1u);
   EXPECT_TRUE((*cg)->Pids(false).empty());
   EXPECT_FALSE((*sub)->Frozen());
-  ASSERT_TRUE((*sub)->Freeze().ok());  // waits until the kernel reports it frozen
+  ASSERT_OK((*sub)->Freeze());  // waits until the kernel reports it frozen
   for (const auto& d : (*sub)->dirs()) {
     if (Exists(d + "/freezer.state")) {
       EXPECT_EQ(Slurp(d + "/freezer.state"), "FROZEN\n");
     }
   }
   EXPECT_TRUE((*sub)->Frozen());
-  ASSERT_TRUE((*sub)->Thaw().ok());
+  ASSERT_OK((*sub)->Thaw());
   EXPECT_FALSE((*sub)->Frozen());
-  ASSERT_TRUE((*sub)->SignalAll(SIGTERM).ok());
+  ASSERT_OK((*sub)->SignalAll(SIGTERM));
   for (int i = 0; i < 200 && !(*sub)->Empty(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE((*sub)->Empty());
-  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  ASSERT_OK((*cg)->Destroy(2000ms));
 }
 
 // A child cgroup frozen on its own (what a daemon killed in the middle of
@@ -213,11 +215,11 @@ TEST_F(CgroupTest, ChildCgroupsTrackEscapedProcessesAndFreeze) {
 // task does not act on SIGKILL; Destroy must still empty and remove the tree.
 TEST_F(CgroupTest, DestroyEmptiesAChildFrozenOnItsOwn) {
   auto cg = mgr_->Create("selffrozen", CgroupLimits{});
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   auto sub = (*cg)->CreateChild("exec-1");
-  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_OK(sub);
   auto fds = (*sub)->OpenProcsFds();
-  ASSERT_TRUE(fds.ok()) << fds.status();
+  ASSERT_OK(fds);
   std::vector<int> raw;
   for (auto& f : *fds) raw.push_back(f.get());
   Child c = Child::Spawn([&raw] {
@@ -229,11 +231,11 @@ TEST_F(CgroupTest, DestroyEmptiesAChildFrozenOnItsOwn) {
   c.Go();
   for (int i = 0; i < 200 && (*sub)->Pids(false).empty(); ++i) std::this_thread::sleep_for(5ms);
   ASSERT_EQ((*sub)->Pids(false).size(), 1u);
-  ASSERT_TRUE((*sub)->Freeze().ok());
-  ASSERT_TRUE((*cg)->Thaw().ok());
+  ASSERT_OK((*sub)->Freeze());
+  ASSERT_OK((*cg)->Thaw());
   EXPECT_TRUE((*sub)->Frozen()) << "a parent's thaw must not thaw a child frozen on its own";
   Status st = (*cg)->Destroy(2000ms);
-  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_OK(st);
   EXPECT_FALSE((*sub)->Frozen());
   int ws = 0;
   ASSERT_EQ(::waitpid(c.pid, &ws, 0), c.pid);
@@ -244,25 +246,25 @@ TEST_F(CgroupTest, DestroyEmptiesAChildFrozenOnItsOwn) {
 // ThawDescendants thaws the children and keeps the cgroup's own state.
 TEST_F(CgroupTest, ThawDescendantsKeepsTheParentFrozen) {
   auto cg = mgr_->Create("thawdesc", CgroupLimits{});
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   auto sub = (*cg)->CreateChild("exec-1");
-  ASSERT_TRUE(sub.ok()) << sub.status();
-  ASSERT_TRUE((*sub)->Freeze().ok());
-  ASSERT_TRUE((*cg)->Freeze().ok());
-  ASSERT_TRUE((*cg)->ThawDescendants().ok());
+  ASSERT_OK(sub);
+  ASSERT_OK((*sub)->Freeze());
+  ASSERT_OK((*cg)->Freeze());
+  ASSERT_OK((*cg)->ThawDescendants());
   EXPECT_TRUE((*cg)->Frozen());
-  ASSERT_TRUE((*cg)->Thaw().ok());
+  ASSERT_OK((*cg)->Thaw());
   EXPECT_FALSE((*sub)->Frozen()) << "the child's own FROZEN was cleared";
   (*cg)->RemoveEmptyDescendants();
   for (const auto& d : (*sub)->dirs()) EXPECT_FALSE(Exists(d)) << d;
-  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  ASSERT_OK((*cg)->Destroy(2000ms));
 }
 
 TEST_F(CgroupTest, OomKillIsCounted) {
   CgroupLimits l;
   l.memory_bytes = 32ull << 20;
   auto cg = mgr_->Create("oom", l);
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   uint64_t before = (*cg)->OomKillCount();
   Child c = Child::Spawn([] {
     for (int i = 0; i < 64; ++i) {
@@ -272,13 +274,13 @@ TEST_F(CgroupTest, OomKillIsCounted) {
     }
     ::_exit(0);
   });
-  ASSERT_TRUE((*cg)->AddProcess(c.pid).ok());
+  ASSERT_OK((*cg)->AddProcess(c.pid));
   c.Go();
   int st = c.Wait();
   ASSERT_TRUE(WIFSIGNALED(st)) << st;
   EXPECT_EQ(WTERMSIG(st), SIGKILL);
   EXPECT_EQ((*cg)->OomKillCount(), before + 1);
-  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  ASSERT_OK((*cg)->Destroy(2000ms));
 }
 
 bool HostHasSwap() {
@@ -293,7 +295,7 @@ TEST_F(CgroupTest, ReclaimMemoryOfFrozenCgroupGoesToSwapAndBack) {
   CgroupLimits l;
   l.memory_bytes = 512ull << 20;
   auto cg = mgr_->Create("reclaim", l);
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   constexpr size_t kBytes = 96u << 20;
   int ready[2], resume[2];
   ASSERT_EQ(::pipe(ready), 0);
@@ -314,27 +316,27 @@ TEST_F(CgroupTest, ReclaimMemoryOfFrozenCgroupGoesToSwapAndBack) {
   });
   ::close(ready[1]);
   ::close(resume[0]);
-  ASSERT_TRUE((*cg)->AddProcess(c.pid).ok());
+  ASSERT_OK((*cg)->AddProcess(c.pid));
   c.Go();
   char b;
   ASSERT_EQ(::read(ready[0], &b, 1), 1);
   auto before = (*cg)->MemoryUsage();
-  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_OK(before);
   EXPECT_GE(*before, kBytes);
-  ASSERT_TRUE((*cg)->Freeze().ok());
-  ASSERT_TRUE((*cg)->ReclaimMemory().ok());
+  ASSERT_OK((*cg)->Freeze());
+  ASSERT_OK((*cg)->ReclaimMemory());
   auto after = (*cg)->MemoryUsage();
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_LT(*after, *before - kBytes * 3 / 4) << "before " << *before << " after " << *after;
   EXPECT_GE((*cg)->SwapUsage(), kBytes * 3 / 4);
-  ASSERT_TRUE((*cg)->EndReclaim().ok());
-  ASSERT_TRUE((*cg)->Thaw().ok());
+  ASSERT_OK((*cg)->EndReclaim());
+  ASSERT_OK((*cg)->Thaw());
   ASSERT_EQ(::write(resume[1], "g", 1), 1);
   int st = c.Wait();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;  // memory intact
   ::close(ready[0]);
   ::close(resume[1]);
-  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  ASSERT_OK((*cg)->Destroy(2000ms));
 }
 
 }  // namespace
@@ -352,7 +354,7 @@ class CgroupV2Test : public ::testing::Test {
     if (mnt.empty()) GTEST_SKIP() << "no cgroup2 file system mounted on this host";
     name_ = "warren-cgv2test-" + std::to_string(::getpid());
     auto m = CgroupManager::OpenV2(mnt, name_);
-    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_OK(m);
     mgr_ = std::move(*m);
     ASSERT_EQ(mgr_->version(), 2);
   }
@@ -367,22 +369,22 @@ class CgroupV2Test : public ::testing::Test {
 
 TEST_F(CgroupV2Test, OpenV2RejectsANonCgroup2Path) {
   auto m = CgroupManager::OpenV2("/proc", "x");
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_THAT(m, ::testing::Not(IsOk()));
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(std::string(m.status().message()).find("/proc"), std::string::npos) << m.status();
 }
 
 TEST_F(CgroupV2Test, TracksEscapedProcessesFreezesKillsAndRemoves) {
   auto cg = mgr_->Create("sb", CgroupLimits{});
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   ASSERT_EQ((*cg)->dirs().size(), 1u);
   const std::string dir = (*cg)->dirs()[0];
   EXPECT_TRUE(Exists(dir + "/cgroup.procs")) << dir;
   EXPECT_TRUE((*cg)->ChildrenCoverAllControllers());
   auto sub = (*cg)->CreateChild("exec-1");
-  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_OK(sub);
   auto fds = (*sub)->OpenProcsFds();
-  ASSERT_TRUE(fds.ok()) << fds.status();
+  ASSERT_OK(fds);
   ASSERT_EQ(fds->size(), 1u);
   const int procs_fd = (*fds)[0].get();
   // Joins through the pre-opened fd, then a setsid'ed grandchild escapes its parent.
@@ -432,14 +434,14 @@ TEST_F(CgroupV2Test, TracksEscapedProcessesFreezesKillsAndRemoves) {
   ASSERT_EQ(pids.size(), 1u);  // the escaped grandchild, still tracked
   EXPECT_EQ(live((*cg)->Pids(true)), pids);
   EXPECT_TRUE((*cg)->Pids(false).empty());
-  ASSERT_TRUE((*cg)->Freeze().ok());  // waits for cgroup.events "frozen 1"
+  ASSERT_OK((*cg)->Freeze());  // waits for cgroup.events "frozen 1"
   EXPECT_NE(Slurp(dir + "/cgroup.events").find("frozen 1"), std::string::npos);
   EXPECT_TRUE((*cg)->Frozen());
-  ASSERT_TRUE((*cg)->Thaw().ok());
+  ASSERT_OK((*cg)->Thaw());
   EXPECT_NE(Slurp(dir + "/cgroup.events").find("frozen 0"), std::string::npos);
   EXPECT_FALSE((*cg)->Frozen());
   // SIGKILL goes through cgroup.kill; Destroy waits until empty and removes both levels.
-  ASSERT_TRUE((*cg)->Destroy(2000ms).ok());
+  ASSERT_OK((*cg)->Destroy(2000ms));
   EXPECT_FALSE(Exists(dir));
   // Dead: gone, or a zombie waiting for the reaper it was reparented to.
   const std::string stat = Slurp("/proc/" + std::to_string(pids[0]) + "/stat");
@@ -449,11 +451,11 @@ TEST_F(CgroupV2Test, TracksEscapedProcessesFreezesKillsAndRemoves) {
 
 TEST_F(CgroupV2Test, DestroyEmptiesAChildFrozenOnItsOwn) {
   auto cg = mgr_->Create("selffrozen", CgroupLimits{});
-  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_OK(cg);
   auto sub = (*cg)->CreateChild("exec-1");
-  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_OK(sub);
   auto fds = (*sub)->OpenProcsFds();
-  ASSERT_TRUE(fds.ok()) << fds.status();
+  ASSERT_OK(fds);
   const int procs_fd = (*fds)[0].get();
   Child c = Child::Spawn([procs_fd] {
     if (::write(procs_fd, "0", 1) != 1) ::_exit(3);
@@ -462,11 +464,11 @@ TEST_F(CgroupV2Test, DestroyEmptiesAChildFrozenOnItsOwn) {
   c.Go();
   for (int i = 0; i < 200 && (*sub)->Pids(false).empty(); ++i) std::this_thread::sleep_for(5ms);
   ASSERT_EQ((*sub)->Pids(false).size(), 1u);
-  ASSERT_TRUE((*sub)->Freeze().ok());
-  ASSERT_TRUE((*cg)->Thaw().ok());
+  ASSERT_OK((*sub)->Freeze());
+  ASSERT_OK((*cg)->Thaw());
   EXPECT_TRUE((*sub)->Frozen());
   Status st = (*cg)->Destroy(2000ms);
-  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_OK(st);
   int ws = 0;
   ASSERT_EQ(::waitpid(c.pid, &ws, 0), c.pid);
   EXPECT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL) << ws;

@@ -23,6 +23,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
+
 namespace warren::jail {
 namespace {
 
@@ -34,7 +36,7 @@ TEST(SeccompTest, DefaultProfileIsEmbeddedAndCompiles) {
   const std::string& profile = DefaultSeccompProfile();
   ASSERT_THAT(profile, HasSubstr("\"keyctl\""));
   StatusOr<SeccompProgram> prog = CompileSeccompProfile(profile);
-  ASSERT_TRUE(prog.ok()) << prog.status();
+  ASSERT_OK(prog);
   EXPECT_GT(prog->filter.size(), 10u);
   EXPECT_LE(prog->filter.size(), static_cast<size_t>(BPF_MAXINSNS));
   EXPECT_EQ(prog->prog().len, prog->filter.size());
@@ -42,8 +44,8 @@ TEST(SeccompTest, DefaultProfileIsEmbeddedAndCompiles) {
 
 void ExpectInvalid(const std::string& profile, const std::string& needle) {
   StatusOr<SeccompProgram> prog = CompileSeccompProfile(profile);
-  ASSERT_FALSE(prog.ok()) << profile;
-  EXPECT_EQ(prog.status().code(), absl::StatusCode::kInvalidArgument) << prog.status();
+  ASSERT_THAT(prog, ::testing::Not(IsOk())) << profile;
+  EXPECT_THAT(prog, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(prog.status().message()), HasSubstr(needle)) << profile;
 }
 
@@ -73,7 +75,7 @@ TEST(SeccompTest, MinimalCustomProfileCompiles) {
       R"({"rules": [{"names": ["vm86"], "action": "errno:1"},
                     {"names": ["ioctl"], "action": "kill_process",
                      "args": [{"index": 1, "op": "eq", "value": 21522}]}]})");
-  ASSERT_TRUE(prog.ok()) << prog.status();
+  ASSERT_OK(prog);
 }
 
 // --- enforcement, checked from a forked child that installs the default profile.
@@ -200,7 +202,7 @@ bool ChildChecks() {
 
 void CheckDefaultProfileInChild(bool binary_tree) {
   StatusOr<SeccompProgram> prog = CompileSeccompProfile(DefaultSeccompProfile(), binary_tree);
-  ASSERT_TRUE(prog.ok()) << prog.status();
+  ASSERT_OK(prog);
   sock_fprog fprog = prog->prog();
   int report[2];
   ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
@@ -244,7 +246,7 @@ TEST(SeccompTest, BinaryTreeDefaultProfileDeniesTheSameSyscalls) { CheckDefaultP
 TEST(SeccompTest, UnlistedArchitectureIsKilled) {
   StatusOr<SeccompProgram> prog = CompileSeccompProfile(
       R"({"architectures": {}, "rules": [{"names": ["keyctl"], "action": "errno:EPERM"}]})");
-  ASSERT_TRUE(prog.ok()) << prog.status();
+  ASSERT_OK(prog);
   sock_fprog fprog = prog->prog();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);

@@ -21,6 +21,7 @@
 #include "common/unique_fd.h"
 #include "fake_node.h"
 #include "node/sandbox_manager.h"
+#include "status_matchers.h"
 
 namespace warren::node {
 namespace {
@@ -59,8 +60,8 @@ class LifecycleTest : public ::testing::Test {
     std::vector<std::unique_ptr<runtime::Backend>> b;
     b.push_back(std::make_unique<FakeBackend>(world_));
     auto m = SandboxManager::New(o, std::move(b), std::make_unique<FakeLayers>(layer_state_));
-    EXPECT_TRUE(m.ok()) << m.status();
-    EXPECT_TRUE((*m)->Start().ok());
+    EXPECT_OK(m);
+    EXPECT_OK((*m)->Start());
     return std::move(*m);
   }
   CreateRequest Req() {
@@ -81,15 +82,16 @@ TEST_F(LifecycleTest, TtlExpiryDestroysOnlyExpiredSandboxes) {
   short_ttl.ttl_s = 1;
   auto a = manager_->Create(short_ttl);
   auto b = manager_->Create(Req());
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_GT(a->expires_at_ns, a->created_at_ns);
   EXPECT_EQ(b->expires_at_ns, 0);
   EXPECT_TRUE(manager_->ReapExpired().empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(manager_->ReapExpired(), std::vector<std::string>{a->id});
-  EXPECT_EQ(manager_->Get(a->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager_->Get(a->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_FALSE(world_->IsAlive(a->id));
-  EXPECT_TRUE(manager_->Get(b->id).ok());
+  EXPECT_OK(manager_->Get(b->id));
 }
 
 TEST_F(LifecycleTest, IdleTimeoutRestartsWithEveryCall) {
@@ -97,12 +99,12 @@ TEST_F(LifecycleTest, IdleTimeoutRestartsWithEveryCall) {
   CreateRequest r = Req();
   r.idle_timeout_s = 1;
   auto a = manager_->Create(r);
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   for (int i = 0; i < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     runtime::ExecSpec spec;
     spec.shell = "true";
-    ASSERT_TRUE(manager_->Exec(a->id, spec).ok());
+    ASSERT_OK(manager_->Exec(a->id, spec));
     EXPECT_TRUE(manager_->ReapExpired().empty()) << "reaped although active, round " << i;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
@@ -114,7 +116,7 @@ TEST_F(LifecycleTest, RunningExecIsNeverIdle) {
   CreateRequest r = Req();
   r.idle_timeout_s = 1;
   auto a = manager_->Create(r);
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   world_->block_exec = true;
   auto fut = std::async(std::launch::async, [&] {
     runtime::ExecSpec spec;
@@ -123,8 +125,8 @@ TEST_F(LifecycleTest, RunningExecIsNeverIdle) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_TRUE(manager_->ReapExpired().empty());
-  ASSERT_TRUE(manager_->Destroy(a->id).ok());
-  EXPECT_TRUE(fut.get().ok());
+  ASSERT_OK(manager_->Destroy(a->id));
+  EXPECT_OK(fut.get());
 }
 
 TEST_F(LifecycleTest, ExtendTtlIsPersistedAcrossRestart) {
@@ -132,30 +134,30 @@ TEST_F(LifecycleTest, ExtendTtlIsPersistedAcrossRestart) {
   CreateRequest r = Req();
   r.ttl_s = 1;
   auto a = manager_->Create(r);
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   auto ext = manager_->ExtendTtl(a->id, 3600);
-  ASSERT_TRUE(ext.ok()) << ext.status();
+  ASSERT_OK(ext);
   EXPECT_GT(ext->expires_at_ns, a->expires_at_ns + int64_t{3000} * 1000000000);
   manager_.reset();  // daemon stops; the sandbox lives on
   manager_ = NewManager();
   auto got = manager_->Get(a->id);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->expires_at_ns, ext->expires_at_ns);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_TRUE(manager_->ReapExpired().empty());
   // An expired deadline found at start is enforced too.
-  ASSERT_TRUE(manager_->ExtendTtl(a->id, 1).ok());
+  ASSERT_OK(manager_->ExtendTtl(a->id, 1));
   manager_.reset();
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   manager_ = NewManager();
   EXPECT_EQ(manager_->ReapExpired(), std::vector<std::string>{a->id});
-  EXPECT_EQ(manager_->ExtendTtl("n7-nope", 5).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager_->ExtendTtl("n7-nope", 5), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(LifecycleTest, RequestIdRunsOnceAndConcurrentDuplicatesWait) {
   manager_ = NewManager();
   auto a = manager_->Create(Req());
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   std::atomic<int> runs{0};
   auto run = [&]() -> StatusOr<RecordedCall> {
     ++runs;
@@ -170,7 +172,7 @@ TEST_F(LifecycleTest, RequestIdRunsOnceAndConcurrentDuplicatesWait) {
   }
   for (auto& f : futs) {
     auto r = f.get();
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     EXPECT_EQ(r->bytes, 1001u);
   }
   EXPECT_EQ(runs.load(), 1);
@@ -179,34 +181,34 @@ TEST_F(LifecycleTest, RequestIdRunsOnceAndConcurrentDuplicatesWait) {
     ++runs;
     return absl::UnavailableError("boom");
   };
-  EXPECT_FALSE(manager_->Idempotent(a->id, "r2", fail).ok());
-  EXPECT_FALSE(manager_->Idempotent(a->id, "r2", fail).ok());
+  EXPECT_THAT(manager_->Idempotent(a->id, "r2", fail), ::testing::Not(IsOk()));
+  EXPECT_THAT(manager_->Idempotent(a->id, "r2", fail), ::testing::Not(IsOk()));
   EXPECT_EQ(runs.load(), 3);
   // Bounded: the oldest ids are forgotten (max_recorded_calls = 4).
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(manager_->Idempotent(a->id, "k" + std::to_string(i), run).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_OK(manager_->Idempotent(a->id, "k" + std::to_string(i), run));
   int before = runs.load();
-  ASSERT_TRUE(manager_->Idempotent(a->id, "r1", run).ok());
+  ASSERT_OK(manager_->Idempotent(a->id, "r1", run));
   EXPECT_EQ(runs.load(), before + 1);
-  ASSERT_TRUE(manager_->Idempotent(a->id, "k4", run).ok());
+  ASSERT_OK(manager_->Idempotent(a->id, "k4", run));
   EXPECT_EQ(runs.load(), before + 1);
-  EXPECT_EQ(manager_->Idempotent(a->id, std::string(300, 'x'), run).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(manager_->Idempotent(a->id, std::string(300, 'x'), run), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(LifecycleTest, ExecWithRequestIdAndAuditLog) {
   manager_ = NewManager();
   auto a = manager_->Create(Req());
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   runtime::ExecSpec spec;
   spec.shell = "echo hi";
   spec.stdin_data = "abc";
   auto r1 = manager_->Exec(a->id, spec, "req-1");
   auto r2 = manager_->Exec(a->id, spec, "req-1");
-  ASSERT_TRUE(r1.ok() && r2.ok());
+  ASSERT_OK(r1);
+  ASSERT_OK(r2);
   EXPECT_EQ(r1->stdout_data, r2->stdout_data);
   manager_->Audit(a->id, {{"op", "write"}, {"path", "/x"}, {"bytes", 3}});
   auto log = manager_->AuditLog(a->id);
-  ASSERT_TRUE(log.ok());
+  ASSERT_OK(log);
   ASSERT_EQ(log->size(), 3u);
   EXPECT_EQ((*log)[0]["op"], "exec");
   EXPECT_EQ((*log)[0]["shell"], "echo hi");
@@ -217,18 +219,18 @@ TEST_F(LifecycleTest, ExecWithRequestIdAndAuditLog) {
   EXPECT_EQ((*log)[2]["op"], "write");
   const std::string path = root_ + "/state/audit/" + a->id + ".jsonl";
   EXPECT_TRUE(fs::exists(path));
-  ASSERT_TRUE(manager_->Destroy(a->id).ok());
+  ASSERT_OK(manager_->Destroy(a->id));
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_EQ(manager_->AuditLog(a->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager_->AuditLog(a->id), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(LifecycleTest, PauseUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
   manager_ = NewManager();
   auto a = manager_->Create(Req());
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(manager_->Pause(a->id).code(), absl::StatusCode::kUnimplemented);
+  ASSERT_OK(a);
+  EXPECT_THAT(manager_->Pause(a->id), StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_EQ(manager_->Get(a->id)->state, SandboxState::kRunning);
-  EXPECT_EQ(manager_->Snapshot({a->id, "", {}, true}).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(manager_->Snapshot({a->id, "", {}, true}), StatusIs(absl::StatusCode::kUnimplemented));
 }
 
 TEST_F(LifecycleTest, PristineLayersEndAtTheFirstLayerASandboxMade) {
@@ -238,7 +240,7 @@ TEST_F(LifecycleTest, PristineLayersEndAtTheFirstLayerASandboxMade) {
   CreateRequest r = Req();
   r.layers = {"base/debian@12", "toolset/py@1", "workspace/snap@1", "toolset/py@1"};
   auto a = manager_->Create(r);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   EXPECT_EQ(a->pristine_layers, (std::vector<std::string>{"sha256:" + std::string(kBaseHex),
                                                           "sha256:" + std::string(64, '6')}));
   EXPECT_EQ(a->layer_digests.size(), 4u);
@@ -246,36 +248,36 @@ TEST_F(LifecycleTest, PristineLayersEndAtTheFirstLayerASandboxMade) {
   manager_.reset();
   manager_ = NewManager();
   auto again = manager_->Get(a->id);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->pristine_layers, a->pristine_layers);
   // grading names where the solution lives
   GradeRequest g;
   g.id = a->id;
   g.grader.shell = "true";
-  EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(manager_->Grade(g), StatusIs(absl::StatusCode::kInvalidArgument));
   g.solution = {"w/pkg"};
-  EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(manager_->Grade(g), StatusIs(absl::StatusCode::kInvalidArgument));
   g.solution = {"/w/../etc"};
-  EXPECT_EQ(manager_->Grade(g).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(manager_->Grade(g), StatusIs(absl::StatusCode::kInvalidArgument));
   // a sandbox whose bottom layer a sandbox made has nothing pristine to grade with
   r.layers = {"workspace/snap@1", "toolset/py@1"};
   auto b = manager_->Create(r);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   EXPECT_TRUE(b->pristine_layers.empty());
   g.id = b->id;
   g.solution = {"/w/pkg"};
   auto gr = manager_->Grade(g);
-  EXPECT_EQ(gr.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(gr, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(gr.status().message().find("no pristine layers"), std::string::npos) << gr.status();
 }
 
 TEST_F(LifecycleTest, SuspendUnsupportedByBackendIsAnErrorAndStateStaysRunning) {
   manager_ = NewManager();
   auto a = manager_->Create(Req());
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(manager_->Suspend(a->id).code(), absl::StatusCode::kUnimplemented);
+  ASSERT_OK(a);
+  EXPECT_THAT(manager_->Suspend(a->id), StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_EQ(manager_->Get(a->id)->state, SandboxState::kRunning);
-  EXPECT_EQ(manager_->Suspend("n7-nope").code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager_->Suspend("n7-nope"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(manager_->SuspendJob("none", "test"), 0u);
   EXPECT_STREQ(SandboxStateName(SandboxState::kSuspended), "suspended");
 }

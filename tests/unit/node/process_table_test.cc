@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "status_matchers.h"
+
 namespace warren::node {
 namespace {
 
@@ -113,7 +115,7 @@ std::shared_ptr<ManagedProcess> Start(const std::string& cmd, ProcessOptions o =
   runtime::ExecSpec spec;
   spec.shell = cmd;
   auto mp = ManagedProcess::Start(std::make_shared<HostSandbox>(), "host", "p1", spec, o, nullptr);
-  EXPECT_TRUE(mp.ok()) << mp.status();
+  EXPECT_OK(mp);
   return *mp;
 }
 
@@ -137,9 +139,9 @@ std::pair<std::string, std::string> ReadAllOutput(ManagedProcess& mp, bool lossl
 
 TEST(ManagedProcessTest, StdinIsWrittenAndClosed) {
   auto mp = Start("cat; echo done >&2; exit 3");
-  ASSERT_TRUE(mp->Write("hello ", false).ok());
-  ASSERT_TRUE(mp->Write("world", true).ok());
-  EXPECT_FALSE(mp->Write("late", false).ok());  // closed
+  ASSERT_OK(mp->Write("hello ", false));
+  ASSERT_OK(mp->Write("world", true));
+  EXPECT_THAT(mp->Write("late", false), ::testing::Not(IsOk()));  // closed
   auto [out, err] = ReadAllOutput(*mp, false, nullptr);
   EXPECT_EQ(out, "hello world");
   EXPECT_EQ(err, "done\n");
@@ -202,7 +204,7 @@ TEST(ManagedProcessTest, ControlRecordsComeAfterEarlierOutputWithMarks) {
       if (c.stream != ProcStream::kControl) continue;
       ctl.push_back(c);
       if (ctl.size() == 1) {
-        ASSERT_TRUE(mp->Write("go\n", true).ok());
+        ASSERT_OK(mp->Write("go\n", true));
       }
     }
     if (r.finished && r.chunks.empty()) break;
@@ -240,17 +242,17 @@ TEST(ProcessTableTest, KeepsAtMostTheLimitAndForgetsExitedFirst) {
   for (size_t i = 0; i < kMaxProcessesPerSandbox; ++i) {
     auto mp = Start(i == 0 ? "exit 0" : "exec sleep 60");
     ids.push_back(mp->id());
-    ASSERT_TRUE(t.Insert("sb", mp).ok());
+    ASSERT_OK(t.Insert("sb", mp));
   }
   auto first = *t.Find("sb", ids[0]);
   ASSERT_TRUE(first->WaitFinished(Clock::now() + std::chrono::seconds(30)));
   first.reset();
-  EXPECT_TRUE(t.Insert("sb", Start("exec sleep 60")).ok());  // the exited one makes room
+  EXPECT_OK(t.Insert("sb", Start("exec sleep 60")));  // the exited one makes room
   EXPECT_EQ(t.List("sb").size(), kMaxProcessesPerSandbox);
-  EXPECT_EQ(t.Insert("sb", Start("exec sleep 60")).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(t.Insert("sb", Start("exec sleep 60")), StatusIs(absl::StatusCode::kResourceExhausted));
   t.DropSandbox("sb");
   EXPECT_TRUE(t.List("sb").empty());
-  EXPECT_EQ(t.Find("sb", ids[1]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(t.Find("sb", ids[1]), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
+
 namespace warren::node {
 namespace {
 
@@ -47,9 +49,9 @@ class RunDirTest : public ::testing::Test {
 
 TEST_F(RunDirTest, ExplicitMustBeAbsolute) {
   auto r = ResolveRunDir(state_, "relative/run");
-  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(r.status().message().find("relative/run"), absl::string_view::npos);
-  EXPECT_EQ(ResolveRunDir("state", "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ResolveRunDir("state", ""), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(*ResolveRunDir(state_, root_ + "/x"), root_ + "/x");
 }
 
@@ -58,10 +60,10 @@ TEST_F(RunDirTest, AutomaticIsOnTmpfsLinkedFromTheStateDirAndStable) {
   if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs: the state dir itself is used";
   const std::string run_root = run_parent_ + "/warren";
   auto r = ResolveRunDir(state_, "", run_root);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   ASSERT_EQ(r->rfind(run_root + "/", 0), 0u) << *r;
   EXPECT_EQ(r->size(), run_root.size() + 1 + 16) << *r;
-  ASSERT_TRUE(LinkRunDir(state_, *r).ok());
+  ASSERT_OK(LinkRunDir(state_, *r));
   for (const char* sub : {"sandboxes", "run", "audit"}) {
     EXPECT_TRUE(fs::is_symlink(state_ + "/" + sub)) << sub;
     EXPECT_EQ(fs::read_symlink(state_ + "/" + sub).string(), *r + "/" + sub);
@@ -72,7 +74,7 @@ TEST_F(RunDirTest, AutomaticIsOnTmpfsLinkedFromTheStateDirAndStable) {
   EXPECT_EQ(sf.f_type, static_cast<decltype(sf.f_type)>(TMPFS_MAGIC));
   // A later daemon follows the links, whatever its run root.
   EXPECT_EQ(*ResolveRunDir(state_, "", "/elsewhere/warren"), *r);
-  ASSERT_TRUE(LinkRunDir(state_, *r).ok());  // idempotent
+  ASSERT_OK(LinkRunDir(state_, *r));  // idempotent
 
   // A record keeps everything in place at shutdown; without it all goes.
   std::ofstream(*r + "/sandboxes/n0-a.json") << "{}";
@@ -81,7 +83,7 @@ TEST_F(RunDirTest, AutomaticIsOnTmpfsLinkedFromTheStateDirAndStable) {
   EXPECT_TRUE(fs::is_symlink(state_ + "/run"));
   // Another run dir while this one holds records: refused, naming the fix.
   Status moved = LinkRunDir(state_, root_ + "/other");
-  ASSERT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition) << moved;
+  ASSERT_THAT(moved, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(moved.message().find("--run-dir " + *r), absl::string_view::npos) << moved;
   fs::remove(*r + "/sandboxes/n0-a.json");
   RemoveRunDirIfUnused(state_, *r);
@@ -93,7 +95,7 @@ TEST_F(RunDirTest, ExistingRecordDirectoryKeepsTheOldLayout) {
   ASSERT_EQ(mkdir((state_ + "/sandboxes").c_str(), 0700), 0);
   std::ofstream(state_ + "/sandboxes/n0-live.json") << "{}";
   EXPECT_EQ(*ResolveRunDir(state_, "", run_parent_ + "/warren"), state_);
-  ASSERT_TRUE(LinkRunDir(state_, state_).ok());
+  ASSERT_OK(LinkRunDir(state_, state_));
   EXPECT_TRUE(fs::is_directory(state_ + "/run"));
   EXPECT_FALSE(fs::is_symlink(state_ + "/run"));
   RemoveRunDirIfUnused(state_, state_);  // never touches the state dir's own layout
@@ -104,9 +106,9 @@ TEST_F(RunDirTest, EmptyOldLayoutMovesToTheRunDir) {
   if (!mounted_ || state_on_tmpfs_) GTEST_SKIP() << "needs a tmpfs run root and a non-tmpfs state dir";
   for (const char* sub : {"sandboxes", "run", "audit"}) ASSERT_EQ(mkdir((state_ + "/" + sub).c_str(), 0700), 0);
   auto r = ResolveRunDir(state_, "", run_parent_ + "/warren");
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   ASSERT_NE(*r, state_);
-  ASSERT_TRUE(LinkRunDir(state_, *r).ok());
+  ASSERT_OK(LinkRunDir(state_, *r));
   for (const char* sub : {"sandboxes", "run", "audit"}) EXPECT_TRUE(fs::is_symlink(state_ + "/" + sub)) << sub;
 }
 
@@ -120,7 +122,7 @@ TEST_F(RunDirTest, MountsATmpfsWhenTheRunRootIsNotOne) {
   if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs";
   const std::string run_root = root_ + "/plain/warren/runtime";
   auto r = ResolveRunDir(state_, "", run_root, /*mount_tmpfs=*/true);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   struct statfs sf;
   if (statfs(run_root.c_str(), &sf) != 0 || sf.f_type != TMPFS_MAGIC) {
     EXPECT_EQ(*r, state_);  // could not mount (not root): falls back
@@ -142,11 +144,11 @@ TEST_F(RunDirTest, AfterARebootTheLinkedRunDirGetsItsTmpfsBack) {
   const std::string rd = run_root + "/0123456789abcdef";
   ASSERT_EQ(symlink((rd + "/sandboxes").c_str(), (state_ + "/sandboxes").c_str()), 0);
   auto r = ResolveRunDir(state_, "", run_root, /*mount_tmpfs=*/true);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, rd);
   struct statfs sf;
   if (statfs(run_root.c_str(), &sf) != 0 || sf.f_type != TMPFS_MAGIC) GTEST_SKIP() << "cannot mount a tmpfs here";
-  ASSERT_TRUE(LinkRunDir(state_, *r).ok());
+  ASSERT_OK(LinkRunDir(state_, *r));
   EXPECT_TRUE(fs::is_directory(rd + "/sandboxes"));
   RemoveRunDirIfUnused(state_, *r);
   EXPECT_EQ(umount2(run_root.c_str(), 0), 0);
@@ -157,7 +159,7 @@ TEST_F(RunDirTest, NonEmptyDirectoryInTheWayIsRefused) {
   std::ofstream(state_ + "/audit/n0-x.jsonl") << "{}\n";
   EXPECT_EQ(*ResolveRunDir(state_, "", run_parent_ + "/warren"), state_);  // automatic: keeps the old layout
   Status s = LinkRunDir(state_, root_ + "/rd");  // explicit: refused, nothing lost
-  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  ASSERT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(s.message().find(state_ + "/audit"), absl::string_view::npos) << s;
   EXPECT_TRUE(fs::exists(state_ + "/audit/n0-x.jsonl"));
 }

@@ -19,6 +19,7 @@
 #include "common/file_util.h"
 
 #include "fake_node.h"
+#include "status_matchers.h"
 
 namespace warren::node {
 namespace {
@@ -65,9 +66,9 @@ class SandboxManagerTest : public ::testing::Test {
     std::vector<std::unique_ptr<runtime::Backend>> b;
     b.push_back(std::make_unique<FakeBackend>(world_));
     auto m = SandboxManager::New(o, std::move(b), std::make_unique<FakeLayers>(layer_state_));
-    EXPECT_TRUE(m.ok()) << m.status();
+    EXPECT_OK(m);
     if (!m.ok()) return nullptr;
-    EXPECT_TRUE((*m)->Start().ok());
+    EXPECT_OK((*m)->Start());
     return std::move(*m);
   }
 
@@ -113,7 +114,7 @@ class SandboxManagerTest : public ::testing::Test {
 TEST_F(SandboxManagerTest, CreateGetListExecDestroy) {
   manager_ = NewManager();
   auto sb = manager_->Create(Req());
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   EXPECT_EQ(sb->id.rfind("n7-", 0), 0u);
   EXPECT_EQ(sb->id.size(), 3u + 12u);
   EXPECT_EQ(sb->state, SandboxState::kRunning);
@@ -144,13 +145,13 @@ TEST_F(SandboxManagerTest, CreateGetListExecDestroy) {
   runtime::ExecSpec es;
   es.shell = "echo hi";
   auto out = manager_->Exec(sb->id, es);
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(out->stdout_data, "echo hi");
-  EXPECT_EQ(manager_->Exec("n7-000000000000", es).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager_->Exec("n7-000000000000", es), StatusIs(absl::StatusCode::kNotFound));
 
-  ASSERT_TRUE(manager_->Destroy(sb->id).ok());
-  EXPECT_EQ(manager_->Get(sb->id).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(manager_->Destroy(sb->id).code(), absl::StatusCode::kNotFound);
+  ASSERT_OK(manager_->Destroy(sb->id));
+  EXPECT_THAT(manager_->Get(sb->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager_->Destroy(sb->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(world_->Count("destroy:" + sb->id), 1);
   ExpectNothingLeft(*manager_);
 }
@@ -212,8 +213,8 @@ TEST_F(SandboxManagerTest, RequestsBeyondTheNodeAreRefusedNamingTheMaximum) {
     CreateRequest q = Req();
     c.mutate(q);
     auto got = manager_->Create(q);
-    ASSERT_FALSE(got.ok()) << c.field;
-    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    ASSERT_THAT(got, ::testing::Not(IsOk())) << c.field;
+    EXPECT_THAT(got, StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_NE(got.status().message().find(c.field), absl::string_view::npos) << got.status();
     EXPECT_NE(got.status().message().find(c.max), absl::string_view::npos) << got.status();
   }
@@ -227,22 +228,22 @@ TEST_F(SandboxManagerTest, DefaultOpenFilesFitTheNode) {
   lim.max_open_files = 512;
   manager_ = NewManager(lim);
   auto sb = manager_->Create(Req());
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   EXPECT_EQ(sb->resources.open_files, 512u);
 }
 
 // The default locale is UTF-8 unless the request chose one.
 TEST_F(SandboxManagerTest, DefaultLocaleIsUtf8UnlessTheRequestSetsOne) {
   manager_ = NewManager();
-  ASSERT_TRUE(manager_->Create(Req()).ok());
+  ASSERT_OK(manager_->Create(Req()));
   EXPECT_EQ(world_->create_specs.back().env["LANG"], "C.UTF-8");
   CreateRequest r = Req();
   r.env["LANG"] = "de_DE.UTF-8";
-  ASSERT_TRUE(manager_->Create(r).ok());
+  ASSERT_OK(manager_->Create(r));
   EXPECT_EQ(world_->create_specs.back().env["LANG"], "de_DE.UTF-8");
   r = Req();
   r.env["LC_ALL"] = "C";
-  ASSERT_TRUE(manager_->Create(r).ok());
+  ASSERT_OK(manager_->Create(r));
   EXPECT_EQ(world_->create_specs.back().env.count("LANG"), 0u);
   EXPECT_EQ(world_->create_specs.back().env["LC_ALL"], "C");
 }
@@ -279,8 +280,8 @@ TEST_F(SandboxManagerTest, ValidationErrorsNameTheField) {
     CreateRequest r = Req();
     c.mutate(r);
     auto sb = manager_->Create(r);
-    ASSERT_FALSE(sb.ok()) << c.want;
-    EXPECT_EQ(sb.status().code(), absl::StatusCode::kInvalidArgument) << sb.status();
+    ASSERT_THAT(sb, ::testing::Not(IsOk())) << c.want;
+    EXPECT_THAT(sb, StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_NE(sb.status().message().find(c.want), absl::string_view::npos)
         << "message: " << sb.status().message() << " want: " << c.want;
   }
@@ -294,7 +295,7 @@ TEST_F(SandboxManagerTest, ValidationErrorsNameTheField) {
   r.user = "1000:1000";
   r.hostname = "box-1.example";
   r.workdir = "/w";
-  EXPECT_TRUE(manager_->Create(r).ok());
+  EXPECT_OK(manager_->Create(r));
 }
 
 TEST_F(SandboxManagerTest, UnknownLayerIsNotFoundNamingTheRef) {
@@ -302,7 +303,7 @@ TEST_F(SandboxManagerTest, UnknownLayerIsNotFoundNamingTheRef) {
   CreateRequest r = Req();
   r.layers.push_back("toolset/missing@3");
   auto sb = manager_->Create(r);
-  EXPECT_EQ(sb.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(sb, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_NE(sb.status().message().find("toolset/missing@3"), absl::string_view::npos);
   EXPECT_TRUE(world_->calls.empty());
   ExpectNothingLeft(*manager_);
@@ -312,7 +313,7 @@ TEST_F(SandboxManagerTest, RollbackWhenSecondLayerMountFails) {
   manager_ = NewManager();
   layer_state_->fail_acquire = kWs;
   auto sb = manager_->Create(Req());
-  EXPECT_EQ(sb.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(sb, StatusIs(absl::StatusCode::kInternal));
   EXPECT_NE(sb.status().message().find(kWs), absl::string_view::npos);
   EXPECT_EQ(world_->Count("create:" + std::string()), 0);
   ExpectNothingLeft(*manager_);
@@ -328,7 +329,7 @@ TEST_F(SandboxManagerTest, RollbackWhenBackendCreateFails) {
     seen_record = nlohmann::json::parse(f)["state"];
   };
   auto sb = manager_->Create(Req());
-  EXPECT_EQ(sb.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(sb, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(seen_record, "creating");
   ASSERT_EQ(world_->create_specs.size(), 1u);
   EXPECT_EQ(world_->Count("cleanup:" + world_->create_specs[0].id), 1);
@@ -336,7 +337,7 @@ TEST_F(SandboxManagerTest, RollbackWhenBackendCreateFails) {
   // A later create works.
   world_->fail_create = absl::OkStatus();
   world_->on_create = nullptr;
-  EXPECT_TRUE(manager_->Create(Req()).ok());
+  EXPECT_OK(manager_->Create(Req()));
 }
 
 TEST_F(SandboxManagerTest, StateDirFullIsResourceExhaustedAndRollsBack) {
@@ -360,7 +361,7 @@ TEST_F(SandboxManagerTest, StateDirFullIsResourceExhaustedAndRollsBack) {
   };
   world_->on_create = [&](const runtime::SandboxSpec&) { fill(); };
   auto sb = manager_->Create(Req());
-  ASSERT_EQ(sb.status().code(), absl::StatusCode::kResourceExhausted) << sb.status();
+  ASSERT_THAT(sb, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(sb.status().message().find(state_dir_), absl::string_view::npos) << sb.status();
   ASSERT_EQ(world_->create_specs.size(), 1u);
   EXPECT_EQ(world_->Count("destroy:" + world_->create_specs[0].id), 1);
@@ -369,11 +370,11 @@ TEST_F(SandboxManagerTest, StateDirFullIsResourceExhaustedAndRollsBack) {
   world_->on_create = nullptr;
   fill();
   sb = manager_->Create(Req());
-  EXPECT_EQ(sb.status().code(), absl::StatusCode::kResourceExhausted) << sb.status();
+  EXPECT_THAT(sb, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(world_->create_specs.size(), 1u);  // backend not reached
   ExpectNothingLeft(*manager_);
   unlink(filler.c_str());
-  EXPECT_TRUE(manager_->Create(Req()).ok());
+  EXPECT_OK(manager_->Create(Req()));
 }
 
 TEST_F(SandboxManagerTest, AdmissionBoundsCreatesInFlightAndQueuesTheRest) {
@@ -406,17 +407,17 @@ TEST_F(SandboxManagerTest, AdmissionBoundsCreatesInFlightAndQueuesTheRest) {
   EXPECT_EQ(entered, 2);
   // ...the fourth finds the queue full and is refused, naming the limits.
   auto d = manager_->Create(Req());
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(d, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(d.status().message().find("create queue is full"), absl::string_view::npos) << d.status();
   EXPECT_NE(d.status().message().find("--max-create-queue=1"), absl::string_view::npos) << d.status();
   release.set_value();
-  EXPECT_TRUE(a.get().ok());
-  EXPECT_TRUE(b.get().ok());
-  EXPECT_TRUE(c.get().ok());
+  EXPECT_OK(a.get());
+  EXPECT_OK(b.get());
+  EXPECT_OK(c.get());
   EXPECT_EQ(entered, 3);
   world_->on_create = nullptr;
   auto e = manager_->Create(Req());
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(e, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(e.status().message().find("node full"), absl::string_view::npos) << e.status();
 }
 
@@ -445,11 +446,11 @@ TEST_F(SandboxManagerTest, QueuedCreatesRunInOrderAndHonourDeadlines) {
   CreateRequest late = req("late");
   late.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   auto t = manager_->Create(late);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kDeadlineExceeded) << t.status();
+  EXPECT_THAT(t, StatusIs(absl::StatusCode::kDeadlineExceeded));
   // A cancelled one gives up too.
   CreateRequest gone = req("gone");
   gone.cancelled = [] { return true; };
-  EXPECT_EQ(manager_->Create(gone).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(manager_->Create(gone), StatusIs(absl::StatusCode::kCancelled));
   // Queued creates are served first come, first served.
   std::vector<std::future<StatusOr<SandboxInfo>>> queued;
   for (int k = 1; k <= 5; ++k) {
@@ -459,8 +460,8 @@ TEST_F(SandboxManagerTest, QueuedCreatesRunInOrderAndHonourDeadlines) {
     ASSERT_EQ(manager_->Counters().creates_queued, static_cast<uint32_t>(k));
   }
   release.set_value();
-  EXPECT_TRUE(first.get().ok());
-  for (auto& q : queued) EXPECT_TRUE(q.get().ok());
+  EXPECT_OK(first.get());
+  for (auto& q : queued) EXPECT_OK(q.get());
   EXPECT_EQ(order, (std::vector<std::string>{"h0", "h1", "h2", "h3", "h4", "h5"}));
   EXPECT_EQ(manager_->Counters().creates_queued, 0u);
   EXPECT_EQ(manager_->Counters().creates_in_flight, 0u);
@@ -469,7 +470,7 @@ TEST_F(SandboxManagerTest, QueuedCreatesRunInOrderAndHonourDeadlines) {
 TEST_F(SandboxManagerTest, DestroyDuringExecAndConcurrentDestroys) {
   manager_ = NewManager();
   auto sb = manager_->Create(Req());
-  ASSERT_TRUE(sb.ok());
+  ASSERT_OK(sb);
   world_->block_exec = true;
   world_->destroy_delay = std::chrono::milliseconds(300);
   auto exec = std::async(std::launch::async, [&] {
@@ -483,11 +484,11 @@ TEST_F(SandboxManagerTest, DestroyDuringExecAndConcurrentDestroys) {
   // While destroying: exec is refused, a second destroy waits and succeeds.
   runtime::ExecSpec es;
   es.shell = "true";
-  EXPECT_EQ(manager_->Exec(sb->id, es).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(manager_->Destroy(sb->id).ok());
-  EXPECT_TRUE(d1.get().ok());
+  EXPECT_THAT(manager_->Exec(sb->id, es), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_OK(manager_->Destroy(sb->id));
+  EXPECT_OK(d1.get());
   auto out = exec.get();
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(out->signal, 9);
   EXPECT_EQ(world_->Count("destroy:" + sb->id), 1);
   ExpectNothingLeft(*manager_);
@@ -510,13 +511,13 @@ TEST_F(SandboxManagerTest, DestroyDuringCreateWaitsThenDestroys) {
   std::string id = listed[0].id;
   runtime::ExecSpec es;
   es.shell = "true";
-  EXPECT_EQ(manager_->Exec(id, es).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(manager_->Exec(id, es), StatusIs(absl::StatusCode::kFailedPrecondition));
   auto destroy = std::async(std::launch::async, [&] { return manager_->Destroy(id); });
   EXPECT_EQ(destroy.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   release.set_value();
   auto created = create.get();
-  ASSERT_TRUE(created.ok()) << created.status();
-  EXPECT_TRUE(destroy.get().ok());
+  ASSERT_OK(created);
+  EXPECT_OK(destroy.get());
   EXPECT_EQ(world_->Count("destroy:" + id), 1);
   ExpectNothingLeft(*manager_);
 }
@@ -528,13 +529,13 @@ TEST_F(SandboxManagerTest, NonUtf8EnvSurvivesARestartByteExact) {
   CreateRequest r = Req();
   r.env = {{"BIN", std::string("\xff\xfe\x80 \xc3(", 6)}, {"TEXT", "caf\xc3\xa9"}};
   auto sb = manager_->Create(r);
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   std::map<std::string, std::string> want = r.env;
   want["LANG"] = "C.UTF-8";
   EXPECT_EQ(world_->create_specs.back().env, want);
   manager_.reset();
   manager_ = NewManager();
-  ASSERT_TRUE(manager_->Get(sb->id).ok());
+  ASSERT_OK(manager_->Get(sb->id));
   ASSERT_EQ(world_->adopt_specs.size(), 1u);
   EXPECT_EQ(world_->adopt_specs[0].env, want);
   EXPECT_EQ(world_->adopt_specs[0].workdir, "/");
@@ -567,7 +568,7 @@ TEST_F(SandboxManagerTest, AdoptsARecordOfAnOlderDaemon) {
   std::ofstream(RecordPath(id)) << old.dump();
   manager_ = NewManager();
   auto got = manager_->Get(id);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->resources.memory_mb, 512u);
   EXPECT_EQ(got->hostname, "old-box");
   EXPECT_EQ(got->labels.at("task"), "t9");
@@ -580,14 +581,15 @@ TEST_F(SandboxManagerTest, AdoptsARecordOfAnOlderDaemon) {
   EXPECT_EQ(rec["version"], 2);
   EXPECT_EQ(rec["env"]["K"], absl::Base64Escape(std::string("\xff\x01", 2)));
   EXPECT_EQ(rec["transitions"].back()["reason"], "adopted after daemon restart");
-  EXPECT_TRUE(manager_->Destroy(id).ok());
+  EXPECT_OK(manager_->Destroy(id));
 }
 
 TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
   manager_ = NewManager();
   auto keep = manager_->Create(Req());
   auto lost = manager_->Create(Req());
-  ASSERT_TRUE(keep.ok() && lost.ok());
+  ASSERT_OK(keep);
+  ASSERT_OK(lost);
   manager_.reset();  // daemon stops: sandboxes keep running
   EXPECT_TRUE(world_->IsAlive(keep->id));
   EXPECT_TRUE(world_->IsAlive(lost->id));
@@ -613,7 +615,7 @@ TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
 
   manager_ = NewManager();
   auto got = manager_->Get(keep->id);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->state, SandboxState::kRunning);
   EXPECT_EQ(got->labels, keep->labels);
   EXPECT_EQ(got->layer_digests, keep->layer_digests);
@@ -622,7 +624,7 @@ TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
   nlohmann::json rec = ReadRecord(keep->id);
   EXPECT_EQ(rec["transitions"].back()["reason"], "adopted after daemon restart");
 
-  EXPECT_EQ(manager_->Get(lost->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager_->Get(lost->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(world_->Count("cleanup:" + lost->id), 1);
   EXPECT_FALSE(fs::exists(RecordPath(lost->id)));
   EXPECT_FALSE(fs::exists(RunDir(lost->id)));
@@ -637,8 +639,8 @@ TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
   // The adopted sandbox works and destroys cleanly.
   runtime::ExecSpec es;
   es.argv = {"true"};
-  EXPECT_TRUE(manager_->Exec(keep->id, es).ok());
-  ASSERT_TRUE(manager_->Destroy(keep->id).ok());
+  EXPECT_OK(manager_->Exec(keep->id, es));
+  ASSERT_OK(manager_->Destroy(keep->id));
   ExpectNothingLeft(*manager_);
 }
 
@@ -647,43 +649,43 @@ TEST_F(SandboxManagerTest, EnvIsPersistedByteExact) {
   CreateRequest r = Req();
   r.env = {{"BIN", std::string("\xff\xfe\x01 ok", 6)}};
   auto sb = manager_->Create(r);
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   EXPECT_EQ(world_->create_specs[0].env.at("BIN"), std::string("\xff\xfe\x01 ok", 6));
   manager_.reset();
   manager_ = NewManager();
-  EXPECT_TRUE(manager_->Get(sb->id).ok());
+  EXPECT_OK(manager_->Get(sb->id));
 }
 
 TEST_F(SandboxManagerTest, RemoveLayerRefusesInUse) {
   manager_ = NewManager();
   auto sb = manager_->Create(Req());
-  ASSERT_TRUE(sb.ok());
+  ASSERT_OK(sb);
   Status s = manager_->RemoveLayer("workspace/demo@1");
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(s.message().find("in use by 1"), absl::string_view::npos);
-  ASSERT_TRUE(manager_->Destroy(sb->id).ok());
-  EXPECT_TRUE(manager_->RemoveLayer("workspace/demo@1").ok());
-  EXPECT_EQ(manager_->RemoveLayer("workspace/demo@1").code(), absl::StatusCode::kNotFound);
+  ASSERT_OK(manager_->Destroy(sb->id));
+  EXPECT_OK(manager_->RemoveLayer("workspace/demo@1"));
+  EXPECT_THAT(manager_->RemoveLayer("workspace/demo@1"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(RecordStoreTest, PutReplacesAtomicallyAndRemoveIsIdempotent) {
   char tmpl[] = "/tmp/warren-rec-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   auto rs = RecordStore::Open(std::string(tmpl) + "/r");
-  ASSERT_TRUE(rs.ok());
+  ASSERT_OK(rs);
   node::record::Sandbox r;
   r.set_version(2);
   r.set_id("n0-a");
   r.set_job("v1");
-  ASSERT_TRUE(rs->Put("n0-a", r).ok());
+  ASSERT_OK(rs->Put("n0-a", r));
   r.set_job("v2");
-  ASSERT_TRUE(rs->Put("n0-a", r).ok());
+  ASSERT_OK(rs->Put("n0-a", r));
   auto all = rs->LoadAll();
   ASSERT_EQ(all.size(), 1u);
-  ASSERT_TRUE(all[0].record.ok()) << all[0].record.status();
+  ASSERT_OK(all[0].record);
   EXPECT_EQ(all[0].record->job(), "v2");
-  EXPECT_TRUE(rs->Remove("n0-a").ok());
-  EXPECT_TRUE(rs->Remove("n0-a").ok());
+  EXPECT_OK(rs->Remove("n0-a"));
+  EXPECT_OK(rs->Remove("n0-a"));
   EXPECT_TRUE(rs->LoadAll().empty());
   fs::remove_all(tmpl);
 }
@@ -697,14 +699,14 @@ TEST(RemoveTreeTest, DoesNotFollowSymlinksOrCrossMounts) {
   fs::create_directories(root + "/t/a/b");
   std::ofstream(root + "/t/a/b/f") << "x";
   fs::create_symlink(root + "/outside", root + "/t/link");
-  EXPECT_TRUE(RemoveTree(root + "/t").ok());
+  EXPECT_OK(RemoveTree(root + "/t"));
   EXPECT_FALSE(fs::exists(root + "/t"));
   EXPECT_TRUE(fs::exists(root + "/outside/keep"));
   // A mount inside is refused and left alone.
   fs::create_directories(root + "/t2/m");
   if (mount("tmpfs", (root + "/t2/m").c_str(), "tmpfs", 0, "size=64k") == 0) {
     std::ofstream(root + "/t2/m/inner") << "i";
-    EXPECT_FALSE(RemoveTree(root + "/t2").ok());
+    EXPECT_THAT(RemoveTree(root + "/t2"), ::testing::Not(IsOk()));
     EXPECT_TRUE(fs::exists(root + "/t2/m/inner"));
     EXPECT_EQ(umount2((root + "/t2/m").c_str(), 0), 0);
   }

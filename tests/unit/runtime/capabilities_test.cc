@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/backend.h"
+#include "status_matchers.h"
 
 namespace warren::runtime {
 namespace {
@@ -13,7 +14,7 @@ class BareSandbox : public Sandbox {
   StatusOr<ExecOutcome> Exec(const ExecSpec&) override { return ExecOutcome{}; }
   SandboxFiles& files() override { std::abort(); }
   Status Destroy() override { return absl::OkStatus(); }
-  nlohmann::json Record() const override { return {}; }
+  std::string Record() const override { return {}; }
   pid_t init_pid() const override { return 1; }
   std::string_view backend_name() const override { return "microvm"; }
 
@@ -32,7 +33,7 @@ TEST(Capabilities, ABackendWithoutACapabilityIsUnimplementedNamingBackendAndCapa
   EXPECT_EQ(As<Pausable>(sb), nullptr);
   EXPECT_EQ(As<ChangeExporter>(sb), nullptr);
   StatusOr<ChangeExporter*> ex = Require<ChangeExporter>(sb);
-  ASSERT_EQ(ex.status().code(), absl::StatusCode::kUnimplemented);
+  ASSERT_THAT(ex, StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_EQ(ex.status().message(), "sandbox n0-bare: export_changes is not supported by the microvm backend");
   StatusOr<Pausable*> p = Require<Pausable>(sb);
   EXPECT_EQ(p.status().message(), "sandbox n0-bare: pause is not supported by the microvm backend");
@@ -43,8 +44,8 @@ TEST(Capabilities, ABackendWithoutACapabilityIsUnimplementedNamingBackendAndCapa
 TEST(Capabilities, AnImplementedCapabilityIsFound) {
   PausableSandbox sb;
   StatusOr<Pausable*> p = Require<Pausable>(sb);
-  ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_TRUE((*p)->Pause().ok());
+  ASSERT_OK(p);
+  EXPECT_OK((*p)->Pause());
   EXPECT_EQ(As<Suspendable>(sb), nullptr);
 }
 

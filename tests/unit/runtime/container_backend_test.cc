@@ -30,6 +30,7 @@
 #include "image/layer_tree.h"
 #include "jail/cgroup.h"
 #include "runtime/container/record.pb.h"
+#include "status_matchers.h"
 
 namespace warren::runtime {
 namespace {
@@ -111,7 +112,7 @@ class ContainerTest : public ::testing::Test {
     o.uid_base = 2000000 + (static_cast<uint32_t>(::getpid()) % 64) * 65536 * 32;
     o.max_sandboxes = 32;
     auto b = NewContainerBackend(o);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b);
     backend_ = std::move(*b);
     options_ = o;
   }
@@ -151,7 +152,7 @@ class ContainerTest : public ::testing::Test {
     SandboxSpec s = Spec(id);
     if (out_spec) *out_spec = s;
     auto sb = backend_->Create(s);
-    EXPECT_TRUE(sb.ok()) << sb.status();
+    EXPECT_OK(sb);
     if (!sb.ok()) {
       fs::remove_all(s.dir);
       return nullptr;
@@ -167,7 +168,7 @@ class ContainerTest : public ::testing::Test {
     e.timeout = timeout;
     e.stdin_data = in;
     auto r = sb->Exec(e);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     return r.ok() ? *r : ExecOutcome{};
   }
 
@@ -237,10 +238,10 @@ TEST_F(ContainerTest, A02NulBytesAndRandomFileRoundTrip) {
   std::mt19937_64 rng(42);
   for (auto& c : data) c = static_cast<char>(rng());
   auto w = sb->files().OpenWrite("/w/random.bin", 0644, true);
-  ASSERT_TRUE(w.ok()) << w.status();
-  ASSERT_TRUE((*w)->Write(data).ok());
+  ASSERT_OK(w);
+  ASSERT_OK((*w)->Write(data));
   auto n = (*w)->Commit();
-  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_OK(n);
   EXPECT_EQ(*n, data.size());
   ExecOutcome cat = Run(sb, "cat /w/random.bin");
   EXPECT_EQ(cat.stdout_data.size(), data.size());
@@ -268,7 +269,7 @@ TEST_F(ContainerTest, A03HugeOutputIsTruncatedWithTotals) {
   small.shell = "seq 1 100000";
   small.output_cap_bytes = 10;
   auto s = sb->Exec(small);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_EQ(s->stdout_data, "1\n2\n3\n4\n5\n");
   EXPECT_TRUE(s->stdout_truncated);
   EXPECT_EQ(s->stdout_total, 588895u);
@@ -292,7 +293,7 @@ TEST_F(ContainerTest, A04TimeoutKillsTheWholeTree) {
   e.timeout = 1s;
   e.kill_grace = 300ms;
   auto k = sb->Exec(e);
-  ASSERT_TRUE(k.ok());
+  ASSERT_OK(k);
   EXPECT_TRUE(k->timed_out);
   EXPECT_EQ(k->signal, SIGKILL);
   EXPECT_EQ(k->exit_code, 128 + SIGKILL);
@@ -352,7 +353,7 @@ TEST_F(ContainerTest, A07ExitStatus) {
   ExecSpec e;
   e.argv = {"no-such-binary"};
   auto a = sb->Exec(e);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   EXPECT_EQ(a->exit_code, 127);
   EXPECT_THAT(a->stderr_data, HasSubstr("not found"));
 }
@@ -375,21 +376,21 @@ TEST_F(ContainerTest, ExecEnvCwdUser) {
   s.env = {{"A", "1"}, {"B", "two words"}};
   s.workdir = "/w";
   auto c = backend_->Create(s);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   sandboxes_.emplace_back(std::move(*c), s.dir);
   Sandbox* sb = sandboxes_.back().first.get();
   ExecSpec e;
   e.argv = {"env"};
   e.env = {{"B", "over"}, {"C", "\xff"}};
   auto r = sb->Exec(e);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->stdout_data, "A=1\nB=over\nC=\xff\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
   EXPECT_EQ(Run(sb, "pwd").stdout_data, "/w\n");
   // A workdir missing from the image is created, owned by the sandbox's root.
   SandboxSpec s2 = Spec("workdir");
   s2.workdir = "/home/agent/repo";
   auto c2 = backend_->Create(s2);
-  ASSERT_TRUE(c2.ok()) << c2.status();
+  ASSERT_OK(c2);
   sandboxes_.emplace_back(std::move(*c2), s2.dir);
   EXPECT_EQ(Run(sandboxes_.back().first.get(), "pwd; stat -c %u .").stdout_data, "/home/agent/repo\n0\n");
   e.argv = {"pwd"};
@@ -397,7 +398,7 @@ TEST_F(ContainerTest, ExecEnvCwdUser) {
   EXPECT_EQ(sb->Exec(e)->stdout_data, "/bin\n");
   e.cwd = "/does/not/exist";
   auto bad = sb->Exec(e);
-  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad, ::testing::Not(IsOk()));
   EXPECT_THAT(bad.status().message(), HasSubstr("/does/not/exist"));
   e.cwd = "";
   e.argv = {"id"};
@@ -406,7 +407,7 @@ TEST_F(ContainerTest, ExecEnvCwdUser) {
   e.user = "1234:5678";
   EXPECT_THAT(sb->Exec(e)->stdout_data, HasSubstr("uid=1234 gid=5678"));
   e.user = "nosuchuser";
-  EXPECT_EQ(sb->Exec(e).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(sb->Exec(e), StatusIs(absl::StatusCode::kNotFound));
   // A non-root user has no capabilities at all.
   e.argv = {"sh", "-c", "grep CapEff /proc/self/status"};
   e.user = "agent";
@@ -447,7 +448,7 @@ TEST_F(ContainerTest, A09FilesNeverEscapeTheSandboxRoot) {
                                "/escape/tmp/" + tag, "/w/tmplink/" + tag, "/w/link/" + tag}) {
     auto w = sb->files().OpenWrite(p, 0644, true);
     if (w.ok()) {
-      ASSERT_TRUE((*w)->Write("x").ok());
+      ASSERT_OK((*w)->Write("x"));
       (void)(*w)->Commit();
     }
     EXPECT_FALSE(fs::exists("/tmp/" + tag)) << p;
@@ -456,18 +457,18 @@ TEST_F(ContainerTest, A09FilesNeverEscapeTheSandboxRoot) {
   // What landed, landed inside.
   EXPECT_EQ(Run(sb, "cat /tmp/" + tag + " /etc/" + tag).stdout_data, "xx");
   auto st = sb->files().Stat("/escape");
-  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_OK(st);
   EXPECT_EQ(st->type, FileType::kSymlink);
   EXPECT_EQ(st->symlink_target, "/");
   auto ls = sb->files().List("/w/link/..");
-  ASSERT_TRUE(ls.ok()) << ls.status();
+  ASSERT_OK(ls);
   bool saw_busybox_bin = false;
   for (const auto& f : *ls) saw_busybox_bin |= f.name == "bin";
   EXPECT_TRUE(saw_busybox_bin);
   auto rd = sb->files().OpenRead("/escape/etc/passwd", 0, 0);
-  ASSERT_TRUE(rd.ok()) << rd.status();
+  ASSERT_OK(rd);
   auto text = (*rd)->Read(1 << 16);
-  ASSERT_TRUE(text.ok());
+  ASSERT_OK(text);
   EXPECT_THAT(*text, HasSubstr("agent:x:1000"));  // the sandbox's passwd, not the host's
 }
 
@@ -475,7 +476,7 @@ TEST_F(ContainerTest, A14ForkBombStaysInItsSandbox) {
   SandboxSpec s = Spec("bomb");
   s.resources.pids = 64;
   auto a = backend_->Create(s);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   sandboxes_.emplace_back(std::move(*a), s.dir);
   Sandbox* bomb = sandboxes_.back().first.get();
   Sandbox* b = Make("calm");
@@ -485,7 +486,7 @@ TEST_F(ContainerTest, A14ForkBombStaysInItsSandbox) {
     e.shell = ":(){ :|:& };:";
     e.timeout = 4s;
     auto r = bomb->Exec(e);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
   });
   std::chrono::nanoseconds worst{0};
   for (int i = 0; i < 6; ++i) {
@@ -497,7 +498,7 @@ TEST_F(ContainerTest, A14ForkBombStaysInItsSandbox) {
   t.join();
   EXPECT_LT(worst, 1s);
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(bomb->Destroy().ok());
+  EXPECT_OK(bomb->Destroy());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
 }
 
@@ -505,7 +506,7 @@ TEST_F(ContainerTest, A15OutOfMemory) {
   SandboxSpec s = Spec("oom");
   s.resources.memory_mb = 64;
   auto a = backend_->Create(s);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   sandboxes_.emplace_back(std::move(*a), s.dir);
   Sandbox* sb = sandboxes_.back().first.get();
   ASSERT_EQ(Run(sb, "echo keep > /w/keep").exit_code, 0);
@@ -527,8 +528,8 @@ TEST_F(ContainerTest, A16DiskFull) {
   if (w.ok()) {
     Status ws = (*w)->Write(std::string(1 << 20, 'a'));
     StatusOr<uint64_t> c = ws.ok() ? (*w)->Commit() : StatusOr<uint64_t>(ws);
-    EXPECT_FALSE(c.ok());
-    EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+    EXPECT_THAT(c, ::testing::Not(IsOk()));
+    EXPECT_THAT(c, StatusIs(absl::StatusCode::kResourceExhausted));
   }
   EXPECT_EQ(Run(sb, "rm /big && dd if=/dev/zero of=/big bs=1M count=32 2>/dev/null && echo ok").stdout_data, "ok\n");
   r = Run(sb, "dd if=/dev/zero of=/dev/shm/big bs=1M count=64");
@@ -576,16 +577,16 @@ TEST_F(ContainerTest, DestroyLeavesNothingAndIsIdempotent) {
   });
   std::this_thread::sleep_for(200ms);
   auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(sb->Destroy().ok());
+  ASSERT_OK(sb->Destroy());
   t.join();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
-  EXPECT_TRUE(sb->Destroy().ok());
+  EXPECT_OK(sb->Destroy());
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
   EXPECT_NE(::kill(init, 0), 0);
   EXPECT_FALSE(fs::exists(spec.dir));
   EXPECT_EQ(HostMountsOfTestSandboxes(), mounts_before);
-  EXPECT_FALSE(sb->Exec(Argv({"true"})).ok());
-  EXPECT_FALSE(sb->files().Stat("/").ok());
+  EXPECT_THAT(sb->Exec(Argv({"true"})), ::testing::Not(IsOk()));
+  EXPECT_THAT(sb->files().Stat("/"), ::testing::Not(IsOk()));
 }
 
 TEST_F(ContainerTest, AdoptAfterRestart) {
@@ -595,21 +596,21 @@ TEST_F(ContainerTest, AdoptAfterRestart) {
   ASSERT_EQ(Run(sb, "echo state > /w/f").exit_code, 0);
   const std::string rec = sb->Record();
   auto b2 = NewContainerBackend(options_);
-  ASSERT_TRUE(b2.ok());
+  ASSERT_OK(b2);
   auto again = (*b2)->Adopt(spec, rec);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ((*again)->init_pid(), sb->init_pid());
   ExecSpec e;
   e.shell = "cat /w/f; hostname";
   auto r = (*again)->Exec(e);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->stdout_data, "state\nadopt\n");
   // A record whose init is gone (or reused) is NotFound.
   container::record::Container stale = RecordOf(*sb);
   stale.set_init_start_time(stale.init_start_time() + 1);
-  EXPECT_EQ((*b2)->Adopt(spec, stale.SerializeAsString()).status().code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE((*again)->Destroy().ok());
-  EXPECT_EQ((*b2)->Adopt(spec, rec).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT((*b2)->Adopt(spec, stale.SerializeAsString()), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK((*again)->Destroy());
+  EXPECT_THAT((*b2)->Adopt(spec, rec), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(ContainerTest, CleanupFromIdAndDirOnly) {
@@ -622,13 +623,13 @@ TEST_F(ContainerTest, CleanupFromIdAndDirOnly) {
   SandboxSpec minimal;
   minimal.id = spec.id;
   minimal.dir = spec.dir;
-  ASSERT_TRUE(backend_->Cleanup(minimal, "").ok());
+  ASSERT_OK(backend_->Cleanup(minimal, ""));
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
   std::this_thread::sleep_for(50ms);
   (void)::waitpid(init, nullptr, WNOHANG);
   EXPECT_NE(::kill(init, 0), 0);
   EXPECT_FALSE(fs::exists(spec.dir));
-  EXPECT_TRUE(backend_->Cleanup(minimal, "").ok());  // idempotent
+  EXPECT_OK(backend_->Cleanup(minimal, ""));  // idempotent
   // Cleanup of something that never got further than its dir.
   char tmpl[] = "/tmp/warren-ct-sb-XXXXXX";
   std::string half = ::mkdtemp(tmpl);
@@ -636,7 +637,7 @@ TEST_F(ContainerTest, CleanupFromIdAndDirOnly) {
   SandboxSpec half_spec;
   half_spec.id = "half";
   half_spec.dir = half;
-  EXPECT_TRUE(backend_->Cleanup(half_spec, "").ok());
+  EXPECT_OK(backend_->Cleanup(half_spec, ""));
   EXPECT_FALSE(fs::exists(half + "/rootfs"));
   fs::remove_all(half);
 }
@@ -645,10 +646,10 @@ TEST_F(ContainerTest, CreateFailureLeavesNothing) {
   SandboxSpec s = Spec("broken");
   s.lower_dirs = {"/nonexistent/layer"};
   auto r = backend_->Create(s);
-  EXPECT_FALSE(r.ok());
+  EXPECT_THAT(r, ::testing::Not(IsOk()));
   EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/layer"));
   EXPECT_FALSE(fs::exists(s.dir + "/rootfs"));
-  EXPECT_FALSE(jail::CgroupManager::Detect(options_.cgroup_name).value()->Open("broken").ok());
+  EXPECT_THAT(jail::CgroupManager::Detect(options_.cgroup_name).value()->Open("broken"), ::testing::Not(IsOk()));
   fs::remove_all(s.dir);
 }
 
@@ -668,7 +669,7 @@ TEST_F(ContainerTest, DebianLayersPythonStdinOom) {
   s.lower_dirs = {base, ws};
   s.resources.memory_mb = 256;
   auto c = backend_->Create(s);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   sandboxes_.emplace_back(std::move(*c), s.dir);
   Sandbox* sb = sandboxes_.back().first.get();
   EXPECT_EQ(Run(sb, "cat /w/task.txt; . /etc/os-release; echo $ID").stdout_data, "task\ndebian\n");
@@ -684,7 +685,7 @@ TEST_F(ContainerTest, DebianLayersPythonStdinOom) {
   // apt-style writes over a lower file are copied up, the layer is untouched.
   EXPECT_EQ(Run(sb, "echo changed > /etc/hostname && cat /etc/hostname").stdout_data, "changed\n");
   EXPECT_NE(Sh("cat " + base + "/etc/hostname"), "changed\n");
-  EXPECT_TRUE(sb->Destroy().ok());
+  EXPECT_OK(sb->Destroy());
   fs::remove_all(ws);
 }
 
@@ -705,14 +706,14 @@ TEST_F(ContainerTest, NonIdmappableLowerFallsBack) {
     ExecSpec e;
     e.shell = "cat /from-ovl; stat -c %u /from-ovl";
     auto r = (*c)->Exec(e);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(r->stdout_data, "ovl\n65534\n");
-    EXPECT_TRUE((*c)->Destroy().ok());
+    EXPECT_OK((*c)->Destroy());
   }
   fs::remove_all(s.dir);
   EXPECT_EQ(::umount2((d + "/m").c_str(), 0), 0);
   fs::remove_all(d);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
 }
 
 // Processes on the host whose real uid falls in this backend's uid range.
@@ -763,7 +764,7 @@ TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
           std::this_thread::sleep_for(20ms);
         }
         Status d = (*sb)->Destroy();
-        EXPECT_TRUE(d.ok()) << d;
+        EXPECT_OK(d);
         if (mid.joinable()) mid.join();
         fs::remove_all(s.dir);
       }
@@ -776,9 +777,9 @@ TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
   // Destroy waited for the cgroups to be empty, so nothing may remain.
   EXPECT_EQ(ProcessesInUidRange(options_.uid_base, span), procs_before);
   auto mgr = jail::CgroupManager::Detect(options_.cgroup_name);
-  ASSERT_TRUE(mgr.ok());
+  ASSERT_OK(mgr);
   auto root = (*mgr)->Open("");
-  ASSERT_TRUE(root.ok());
+  ASSERT_OK(root);
   for (const auto& d : (*root)->dirs()) {
     int subdirs = 0;
     for (const auto& e : fs::directory_iterator(d)) subdirs += e.is_directory();
@@ -792,10 +793,10 @@ TEST_F(ContainerTest, CreateExecDestroyIsFast) {
     SandboxSpec s = Spec("fast-" + std::to_string(i));
     auto t0 = std::chrono::steady_clock::now();
     auto sb = backend_->Create(s);
-    ASSERT_TRUE(sb.ok()) << sb.status();
+    ASSERT_OK(sb);
     auto r = (*sb)->Exec(Argv({"true"}));
-    ASSERT_TRUE(r.ok());
-    ASSERT_TRUE((*sb)->Destroy().ok());
+    ASSERT_OK(r);
+    ASSERT_OK((*sb)->Destroy());
     best = std::min(best, std::chrono::steady_clock::now() - t0);
     fs::remove_all(s.dir);
   }
@@ -820,7 +821,7 @@ ExecOutcome WaitFor(Process& p) {
   ExecOutcome o;
   for (int i = 0; i < 2000; ++i) {
     auto r = p.TryWait(&o);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     if (!r.ok() || *r) break;
     std::this_thread::sleep_for(10ms);
   }
@@ -859,7 +860,7 @@ TEST_F(ContainerTest, ExportChangesYieldsTheLayerFormat) {
   o.exclude = {"/cache/", "*.pyc"};
   o.budget = &budget;
   Status s = ex->ExportChanges(dst, o);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_GT(budget.used(), 0u);
   struct stat st;
   ASSERT_EQ(::lstat((dst + "/etc/hostname-image").c_str(), &st), 0);
@@ -895,9 +896,9 @@ TEST_F(ContainerTest, ExportChangesYieldsTheLayerFormat) {
     }
   }
   // dst must be new; after Destroy the changes are gone.
-  EXPECT_FALSE(ex->ExportChanges(dst, o).ok());
-  ASSERT_TRUE(sb->Destroy().ok());
-  EXPECT_EQ(ex->ExportChanges(root + "/again", o).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ex->ExportChanges(dst, o), ::testing::Not(IsOk()));
+  ASSERT_OK(sb->Destroy());
+  EXPECT_THAT(ex->ExportChanges(root + "/again", o), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_FALSE(fs::exists(root + "/again"));
   fs::remove_all(root);
 }
@@ -911,7 +912,7 @@ TEST_F(ContainerTest, StartPipesControlFdAndNewSession) {
   StartOptions so;
   so.control_fd = true;
   auto p = As<ProcessStarter>(*sb)->Start(es, so);
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   UniqueFd in = (*p)->TakeStdin(), out = (*p)->TakeStdout(), err = (*p)->TakeStderr(), ctl = (*p)->TakeControl();
   ASSERT_TRUE(in.valid() && out.valid() && err.valid() && ctl.valid());
   ASSERT_EQ(::write(in.get(), "hi\n", 3), 3);
@@ -934,7 +935,7 @@ TEST_F(ContainerTest, StartOnAPtyFromTheSandboxDevpts) {
   so.rows = 31;
   so.cols = 97;
   auto p = As<ProcessStarter>(*sb)->Start(es, so);
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   EXPECT_FALSE((*p)->TakeStderr().valid());  // merged into the terminal
   UniqueFd in = (*p)->TakeStdin();
   UniqueFd out = (*p)->TakeStdout();
@@ -950,7 +951,7 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
   ExecSpec es;
   es.shell = "setsid sleep 300 & (sleep 301 &); echo up; wait";
   auto p = As<ProcessStarter>(*sb)->Start(es, StartOptions{});
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   UniqueFd out = (*p)->TakeStdout();
   char buf[3];
   ASSERT_EQ(::read(out.get(), buf, 3), 3);
@@ -959,7 +960,7 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
   for (int i = 0; i < 100 && (n_sleeps = Run(sb, "ps | grep -c 'sleep 30[01]$'").stdout_data) != "2\n"; ++i)
     std::this_thread::sleep_for(20ms);
   EXPECT_EQ(n_sleeps, "2\n");
-  ASSERT_TRUE((*p)->Signal(SIGKILL, true).ok());
+  ASSERT_OK((*p)->Signal(SIGKILL, true));
   ExecOutcome o = WaitFor(**p);
   EXPECT_EQ(o.signal, SIGKILL);
   for (int i = 0; i < 100 && !(*p)->TreeEmpty(); ++i) std::this_thread::sleep_for(20ms);
@@ -1041,7 +1042,7 @@ class WarmShellTest : public ContainerTest {
     backend_.reset();
     options_.warm_shells = 2;
     auto b = NewContainerBackend(options_);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b);
     backend_ = std::move(*b);
   }
   // Waits (bounded) for the pool to hold n shells.
@@ -1072,7 +1073,7 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
   spec.resources.open_files = 333;
   spec.resources.tmpfs_mb = 8;
   auto sb = backend_->Create(spec);
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   sandboxes_.emplace_back(std::move(*sb), spec.dir);
   Sandbox* s = sandboxes_.back().first.get();
   // It was one of the pool's shells.
@@ -1108,7 +1109,7 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
   // The pool refills; destroying the sandbox leaves nothing of it.
   ASSERT_TRUE(WaitForShells(2));
   EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 2u);
-  ASSERT_TRUE(s->Destroy().ok());
+  ASSERT_OK(s->Destroy());
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
   // Shells now carry the latest create's limits (200 MiB, 77 pids); one asked
   // for more gets them raised (v1: memsw first).
@@ -1118,13 +1119,13 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
     big.resources.pids = 100;
     std::vector<pid_t> pool = WarmShellChildren();
     auto b = backend_->Create(big);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b);
     sandboxes_.emplace_back(std::move(*b), big.dir);
     Sandbox* bs = sandboxes_.back().first.get();
     EXPECT_NE(std::find(pool.begin(), pool.end(), bs->init_pid()), pool.end());
     ExpectCgroupLimits(*bs, 300, 100, /*memsw=*/true);
     EXPECT_EQ(Run(bs, "echo ok").stdout_data, "ok\n");
-    ASSERT_TRUE(bs->Destroy().ok());
+    ASSERT_OK(bs->Destroy());
     ASSERT_TRUE(WaitForShells(2));
   }
   // A shell that died is never handed out.
@@ -1153,7 +1154,7 @@ TEST_F(WarmShellTest, ConcurrentCreatesBeyondThePoolAllSucceed) {
   for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { res[i] = backend_->Create(specs[i]); });
   for (auto& t : ts) t.join();
   for (int i = 0; i < 8; ++i) {
-    ASSERT_TRUE(res[i].ok()) << res[i].status();
+    ASSERT_OK(res[i]);
     sandboxes_.emplace_back(std::move(*res[i]), specs[i].dir);
     EXPECT_EQ(Run(sandboxes_.back().first.get(), "hostname").stdout_data, "warm-c" + std::to_string(i) + "\n");
   }
@@ -1165,12 +1166,12 @@ TEST_F(WarmShellTest, ConcurrentCreatesBeyondThePoolAllSucceed) {
 // whatever is left unused.
 TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   auto m = jail::CgroupManager::Detect(options_.cgroup_name);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_OK(m);
   if ((*m)->version() != 1) GTEST_SKIP() << "cgroup v2 host: cgroups are not recycled (no rename)";
   backend_.reset();
   options_.recycled_cgroups = 4;
   auto b = NewContainerBackend(options_);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   backend_ = std::move(*b);
 
   Sandbox* a = Make("recycle-a");
@@ -1181,7 +1182,7 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   ASSERT_FALSE(a_dirs.empty());
   // Destroyed while paused: its cgroup is recycled thawed, never frozen.
   ASSERT_TRUE(As<Pausable>(*a)->Pause().ok());
-  ASSERT_TRUE(a->Destroy().ok());
+  ASSERT_OK(a->Destroy());
   EXPECT_FALSE(As<Pausable>(*a)->Pause().ok());  // nothing freezes it after the destroy
   for (const auto& d : a_dirs) EXPECT_FALSE(fs::exists(d)) << d;
   const std::set<std::string> kept = ShellCgroups(options_.cgroup_name);
@@ -1208,13 +1209,13 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   // A late call through the destroyed sandbox reaches nothing.
   ExecSpec late;
   late.shell = "true";
-  EXPECT_FALSE(a->Exec(late).ok());
+  EXPECT_THAT(a->Exec(late), ::testing::Not(IsOk()));
 
   SandboxSpec spec = Spec("recycle-b");
   spec.resources.memory_mb = 200;
   spec.resources.pids = 77;
   auto sb = backend_->Create(spec);
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   sandboxes_.emplace_back(std::move(*sb), spec.dir);
   Sandbox* bsb = sandboxes_.back().first.get();
   EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty()) << "the recycled cgroup was not taken";
@@ -1222,7 +1223,7 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
     EXPECT_EQ(fs::path(d).filename(), "recycle-b") << d;
   ExpectCgroupLimits(*bsb, 200, 77, /*memsw=*/false);
   EXPECT_EQ(Run(bsb, "echo ok; cat /proc/1/comm").stdout_data, "ok\nwarren-init\n");
-  ASSERT_TRUE(bsb->Destroy().ok());
+  ASSERT_OK(bsb->Destroy());
   EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), 1u);
   // A sandbox that was the first to read 4 MiB of a lower file leaves that
   // page cache charged to its memory cgroup: removed (the kernel moves the
@@ -1243,15 +1244,15 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
     SandboxSpec cs = Spec("recycle-c");
     cs.lower_dirs = {BusyboxImage(), lower};
     auto c = backend_->Create(cs);
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c);
     const auto c_dirs = CgroupDirs(**c);
     ExecSpec rd;
     rd.shell = "cat /big > /dev/null && echo read";
     auto r = (*c)->Exec(rd);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(r->stdout_data, "read\n");
     const size_t before = ShellCgroups(options_.cgroup_name).size();
-    ASSERT_TRUE((*c)->Destroy().ok());
+    ASSERT_OK((*c)->Destroy());
     EXPECT_EQ(ShellCgroups(options_.cgroup_name).size(), before) << "a cgroup holding 4 MiB of page cache was recycled";
     for (const auto& d : c_dirs) EXPECT_FALSE(fs::exists(d)) << d;
     c->reset();
@@ -1267,20 +1268,20 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
 
 TEST_F(WarmShellTest, StaleShellCgroupsOfDeadDaemonsAreSwept) {
   auto m = jail::CgroupManager::Detect(options_.cgroup_name);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   // pid 999999999 is above any pid_max: its "daemon" is gone.
   auto stale = (*m)->Create("shell-999999999-0", jail::CgroupLimits{});
-  ASSERT_TRUE(stale.ok()) << stale.status();
-  ASSERT_TRUE((*stale)->CreateChild("init").ok());
+  ASSERT_OK(stale);
+  ASSERT_OK((*stale)->CreateChild("init"));
   // One of a live daemon (this process) stays.
   auto live = (*m)->Create("shell-" + std::to_string(::getpid()) + "-999", jail::CgroupLimits{});
-  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_OK(live);
   auto b = NewContainerBackend(options_);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   std::set<std::string> left = ShellCgroups(options_.cgroup_name);
   EXPECT_EQ(left.count("shell-999999999-0"), 0u);
   EXPECT_EQ(left.count("shell-" + std::to_string(::getpid()) + "-999"), 1u);
-  EXPECT_TRUE((*live)->Remove().ok());
+  EXPECT_OK((*live)->Remove());
 }
 
 }  // namespace

@@ -23,6 +23,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
+
 namespace warren::runtime {
 namespace internal {
 void SetForceWalkResolverForTest(bool force);
@@ -159,24 +161,24 @@ TEST_P(RootedFilesTest, TraversalNeverLeavesTheRoot) {
 
   // Without make_parents the sandbox has no /tmp: NotFound, nothing created.
   Status s = WriteFile("../../tmp/" + pwned, "x");
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(s.message()), HasSubstr("../../tmp/" + pwned));
 
-  EXPECT_TRUE(WriteFile("../../tmp/" + pwned, "a", true).ok());
+  EXPECT_OK(WriteFile("../../tmp/" + pwned, "a", true));
   EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "a");
-  EXPECT_TRUE(WriteFile("/w/../../../../tmp/" + pwned, "b").ok());
+  EXPECT_OK(WriteFile("/w/../../../../tmp/" + pwned, "b"));
   EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "b");
-  EXPECT_TRUE(WriteFile("/escape/tmp/" + pwned, "c").ok());
+  EXPECT_OK(WriteFile("/escape/tmp/" + pwned, "c"));
   EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "c");
-  EXPECT_TRUE(WriteFile("/w/up/tmp/" + pwned + "-2", "d").ok());
+  EXPECT_OK(WriteFile("/w/up/tmp/" + pwned + "-2", "d"));
   EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned + "-2"), "d");
-  EXPECT_TRUE(WriteFile("/etc-link/warren-pwned-" + tag_, "e").ok());
+  EXPECT_OK(WriteFile("/etc-link/warren-pwned-" + tag_, "e"));
   EXPECT_EQ(HostRead(root_ + "/etc/warren-pwned-" + tag_), "e");
-  EXPECT_TRUE(WriteFile("..%2f..%2ftmp%2f" + pwned, "f").ok());
+  EXPECT_OK(WriteFile("..%2f..%2ftmp%2f" + pwned, "f"));
   EXPECT_EQ(HostRead(root_ + "/..%2f..%2ftmp%2f" + pwned), "f");
-  EXPECT_TRUE(files_->Mkdir("/escape/tmp/d-" + tag_ + "/e", 0755, true).ok());
+  EXPECT_OK(files_->Mkdir("/escape/tmp/d-" + tag_ + "/e", 0755, true));
   EXPECT_TRUE(HostExists(root_ + "/tmp/d-" + tag_ + "/e"));
-  EXPECT_TRUE(files_->Rename("/tmp/" + pwned, "/escape/../../tmp/" + pwned + "-moved").ok());
+  EXPECT_OK(files_->Rename("/tmp/" + pwned, "/escape/../../tmp/" + pwned + "-moved"));
   EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned + "-moved"), "c");
 
   EXPECT_FALSE(HostExists(host_pwned));
@@ -191,7 +193,7 @@ TEST_P(RootedFilesTest, FinalSymlinkIsReplacedNotFollowed) {
   const std::string host_file = HostTmp("warren-hostfile-" + tag_);
   HostWrite(host_file, "host");
   ASSERT_EQ(symlink(host_file.c_str(), (root_ + "/w/link").c_str()), 0);
-  ASSERT_TRUE(WriteFile("/w/link", "sandbox").ok());
+  ASSERT_OK(WriteFile("/w/link", "sandbox"));
   EXPECT_EQ(HostRead(host_file), "host");
   struct stat st;
   ASSERT_EQ(lstat((root_ + "/w/link").c_str(), &st), 0);
@@ -199,35 +201,35 @@ TEST_P(RootedFilesTest, FinalSymlinkIsReplacedNotFollowed) {
   EXPECT_EQ(HostRead(root_ + "/w/link"), "sandbox");
   // Removing a symlink to a host file removes the link only.
   ASSERT_EQ(symlink(host_file.c_str(), (root_ + "/w/link2").c_str()), 0);
-  ASSERT_TRUE(files_->Remove("/w/link2", false).ok());
+  ASSERT_OK(files_->Remove("/w/link2", false));
   EXPECT_FALSE(HostExists(root_ + "/w/link2"));
   EXPECT_EQ(HostRead(host_file), "host");
 }
 
 TEST_P(RootedFilesTest, ReadsResolveInsideTheRoot) {
   StatusOr<std::string> got = ReadFile("/escape/etc/hostname");
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "sandbox-hostname\n");
   got = ReadFile("/etc-link/hostname");
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "sandbox-hostname\n");
   got = ReadFile("/w/up/w/up/../etc/hostname");
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "sandbox-hostname\n");
   // A final symlink is followed for reads, inside the root.
   ASSERT_EQ(symlink("/etc/hostname", (root_ + "/w/hn").c_str()), 0);
   got = ReadFile("/w/hn");
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "sandbox-hostname\n");
   // The host has /etc/passwd, the sandbox root does not.
   got = ReadFile("../../../etc/passwd");
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  ASSERT_THAT(got, ::testing::Not(IsOk()));
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(got.status().message()), HasSubstr("../../../etc/passwd"));
   // Magic links are refused (openat2) or absent (the walk): never the host's root.
   ASSERT_EQ(symlink("/proc/self/root/etc/passwd", (root_ + "/w/magic").c_str()), 0);
   got = ReadFile("/w/magic");
-  EXPECT_FALSE(got.ok());
+  EXPECT_THAT(got, ::testing::Not(IsOk()));
 }
 
 TEST_P(RootedFilesTest, SizesRoundTripByteExact) {
@@ -235,10 +237,10 @@ TEST_P(RootedFilesTest, SizesRoundTripByteExact) {
   for (size_t size : sizes) {
     std::string data = Pattern(size).Next(size);
     std::string path = "/w/f-" + std::to_string(size);
-    ASSERT_TRUE(WriteFile(path, data).ok()) << size;
+    ASSERT_OK(WriteFile(path, data)) << size;
     EXPECT_EQ(HostRead(root_ + path), data) << size;
     StatusOr<std::string> got = ReadFile(path, 65536);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     EXPECT_TRUE(*got == data) << "size " << size << " got " << got->size();
   }
 }
@@ -247,21 +249,21 @@ TEST_P(RootedFilesTest, HundredMegabytesStreamedInChunks) {
   constexpr size_t kChunk = 1 << 20;
   constexpr size_t kTotal = 100 * kChunk;
   auto w = files_->OpenWrite("/w/big", 0600, false);
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   Pattern out(100);
-  for (size_t done = 0; done < kTotal; done += kChunk) ASSERT_TRUE((*w)->Write(out.Next(kChunk)).ok());
+  for (size_t done = 0; done < kTotal; done += kChunk) ASSERT_OK((*w)->Write(out.Next(kChunk)));
   // Not visible before Commit.
   EXPECT_FALSE(HostExists(root_ + "/w/big"));
   StatusOr<uint64_t> n = (*w)->Commit();
-  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_OK(n);
   EXPECT_EQ(*n, kTotal);
   auto r = files_->OpenRead("/w/big", 0, 0);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   Pattern in(100);
   size_t total = 0;
   for (int i = 0; i < 1000; ++i) {
     StatusOr<std::string> part = (*r)->Read(kChunk);
-    ASSERT_TRUE(part.ok()) << part.status();
+    ASSERT_OK(part);
     if (part->empty()) break;
     ASSERT_TRUE(*part == in.Next(part->size())) << "mismatch at " << total;
     total += part->size();
@@ -274,26 +276,26 @@ TEST_P(RootedFilesTest, BinaryIsByteExactAndRangesWork) {
   for (int rep = 0; rep < 4096; ++rep) {
     for (int b = 0; b < 256; ++b) data.push_back(static_cast<char>(b));
   }
-  ASSERT_TRUE(WriteFile("/w/bin", data).ok());
+  ASSERT_OK(WriteFile("/w/bin", data));
   StatusOr<std::string> got = ReadFile("/w/bin", 4097);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_TRUE(*got == data);
   auto r = files_->OpenRead("/w/bin", 1000, 500);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   StatusOr<std::string> part = (*r)->Read(1 << 20);
-  ASSERT_TRUE(part.ok());
+  ASSERT_OK(part);
   EXPECT_EQ(*part, data.substr(1000, 500));
   part = (*r)->Read(1 << 20);
-  ASSERT_TRUE(part.ok());
+  ASSERT_OK(part);
   EXPECT_EQ(*part, "");
 }
 
 TEST_P(RootedFilesTest, ListReturnsNamesByteExact) {
   const std::vector<std::string> names = {"\xff\xfe", "a\nb", "\xc3\xa9", "plain", " sp ", "\x80"};
   for (size_t i = 0; i + 1 < names.size(); ++i) HostWrite(root_ + "/w/" + names[i], "x");
-  ASSERT_TRUE(WriteFile("/w/" + names.back(), "yy").ok());
+  ASSERT_OK(WriteFile("/w/" + names.back(), "yy"));
   StatusOr<std::vector<FileInfo>> list = files_->List("/w");
-  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_OK(list);
   std::vector<std::string> got;
   for (const FileInfo& f : *list) {
     got.push_back(f.name);
@@ -313,7 +315,7 @@ TEST_P(RootedFilesTest, ListReturnsNamesByteExact) {
   }
   // Listing through a symlink lists inside the root.
   list = files_->List("/escape/");
-  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_OK(list);
   bool saw_w = false;
   for (const FileInfo& f : *list) saw_w |= f.name == "w" && f.path == "/escape/w";
   EXPECT_TRUE(saw_w);
@@ -321,22 +323,22 @@ TEST_P(RootedFilesTest, ListReturnsNamesByteExact) {
 
 TEST_P(RootedFilesTest, StatUsesLstatSemantics) {
   StatusOr<FileInfo> info = files_->Stat("/escape");
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->type, FileType::kSymlink);
   EXPECT_EQ(info->symlink_target, "/");
   EXPECT_EQ(info->name, "escape");
   info = files_->Stat("/w/up");
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   EXPECT_EQ(info->symlink_target, "../../..");
   info = files_->Stat("/w");
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   EXPECT_EQ(info->type, FileType::kDirectory);
   EXPECT_EQ(info->mode, 0755u);
   info = files_->Stat("/");
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   EXPECT_EQ(info->type, FileType::kDirectory);
   info = files_->Stat("/nope");
-  EXPECT_EQ(info.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(info, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(info.status().message()), HasSubstr("/nope"));
 }
 
@@ -352,79 +354,79 @@ TEST_P(RootedFilesTest, RemoveRecursiveNeverFollowsSymlinks) {
   ASSERT_EQ(symlink("/", (root_ + "/w/tree/a/b/root-link").c_str()), 0);
 
   Status s = files_->Remove("/w/tree", false);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_TRUE(files_->Remove("/w/tree", true).ok());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_OK(files_->Remove("/w/tree", true));
   EXPECT_FALSE(HostExists(root_ + "/w/tree"));
   EXPECT_EQ(HostRead(host_dir + "/keep"), "keep");
   EXPECT_TRUE(HostExists(root_ + "/etc/hostname"));
   // The link itself, given as the path, is removed, not its target.
-  EXPECT_TRUE(files_->Remove("/escape", true).ok());
+  EXPECT_OK(files_->Remove("/escape", true));
   EXPECT_FALSE(HostExists(root_ + "/escape"));
   EXPECT_TRUE(HostExists(root_ + "/w"));
 
-  EXPECT_EQ(files_->Remove("/", true).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(files_->Remove("/w/..", true).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(files_->Remove("/", true), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(files_->Remove("/w/..", true), StatusIs(absl::StatusCode::kInvalidArgument));
   s = files_->Remove("/w/none", true);
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(s.message()), HasSubstr("/w/none"));
 }
 
 TEST_P(RootedFilesTest, RenameAndMkdir) {
-  ASSERT_TRUE(WriteFile("/w/a", "A").ok());
-  ASSERT_TRUE(files_->Rename("/w/a", "/w/b").ok());
+  ASSERT_OK(WriteFile("/w/a", "A"));
+  ASSERT_OK(files_->Rename("/w/a", "/w/b"));
   EXPECT_FALSE(HostExists(root_ + "/w/a"));
   EXPECT_EQ(HostRead(root_ + "/w/b"), "A");
   Status s = files_->Rename("/w/missing", "/w/c");
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(s.message()), HasSubstr("/w/missing"));
 
-  ASSERT_TRUE(files_->Mkdir("/w/d", 0750, false).ok());
+  ASSERT_OK(files_->Mkdir("/w/d", 0750, false));
   struct stat st;
   ASSERT_EQ(stat((root_ + "/w/d").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0750u);
-  EXPECT_EQ(files_->Mkdir("/w/d", 0750, false).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(files_->Mkdir("/w/d", 0750, true).ok());
-  EXPECT_EQ(files_->Mkdir("/w/x/y", 0750, false).code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(files_->Mkdir("/w/x/y/z", 0700, true).ok());
+  EXPECT_THAT(files_->Mkdir("/w/d", 0750, false), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_OK(files_->Mkdir("/w/d", 0750, true));
+  EXPECT_THAT(files_->Mkdir("/w/x/y", 0750, false), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(files_->Mkdir("/w/x/y/z", 0700, true));
   ASSERT_EQ(stat((root_ + "/w/x/y/z").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
   ASSERT_EQ(stat((root_ + "/w/x").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
-  EXPECT_TRUE(files_->Mkdir("/", 0755, true).ok());
+  EXPECT_OK(files_->Mkdir("/", 0755, true));
   // mode 0 is the API default: 0644 for files, 0755 for directories.
-  ASSERT_TRUE(WriteFile(*files_, "/w/m0", "x", false, 0).ok());
+  ASSERT_OK(WriteFile(*files_, "/w/m0", "x", false, 0));
   ASSERT_EQ(stat((root_ + "/w/m0").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0644u);
-  ASSERT_TRUE(files_->Mkdir("/w/d0", 0, false).ok());
+  ASSERT_OK(files_->Mkdir("/w/d0", 0, false));
   ASSERT_EQ(stat((root_ + "/w/d0").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
   // A file in the way.
-  EXPECT_FALSE(files_->Mkdir("/w/b/sub", 0755, true).ok());
+  EXPECT_THAT(files_->Mkdir("/w/b/sub", 0755, true), ::testing::Not(IsOk()));
 }
 
 TEST_P(RootedFilesTest, WriteErrorsNameThePath) {
   Status s = WriteFile("/w/missing/f", "x");
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(s.message()), HasSubstr("/w/missing/f"));
   s = WriteFile("/w", "x");
-  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s, ::testing::Not(IsOk()));
   EXPECT_THAT(std::string(s.message()), HasSubstr("/w"));
-  EXPECT_EQ(WriteFile("", "x").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(WriteFile(std::string("/w/a\0b", 6), "x").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(WriteFile("/", "x").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(WriteFile("/w/newdir/", "x").ok());
+  EXPECT_THAT(WriteFile("", "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(WriteFile(std::string("/w/a\0b", 6), "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(WriteFile("/", "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(WriteFile("/w/newdir/", "x"), ::testing::Not(IsOk()));
   EXPECT_FALSE(HostExists(root_ + "/w/newdir"));
   // A FIFO does not hang a read.
   ASSERT_EQ(mkfifo((root_ + "/w/fifo").c_str(), 0644), 0);
-  EXPECT_EQ(files_->OpenRead("/w/fifo", 0, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(files_->OpenRead("/w", 0, 0).ok());
+  EXPECT_THAT(files_->OpenRead("/w/fifo", 0, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(files_->OpenRead("/w", 0, 0), ::testing::Not(IsOk()));
 }
 
 TEST_P(RootedFilesTest, UncommittedWriterLeavesNothing) {
   {
     auto w = files_->OpenWrite("/w/never", 0644, false);
-    ASSERT_TRUE(w.ok());
-    ASSERT_TRUE((*w)->Write("data").ok());
+    ASSERT_OK(w);
+    ASSERT_OK((*w)->Write("data"));
   }
   EXPECT_FALSE(HostExists(root_ + "/w/never"));
   for (const auto& e : fs::directory_iterator(root_ + "/w")) {
@@ -438,8 +440,8 @@ TEST_P(RootedFilesTest, NewFilesBelongToTheSandboxRoot) {
   // The tree a sandbox's root may write in: its own.
   ASSERT_EQ(chown(root_.c_str(), kBase, kBase + 7), 0);
   ASSERT_EQ(chown((root_ + "/w").c_str(), kBase, kBase + 7), 0);
-  ASSERT_TRUE(WriteFile(*files, "/w/p/q/owned", "x", true, 04751).ok());
-  ASSERT_TRUE(files->Mkdir("/w/m", 0710, false).ok());
+  ASSERT_OK(WriteFile(*files, "/w/p/q/owned", "x", true, 04751));
+  ASSERT_OK(files->Mkdir("/w/m", 0710, false));
   struct stat st;
   for (const char* p : {"/w/p", "/w/p/q", "/w/p/q/owned", "/w/m"}) {
     ASSERT_EQ(lstat((root_ + p).c_str(), &st), 0) << p;
@@ -449,18 +451,18 @@ TEST_P(RootedFilesTest, NewFilesBelongToTheSandboxRoot) {
   ASSERT_EQ(lstat((root_ + "/w/p/q/owned").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 04751u);  // set-id kept: chmod after chown
   StatusOr<FileInfo> info = files->Stat("/w/p/q/owned");
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   EXPECT_EQ(info->uid, 0u);
   EXPECT_EQ(info->gid, 0u);
   // gid base is kBase+7: kBase+7+65536 is just past the mapped range.
   ASSERT_EQ(chown((root_ + "/w/m").c_str(), kBase + 1000, kBase + 7 + 65536), 0);
   info = files->Stat("/w/m");
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   EXPECT_EQ(info->uid, 1000u);
   EXPECT_EQ(info->gid, 65534u);
   // Host root (outside the range) shows as the overflow id.
   info = files->Stat("/etc");
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   EXPECT_EQ(info->uid, 65534u);
   EXPECT_EQ(info->gid, 65534u);
 }
@@ -484,9 +486,9 @@ TEST_P(RootedFilesTest, KernelFileSystemsAreNeverReached) {
     mounts_.insert(mounts_.begin(), mask);
     for (const char* p : {"/proc/driver", "/proc/driver/x"}) {
       Status s = p == std::string("/proc/driver") ? files_->List(p).status() : files_->OpenRead(p, 0, 0).status();
-      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << p << ": " << s;
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied)) << p;
     }
-    EXPECT_EQ(files_->Stat("/proc/driver").status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(files_->Stat("/proc/driver"), StatusIs(absl::StatusCode::kPermissionDenied));
   }
   ASSERT_EQ(symlink("/proc/self", (root_ + "/w/self").c_str()), 0);
   ASSERT_EQ(symlink("/proc", (root_ + "/w/proc").c_str()), 0);
@@ -495,31 +497,31 @@ TEST_P(RootedFilesTest, KernelFileSystemsAreNeverReached) {
   for (const char* p : {"/proc/self/status", "/proc/1/maps", "/proc/kmsg", "/proc/self/../self/stat",
                         "/w/self/status", "/w/proc/1/stack", "/w/kernel/uevent_seqnum", "/sys/kernel/uevent_seqnum"}) {
     Status s = files_->OpenRead(p, 0, 0).status();
-    EXPECT_EQ(s.code(), kDenied) << p << ": " << s;
+    EXPECT_THAT(s, StatusIs(kDenied)) << p;
     EXPECT_THAT(std::string(s.message()), HasSubstr(p));
   }
   for (const char* p : {"/proc", "/sys", "/w/proc", "/w/self", "/w/kernel", "/proc/self/fd", "/sys/kernel"}) {
     Status s = files_->List(p).status();
-    EXPECT_EQ(s.code(), kDenied) << p << ": " << s;
+    EXPECT_THAT(s, StatusIs(kDenied)) << p;
     EXPECT_THAT(std::string(s.message()), HasSubstr("/proc, /sys"));
   }
   for (const char* p : {"/proc", "/sys", "/proc/self", "/w/proc/1", "/w/self/exe", "/sys/kernel"}) {
-    EXPECT_EQ(files_->Stat(p).status().code(), kDenied) << p;
+    EXPECT_THAT(files_->Stat(p), StatusIs(kDenied)) << p;
   }
-  EXPECT_TRUE(files_->Stat("/proc/..").ok());  // "/"
-  EXPECT_TRUE(files_->Stat("/w/proc").ok());  // the symlink itself, in /w
-  EXPECT_EQ(WriteFile("/proc/sys/kernel/warren-test", "x").code(), kDenied);
-  EXPECT_EQ(WriteFile("/w/self/comm", "x").code(), kDenied);
-  EXPECT_EQ(WriteFile("/w/proc/new/file", "x", true).code(), kDenied);
-  EXPECT_EQ(files_->Mkdir("/sys/warren-test", 0755, false).code(), kDenied);
-  EXPECT_EQ(files_->Mkdir("/w/kernel/a/b", 0755, true).code(), kDenied);
-  EXPECT_EQ(files_->Remove("/proc/self/fd", true).code(), kDenied);
-  EXPECT_EQ(files_->Rename("/proc/self/comm", "/w/comm").code(), kDenied);
-  EXPECT_EQ(files_->Rename("/w/self", "/sys/self").code(), kDenied);
+  EXPECT_OK(files_->Stat("/proc/.."));  // "/"
+  EXPECT_OK(files_->Stat("/w/proc"));  // the symlink itself, in /w
+  EXPECT_THAT(WriteFile("/proc/sys/kernel/warren-test", "x"), StatusIs(kDenied));
+  EXPECT_THAT(WriteFile("/w/self/comm", "x"), StatusIs(kDenied));
+  EXPECT_THAT(WriteFile("/w/proc/new/file", "x", true), StatusIs(kDenied));
+  EXPECT_THAT(files_->Mkdir("/sys/warren-test", 0755, false), StatusIs(kDenied));
+  EXPECT_THAT(files_->Mkdir("/w/kernel/a/b", 0755, true), StatusIs(kDenied));
+  EXPECT_THAT(files_->Remove("/proc/self/fd", true), StatusIs(kDenied));
+  EXPECT_THAT(files_->Rename("/proc/self/comm", "/w/comm"), StatusIs(kDenied));
+  EXPECT_THAT(files_->Rename("/w/self", "/sys/self"), StatusIs(kDenied));
   // The rest of the tree is as usable as before.
   StatusOr<std::vector<FileInfo>> root = files_->List("/");
-  ASSERT_TRUE(root.ok()) << root.status();
-  EXPECT_TRUE(ReadFile("/etc/hostname").ok());
+  ASSERT_OK(root);
+  EXPECT_OK(ReadFile("/etc/hostname"));
 }
 
 // Device nodes, FIFOs and sockets are never opened: not for reading (a
@@ -548,19 +550,19 @@ TEST_P(RootedFilesTest, SpecialFilesAreNeverOpened) {
     const auto t0 = std::chrono::steady_clock::now();
     Status s = files_->OpenRead(p, 0, 0).status();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << p;
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p << ": " << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << p;
     EXPECT_THAT(std::string(s.message()), HasSubstr(p));
     EXPECT_THAT(std::string(s.message()), HasSubstr(kind));
   }
   for (const char* p : {"/w/null", "/w/loop", "/w/fifo", "/w/sock"}) {
     Status s = WriteFile(p, "x");
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p << ": " << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << p;
   }
   struct stat st;
   ASSERT_EQ(lstat((root_ + "/w/null").c_str(), &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));  // not replaced by the write
   StatusOr<FileInfo> info = files_->Stat("/w/null");  // stat is harmless
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->type, FileType::kOther);
 }
 
@@ -591,20 +593,20 @@ TEST_P(RootedFilesTest, NeverMoreThanTheSandboxRoot) {
   };
   const absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
   Status s = read("/w/host-secret").status();
-  EXPECT_EQ(s.code(), kDenied) << s;
+  EXPECT_THAT(s, StatusIs(kDenied));
   EXPECT_THAT(std::string(s.message()), HasSubstr("/w/host-secret"));
-  EXPECT_EQ(read("/w/half-mapped").status().code(), kDenied);
+  EXPECT_THAT(read("/w/half-mapped"), StatusIs(kDenied));
   EXPECT_EQ(*read("/w/host-public"), "data of /w/host-public");
   EXPECT_EQ(*read("/w/user-private"), "data of /w/user-private");
   EXPECT_EQ(*read("/w/own-uid"), "data of /w/own-uid");
-  EXPECT_EQ(files->List("/w/host-dir").status().code(), kDenied);
-  EXPECT_EQ(WriteFile(*files, "/w/host-dir/f", "x").code(), kDenied);
-  EXPECT_EQ(files->Mkdir("/w/host-dir/d", 0755, false).code(), kDenied);
-  EXPECT_EQ(WriteFile(*files, "/w/host-dir/d/f", "x", true).code(), kDenied);
-  EXPECT_EQ(files->Stat("/w/host-dir/f").status().code(), kDenied);
+  EXPECT_THAT(files->List("/w/host-dir"), StatusIs(kDenied));
+  EXPECT_THAT(WriteFile(*files, "/w/host-dir/f", "x"), StatusIs(kDenied));
+  EXPECT_THAT(files->Mkdir("/w/host-dir/d", 0755, false), StatusIs(kDenied));
+  EXPECT_THAT(WriteFile(*files, "/w/host-dir/d/f", "x", true), StatusIs(kDenied));
+  EXPECT_THAT(files->Stat("/w/host-dir/f"), StatusIs(kDenied));
   EXPECT_FALSE(HostExists(root_ + "/w/host-dir/f"));
-  EXPECT_TRUE(WriteFile(*files, "/w/host-open/f", "x").ok());  // "other" may write there
-  EXPECT_TRUE(files->List("/w/host-open").ok());
+  EXPECT_OK(WriteFile(*files, "/w/host-open/f", "x"));  // "other" may write there
+  EXPECT_OK(files->List("/w/host-open"));
   // What lies below a directory root inside may not search stays out of
   // reach, whatever its own owner and mode, by name or through a symlink.
   host_file("/w/host-dir/inner", kBase, kBase, 0644);
@@ -614,12 +616,12 @@ TEST_P(RootedFilesTest, NeverMoreThanTheSandboxRoot) {
   ASSERT_EQ(symlink("/w/host-dir/sub", (root_ + "/w/to-sub").c_str()), 0);
   ASSERT_EQ(symlink("host-public", (root_ + "/w/to-public").c_str()), 0);
   for (const char* p : {"/w/host-dir/inner", "/w/to-inner", "/w/host-dir/sub/../inner"}) {
-    EXPECT_EQ(read(p).status().code(), kDenied) << p;
+    EXPECT_THAT(read(p), StatusIs(kDenied)) << p;
   }
-  EXPECT_EQ(files->List("/w/host-dir/sub").status().code(), kDenied);
-  EXPECT_EQ(files->List("/w/to-sub").status().code(), kDenied);
-  EXPECT_EQ(WriteFile(*files, "/w/to-sub/f", "x").code(), kDenied);
-  EXPECT_EQ(files->Stat("/w/to-sub/f").status().code(), kDenied);
+  EXPECT_THAT(files->List("/w/host-dir/sub"), StatusIs(kDenied));
+  EXPECT_THAT(files->List("/w/to-sub"), StatusIs(kDenied));
+  EXPECT_THAT(WriteFile(*files, "/w/to-sub/f", "x"), StatusIs(kDenied));
+  EXPECT_THAT(files->Stat("/w/to-sub/f"), StatusIs(kDenied));
   EXPECT_EQ(*read("/w/to-public"), "data of /w/host-public");
 }
 
@@ -634,7 +636,7 @@ TEST_P(RootedFilesTest, OpenRootErrorPropagates) {
   EXPECT_EQ(files->Mkdir("/a", 0755, true).message(), "sandbox sb-1 is gone");
   EXPECT_EQ(files->Remove("/a", true).message(), "sandbox sb-1 is gone");
   EXPECT_EQ(files->Rename("/a", "/b").message(), "sandbox sb-1 is gone");
-  EXPECT_EQ(files->Stat("/a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(files->Stat("/a"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_P(RootedFilesTest, FullFileSystemIsResourceExhaustedNamingThePath) {
@@ -647,19 +649,19 @@ TEST_P(RootedFilesTest, FullFileSystemIsResourceExhaustedNamingThePath) {
   auto files = Make(mnt, 0, 0);
   {
     auto w = files->OpenWrite("/big", 0644, false);
-    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_OK(w);
     Status s;
     for (int i = 0; i < 4 && s.ok(); ++i) s = (*w)->Write(std::string(1 << 20, 'z'));
-    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
     EXPECT_THAT(std::string(s.message()), HasSubstr("/big"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("No space left"));
-    EXPECT_FALSE((*w)->Commit().ok());  // a failed write is never committed
+    EXPECT_THAT((*w)->Commit(), ::testing::Not(IsOk()));  // a failed write is never committed
   }
   // The temporary file is gone and the space is back.
   StatusOr<std::vector<FileInfo>> list = files->List("/");
-  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_OK(list);
   EXPECT_TRUE(list->empty());
-  EXPECT_TRUE(WriteFile(*files, "/small-one", std::string(4096, 'a')).ok());
+  EXPECT_OK(WriteFile(*files, "/small-one", std::string(4096, 'a')));
 }
 
 // The way the container backend uses it: the root is /proc/<init>/root of a
@@ -694,18 +696,18 @@ TEST_P(RootedFilesTest, RootThroughProcPidRoot) {
   EXPECT_TRUE(ready);
   const std::string pwned = "pwned-proc-" + tag_;
   HostTmp(pwned);
-  EXPECT_TRUE(WriteFile(*files, "/escape/../../tmp/" + pwned, "p", true).ok());
+  EXPECT_OK(WriteFile(*files, "/escape/../../tmp/" + pwned, "p", true));
   EXPECT_EQ(HostRead(root_ + "/tmp/" + pwned), "p");
   EXPECT_FALSE(HostExists("/tmp/" + pwned));
   StatusOr<FileInfo> info = files->Stat("/w/up/escape");
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->symlink_target, "/");
   close(gate[1]);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   // The process is gone: calls fail instead of touching anything.
-  EXPECT_FALSE(files->Stat("/w").ok());
+  EXPECT_THAT(files->Stat("/w"), ::testing::Not(IsOk()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Resolvers, RootedFilesTest, ::testing::Values(false, true),

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "status_matchers.h"
+
 namespace warren::runtime {
 namespace {
 
@@ -35,7 +37,7 @@ class UidSlotsTest : public ::testing::Test {
 
   std::unique_ptr<UidSlots> Open(const std::string& owner, uint32_t count = 8) {
     auto s = UidSlots::Open(locks_, owner, count, kBase, kRange);
-    EXPECT_TRUE(s.ok()) << s.status();
+    EXPECT_OK(s);
     return s.ok() ? std::move(*s) : nullptr;
   }
   std::string LockContent(uint32_t k) {
@@ -56,13 +58,14 @@ TEST_F(UidSlotsTest, TwoOwnersGetDisjointSlots) {
   for (int i = 0; i < 4; ++i) {
     StatusOr<uint32_t> ka = a->Take();
     StatusOr<uint32_t> kb = b->Take();
-    ASSERT_TRUE(ka.ok() && kb.ok());
+    ASSERT_OK(ka);
+    ASSERT_OK(kb);
     EXPECT_TRUE(seen.insert(*ka).second) << *ka;
     EXPECT_TRUE(seen.insert(*kb).second) << *kb;
   }
   // All 8 taken between them: both are full.
-  EXPECT_EQ(a->Take().status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(b->Take().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(a->Take(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(b->Take(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(LockContent(0), owner_a_ + "\n");
 }
 
@@ -103,10 +106,10 @@ TEST_F(UidSlotsTest, ClaimOfAVanishedOwnerIsFree) {
 
 TEST_F(UidSlotsTest, ProcessLocalWithoutALockDir) {
   auto s = UidSlots::Open("", "", 2, kBase, kRange);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_EQ(*(*s)->Take(), 0u);
   EXPECT_EQ(*(*s)->Take(), 1u);
-  EXPECT_EQ((*s)->Take().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT((*s)->Take(), StatusIs(absl::StatusCode::kResourceExhausted));
   (*s)->Release(0);
   EXPECT_EQ(*(*s)->Take(), 0u);
   EXPECT_EQ((*s)->HostUid(1), kBase + kRange);
@@ -114,11 +117,9 @@ TEST_F(UidSlotsTest, ProcessLocalWithoutALockDir) {
 }
 
 TEST_F(UidSlotsTest, BadOptions) {
-  EXPECT_EQ(UidSlots::Open(locks_, "relative", 4, kBase, kRange).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(UidSlots::Open(locks_, owner_a_, 70000, kBase, kRange).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(UidSlots::Open(locks_, owner_a_, 0, kBase, kRange).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(UidSlots::Open(locks_, "relative", 4, kBase, kRange), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(UidSlots::Open(locks_, owner_a_, 70000, kBase, kRange), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(UidSlots::Open(locks_, owner_a_, 0, kBase, kRange), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
