@@ -1,7 +1,10 @@
 #!/bin/bash
-# Same-run A/B of two warrend builds: exec round trip (bench/exec/bench.py)
-# and create -> exec -> destroy at concurrency 64 (bench/warren_loop.py),
-# in interleaved rounds so that load changes hit both alike.
+# Same-run A/B of two warrend builds: exec round trip (bench/exec/bench.py),
+# create -> exec -> destroy at concurrency 64 (bench/warren_loop.py), fncall
+# throughput (fncall_batch of 500 trivial python calls, 4 batches) and idle
+# density (bench/density/bench.py: host MemAvailable drop per idle sandbox,
+# WARREN_AB_DENSITY_N sandboxes, default 300; 0 skips the row), in
+# interleaved rounds so that load changes hit both alike.
 #
 # Usage: bench/ab_warrend.sh A_WARREND B_WARREND [rounds] [iterations]
 #   A_WARREND, B_WARREND  paths of the two warrend binaries (each finds its
@@ -51,7 +54,8 @@ start B "$b"
 echo "A=$a"
 echo "B=$b"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-declare -A exec_p50 loop_rate
+density_n=${WARREN_AB_DENSITY_N:-300}
+declare -A exec_p50 loop_rate fncall_rate idle_kib
 for r in $(seq 1 "$rounds"); do
   for n in A B; do
     out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/exec/bench.py" --addr "unix:$work/$n.sock" \
@@ -61,13 +65,39 @@ for r in $(seq 1 "$rounds"); do
       --layer base/debian-12@1 --concurrency 64 --iterations "$iters" --max-seconds 60 | tail -1)
     rate=$(printf '%s' "$out" | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(round(d.get("rate_per_s", d.get("rate", 0)),1))')
     loop_rate[$n]+="$rate "
+    rate=$(PYTHONPATH=$root/sdk/python "$py" - "unix:$work/$n.sock" <<'EOF'
+import sys, time, warren
+c = warren.Client(sys.argv[1])
+req = [warren.FnCallRequest("print(1+1)", layers=["base/debian-12@1"])]
+c.fncall_batch(req * 64)  # warm the pool
+n, t0 = 0, time.monotonic()
+for _ in range(4):
+    rs = c.fncall_batch(req * 500)
+    assert all(r.stdout == b"2\n" for r in rs), [r for r in rs if r.stdout != b"2\n"][:1]
+    n += len(rs)
+print(round(n / (time.monotonic() - t0), 1))
+EOF
+)
+    fncall_rate[$n]+="$rate "
+    if ((density_n > 0)); then
+      kib=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/density/bench.py" --addr "unix:$work/$n.sock" \
+        -n "$density_n" --concurrency 8 --max-seconds 120 --min-available-gib 4 | awk -F'|' '/^\| warren_idle/ {gsub(/ /, "", $4); print $4}')
+      idle_kib[$n]+="$kib "
+    fi
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 med() { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 printf '| row | A per round | B per round | A median | B median | B/A |\n| --- | --- | --- | ---: | ---: | ---: |\n'
-for row in exec_p50_ms c64_rate_per_s; do
-  if [[ $row == exec_p50_ms ]]; then va=${exec_p50[A]}; vb=${exec_p50[B]}; else va=${loop_rate[A]}; vb=${loop_rate[B]}; fi
+rows=(exec_p50_ms c64_rate_per_s fncall_calls_per_s)
+((density_n > 0)) && rows+=(idle_kib_per_sandbox)
+for row in "${rows[@]}"; do
+  case $row in
+    exec_p50_ms) va=${exec_p50[A]}; vb=${exec_p50[B]} ;;
+    c64_rate_per_s) va=${loop_rate[A]}; vb=${loop_rate[B]} ;;
+    fncall_calls_per_s) va=${fncall_rate[A]}; vb=${fncall_rate[B]} ;;
+    idle_kib_per_sandbox) va=${idle_kib[A]}; vb=${idle_kib[B]} ;;
+  esac
   ma=$(med "$va"); mb=$(med "$vb")
   printf '| %s | %s | %s | %s | %s | %.2f |\n' "$row" "$va" "$vb" "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)"
 done

@@ -32,7 +32,8 @@ StatusOr<std::shared_ptr<ManagedProcess>> ManagedProcess::Start(std::shared_ptr<
   if (options.buffer_bytes == 0 || options.buffer_bytes > kMaxProcessBufferBytes)
     return absl::InvalidArgumentError("buffer_bytes=" + std::to_string(options.buffer_bytes) + " must be in [1, " +
                                       std::to_string(kMaxProcessBufferBytes) + "]");
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Process> proc, sb->Start(spec, options.start));
+  ASSIGN_OR_RETURN(runtime::ProcessStarter * starter, runtime::Require<runtime::ProcessStarter>(*sb));
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Process> proc, starter->Start(spec, options.start));
   std::shared_ptr<ManagedProcess> mp(new ManagedProcess(std::move(sb), std::move(proc), std::move(sandbox_id),
                                                         std::move(process_id), spec, options, std::move(on_exit)));
   if (!mp->wake_.valid()) {

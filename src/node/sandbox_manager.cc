@@ -15,9 +15,14 @@
 #include "absl/strings/escaping.h"
 #include "common/log.h"
 #include "node/rollback.h"
-#include "node/upper_copy.h"
+#include "image/layer_tree.h"
 
 namespace warren::node {
+
+using image::CopyBudget;
+using image::CopySolution;
+using image::DiffCopyOptions;
+using image::ListChanges;
 
 namespace {
 
@@ -1082,11 +1087,14 @@ void SandboxManager::RecoverOne(const std::string& id, const nlohmann::json& rec
   // what the client was told (it is written before the reply), so the
   // cgroup follows it.
   const bool paused = e->info.state != SandboxState::kRunning;
-  Status fs = paused ? e->sandbox->Pause() : e->sandbox->Resume();
-  if (!fs.ok()) {
+  runtime::Pausable* pausable = runtime::As<runtime::Pausable>(*e->sandbox);
+  Status fs = pausable == nullptr ? runtime::NotSupported(*e->sandbox, runtime::Capability::kPause)
+              : paused            ? pausable->Pause()
+                                  : pausable->Resume();
+  if (!fs.ok() && (paused || pausable != nullptr)) {
     Log(spdlog::level::warn, "reconciling the freezer of an adopted sandbox failed",
         {{"sandbox", id}, {"want", paused ? "frozen" : "thawed"}, {"error", fs.ToString()}});
-    if (paused && e->sandbox->Resume().ok()) {
+    if (paused && pausable != nullptr && pausable->Resume().ok()) {
       e->info.state = SandboxState::kRunning;  // never left half-frozen: running, recorded as such below
     }
   }
@@ -1281,7 +1289,8 @@ Status SandboxManager::Pause(const std::string& id) {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
     }
   }
-  RETURN_IF_ERROR(e->sandbox->Pause());
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
+  RETURN_IF_ERROR(pausable->Pause());
   SetPausedState(*e, id, SandboxState::kPaused, "pause requested");
   Log(spdlog::level::info, "sandbox paused", {{"sandbox", id}});
   return absl::OkStatus();
@@ -1301,18 +1310,22 @@ Status SandboxManager::Resume(const std::string& id, bool prefetch) {
     }
     suspended = e->info.state == SandboxState::kSuspended;
   }
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
   const int64_t t0 = NowNs();
   uint64_t prefetched = 0;
   if (suspended) {
     // Still frozen: the working set comes back before any process runs.
-    StatusOr<uint64_t> p = e->sandbox->EndSuspend(options_.suspend_prefetch && prefetch);
+    runtime::Suspendable* suspendable = runtime::As<runtime::Suspendable>(*e->sandbox);
+    StatusOr<uint64_t> p = suspendable != nullptr
+                               ? suspendable->EndSuspend(options_.suspend_prefetch && prefetch)
+                               : runtime::NotSupported(*e->sandbox, runtime::Capability::kSuspend);
     if (!p.ok()) {
       Log(spdlog::level::warn, "ending suspend failed; resuming anyway", {{"sandbox", id}, {"error", p.status().ToString()}});
     } else {
       prefetched = *p;
     }
   }
-  RETURN_IF_ERROR(e->sandbox->Resume());
+  RETURN_IF_ERROR(pausable->Resume());
   SetPausedState(*e, id, SandboxState::kRunning, "resumed");
   Log(spdlog::level::info, "sandbox resumed",
       {{"sandbox", id}, {"from", suspended ? "suspended" : "paused"},
@@ -1332,15 +1345,17 @@ Status SandboxManager::Suspend(const std::string& id) {
     }
     was_running = e->info.state == SandboxState::kRunning;
   }
+  ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
+  ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
   const int64_t t0 = NowNs();
-  if (was_running) RETURN_IF_ERROR(e->sandbox->Pause());
-  const uint64_t before = e->sandbox->MemoryUsage().value_or(0);
-  Status rs = e->sandbox->ReclaimMemory();
+  if (was_running) RETURN_IF_ERROR(pausable->Pause());
+  const uint64_t before = suspendable->MemoryUsage().value_or(0);
+  Status rs = suspendable->ReclaimMemory();
   if (!rs.ok()) {
     // Undo: the sandbox goes back to the state it was in.
-    (void)e->sandbox->EndSuspend(false);
+    (void)suspendable->EndSuspend(false);
     if (was_running) {
-      Status us = e->sandbox->Resume();
+      Status us = pausable->Resume();
       if (!us.ok()) {
         Log(spdlog::level::err, "resuming after a failed suspend failed; sandbox left paused",
             {{"sandbox", id}, {"error", us.ToString()}});
@@ -1349,11 +1364,11 @@ Status SandboxManager::Suspend(const std::string& id) {
     }
     return Status(rs.code(), "suspend of " + id + ": " + std::string(rs.message()));
   }
-  const uint64_t after = e->sandbox->MemoryUsage().value_or(0);
+  const uint64_t after = suspendable->MemoryUsage().value_or(0);
   SetPausedState(*e, id, SandboxState::kSuspended, "suspend requested");
   Log(spdlog::level::info, "sandbox suspended",
       {{"sandbox", id}, {"memory_before_bytes", std::to_string(before)}, {"memory_after_bytes", std::to_string(after)},
-       {"swap_bytes", std::to_string(e->sandbox->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+       {"swap_bytes", std::to_string(suspendable->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }
 
@@ -1366,19 +1381,21 @@ StatusOr<SandboxMemory> SandboxManager::Memory(const std::string& id) const {
     e = it->second;
     if (e->sandbox == nullptr) return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(e->info.state));
   }
+  ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
   SandboxMemory m;
-  ASSIGN_OR_RETURN(m.memory_bytes, e->sandbox->MemoryUsage());
-  m.swap_bytes = e->sandbox->SwapUsage();
+  ASSIGN_OR_RETURN(m.memory_bytes, suspendable->MemoryUsage());
+  m.swap_bytes = suspendable->SwapUsage();
   return m;
 }
 
 namespace {
-// Pauses a running sandbox for a consistent read of its upper; resumes on
-// destruction unless it was already paused (by the node or a snapshot).
+// Pauses a running sandbox for a consistent read of its changes; resumes on
+// destruction unless it was already paused (by the node or a snapshot). A
+// backend that cannot pause exports unfrozen.
 class FreezeGuard {
  public:
-  FreezeGuard(runtime::Sandbox* sb, bool want) : sb_(sb) {
-    if (want) frozen_ = sb_->Pause().ok();
+  FreezeGuard(runtime::Sandbox* sb, bool want) : sb_(runtime::As<runtime::Pausable>(*sb)) {
+    if (want && sb_ != nullptr) frozen_ = sb_->Pause().ok();
   }
   ~FreezeGuard() { Release(); }
   void Release() {
@@ -1387,7 +1404,7 @@ class FreezeGuard {
   }
 
  private:
-  runtime::Sandbox* sb_;
+  runtime::Pausable* sb_;
   bool frozen_ = false;
 };
 
@@ -1433,18 +1450,16 @@ StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) 
   if (name.find('@') == std::string::npos) {
     return absl::InvalidArgumentError("snapshot name " + Quote(name) + " must be kind/name@version");
   }
-  ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
+  ASSIGN_OR_RETURN(runtime::ChangeExporter * exporter, runtime::Require<runtime::ChangeExporter>(*e->sandbox));
   CopyBudget budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_,
                     options_.max_staging_bytes);
-  UpperCopyOptions co;
-  co.host_root_id = e->sandbox->upper_host_root_id();
-  co.id_range = e->sandbox->upper_id_range();
-  co.exclude = req.exclude;
-  co.budget = &budget;
+  runtime::ExportOptions eo;
+  eo.exclude = req.exclude;
+  eo.budget = &budget;
   const std::string staging = options_.state_dir + "/tmp/snap-" + req.id + "-" + std::to_string(t0);
   {
     FreezeGuard freeze(e->sandbox.get(), req.pause && !paused);
-    Status cs = CopyUpperTree(upper.get(), staging, co);
+    Status cs = exporter->ExportChanges(staging, eo);
     if (!cs.ok()) {
       return Status(cs.code(), cs.code() == absl::StatusCode::kResourceExhausted  // names the sandbox
                                    ? "snapshot: " + std::string(cs.message())
@@ -1463,7 +1478,7 @@ StatusOr<image::LayerInfo> SandboxManager::Snapshot(const SnapshotRequest& req) 
 
 namespace {
 // The /etc/hosts the container backend writes into a new sandbox's upper
-// when its image has none (SeedEtcHosts in container_backend.cc, same text):
+// when its image has none (SeedEtcHosts in runtime/container/rootfs.cc, same text):
 // not a change of the agent's, so not reported as touched. Read through fds
 // without following symlinks, regular files of at most 4 KiB only.
 bool IsSeededEtcHosts(int upper_fd, const std::string& hostname) {
@@ -1543,6 +1558,8 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   const std::vector<std::string>& all = e->info.layer_digests;
   const std::vector<std::string>& pristine = e->info.pristine_layers;  // a prefix of `all`, never changes
   std::vector<std::unique_ptr<CopyBudget>> budget_store;  // outlives `rollback` (staging removed first)
+  CopyBudget changes_budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_,
+                            options_.max_staging_bytes);  // the exported changes; outlives `rollback`
   Rollback rollback;
   std::vector<UniqueFd> layer_fds;  // every layer of the sandbox, bottom first
   for (const std::string& d : all) {
@@ -1554,21 +1571,39 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
   }
   std::vector<int> pristine_fds;
   for (size_t i = 0; i < pristine.size(); ++i) pristine_fds.push_back(layer_fds[i].get());
-  ASSIGN_OR_RETURN(UniqueFd upper, e->sandbox->OpenUpper());
-  // The agent's diffs, bottom first: the layers a sandbox made, then the upper.
+  ASSIGN_OR_RETURN(runtime::ChangeExporter * exporter, runtime::Require<runtime::ChangeExporter>(*e->sandbox));
+  // The sandbox's own changes, exported in the layer format (frozen
+  // meanwhile): then they read like the layers a sandbox made (ids as inside).
+  const std::string changes_dir = options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0) + "-changes";
+  UniqueFd changes;
+  {
+    FreezeGuard freeze(e->sandbox.get(), !paused);
+    runtime::ExportOptions eo;
+    eo.budget = &changes_budget;
+    Status es = exporter->ExportChanges(changes_dir, eo);
+    if (!es.ok()) {
+      const bool content = (es.code() == absl::StatusCode::kResourceExhausted && !changes_budget.node_cap_hit()) ||
+                           es.code() == absl::StatusCode::kFailedPrecondition;
+      if (!content) return Status(es.code(), "grade of sandbox " + req.id + ": " + std::string(es.message()));
+      res.rejected = std::string(es.message());
+    } else {
+      rollback.Add([changes_dir] { (void)RemoveTree(changes_dir); });
+      changes.reset(::open(changes_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!changes.valid()) return ErrnoToStatus(errno, "open(" + changes_dir + ")");
+    }
+  }
+  // The agent's diffs, bottom first: the layers a sandbox made, then its
+  // exported changes.
   struct Diff {
     int fd;
-    UpperCopyOptions options;
+    DiffCopyOptions options;
     std::string staging;
   };
   std::vector<Diff> diffs;
   for (size_t i = pristine.size(); i <= all.size(); ++i) {
+    if (i == all.size() && !changes.valid()) break;  // rejected: nothing exported
     Diff d;
-    d.fd = i < all.size() ? layer_fds[i].get() : upper.get();
-    if (i == all.size()) {
-      d.options.host_root_id = e->sandbox->upper_host_root_id();
-      d.options.id_range = e->sandbox->upper_id_range();
-    }
+    d.fd = i < all.size() ? layer_fds[i].get() : changes.get();
     budget_store.push_back(std::make_unique<CopyBudget>("sandbox " + req.id, CopyLimitBytes(e->info.resources),
                                                         &staging_used_, options_.max_staging_bytes));
     d.options.budget = budget_store.back().get();
@@ -1576,31 +1611,33 @@ StatusOr<GradeResult> SandboxManager::Grade(const GradeRequest& req) {
     diffs.push_back(std::move(d));
   }
   std::vector<std::string> touched;
-  {
-    FreezeGuard freeze(e->sandbox.get(), !paused);
-    for (Diff& d : diffs) {
-      std::vector<std::string> t;
-      const size_t room = GradeResult::kMaxTouched > touched.size() ? GradeResult::kMaxTouched - touched.size() : 0;
-      Status ls = ListChanges(d.fd, solution, pristine_fds, d.options, room, &t, &res.touched_truncated);
-      if (!ls.ok()) return Status(ls.code(), "grade of sandbox " + req.id + ": " + std::string(ls.message()));
-      if (d.fd == upper.get() && IsSeededEtcHosts(d.fd, e->info.hostname)) {
-        t.erase(std::remove(t.begin(), t.end(), "/etc/hosts"), t.end());
-      }
-      touched.insert(touched.end(), t.begin(), t.end());
-      for (const std::string& p : prot) {
-        if (UpperTouches(d.fd, p)) touched.push_back(p);
-      }
-      if (!res.rejected.empty()) continue;
-      Status cs = CopySolution(d.fd, d.staging, solution, prot, pristine_fds, d.options);
-      if (!cs.ok()) {
-        const bool content = (cs.code() == absl::StatusCode::kResourceExhausted && !d.options.budget->node_cap_hit()) ||
-                             cs.code() == absl::StatusCode::kFailedPrecondition;
-        if (!content) return Status(cs.code(), "grade of sandbox " + req.id + ": " + std::string(cs.message()));
-        res.rejected = std::string(cs.message());
-        continue;
-      }
-      rollback.Add([staging = d.staging] { (void)RemoveTree(staging); });
+  for (Diff& d : diffs) {
+    std::vector<std::string> t;
+    const size_t room = GradeResult::kMaxTouched > touched.size() ? GradeResult::kMaxTouched - touched.size() : 0;
+    Status ls = ListChanges(d.fd, solution, pristine_fds, d.options, room, &t, &res.touched_truncated);
+    if (!ls.ok()) return Status(ls.code(), "grade of sandbox " + req.id + ": " + std::string(ls.message()));
+    if (d.fd == changes.get() && IsSeededEtcHosts(d.fd, e->info.hostname)) {
+      t.erase(std::remove(t.begin(), t.end(), "/etc/hosts"), t.end());
     }
+    touched.insert(touched.end(), t.begin(), t.end());
+    for (const std::string& p : prot) {
+      if (image::DiffTouches(d.fd, p)) touched.push_back(p);
+    }
+    if (!res.rejected.empty()) continue;
+    Status cs = CopySolution(d.fd, d.staging, solution, prot, pristine_fds, d.options);
+    if (!cs.ok()) {
+      const bool content = (cs.code() == absl::StatusCode::kResourceExhausted && !d.options.budget->node_cap_hit()) ||
+                           cs.code() == absl::StatusCode::kFailedPrecondition;
+      if (!content) return Status(cs.code(), "grade of sandbox " + req.id + ": " + std::string(cs.message()));
+      res.rejected = std::string(cs.message());
+      continue;
+    }
+    rollback.Add([staging = d.staging] { (void)RemoveTree(staging); });
+  }
+  if (changes.valid()) {
+    changes.reset();
+    (void)RemoveTree(changes_dir);
+    changes_budget.ReleaseNode();
   }
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());

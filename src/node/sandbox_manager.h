@@ -33,7 +33,7 @@
 //   (which resumes them). Suspend = pause + reclaim of the sandbox's memory
 //   into swap/zram (Sandbox::ReclaimMemory); resuming a suspended sandbox
 //   prefetches its working set (Sandbox::EndSuspend) before thawing it;
-//   "suspended" is persisted like "paused". Snapshot/Grade: see upper_copy.h. Audit log: one
+//   "suspended" is persisted like "paused". Snapshot/Grade: see image/layer_tree.h. Audit log: one
 //   JSON line per exec/file call in <state_dir>/audit/<id>.jsonl, removed
 //   with the sandbox. Request ids: in memory only (lost on daemon restart).
 //
@@ -147,7 +147,7 @@ struct JobInfo {
 struct SnapshotRequest {
   std::string id;
   std::string name;                  // "kind/name@version"; empty = "workspace/snap-<id>@<unix ns>"
-  std::vector<std::string> exclude;  // see UpperCopyOptions::exclude
+  std::vector<std::string> exclude;  // see runtime::ExportOptions::exclude
   bool pause = true;                 // freeze the sandbox for a consistent cut
 };
 
@@ -290,7 +290,7 @@ class SandboxManager {
   StatusOr<SandboxMemory> Memory(const std::string& id) const;
   // Every job with a lease or with sandboxes, by name.
   std::vector<JobInfo> ListJobs() const;
-  // Packs the sandbox's upper (minus `exclude`) into a new layer: ids mapped
+  // Packs the sandbox's changes (runtime::ChangeExporter, minus `exclude`) into a new layer: ids mapped
   // back to those inside, whiteouts/opaque dirs/xattrs/hardlinks kept. A
   // sandbox from the same layers + this one shows the snapshotted state.
   StatusOr<image::LayerInfo> Snapshot(const SnapshotRequest& request);

@@ -11,23 +11,38 @@
 //
 // Errors: absl::Status with errno preserved (common/status.h). The outcome of
 // a command (exit code, signal, OOM, timeout) is an ExecOutcome, never an error.
+//
+// What every Sandbox does (exec, files, destroy, record) is on Sandbox. What
+// only some backends can do is a CAPABILITY: an interface below (Pausable,
+// Suspendable, ProcessStarter, ChangeExporter) that a backend's Sandbox
+// implements, the whole set reported by Backend::capabilities(). Callers ask
+// with As<C>(sandbox) (nullptr when absent) or Require<C>(sandbox)
+// (Unimplemented naming the backend and the capability). Each interface
+// states how a microVM backend (a guest kernel behind QEMU/Firecracker, a
+// guest agent on a vsock channel, a block device as writable layer) maps it.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
+#include <initializer_list>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
+
+namespace warren::image {
+class CopyBudget;  // image/layer_tree.h
+}  // namespace warren::image
 
 namespace warren::runtime {
 
@@ -125,14 +140,14 @@ class SandboxFiles {
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
 };
 
-// ---- processes (issue 3): Sandbox::Start.
+// Options of ProcessStarter::Start.
 struct StartOptions {
   bool pty = false;          // a pseudo-terminal from the sandbox's devpts as stdio + controlling tty
   uint16_t rows = 24, cols = 80;
   bool control_fd = false;   // a pipe on fd 3 (read end: Process::TakeControl)
 };
 
-// A command started by Sandbox::Start, running in its own exec cgroup (the
+// A command started by ProcessStarter::Start, running in its own exec cgroup (the
 // whole tree: setsid'ed and double-forked descendants included) and in a new
 // session (setsid) whose process group the foreground process leads.
 // The caller pumps its fds. Destroying the object closes the fds it still
@@ -204,55 +219,168 @@ class Sandbox : public CommandRunner {
   // What Backend::Adopt needs after a daemon restart (persisted by the node).
   virtual nlohmann::json Record() const = 0;
   virtual pid_t init_pid() const = 0;
+  // Backend::name() of the backend that made it (errors name it).
+  virtual std::string_view backend_name() const = 0;
+};
 
-  // ---- lifecycle (issue 4); defaults: Unimplemented.
-  // Freezes every process of the sandbox (cgroup freezer); Resume thaws them.
-  // Both idempotent. While paused, Exec would block: the node resumes first.
-  virtual Status Pause() { return absl::UnimplementedError("pause is not supported by this backend"); }
-  virtual Status Resume() { return absl::UnimplementedError("resume is not supported by this backend"); }
-  // A read-only directory fd (O_RDONLY|O_DIRECTORY) on the sandbox's overlay
-  // upper dir, readable by the daemon: files there carry HOST ids (see
-  // upper_host_root_id), overlay whiteouts (0:0 char devices) and
-  // trusted.overlay.* xattrs. Caller owns the fd.
-  virtual StatusOr<UniqueFd> OpenUpper() { return absl::UnimplementedError("snapshot is not supported by this backend"); }
-  // Host uid (= gid) of root inside the sandbox; ids in the upper minus this
-  // are the ids inside. 0 when not id-mapped.
-  virtual uint32_t upper_host_root_id() const { return 0; }
-  // Size of the id range mapped into the sandbox.
-  virtual uint32_t upper_id_range() const { return 0; }
+// ---- capabilities
 
-  // ---- suspend (issue 4): a paused sandbox gives its memory back.
-  // Bytes of memory charged to the sandbox (its memory cgroup: RSS, page
-  // cache, tmpfs upper) and bytes of it in swap.
-  virtual StatusOr<uint64_t> MemoryUsage() const { return absl::UnimplementedError("memory usage is not supported by this backend"); }
-  virtual uint64_t SwapUsage() const { return 0; }
+enum class Capability : uint32_t {
+  kPause = 1u << 0,          // Pausable
+  kSuspend = 1u << 1,        // Suspendable
+  kProcesses = 1u << 2,      // ProcessStarter
+  kExportChanges = 1u << 3,  // ChangeExporter (snapshot, fork, grade)
+};
+
+// "pause", "suspend", "processes", "export_changes".
+constexpr std::string_view CapabilityName(Capability c) {
+  switch (c) {
+    case Capability::kPause: return "pause";
+    case Capability::kSuspend: return "suspend";
+    case Capability::kProcesses: return "processes";
+    case Capability::kExportChanges: return "export_changes";
+  }
+  return "unknown";
+}
+
+// What a backend's sandboxes can do beyond Sandbox. A Sandbox implements the
+// interface of a capability iff its Backend reports it.
+class Capabilities {
+ public:
+  constexpr Capabilities() = default;
+  constexpr Capabilities(std::initializer_list<Capability> cs) {
+    for (Capability c : cs) bits_ |= static_cast<uint32_t>(c);
+  }
+  constexpr bool has(Capability c) const { return (bits_ & static_cast<uint32_t>(c)) != 0; }
+  constexpr bool operator==(const Capabilities&) const = default;
+  // Names joined by ",", in enum order ("" when none).
+  std::string ToString() const {
+    std::string out;
+    for (Capability c : {Capability::kPause, Capability::kSuspend, Capability::kProcesses,
+                         Capability::kExportChanges}) {
+      if (!has(c)) continue;
+      if (!out.empty()) out += ",";
+      out += CapabilityName(c);
+    }
+    return out;
+  }
+
+ private:
+  uint32_t bits_ = 0;
+};
+
+// Freezes and thaws every process of the sandbox. Both idempotent. While
+// paused, Exec would block: the node resumes first.
+// container: the cgroup freezer. microVM: QMP `stop`/`cont` (the vCPUs stop;
+// the guest's clock and processes do not run).
+class Pausable {
+ public:
+  static constexpr Capability kCapability = Capability::kPause;
+  virtual ~Pausable() = default;
+  virtual Status Pause() = 0;
+  virtual Status Resume() = 0;
+};
+
+// A paused sandbox gives its memory back to the host, and takes it again.
+// container: the memory cgroup (reclaim to swap/zram, then prefetch by
+// process_madvise). microVM: the balloon (inflate to take guest pages,
+// deflate before resume) or a migrate-to-file of the stopped VM (QMP
+// `migrate` to a file; EndSuspend restores from it), memory usage = the
+// VMM's RSS (+ its swap).
+class Suspendable {
+ public:
+  static constexpr Capability kCapability = Capability::kSuspend;
+  virtual ~Suspendable() = default;
+  // Bytes of memory charged to the sandbox (container: its memory cgroup:
+  // RSS, page cache, tmpfs upper) and bytes of it in swap.
+  virtual StatusOr<uint64_t> MemoryUsage() const = 0;
+  virtual uint64_t SwapUsage() const = 0;
   // Pushes the memory of a PAUSED sandbox out to swap/zram (anonymous and
   // tmpfs pages) or drops it (clean page cache): see jail::Cgroup::
   // ReclaimMemory. FailedPrecondition when not paused. Without swap on the
   // host only clean page cache goes.
-  virtual Status ReclaimMemory() { return absl::UnimplementedError("suspend is not supported by this backend"); }
+  virtual Status ReclaimMemory() = 0;
   // Ends a suspend, before Resume (the sandbox still paused). If `prefetch`,
   // brings the reclaimed working set back before the sandbox runs again:
   // MADV_WILLNEED (process_madvise) over every mapping of every process and
   // a read of the tmpfs upper's files (up to the bytes in swap); then the
   // sandbox runs without swap again (v2). Best effort per process and file
   // (one that vanished meanwhile is skipped); returns the bytes prefetched.
-  virtual StatusOr<uint64_t> EndSuspend(bool prefetch) { (void)prefetch; return absl::UnimplementedError("suspend is not supported by this backend"); }
-  // ---- processes (issue 3); default: Unimplemented.
+  virtual StatusOr<uint64_t> EndSuspend(bool prefetch) = 0;
+};
+
+// Long-running processes whose stdio the caller pumps (background processes,
+// streaming exec, PTYs). container: a spawn into the sandbox's namespaces and
+// an exec cgroup. microVM: the guest agent starts the process and relays its
+// stdio, pty and signals over the vsock channel (one stream per fd).
+class ProcessStarter {
+ public:
+  static constexpr Capability kCapability = Capability::kProcesses;
+  virtual ~ProcessStarter() = default;
   // Starts `spec` (argv/shell, env, cwd, user; stdin_data, timeout,
   // output_cap and kill_grace are NOT used: the caller drives the fds and
   // timeouts). Errors as Exec's (bad cwd/user: the error, not an outcome).
-  virtual StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) {
-    (void)spec;
-    (void)options;
-    return absl::UnimplementedError("processes are not supported by this backend");
-  }
+  virtual StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) = 0;
 };
+
+struct ExportOptions {
+  // fnmatch(3) patterns WITHOUT FNM_PATHNAME ('*' also matches '/'), matched
+  // against the absolute path inside the sandbox ("/w/answers.txt"); a match
+  // drops the entry and its whole subtree. A pattern ending in "/" is taken
+  // without it.
+  std::vector<std::string> exclude;
+  // Bounds what is written (ResourceExhausted naming the sandbox); nullptr =
+  // unbounded.
+  image::CopyBudget* budget = nullptr;
+};
+
+// The sandbox's changes to its layers, as a diff in warren's LAYER FORMAT
+// (image/layer_tree.h: overlayfs diff convention, whiteouts as 0:0 char
+// devices, opaque dirs by trusted.overlay.opaque, ids as seen inside): what
+// snapshot, fork and grade build layers from, so the node never touches a
+// backend's writable layer. The caller freezes the sandbox (Pausable) for a
+// consistent view.
+// container: a copy of its overlay upper (ids shifted back from the host
+// range). microVM: the guest agent walks its upper (the overlay on the
+// writable block device) and streams the entries as tar (PAX, with
+// xattrs) over its channel; the host extracts them into `dst_dir` in the same
+// form (tar whiteouts ".wh.<name>" become 0:0 char devices).
+class ChangeExporter {
+ public:
+  static constexpr Capability kCapability = Capability::kExportChanges;
+  virtual ~ChangeExporter() = default;
+  // Writes the changes into the new directory `dst_dir` (it must not exist;
+  // its parent must). On error `dst_dir` is removed. FailedPrecondition when a
+  // path is longer than a layer holds.
+  virtual Status ExportChanges(const std::string& dst_dir, const ExportOptions& options) = 0;
+};
+
+// The capability C of `sb`, or nullptr.
+template <class C>
+C* As(Sandbox& sb) {
+  return dynamic_cast<C*>(&sb);
+}
+
+// Unimplemented: "sandbox <id>: <capability> is not supported by the
+// <backend> backend".
+inline Status NotSupported(const Sandbox& sb, Capability c) {
+  return absl::UnimplementedError("sandbox " + sb.id() + ": " + std::string(CapabilityName(c)) +
+                                  " is not supported by the " + std::string(sb.backend_name()) + " backend");
+}
+
+// The capability C of `sb`, or Unimplemented naming the backend and C.
+template <class C>
+StatusOr<C*> Require(Sandbox& sb) {
+  if (C* c = As<C>(sb)) return c;
+  return NotSupported(sb, C::kCapability);
+}
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "container", ...
+  // The capabilities its sandboxes implement (see Capability).
+  virtual Capabilities capabilities() const = 0;
   // Creates and starts a sandbox. On error nothing is left behind (no
   // process, mount, cgroup, file under spec.dir).
   virtual StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) = 0;

@@ -6,7 +6,7 @@
 // reaper. Exec goes from the daemon into the sandbox (setns + fork); there is
 // no control socket inside the sandbox.
 //
-// Implementation contract (container_backend.cc):
+// Implementation contract (the rooms of runtime/container/, see CMakeLists.txt there):
 // * Nothing is mounted in the daemon's mount namespace: the upper tmpfs, the
 //   idmapped lower clones and the overlay are detached mounts handed to the
 //   sandbox's first process, which attaches them in its private mount
@@ -27,7 +27,7 @@
 //   and /sys are read-only; /dev holds null zero full random urandom tty, a
 //   private devpts and /dev/shm (tmpfs of tmpfs_mb). Network: a new netns with
 //   only loopback (up).
-// * Density (issue 3): every superblock a sandbox holds makes EVERY memory
+// * Density: every superblock a sandbox holds makes EVERY memory
 //   cgroup on the host bigger (16 bytes per memcg-aware shrinker id, i.e. per
 //   superblock alive), so a sandbox holds only 6: overlay, upper tmpfs, proc,
 //   devpts, /dev/shm, mqueue. /dev is a directory of the upper's tmpfs (outside
@@ -56,8 +56,12 @@
 //   warren-init keeps an fd on it (argv[1]) and is non-dumpable (sandbox
 //   processes cannot open /proc/1/fd); Adopt finds it among /proc/<init>/fd
 //   by the device and inode recorded at create ("upper_dev", "upper_ino").
-// * Suspend: ReclaimMemory (frozen sandbox) = jail::Cgroup::ReclaimMemory on
-//   the sandbox cgroup; EndSuspend prefetches (memory_prefetch.h).
+// * Capabilities: all of them (pause, suspend, processes, export_changes).
+// * Pausable = the sandbox cgroup's freezer.
+// * Suspendable: ReclaimMemory (frozen sandbox) = jail::Cgroup::ReclaimMemory
+//   on the sandbox cgroup; EndSuspend prefetches (memory_prefetch.h).
+// * ChangeExporter: a copy of the upper dir (image::CopyDiffTree) with the
+//   host ids shifted back into the sandbox's range.
 #pragma once
 
 #include <cstdint>
@@ -93,7 +97,7 @@ struct ContainerOptions {
   // Seccomp profile (JSON, see src/jail/seccomp/default.json); empty = the
   // profile compiled into the binary.
   std::string seccomp_profile;
-  // Warm pool (issue 3 "fast"): this many pre-spawned sandbox shells
+  // Warm pool: this many pre-spawned sandbox shells
   // (namespaces made, uid maps written, cgroup joined, waiting for a rootfs)
   // are kept ready by a background thread (nice 10), started by the first
   // Create; a create takes one and skips the fork and the cgroup attach.

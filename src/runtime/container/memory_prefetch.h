@@ -1,4 +1,4 @@
-// Prefetch of a suspended sandbox's working set (issue 4, suspend/resume):
+// Prefetch of a suspended sandbox's working set (suspend/resume):
 // after the memory cgroup was reclaimed into swap/zram, bring pages back
 // before the sandbox runs again so that its first steps do not fault on
 // every page.

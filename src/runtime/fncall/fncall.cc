@@ -31,7 +31,7 @@
 #include <absl/strings/escaping.h>
 #include <nlohmann/json.hpp>
 
-#include "common/scoped_sigpipe.h"
+#include "common/output_pump.h"
 #include "jail/cgroup.h"
 #include "jail/contain.h"
 #include "jail/seccomp.h"
@@ -342,12 +342,7 @@ StatusOr<json> ReadJsonFrame(int fd, Clock::time_point deadline) {
 }
 
 // One of a call's output pipes, read by warrend.
-struct Stream {
-  UniqueFd fd;
-  std::string data;    // at most `cap` bytes
-  uint64_t total = 0;  // bytes produced
-  uint64_t cap = 0;
-};
+using Stream = PumpStream;  // fd, data (at most cap), total, cap
 
 // An outcome from a wait status (nullopt: killed at the time-out, or lost).
 ExecOutcome MakeOutcome(std::optional<int> wstatus, bool timed_out, Stream* out, Stream* err,
@@ -901,14 +896,6 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   // Feed stdin, collect output, enforce the time-outs, until D has ended
   // (the zygote's 'X') and every pipe is at EOF (D's pid namespace is gone:
   // nobody else holds the write ends).
-  std::string_view stdin_left = req.stdin_data;
-  std::optional<ScopedSigpipeBlock> no_sigpipe;
-  if (stdin_left.empty()) {
-    in_w.reset();
-  } else {
-    no_sigpipe.emplace();
-    (void)::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
-  }
   // Compiled languages: D enforces compile_timeout itself; the run's clock
   // starts at its first status record (the compile stage's).
   constexpr Clock::time_point kNever = Clock::time_point::max();
@@ -918,87 +905,49 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   } else if (req.run_timeout.count() > 0) {
     deadline = t_send + req.run_timeout;
   }
-  bool run_clock_started = !compiled, timed_out = false;
+  bool run_clock_started = !compiled;
+  st.on_data = [&](std::string_view) {
+    if (run_clock_started) return;
+    run_clock_started = true;
+    deadline = req.run_timeout.count() > 0 ? Clock::now() + req.run_timeout : kNever;
+  };
   std::optional<ZygoteMsg> exited;
-  Clock::time_point exited_at = kNever;
-  Stream* streams[] = {&out, &err, &cout, &cerr, &st};
-  char buf[1 << 16];
-  for (int iter = 0;; ++iter) {
-    bool open = false;
-    for (Stream* x : streams) open = open || x->fd.valid();
-    if (exited && !open) break;
-    auto now = Clock::now();
-    if (iter > (1 << 26) || now >= hard) return fail(absl::DeadlineExceededError("fncall call process did not end"));
-    if (exited_at != kNever && now >= exited_at + milliseconds(5000))
+  Status exit_error;
+  PumpOptions po;
+  po.exit_fd = w->chan.get();  // readable: D ended (or its set-up failed)
+  po.on_exit_readable = [&]() -> StatusOr<bool> {
+    std::string m;
+    exit_error = RecvMsgUntil(w->chan.get(), 256, &m, nullptr, Clock::now() + milliseconds(5000));
+    if (!exit_error.ok()) return exit_error;
+    auto z = ParseZygoteMsg(m);
+    if (!z.ok()) return exit_error = z.status();
+    if (z->kind != 'X' || z->serial != w->call_serial)
+      return exit_error = absl::InternalError("worker: expected the call process's exit");
+    exited = *z;
+    return true;
+  };
+  po.stdin_fd = &in_w;
+  po.stdin_data = req.stdin_data;
+  po.deadline = [&] { return deadline; };
+  // PID 1 of the call's pid namespace: every process of the call dies.
+  po.kill = [&](int) { (void)::syscall(SYS_pidfd_send_signal, w->call_pidfd.get(), SIGKILL, nullptr, 0); };
+  po.kill_grace = milliseconds(0);
+  // Until every pipe is at EOF (D's pid namespace is gone: nobody else holds
+  // the write ends).
+  po.after_exit = PumpOptions::AfterExit::kUntilEof;
+  po.linger = milliseconds(5000);
+  po.cancelled = [&] { return Clock::now() >= hard; };
+  po.what = "fncall call";
+  StatusOr<PumpResult> pumped = PumpOutput(po, {&out, &err, &cout, &cerr, &st});
+  if (!pumped.ok()) {
+    if (!exit_error.ok()) return fail(exit_error);
+    if (pumped.status().code() == absl::StatusCode::kCancelled)
+      return fail(absl::DeadlineExceededError("fncall call process did not end"));
+    if (pumped.status().code() == absl::StatusCode::kDeadlineExceeded)
       return fail(absl::InternalError("fncall: the call's pipes stayed open after it ended"));
-    if (deadline != kNever && !timed_out && now >= deadline) {
-      timed_out = true;
-      // PID 1 of the call's pid namespace: every process of the call dies.
-      (void)::syscall(SYS_pidfd_send_signal, w->call_pidfd.get(), SIGKILL, nullptr, 0);
-    }
-    auto until = exited_at != kNever ? exited_at + milliseconds(5000) : hard;
-    if (deadline != kNever && !timed_out) until = std::min(until, deadline);
-    const int wait_ms = static_cast<int>(
-        std::clamp<int64_t>(std::chrono::duration_cast<milliseconds>(until - now).count() + 1, 0, 1000));
-    pollfd pfds[8];
-    Stream* which[8];
-    int n = 0;
-    if (!exited) {
-      pfds[n] = {w->chan.get(), POLLIN, 0};
-      which[n++] = nullptr;
-    }
-    const int in_slot = in_w.valid() ? n : -1;
-    if (in_w.valid()) {
-      pfds[n] = {in_w.get(), POLLOUT, 0};
-      which[n++] = nullptr;
-    }
-    for (Stream* x : streams) {
-      if (!x->fd.valid()) continue;
-      pfds[n] = {x->fd.get(), POLLIN, 0};
-      which[n++] = x;
-    }
-    int pr = ::poll(pfds, n, wait_ms);
-    if (pr < 0 && errno != EINTR) return fail(Errno("poll(fncall call)"));
-    if (pr <= 0) continue;
-    for (int i = 0; i < n; ++i) {
-      if (pfds[i].revents == 0) continue;
-      if (i == in_slot) {
-        ssize_t k = ::write(in_w.get(), stdin_left.data(), std::min<size_t>(stdin_left.size(), sizeof buf));
-        if (k > 0) {
-          stdin_left.remove_prefix(static_cast<size_t>(k));
-        } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
-          stdin_left = {};  // the code closed its stdin
-        }
-        if (stdin_left.empty()) in_w.reset();
-      } else if (which[i] == nullptr) {  // the channel: D ended (or its set-up failed)
-        std::string m;
-        if (Status s = RecvMsgUntil(w->chan.get(), 256, &m, nullptr, Clock::now() + milliseconds(5000)); !s.ok())
-          return fail(s);
-        auto z = ParseZygoteMsg(m);
-        if (!z.ok()) return fail(z.status());
-        if (z->kind != 'X' || z->serial != w->call_serial)
-          return fail(absl::InternalError("worker: expected the call process's exit"));
-        exited = *z;
-        exited_at = Clock::now();
-        in_w.reset();
-      } else {
-        Stream* x = which[i];
-        ssize_t k = ::read(x->fd.get(), buf, sizeof buf);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k <= 0) {
-          x->fd.reset();
-          continue;
-        }
-        if (x == &st && !run_clock_started) {
-          run_clock_started = true;
-          deadline = req.run_timeout.count() > 0 ? Clock::now() + req.run_timeout : kNever;
-        }
-        x->total += static_cast<uint64_t>(k);
-        if (x->data.size() < x->cap)
-          x->data.append(buf, std::min<size_t>(static_cast<size_t>(k), x->cap - x->data.size()));
-      }
-    }
+    return fail(pumped.status());
   }
+  const bool timed_out = pumped->timed_out;
   const auto run_ns = Clock::now() - t_send;
   w->call_pidfd.reset();  // the next call process announces itself with its own 'S'
   // D's wait status, from the zygote's waitid (si_code, si_status).

@@ -151,6 +151,7 @@ class FakeSandbox final : public runtime::Sandbox {
   }
   nlohmann::json Record() const override { return {{"id", id_}, {"fake_pid", 4242}}; }
   pid_t init_pid() const override { return 4242; }
+  std::string_view backend_name() const override { return "container"; }
 
  private:
   std::string id_;
@@ -162,6 +163,7 @@ class FakeBackend final : public runtime::Backend {
  public:
   explicit FakeBackend(std::shared_ptr<FakeWorld> world) : world_(std::move(world)) {}
   std::string name() const override { return "container"; }
+  runtime::Capabilities capabilities() const override { return {}; }
   StatusOr<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override {
     world_->Call("create:" + spec.id);
     struct stat st;

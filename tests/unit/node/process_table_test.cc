@@ -66,8 +66,9 @@ class HostProcess final : public runtime::Process {
   bool reaped_ = false;
 };
 
-class HostSandbox final : public runtime::Sandbox {
+class HostSandbox final : public runtime::Sandbox, public runtime::ProcessStarter {
  public:
+  std::string_view backend_name() const override { return "host"; }
   const std::string& id() const override { return id_; }
   StatusOr<runtime::ExecOutcome> Exec(const runtime::ExecSpec&) override {
     return absl::UnimplementedError("exec");

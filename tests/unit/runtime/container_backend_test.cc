@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +27,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "image/layer_tree.h"
 #include "jail/cgroup.h"
 
 namespace warren::runtime {
@@ -807,6 +810,81 @@ ExecOutcome WaitFor(Process& p) {
   return o;
 }
 
+TEST_F(ContainerTest, ReportsEveryCapabilityAndImplementsThem) {
+  EXPECT_EQ(backend_->capabilities().ToString(), "pause,suspend,processes,export_changes");
+  Sandbox* sb = Make("caps");
+  ASSERT_NE(sb, nullptr);
+  EXPECT_EQ(sb->backend_name(), backend_->name());
+  EXPECT_NE(As<Pausable>(*sb), nullptr);
+  EXPECT_NE(As<Suspendable>(*sb), nullptr);
+  EXPECT_NE(As<ProcessStarter>(*sb), nullptr);
+  EXPECT_NE(As<ChangeExporter>(*sb), nullptr);
+}
+
+// The changes come out in the layer format: ids as seen inside (shifted back
+// from the host range), deletions as 0:0 char devices, a recreated directory
+// opaque, excluded subtrees absent, the overlay's own xattrs gone.
+TEST_F(ContainerTest, ExportChangesYieldsTheLayerFormat) {
+  Sandbox* sb = Make("export");
+  ASSERT_NE(sb, nullptr);
+  ExecOutcome r = Run(sb,
+                      "rm /etc/hostname-image && rm -rf /root && mkdir /root && echo r > /root/new && "
+                      "echo a > /w/a && chown 1000:1000 /w/a && mkdir /cache && echo x > /cache/x && "
+                      "echo y > /w/b.pyc");
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_data;
+  ChangeExporter* ex = As<ChangeExporter>(*sb);
+  ASSERT_NE(ex, nullptr);
+  char tmpl[] = "/tmp/warren-export-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string dst = root + "/changes";
+  image::CopyBudget budget("sandbox export", 64 << 20);
+  ExportOptions o;
+  o.exclude = {"/cache/", "*.pyc"};
+  o.budget = &budget;
+  Status s = ex->ExportChanges(dst, o);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_GT(budget.used(), 0u);
+  struct stat st;
+  ASSERT_EQ(::lstat((dst + "/etc/hostname-image").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(0, 0));
+  ASSERT_EQ(::lstat((dst + "/root").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, 0u);
+  char v[4] = {};
+  EXPECT_EQ(::lgetxattr((dst + "/root").c_str(), "trusted.overlay.opaque", v, sizeof v), 1);
+  EXPECT_EQ(v[0], 'y');
+  ASSERT_EQ(::lstat((dst + "/root/new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_gid, 0u);
+  ASSERT_EQ(::lstat((dst + "/w/a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(st.st_size, 2);
+  EXPECT_NE(::lstat((dst + "/cache").c_str(), &st), 0);
+  EXPECT_NE(::lstat((dst + "/w/b.pyc").c_str(), &st), 0);
+  // Only the opaque/whiteout markers of trusted.overlay.* are kept.
+  std::string names(4096, '\0');
+  for (const char* p : {"/", "/root", "/w", "/w/a"}) {
+    ssize_t n = ::llistxattr((dst + p).c_str(), names.data(), names.size());
+    ASSERT_GE(n, 0) << p;
+    for (size_t off = 0; off < static_cast<size_t>(n);) {
+      std::string name(names.data() + off);
+      off += name.size() + 1;
+      if (name.rfind("trusted.overlay.", 0) == 0) {
+        EXPECT_EQ(name, "trusted.overlay.opaque") << p;
+      }
+      EXPECT_NE(name.rfind("security.", 0), 0u) << p << " " << name;
+    }
+  }
+  // dst must be new; after Destroy the changes are gone.
+  EXPECT_FALSE(ex->ExportChanges(dst, o).ok());
+  ASSERT_TRUE(sb->Destroy().ok());
+  EXPECT_EQ(ex->ExportChanges(root + "/again", o).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(root + "/again"));
+  fs::remove_all(root);
+}
+
 TEST_F(ContainerTest, StartPipesControlFdAndNewSession) {
   Sandbox* sb = Make("start-pipes");
   ASSERT_NE(sb, nullptr);
@@ -815,7 +893,7 @@ TEST_F(ContainerTest, StartPipesControlFdAndNewSession) {
              "read -r _ _ _ _ _ sid _ < /proc/$$/stat; test \"$sid\" = $$ && echo leader; exit 5";
   StartOptions so;
   so.control_fd = true;
-  auto p = sb->Start(es, so);
+  auto p = As<ProcessStarter>(*sb)->Start(es, so);
   ASSERT_TRUE(p.ok()) << p.status();
   UniqueFd in = (*p)->TakeStdin(), out = (*p)->TakeStdout(), err = (*p)->TakeStderr(), ctl = (*p)->TakeControl();
   ASSERT_TRUE(in.valid() && out.valid() && err.valid() && ctl.valid());
@@ -838,7 +916,7 @@ TEST_F(ContainerTest, StartOnAPtyFromTheSandboxDevpts) {
   so.pty = true;
   so.rows = 31;
   so.cols = 97;
-  auto p = sb->Start(es, so);
+  auto p = As<ProcessStarter>(*sb)->Start(es, so);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE((*p)->TakeStderr().valid());  // merged into the terminal
   UniqueFd in = (*p)->TakeStdin();
@@ -854,7 +932,7 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
   ASSERT_NE(sb, nullptr);
   ExecSpec es;
   es.shell = "setsid sleep 300 & (sleep 301 &); echo up; wait";
-  auto p = sb->Start(es, StartOptions{});
+  auto p = As<ProcessStarter>(*sb)->Start(es, StartOptions{});
   ASSERT_TRUE(p.ok()) << p.status();
   UniqueFd out = (*p)->TakeStdout();
   char buf[3];
@@ -873,7 +951,7 @@ TEST_F(ContainerTest, StartSignalsTheWholeTreeAndReportsBadCwd) {
   ExecSpec bad;
   bad.shell = "true";
   bad.cwd = "/no/such/dir";
-  EXPECT_EQ(sb->Start(bad, StartOptions{}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(As<ProcessStarter>(*sb)->Start(bad, StartOptions{}).status().code(), absl::StatusCode::kNotFound);
 }
 
 // ---- warm pool (issue 3 "fast")
@@ -1085,9 +1163,9 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   const auto a_dirs = a->Record()["cgroup_dirs"].get<std::vector<std::string>>();
   ASSERT_FALSE(a_dirs.empty());
   // Destroyed while paused: its cgroup is recycled thawed, never frozen.
-  ASSERT_TRUE(a->Pause().ok());
+  ASSERT_TRUE(As<Pausable>(*a)->Pause().ok());
   ASSERT_TRUE(a->Destroy().ok());
-  EXPECT_FALSE(a->Pause().ok());  // nothing freezes it after the destroy
+  EXPECT_FALSE(As<Pausable>(*a)->Pause().ok());  // nothing freezes it after the destroy
   for (const auto& d : a_dirs) EXPECT_FALSE(fs::exists(d)) << d;
   const std::set<std::string> kept = ShellCgroups(options_.cgroup_name);
   ASSERT_EQ(kept.size(), 1u);

@@ -1,4 +1,4 @@
-#include "node/upper_copy.h"
+#include "image/layer_tree.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,9 +16,9 @@
 #include <set>
 
 #include "common/unique_fd.h"
-#include "node/record_store.h"
+#include "common/file_util.h"
 
-namespace warren::node {
+namespace warren::image {
 namespace {
 
 constexpr uint32_t kOverflowId = 65534;
@@ -168,7 +168,7 @@ bool PristineDir(const std::vector<int>& roots, const std::string& path, struct 
 // level of the subtree being copied (no recursion).
 class Copier {
  public:
-  Copier(const UpperCopyOptions& o, bool shift, int dst_root_fd, std::string dst_root)
+  Copier(const DiffCopyOptions& o, bool shift, int dst_root_fd, std::string dst_root)
       : o_(o), shift_(shift), dst_root_fd_(dst_root_fd), dst_root_(std::move(dst_root)) {}
 
   uint32_t Map(uint32_t id) const {
@@ -391,7 +391,7 @@ class Copier {
     return absl::OkStatus();
   }
 
-  const UpperCopyOptions& o_;
+  const DiffCopyOptions& o_;
   const bool shift_;
   const int dst_root_fd_;
   const std::string dst_root_;
@@ -456,7 +456,7 @@ bool PathWithin(const std::string& path, const std::string& prefix) {
                             path[prefix.size()] == '/');
 }
 
-Status CopyUpperTree(int src_dir_fd, const std::string& dst, const UpperCopyOptions& options) {
+Status CopyDiffTree(int src_dir_fd, const std::string& dst, const DiffCopyOptions& options) {
   UniqueFd t;
   RETURN_IF_ERROR(MakeStaging(dst, &t));  // an existing dst is left alone
   Status s = Copier(options, true, t.get(), dst).CopyRoot(src_dir_fd);
@@ -466,7 +466,7 @@ Status CopyUpperTree(int src_dir_fd, const std::string& dst, const UpperCopyOpti
 
 Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<std::string>& solution,
                     const std::vector<std::string>& protected_paths, const std::vector<int>& pristine_fds,
-                    const UpperCopyOptions& options) {
+                    const DiffCopyOptions& options) {
   UniqueFd root;
   RETURN_IF_ERROR(MakeStaging(dst, &root));
   auto body = [&]() -> Status {
@@ -483,7 +483,7 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
         if (PathWithin(p, s)) keep.push_back(p);
       }
     }
-    UpperCopyOptions with_protected = options;
+    DiffCopyOptions with_protected = options;
     for (const std::string& p : keep) with_protected.exclude.push_back(p);
     Copier cp(with_protected, true, root.get(), dst);
     cp.SetKeepMerging(keep);
@@ -571,7 +571,7 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
 }
 
 Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution,
-                   const std::vector<int>& pristine_fds, const UpperCopyOptions& options, size_t max,
+                   const std::vector<int>& pristine_fds, const DiffCopyOptions& options, size_t max,
                    std::vector<std::string>* out, bool* truncated) {
   Copier ids(options, true, -1, "");
   auto add = [&](const std::string& p) {
@@ -645,7 +645,7 @@ Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution,
   return absl::OkStatus();
 }
 
-bool UpperTouches(int upper_dir_fd, const std::string& path) {
+bool DiffTouches(int upper_dir_fd, const std::string& path) {
   std::vector<std::string> comps = Components(path);
   if (comps.empty()) return true;
   UniqueFd cur(::openat(upper_dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -662,4 +662,4 @@ bool UpperTouches(int upper_dir_fd, const std::string& path) {
   return false;
 }
 
-}  // namespace warren::node
+}  // namespace warren::image

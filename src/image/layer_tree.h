@@ -1,13 +1,29 @@
-// Reading a sandbox's changes for snapshots (pack_diff) and grading
-// (DESIGN.md §5). A "diff" is a directory in overlayfs upper format: the
-// sandbox's upper dir (handed out by the backend as a dir fd,
-// Sandbox::OpenUpper) or a mounted layer that a snapshot made. Everything
-// here walks diffs and pristine layers through directory fds, one component
-// at a time with O_NOFOLLOW: no name found in a diff or a layer is ever
-// resolved on the host, and a symlink is copied as a symlink, never followed.
-// Walks are iterative (no recursion, no fixed depth limit); the only bound on
-// depth is the path length the layer builder takes (PATH_MAX, mkfs.erofs),
-// reported as FailedPrecondition naming the path.
+// warren's LAYER FORMAT and the tree code that reads and writes it.
+//
+// A "diff" (the changes of a sandbox, or a layer a snapshot made) is a
+// directory tree in the overlayfs diff convention, the one containerd's
+// overlay snapshotter and composefs use, and the one every warren layer is
+// mounted with:
+//  * a deleted entry is a WHITEOUT: a character device 0:0 of that name;
+//  * a directory deleted and recreated is OPAQUE: xattr
+//    trusted.overlay.opaque = "y" (nothing of the layers below shows there);
+//  * owners are the ids AS SEEN INSIDE the sandbox (root = 0), never host
+//    ids; an id outside the sandbox's range is 65534;
+//  * of the trusted.overlay.* xattrs only the opaque/whiteout markers are
+//    kept (origin, impure, ... describe one upper's own file system);
+//    security.* xattrs are dropped (see KeepXattr in layer_tree.cc); other
+//    xattrs, modes, mtimes, symlinks (never followed), hardlinks (kept as
+//    hardlinks), holes of sparse files and special files are kept;
+//  * every path is shorter than PATH_MAX with the staging dir (mkfs.erofs).
+// A backend yields a sandbox's changes in this form (runtime::ChangeExporter);
+// the node builds layers from it (snapshot) and grades on it.
+//
+// Everything here walks diffs and pristine layers through directory fds, one
+// component at a time with O_NOFOLLOW: no name found in a diff or a layer is
+// ever resolved on the host, and a symlink is copied as a symlink, never
+// followed. Walks are iterative (no recursion, no fixed depth limit); the
+// only bound on depth is the path length the layer builder takes (PATH_MAX,
+// mkfs.erofs), reported as FailedPrecondition naming the path.
 //
 // Copies keep holes (SEEK_DATA/SEEK_HOLE): a sparse file is written sparse.
 // What a copy may write is bounded by a CopyBudget: ResourceExhausted naming
@@ -22,7 +38,7 @@
 
 #include "common/status.h"
 
-namespace warren::node {
+namespace warren::image {
 
 // Bytes a copy may write into staging (and from there into a layer). Every
 // entry costs kEntryCost plus its name and xattrs; a regular file also costs
@@ -62,10 +78,11 @@ class CopyBudget {
   bool node_cap_hit_ = false;
 };
 
-struct UpperCopyOptions {
+struct DiffCopyOptions {
   // Ids in [host_root_id, host_root_id + id_range) become id - host_root_id
   // (the ids seen inside the sandbox); other ids become 65534. id_range 0:
-  // ids are copied unchanged (a layer holds ids as seen inside).
+  // ids are copied unchanged (a diff in the layer format holds ids as seen
+  // inside; only a backend reading its own id-mapped upper shifts).
   uint32_t host_root_id = 0;
   uint32_t id_range = 0;
   // fnmatch(3) patterns WITHOUT FNM_PATHNAME ('*' also matches '/'), matched
@@ -83,7 +100,7 @@ struct UpperCopyOptions {
 // trusted.overlay.* xattrs only opaque/whiteout markers are kept (origin,
 // impure, ... refer to the upper's own file system); security.* xattrs are
 // dropped (see KeepXattr). On error `dst` is removed.
-Status CopyUpperTree(int src_dir_fd, const std::string& dst, const UpperCopyOptions& options);
+Status CopyDiffTree(int src_dir_fd, const std::string& dst, const DiffCopyOptions& options);
 
 // The agent's solution, for grading: copies from the diff `src_dir_fd` only
 // what lies under the `solution` paths (absolute, inside) into the new
@@ -101,7 +118,7 @@ Status CopyUpperTree(int src_dir_fd, const std::string& dst, const UpperCopyOpti
 //    below show through there.
 Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<std::string>& solution,
                     const std::vector<std::string>& protected_paths, const std::vector<int>& pristine_fds,
-                    const UpperCopyOptions& options);
+                    const DiffCopyOptions& options);
 
 // Every change the diff makes outside the `solution` paths, as absolute
 // inside paths, sorted: every non-directory entry (added, modified or
@@ -112,18 +129,18 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
 // solution path lies below it. At most `max` paths (`*truncated` set when
 // more exist).
 Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution,
-                   const std::vector<int>& pristine_fds, const UpperCopyOptions& options, size_t max,
+                   const std::vector<int>& pristine_fds, const DiffCopyOptions& options, size_t max,
                    std::vector<std::string>* out, bool* truncated);
 
 // True when the diff changes `path` (absolute, inside): the path or something
 // below it is in the diff, or one of its ancestors is replaced there (a
 // non-directory, a whiteout, or an opaque directory).
-bool UpperTouches(int upper_dir_fd, const std::string& path);
+bool DiffTouches(int upper_dir_fd, const std::string& path);
 
-// Matches `inside_path` against the patterns like UpperCopyOptions::exclude.
+// Matches `inside_path` against the patterns like DiffCopyOptions::exclude.
 bool PathExcluded(const std::string& inside_path, const std::vector<std::string>& patterns);
 
 // `path` equals `prefix` or lies below it (both absolute, normalized).
 bool PathWithin(const std::string& path, const std::string& prefix);
 
-}  // namespace warren::node
+}  // namespace warren::image
