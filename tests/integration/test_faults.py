@@ -287,7 +287,7 @@ def test_daemon_rss_stays_flat_under_big_outputs(daemon, client, base_layer):
     """Rounds of concurrent execs with 12 MiB outputs: the daemon's RSS stays
     within 64 MiB of where it was (was: +160 MiB after one round, +300 MiB
     after eight: freed output buffers kept by glibc's arenas, see BoundHeap
-    in src/warrend/main.cc; bench/soak/heap.py)."""
+    in src/warrend/host_setup.h; bench/soak/heap.py)."""
     from conftest import rss_bytes
     sbs = [client.create(layers=[base_layer]) for _ in range(2)]
     try:
