@@ -68,13 +68,20 @@ static struct Mem ReadMem(void) {
   char k[64];
   long long v;
   while (fscanf(f, "%63[^:]: %lld kB\n", k, &v) == 2) {
-    if (!strcmp(k, "Slab")) m.slab = v;
-    else if (!strcmp(k, "SUnreclaim")) m.sunreclaim = v;
-    else if (!strcmp(k, "Percpu")) m.percpu = v;
-    else if (!strcmp(k, "KernelStack")) m.kstack = v;
-    else if (!strcmp(k, "PageTables")) m.ptables = v;
-    else if (!strcmp(k, "AnonPages")) m.anon = v;
-    else if (!strcmp(k, "MemAvailable")) m.avail = v;
+    if (!strcmp(k, "Slab"))
+      m.slab = v;
+    else if (!strcmp(k, "SUnreclaim"))
+      m.sunreclaim = v;
+    else if (!strcmp(k, "Percpu"))
+      m.percpu = v;
+    else if (!strcmp(k, "KernelStack"))
+      m.kstack = v;
+    else if (!strcmp(k, "PageTables"))
+      m.ptables = v;
+    else if (!strcmp(k, "AnonPages"))
+      m.anon = v;
+    else if (!strcmp(k, "MemAvailable"))
+      m.avail = v;
   }
   fclose(f);
   return m;
@@ -280,11 +287,21 @@ struct Kind {
   int (*make)(struct Obj*);
 };
 static const struct Kind kKinds[] = {
-    {"proc", MakeProc},         {"init", MakeInit},          {"userns", MakeUserns},
-    {"netns", MakeNetns},       {"netns_nolo", MakeNetnsNolo}, {"mntns", MakeMntns},
-    {"utsns", MakeUtsns},       {"ipcns", MakeIpcns},        {"cgroupns", MakeCgns},
-    {"pidns_proc", MakePidnsProc}, {"tmpfs", MakeTmpfs},     {"devpts", MakeDevpts},
-    {"cg_memory", MakeCgMemory}, {"cg_cpu", MakeCgCpu},      {"cg_pids", MakeCgPids},
+    {"proc", MakeProc},
+    {"init", MakeInit},
+    {"userns", MakeUserns},
+    {"netns", MakeNetns},
+    {"netns_nolo", MakeNetnsNolo},
+    {"mntns", MakeMntns},
+    {"utsns", MakeUtsns},
+    {"ipcns", MakeIpcns},
+    {"cgroupns", MakeCgns},
+    {"pidns_proc", MakePidnsProc},
+    {"tmpfs", MakeTmpfs},
+    {"devpts", MakeDevpts},
+    {"cg_memory", MakeCgMemory},
+    {"cg_cpu", MakeCgCpu},
+    {"cg_pids", MakeCgPids},
     {"cg_freezer", MakeCgFreezer},
 };
 
@@ -310,8 +327,8 @@ static void SetupCgroups(void) {
       snprintf(mp, sizeof mp, "/sys/fs/cgroup/%s", kCgCtl[c]);
       struct stat st;
       if (stat(mp, &st) != 0) continue;
-      snprintf(g_cg_base[c], sizeof g_cg_base[c], "%s%s/warren-density-%d", mp,
-               strcmp(path, "/") ? path : "", getpid());
+      snprintf(g_cg_base[c], sizeof g_cg_base[c], "%s%s/warren-density-%d", mp, strcmp(path, "/") ? path : "",
+               getpid());
       if (mkdir(g_cg_base[c], 0755) != 0) g_cg_base[c][0] = 0;
     }
   }
@@ -409,10 +426,14 @@ int main(int argc, char** argv) {
   const char* only[64];
   int nonly = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "-n") && i + 1 < argc) n = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--init") && i + 1 < argc) g_init = argv[++i];
-    else if (nonly < 64) only[nonly++] = argv[i];
+    if (!strcmp(argv[i], "-n") && i + 1 < argc)
+      n = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
+      repeat = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--init") && i + 1 < argc)
+      g_init = argv[++i];
+    else if (nonly < 64)
+      only[nonly++] = argv[i];
   }
   if (n < 1 || n > MAX_N || repeat < 1 || repeat > 9) {
     fprintf(stderr, "usage: components [-n 1..%d] [--repeat 1..9] [--init PATH] [kind ...]\n", MAX_N);
@@ -425,8 +446,10 @@ int main(int argc, char** argv) {
   g_orig_cg = OpenNs("cgroup");
   SetupCgroups();
   signal(SIGPIPE, SIG_IGN);
-  printf("| kind | n | Slab | (SUnreclaim) | Percpu | KernelStack | PageTables | own anon | **sum** | (AnonPages) |"
-         " (MemAvailable drop) | create s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  printf(
+      "| kind | n | Slab | (SUnreclaim) | Percpu | KernelStack | PageTables | own anon | **sum** | (AnonPages) |"
+      " (MemAvailable drop) | create s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "| ---: |\n");
   fflush(stdout);
   for (size_t k = 0; k < sizeof kKinds / sizeof kKinds[0]; ++k) {
     int want = nonly == 0;

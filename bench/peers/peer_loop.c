@@ -228,9 +228,12 @@ int main(int argc, char** argv) {
   // argv after "--", with placeholders substituted.
   char** cmd = &argv[6];
   for (char** a = cmd; *a; ++a) {
-    if (strcmp(*a, "{ROOTFS}") == 0) *a = p.rootfs;
-    else if (strcmp(*a, "{BUNDLE}") == 0) *a = work;
-    else if (strcmp(*a, "{ID}") == 0) *a = id;
+    if (strcmp(*a, "{ROOTFS}") == 0)
+      *a = p.rootfs;
+    else if (strcmp(*a, "{BUNDLE}") == 0)
+      *a = work;
+    else if (strcmp(*a, "{ID}") == 0)
+      *a = id;
   }
   double* lat = calloc((size_t)iterations, sizeof(double));
   if (!lat) return 1;
@@ -285,10 +288,11 @@ int main(int argc, char** argv) {
     }
   }
   qsort(lat, (size_t)done, sizeof(double), cmp_double);
-  printf("{\"name\":\"%s\",\"ok\":true,\"iterations\":%d,\"seconds\":%.3f,\"rate\":%.2f,"
-         "\"p50_us\":%.0f,\"p90_us\":%.0f,\"p99_us\":%.0f,\"max_us\":%.0f}\n",
-         name, done, elapsed, done / elapsed, pct(lat, done, 0.50), pct(lat, done, 0.90), pct(lat, done, 0.99),
-         lat[done - 1]);
+  printf(
+      "{\"name\":\"%s\",\"ok\":true,\"iterations\":%d,\"seconds\":%.3f,\"rate\":%.2f,"
+      "\"p50_us\":%.0f,\"p90_us\":%.0f,\"p99_us\":%.0f,\"max_us\":%.0f}\n",
+      name, done, elapsed, done / elapsed, pct(lat, done, 0.50), pct(lat, done, 0.90), pct(lat, done, 0.99),
+      lat[done - 1]);
   free(lat);
   return 0;
 }

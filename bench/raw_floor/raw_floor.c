@@ -86,14 +86,38 @@ struct child_err {
   int step;
   int err;
 };
-static const char* const kSteps[] = {"?",          "recvmsg",  "sethostname", "mount(/, MS_PRIVATE)",
-                                     "move_mount", "chdir",    "setresuid",   "mount(proc)",
-                                     "mount(dev)", "dev node", "devpts",      "shm",
-                                     "pivot_root", "umount2(.)", "execve(/bin/true)",
+static const char* const kSteps[] = {"?",
+                                     "recvmsg",
+                                     "sethostname",
+                                     "mount(/, MS_PRIVATE)",
+                                     "move_mount",
+                                     "chdir",
+                                     "setresuid",
+                                     "mount(proc)",
+                                     "mount(dev)",
+                                     "dev node",
+                                     "devpts",
+                                     "shm",
+                                     "pivot_root",
+                                     "umount2(.)",
+                                     "execve(/bin/true)",
                                      "unshare(CLONE_NEWCGROUP)"};
 enum {
-  kRecv = 1, kHostname, kPrivate, kMove, kChdir, kSetid, kProc, kDev, kDevNode, kDevpts, kShm, kPivot, kUmount,
-  kExec, kCgroupns
+  kRecv = 1,
+  kHostname,
+  kPrivate,
+  kMove,
+  kChdir,
+  kSetid,
+  kProc,
+  kDev,
+  kDevNode,
+  kDevpts,
+  kShm,
+  kPivot,
+  kUmount,
+  kExec,
+  kCgroupns
 };
 
 static void child_fail(int efd, int step, int err) {
@@ -104,12 +128,12 @@ static void child_fail(int efd, int step, int err) {
 }
 
 struct plan {
-  int sock;        // child end of the socketpair: go byte (+ overlay fd in idmap mode)
-  int rootfs_fd;   // inherited detached overlay (no-idmap mode), -1 otherwise
-  int err_fd;      // CLOEXEC write end: EOF in the parent = exec succeeded
+  int sock;       // child end of the socketpair: go byte (+ overlay fd in idmap mode)
+  int rootfs_fd;  // inherited detached overlay (no-idmap mode), -1 otherwise
+  int err_fd;     // CLOEXEC write end: EOF in the parent = exec succeeded
   int full;
   int unshare_cgroupns;  // --cgroup: new cgroup ns only after joining the cgroup
-  const char* mnt; // empty directory: overlay mount point inside the child's mount ns
+  const char* mnt;       // empty directory: overlay mount point inside the child's mount ns
 };
 
 // Async-signal-safe: runs between clone3 and execve.
@@ -130,7 +154,8 @@ static void child_main(const struct plan* p) {
     msg.msg_control = cbuf;
     msg.msg_controllen = sizeof cbuf;
     ssize_t n;
-    do n = recvmsg(p->sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+    do n = recvmsg(p->sock, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
     if (n <= 0) _exit(126);  // parent gave up
     if (rootfs < 0) {
       struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
@@ -164,8 +189,7 @@ static void child_main(const struct plan* p) {
     if (mkdir("dev/pts", 0755) != 0 || mkdir("dev/shm", 01777) != 0) child_fail(e, kDev, errno);
     if (mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0)
       child_fail(e, kDevpts, errno);
-    if (mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777") != 0)
-      child_fail(e, kShm, errno);
+    if (mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777") != 0) child_fail(e, kShm, errno);
   }
   if (syscall(SYS_pivot_root, ".", ".") != 0) child_fail(e, kPivot, errno);
   if (umount2(".", MNT_DETACH) != 0) child_fail(e, kUmount, errno);
@@ -458,8 +482,10 @@ static int one_iteration(const char* lower, const char* mnt, int idmap, int full
       }
     }
     if (!failed) {
-      if (idmap) r = send_fd(sp[0], rootfs);
-      else r = send(sp[0], "g", 1, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+      if (idmap)
+        r = send_fd(sp[0], rootfs);
+      else
+        r = send(sp[0], "g", 1, MSG_NOSIGNAL) == 1 ? 0 : -errno;
       if (r != 0) {
         fprintf(stderr, "raw_floor: sendmsg(go): %s\n", strerror(-r));
         failed = 1;
@@ -477,15 +503,18 @@ static int one_iteration(const char* lower, const char* mnt, int idmap, int full
   }
   struct child_err ce;
   ssize_t n;
-  do n = read(ep[0], &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  do n = read(ep[0], &ce, sizeof ce);
+  while (n < 0 && errno == EINTR);
   if (n == (ssize_t)sizeof ce)
     fprintf(stderr, "raw_floor: child: %s: %s\n", ce.step > 0 && ce.step <= kCgroupns ? kSteps[ce.step] : "?",
             strerror(ce.err));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!failed && n == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) rc = 0;
-  else if (!failed && n == 0) fprintf(stderr, "raw_floor: /bin/true ended with status 0x%x\n", status);
+  if (!failed && n == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    rc = 0;
+  else if (!failed && n == 0)
+    fprintf(stderr, "raw_floor: /bin/true ended with status 0x%x\n", status);
 out:
   for (int i = 0; i < 2; ++i) {
     if (sp[i] >= 0) close(sp[i]);
@@ -509,10 +538,14 @@ static double pct(const double* sorted, int n, double q) {
 int main(int argc, char** argv) {
   int idmap = 1, full = 0, cgroup = 0, a = 1;
   for (; a < argc && argv[a][0] == '-'; ++a) {
-    if (strcmp(argv[a], "--no-idmap") == 0) idmap = 0;
-    else if (strcmp(argv[a], "--full") == 0) full = 1;
-    else if (strcmp(argv[a], "--cgroup") == 0) cgroup = 1;
-    else break;
+    if (strcmp(argv[a], "--no-idmap") == 0)
+      idmap = 0;
+    else if (strcmp(argv[a], "--full") == 0)
+      full = 1;
+    else if (strcmp(argv[a], "--cgroup") == 0)
+      cgroup = 1;
+    else
+      break;
   }
   if (argc - a != 3) {
     fprintf(stderr, "usage: %s [--no-idmap] [--full] [--cgroup] LOWERDIR ITERATIONS MAX_SECONDS\n", argv[0]);
@@ -587,10 +620,11 @@ int main(int argc, char** argv) {
     }
   }
   qsort(lat, (size_t)done, sizeof(double), cmp_double);
-  printf("{\"name\":\"raw_floor%s%s%s\",\"ok\":true,\"iterations\":%d,\"seconds\":%.3f,\"rate\":%.2f,"
-         "\"p50_us\":%.0f,\"p90_us\":%.0f,\"p99_us\":%.0f,\"max_us\":%.0f}\n",
-         idmap ? "" : "_noidmap", full ? "_full" : "", cgroup ? "_cg" : "", done, elapsed, done / elapsed, pct(lat, done, 0.50),
-         pct(lat, done, 0.90), pct(lat, done, 0.99), lat[done - 1]);
+  printf(
+      "{\"name\":\"raw_floor%s%s%s\",\"ok\":true,\"iterations\":%d,\"seconds\":%.3f,\"rate\":%.2f,"
+      "\"p50_us\":%.0f,\"p90_us\":%.0f,\"p99_us\":%.0f,\"max_us\":%.0f}\n",
+      idmap ? "" : "_noidmap", full ? "_full" : "", cgroup ? "_cg" : "", done, elapsed, done / elapsed,
+      pct(lat, done, 0.50), pct(lat, done, 0.90), pct(lat, done, 0.99), lat[done - 1]);
   free(lat);
   return 0;
 }

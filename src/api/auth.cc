@@ -4,9 +4,7 @@
 
 namespace warren::api {
 
-bool IsUnixPeer(const grpc::ServerContext& context) {
-  return context.peer().rfind("unix:", 0) == 0;
-}
+bool IsUnixPeer(const grpc::ServerContext& context) { return context.peer().rfind("unix:", 0) == 0; }
 
 grpc::Status Authorizer::Check(const grpc::ServerContext& context) const {
   if (IsUnixPeer(context)) return grpc::Status::OK;

@@ -106,8 +106,7 @@ grpc::Status FilesService::Stat(grpc::ServerContext* ctx, const v1::StatRequest*
   return Audited(req->sandbox_id(), "stat", req->path(), t0, fi.ok() ? grpc::Status::OK : ToGrpcStatus(fi.status()));
 }
 
-grpc::Status FilesService::ListDir(grpc::ServerContext* ctx, const v1::ListDirRequest* req,
-                                   v1::ListDirResponse* resp) {
+grpc::Status FilesService::ListDir(grpc::ServerContext* ctx, const v1::ListDirRequest* req, v1::ListDirResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
   RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
@@ -149,8 +148,8 @@ grpc::Status FilesService::Rename(grpc::ServerContext* ctx, const v1::RenameRequ
   RETURN_IF_GRPC_ERROR(CheckPath("to", req->to()));
   const int64_t t0 = WallNowNs();
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, deps_.manager->Running(req->sandbox_id()));
-  return Audited(req->sandbox_id(), "rename", req->from(), t0,
-                 ToGrpcStatus(sb->files().Rename(req->from(), req->to())), 0, req->to());
+  return Audited(req->sandbox_id(), "rename", req->from(), t0, ToGrpcStatus(sb->files().Rename(req->from(), req->to())),
+                 0, req->to());
 }
 
 }  // namespace warren::api

@@ -23,8 +23,7 @@ class FilesService final : public warren::v1::Files::Service {
                      warren::v1::WriteFileResponse* resp) override;
   grpc::Status Read(grpc::ServerContext* ctx, const warren::v1::ReadFileRequest* req,
                     grpc::ServerWriter<warren::v1::ReadFileChunk>* writer) override;
-  grpc::Status Stat(grpc::ServerContext* ctx, const warren::v1::StatRequest* req,
-                    warren::v1::FileInfo* resp) override;
+  grpc::Status Stat(grpc::ServerContext* ctx, const warren::v1::StatRequest* req, warren::v1::FileInfo* resp) override;
   grpc::Status ListDir(grpc::ServerContext* ctx, const warren::v1::ListDirRequest* req,
                        warren::v1::ListDirResponse* resp) override;
   grpc::Status Mkdir(grpc::ServerContext* ctx, const warren::v1::MkdirRequest* req, warren::v1::Empty*) override;

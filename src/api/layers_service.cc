@@ -32,8 +32,7 @@ grpc::Status LayersService::Build(grpc::ServerContext* ctx, grpc::ServerReader<v
   const std::string name = msg.name();
   node::LayerProvider& layers = deps_.manager->layers();
   if (!msg.source_dir().empty()) {
-    RETURN_IF_GRPC_ERROR(
-        Authorizer::RequireLocal(*ctx, "source_dir builds are accepted only over the unix socket"));
+    RETURN_IF_GRPC_ERROR(Authorizer::RequireLocal(*ctx, "source_dir builds are accepted only over the unix socket"));
     if (msg.source_dir()[0] != '/') {
       return Invalid("source_dir=" + Quote(msg.source_dir()) + " must be an absolute path");
     }
@@ -81,8 +80,7 @@ grpc::Status LayersService::Get(grpc::ServerContext* ctx, const v1::GetLayerRequ
   return grpc::Status::OK;
 }
 
-grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersRequest*,
-                                 v1::ListLayersResponse* resp) {
+grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersRequest*, v1::ListLayersResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   for (const auto& li : deps_.manager->layers().List()) ToLayer(li, resp->add_layers());
   return grpc::Status::OK;

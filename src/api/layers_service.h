@@ -21,8 +21,7 @@ class LayersService final : public warren::v1::Layers::Service {
   grpc::Status Get(grpc::ServerContext* ctx, const warren::v1::GetLayerRequest* req, warren::v1::Layer* resp) override;
   grpc::Status List(grpc::ServerContext* ctx, const warren::v1::ListLayersRequest* req,
                     warren::v1::ListLayersResponse* resp) override;
-  grpc::Status Remove(grpc::ServerContext* ctx, const warren::v1::RemoveLayerRequest* req,
-                      warren::v1::Empty*) override;
+  grpc::Status Remove(grpc::ServerContext* ctx, const warren::v1::RemoveLayerRequest* req, warren::v1::Empty*) override;
 
  private:
   // The layer with the node's view of it (in use, mounted).

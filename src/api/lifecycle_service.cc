@@ -54,8 +54,7 @@ grpc::Status LifecycleService::ListJobs(grpc::ServerContext* ctx, const v1::List
   return grpc::Status::OK;
 }
 
-grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::ExtendTtlRequest* req,
-                                         v1::Sandbox* resp) {
+grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::ExtendTtlRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->ExtendTtl(req->id(), req->ttl_s()));

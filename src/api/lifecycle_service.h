@@ -27,8 +27,7 @@ class LifecycleService final : public warren::v1::Lifecycle::Service {
                         warren::v1::ListJobsResponse* resp) override;
   grpc::Status ExtendTtl(grpc::ServerContext* ctx, const warren::v1::ExtendTtlRequest* req,
                          warren::v1::Sandbox* resp) override;
-  grpc::Status Pause(grpc::ServerContext* ctx, const warren::v1::PauseRequest* req,
-                     warren::v1::Sandbox* resp) override;
+  grpc::Status Pause(grpc::ServerContext* ctx, const warren::v1::PauseRequest* req, warren::v1::Sandbox* resp) override;
   grpc::Status Resume(grpc::ServerContext* ctx, const warren::v1::ResumeRequest* req,
                       warren::v1::Sandbox* resp) override;
   grpc::Status Suspend(grpc::ServerContext* ctx, const warren::v1::SuspendRequest* req,

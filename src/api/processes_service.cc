@@ -209,8 +209,8 @@ grpc::Status ProcessesService::Output(grpc::ServerContext* ctx, const v1::Proces
   RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
                         deps_.manager->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
-  if (!StreamOutput(ctx, *mp, {req->stdout_offset(), req->stderr_offset(), req->control_offset()}, req->follow(),
-                    false, writer)) {
+  if (!StreamOutput(ctx, *mp, {req->stdout_offset(), req->stderr_offset(), req->control_offset()}, req->follow(), false,
+                    writer)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   }
   return grpc::Status::OK;

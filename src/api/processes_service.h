@@ -25,14 +25,12 @@ class ProcessesService final : public warren::v1::Processes::Service {
                      warren::v1::ProcessInfo* resp) override;
   grpc::Status List(grpc::ServerContext* ctx, const warren::v1::ListProcessesRequest* req,
                     warren::v1::ListProcessesResponse* resp) override;
-  grpc::Status Get(grpc::ServerContext* ctx, const warren::v1::ProcessRef* req,
-                   warren::v1::ProcessInfo* resp) override;
+  grpc::Status Get(grpc::ServerContext* ctx, const warren::v1::ProcessRef* req, warren::v1::ProcessInfo* resp) override;
   grpc::Status Wait(grpc::ServerContext* ctx, const warren::v1::WaitProcessRequest* req,
                     warren::v1::ProcessInfo* resp) override;
   grpc::Status Signal(grpc::ServerContext* ctx, const warren::v1::SignalProcessRequest* req,
                       warren::v1::Empty*) override;
-  grpc::Status Input(grpc::ServerContext* ctx, const warren::v1::ProcessInputRequest* req,
-                     warren::v1::Empty*) override;
+  grpc::Status Input(grpc::ServerContext* ctx, const warren::v1::ProcessInputRequest* req, warren::v1::Empty*) override;
   grpc::Status Resize(grpc::ServerContext* ctx, const warren::v1::ResizeRequest* req, warren::v1::Empty*) override;
   grpc::Status Output(grpc::ServerContext* ctx, const warren::v1::ProcessOutputRequest* req,
                       grpc::ServerWriter<warren::v1::ProcessEvent>* writer) override;

@@ -24,7 +24,7 @@ grpc::Status SandboxesService::Create(grpc::ServerContext* ctx, const v1::Create
   r.backend = req->backend();
   r.layers.assign(req->layers().begin(), req->layers().end());
   const v1::Resources& res = req->resources();
-  r.resources = runtime::Resources{res.cpu_millis(), res.memory_mb(), res.disk_mb(),
+  r.resources = runtime::Resources{res.cpu_millis(), res.memory_mb(),  res.disk_mb(),
                                    res.pids(),       res.open_files(), res.tmpfs_mb()};
   r.env.insert(req->env().begin(), req->env().end());
   r.workdir = req->workdir();

@@ -18,8 +18,7 @@ std::string EscapeInvalidUtf8(std::string_view in) {
     const auto c = static_cast<unsigned char>(in[i]);
     size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
     bool ok = len != 0 && i + len <= in.size() && !(len == 2 && c < 0xc2);
-    for (size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(in[i + k]) & 0xc0) == 0x80;
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(in[i + k]) & 0xc0) == 0x80;
     if (ok && len == 3) {
       const auto c1 = static_cast<unsigned char>(in[i + 1]);
       ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);  // overlong, surrogates

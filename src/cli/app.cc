@@ -8,12 +8,10 @@
 
 namespace warren::cli {
 
-StatusOr<std::pair<std::string, std::string>> ParseKeyValue(const std::string& kv,
-                                                            const std::string& flag) {
+StatusOr<std::pair<std::string, std::string>> ParseKeyValue(const std::string& kv, const std::string& flag) {
   size_t eq = kv.find('=');
   if (eq == std::string::npos || eq == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " wants KEY=VALUE with a non-empty KEY, got \"", kv, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(flag, " wants KEY=VALUE with a non-empty KEY, got \"", kv, "\""));
   }
   return std::make_pair(kv.substr(0, eq), kv.substr(eq + 1));
 }
@@ -31,12 +29,10 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
       "Errors go to stderr as \"error: <GRPC_CODE>: <message>\"; exit 1 on error, "
       "2 on usage error.",
       "warren");
-  app->add_option("--addr", inv.global.addr,
-                  "daemon address: unix:/path, /path (unix socket) or host:port (TCP)")
+  app->add_option("--addr", inv.global.addr, "daemon address: unix:/path, /path (unix socket) or host:port (TCP)")
       ->envname("WARREN_ADDR")
       ->capture_default_str();
-  app->add_option("--token", inv.global.token,
-                  "bearer token sent as 'authorization: Bearer <token>'")
+  app->add_option("--token", inv.global.token, "bearer token sent as 'authorization: Bearer <token>'")
       ->envname("WARREN_TOKEN");
   app->add_flag("--json", inv.global.json, "print one JSON document on stdout");
   app->require_subcommand(1);

@@ -23,8 +23,7 @@ Client::Client(const GlobalOptions& opts) : token_(opts.token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  channel_ = grpc::CreateCustomChannel(ResolveTarget(opts.addr),
-                                       grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(ResolveTarget(opts.addr), grpc::InsecureChannelCredentials(), args);
   sandboxes_ = v1::Sandboxes::NewStub(channel_);
   files_ = v1::Files::NewStub(channel_);
   layers_ = v1::Layers::NewStub(channel_);

@@ -66,7 +66,7 @@ struct ExecArgs {
   bool read_stdin = false;  // -i: read our stdin fully and send it
   bool force_argv = false;  // --argv: a single CMD word is argv, not shell
   uint64_t output_cap_bytes = 0;
-  bool tty = false;         // -t: run on a PTY, streamed (stream.cc); with -i stdin is streamed live
+  bool tty = false;  // -t: run on a PTY, streamed (stream.cc); with -i stdin is streamed live
   // One word = shell string (`/bin/sh -c WORD`), several = argv.
   std::vector<std::string> cmd;
 };
@@ -137,11 +137,11 @@ void AddLsCommands(CLI::App& root, Invocation& inv);  // ls, get
 void AddRmCommand(CLI::App& root, Invocation& inv);
 void AddCpCommand(CLI::App& root, Invocation& inv);
 void AddLayerCommand(CLI::App& root, Invocation& inv);
-void AddStatusCommands(CLI::App& root, Invocation& inv);  // status, version
+void AddStatusCommands(CLI::App& root, Invocation& inv);     // status, version
 void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume, suspend, ttl
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
 void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
-void AddLogsCommand(CLI::App& root, Invocation& inv);  // logs (stream.cc)
+void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);
 void AddEvalCommand(CLI::App& root, Invocation& inv);  // eval: execs python -m warren.eval
@@ -160,8 +160,7 @@ int RunCli(int argc, const char* const* argv);
 // ------------------------------------------------------------ pure helpers
 
 // "K=V" split at the first '='; K must be non-empty. V may be empty.
-StatusOr<std::pair<std::string, std::string>> ParseKeyValue(
-    const std::string& kv, const std::string& flag);
+StatusOr<std::pair<std::string, std::string>> ParseKeyValue(const std::string& kv, const std::string& flag);
 
 StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a);
 // grade: the grader command is inv.exec_tail (words after "--").
@@ -180,8 +179,7 @@ struct CpEndpoint {
 };
 CpEndpoint ParseCpEndpoint(const std::string& arg);
 // Exactly one side must be remote, and the remote path must be non-empty.
-StatusOr<std::pair<CpEndpoint, CpEndpoint>> ParseCpArgs(const std::string& src,
-                                                        const std::string& dst);
+StatusOr<std::pair<CpEndpoint, CpEndpoint>> ParseCpArgs(const std::string& src, const std::string& dst);
 
 // Prints "error: <message>" plus a --help hint on stderr; returns kExitUsage.
 int UsageError(const Status& status);

@@ -48,8 +48,8 @@ std::string Join(const std::string& dir, const std::string& name) {
 
 // Safe as a single host path component.
 bool IsPlainName(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
 }
 
 void Note(const std::string& msg) {
@@ -78,8 +78,7 @@ class Copier {
   }
 
   // The remote path a host `src` lands on, cp(1)-style.
-  StatusOr<std::string> UploadTarget(const std::string& id, const std::string& dst,
-                                     const std::string& src_name) {
+  StatusOr<std::string> UploadTarget(const std::string& id, const std::string& dst, const std::string& src_name) {
     if (absl::EndsWith(dst, "/")) {
       if (src_name.empty()) {
         return absl::InvalidArgumentError("stdin needs a file name as destination");
@@ -89,8 +88,7 @@ class Copier {
     StatusOr<v1::FileInfo> info = Stat(id, dst);
     if (info.ok() && info->type() == v1::FILE_TYPE_DIRECTORY) {
       if (src_name.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(id, ":", dst, " is a directory; stdin needs a file name"));
+        return absl::InvalidArgumentError(absl::StrCat(id, ":", dst, " is a directory; stdin needs a file name"));
       }
       return Join(dst, src_name);
     }
@@ -100,13 +98,11 @@ class Copier {
     return dst;
   }
 
-  Status UploadFile(int fd, const std::string& what, uint32_t mode, const std::string& id,
-                    const std::string& path) {
+  Status UploadFile(int fd, const std::string& what, uint32_t mode, const std::string& id, const std::string& path) {
     grpc::ClientContext ctx;
     client_.Prepare(&ctx);
     v1::WriteFileResponse resp;
-    std::unique_ptr<grpc::ClientWriter<v1::WriteFileRequest>> writer =
-        client_.files().Write(&ctx, &resp);
+    std::unique_ptr<grpc::ClientWriter<v1::WriteFileRequest>> writer = client_.files().Write(&ctx, &resp);
     v1::WriteFileRequest msg;
     msg.set_sandbox_id(id);
     msg.set_path(path);
@@ -152,8 +148,7 @@ class Copier {
   }
 
   // Host tree `src` (a directory) to remote `dst` (created).
-  Status UploadTree(const std::string& src, uint32_t mode, const std::string& id,
-                    const std::string& dst, int depth) {
+  Status UploadTree(const std::string& src, uint32_t mode, const std::string& id, const std::string& dst, int depth) {
     if (depth > kMaxDepth) {
       return absl::InvalidArgumentError(absl::StrCat(src, ": deeper than ", kMaxDepth));
     }
@@ -181,15 +176,13 @@ class Copier {
   }
 
   // Streams remote `path` to `fd`.
-  Status ReadInto(const std::string& id, const std::string& path, int fd,
-                  const std::string& what) {
+  Status ReadInto(const std::string& id, const std::string& path, int fd, const std::string& what) {
     grpc::ClientContext ctx;
     client_.Prepare(&ctx);
     v1::ReadFileRequest req;
     req.set_sandbox_id(id);
     req.set_path(path);
-    std::unique_ptr<grpc::ClientReader<v1::ReadFileChunk>> reader =
-        client_.files().Read(&ctx, req);
+    std::unique_ptr<grpc::ClientReader<v1::ReadFileChunk>> reader = client_.files().Read(&ctx, req);
     v1::ReadFileChunk chunk;
     Status local = absl::OkStatus();
     uint64_t n = 0;
@@ -212,8 +205,7 @@ class Copier {
   }
 
   // Remote file to host `target` via a temporary file renamed into place.
-  Status DownloadFile(const std::string& id, const std::string& path, uint32_t mode,
-                      const std::string& target) {
+  Status DownloadFile(const std::string& id, const std::string& path, uint32_t mode, const std::string& target) {
     std::string tmp = target + ".warren-XXXXXX";
     UniqueFd fd(::mkostemp(tmp.data(), O_CLOEXEC));
     if (!fd.valid()) return ErrnoToStatus(errno, "mkostemp(" + tmp + ")");
@@ -230,8 +222,8 @@ class Copier {
   }
 
   // Remote directory `path` to host directory `target` (created if missing).
-  Status DownloadTree(const std::string& id, const std::string& path, uint32_t mode,
-                      const std::string& target, int depth) {
+  Status DownloadTree(const std::string& id, const std::string& path, uint32_t mode, const std::string& target,
+                      int depth) {
     if (depth > kMaxDepth) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": deeper than ", kMaxDepth));
     }
@@ -257,13 +249,11 @@ class Copier {
         continue;
       }
       if (e.type() == v1::FILE_TYPE_DIRECTORY) {
-        RETURN_IF_ERROR(
-            DownloadTree(id, Join(path, name), e.mode(), Join(target, name), depth + 1));
+        RETURN_IF_ERROR(DownloadTree(id, Join(path, name), e.mode(), Join(target, name), depth + 1));
       } else if (e.type() == v1::FILE_TYPE_REGULAR) {
         RETURN_IF_ERROR(DownloadFile(id, Join(path, name), e.mode(), Join(target, name)));
       } else {
-        Note(absl::StrCat("skipping ", id, ":", Join(path, name),
-                          ": not a regular file or directory"));
+        Note(absl::StrCat("skipping ", id, ":", Join(path, name), ": not a regular file or directory"));
       }
     }
     if (::chmod(target.c_str(), mode & 0777) != 0) {
@@ -284,8 +274,7 @@ class Copier {
     if (S_ISDIR(st.st_mode) && !args_.recursive) {
       return absl::InvalidArgumentError(src.path + ": directories: use -r or tar");
     }
-    ASSIGN_OR_RETURN(std::string target,
-                     UploadTarget(dst.sandbox_id, dst.path, Basename(src.path)));
+    ASSIGN_OR_RETURN(std::string target, UploadTarget(dst.sandbox_id, dst.path, Basename(src.path)));
     if (S_ISDIR(st.st_mode)) {
       RETURN_IF_ERROR(UploadTree(src.path, st.st_mode & 07777, dst.sandbox_id, target, 0));
       return target;
@@ -300,8 +289,7 @@ class Copier {
     ASSIGN_OR_RETURN(v1::FileInfo info, Stat(src.sandbox_id, src.path));
     bool is_dir = info.type() == v1::FILE_TYPE_DIRECTORY;
     if (is_dir && !args_.recursive) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(src.sandbox_id, ":", src.path, ": directories: use -r or tar"));
+      return absl::InvalidArgumentError(absl::StrCat(src.sandbox_id, ":", src.path, ": directories: use -r or tar"));
     }
     if (dst.path == "-") {
       if (is_dir) return absl::InvalidArgumentError("cannot copy a directory to stdout");
@@ -342,8 +330,7 @@ int RunCp(Invocation& inv) {
   // Downloading to stdout: stdout is the file's bytes, no JSON after them.
   if (inv.global.json && !(src.remote && dst.path == "-")) {
     std::string shown = dst.remote ? absl::StrCat(dst.sandbox_id, ":", *target) : *target;
-    PrintJson({{"src", inv.cp.src}, {"dst", shown}, {"files", copier.files()},
-               {"bytes", copier.bytes()}});
+    PrintJson({{"src", inv.cp.src}, {"dst", shown}, {"files", copier.files()}, {"bytes", copier.bytes()}});
   }
   return kExitOk;
 }
@@ -359,8 +346,7 @@ CpEndpoint ParseCpEndpoint(const std::string& arg) {
   return CpEndpoint{false, "", arg};
 }
 
-StatusOr<std::pair<CpEndpoint, CpEndpoint>> ParseCpArgs(const std::string& src,
-                                                        const std::string& dst) {
+StatusOr<std::pair<CpEndpoint, CpEndpoint>> ParseCpArgs(const std::string& src, const std::string& dst) {
   CpEndpoint s = ParseCpEndpoint(src);
   CpEndpoint d = ParseCpEndpoint(dst);
   if (s.remote && d.remote) {
@@ -372,24 +358,22 @@ StatusOr<std::pair<CpEndpoint, CpEndpoint>> ParseCpArgs(const std::string& src,
   const CpEndpoint& remote = s.remote ? s : d;
   const CpEndpoint& local = s.remote ? d : s;
   if (remote.path.empty()) {
-    return absl::InvalidArgumentError("empty sandbox path in \"" +
-                                      (s.remote ? src : dst) + "\"");
+    return absl::InvalidArgumentError("empty sandbox path in \"" + (s.remote ? src : dst) + "\"");
   }
   if (local.path.empty()) return absl::InvalidArgumentError("empty host path");
   return std::make_pair(s, d);
 }
 
 void AddCpCommand(CLI::App& root, Invocation& inv) {
-  CLI::App* sub = root.add_subcommand(
-      "cp",
-      "Copy a file between the host and a sandbox: warren cp SRC DST, one side ID:/path;\n"
-      "'-' is stdin/stdout. Directories need -r.");
+  CLI::App* sub =
+      root.add_subcommand("cp",
+                          "Copy a file between the host and a sandbox: warren cp SRC DST, one side ID:/path;\n"
+                          "'-' is stdin/stdout. Directories need -r.");
   sub->fallthrough();
   sub->add_option("src", inv.cp.src, "source: host path, '-', or ID:/path")->required();
   sub->add_option("dst", inv.cp.dst, "destination: host path, '-', or ID:/path")->required();
   sub->add_flag("-p,--parents", inv.cp.parents, "create missing parent directories remotely");
-  sub->add_flag("-r,--recursive", inv.cp.recursive,
-                "copy directories (regular files and directories only)");
+  sub->add_flag("-r,--recursive", inv.cp.recursive, "copy directories (regular files and directories only)");
   sub->callback([&inv] {
     inv.verb = "cp";
     inv.run = RunCp;

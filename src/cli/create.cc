@@ -62,26 +62,23 @@ StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a) {
 
 void AddCreateCommand(CLI::App& root, Invocation& inv) {
   CreateArgs& a = inv.create;
-  CLI::App* sub = root.add_subcommand(
-      "create", "Create a sandbox; prints its id (--json: the Sandbox).");
+  CLI::App* sub = root.add_subcommand("create", "Create a sandbox; prints its id (--json: the Sandbox).");
   sub->fallthrough();
   sub->add_option("--backend", a.backend, "isolation backend")->capture_default_str();
-  sub->add_option("--layer", a.layers,
-                  "layer ref kind/name[@version] or sha256:<hex>; repeatable, bottom first")
+  sub->add_option("--layer", a.layers, "layer ref kind/name[@version] or sha256:<hex>; repeatable, bottom first")
       ->allow_extra_args(false);
   sub->add_option("--cpu", a.cpu_millis, "CPU in millicores (1000 = one core); 0 = default");
   sub->add_option("--memory", a.memory_mb, "memory limit in MiB; 0 = default");
   sub->add_option("--disk", a.disk_mb, "writable layer size cap in MiB; 0 = default");
   sub->add_option("--pids", a.pids, "max tasks; 0 = default");
   sub->add_option("--open-files", a.open_files, "RLIMIT_NOFILE; 0 = default");
-  sub->add_option("--tmpfs", a.tmpfs_mb, "/dev/shm cap in MiB (/tmp lives in the upper, capped by --disk); 0 = default");
-  sub->add_option("--env", a.env, "K=V environment of every exec; repeatable")
-      ->allow_extra_args(false);
+  sub->add_option("--tmpfs", a.tmpfs_mb,
+                  "/dev/shm cap in MiB (/tmp lives in the upper, capped by --disk); 0 = default");
+  sub->add_option("--env", a.env, "K=V environment of every exec; repeatable")->allow_extra_args(false);
   sub->add_option("--workdir", a.workdir, "default working directory of execs");
   sub->add_option("--user", a.user, "default user of execs: root, a name, or uid[:gid]");
   sub->add_option("--hostname", a.hostname, "hostname inside the sandbox");
-  sub->add_option("--label", a.labels, "K=V label; repeatable")
-      ->allow_extra_args(false);
+  sub->add_option("--label", a.labels, "K=V label; repeatable")->allow_extra_args(false);
   sub->add_option("--ttl", a.ttl_s, "seconds until the node destroys it; 0 = none");
   sub->add_option("--job", a.job, "owning job");
   sub->callback([&inv] {

@@ -82,10 +82,9 @@ int RunEval(Invocation& inv) {
 }  // namespace
 
 void AddEvalCommand(CLI::App& root, Invocation& inv) {
-  CLI::App* eval = root.add_subcommand(
-      "eval",
-      "Run N SWE-style rollouts in fresh sandboxes and grade them (the Python runner "
-      "warren.eval; `warren eval --help` for its options).");
+  CLI::App* eval = root.add_subcommand("eval",
+                                       "Run N SWE-style rollouts in fresh sandboxes and grade them (the Python runner "
+                                       "warren.eval; `warren eval --help` for its options).");
   // Every word after "eval" (also --help) goes to the runner.
   eval->fallthrough(false);
   eval->prefix_command();

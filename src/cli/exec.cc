@@ -36,19 +36,18 @@ StatusOr<std::string> ReadStdinBytes(const ExecArgs& a) {
 void PrintNotes(const ExecArgs& a, const v1::ExecResult& r) {
   std::string notes;
   if (r.timed_out()) {
-    notes += absl::StrFormat("warren: timed out after %gs; the process tree was killed\n",
-                             a.timeout_s);
+    notes += absl::StrFormat("warren: timed out after %gs; the process tree was killed\n", a.timeout_s);
   }
   if (r.oom_killed()) {
     notes += "warren: out of memory: the sandbox's memory cgroup killed a process\n";
   }
   if (r.stdout_truncated()) {
-    notes += absl::StrCat("warren: stdout truncated: kept ", r.stdout().size(), " of ",
-                          r.stdout_total_bytes(), " bytes\n");
+    notes +=
+        absl::StrCat("warren: stdout truncated: kept ", r.stdout().size(), " of ", r.stdout_total_bytes(), " bytes\n");
   }
   if (r.stderr_truncated()) {
-    notes += absl::StrCat("warren: stderr truncated: kept ", r.stderr().size(), " of ",
-                          r.stderr_total_bytes(), " bytes\n");
+    notes +=
+        absl::StrCat("warren: stderr truncated: kept ", r.stderr().size(), " of ", r.stderr_total_bytes(), " bytes\n");
   }
   if (!notes.empty()) (void)WriteAll(STDERR_FILENO, notes, "stderr");
 }
@@ -128,11 +127,10 @@ StatusOr<v1::ExecRequest> BuildExecRequest(const ExecArgs& a) {
 
 void AddExecCommand(CLI::App& root, Invocation& inv) {
   ExecArgs& a = inv.exec;
-  CLI::App* sub = root.add_subcommand(
-      "exec",
-      "Run a command: warren exec [flags] ID [--] CMD...\n"
-      "One CMD word runs as `/bin/sh -c WORD`; several run as argv. Exits with the\n"
-      "command's exit code (128+signal if killed).");
+  CLI::App* sub = root.add_subcommand("exec",
+                                      "Run a command: warren exec [flags] ID [--] CMD...\n"
+                                      "One CMD word runs as `/bin/sh -c WORD`; several run as argv. Exits with the\n"
+                                      "command's exit code (128+signal if killed).");
   sub->add_option("id", a.id, "sandbox id")->required();
   // CMD is everything from the first word after ID on (flags after it belong
   // to the command, as in `warren exec ID ls -la`); "--" also ends our flags.
@@ -141,24 +139,19 @@ void AddExecCommand(CLI::App& root, Invocation& inv) {
   sub->fallthrough(false);
   sub->prefix_command();
   sub->add_flag("--json", inv.global.json, "print the ExecResult as one JSON document");
-  sub->add_option("--timeout", a.timeout_s,
-                  "seconds (fractions allowed); kills the whole process tree; 0 = none");
-  sub->add_option("--env", a.env, "K=V added to the environment; repeatable")
-      ->allow_extra_args(false);
+  sub->add_option("--timeout", a.timeout_s, "seconds (fractions allowed); kills the whole process tree; 0 = none");
+  sub->add_option("--env", a.env, "K=V added to the environment; repeatable")->allow_extra_args(false);
   sub->add_option("--cwd", a.cwd, "working directory");
   sub->add_option("--user", a.user, "root, a user name, or uid[:gid]");
-  CLI::Option* file = sub->add_option("--stdin-file", a.stdin_file,
-                                      "send this file's bytes as stdin (then EOF)");
-  CLI::Option* in = sub->add_flag("-i,--stdin", a.read_stdin,
-                                  "read our stdin to EOF and send it as stdin");
+  CLI::Option* file = sub->add_option("--stdin-file", a.stdin_file, "send this file's bytes as stdin (then EOF)");
+  CLI::Option* in = sub->add_flag("-i,--stdin", a.read_stdin, "read our stdin to EOF and send it as stdin");
   file->excludes(in);
   in->excludes(file);
   sub->add_flag("-t,--tty", a.tty,
                 "run on a pseudo-terminal, output streamed; with -i (-it) our stdin is streamed live\n"
                 "(raw mode on a terminal) and window size changes follow");
   sub->add_flag("--argv", a.force_argv, "run a single CMD word as argv, not shell");
-  sub->add_option("--output-cap", a.output_cap_bytes,
-                  "bytes kept per stream; 0 = node default");
+  sub->add_option("--output-cap", a.output_cap_bytes, "bytes kept per stream; 0 = node default");
   sub->callback([&inv, sub] {
     // `ID ls -- x` keeps its "--": it is an argument of ls.
     inv.exec.cmd = sub->remaining();

@@ -12,17 +12,19 @@ namespace warren::cli {
 namespace {
 
 nlohmann::json JobToJson(const v1::Job& j) {
-  return {{"name", j.name()},       {"lease_s", j.lease_s()},
-          {"grace_s", j.grace_s()}, {"lease_expires_at_ns", j.lease_expires_at_ns()},
-          {"lapsed", j.lapsed()},   {"lapsed_at_ns", j.lapsed_at_ns()},
+  return {{"name", j.name()},          {"lease_s", j.lease_s()},
+          {"grace_s", j.grace_s()},    {"lease_expires_at_ns", j.lease_expires_at_ns()},
+          {"lapsed", j.lapsed()},      {"lapsed_at_ns", j.lapsed_at_ns()},
           {"sandboxes", j.sandboxes()}};
 }
 
 std::vector<std::string> JobRow(const v1::Job& j) {
   std::string lease = j.lease_s() == 0 ? "-" : absl::StrCat(j.lease_s(), "s");
   std::string left = "-";
-  if (j.lease_s() > 0 && !j.lapsed()) left = absl::StrCat(std::max<int64_t>(0, (j.lease_expires_at_ns() - WallNowNs()) / 1000000000), "s");
-  return {j.name(), absl::StrCat(j.sandboxes()), lease, absl::StrCat(j.grace_s(), "s"), j.lapsed() ? "lapsed" : "ok", left};
+  if (j.lease_s() > 0 && !j.lapsed())
+    left = absl::StrCat(std::max<int64_t>(0, (j.lease_expires_at_ns() - WallNowNs()) / 1000000000), "s");
+  return {j.name(), absl::StrCat(j.sandboxes()), lease, absl::StrCat(j.grace_s(), "s"), j.lapsed() ? "lapsed" : "ok",
+          left};
 }
 
 int PrintJobs(Invocation& inv, const std::vector<v1::Job>& jobs, bool one) {
@@ -112,11 +114,11 @@ void AddJobCommand(CLI::App& root, Invocation& inv) {
     const char* name;
     const char* help;
   };
-  for (const Verb& v : {Verb{"show", "Show a job's lease and sandbox count."},
-                        Verb{"heartbeat", "Renew (or start) a job's lease."},
-                        Verb{"suspend", "Suspend every running or paused sandbox of a job; prints how many."},
-                        Verb{"resume", "Resume every paused or suspended sandbox of a job; prints how many."},
-                        Verb{"rm", "Destroy every sandbox of a job and forget its lease; prints how many."}}) {
+  for (const Verb& v :
+       {Verb{"show", "Show a job's lease and sandbox count."}, Verb{"heartbeat", "Renew (or start) a job's lease."},
+        Verb{"suspend", "Suspend every running or paused sandbox of a job; prints how many."},
+        Verb{"resume", "Resume every paused or suspended sandbox of a job; prints how many."},
+        Verb{"rm", "Destroy every sandbox of a job and forget its lease; prints how many."}}) {
     CLI::App* sub = job->add_subcommand(v.name, v.help);
     sub->fallthrough();
     sub->add_option("name", inv.rl.name, "job name")->required();

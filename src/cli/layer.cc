@@ -15,8 +15,7 @@ namespace warren::cli {
 namespace {
 
 // Streams `fd` to the Build call in kChunkBytes messages.
-Status SendTar(int fd, const std::string& what,
-               grpc::ClientWriter<v1::BuildLayerRequest>& writer) {
+Status SendTar(int fd, const std::string& what, grpc::ClientWriter<v1::BuildLayerRequest>& writer) {
   std::string buf(kChunkBytes, '\0');
   for (;;) {
     ASSIGN_OR_RETURN(size_t filled, ReadFull(fd, buf.data(), buf.size(), what));
@@ -57,8 +56,7 @@ int RunBuild(Invocation& inv) {
   grpc::ClientContext ctx;
   client.Prepare(&ctx);
   v1::Layer layer;
-  std::unique_ptr<grpc::ClientWriter<v1::BuildLayerRequest>> writer =
-      client.layers().Build(&ctx, &layer);
+  std::unique_ptr<grpc::ClientWriter<v1::BuildLayerRequest>> writer = client.layers().Build(&ctx, &layer);
   Status local = absl::OkStatus();
   if (writer->Write(header) && !a.tar.empty()) {
     local = SendTar(fd, a.tar == "-" ? "stdin" : a.tar, *writer);
@@ -98,13 +96,11 @@ int RunLayerLs(Invocation& inv) {
     PrintJson({{"layers", list}});
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "DIGEST", "SIZE", "IN_USE", "MOUNTED", "AGE"}};
+  std::vector<std::vector<std::string>> rows = {{"NAME", "DIGEST", "SIZE", "IN_USE", "MOUNTED", "AGE"}};
   int64_t now = WallNowNs();
   for (const v1::Layer& l : resp.layers()) {
-    rows.push_back({l.name().empty() ? "-" : l.name(), ShortDigest(l.digest()),
-                    FormatBytes(l.size_bytes()), absl::StrCat(l.in_use()),
-                    l.mounted() ? "yes" : "no", FormatAge(l.created_at_ns(), now)});
+    rows.push_back({l.name().empty() ? "-" : l.name(), ShortDigest(l.digest()), FormatBytes(l.size_bytes()),
+                    absl::StrCat(l.in_use()), l.mounted() ? "yes" : "no", FormatAge(l.created_at_ns(), now)});
   }
   PrintTable(std::cout, rows);
   return kExitOk;
@@ -162,15 +158,15 @@ void AddLayerCommand(CLI::App& root, Invocation& inv) {
   layer->fallthrough();
   layer->require_subcommand(1);
 
-  CLI::App* build = layer->add_subcommand(
-      "build", "Build a layer from a directory on the daemon's host or a tar stream; "
-               "prints \"NAME DIGEST\".");
+  CLI::App* build = layer->add_subcommand("build",
+                                          "Build a layer from a directory on the daemon's host or a tar stream; "
+                                          "prints \"NAME DIGEST\".");
   build->fallthrough();
   build->add_option("name", inv.layer_build.name, "kind/name[@version]")->required();
-  CLI::Option* dir = build->add_option("--dir", inv.layer_build.dir,
-                                       "source directory (read by the daemon; root, unix socket)");
-  CLI::Option* tar = build->add_option(
-      "--tar", inv.layer_build.tar, "tar file (plain/gzip/xz/zstd), '-' for stdin; streamed");
+  CLI::Option* dir =
+      build->add_option("--dir", inv.layer_build.dir, "source directory (read by the daemon; root, unix socket)");
+  CLI::Option* tar =
+      build->add_option("--tar", inv.layer_build.tar, "tar file (plain/gzip/xz/zstd), '-' for stdin; streamed");
   dir->excludes(tar);
   tar->excludes(dir);
   build->callback([&inv] {
@@ -178,8 +174,7 @@ void AddLayerCommand(CLI::App& root, Invocation& inv) {
     inv.run = RunBuild;
   });
 
-  CLI::App* ls = layer->add_subcommand(
-      "ls", "List layers: NAME DIGEST SIZE IN_USE MOUNTED AGE.");
+  CLI::App* ls = layer->add_subcommand("ls", "List layers: NAME DIGEST SIZE IN_USE MOUNTED AGE.");
   ls->fallthrough();
   ls->callback([&inv] {
     inv.verb = "layer ls";

@@ -41,10 +41,12 @@ int RunAudit(Invocation& inv) {
   for (const nlohmann::json& e : all) {
     if (!e.is_object()) continue;
     int64_t s = e.value("start_ns", int64_t{0}), t = e.value("end_ns", int64_t{0});
-    std::string what = e.contains("shell") ? Field(e, "shell") : e.contains("argv") ? Field(e, "argv") : Field(e, "path");
+    std::string what = e.contains("shell")  ? Field(e, "shell")
+                       : e.contains("argv") ? Field(e, "argv")
+                                            : Field(e, "path");
     if (what.size() > 60) what = what.substr(0, 57) + "...";
-    std::string bytes = e.contains("stdout_bytes") ? Field(e, "stdout_bytes") + "/" + Field(e, "stderr_bytes")
-                                                   : Field(e, "bytes");
+    std::string bytes =
+        e.contains("stdout_bytes") ? Field(e, "stdout_bytes") + "/" + Field(e, "stderr_bytes") : Field(e, "bytes");
     std::string exit = e.contains("error") ? "error" : Field(e, "exit_code");
     rows.push_back({absl::StrCat(s), absl::StrCat((t - s) / 1000000), Field(e, "op"), what, exit, bytes});
   }

@@ -45,14 +45,11 @@ int RunLs(Invocation& inv) {
     PrintJson({{"sandboxes", list}});
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "BACKEND", "STATE", "AGE", "LAYERS", "CPU", "MEM"}};
+  std::vector<std::vector<std::string>> rows = {{"ID", "BACKEND", "STATE", "AGE", "LAYERS", "CPU", "MEM"}};
   int64_t now = WallNowNs();
   for (const v1::Sandbox& s : resp.sandboxes()) {
-    rows.push_back({s.id(), s.backend(), StateName(s.state()),
-                    FormatAge(s.created_at_ns(), now), LayersColumn(s),
-                    absl::StrCat(s.resources().cpu_millis(), "m"),
-                    absl::StrCat(s.resources().memory_mb(), "MiB")});
+    rows.push_back({s.id(), s.backend(), StateName(s.state()), FormatAge(s.created_at_ns(), now), LayersColumn(s),
+                    absl::StrCat(s.resources().cpu_millis(), "m"), absl::StrCat(s.resources().memory_mb(), "MiB")});
   }
   PrintTable(std::cout, rows);
   return kExitOk;
@@ -118,11 +115,9 @@ StatusOr<v1::ListSandboxesRequest> BuildListRequest(const LsArgs& a) {
 }
 
 void AddLsCommands(CLI::App& root, Invocation& inv) {
-  CLI::App* ls = root.add_subcommand(
-      "ls", "List sandboxes: ID BACKEND STATE AGE LAYERS CPU MEM.");
+  CLI::App* ls = root.add_subcommand("ls", "List sandboxes: ID BACKEND STATE AGE LAYERS CPU MEM.");
   ls->fallthrough();
-  ls->add_option("--label", inv.ls.labels, "only sandboxes with this K=V label; repeatable")
-      ->allow_extra_args(false);
+  ls->add_option("--label", inv.ls.labels, "only sandboxes with this K=V label; repeatable")->allow_extra_args(false);
   ls->add_option("--job", inv.ls.job, "only sandboxes of this job");
   ls->callback([&inv] {
     inv.verb = "ls";

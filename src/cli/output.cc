@@ -37,8 +37,7 @@ std::string FileTypeName(v1::FileType type) {
 }
 
 nlohmann::json ResourcesToJson(const v1::Resources& r) {
-  return {{"cpu_millis", r.cpu_millis()}, {"memory_mb", r.memory_mb()},
-          {"disk_mb", r.disk_mb()},       {"pids", r.pids()},
+  return {{"cpu_millis", r.cpu_millis()}, {"memory_mb", r.memory_mb()}, {"disk_mb", r.disk_mb()}, {"pids", r.pids()},
           {"open_files", r.open_files()}, {"tmpfs_mb", r.tmpfs_mb()}};
 }
 
@@ -49,8 +48,7 @@ nlohmann::json SandboxToJson(const v1::Sandbox& s) {
           {"backend", s.backend()},
           {"state", StateName(s.state())},
           {"layers", std::vector<std::string>(s.layers().begin(), s.layers().end())},
-          {"layer_names",
-           std::vector<std::string>(s.layer_names().begin(), s.layer_names().end())},
+          {"layer_names", std::vector<std::string>(s.layer_names().begin(), s.layer_names().end())},
           {"resources", ResourcesToJson(s.resources())},
           {"labels", labels},
           {"job", s.job()},
@@ -114,14 +112,12 @@ void PrintJson(const nlohmann::json& j) {
 }
 
 std::string Base64Encode(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   size_t i = 0;
   for (; i + 3 <= bytes.size(); i += 3) {
-    uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) |
-                 uint8_t(bytes[i + 2]);
+    uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
     out += kAlphabet[(v >> 18) & 63];
     out += kAlphabet[(v >> 12) & 63];
     out += kAlphabet[(v >> 6) & 63];

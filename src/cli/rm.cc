@@ -25,9 +25,8 @@ int RunRm(Invocation& inv) {
       destroyed.push_back(id);
       if (!inv.global.json) std::cout << id << std::endl;
     } else {
-      failed.push_back({{"id", id},
-                        {"code", absl::StatusCodeToString(st.code())},
-                        {"message", std::string(st.message())}});
+      failed.push_back(
+          {{"id", id}, {"code", absl::StatusCodeToString(st.code())}, {"message", std::string(st.message())}});
       PrintError(Status(st.code(), id + ": " + std::string(st.message())));
     }
   }

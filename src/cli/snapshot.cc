@@ -133,7 +133,8 @@ StatusOr<v1::GradeRequest> BuildGradeRequest(const RlArgs& a, const std::vector<
   if (a.id.empty()) return absl::InvalidArgumentError("missing sandbox ID");
   if (cmd.empty()) return absl::InvalidArgumentError("missing grader: warren grade [flags] ID -- CMD...");
   if (!(a.timeout_s >= 0) || a.timeout_s > 4294967.0) {
-    return absl::InvalidArgumentError(absl::StrCat("--timeout must be between 0 and 4294967 seconds, got ", a.timeout_s));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout must be between 0 and 4294967 seconds, got ", a.timeout_s));
   }
   v1::GradeRequest req;
   req.set_id(a.id);
@@ -147,8 +148,9 @@ StatusOr<v1::GradeRequest> BuildGradeRequest(const RlArgs& a, const std::vector<
   if (a.timeout_s > 0 && ms == 0) ms = 1;
   g->set_timeout_ms(ms);
   if (a.solution.empty()) {
-    return absl::InvalidArgumentError("missing --solution PATH: where the task's solution lives (the agent's changes "
-                                      "enter the grader only there)");
+    return absl::InvalidArgumentError(
+        "missing --solution PATH: where the task's solution lives (the agent's changes "
+        "enter the grader only there)");
   }
   for (const std::string& p : a.protected_paths) req.add_protected_paths(p);
   for (const std::string& p : a.solution) req.add_solution(p);
@@ -184,19 +186,21 @@ void AddSnapshotCommands(CLI::App& root, Invocation& inv) {
     inv.run = RunFork;
   });
 
-  CLI::App* grade = root.add_subcommand(
-      "grade",
-      "Grade a sandbox: warren grade [flags] ID -- CMD...\n"
-      "The grader runs in a fresh sandbox from the pristine layers + the agent's changes\n"
-      "under the --solution paths only; exits with the grader's exit code.");
+  CLI::App* grade =
+      root.add_subcommand("grade",
+                          "Grade a sandbox: warren grade [flags] ID -- CMD...\n"
+                          "The grader runs in a fresh sandbox from the pristine layers + the agent's changes\n"
+                          "under the --solution paths only; exits with the grader's exit code.");
   grade->fallthrough();
   grade->add_option("id", a.id, "sandbox id")->required();
-  grade->add_option("--solution", a.solution,
-                    "absolute path where the task's solution lives (the agent's changes enter the grader only "
-                    "there); repeatable, required")
+  grade
+      ->add_option("--solution", a.solution,
+                   "absolute path where the task's solution lives (the agent's changes enter the grader only "
+                   "there); repeatable, required")
       ->allow_extra_args(false);
-  grade->add_option("--protected", a.protected_paths,
-                    "deprecated: a path inside a solution path kept pristine; repeatable")
+  grade
+      ->add_option("--protected", a.protected_paths,
+                   "deprecated: a path inside a solution path kept pristine; repeatable")
       ->allow_extra_args(false);
   grade->add_option("--timeout", a.timeout_s, "grader timeout in seconds; 0 = none");
   grade->callback([&inv] {

@@ -41,8 +41,8 @@ int RunStatus(Invocation& inv) {
       {"state_dir:", n.state_dir()},
       {"uptime:", FormatAge(n.started_at_ns(), WallNowNs())},
       {"cpus:", absl::StrCat(n.cpus())},
-      {"memory:", absl::StrCat(FormatBytes(n.memory_available_bytes()), " available of ",
-                               FormatBytes(n.memory_total_bytes()))},
+      {"memory:",
+       absl::StrCat(FormatBytes(n.memory_available_bytes()), " available of ", FormatBytes(n.memory_total_bytes()))},
   };
   PrintTable(std::cout, rows);
   return kExitOk;

@@ -57,7 +57,6 @@ Status RemoveTreeAt(int parent_fd, const std::string& name, const std::string& p
 
 }  // namespace
 
-
 Status WriteAll(int fd, std::string_view data, std::string_view what) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());

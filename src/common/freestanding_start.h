@@ -8,24 +8,28 @@
 
 #if defined(__x86_64__)
 #define WARREN_FREESTANDING_START(fn) \
-  __asm__(".text\n"                    \
-          ".global _start\n"           \
-          "_start:\n"                  \
-          "  xor %rbp, %rbp\n"         \
-          "  mov %rsp, %rdi\n"         \
-          "  and $-16, %rsp\n"         \
-          "  call " #fn "\n"           \
-          "  hlt\n");
+  __asm__(                            \
+      ".text\n"                       \
+      ".global _start\n"              \
+      "_start:\n"                     \
+      "  xor %rbp, %rbp\n"            \
+      "  mov %rsp, %rdi\n"            \
+      "  and $-16, %rsp\n"            \
+      "  call " #fn                   \
+      "\n"                            \
+      "  hlt\n");
 #elif defined(__aarch64__)
 #define WARREN_FREESTANDING_START(fn) \
-  __asm__(".text\n"                    \
-          ".global _start\n"           \
-          "_start:\n"                  \
-          "  mov x29, #0\n"            \
-          "  mov x30, #0\n"            \
-          "  mov x0, sp\n"             \
-          "  bl " #fn "\n"             \
-          "  brk #0\n");
+  __asm__(                            \
+      ".text\n"                       \
+      ".global _start\n"              \
+      "_start:\n"                     \
+      "  mov x29, #0\n"               \
+      "  mov x30, #0\n"               \
+      "  mov x0, sp\n"                \
+      "  bl " #fn                     \
+      "\n"                            \
+      "  brk #0\n");
 #else
 #error "freestanding programs support x86_64 and aarch64 only"
 #endif

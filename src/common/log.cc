@@ -4,9 +4,9 @@
 #include <ctime>
 #include <memory>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <nlohmann/json.hpp>
 
 namespace warren {
 namespace {
@@ -22,8 +22,7 @@ std::string Timestamp(std::chrono::system_clock::time_point tp) {
   gmtime_r(&secs, &tm);
   char buf[64];
   size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof(buf) - n, ".%06lldZ",
-                static_cast<long long>((ns % 1000000000) / 1000));
+  std::snprintf(buf + n, sizeof(buf) - n, ".%06lldZ", static_cast<long long>((ns % 1000000000) / 1000));
   return buf;
 }
 
@@ -33,8 +32,7 @@ class Formatter final : public spdlog::formatter {
 
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     std::string text(msg.payload.data(), msg.payload.size());
-    std::string level(spdlog::level::to_string_view(msg.level).data(),
-                      spdlog::level::to_string_view(msg.level).size());
+    std::string level(spdlog::level::to_string_view(msg.level).data(), spdlog::level::to_string_view(msg.level).size());
     std::string line;
     if (format_ == LogFormat::kJson) {
       nlohmann::ordered_json j;
@@ -55,9 +53,7 @@ class Formatter final : public spdlog::formatter {
     dest.append(line.data(), line.data() + line.size());
   }
 
-  std::unique_ptr<spdlog::formatter> clone() const override {
-    return std::make_unique<Formatter>(format_);
-  }
+  std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<Formatter>(format_); }
 
  private:
   LogFormat format_;
@@ -71,8 +67,7 @@ Status SetupLogging(LogFormat format, const std::string& level) {
     return absl::InvalidArgumentError("--log-level: unknown level '" + level +
                                       "' (trace, debug, info, warn, error, critical, off)");
   }
-  auto logger = std::make_shared<spdlog::logger>(
-      "warrend", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("warrend", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_formatter(std::make_unique<Formatter>(format));
   logger->set_level(lvl);
   logger->flush_on(spdlog::level::trace);
@@ -80,8 +75,7 @@ Status SetupLogging(LogFormat format, const std::string& level) {
   return absl::OkStatus();
 }
 
-void Log(spdlog::level::level_enum level, const std::string& msg,
-         std::initializer_list<LogField> fields) {
+void Log(spdlog::level::level_enum level, const std::string& msg, std::initializer_list<LogField> fields) {
   t_fields = &fields;
   spdlog::log(level, "{}", msg);
   t_fields = nullptr;

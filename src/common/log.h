@@ -23,7 +23,6 @@ using LogField = std::pair<std::string, std::string>;
 // ("trace".."critical", "off"). InvalidArgument for an unknown level.
 Status SetupLogging(LogFormat format, const std::string& level);
 
-void Log(spdlog::level::level_enum level, const std::string& msg,
-         std::initializer_list<LogField> fields = {});
+void Log(spdlog::level::level_enum level, const std::string& msg, std::initializer_list<LogField> fields = {});
 
 }  // namespace warren

@@ -43,10 +43,10 @@ namespace warren {
 
 // One output pipe: what the pump keeps of it and how much there was.
 struct PumpStream {
-  UniqueFd fd;        // read end; reset at EOF
-  uint64_t cap = 0;   // bytes kept in `data`
-  std::string data;   // at most `cap` bytes
-  uint64_t total = 0; // bytes read (kept or not)
+  UniqueFd fd;         // read end; reset at EOF
+  uint64_t cap = 0;    // bytes kept in `data`
+  std::string data;    // at most `cap` bytes
+  uint64_t total = 0;  // bytes read (kept or not)
   bool truncated() const { return total > data.size(); }
   // Optional: called with each chunk read (before the cap applies).
   std::function<void(std::string_view)> on_data;
@@ -58,15 +58,15 @@ struct PumpOptions {
 
   int exit_fd = -1;
   std::function<StatusOr<bool>()> on_exit_readable;
-  UniqueFd* stdin_fd = nullptr;      // write end, or nullptr/invalid: none
-  std::string_view stdin_data;       // written to stdin_fd, then it is closed
+  UniqueFd* stdin_fd = nullptr;                 // write end, or nullptr/invalid: none
+  std::string_view stdin_data;                  // written to stdin_fd, then it is closed
   std::function<Clock::time_point()> deadline;  // nullptr or time_point::max(): none
   std::function<void(int sig)> kill;            // the ladder's signals (whole tree)
   std::chrono::milliseconds kill_grace{500};
   AfterExit after_exit = AfterExit::kAvailable;
-  std::chrono::milliseconds linger{5000};       // kUntilEof: bound after the end
-  std::function<bool()> cancelled;              // optional
-  std::string what = "command";                 // names the pump in errors
+  std::chrono::milliseconds linger{5000};  // kUntilEof: bound after the end
+  std::function<bool()> cancelled;         // optional
+  std::string what = "command";            // names the pump in errors
 };
 
 struct PumpResult {

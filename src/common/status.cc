@@ -10,23 +10,29 @@ constexpr char kErrnoPayload[] = "warren.errno";
 
 absl::StatusCode CodeFor(int err) {
   switch (err) {
-    case ENOENT: case ESRCH:
-      return absl::StatusCode::kNotFound;
-    case EEXIST:
-      return absl::StatusCode::kAlreadyExists;
-    case EACCES: case EPERM: case EROFS:
-      return absl::StatusCode::kPermissionDenied;
-    case ENOSPC: case EDQUOT: case EMFILE: case ENFILE: case ENOMEM: case EAGAIN:
-    case EFBIG:
-      return absl::StatusCode::kResourceExhausted;
-    case EINVAL: case ENAMETOOLONG: case ELOOP: case EXDEV: case ENOTDIR: case EISDIR:
-      return absl::StatusCode::kInvalidArgument;
-    case ENOTEMPTY: case EBUSY:
-      return absl::StatusCode::kFailedPrecondition;
-    case ETIMEDOUT:
-      return absl::StatusCode::kDeadlineExceeded;
-    default:
-      return absl::StatusCode::kInternal;
+    case ENOENT:
+    case ESRCH: return absl::StatusCode::kNotFound;
+    case EEXIST: return absl::StatusCode::kAlreadyExists;
+    case EACCES:
+    case EPERM:
+    case EROFS: return absl::StatusCode::kPermissionDenied;
+    case ENOSPC:
+    case EDQUOT:
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EAGAIN:
+    case EFBIG: return absl::StatusCode::kResourceExhausted;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EXDEV:
+    case ENOTDIR:
+    case EISDIR: return absl::StatusCode::kInvalidArgument;
+    case ENOTEMPTY:
+    case EBUSY: return absl::StatusCode::kFailedPrecondition;
+    case ETIMEDOUT: return absl::StatusCode::kDeadlineExceeded;
+    default: return absl::StatusCode::kInternal;
   }
 }
 }  // namespace

@@ -31,14 +31,13 @@ int StatusErrno(const Status& s);
 #define WARREN_CONCAT_INNER_(a, b) a##b
 #define WARREN_CONCAT_(a, b) WARREN_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status _st = (expr);               \
-    if (!_st.ok()) return _st;                 \
+#define RETURN_IF_ERROR(expr)    \
+  do {                           \
+    ::absl::Status _st = (expr); \
+    if (!_st.ok()) return _st;   \
   } while (0)
 
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(WARREN_CONCAT_(_sor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL_(WARREN_CONCAT_(_sor_, __LINE__), lhs, expr)
 // tmp is a name and lhs may be a declaration (`auto x`): neither can be parenthesized.
 // NOLINTBEGIN(bugprone-macro-parentheses)
 #define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

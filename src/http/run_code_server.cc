@@ -28,8 +28,7 @@ StatusOr<std::chrono::milliseconds> Seconds(const json& req, const char* key, do
   if (req.contains(key) && req[key].is_number()) s = req[key].get<double>();
   if (!(s > 0) || !std::isfinite(s)) s = dflt;
   if (s > max) {
-    return absl::InvalidArgumentError(absl::StrCat(key, " ", s, " s is above this node's maximum of ", max,
-                                                   " s"));
+    return absl::InvalidArgumentError(absl::StrCat(key, " ", s, " s is above this node's maximum of ", max, " s"));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
@@ -39,9 +38,9 @@ Status CheckLayer(const std::string& ref, size_t index, const std::vector<std::s
   const std::string field = "layers[" + std::to_string(index) + "]";
   StatusOr<image::LayerName> name = image::LayerName::Parse(ref);
   if (!name.ok()) {
-    return absl::InvalidArgumentError(field + " \"" + absl::CHexEscape(ref) +
-                                      "\" is not a layer name kind/name[@version]: " +
-                                      std::string(name.status().message()));
+    return absl::InvalidArgumentError(
+        field + " \"" + absl::CHexEscape(ref) +
+        "\" is not a layer name kind/name[@version]: " + std::string(name.status().message()));
   }
   for (const std::string& a : allowed) {
     StatusOr<image::LayerName> ok = image::LayerName::Parse(a);
@@ -111,8 +110,9 @@ json StageJson(const runtime::ExecOutcome& o) {
 }
 
 json Error(const std::string& msg) {
-  return json{{"status", "SandboxError"}, {"message", msg}, {"compile_result", nullptr},
-              {"run_result", nullptr}, {"executor_pod_name", nullptr}, {"files", json::object()}};
+  return json{{"status", "SandboxError"},     {"message", msg},
+              {"compile_result", nullptr},    {"run_result", nullptr},
+              {"executor_pod_name", nullptr}, {"files", json::object()}};
 }
 
 }  // namespace
@@ -138,8 +138,8 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
   if (req.contains("memory_limit_MB") && req["memory_limit_MB"].is_number_unsigned()) {
     const uint64_t mb = req["memory_limit_MB"].get<uint64_t>();
     if (mb > options.max_memory_mb) {
-      return bad(absl::InvalidArgumentError(absl::StrCat("memory_limit_MB ", mb, " is above this node's maximum of ",
-                                                         options.max_memory_mb, " MB")));
+      return bad(absl::InvalidArgumentError(
+          absl::StrCat("memory_limit_MB ", mb, " is above this node's maximum of ", options.max_memory_mb, " MB")));
     }
     q.memory_mb = static_cast<uint32_t>(mb);
   }
@@ -168,8 +168,9 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
   }
   StatusOr<runtime::FnCallResult> r = frontend.Run(layers, q);
   if (!r.ok()) return {200, Error(r.status().ToString())};
-  json out = {{"status", "Failed"}, {"message", ""}, {"compile_result", nullptr},
-              {"run_result", nullptr}, {"executor_pod_name", nullptr}, {"files", json::object()}};
+  json out = {{"status", "Failed"},           {"message", ""},
+              {"compile_result", nullptr},    {"run_result", nullptr},
+              {"executor_pod_name", nullptr}, {"files", json::object()}};
   if (r->compile) out["compile_result"] = StageJson(*r->compile);
   if (r->run) out["run_result"] = StageJson(*r->run);
   for (const auto& [path, data] : r->files) out["files"][path] = absl::Base64Escape(data);

@@ -31,8 +31,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "node/fncall_frontend.h"
 #include "common/status.h"
+#include "node/fncall_frontend.h"
 
 namespace httplib {
 class Server;

@@ -45,9 +45,8 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
   // way erofs-utils 1.5 takes a fixed build time without also overriding
   // file mtimes (-T does): it clamps mtimes to it, so use the largest u32
   // time (2106) and nothing real is clamped.
-  std::vector<std::string> args = {"mkfs.erofs", "--quiet", "--preserve-mtime",
-                                   "-U", "00000000-0000-0000-0000-000000000000",
-                                   image, src_dir};
+  std::vector<std::string> args = {
+      "mkfs.erofs", "--quiet", "--preserve-mtime", "-U", "00000000-0000-0000-0000-000000000000", image, src_dir};
   if (chunked) args.insert(args.begin() + 1, "--chunksize=4096");
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
@@ -108,11 +107,9 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
     pos = end + 1;
   }
   if (!errors.empty()) err = errors;
-  std::string how = WIFEXITED(wstatus)
-                        ? "exit status " + std::to_string(WEXITSTATUS(wstatus))
-                        : "signal " + std::to_string(WTERMSIG(wstatus));
-  return absl::InternalError("mkfs.erofs " + image + " " + src_dir + " failed (" + how +
-                             "): " + err);
+  std::string how = WIFEXITED(wstatus) ? "exit status " + std::to_string(WEXITSTATUS(wstatus))
+                                       : "signal " + std::to_string(WTERMSIG(wstatus));
+  return absl::InternalError("mkfs.erofs " + image + " " + src_dir + " failed (" + how + "): " + err);
 }
 
 namespace {
@@ -159,8 +156,7 @@ StatusOr<UniqueFd> FsMountErofs(const std::string& source, const std::string& wh
   if (fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
     return ErrnoToStatus(errno, "fsconfig(FSCONFIG_CMD_CREATE) for " + what);
   }
-  int m = fsmount(fs.get(), FSMOUNT_CLOEXEC,
-                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  int m = fsmount(fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
   if (m < 0) return ErrnoToStatus(errno, "fsmount(" + what + ")");
   return UniqueFd(m);
 }

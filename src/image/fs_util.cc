@@ -22,8 +22,7 @@ namespace warren::image {
 StatusOr<std::string> Sha256File(const std::string& path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                               &EVP_MD_CTX_free);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     return absl::InternalError("EVP_DigestInit_ex(sha256) failed");
   }
@@ -232,8 +231,7 @@ bool MadeByDeadLocalProcess(const std::string& name) {
   if (n.size() < host.size() || n.compare(n.size() - host.size(), host.size(), host) != 0) {
     return false;
   }
-  if (pid_str.empty() || pid_str.size() > 9 ||
-      pid_str.find_first_not_of("0123456789") != std::string::npos) {
+  if (pid_str.empty() || pid_str.size() > 9 || pid_str.find_first_not_of("0123456789") != std::string::npos) {
     return false;
   }
   pid_t pid = static_cast<pid_t>(std::stol(pid_str));

@@ -8,8 +8,7 @@ bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '
 bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
 
 Status BadName(std::string_view s, const std::string& why) {
-  return absl::InvalidArgumentError("layer name \"" + absl::CHexEscape(std::string(s)) +
-                                    "\": " + why);
+  return absl::InvalidArgumentError("layer name \"" + absl::CHexEscape(std::string(s)) + "\": " + why);
 }
 
 }  // namespace
@@ -28,8 +27,7 @@ StatusOr<LayerName> LayerName::Parse(std::string_view s) {
   } else if (kind == "toolset") {
     out.kind = LayerKind::kToolset;
   } else {
-    return BadName(s, "kind \"" + absl::CHexEscape(kind) +
-                          "\" is not one of base, workspace, toolset");
+    return BadName(s, "kind \"" + absl::CHexEscape(kind) + "\" is not one of base, workspace, toolset");
   }
   std::string_view rest = s.substr(slash + 1);
   size_t at = rest.find('@');
@@ -49,17 +47,14 @@ StatusOr<LayerName> LayerName::Parse(std::string_view s) {
   if (at != std::string_view::npos) {
     std::string version(rest.substr(at + 1));
     if (version.empty() || version.size() > 64) {
-      return BadName(s, "version \"" + absl::CHexEscape(version) +
-                            "\" must be 1 to 64 characters");
+      return BadName(s, "version \"" + absl::CHexEscape(version) + "\" must be 1 to 64 characters");
     }
     if (!IsAlnum(version[0])) {
-      return BadName(s, "version \"" + absl::CHexEscape(version) +
-                            "\" must start with [A-Za-z0-9]");
+      return BadName(s, "version \"" + absl::CHexEscape(version) + "\" must start with [A-Za-z0-9]");
     }
     for (char c : version) {
       if (!IsAlnum(c) && c != '.' && c != '_' && c != '+' && c != '-') {
-        return BadName(s, "version \"" + absl::CHexEscape(version) +
-                              "\" may only contain [A-Za-z0-9._+-]");
+        return BadName(s, "version \"" + absl::CHexEscape(version) + "\" may only contain [A-Za-z0-9._+-]");
       }
     }
     out.version = std::move(version);
@@ -68,9 +63,7 @@ StatusOr<LayerName> LayerName::Parse(std::string_view s) {
 }
 
 std::string LayerName::ToString() const {
-  const char* k = kind == LayerKind::kBase        ? "base"
-                  : kind == LayerKind::kWorkspace ? "workspace"
-                                                  : "toolset";
+  const char* k = kind == LayerKind::kBase ? "base" : kind == LayerKind::kWorkspace ? "workspace" : "toolset";
   std::string s = std::string(k) + "/" + name;
   if (!version.empty()) s += "@" + version;
   return s;

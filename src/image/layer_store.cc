@@ -37,16 +37,14 @@ class RemoveGuard {
 
 bool IsHex64(std::string_view s) {
   if (s.size() != 64) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // "sha256:<hex>" -> "<hex>"; InvalidArgument otherwise.
 StatusOr<std::string> DigestHex(std::string_view digest) {
   std::string_view prefix(kDigestPrefix);
   if (digest.substr(0, prefix.size()) != prefix || !IsHex64(digest.substr(prefix.size()))) {
-    return absl::InvalidArgumentError("digest \"" + std::string(digest) +
-                                      "\" is not sha256:<64 lower-case hex>");
+    return absl::InvalidArgumentError("digest \"" + std::string(digest) + "\" is not sha256:<64 lower-case hex>");
   }
   return std::string(digest.substr(prefix.size()));
 }
@@ -100,8 +98,7 @@ StatusOr<std::unique_ptr<LayerStore>> LayerStore::Open(const std::string& dir) {
     return absl::InvalidArgumentError("layer store dir \"" + dir + "\" must be absolute");
   }
   std::unique_ptr<LayerStore> s(new LayerStore(dir));
-  for (const char* sub : {"blobs/sha256", "meta", "tmp", "names/base", "names/workspace",
-                          "names/toolset"}) {
+  for (const char* sub : {"blobs/sha256", "meta", "tmp", "names/base", "names/workspace", "names/toolset"}) {
     RETURN_IF_ERROR(MakeDirs(dir + "/" + sub));
   }
   // Staging trees from tars may hold setuid files and devices until they are
@@ -123,8 +120,7 @@ std::string LayerStore::BlobPath(std::string_view digest) const {
 }
 
 std::string LayerStore::NamePath(const LayerName& name) const {
-  return dir_ + "/names/" + LayerName{name.kind, name.name, ""}.ToString() + "/" +
-         name.version;
+  return dir_ + "/names/" + LayerName{name.kind, name.name, ""}.ToString() + "/" + name.version;
 }
 
 std::string LayerStore::TmpPath(std::string_view what) const {
@@ -187,16 +183,16 @@ StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::str
   return info;
 }
 
-StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string& tmp_image,
-                                        const std::string& hex, uint64_t size, bool from_sandbox) {
+StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string& tmp_image, const std::string& hex,
+                                        uint64_t size, bool from_sandbox) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string digest = kDigestPrefix + hex;
   const std::string name_path = NamePath(name);
   auto existing = [&]() -> StatusOr<LayerInfo> {
     ASSIGN_OR_RETURN(LayerInfo cur, Resolve(name.ToString()));
     if (cur.digest != digest) {
-      return absl::AlreadyExistsError("layer " + name.ToString() + " already points at " +
-                                      cur.digest + ", not " + digest);
+      return absl::AlreadyExistsError("layer " + name.ToString() + " already points at " + cur.digest + ", not " +
+                                      digest);
     }
     unlink(tmp_image.c_str());
     return cur;
@@ -227,9 +223,7 @@ StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string
     }
   };
   if (access(meta.c_str(), F_OK) != 0) {
-    nlohmann::json j = {{"name", name.ToString()},
-                        {"size", size},
-                        {"created_at_ns", NowRealtimeNs()}};
+    nlohmann::json j = {{"name", name.ToString()}, {"size", size}, {"created_at_ns", NowRealtimeNs()}};
     if (Status s = WriteFileAtomic(meta, j.dump() + "\n"); !s.ok()) {
       rollback();
       return s;
@@ -284,8 +278,7 @@ StatusOr<LayerInfo> LayerStore::Resolve(std::string_view ref) const {
       if (v.find(".tmp-") != std::string::npos) continue;  // a name being written
       if (stat((dir + "/" + v).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       std::pair<int64_t, std::string> cand{MtimeNs(st), v};
-      if (!best || best->first < cand.first ||
-          (best->first == cand.first && VersionLess(best->second, cand.second))) {
+      if (!best || best->first < cand.first || (best->first == cand.first && VersionLess(best->second, cand.second))) {
         best = cand;
       }
     }
@@ -321,8 +314,7 @@ std::vector<LayerInfo> LayerStore::List() const {
       }
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const LayerInfo& a, const LayerInfo& b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(), [](const LayerInfo& a, const LayerInfo& b) { return a.name < b.name; });
   return out;
 }
 
@@ -339,8 +331,7 @@ Status LayerStore::Remove(std::string_view ref) {
   } else {
     ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(ref));
     if (n.version.empty()) {
-      return absl::InvalidArgumentError("removing layer " + n.ToString() +
-                                        " needs an explicit @version or a digest");
+      return absl::InvalidArgumentError("removing layer " + n.ToString() + " needs an explicit @version or a digest");
     }
     ASSIGN_OR_RETURN(LayerInfo info, Resolve(ref));
     digest = info.digest;

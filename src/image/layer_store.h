@@ -39,8 +39,8 @@ struct LayerName {
 };
 
 struct LayerInfo {
-  std::string digest;   // "sha256:<64 hex>"
-  std::string name;     // "kind/name@version"; empty for an unnamed layer
+  std::string digest;  // "sha256:<64 hex>"
+  std::string name;    // "kind/name@version"; empty for an unnamed layer
   uint64_t size_bytes = 0;
   int64_t created_at_ns = 0;
   // Built from a sandbox's contents (a snapshot or a grade layer): never a
@@ -97,8 +97,8 @@ class LayerStore {
   explicit LayerStore(std::string dir) : dir_(std::move(dir)) {}
   // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image.
   StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src, bool from_sandbox = false);
-  StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image,
-                              const std::string& hex, uint64_t size, bool from_sandbox);
+  StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image, const std::string& hex,
+                              uint64_t size, bool from_sandbox);
   std::string NamePath(const LayerName& name) const;
   std::string TmpPath(std::string_view what) const;
 
@@ -118,8 +118,7 @@ class MountCache {
  public:
   // Adopts mounts left under mount_root by a previous daemon (refcount 0
   // until sandboxes are re-adopted and Acquire() them again).
-  static StatusOr<std::unique_ptr<MountCache>> Open(const LayerStore* store,
-                                                    const std::string& mount_root,
+  static StatusOr<std::unique_ptr<MountCache>> Open(const LayerStore* store, const std::string& mount_root,
                                                     int64_t grace_ms);
   // Mounts (if needed) and takes a reference; returns the mount path.
   StatusOr<std::string> Acquire(std::string_view digest);

@@ -15,8 +15,8 @@
 #include <memory>
 #include <set>
 
-#include "common/unique_fd.h"
 #include "common/file_util.h"
+#include "common/unique_fd.h"
 
 namespace warren::image {
 namespace {
@@ -41,14 +41,12 @@ std::string Join(const std::string& dir, const std::string& name) { return (dir 
 bool KeepXattr(const std::string& name) {
   if (name.rfind("security.", 0) == 0) return false;
   if (name.rfind("trusted.overlay.", 0) != 0) return true;
-  return name == "trusted.overlay.opaque" || name == "trusted.overlay.whiteout" ||
-         name == "trusted.overlay.whiteouts";
+  return name == "trusted.overlay.opaque" || name == "trusted.overlay.whiteout" || name == "trusted.overlay.whiteouts";
 }
 
 // Copies the kept xattrs of src_fd (a regular file or a directory opened for
 // reading) to dst_fd, charging their size.
-Status CopyXattrs(int src_fd, int dst_fd, const std::string& where, CopyBudget* budget,
-                  bool drop_opaque = false) {
+Status CopyXattrs(int src_fd, int dst_fd, const std::string& where, CopyBudget* budget, bool drop_opaque = false) {
   std::string names(4096, '\0');
   ssize_t n = ::flistxattr(src_fd, names.data(), names.size());
   if (n < 0 && errno == ERANGE) {
@@ -106,7 +104,6 @@ UniqueFd OpenDirAt(int dir_fd, const std::string& name) {
   return UniqueFd(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 }
 
-
 bool IsOpaque(int dir_fd) {
   char v[4];
   ssize_t n = ::fgetxattr(dir_fd, "trusted.overlay.opaque", v, sizeof v);
@@ -133,8 +130,7 @@ std::vector<std::string> Components(const std::string& path) {
 // asked for (ancestor metadata), so an opaque dir stops the search below it.
 // *other (optional) is set when the path resolves to something that is not
 // a directory (a symlink, a file; whiteouts excluded).
-bool PristineDir(const std::vector<int>& roots, const std::string& path, struct stat* st,
-                 bool* other = nullptr) {
+bool PristineDir(const std::vector<int>& roots, const std::string& path, struct stat* st, bool* other = nullptr) {
   const std::vector<std::string> comps = Components(path);
   if (other != nullptr) *other = false;
   for (auto it = roots.rbegin(); it != roots.rend(); ++it) {
@@ -185,8 +181,8 @@ class Copier {
   // Copies entry `name` of src_dir into dst_dir; `inside` is its path in the
   // sandbox, `rel` its path below the staging root. A directory is copied
   // with its whole subtree.
-  Status CopyEntry(int src_dir, int dst_dir, const std::string& name, const std::string& inside,
-                   const std::string& rel, bool make_opaque = false) {
+  Status CopyEntry(int src_dir, int dst_dir, const std::string& name, const std::string& inside, const std::string& rel,
+                   bool make_opaque = false) {
     RETURN_IF_ERROR(CheckLength(rel));
     struct stat st;
     if (::fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno("fstatat(" + inside + ")");
@@ -209,8 +205,7 @@ class Copier {
       f.dst = OpenDirAt(ddir, n);
       if (!f.dst.valid()) return Errno("openat(" + Show(r) + ")");
       RETURN_IF_ERROR(CopyXattrs(f.src.get(), f.dst.get(), in, o_.budget, KeepMerging(in)));
-      if (opaque && !KeepMerging(in) &&
-          ::fsetxattr(f.dst.get(), "trusted.overlay.opaque", "y", 1, 0) != 0)
+      if (opaque && !KeepMerging(in) && ::fsetxattr(f.dst.get(), "trusted.overlay.opaque", "y", 1, 0) != 0)
         return Errno("fsetxattr(" + Show(r) + ", trusted.overlay.opaque)");
       ASSIGN_OR_RETURN(f.names, ReadNames(f.src.get(), in));
       f.inside = in;
@@ -240,7 +235,8 @@ class Copier {
         continue;
       }
       const timespec times[2] = {top.st.st_atim, top.st.st_mtim};
-      if (::fchown(top.dst.get(), Map(top.st.st_uid), Map(top.st.st_gid)) != 0) return Errno("fchown(" + Show(top.rel) + ")");
+      if (::fchown(top.dst.get(), Map(top.st.st_uid), Map(top.st.st_gid)) != 0)
+        return Errno("fchown(" + Show(top.rel) + ")");
       if (::fchmod(top.dst.get(), top.st.st_mode & 07777) != 0) return Errno("fchmod(" + Show(top.rel) + ")");
       if (::futimens(top.dst.get(), times) != 0) return Errno("futimens(" + Show(top.rel) + ")");
       stack.pop_back();
@@ -282,8 +278,8 @@ class Copier {
     return false;
   }
 
-  Status CopyLeaf(int src_dir, int dst_dir, const std::string& name, const std::string& inside,
-                  const std::string& rel, const struct stat& st) {
+  Status CopyLeaf(int src_dir, int dst_dir, const std::string& name, const std::string& inside, const std::string& rel,
+                  const struct stat& st) {
     RETURN_IF_ERROR(Charge(CopyBudget::kEntryCost + name.size()));
     const uid_t uid = Map(st.st_uid);
     const gid_t gid = Map(st.st_gid);
@@ -321,8 +317,10 @@ class Copier {
       if (::mknodat(dst_dir, name.c_str(), st.st_mode, st.st_rdev) != 0) return Errno("mknodat(" + Show(rel) + ")");
       if (::fchmodat(dst_dir, name.c_str(), st.st_mode & 07777, 0) != 0) return Errno("fchmodat(" + Show(rel) + ")");
     }
-    if (::fchownat(dst_dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return Errno("fchownat(" + Show(rel) + ")");
-    if (::utimensat(dst_dir, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) return Errno("utimensat(" + Show(rel) + ")");
+    if (::fchownat(dst_dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+      return Errno("fchownat(" + Show(rel) + ")");
+    if (::utimensat(dst_dir, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+      return Errno("utimensat(" + Show(rel) + ")");
     return absl::OkStatus();
   }
 
@@ -346,8 +344,10 @@ class Copier {
     while (off < size) {
       off_t data = ::lseek(s, off, SEEK_DATA);
       if (data < 0 && errno == ENXIO) break;  // only a hole is left
-      if (data < 0 && errno == EINVAL) data = off;  // no SEEK_DATA: all data
-      else if (data < 0) return Errno("lseek(" + inside + ", SEEK_DATA)");
+      if (data < 0 && errno == EINVAL)
+        data = off;  // no SEEK_DATA: all data
+      else if (data < 0)
+        return Errno("lseek(" + inside + ", SEEK_DATA)");
       if (data >= size) break;
       off_t hole = ::lseek(s, data, SEEK_HOLE);
       if (hole < 0) hole = size;
@@ -452,8 +452,8 @@ bool PathExcluded(const std::string& inside_path, const std::vector<std::string>
 
 bool PathWithin(const std::string& path, const std::string& prefix) {
   if (prefix == "/") return true;
-  return path == prefix || (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
-                            path[prefix.size()] == '/');
+  return path == prefix ||
+         (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 && path[prefix.size()] == '/');
 }
 
 Status CopyDiffTree(int src_dir_fd, const std::string& dst, const DiffCopyOptions& options) {
@@ -570,9 +570,8 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
   return s;
 }
 
-Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution,
-                   const std::vector<int>& pristine_fds, const DiffCopyOptions& options, size_t max,
-                   std::vector<std::string>* out, bool* truncated) {
+Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution, const std::vector<int>& pristine_fds,
+                   const DiffCopyOptions& options, size_t max, std::vector<std::string>* out, bool* truncated) {
   Copier ids(options, true, -1, "");
   auto add = [&](const std::string& p) {
     if (out->size() >= max) {
@@ -652,11 +651,11 @@ bool DiffTouches(int upper_dir_fd, const std::string& path) {
   for (size_t i = 0; i < comps.size() && cur.valid(); ++i) {
     struct stat st;
     if (::fstatat(cur.get(), comps[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-    if (i + 1 == comps.size()) return true;   // the path itself is in the upper
-    if (!S_ISDIR(st.st_mode)) return true;    // an ancestor replaced or deleted
+    if (i + 1 == comps.size()) return true;  // the path itself is in the upper
+    if (!S_ISDIR(st.st_mode)) return true;   // an ancestor replaced or deleted
     UniqueFd next = OpenDirAt(cur.get(), comps[i]);
     if (!next.valid()) return true;
-    if (IsOpaque(next.get())) return true;    // ancestor deleted and recreated
+    if (IsOpaque(next.get())) return true;  // ancestor deleted and recreated
     cur = std::move(next);
   }
   return false;

@@ -53,8 +53,7 @@ class CopyBudget {
   static constexpr uint64_t kHoleDivisor = 16;
   // `what` names the sandbox in errors ("sandbox n0-abc"); limit 0 =
   // unbounded. node_used/node_limit (optional): bytes in flight node-wide.
-  CopyBudget(std::string what, uint64_t limit, std::atomic<uint64_t>* node_used = nullptr,
-             uint64_t node_limit = 0)
+  CopyBudget(std::string what, uint64_t limit, std::atomic<uint64_t>* node_used = nullptr, uint64_t node_limit = 0)
       : what_(std::move(what)), limit_(limit), node_used_(node_used), node_limit_(node_limit) {}
   ~CopyBudget() { ReleaseNode(); }
   CopyBudget(const CopyBudget&) = delete;
@@ -128,9 +127,8 @@ Status CopySolution(int src_dir_fd, const std::string& dst, const std::vector<st
 // opaque directory stands for its whole subtree (not descended) unless a
 // solution path lies below it. At most `max` paths (`*truncated` set when
 // more exist).
-Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution,
-                   const std::vector<int>& pristine_fds, const DiffCopyOptions& options, size_t max,
-                   std::vector<std::string>* out, bool* truncated);
+Status ListChanges(int src_dir_fd, const std::vector<std::string>& solution, const std::vector<int>& pristine_fds,
+                   const DiffCopyOptions& options, size_t max, std::vector<std::string>* out, bool* truncated);
 
 // True when the diff changes `path` (absolute, inside): the path or something
 // below it is in the diff, or one of its ancestors is replaced there (a

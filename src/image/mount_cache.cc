@@ -19,18 +19,15 @@ namespace warren::image {
 namespace {
 
 bool IsHex64(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 StatusOr<std::string> HexOf(std::string_view digest) {
   constexpr std::string_view kPrefix = "sha256:";
-  std::string hex(digest.substr(0, kPrefix.size()) == kPrefix ? digest.substr(kPrefix.size())
-                                                               : std::string_view());
+  std::string hex(digest.substr(0, kPrefix.size()) == kPrefix ? digest.substr(kPrefix.size()) : std::string_view());
   if (!IsHex64(hex)) {
-    return absl::InvalidArgumentError("digest \"" + std::string(digest) +
-                                      "\" is not sha256:<64 lower-case hex>");
+    return absl::InvalidArgumentError("digest \"" + std::string(digest) + "\" is not sha256:<64 lower-case hex>");
   }
   return hex;
 }
@@ -41,8 +38,7 @@ std::string Unescape(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '\\' && i + 3 < s.size()) {
       std::string oct = s.substr(i + 1, 3);
-      if (oct.size() == 3 && std::all_of(oct.begin(), oct.end(),
-                                         [](char c) { return c >= '0' && c <= '7'; })) {
+      if (oct.size() == 3 && std::all_of(oct.begin(), oct.end(), [](char c) { return c >= '0' && c <= '7'; })) {
         out += static_cast<char>(std::strtol(oct.c_str(), nullptr, 8));
         i += 3;
         continue;
@@ -59,8 +55,7 @@ bool MountCache::FileBackedErofsSupported() { return ErofsFileBackedSupported();
 
 MountCache::~MountCache() = default;
 
-StatusOr<std::unique_ptr<MountCache>> MountCache::Open(const LayerStore* store,
-                                                       const std::string& mount_root,
+StatusOr<std::unique_ptr<MountCache>> MountCache::Open(const LayerStore* store, const std::string& mount_root,
                                                        int64_t grace_ms) {
   if (store == nullptr) return absl::InvalidArgumentError("MountCache: no layer store");
   RETURN_IF_ERROR(MakeDirs(mount_root));
@@ -76,9 +71,7 @@ StatusOr<std::unique_ptr<MountCache>> MountCache::Open(const LayerStore* store,
   return c;
 }
 
-std::string MountCache::MountPath(const std::string& hex) const {
-  return mount_root_ + "/" + hex;
-}
+std::string MountCache::MountPath(const std::string& hex) const { return mount_root_ + "/" + hex; }
 
 Status MountCache::Adopt() {
   std::ifstream in("/proc/self/mountinfo");
@@ -143,8 +136,7 @@ StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
       }
       StatusOr<UniqueFd> mnt = MountErofs(blob);
       Status s = mnt.status();
-      if (s.ok() && move_mount(mnt->get(), "", AT_FDCWD, path.c_str(),
-                               MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      if (s.ok() && move_mount(mnt->get(), "", AT_FDCWD, path.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
         s = ErrnoToStatus(errno, "move_mount(" + blob + ", " + path + ")");
       }
       if (!s.ok()) rmdir(path.c_str());
@@ -176,8 +168,7 @@ void MountCache::Sweep(bool all) {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = NowMonotonicMs();
     for (auto& [hex, e] : entries_) {
-      if (e.refs == 0 && e.state == State::kMounted &&
-          (all || now - e.released_at_ms >= grace_ms_)) {
+      if (e.refs == 0 && e.state == State::kMounted && (all || now - e.released_at_ms >= grace_ms_)) {
         e.state = State::kUnmounting;
         victims.push_back(hex);
       }

@@ -35,8 +35,7 @@ Status Bad(const std::string& entry, const std::string& why) {
 
 // Splits an archive path into components; rejects absolute paths and "..".
 // "." and empty components are dropped ("./a//b" -> {a, b}; "./" -> {}).
-StatusOr<std::vector<std::string>> SplitPath(const std::string& entry,
-                                             const std::string& path) {
+StatusOr<std::vector<std::string>> SplitPath(const std::string& entry, const std::string& path) {
   if (!path.empty() && path[0] == '/') return Bad(entry, "absolute path");
   std::vector<std::string> parts;
   size_t start = 0;
@@ -68,15 +67,12 @@ class Extractor {
   // Opens the directory holding the last component of `parts`, creating
   // missing intermediate directories (0755 root). Fails if a component is a
   // symlink or not a directory.
-  StatusOr<UniqueFd> OpenParent(const std::string& entry, const std::vector<std::string>& parts,
-                                size_t n);
+  StatusOr<UniqueFd> OpenParent(const std::string& entry, const std::vector<std::string>& parts, size_t n);
   Status Extract(archive* a, archive_entry* e);
-  Status ApplyXattrs(archive_entry* e, int parent, const std::string& name,
-                     const std::string& entry);
+  Status ApplyXattrs(archive_entry* e, int parent, const std::string& name, const std::string& entry);
   // Removes an existing non-directory `name` so the entry can replace it
   // (later tar entries win). A directory stays only if the new entry is one.
-  Status MakeRoom(int parent, const std::string& name, bool new_is_dir,
-                  const std::string& entry, bool* is_dir);
+  Status MakeRoom(int parent, const std::string& name, bool new_is_dir, const std::string& entry, bool* is_dir);
   Status WriteData(archive* a, int fd, const std::string& entry, int64_t size);
   Status FinishDirs();
 
@@ -87,8 +83,7 @@ class Extractor {
   std::map<std::vector<std::string>, DirMeta> dirs_;
 };
 
-StatusOr<UniqueFd> Extractor::OpenParent(const std::string& entry,
-                                         const std::vector<std::string>& parts, size_t n) {
+StatusOr<UniqueFd> Extractor::OpenParent(const std::string& entry, const std::vector<std::string>& parts, size_t n) {
   UniqueFd cur(fcntl(root_, F_DUPFD_CLOEXEC, 0));
   if (!cur.valid()) return ErrnoToStatus(errno, "dup(" + dest_ + ")");
   for (size_t i = 0; i < n; ++i) {
@@ -102,8 +97,7 @@ StatusOr<UniqueFd> Extractor::OpenParent(const std::string& entry,
     }
     if (fd < 0) {
       if (errno == ELOOP || errno == ENOTDIR) {
-        return Bad(entry, "path goes through a symlink or a non-directory (" +
-                              absl::CHexEscape(parts[i]) + ")");
+        return Bad(entry, "path goes through a symlink or a non-directory (" + absl::CHexEscape(parts[i]) + ")");
       }
       return ErrnoToStatus(errno, "openat(" + absl::CHexEscape(entry) + ")");
     }
@@ -112,8 +106,7 @@ StatusOr<UniqueFd> Extractor::OpenParent(const std::string& entry,
   return cur;
 }
 
-Status Extractor::ApplyXattrs(archive_entry* e, int parent, const std::string& name,
-                              const std::string& entry) {
+Status Extractor::ApplyXattrs(archive_entry* e, int parent, const std::string& name, const std::string& entry) {
   if (archive_entry_xattr_reset(e) == 0) return absl::OkStatus();
   // The parent is pinned by its fd; the last component is not followed.
   std::string proc = "/proc/self/fd/" + std::to_string(parent) + "/" + name;
@@ -128,8 +121,8 @@ Status Extractor::ApplyXattrs(archive_entry* e, int parent, const std::string& n
   return absl::OkStatus();
 }
 
-Status Extractor::MakeRoom(int parent, const std::string& name, bool new_is_dir,
-                           const std::string& entry, bool* is_dir) {
+Status Extractor::MakeRoom(int parent, const std::string& name, bool new_is_dir, const std::string& entry,
+                           bool* is_dir) {
   *is_dir = false;
   struct stat st;
   if (fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -189,8 +182,7 @@ Status Extractor::Extract(archive* a, archive_entry* e) {
   const mode_t perm = archive_entry_perm(e) & 07777;
   const uid_t uid = static_cast<uid_t>(archive_entry_uid(e));
   const gid_t gid = static_cast<gid_t>(archive_entry_gid(e));
-  timespec mtime = {static_cast<time_t>(archive_entry_mtime(e)),
-                    archive_entry_mtime_nsec(e)};
+  timespec mtime = {static_cast<time_t>(archive_entry_mtime(e)), archive_entry_mtime_nsec(e)};
   const char* hardlink = archive_entry_hardlink(e);
 
   if (parts.empty()) {  // "./": the layer root
@@ -205,8 +197,7 @@ Status Extractor::Extract(archive* a, archive_entry* e) {
   // OCI whiteouts.
   if (name == kOpaqueMarker) {
     if (fsetxattr(pfd, "trusted.overlay.opaque", "y", 1, 0) != 0) {
-      return ErrnoToStatus(errno, "fsetxattr(" + absl::CHexEscape(entry) +
-                                      ", trusted.overlay.opaque)");
+      return ErrnoToStatus(errno, "fsetxattr(" + absl::CHexEscape(entry) + ", trusted.overlay.opaque)");
     }
     return absl::OkStatus();
   }
@@ -274,10 +265,8 @@ Status Extractor::Extract(archive* a, archive_entry* e) {
       }
       break;
     case AE_IFCHR:
-    case AE_IFBLK:
-      return Bad(entry, "device nodes are not allowed in a layer");
-    default:
-      return Bad(entry, "unsupported entry type");
+    case AE_IFBLK: return Bad(entry, "device nodes are not allowed in a layer");
+    default: return Bad(entry, "unsupported entry type");
   }
   if (fchownat(pfd, n, uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
     return ErrnoToStatus(errno, "fchownat(" + absl::CHexEscape(entry) + ")");
@@ -299,9 +288,8 @@ Status Extractor::FinishDirs() {
   // Deepest first, so setting a child's metadata does not touch a parent's
   // mtime after it was set.
   std::vector<std::pair<std::vector<std::string>, DirMeta>> order(dirs_.begin(), dirs_.end());
-  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
-    return x.first.size() > y.first.size();
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
   for (const auto& [parts, meta] : order) {
     std::string shown = parts.empty() ? "." : parts.back();
     UniqueFd fd;
@@ -309,8 +297,7 @@ Status Extractor::FinishDirs() {
       fd.reset(fcntl(root_, F_DUPFD_CLOEXEC, 0));
     } else {
       ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(shown, parts, parts.size() - 1));
-      fd.reset(openat(parent.get(), parts.back().c_str(),
-                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      fd.reset(openat(parent.get(), parts.back().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     }
     // Replaced by a later non-directory entry: nothing to apply.
     if (!fd.valid()) continue;
@@ -336,9 +323,8 @@ Status Extractor::Run(archive* a, const std::string& tar_path) {
     int r = archive_read_next_header(a, &e);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN) {
-      return absl::InvalidArgumentError("tar " + tar_path + ": bad header after entry " +
-                                        absl::CHexEscape(last) + ": " +
-                                        ErrStr(a));
+      return absl::InvalidArgumentError("tar " + tar_path + ": bad header after entry " + absl::CHexEscape(last) +
+                                        ": " + ErrStr(a));
     }
     const char* p = archive_entry_pathname(e);
     last = p ? p : "?";
@@ -352,8 +338,7 @@ Status Extractor::Run(archive* a, const std::string& tar_path) {
 Status ExtractTar(const std::string& tar_path, const std::string& dest) {
   UniqueFd root(open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root.valid()) return ErrnoToStatus(errno, "open(" + dest + ")");
-  std::unique_ptr<archive, decltype(&archive_read_free)> a(archive_read_new(),
-                                                           &archive_read_free);
+  std::unique_ptr<archive, decltype(&archive_read_free)> a(archive_read_new(), &archive_read_free);
   if (!a) return absl::ResourceExhaustedError("archive_read_new failed");
   archive_read_support_filter_all(a.get());
   archive_read_support_format_tar(a.get());

@@ -22,9 +22,7 @@ namespace {
 
 constexpr int kMaxDepth = 4096;
 
-std::string Show(const std::string& path) {
-  return absl::CHexEscape(path);
-}
+std::string Show(const std::string& path) { return absl::CHexEscape(path); }
 
 Status Mismatch(const std::string& path, const std::string& what) {
   return absl::InternalError("layer verify: " + Show(path) + ": " + what);
@@ -54,8 +52,7 @@ StatusOr<std::vector<std::string>> ListDir(int dfd, const std::string& path) {
 }
 
 // The xattrs we carry: user.*, trusted.*, security.* (name -> value).
-StatusOr<std::map<std::string, std::string>> Xattrs(const std::string& proc_path,
-                                                     const std::string& path) {
+StatusOr<std::map<std::string, std::string>> Xattrs(const std::string& proc_path, const std::string& path) {
   std::map<std::string, std::string> out;
   std::vector<char> names(4096);
   ssize_t n = -1;
@@ -71,8 +68,7 @@ StatusOr<std::map<std::string, std::string>> Xattrs(const std::string& proc_path
   for (ssize_t off = 0; off < n;) {
     std::string name(names.data() + off);
     off += static_cast<ssize_t>(name.size()) + 1;
-    if (name.rfind("user.", 0) != 0 && name.rfind("trusted.", 0) != 0 &&
-        name.rfind("security.", 0) != 0) {
+    if (name.rfind("user.", 0) != 0 && name.rfind("trusted.", 0) != 0 && name.rfind("security.", 0) != 0) {
       continue;
     }
     std::vector<char> val(256);
@@ -91,46 +87,37 @@ StatusOr<std::map<std::string, std::string>> Xattrs(const std::string& proc_path
 class Comparer {
  public:
   Status CompareDir(int src, int img, const std::string& path, int depth);
-  Status CompareEntry(int src_parent, int img_parent, const std::string& name,
-                      const std::string& path, int depth);
+  Status CompareEntry(int src_parent, int img_parent, const std::string& name, const std::string& path, int depth);
 
  private:
   Status CompareMeta(const struct stat& a, const struct stat& b, const std::string& path);
-  Status CompareXattrs(int src_parent, int img_parent, const std::string& name,
-                       const std::string& path);
-  Status CompareContents(int src_parent, int img_parent, const std::string& name,
-                         const std::string& path, off_t size);
+  Status CompareXattrs(int src_parent, int img_parent, const std::string& name, const std::string& path);
+  Status CompareContents(int src_parent, int img_parent, const std::string& name, const std::string& path, off_t size);
   // First path seen for each inode, per tree (hardlink groups).
   std::map<std::pair<dev_t, ino_t>, std::string> src_first_, img_first_;
 };
 
-Status Comparer::CompareMeta(const struct stat& a, const struct stat& b,
-                             const std::string& path) {
+Status Comparer::CompareMeta(const struct stat& a, const struct stat& b, const std::string& path) {
   if ((a.st_mode & S_IFMT) != (b.st_mode & S_IFMT)) {
-    return Mismatch(path, absl::StrFormat("type %o != %o", a.st_mode & S_IFMT,
-                                          b.st_mode & S_IFMT));
+    return Mismatch(path, absl::StrFormat("type %o != %o", a.st_mode & S_IFMT, b.st_mode & S_IFMT));
   }
   if (!S_ISLNK(a.st_mode) && (a.st_mode & 07777) != (b.st_mode & 07777)) {
-    return Mismatch(path, absl::StrFormat("mode %04o != %04o", a.st_mode & 07777,
-                                          b.st_mode & 07777));
+    return Mismatch(path, absl::StrFormat("mode %04o != %04o", a.st_mode & 07777, b.st_mode & 07777));
   }
   if (a.st_uid != b.st_uid || a.st_gid != b.st_gid) {
-    return Mismatch(path, absl::StrFormat("owner %d:%d != %d:%d", a.st_uid, a.st_gid,
-                                          b.st_uid, b.st_gid));
+    return Mismatch(path, absl::StrFormat("owner %d:%d != %d:%d", a.st_uid, a.st_gid, b.st_uid, b.st_gid));
   }
   if ((S_ISREG(a.st_mode) || S_ISLNK(a.st_mode)) && a.st_size != b.st_size) {
     return Mismatch(path, absl::StrFormat("size %d != %d", a.st_size, b.st_size));
   }
   if ((S_ISCHR(a.st_mode) || S_ISBLK(a.st_mode)) && a.st_rdev != b.st_rdev) {
-    return Mismatch(path, absl::StrFormat("device %d:%d != %d:%d", major(a.st_rdev),
-                                          minor(a.st_rdev), major(b.st_rdev),
+    return Mismatch(path, absl::StrFormat("device %d:%d != %d:%d", major(a.st_rdev), minor(a.st_rdev), major(b.st_rdev),
                                           minor(b.st_rdev)));
   }
   return absl::OkStatus();
 }
 
-Status Comparer::CompareXattrs(int src_parent, int img_parent, const std::string& name,
-                               const std::string& path) {
+Status Comparer::CompareXattrs(int src_parent, int img_parent, const std::string& name, const std::string& path) {
   // l*xattr through /proc/self/fd/<parent>/<name>: the parent is pinned by
   // its fd and the last component is not followed.
   auto proc = [&](int fd) { return "/proc/self/fd/" + std::to_string(fd) + "/" + name; };
@@ -147,8 +134,8 @@ Status Comparer::CompareXattrs(int src_parent, int img_parent, const std::string
   return absl::OkStatus();
 }
 
-Status Comparer::CompareContents(int src_parent, int img_parent, const std::string& name,
-                                 const std::string& path, off_t size) {
+Status Comparer::CompareContents(int src_parent, int img_parent, const std::string& name, const std::string& path,
+                                 off_t size) {
   UniqueFd a(openat(src_parent, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!a.valid()) return ErrnoToStatus(errno, "openat(" + path + ")");
   UniqueFd b(openat(img_parent, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -181,8 +168,8 @@ Status Comparer::CompareContents(int src_parent, int img_parent, const std::stri
   return absl::OkStatus();
 }
 
-Status Comparer::CompareEntry(int src_parent, int img_parent, const std::string& name,
-                              const std::string& path, int depth) {
+Status Comparer::CompareEntry(int src_parent, int img_parent, const std::string& name, const std::string& path,
+                              int depth) {
   struct stat a, b;
   if (fstatat(src_parent, name.c_str(), &a, AT_SYMLINK_NOFOLLOW) != 0) {
     return ErrnoToStatus(errno, "fstatat(" + Show(path) + ")");
@@ -199,8 +186,8 @@ Status Comparer::CompareEntry(int src_parent, int img_parent, const std::string&
     auto [ia, new_a] = src_first_.try_emplace({a.st_dev, a.st_ino}, path);
     auto [ib, new_b] = img_first_.try_emplace({b.st_dev, b.st_ino}, path);
     if (ia->second != ib->second) {
-      return Mismatch(path, "hardlinked to " + Show(ia->second) + " in the source but to " +
-                                Show(ib->second) + " in the image");
+      return Mismatch(
+          path, "hardlinked to " + Show(ia->second) + " in the source but to " + Show(ib->second) + " in the image");
     }
     if (!new_a) return absl::OkStatus();  // contents compared at the first link
   }

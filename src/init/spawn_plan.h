@@ -85,7 +85,7 @@ enum WarrenSpawnStep {
 };
 
 static const char* const kWarrenSpawnStepNames[WARREN_SPAWN_STEP_COUNT] = {
-    "started", "read plan", "join cgroup", "setgroups", "setns(pidfd)", "clone(CLONE_PARENT)",
+    "started",    "read plan",        "join cgroup", "setgroups", "setns(pidfd)", "clone(CLONE_PARENT)",
     "chdir(cwd)", "setsid/TIOCSCTTY", "fds"};
 
 #endif /* WARREN_INIT_SPAWN_PLAN_H_ */

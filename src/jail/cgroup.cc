@@ -96,8 +96,7 @@ Status RemoveTree(const std::string& dir, int depth = 0) {
 // Writes `value` to `file` in `dir` and every descendant of it (depth first
 // is not needed: each cgroup's own state is independent). ENOENT (removed
 // meanwhile) ignored; the first other error returned after trying all.
-Status WriteTree(const std::string& dir, const char* file, const std::string& value, bool self = true,
-                 int depth = 0) {
+Status WriteTree(const std::string& dir, const char* file, const std::string& value, bool self = true, int depth = 0) {
   Status first;
   const std::string path = dir + "/" + file;
   if (self) {
@@ -248,9 +247,9 @@ class CgroupV1 : public Cgroup {
       auto period = ReadFile(d + "/cpu.cfs_period_us");
       if (!period || absl::StripAsciiWhitespace(*period) != std::to_string(kCfsPeriodUs))
         RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
-      RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_quota_us",
-                                std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000)));
-      RETURN_IF_ERROR(WriteFile(d + "/cpu.shares", std::to_string(std::max<uint64_t>(2, l.cpu_millis * 1024ull / 1000))));
+      RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_quota_us", std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000)));
+      RETURN_IF_ERROR(
+          WriteFile(d + "/cpu.shares", std::to_string(std::max<uint64_t>(2, l.cpu_millis * 1024ull / 1000))));
     }
     if (l.memory_bytes && hiers_.count("memory")) {
       const std::string& d = hiers_.at("memory");
@@ -437,8 +436,7 @@ class CgroupManagerV1 : public CgroupManager {
   std::string parent() const override { return parent_; }
   void set_parent(std::string p) { parent_ = std::move(p); }
 
-  StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel,
-                                          const CgroupLimits& limits) override {
+  StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel, const CgroupLimits& limits) override {
     std::map<std::string, std::string> made;
     std::vector<std::string> created;  // for rollback, deepest last
     auto rollback = [&] {
@@ -538,10 +536,10 @@ class CgroupV2 : public Cgroup {
 
   Status SetLimits(const CgroupLimits& l) override {
     if (l.cpu_millis) {
-      RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.max", std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000) +
-                                                      " " + std::to_string(kCfsPeriodUs)));
-      RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.weight",
-                                std::to_string(std::clamp<uint64_t>(l.cpu_millis / 10, 1, 10000))));
+      RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.max", std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000) + " " +
+                                                       std::to_string(kCfsPeriodUs)));
+      RETURN_IF_ERROR(
+          WriteFile(dir_ + "/cpu.weight", std::to_string(std::clamp<uint64_t>(l.cpu_millis / 10, 1, 10000))));
     }
     if (l.memory_bytes) {
       RETURN_IF_ERROR(WriteFile(dir_ + "/memory.max", std::to_string(l.memory_bytes)));
@@ -648,8 +646,7 @@ class CgroupManagerV2 : public CgroupManager {
   int version() const override { return 2; }
   std::string parent() const override { return parent_; }
 
-  StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel,
-                                          const CgroupLimits& limits) override {
+  StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel, const CgroupLimits& limits) override {
     std::vector<std::string> created;
     auto rollback = [&] {
       for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());

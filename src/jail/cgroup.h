@@ -23,8 +23,8 @@
 
 #include <sys/types.h>
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,9 +35,9 @@
 namespace warren::jail {
 
 struct CgroupLimits {
-  uint32_t cpu_millis = 0;     // 1000 = one core of CFS quota; also sets the weight. 0 = unset
-  uint64_t memory_bytes = 0;   // memory limit (v1 also memsw when present). 0 = unset
-  uint32_t pids = 0;           // pids.max. 0 = unset
+  uint32_t cpu_millis = 0;    // 1000 = one core of CFS quota; also sets the weight. 0 = unset
+  uint64_t memory_bytes = 0;  // memory limit (v1 also memsw when present). 0 = unset
+  uint32_t pids = 0;          // pids.max. 0 = unset
 };
 
 class Cgroup {
@@ -155,8 +155,7 @@ class CgroupManager {
   virtual std::string parent() const = 0;
   // Creates <subtree>/<rel> (parents as needed) with the given limits. On
   // failure nothing new is left behind.
-  virtual StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel,
-                                                  const CgroupLimits& limits) = 0;
+  virtual StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel, const CgroupLimits& limits) = 0;
   // An existing cgroup (nothing is created); NotFound if absent everywhere.
   virtual StatusOr<std::unique_ptr<Cgroup>> Open(const std::string& rel) = 0;
   // Renames <subtree>/<from> to <subtree>/<to> (both direct children of the

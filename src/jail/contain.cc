@@ -35,7 +35,8 @@ int SendFds(int sock, const void* data, size_t len, const int* fds, int nfds) {
   c->cmsg_len = CMSG_LEN(static_cast<size_t>(nfds) * sizeof(int));
   memcpy(CMSG_DATA(c), fds, static_cast<size_t>(nfds) * sizeof(int));
   ssize_t n;
-  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(len)) return 0;
   return n < 0 ? -errno : -EPIPE;
 }
@@ -52,11 +53,11 @@ int RecvFds(int sock, void* data, size_t len, int* fds, int nfds) {
   msg.msg_control = cbuf;
   msg.msg_controllen = CMSG_SPACE(static_cast<size_t>(nfds) * sizeof(int));
   ssize_t n;
-  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
   if (n <= 0) return -EPIPE;
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (!c || c->cmsg_type != SCM_RIGHTS ||
-      c->cmsg_len != CMSG_LEN(static_cast<size_t>(nfds) * sizeof(int))) {
+  if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(static_cast<size_t>(nfds) * sizeof(int))) {
     return -EBADF;
   }
   memcpy(fds, CMSG_DATA(c), static_cast<size_t>(nfds) * sizeof(int));
@@ -76,9 +77,8 @@ int RecvFd(int sock) {
 }
 
 uint64_t DefaultCapabilityMask() {
-  const int caps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,
-                      CAP_KILL,   CAP_SETGID,       CAP_SETUID,           CAP_SETPCAP,
-                      CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_AUDIT_WRITE, CAP_SETFCAP};
+  const int caps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,     CAP_KILL,        CAP_SETGID,
+                      CAP_SETUID, CAP_SETPCAP,      CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_AUDIT_WRITE, CAP_SETFCAP};
   uint64_t m = 0;
   for (int c : caps) m |= uint64_t{1} << c;
   return m;

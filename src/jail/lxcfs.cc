@@ -72,9 +72,11 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
   } else {
     if (l->pid_ > 0) (void)::kill(l->pid_, SIGKILL);
     // A dead lxcfs leaves its mount behind (ENOTCONN): detach it.
-    if (IsFuse(l->mnt_) || ::access((l->mnt_ + "/proc").c_str(), F_OK) != 0) (void)::umount2(l->mnt_.c_str(), MNT_DETACH);
+    if (IsFuse(l->mnt_) || ::access((l->mnt_ + "/proc").c_str(), F_OK) != 0)
+      (void)::umount2(l->mnt_.c_str(), MNT_DETACH);
     const std::string bin = FindBinary(binary);
-    if (bin.empty()) return absl::FailedPreconditionError("lxcfs: " + binary + " not installed (apt-get install lxcfs)");
+    if (bin.empty())
+      return absl::FailedPreconditionError("lxcfs: " + binary + " not installed (apt-get install lxcfs)");
     if (::access("/dev/fuse", R_OK | W_OK) != 0) return ErrnoToStatus(errno, "lxcfs: access(/dev/fuse)");
     const std::string log = dir + "/lxcfs.log";
     posix_spawn_file_actions_t fa;
@@ -101,8 +103,7 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
     if (setsid.empty()) return absl::FailedPreconditionError("lxcfs: setsid (util-linux) not installed");
     std::string a0 = setsid, a1 = "--fork", a2 = bin, a3 = "-f", a4 = "--enable-cfs", a5 = "-p", a6 = pidfile,
                 a7 = l->mnt_;
-    char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(),
-                    a5.data(), a6.data(), a7.data(), nullptr};
+    char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), a5.data(), a6.data(), a7.data(), nullptr};
     pid_t pid = -1;
     (void)::unlink(pidfile.c_str());
     const int rc = posix_spawn(&pid, setsid.c_str(), &fa, &at, argv, environ);

@@ -34,12 +34,24 @@ static unsigned long Strlen(const char* s) {
 }
 
 const char* warren_jail_step_name(int step) {
-  static const char* const kNames[WARREN_JAIL_STEP_COUNT] = {
-      "?",           "plan",         "sethostname",       "mount(/, MS_REC | MS_PRIVATE)",
-      "move_mount(rootfs)", "chdir(rootfs)", "setresuid/setresgid(mount ids)", "pivot_root",
-      "prlimit64",   "setgroups",    "setresgid",         "prctl(PR_CAPBSET_DROP)",
-      "setresuid",   "capset",       "prctl(PR_CAP_AMBIENT)", "capability check",
-      "prctl(PR_SET_NO_NEW_PRIVS)", "seccomp(SECCOMP_SET_MODE_FILTER)"};
+  static const char* const kNames[WARREN_JAIL_STEP_COUNT] = {"?",
+                                                             "plan",
+                                                             "sethostname",
+                                                             "mount(/, MS_REC | MS_PRIVATE)",
+                                                             "move_mount(rootfs)",
+                                                             "chdir(rootfs)",
+                                                             "setresuid/setresgid(mount ids)",
+                                                             "pivot_root",
+                                                             "prlimit64",
+                                                             "setgroups",
+                                                             "setresgid",
+                                                             "prctl(PR_CAPBSET_DROP)",
+                                                             "setresuid",
+                                                             "capset",
+                                                             "prctl(PR_CAP_AMBIENT)",
+                                                             "capability check",
+                                                             "prctl(PR_SET_NO_NEW_PRIVS)",
+                                                             "seccomp(SECCOMP_SET_MODE_FILTER)"};
   if (step >= WARREN_JAIL_STEP_MOUNT0) return "mount";
   return step > 0 && step < WARREN_JAIL_STEP_COUNT ? kNames[step] : "?";
 }
@@ -81,7 +93,8 @@ int warren_jail_enter_root(const struct WarrenJailPlan* p, const int* fds, int* 
     if ((rc = Sys(__NR_move_mount, fd, (long)"", AT_FDCWD, (long)p->root, MOVE_MOUNT_F_EMPTY_PATH)) != 0)
       return Fail(failed_step, WARREN_JAIL_STEP_ATTACH_ROOT, rc);
     Sys(__NR_close, fd, 0, 0, 0, 0);
-    if ((rc = Sys(__NR_chdir, (long)p->root, 0, 0, 0, 0)) != 0) return Fail(failed_step, WARREN_JAIL_STEP_CHDIR_ROOT, rc);
+    if ((rc = Sys(__NR_chdir, (long)p->root, 0, 0, 0, 0)) != 0)
+      return Fail(failed_step, WARREN_JAIL_STEP_CHDIR_ROOT, rc);
   }
   if (p->steps & WARREN_JAIL_MOUNT_IDS) {
     if ((rc = Sys(__NR_setresgid, p->mount_gid, p->mount_gid, p->mount_gid, 0, 0)) != 0 ||
@@ -132,11 +145,8 @@ static long MountOp(const struct WarrenJailMount* m, const int* fds, const char*
       if (rc < 0) return rc;
       Sys(__NR_close, rc, 0, 0, 0, 0);
       return Sys(__NR_mount, (long)m->source, (long)m->target, 0, MS_BIND, 0);
-    case WARREN_JAIL_SYMLINK:
-      (void)Sys(__NR_symlinkat, (long)m->source, AT_FDCWD, (long)m->target, 0, 0);
-      return 0;
-    default:
-      return -J_EPROTO;
+    case WARREN_JAIL_SYMLINK: (void)Sys(__NR_symlinkat, (long)m->source, AT_FDCWD, (long)m->target, 0, 0); return 0;
+    default: return -J_EPROTO;
   }
 }
 
@@ -176,7 +186,8 @@ int warren_jail_identity(const struct WarrenJailCreds* c, int* failed_step) {
   if (c->flags & WARREN_JAIL_SET_IDS) {
     if ((c->flags & WARREN_JAIL_SETGROUPS) && (rc = Sys(__NR_setgroups, 0, 0, 0, 0, 0)) != 0)
       return Fail(failed_step, WARREN_JAIL_STEP_SETGROUPS, rc);
-    if ((rc = Sys(__NR_setresgid, c->gid, c->gid, c->gid, 0, 0)) != 0) return Fail(failed_step, WARREN_JAIL_STEP_SETGID, rc);
+    if ((rc = Sys(__NR_setresgid, c->gid, c->gid, c->gid, 0, 0)) != 0)
+      return Fail(failed_step, WARREN_JAIL_STEP_SETGID, rc);
   }
   if (c->flags & WARREN_JAIL_SET_CAPS) {
     /* The bounding set first: dropping needs CAP_SETPCAP, which the uid change may take. */
@@ -188,7 +199,8 @@ int warren_jail_identity(const struct WarrenJailCreds* c, int* failed_step) {
     }
   }
   if (c->flags & WARREN_JAIL_SET_IDS) {
-    if ((rc = Sys(__NR_setresuid, c->uid, c->uid, c->uid, 0, 0)) != 0) return Fail(failed_step, WARREN_JAIL_STEP_SETUID, rc);
+    if ((rc = Sys(__NR_setresuid, c->uid, c->uid, c->uid, 0, 0)) != 0)
+      return Fail(failed_step, WARREN_JAIL_STEP_SETUID, rc);
   }
   if (c->flags & WARREN_JAIL_SET_CAPS) {
     /* Set explicitly after the uid change: the kernel clears permitted and
@@ -203,7 +215,8 @@ int warren_jail_identity(const struct WarrenJailCreds* c, int* failed_step) {
     d[1].permitted = (uint32_t)(c->cap_permitted >> 32);
     d[0].inheritable = (uint32_t)c->cap_inheritable;
     d[1].inheritable = (uint32_t)(c->cap_inheritable >> 32);
-    if ((rc = Sys(__NR_capset, (long)&hdr, (long)d, 0, 0, 0)) != 0) return Fail(failed_step, WARREN_JAIL_STEP_CAPSET, rc);
+    if ((rc = Sys(__NR_capset, (long)&hdr, (long)d, 0, 0, 0)) != 0)
+      return Fail(failed_step, WARREN_JAIL_STEP_CAPSET, rc);
     rc = Sys(__NR_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     if (rc != 0 && rc != -J_EINVAL) return Fail(failed_step, WARREN_JAIL_STEP_AMBIENT, rc);
     for (int cap = 0; cap <= c->last_cap && cap < 64; ++cap) {
@@ -215,7 +228,8 @@ int warren_jail_identity(const struct WarrenJailCreds* c, int* failed_step) {
     struct __user_cap_data_struct got[2];
     got[0].effective = got[1].effective = got[0].permitted = got[1].permitted = 0;
     got[0].inheritable = got[1].inheritable = 0;
-    if ((rc = Sys(__NR_capget, (long)&hdr, (long)got, 0, 0, 0)) != 0) return Fail(failed_step, WARREN_JAIL_STEP_CAPS_CHECK, rc);
+    if ((rc = Sys(__NR_capget, (long)&hdr, (long)got, 0, 0, 0)) != 0)
+      return Fail(failed_step, WARREN_JAIL_STEP_CAPS_CHECK, rc);
     for (int i = 0; i < 2; ++i) {
       if (got[i].effective != d[i].effective || got[i].permitted != d[i].permitted ||
           got[i].inheritable != d[i].inheritable)

@@ -52,30 +52,30 @@ extern "C" {
 /* Mount operations; paths are relative to the new root (the cwd after
  * warren_jail_enter_root) unless absolute. */
 enum WarrenJailMountOp {
-  WARREN_JAIL_MKDIR = 1,  /* mkdir(target, mode); an existing one is fine */
-  WARREN_JAIL_MOUNT,      /* mount(source, target, fstype, flags, data) */
-  WARREN_JAIL_BIND,       /* mount(source, target, NULL, MS_BIND | flags) */
-  WARREN_JAIL_MOVE_FD,    /* move_mount(fds[fd_slot], "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) */
-  WARREN_JAIL_REMOUNT,    /* mount(NULL, target, NULL, MS_REMOUNT | flags, data) */
-  WARREN_JAIL_READ_ONLY,  /* target bound onto itself (recursive), remounted MS_RDONLY | flags */
-  WARREN_JAIL_MASK_FILE,  /* source (/dev/null) bound over target */
-  WARREN_JAIL_MASK_DIR,   /* an empty read-only tmpfs over target: the fd slot's shared one (first
-                             mask dir; fd_slot < 0: none), then bound from the first masked dir */
-  WARREN_JAIL_DEV_NODE,   /* an empty file at target with the host node `source` bound over it */
-  WARREN_JAIL_SYMLINK,    /* symlink(source, target); failures ignored (the link is a convenience) */
+  WARREN_JAIL_MKDIR = 1, /* mkdir(target, mode); an existing one is fine */
+  WARREN_JAIL_MOUNT,     /* mount(source, target, fstype, flags, data) */
+  WARREN_JAIL_BIND,      /* mount(source, target, NULL, MS_BIND | flags) */
+  WARREN_JAIL_MOVE_FD,   /* move_mount(fds[fd_slot], "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) */
+  WARREN_JAIL_REMOUNT,   /* mount(NULL, target, NULL, MS_REMOUNT | flags, data) */
+  WARREN_JAIL_READ_ONLY, /* target bound onto itself (recursive), remounted MS_RDONLY | flags */
+  WARREN_JAIL_MASK_FILE, /* source (/dev/null) bound over target */
+  WARREN_JAIL_MASK_DIR,  /* an empty read-only tmpfs over target: the fd slot's shared one (first
+                            mask dir; fd_slot < 0: none), then bound from the first masked dir */
+  WARREN_JAIL_DEV_NODE,  /* an empty file at target with the host node `source` bound over it */
+  WARREN_JAIL_SYMLINK,   /* symlink(source, target); failures ignored (the link is a convenience) */
 };
 
 /* WarrenJailMount.opts */
-#define WARREN_JAIL_IF_EXISTS 0x1u /* the target missing (ENOENT) skips the op: a kernel without the file */
-#define WARREN_JAIL_OR_NEXT 0x2u   /* on failure run the next op instead; on success skip it */
+#define WARREN_JAIL_IF_EXISTS 0x1u   /* the target missing (ENOENT) skips the op: a kernel without the file */
+#define WARREN_JAIL_OR_NEXT 0x2u     /* on failure run the next op instead; on success skip it */
 #define WARREN_JAIL_BEST_EFFORT 0x4u /* a failure is ignored (a convenience the kernel may lack: mqueue) */
 
 struct WarrenJailMount {
-  uint32_t op;     /* WarrenJailMountOp */
-  uint32_t opts;   /* WARREN_JAIL_IF_EXISTS, WARREN_JAIL_OR_NEXT */
-  uint64_t flags;  /* MS_* */
-  int32_t fd_slot; /* WARREN_JAIL_MOVE_FD, WARREN_JAIL_MASK_DIR: index into the fds passed in, or -1 */
-  uint32_t mode;   /* WARREN_JAIL_MKDIR */
+  uint32_t op;      /* WarrenJailMountOp */
+  uint32_t opts;    /* WARREN_JAIL_IF_EXISTS, WARREN_JAIL_OR_NEXT */
+  uint64_t flags;   /* MS_* */
+  int32_t fd_slot;  /* WARREN_JAIL_MOVE_FD, WARREN_JAIL_MASK_DIR: index into the fds passed in, or -1 */
+  uint32_t mode;    /* WARREN_JAIL_MKDIR */
   char source[256]; /* host paths (a sandbox's cgroup dir) can be long */
   char target[96];
   char fstype[16];
@@ -108,15 +108,15 @@ struct WarrenJailCreds {
 };
 
 /* WarrenJailPlan.steps: the phases of warren_jail_enter_root / _mount that run. */
-#define WARREN_JAIL_HOSTNAME 0x1u   /* sethostname(hostname) */
-#define WARREN_JAIL_PRIVATE 0x2u    /* mount("/", MS_REC | MS_PRIVATE) */
+#define WARREN_JAIL_HOSTNAME 0x1u    /* sethostname(hostname) */
+#define WARREN_JAIL_PRIVATE 0x2u     /* mount("/", MS_REC | MS_PRIVATE) */
 #define WARREN_JAIL_ATTACH_ROOT 0x4u /* move_mount(fds[root_fd_slot], root), chdir(root) */
-#define WARREN_JAIL_MOUNT_IDS 0x8u  /* setresgid/setresuid(mount_gid/uid) before the mounts */
-#define WARREN_JAIL_PIVOT 0x10u     /* pivot_root(".", "."), detach the old root, chdir("/") */
+#define WARREN_JAIL_MOUNT_IDS 0x8u   /* setresgid/setresuid(mount_gid/uid) before the mounts */
+#define WARREN_JAIL_PIVOT 0x10u      /* pivot_root(".", "."), detach the old root, chdir("/") */
 
 struct WarrenJailPlan {
-  uint32_t magic; /* WARREN_JAIL_PLAN_MAGIC */
-  uint32_t size;  /* sizeof(struct WarrenJailPlan) */
+  uint32_t magic;    /* WARREN_JAIL_PLAN_MAGIC */
+  uint32_t size;     /* sizeof(struct WarrenJailPlan) */
   uint32_t ns_flags; /* CLONE_NEW* the process is cloned with / joins (informative for the child) */
   uint32_t steps;
   int32_t root_fd_slot;
@@ -132,7 +132,7 @@ struct WarrenJailPlan {
 
 enum WarrenJailStep {
   WARREN_JAIL_STEP_NONE = 0,
-  WARREN_JAIL_STEP_PLAN,       /* a malformed plan */
+  WARREN_JAIL_STEP_PLAN, /* a malformed plan */
   WARREN_JAIL_STEP_HOSTNAME,
   WARREN_JAIL_STEP_PRIVATE,
   WARREN_JAIL_STEP_ATTACH_ROOT,

@@ -8,9 +8,9 @@
 
 namespace warren::jail {
 
-const char* const kMaskedFiles[12] = {"kcore",      "sysrq-trigger", "keys",          "kpagecount",
-                                      "kpageflags", "kpagecgroup",   "timer_list",    "sched_debug",
-                                      "latency_stats", "timer_stats", "kallsyms",     "vmallocinfo"};
+const char* const kMaskedFiles[12] = {"kcore",         "sysrq-trigger", "keys",       "kpagecount",
+                                      "kpageflags",    "kpagecgroup",   "timer_list", "sched_debug",
+                                      "latency_stats", "timer_stats",   "kallsyms",   "vmallocinfo"};
 const char* const kMaskedDirs[4] = {"acpi", "scsi", "driver", "sys/firmware"};  // the last under /sys
 const char* const kReadOnlyDirs[4] = {"sys", "bus", "fs", "irq"};
 
@@ -18,18 +18,16 @@ const DevNode kDevNodes[6] = {{"null", 1, 3, false},   {"zero", 1, 5, false},   
                               {"random", 1, 8, false}, {"urandom", 1, 9, false}, {"tty", 5, 0, true}};
 const char* const kLxcfsProcFiles[7] = {"meminfo", "cpuinfo", "stat", "uptime", "loadavg", "swaps", "diskstats"};
 
-const DevLink kDevLinks[6] = {{"/proc/self/fd", "fd", false},     {"/proc/self/fd/0", "stdin", false},
+const DevLink kDevLinks[6] = {{"/proc/self/fd", "fd", false},       {"/proc/self/fd/0", "stdin", false},
                               {"/proc/self/fd/1", "stdout", false}, {"/proc/self/fd/2", "stderr", false},
-                              {"pts/ptmx", "ptmx", true},         {"/proc/kcore", "core", true}};
+                              {"pts/ptmx", "ptmx", true},           {"/proc/kcore", "core", true}};
 
 namespace {
 std::string Join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 // The parent of "proc": "" for "proc", "/" for "/proc".
-std::string SysOf(const std::string& proc) {
-  return proc.size() > 4 ? proc.substr(0, proc.size() - 4) + "sys" : "sys";
-}
+std::string SysOf(const std::string& proc) { return proc.size() > 4 ? proc.substr(0, proc.size() - 4) + "sys" : "sys"; }
 }  // namespace
 
 PlanBuilder::PlanBuilder() {
@@ -245,8 +243,8 @@ StatusOr<WarrenJailPlan> SandboxInitPlan(const SandboxPlanOptions& o) {
     return absl::InvalidArgumentError("hostname '" + o.hostname + "' is too long (max 63 bytes)");
   memcpy(p.root, o.root.c_str(), o.root.size() + 1);
   memcpy(p.hostname, o.hostname.c_str(), o.hostname.size() + 1);
-  p.steps = WARREN_JAIL_HOSTNAME | WARREN_JAIL_PRIVATE | WARREN_JAIL_ATTACH_ROOT | WARREN_JAIL_MOUNT_IDS |
-            WARREN_JAIL_PIVOT;
+  p.steps =
+      WARREN_JAIL_HOSTNAME | WARREN_JAIL_PRIVATE | WARREN_JAIL_ATTACH_ROOT | WARREN_JAIL_MOUNT_IDS | WARREN_JAIL_PIVOT;
   p.root_fd_slot = kSlotRootfs;
   // Become the sandbox's root (host uid_base) before the mounts, so that
   // everything created from now on belongs to it.
@@ -300,8 +298,8 @@ std::string StepDescription(const WarrenJailPlan& plan, int step) {
     const uint32_t i = static_cast<uint32_t>(step - WARREN_JAIL_STEP_MOUNT0);
     if (i >= plan.n_mounts) return "mount #" + std::to_string(i);
     const WarrenJailMount& m = plan.mounts[i];
-    static const char* const kOps[] = {"?",          "mkdir",     "mount",      "bind",       "move_mount",
-                                       "remount",    "read-only", "mask file", "mask dir", "dev node", "symlink"};
+    static const char* const kOps[] = {"?",         "mkdir",     "mount",    "bind",     "move_mount", "remount",
+                                       "read-only", "mask file", "mask dir", "dev node", "symlink"};
     const char* op = m.op < sizeof kOps / sizeof kOps[0] ? kOps[m.op] : "?";
     std::string s = std::string(op) + "(";
     if (m.source[0]) s += std::string(m.source) + " -> ";

@@ -53,8 +53,8 @@ class PlanBuilder {
   WarrenJailPlan& plan() { return plan_; }
 
   PlanBuilder& Mkdir(const std::string& target, uint32_t mode);
-  PlanBuilder& Mount(const std::string& source, const std::string& target, const std::string& fstype,
-                     uint64_t flags, const std::string& data, uint32_t opts = 0);
+  PlanBuilder& Mount(const std::string& source, const std::string& target, const std::string& fstype, uint64_t flags,
+                     const std::string& data, uint32_t opts = 0);
   PlanBuilder& Bind(const std::string& source, const std::string& target, uint64_t flags = 0, uint32_t opts = 0);
   PlanBuilder& MoveFd(int fd_slot, const std::string& target, uint32_t opts = 0);
   PlanBuilder& Remount(const std::string& target, uint64_t flags, const std::string& data = "");
@@ -110,12 +110,12 @@ class PlanBuilder {
 // Start. The shell receives the plan with the fds of its slots.
 enum SandboxFdSlot : int { kSlotRootfs = 0, kSlotDev = 1, kSlotSysfs = 2, kSlotMask = 3 };
 struct SandboxPlanOptions {
-  std::string root;       // where the rootfs mount is attached (spec.dir/rootfs)
-  std::string hostname;   // at most 63 bytes
-  std::string shm_opts;   // mount options of /dev/shm
-  bool dev_nodes_made = false;  // the daemon made kDevNodes in the /dev dir (else bound from the host's)
-  bool shared_sysfs = false;    // a read-only sysfs arrives in kSlotSysfs (else mounted here)
-  bool shared_mask = false;     // an empty read-only tmpfs for masked dirs arrives in kSlotMask
+  std::string root;                      // where the rootfs mount is attached (spec.dir/rootfs)
+  std::string hostname;                  // at most 63 bytes
+  std::string shm_opts;                  // mount options of /dev/shm
+  bool dev_nodes_made = false;           // the daemon made kDevNodes in the /dev dir (else bound from the host's)
+  bool shared_sysfs = false;             // a read-only sysfs arrives in kSlotSysfs (else mounted here)
+  bool shared_mask = false;              // an empty read-only tmpfs for masked dirs arrives in kSlotMask
   std::vector<std::string> cgroup_dirs;  // the sandbox's cgroup, shown at /sys/fs/cgroup
   std::string lxcfs_dir;                 // jail/lxcfs.h mount; "" = none
   uint64_t nofile = 0;

@@ -32,9 +32,7 @@ struct CtxDeleter {
 };
 using ScmpCtx = std::unique_ptr<void, CtxDeleter>;
 
-Status Invalid(const std::string& what) {
-  return absl::InvalidArgumentError("seccomp profile: " + what);
-}
+Status Invalid(const std::string& what) { return absl::InvalidArgumentError("seccomp profile: " + what); }
 
 // libseccomp returns -errno.
 Status ScmpError(int rc, const std::string& what) { return ErrnoToStatus(-rc, what); }
@@ -44,10 +42,18 @@ std::optional<int> ErrnoByName(const std::string& name) {
     const char* name;
     int value;
   } kErrnos[] = {
-      {"EPERM", EPERM},     {"ENOENT", ENOENT},       {"EIO", EIO},
-      {"ENXIO", ENXIO},     {"EACCES", EACCES},       {"ENODEV", ENODEV},
-      {"EINVAL", EINVAL},   {"ENOTTY", ENOTTY},       {"ENOSYS", ENOSYS},
-      {"EOPNOTSUPP", EOPNOTSUPP}, {"ENOTSUP", ENOTSUP}, {"EAFNOSUPPORT", EAFNOSUPPORT},
+      {"EPERM", EPERM},
+      {"ENOENT", ENOENT},
+      {"EIO", EIO},
+      {"ENXIO", ENXIO},
+      {"EACCES", EACCES},
+      {"ENODEV", ENODEV},
+      {"EINVAL", EINVAL},
+      {"ENOTTY", ENOTTY},
+      {"ENOSYS", ENOSYS},
+      {"EOPNOTSUPP", EOPNOTSUPP},
+      {"ENOTSUP", ENOTSUP},
+      {"EAFNOSUPPORT", EAFNOSUPPORT},
       {"EPROTONOSUPPORT", EPROTONOSUPPORT},
   };
   for (const auto& e : kErrnos) {
@@ -103,8 +109,13 @@ StatusOr<scmp_arg_cmp> ParseArg(const json& j, const std::string& where) {
   static constexpr struct {
     const char* name;
     scmp_compare op;
-  } kOps[] = {{"eq", SCMP_CMP_EQ}, {"ne", SCMP_CMP_NE}, {"lt", SCMP_CMP_LT}, {"le", SCMP_CMP_LE},
-              {"gt", SCMP_CMP_GT}, {"ge", SCMP_CMP_GE}, {"masked_eq", SCMP_CMP_MASKED_EQ}};
+  } kOps[] = {{"eq", SCMP_CMP_EQ},
+              {"ne", SCMP_CMP_NE},
+              {"lt", SCMP_CMP_LT},
+              {"le", SCMP_CMP_LE},
+              {"gt", SCMP_CMP_GT},
+              {"ge", SCMP_CMP_GE},
+              {"masked_eq", SCMP_CMP_MASKED_EQ}};
   bool found = false;
   for (const auto& o : kOps) {
     if (op == o.name) {
@@ -126,8 +137,8 @@ StatusOr<scmp_arg_cmp> ParseArg(const json& j, const std::string& where) {
   return cmp;
 }
 
-constexpr const char* kArchNames[] = {"x86_64", "x86",     "x32",     "aarch64", "arm",
-                                      "riscv64", "ppc64le", "s390x",  "mips64",  "loongarch64"};
+constexpr const char* kArchNames[] = {"x86_64",  "x86",     "x32",   "aarch64", "arm",
+                                      "riscv64", "ppc64le", "s390x", "mips64",  "loongarch64"};
 
 std::string NativeArchName() {
   const uint32_t native = seccomp_arch_native();
@@ -198,11 +209,10 @@ StatusOr<SeccompProgram> ExportBpf(void* ctx) {
   if (rc != 0) return ScmpError(rc, "seccomp_export_bpf");
   off_t size = lseek(fd.get(), 0, SEEK_END);
   if (size < 0) return ErrnoToStatus(errno, "lseek(seccomp bpf memfd)");
-  if (size == 0 || size % sizeof(sock_filter) != 0 ||
-      size / sizeof(sock_filter) > BPF_MAXINSNS) {
+  if (size == 0 || size % sizeof(sock_filter) != 0 || size / sizeof(sock_filter) > BPF_MAXINSNS) {
     return absl::InternalError("seccomp_export_bpf produced " + std::to_string(size) +
-                               " bytes, not a valid program of at most " +
-                               std::to_string(BPF_MAXINSNS) + " instructions");
+                               " bytes, not a valid program of at most " + std::to_string(BPF_MAXINSNS) +
+                               " instructions");
   }
   SeccompProgram program;
   program.filter.resize(static_cast<size_t>(size) / sizeof(sock_filter));

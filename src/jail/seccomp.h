@@ -17,8 +17,7 @@ namespace warren::jail {
 struct SeccompProgram {
   std::vector<sock_filter> filter;
   sock_fprog prog() const {
-    return sock_fprog{static_cast<unsigned short>(filter.size()),
-                      const_cast<sock_filter*>(filter.data())};
+    return sock_fprog{static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
   }
 };
 

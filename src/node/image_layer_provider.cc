@@ -7,8 +7,7 @@ namespace {
 
 class ImageLayerProvider final : public LayerProvider {
  public:
-  ImageLayerProvider(std::unique_ptr<image::LayerStore> store,
-                     std::unique_ptr<image::MountCache> cache)
+  ImageLayerProvider(std::unique_ptr<image::LayerStore> store, std::unique_ptr<image::MountCache> cache)
       : store_(std::move(store)), cache_(std::move(cache)) {}
   // A clean shutdown unmounts the layers no sandbox holds (those waiting out
   // their grace period): they would otherwise outlive the daemon for nothing.
@@ -16,27 +15,20 @@ class ImageLayerProvider final : public LayerProvider {
   // next daemon to adopt; a crash leaves everything to that daemon's sweep.
   ~ImageLayerProvider() override { cache_->Sweep(/*all=*/true); }
 
-  StatusOr<image::LayerInfo> Resolve(const std::string& ref) const override {
-    return store_->Resolve(ref);
-  }
+  StatusOr<image::LayerInfo> Resolve(const std::string& ref) const override { return store_->Resolve(ref); }
   std::vector<image::LayerInfo> List() const override { return store_->List(); }
-  StatusOr<image::LayerInfo> BuildFromDir(const std::string& name,
-                                          const std::string& dir) override {
+  StatusOr<image::LayerInfo> BuildFromDir(const std::string& name, const std::string& dir) override {
     return store_->BuildFromDir(name, dir);
   }
-  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name,
-                                                 const std::string& dir) override {
+  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) override {
     return store_->BuildFromSandboxDir(name, dir);
   }
-  StatusOr<image::LayerInfo> BuildFromTar(const std::string& name,
-                                          const std::string& tar_path) override {
+  StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) override {
     return store_->BuildFromTar(name, tar_path);
   }
   Status Remove(const std::string& ref) override { return store_->Remove(ref); }
   std::string TmpDir() const override { return store_->dir() + "/tmp"; }
-  StatusOr<std::string> Acquire(const std::string& digest) override {
-    return cache_->Acquire(digest);
-  }
+  StatusOr<std::string> Acquire(const std::string& digest) override { return cache_->Acquire(digest); }
   void Release(const std::string& digest) override { cache_->Release(digest); }
   void Sweep() override { cache_->Sweep(false); }
   bool IsMounted(const std::string& digest) const override { return cache_->IsMounted(digest); }
@@ -51,13 +43,11 @@ class ImageLayerProvider final : public LayerProvider {
 }  // namespace
 
 StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string& store_dir,
-                                                               const std::string& mount_root,
-                                                               int64_t grace_ms) {
+                                                               const std::string& mount_root, int64_t grace_ms) {
   ASSIGN_OR_RETURN(std::unique_ptr<image::LayerStore> store, image::LayerStore::Open(store_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
                    image::MountCache::Open(store.get(), mount_root, grace_ms));
-  return std::unique_ptr<LayerProvider>(
-      std::make_unique<ImageLayerProvider>(std::move(store), std::move(cache)));
+  return std::unique_ptr<LayerProvider>(std::make_unique<ImageLayerProvider>(std::move(store), std::move(cache)));
 }
 
 }  // namespace warren::node

@@ -25,14 +25,11 @@ class LayerProvider {
   // ref: "kind/name", "kind/name@version" or "sha256:<hex>".
   virtual StatusOr<image::LayerInfo> Resolve(const std::string& ref) const = 0;
   virtual std::vector<image::LayerInfo> List() const = 0;
-  virtual StatusOr<image::LayerInfo> BuildFromDir(const std::string& name,
-                                                  const std::string& dir) = 0;
+  virtual StatusOr<image::LayerInfo> BuildFromDir(const std::string& name, const std::string& dir) = 0;
   // A tree copied from a sandbox (snapshot, grade): marked from_sandbox
   // (never pristine), holes kept.
-  virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name,
-                                                         const std::string& dir) = 0;
-  virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name,
-                                                  const std::string& tar_path) = 0;
+  virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) = 0;
+  virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
   // Removes a name (the caller has checked the layer is not in use).
   virtual Status Remove(const std::string& ref) = 0;
   // A directory on the store's file system for spooling uploads.

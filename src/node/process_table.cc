@@ -27,8 +27,7 @@ constexpr size_t kReadChunk = 64 << 10;
 StatusOr<std::shared_ptr<ManagedProcess>> ManagedProcess::Start(std::shared_ptr<runtime::Sandbox> sb,
                                                                 std::string sandbox_id, std::string process_id,
                                                                 const runtime::ExecSpec& spec,
-                                                                const ProcessOptions& options,
-                                                                ExitCallback on_exit) {
+                                                                const ProcessOptions& options, ExitCallback on_exit) {
   if (options.buffer_bytes == 0 || options.buffer_bytes > kMaxProcessBufferBytes)
     return absl::InvalidArgumentError("buffer_bytes=" + std::to_string(options.buffer_bytes) + " must be in [1, " +
                                       std::to_string(kMaxProcessBufferBytes) + "]");
@@ -302,8 +301,8 @@ void ManagedProcess::Pump() {
     const auto now = Clock::now();
     const auto next = std::min(deadline, kill_at);
     if (next != Clock::time_point::max())
-      wait_ms = static_cast<int>(std::clamp<int64_t>(
-          std::chrono::duration_cast<milliseconds>(next - now).count() + 1, 0, 1000));
+      wait_ms = static_cast<int>(
+          std::clamp<int64_t>(std::chrono::duration_cast<milliseconds>(next - now).count() + 1, 0, 1000));
     if (exited) wait_ms = std::min(wait_ms, 50);
     int pr = ::poll(pfds, static_cast<nfds_t>(np), wait_ms);
     if (pr < 0 && errno != EINTR) break;

@@ -61,16 +61,16 @@ enum class ProcStream : int { kStdout = 0, kStderr = 1, kControl = 2 };
 struct ProcessOptions {
   runtime::StartOptions start;
   size_t buffer_bytes = kDefaultProcessBufferBytes;  // per stream (and for control records)
-  bool lossless = false;                     // see the header comment
-  std::chrono::milliseconds timeout{0};      // 0 = none
+  bool lossless = false;                             // see the header comment
+  std::chrono::milliseconds timeout{0};              // 0 = none
   std::chrono::milliseconds kill_grace{500};
 };
 
 struct OutputData {
   ProcStream stream = ProcStream::kStdout;
   std::string data;
-  uint64_t offset = 0;   // of data[0] in its stream
-  uint64_t dropped = 0;  // bytes between the asked offset and `offset` no longer held
+  uint64_t offset = 0;                        // of data[0] in its stream
+  uint64_t dropped = 0;                       // bytes between the asked offset and `offset` no longer held
   uint64_t stdout_mark = 0, stderr_mark = 0;  // control records only
 };
 
@@ -81,9 +81,9 @@ struct ProcessStatus {
   bool running = true;
   runtime::ExecOutcome outcome;  // valid when !running; no data, totals set
   bool pty = false;
-  int64_t started_at_ns = 0;     // unix ns
+  int64_t started_at_ns = 0;  // unix ns
   pid_t pid = 0;
-  std::array<uint64_t, 2> totals{0, 0};        // stdout, stderr
+  std::array<uint64_t, 2> totals{0, 0};  // stdout, stderr
   std::array<uint64_t, 2> first_offsets{0, 0};
   size_t buffer_bytes = 0;
 };
@@ -97,9 +97,8 @@ class ManagedProcess {
 
   // Starts spec in sb (Sandbox::Start) and the pump. spec.stdin_data is
   // queued as the first stdin bytes (not closed after them).
-  static StatusOr<std::shared_ptr<ManagedProcess>> Start(std::shared_ptr<runtime::Sandbox> sb,
-                                                         std::string sandbox_id, std::string process_id,
-                                                         const runtime::ExecSpec& spec,
+  static StatusOr<std::shared_ptr<ManagedProcess>> Start(std::shared_ptr<runtime::Sandbox> sb, std::string sandbox_id,
+                                                         std::string process_id, const runtime::ExecSpec& spec,
                                                          const ProcessOptions& options, ExitCallback on_exit);
   ~ManagedProcess();  // Stop()
 
@@ -130,9 +129,9 @@ class ManagedProcess {
   void Stop();
 
  private:
-  ManagedProcess(std::shared_ptr<runtime::Sandbox> sb, std::unique_ptr<runtime::Process> proc,
-                 std::string sandbox_id, std::string process_id, const runtime::ExecSpec& spec,
-                 const ProcessOptions& options, ExitCallback on_exit);
+  ManagedProcess(std::shared_ptr<runtime::Sandbox> sb, std::unique_ptr<runtime::Process> proc, std::string sandbox_id,
+                 std::string process_id, const runtime::ExecSpec& spec, const ProcessOptions& options,
+                 ExitCallback on_exit);
   void Pump();
   // Reads what fd has (at most max bytes per call, `reads` calls) into
   // stream s. Returns false at EOF/EIO (fd closed).
@@ -150,7 +149,7 @@ class ManagedProcess {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  ProcessStatus status_;           // guarded by mu_
+  ProcessStatus status_;  // guarded by mu_
   RingBuffer rings_[2];
   struct ControlRecord {
     uint64_t offset;
@@ -179,8 +178,7 @@ class ProcessTable {
   // Keeps mp under sandbox_id; ResourceExhausted when the sandbox already has
   // kMaxProcessesPerSandbox running processes (exited ones are forgotten).
   Status Insert(const std::string& sandbox_id, std::shared_ptr<ManagedProcess> mp);
-  StatusOr<std::shared_ptr<ManagedProcess>> Find(const std::string& sandbox_id,
-                                                 const std::string& process_id) const;
+  StatusOr<std::shared_ptr<ManagedProcess>> Find(const std::string& sandbox_id, const std::string& process_id) const;
   std::vector<std::shared_ptr<ManagedProcess>> List(const std::string& sandbox_id) const;
   // Stops and forgets the sandbox's processes.
   void DropSandbox(const std::string& sandbox_id);

@@ -40,10 +40,10 @@ class RingBuffer {
   Slice Read(uint64_t offset, size_t max) const;
 
  private:
-  std::string buf_;    // storage: size_ bytes while growing, then capacity_ bytes
+  std::string buf_;  // storage: size_ bytes while growing, then capacity_ bytes
   size_t capacity_;
-  size_t head_ = 0;    // index in buf_ of the oldest byte
-  size_t size_ = 0;    // bytes held
+  size_t head_ = 0;  // index in buf_ of the oldest byte
+  size_t size_ = 0;  // bytes held
   uint64_t total_ = 0;
 };
 

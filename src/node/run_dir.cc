@@ -101,7 +101,8 @@ StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::str
   if (state_dir.empty() || state_dir[0] != '/')
     return absl::InvalidArgumentError("state dir \"" + state_dir + "\" must be an absolute path");
   if (!requested.empty()) {
-    if (requested[0] != '/') return absl::InvalidArgumentError("--run-dir \"" + requested + "\" must be an absolute path");
+    if (requested[0] != '/')
+      return absl::InvalidArgumentError("--run-dir \"" + requested + "\" must be an absolute path");
     return requested;
   }
   const std::string records = state_dir + "/sandboxes";
@@ -148,7 +149,8 @@ Status LinkRunDir(const std::string& state_dir, const std::string& run_dir) {
         if (!had.empty() && CountEntries(had) > 0)
           return absl::FailedPreconditionError(link + " points to " + had +
                                                ", which is not empty (sandboxes of an earlier daemon?): "
-                                               "start warrend with --run-dir " + Dirname(had));
+                                               "start warrend with --run-dir " +
+                                               Dirname(had));
         if (::unlink(link.c_str()) != 0) return ErrnoToStatus(errno, "unlink(" + link + ")");
       } else if (S_ISDIR(st.st_mode)) {
         if (::rmdir(link.c_str()) != 0)

@@ -32,8 +32,7 @@ namespace warren::node {
 //     state_dir>, one per state dir;
 //   * otherwise the state dir.
 StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::string& requested,
-                                    const std::string& run_root = "/run/warren/runtime",
-                                    bool mount_tmpfs = false);
+                                    const std::string& run_root = "/run/warren/runtime", bool mount_tmpfs = false);
 
 // Creates <run_dir>/{sandboxes,run,audit} (0700) and, when run_dir is not the
 // state dir, the symlinks <state_dir>/{sandboxes,run,audit} to them (an

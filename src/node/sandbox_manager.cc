@@ -16,16 +16,14 @@
 
 namespace warren::node {
 
-StatusOr<std::unique_ptr<SandboxManager>> SandboxManager::New(
-    ManagerOptions options, std::vector<std::unique_ptr<runtime::Backend>> backends,
-    std::unique_ptr<LayerProvider> layers) {
+StatusOr<std::unique_ptr<SandboxManager>> SandboxManager::New(ManagerOptions options,
+                                                              std::vector<std::unique_ptr<runtime::Backend>> backends,
+                                                              std::unique_ptr<LayerProvider> layers) {
   if (!ValidNodeId(options.node_id)) {
-    return absl::InvalidArgumentError("node id " + Quote(options.node_id) +
-                                      " must match [a-z0-9][a-z0-9-]{0,30}");
+    return absl::InvalidArgumentError("node id " + Quote(options.node_id) + " must match [a-z0-9][a-z0-9-]{0,30}");
   }
   if (options.state_dir.empty() || options.state_dir[0] != '/') {
-    return absl::InvalidArgumentError("state dir " + Quote(options.state_dir) +
-                                      " must be an absolute path");
+    return absl::InvalidArgumentError("state dir " + Quote(options.state_dir) + " must be an absolute path");
   }
   if (layers == nullptr) return absl::InvalidArgumentError("no layer provider");
   SandboxTable::Backends by_name;
@@ -47,15 +45,15 @@ StatusOr<std::unique_ptr<SandboxManager>> SandboxManager::New(
   if (options.run_dir[0] != '/') {
     return absl::InvalidArgumentError("run dir " + Quote(options.run_dir) + " must be an absolute path");
   }
-  for (const std::string& d : {options.state_dir, options.state_dir + "/tmp", options.run_dir,
-                               options.run_dir + "/run", options.run_dir + "/audit"}) {
+  for (const std::string& d : {options.state_dir, options.state_dir + "/tmp", options.run_dir, options.run_dir + "/run",
+                               options.run_dir + "/audit"}) {
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
       return ErrnoToStatus(errno, "mkdir(" + d + ")");
     }
   }
   ASSIGN_OR_RETURN(RecordStore records, RecordStore::Open(options.run_dir + "/sandboxes"));
-  return std::unique_ptr<SandboxManager>(new SandboxManager(
-      std::move(options), std::move(by_name), std::move(layers), std::move(records)));
+  return std::unique_ptr<SandboxManager>(
+      new SandboxManager(std::move(options), std::move(by_name), std::move(layers), std::move(records)));
 }
 
 SandboxManager::SandboxManager(ManagerOptions options, SandboxTable::Backends backends,
@@ -77,7 +75,7 @@ SandboxManager::SandboxManager(ManagerOptions options, SandboxTable::Backends ba
   };
   table_ = std::make_unique<SandboxTable>(options_, backends_, *layers_, records_, *admission_, std::move(hooks));
   audit_ = std::make_unique<node::AuditLog>(options_.run_dir + "/audit",
-                                      [this](const std::string& id) { return table_->Contains(id); });
+                                            [this](const std::string& id) { return table_->Contains(id); });
   calls_ = std::make_unique<CallSlots>(options_.max_recorded_calls);
   CreateKeys::Ops ops;
   ops.create = [this](const CreateRequest& r) { return table_->Create(r); };

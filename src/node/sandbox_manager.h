@@ -52,9 +52,9 @@ class SandboxManager {
  public:
   // Takes ownership of the backends (keyed by Backend::name()) and the
   // layer provider. Creates the state dir layout. Call Start() before use.
-  static StatusOr<std::unique_ptr<SandboxManager>> New(
-      ManagerOptions options, std::vector<std::unique_ptr<runtime::Backend>> backends,
-      std::unique_ptr<LayerProvider> layers);
+  static StatusOr<std::unique_ptr<SandboxManager>> New(ManagerOptions options,
+                                                       std::vector<std::unique_ptr<runtime::Backend>> backends,
+                                                       std::unique_ptr<LayerProvider> layers);
   ~SandboxManager();  // stops the reaper's threads; sandboxes keep running
 
   // Recovers persisted sandboxes (see the header comment), then starts the
@@ -76,8 +76,7 @@ class SandboxManager {
   Status Destroy(const std::string& id);
   StatusOr<SandboxInfo> Get(const std::string& id) const;
   // Sandboxes carrying all `labels` and, if `job` is non-empty, of that job.
-  std::vector<SandboxInfo> List(const std::map<std::string, std::string>& labels,
-                                const std::string& job) const;
+  std::vector<SandboxInfo> List(const std::map<std::string, std::string>& labels, const std::string& job) const;
 
   // The backend sandbox of a running entry, for Exec and files: NotFound for
   // unknown ids, FailedPrecondition while creating or destroying. The

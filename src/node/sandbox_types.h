@@ -27,13 +27,13 @@ struct CreateRequest {
   std::vector<std::string> layers;  // refs, bottom first
   runtime::Resources resources{0, 0, 0, 0, 0, 0};
   std::map<std::string, std::string> env;  // values are bytes (any but NUL)
-  std::string workdir;              // empty = "/"
-  std::string user;                 // empty = "root"
-  std::string hostname;             // empty = the sandbox id
+  std::string workdir;                     // empty = "/"
+  std::string user;                        // empty = "root"
+  std::string hostname;                    // empty = the sandbox id
   std::map<std::string, std::string> labels;
   uint32_t ttl_s = 0;
   std::string job;
-  uint32_t idle_timeout_s = 0;      // 0 = none
+  uint32_t idle_timeout_s = 0;  // 0 = none
   // Admission queue: how long this create may wait for a create slot (the
   // RPC's deadline); default: no deadline of its own (the queue's bound,
   // kMaxCreateQueueWait, still applies). `cancelled`, if set, is polled
@@ -80,12 +80,12 @@ struct RecordedCall {
 // for grace_s, they are destroyed. A heartbeat within the grace resumes them.
 struct JobInfo {
   std::string name;
-  uint32_t lease_s = 0;            // 0 = no lease (never lapses)
+  uint32_t lease_s = 0;  // 0 = no lease (never lapses)
   uint32_t grace_s = 0;
   int64_t lease_expires_at_ns = 0;
   bool lapsed = false;
   int64_t lapsed_at_ns = 0;
-  uint32_t sandboxes = 0;          // filled by GetJob
+  uint32_t sandboxes = 0;  // filled by GetJob
 };
 
 struct SnapshotRequest {
@@ -97,7 +97,7 @@ struct SnapshotRequest {
 
 struct GradeRequest {
   std::string id;
-  runtime::ExecSpec grader;              // run in a fresh sandbox
+  runtime::ExecSpec grader;  // run in a fresh sandbox
   // Absolute inside paths where the task's solution lives: the only place
   // the agent's changes enter the grader. Required (non-empty).
   std::vector<std::string> solution;
@@ -120,9 +120,9 @@ struct GradeResult {
 };
 
 struct NodeLimits {
-  uint32_t cpus = 0;           // 0 = probe (online CPUs)
-  uint64_t memory_mb = 0;      // 0 = probe (MemTotal)
-  uint32_t max_sandboxes = 0;  // 0 = 16384
+  uint32_t cpus = 0;                   // 0 = probe (online CPUs)
+  uint64_t memory_mb = 0;              // 0 = probe (MemTotal)
+  uint32_t max_sandboxes = 0;          // 0 = 16384
   uint32_t max_creates_in_flight = 0;  // 0 = 4 × cpus
   // Creates beyond max_creates_in_flight wait in a FIFO queue of at most
   // this many (0 = 1024) instead of being refused; a create that finds the
@@ -148,7 +148,7 @@ struct ManagerOptions {
   std::chrono::milliseconds sweep_interval{10000};  // 0 = no periodic sweep thread
   std::chrono::milliseconds reap_interval{500};     // TTL/idle reaper period; 0 = no reaper thread
   size_t max_recorded_calls = 1024;                 // per sandbox, for request ids
-  bool suspend_prefetch = true;  // resuming a suspended sandbox prefetches its working set
+  bool suspend_prefetch = true;                     // resuming a suspended sandbox prefetches its working set
   // Node-wide cap on the bytes that snapshot and grade staging trees (and so
   // the layers built from them) hold at once; 0 = none. Each sandbox is
   // bounded by its own disk limit as well (see Snapshot).

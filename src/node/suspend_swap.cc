@@ -5,8 +5,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/swap.h>
-#include <sys/sysmacros.h>
 #include <sys/sysinfo.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,7 +148,8 @@ StatusOr<SuspendSwap> EnsureSuspendSwap(const SuspendSwapOptions& o) {
   const auto deadline = std::chrono::steady_clock::now() + kLockWait;
   while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) return ErrnoToStatus(errno, "flock(" + lock_path + ")");
-    if (std::chrono::steady_clock::now() > deadline) return absl::DeadlineExceededError("flock(" + lock_path + ") held for 60 s");
+    if (std::chrono::steady_clock::now() > deadline)
+      return absl::DeadlineExceededError("flock(" + lock_path + ") held for 60 s");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const std::string ours = ReadText(marker).value_or("");

@@ -25,8 +25,8 @@
 namespace warren::node {
 
 struct SuspendSwapOptions {
-  std::string mode = "auto";   // "auto" | "none" (never touch the host's swap)
-  uint64_t zram_size_mb = 0;   // uncompressed capacity; 0 = a quarter of MemTotal
+  std::string mode = "auto";  // "auto" | "none" (never touch the host's swap)
+  uint64_t zram_size_mb = 0;  // uncompressed capacity; 0 = a quarter of MemTotal
   std::string run_dir = "/run/warren";
   std::string sysfs = "/sys";  // for tests
 };
@@ -36,8 +36,8 @@ struct SuspendSwap {
   // "adopted" (zram warrend set up earlier), "created" (set up now),
   // "absent" (mode auto but nothing could be set up: see the error).
   std::string how;
-  std::string device;        // e.g. "/dev/zram0"; for "host" the first swap device
-  uint64_t size_bytes = 0;   // total active swap
+  std::string device;       // e.g. "/dev/zram0"; for "host" the first swap device
+  uint64_t size_bytes = 0;  // total active swap
 };
 
 // Errors: InvalidArgument for a bad mode; the errno of the failing step

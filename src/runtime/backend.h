@@ -26,15 +26,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <initializer_list>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -48,23 +47,23 @@ namespace warren::runtime {
 // Limits of one sandbox. Units in the names; 0 is never passed here (the node
 // fills defaults before calling the backend).
 struct Resources {
-  uint32_t cpu_millis = 1000;   // 1000 = one core (cfs quota), also cpu weight
-  uint32_t memory_mb = 1024;    // memory cgroup limit (RSS + page cache + tmpfs)
-  uint32_t disk_mb = 1024;      // cap of the writable upper layer
-  uint32_t pids = 1024;         // pids cgroup limit
-  uint32_t open_files = 1024;   // RLIMIT_NOFILE
-  uint32_t tmpfs_mb = 256;      // cap of /dev/shm (tmpfs)
+  uint32_t cpu_millis = 1000;  // 1000 = one core (cfs quota), also cpu weight
+  uint32_t memory_mb = 1024;   // memory cgroup limit (RSS + page cache + tmpfs)
+  uint32_t disk_mb = 1024;     // cap of the writable upper layer
+  uint32_t pids = 1024;        // pids cgroup limit
+  uint32_t open_files = 1024;  // RLIMIT_NOFILE
+  uint32_t tmpfs_mb = 256;     // cap of /dev/shm (tmpfs)
 };
 
 struct SandboxSpec {
-  std::string id;                          // [a-z0-9-]{1,63}, unique on the node
-  std::string dir;                         // private runtime dir, created by the caller, empty
-  std::vector<std::string> lower_dirs;     // mounted read-only layers, BOTTOM FIRST
+  std::string id;                       // [a-z0-9-]{1,63}, unique on the node
+  std::string dir;                      // private runtime dir, created by the caller, empty
+  std::vector<std::string> lower_dirs;  // mounted read-only layers, BOTTOM FIRST
   Resources resources;
   std::map<std::string, std::string> env;  // default env of every exec
   std::string workdir = "/";
   std::string user = "root";
-  std::string hostname;                    // default: id (truncated to 63)
+  std::string hostname;  // default: id (truncated to 63)
 };
 
 struct ExecSpec {
@@ -76,13 +75,13 @@ struct ExecSpec {
   std::string stdin_data;                  // fed then EOF; empty = immediate EOF
   std::chrono::milliseconds timeout{0};    // 0 = none
   std::chrono::milliseconds kill_grace{500};
-  uint64_t output_cap_bytes = 16u << 20;   // kept per stream
+  uint64_t output_cap_bytes = 16u << 20;  // kept per stream
 };
 
 struct ExecOutcome {
-  int exit_code = 0;         // exit status, or 128+signal
-  int signal = 0;            // signal that ended the foreground process
-  bool oom_killed = false;   // the sandbox's memory cgroup OOM-killed during the exec
+  int exit_code = 0;        // exit status, or 128+signal
+  int signal = 0;           // signal that ended the foreground process
+  bool oom_killed = false;  // the sandbox's memory cgroup OOM-killed during the exec
   bool timed_out = false;
   std::string stdout_data, stderr_data;  // bytes, at most output_cap_bytes each
   bool stdout_truncated = false, stderr_truncated = false;
@@ -93,12 +92,12 @@ struct ExecOutcome {
 enum class FileType { kRegular, kDirectory, kSymlink, kOther };
 
 struct FileInfo {
-  std::string name;            // last component, byte-exact
-  std::string path;            // as asked, joined with name for listings
+  std::string name;  // last component, byte-exact
+  std::string path;  // as asked, joined with name for listings
   FileType type = FileType::kOther;
   uint64_t size = 0;
-  uint32_t mode = 0;           // permission bits (07777)
-  uint32_t uid = 0, gid = 0;   // as seen inside the sandbox
+  uint32_t mode = 0;          // permission bits (07777)
+  uint32_t uid = 0, gid = 0;  // as seen inside the sandbox
   int64_t mtime_ns = 0;
   std::string symlink_target;
 };
@@ -130,8 +129,7 @@ class SandboxFiles {
   virtual ~SandboxFiles() = default;
   virtual StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode,
                                                           bool make_parents) = 0;
-  virtual StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset,
-                                                         uint64_t length) = 0;
+  virtual StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset, uint64_t length) = 0;
   virtual StatusOr<FileInfo> Stat(const std::string& path) = 0;
   virtual StatusOr<std::vector<FileInfo>> List(const std::string& path) = 0;
   virtual Status Mkdir(const std::string& path, uint32_t mode, bool parents) = 0;
@@ -141,9 +139,9 @@ class SandboxFiles {
 
 // Options of ProcessStarter::Start.
 struct StartOptions {
-  bool pty = false;          // a pseudo-terminal from the sandbox's devpts as stdio + controlling tty
+  bool pty = false;  // a pseudo-terminal from the sandbox's devpts as stdio + controlling tty
   uint16_t rows = 24, cols = 80;
-  bool control_fd = false;   // a pipe on fd 3 (read end: Process::TakeControl)
+  bool control_fd = false;  // a pipe on fd 3 (read end: Process::TakeControl)
 };
 
 // A command started by ProcessStarter::Start, running in its own exec cgroup (the
@@ -157,8 +155,8 @@ struct StartOptions {
 class Process {
  public:
   virtual ~Process() = default;
-  virtual pid_t pid() const = 0;    // host pid of the foreground process
-  virtual int pidfd() const = 0;    // borrowed; readable (POLLIN) once it exited
+  virtual pid_t pid() const = 0;  // host pid of the foreground process
+  virtual int pidfd() const = 0;  // borrowed; readable (POLLIN) once it exited
   // The caller takes the pipe ends (each once; later calls return an invalid
   // fd). With a PTY stdin and stdout are both the terminal's master (dups),
   // stderr is invalid. Control: fd 3's read end, invalid unless asked.
@@ -257,8 +255,8 @@ class Capabilities {
   // Names joined by ",", in enum order ("" when none).
   std::string ToString() const {
     std::string out;
-    for (Capability c : {Capability::kPause, Capability::kSuspend, Capability::kProcesses,
-                         Capability::kExportChanges}) {
+    for (Capability c :
+         {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges}) {
       if (!has(c)) continue;
       if (!out.empty()) out += ",";
       out += CapabilityName(c);

@@ -63,14 +63,12 @@ void InstallShutdownHandler() {
 // The sandbox manager over the container backend and the layer store, started
 // (sandboxes of an earlier daemon on this state dir re-adopted).
 StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags, const std::string& init,
-                                                             const std::string& run_dir,
-                                                             const std::string& lxcfs_dir) {
+                                                             const std::string& run_dir, const std::string& lxcfs_dir) {
   runtime::ContainerOptions copt;
   copt.init_path = init;
   copt.lxcfs_dir = lxcfs_dir;
-  copt.warm_shells = flags.warm_shells >= 0
-                         ? static_cast<uint32_t>(flags.warm_shells)
-                         : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  copt.warm_shells = flags.warm_shells >= 0 ? static_cast<uint32_t>(flags.warm_shells)
+                                            : 2 * static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   copt.recycled_cgroups = flags.recycled_cgroups;
   // Sandbox uid ranges are claimed host-wide, in the name of this state dir
   // (sandboxes outlive the daemon; a restart on the same dir re-takes them).
@@ -126,7 +124,7 @@ api::NodeFacts ProbeFacts() {
 // The /run_code HTTP server over `frontend`, as --http-listen and the
 // /run_code flags ask.
 StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, node::FnCallFrontend* frontend,
-                                                             const std::string& token) {
+                                                            const std::string& token) {
   http::RunCodeOptions ho;
   ho.listen = flags.http_listen;
   ho.allowed_hosts = flags.http_allowed_hosts;
@@ -272,8 +270,8 @@ int Run(const Flags& flags) {
   runtime::FnCallOptions fopt;
   fopt.mount_point = flags.state_dir + "/fncall-root";
   fopt.lxcfs_dir = lxcfs_dir;
-  fopt.max_workers = flags.fncall_max_workers ? flags.fncall_max_workers
-                                              : std::max(4u, 4 * std::thread::hardware_concurrency());
+  fopt.max_workers =
+      flags.fncall_max_workers ? flags.fncall_max_workers : std::max(4u, 4 * std::thread::hardware_concurrency());
   StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);
   if (!fncall_pool.ok()) return fail(fncall_pool.status());
   node::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers);

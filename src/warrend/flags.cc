@@ -16,8 +16,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--init-path", flags.init_path,
                  "warren-init binary (default: next to warrend or ../init/warren-init)");
   app.add_option("--node-id", flags.node_id, "node id, prefix of sandbox ids")->capture_default_str();
-  app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|critical|off")
-      ->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|critical|off")->capture_default_str();
   app.add_option("--log-format", flags.log_format, "text|json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -35,8 +34,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "container (cgroup v1): keep up to this many emptied sandbox cgroups for new sandboxes "
                  "instead of removing and creating them (only those whose sandbox left < 1 MiB charged; 0 = off)")
       ->capture_default_str();
-  app.add_option("--mount-grace-ms", flags.mount_grace_ms,
-                 "keep an unused layer mount this long before unmounting")
+  app.add_option("--mount-grace-ms", flags.mount_grace_ms, "keep an unused layer mount this long before unmounting")
       ->capture_default_str();
   app.add_option("--http-listen", flags.http_listen,
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
@@ -62,7 +60,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "swap for suspended sandboxes: auto (set up zram when the host has no swap) | none")
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
-  app.add_option("--zram-size-mb", flags.zram_size_mb, "size of the zram swap set up by --suspend-swap=auto (0 = RAM/4)");
+  app.add_option("--zram-size-mb", flags.zram_size_mb,
+                 "size of the zram swap set up by --suspend-swap=auto (0 = RAM/4)");
   app.add_option("--max-staging-mb", flags.max_staging_mb,
                  "node-wide cap on what snapshots and grades copy from sandboxes at once, MiB (0 = none; "
                  "each sandbox is also bounded by its disk limit)");

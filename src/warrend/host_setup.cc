@@ -43,8 +43,8 @@ StatusOr<std::string> FindInit(const std::string& flag) {
       return c;
     }
   }
-  return absl::NotFoundError("warren-init not found (looked at " + candidates[0] + ", " +
-                             candidates[1] + ", " + candidates[2] + "); pass --init-path");
+  return absl::NotFoundError("warren-init not found (looked at " + candidates[0] + ", " + candidates[1] + ", " +
+                             candidates[2] + "); pass --init-path");
 }
 
 StatusOr<UniqueFd> LockStateDir(const std::string& state_dir) {
@@ -64,8 +64,7 @@ StatusOr<UniqueFd> LockStateDir(const std::string& state_dir) {
       if (::fcntl(fd.get(), F_GETLK, &who) == 0 && who.l_type != F_UNLCK) {
         pid = std::to_string(who.l_pid);
       }
-      return absl::FailedPreconditionError("another warrend (pid " + pid +
-                                           ") is running on state dir " + state_dir);
+      return absl::FailedPreconditionError("another warrend (pid " + pid + ") is running on state dir " + state_dir);
     }
     return ErrnoToStatus(err, "fcntl(F_SETLK, " + path + ")");
   }
@@ -100,8 +99,7 @@ Status PrepareSocket(const std::string& path) {
     if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
     if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) break;
     if (attempt >= 40) {
-      return absl::FailedPreconditionError("--socket " + path +
-                                           " is served by another live process");
+      return absl::FailedPreconditionError("--socket " + path + " is served by another live process");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -59,19 +59,21 @@
 static const char* ErrName(int e) {
   switch (e) {
     case 0: return "0";
-#define E(x) case x: return #x;
-    E(EPERM) E(ENOENT) E(ESRCH) E(EINTR) E(EIO) E(ENXIO) E(E2BIG) E(ENOEXEC) E(EBADF) E(ECHILD) E(EAGAIN)
-    E(ENOMEM) E(EACCES) E(EFAULT) E(ENOTBLK) E(EBUSY) E(EEXIST) E(EXDEV) E(ENODEV) E(ENOTDIR) E(EISDIR)
-    E(EINVAL) E(ENFILE) E(EMFILE) E(ENOTTY) E(ETXTBSY) E(EFBIG) E(ENOSPC) E(ESPIPE) E(EROFS) E(EMLINK)
-    E(EPIPE) E(ERANGE) E(ENOSYS) E(ENOTEMPTY) E(ELOOP) E(ENODATA) E(ENOKEY) E(EOPNOTSUPP) E(EAFNOSUPPORT)
-    E(EPROTONOSUPPORT) E(ESOCKTNOSUPPORT) E(ECONNREFUSED) E(ENETUNREACH) E(EHOSTUNREACH) E(EADDRNOTAVAIL)
-    E(ETIMEDOUT) E(ENOTSOCK) E(EPROTOTYPE) E(ENOTCONN) E(ENAMETOOLONG) E(EDQUOT) E(EOVERFLOW)
+#define E(x) \
+  case x: return #x;
+      E(EPERM)
+      E(ENOENT) E(ESRCH) E(EINTR) E(EIO) E(ENXIO) E(E2BIG) E(ENOEXEC) E(EBADF) E(ECHILD) E(EAGAIN) E(ENOMEM) E(EACCES)
+          E(EFAULT) E(ENOTBLK) E(EBUSY) E(EEXIST) E(EXDEV) E(ENODEV) E(ENOTDIR) E(EISDIR) E(EINVAL) E(ENFILE) E(EMFILE)
+              E(ENOTTY) E(ETXTBSY) E(EFBIG) E(ENOSPC) E(ESPIPE) E(EROFS) E(EMLINK) E(EPIPE) E(ERANGE) E(ENOSYS)
+                  E(ENOTEMPTY) E(ELOOP) E(ENODATA) E(ENOKEY) E(EOPNOTSUPP) E(EAFNOSUPPORT) E(EPROTONOSUPPORT)
+                      E(ESOCKTNOSUPPORT) E(ECONNREFUSED) E(ENETUNREACH) E(EHOSTUNREACH) E(EADDRNOTAVAIL) E(ETIMEDOUT)
+                          E(ENOTSOCK) E(EPROTOTYPE) E(ENOTCONN) E(ENAMETOOLONG) E(EDQUOT) E(EOVERFLOW)
 #undef E
-    default: {
-      static char buf[16];
-      snprintf(buf, sizeof buf, "E%d", e);
-      return buf;
-    }
+                              default : {
+        static char buf[16];
+        snprintf(buf, sizeof buf, "E%d", e);
+        return buf;
+      }
   }
 }
 
@@ -131,27 +133,48 @@ struct Nr {
   int x64, nr32, x32;
 };
 static const struct Nr kNrs[] = {
-    {"mount", 165, 21, 165},           {"umount", -1, 22, -1},
-    {"umount2", 166, 52, 166},         {"pivot_root", 155, 217, 155},
-    {"move_mount", 429, 429, 429},     {"open_tree", 428, 428, 428},
-    {"fsopen", 430, 430, 430},         {"fsconfig", 431, 431, 431},
-    {"fsmount", 432, 432, 432},        {"fspick", 433, 433, 433},
-    {"mount_setattr", 442, 442, 442},  {"unshare", 272, 310, 272},
-    {"setns", 308, 346, 308},          {"clone", 56, 120, 56},
-    {"clone3", 435, 435, 435},         {"add_key", 248, 286, 248},
-    {"request_key", 249, 287, 249},    {"keyctl", 250, 288, 250},
-    {"bpf", 321, 357, 321},            {"perf_event_open", 298, 336, 298},
-    {"userfaultfd", 323, 374, 323},    {"io_uring_setup", 425, 425, 425},
-    {"io_uring_enter", 426, 426, 426}, {"io_uring_register", 427, 427, 427},
-    {"init_module", 175, 128, 175},    {"finit_module", 313, 350, 313},
-    {"delete_module", 176, 129, 176},  {"kexec_load", 246, 283, 528},
-    {"kexec_file_load", 320, -1, 320}, {"reboot", 169, 88, 169},
-    {"syslog", 103, 103, 103},         {"open_by_handle_at", 304, 342, 304},
-    {"iopl", 172, 110, 172},           {"ioperm", 173, 101, 173},
-    {"swapon", 167, 87, 167},          {"ioctl", 16, 54, 514},
-    {"socket", 41, 359, 41},           {"socketcall", -1, 102, -1},
-    {"ptrace", 101, 26, 521},          {"acct", 163, 51, 163},
-    {"settimeofday", 164, 79, 164},    {"clock_settime", 227, 264, 227},
+    {"mount", 165, 21, 165},
+    {"umount", -1, 22, -1},
+    {"umount2", 166, 52, 166},
+    {"pivot_root", 155, 217, 155},
+    {"move_mount", 429, 429, 429},
+    {"open_tree", 428, 428, 428},
+    {"fsopen", 430, 430, 430},
+    {"fsconfig", 431, 431, 431},
+    {"fsmount", 432, 432, 432},
+    {"fspick", 433, 433, 433},
+    {"mount_setattr", 442, 442, 442},
+    {"unshare", 272, 310, 272},
+    {"setns", 308, 346, 308},
+    {"clone", 56, 120, 56},
+    {"clone3", 435, 435, 435},
+    {"add_key", 248, 286, 248},
+    {"request_key", 249, 287, 249},
+    {"keyctl", 250, 288, 250},
+    {"bpf", 321, 357, 321},
+    {"perf_event_open", 298, 336, 298},
+    {"userfaultfd", 323, 374, 323},
+    {"io_uring_setup", 425, 425, 425},
+    {"io_uring_enter", 426, 426, 426},
+    {"io_uring_register", 427, 427, 427},
+    {"init_module", 175, 128, 175},
+    {"finit_module", 313, 350, 313},
+    {"delete_module", 176, 129, 176},
+    {"kexec_load", 246, 283, 528},
+    {"kexec_file_load", 320, -1, 320},
+    {"reboot", 169, 88, 169},
+    {"syslog", 103, 103, 103},
+    {"open_by_handle_at", 304, 342, 304},
+    {"iopl", 172, 110, 172},
+    {"ioperm", 173, 101, 173},
+    {"swapon", 167, 87, 167},
+    {"ioctl", 16, 54, 514},
+    {"socket", 41, 359, 41},
+    {"socketcall", -1, 102, -1},
+    {"ptrace", 101, 26, 521},
+    {"acct", 163, 51, 163},
+    {"settimeofday", 164, 79, 164},
+    {"clock_settime", 227, 264, 227},
 };
 
 static int NrOf(const char* name, enum Abi abi) {
@@ -246,8 +269,10 @@ static struct Outcome InChild(AttemptFn fn, enum Abi abi, long arg) {
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (WIFSIGNALED(st)) o.signal = WTERMSIG(st);
-  else if (n != sizeof o.ret) o.ret = -EIO;
+  if (WIFSIGNALED(st))
+    o.signal = WTERMSIG(st);
+  else if (n != sizeof o.ret)
+    o.ret = -EIO;
   return o;
 }
 
@@ -539,8 +564,10 @@ static const char* AbiName(enum Abi abi) {
 static int CmdAbi(const char* which) {
   enum Abi abi = kNative;
 #if defined(__x86_64__)
-  if (strcmp(which, "i386") == 0) abi = kI386;
-  else if (strcmp(which, "x32") == 0) abi = kX32;
+  if (strcmp(which, "i386") == 0)
+    abi = kI386;
+  else if (strcmp(which, "x32") == 0)
+    abi = kX32;
   else if (strcmp(which, "x86_64") != 0) {
     fprintf(stderr, "probe abi: unknown ABI %s\n", which);
     return 2;
@@ -741,7 +768,10 @@ static int CmdSignalPid1(void) {
   int sent = 0, refused = 0;
   for (int round = 0; round < 3; ++round) {
     for (int sig = 1; sig <= 31; ++sig) {
-      if (kill(1, sig) == 0) ++sent; else ++refused;
+      if (kill(1, sig) == 0)
+        ++sent;
+      else
+        ++refused;
     }
   }
   struct timespec ts = {0, 300 * 1000 * 1000};
@@ -794,7 +824,10 @@ static int CmdSetnsProc(void) {
       int fd = open(path, O_RDONLY | O_CLOEXEC);
       if (fd < 0) continue;
       ++tried;
-      if (setns(fd, 0) == 0) ++ok; else last = errno;
+      if (setns(fd, 0) == 0)
+        ++ok;
+      else
+        last = errno;
       close(fd);
     }
   }
@@ -815,10 +848,12 @@ static int CmdProcRoot(const char* marker) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     for (int w = 0; w < 2; ++w) {
       char path[1200];
-      snprintf(path, sizeof path, "/proc/%s/%s%s", e->d_name, w ? "cwd/../../../../../../../../.." : "root",
-               marker);
+      snprintf(path, sizeof path, "/proc/%s/%s%s", e->d_name, w ? "cwd/../../../../../../../../.." : "root", marker);
       ++tried;
-      if (access(path, F_OK) == 0) ++seen; else last = errno;
+      if (access(path, F_OK) == 0)
+        ++seen;
+      else
+        last = errno;
     }
   }
   if (d) closedir(d);
@@ -856,10 +891,11 @@ static int CmdDevices(void) {
     if (fd >= 0) close(fd);
     unlink(path);
   }
-  const char* devs[] = {"/dev/mem", "/dev/kmem", "/dev/port", "/dev/kmsg", "/dev/sda", "/dev/vda", "/dev/xvda",
-                        "/dev/nvme0n1", "/dev/loop0", "/dev/loop-control", "/dev/kvm", "/dev/fuse",
-                        "/dev/net/tun", "/dev/vsock", "/dev/vhost-vsock", "/dev/console", "/dev/tty0",
-                        "/dev/mapper/control", "/dev/btrfs-control", "/dev/cpu/0/msr", "/dev/watchdog"};
+  const char* devs[] = {"/dev/mem",     "/dev/kmem", "/dev/port",           "/dev/kmsg",          "/dev/sda",
+                        "/dev/vda",     "/dev/xvda", "/dev/nvme0n1",        "/dev/loop0",         "/dev/loop-control",
+                        "/dev/kvm",     "/dev/fuse", "/dev/net/tun",        "/dev/vsock",         "/dev/vhost-vsock",
+                        "/dev/console", "/dev/tty0", "/dev/mapper/control", "/dev/btrfs-control", "/dev/cpu/0/msr",
+                        "/dev/watchdog"};
   for (size_t i = 0; i < sizeof devs / sizeof devs[0]; ++i) {
     char name[128];
     snprintf(name, sizeof name, "open:%s", devs[i]);
@@ -985,10 +1021,22 @@ static void CgWalk(const char* dir, int depth) {
       CgWalk(path, depth + 1);
       continue;
     }
-    static const char* kFiles[] = {"cgroup.procs", "tasks", "release_agent", "notify_on_release", "memory.max",
-                                   "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "pids.max", "cpu.max",
-                                   "cpu.cfs_quota_us", "cgroup.subtree_control", "freezer.state", "cgroup.freeze",
-                                   "cgroup.kill", "devices.allow", "cgroup.clone_children"};
+    static const char* kFiles[] = {"cgroup.procs",
+                                   "tasks",
+                                   "release_agent",
+                                   "notify_on_release",
+                                   "memory.max",
+                                   "memory.limit_in_bytes",
+                                   "memory.memsw.limit_in_bytes",
+                                   "pids.max",
+                                   "cpu.max",
+                                   "cpu.cfs_quota_us",
+                                   "cgroup.subtree_control",
+                                   "freezer.state",
+                                   "cgroup.freeze",
+                                   "cgroup.kill",
+                                   "devices.allow",
+                                   "cgroup.clone_children"};
     for (size_t i = 0; i < sizeof kFiles / sizeof kFiles[0]; ++i) {
       if (strcmp(e->d_name, kFiles[i]) != 0) continue;
       ++s_cg_tried;
@@ -1156,10 +1204,10 @@ static int CmdSetcap(const char* path) {
 
 // Signals 1..31 but SIGKILL, the ones a daemon catches (TERM, INT) first:
 // several signals pending at once are delivered lowest number first.
-static const int kStormSignals[] = {SIGTERM, SIGINT,  SIGSTOP, SIGTSTP, SIGHUP,  SIGQUIT, SIGUSR1, SIGUSR2,
-                                    SIGPIPE, SIGALRM, SIGCHLD, SIGCONT, SIGTTIN, SIGTTOU, SIGURG,  SIGXCPU,
-                                    SIGXFSZ, SIGVTALRM, SIGPROF, SIGWINCH, SIGIO, SIGPWR, SIGSYS, SIGILL,
-                                    SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSTKFLT};
+static const int kStormSignals[] = {SIGTERM, SIGINT,    SIGSTOP, SIGTSTP,  SIGHUP,  SIGQUIT,  SIGUSR1, SIGUSR2,
+                                    SIGPIPE, SIGALRM,   SIGCHLD, SIGCONT,  SIGTTIN, SIGTTOU,  SIGURG,  SIGXCPU,
+                                    SIGXFSZ, SIGVTALRM, SIGPROF, SIGWINCH, SIGIO,   SIGPWR,   SIGSYS,  SIGILL,
+                                    SIGTRAP, SIGABRT,   SIGBUS,  SIGFPE,   SIGSEGV, SIGSTKFLT};
 
 static long SignalAll(pid_t pid) {
   long sent = 0;
@@ -1323,11 +1371,16 @@ static int CmdForge(const char* dir, const char* redirect_to) {
     const char* name;
     const char* value;
   } xs[] = {
-      {d, "trusted.overlay.redirect", redirect_to}, {d, "trusted.overlay.opaque", "y"},
-      {f, "trusted.overlay.metacopy", ""},         {f, "trusted.overlay.redirect", redirect_to},
-      {f, "trusted.overlay.origin", "\x00\xfb\x15\x01"}, {d, "user.overlay.redirect", redirect_to},
-      {d, "user.overlay.opaque", "y"},             {f, "user.overlay.metacopy", ""},
-      {f, "user.overlay.redirect", redirect_to},    {d, "trusted.overlay.upper", "x"},
+      {d, "trusted.overlay.redirect", redirect_to},
+      {d, "trusted.overlay.opaque", "y"},
+      {f, "trusted.overlay.metacopy", ""},
+      {f, "trusted.overlay.redirect", redirect_to},
+      {f, "trusted.overlay.origin", "\x00\xfb\x15\x01"},
+      {d, "user.overlay.redirect", redirect_to},
+      {d, "user.overlay.opaque", "y"},
+      {f, "user.overlay.metacopy", ""},
+      {f, "user.overlay.redirect", redirect_to},
+      {d, "trusted.overlay.upper", "x"},
   };
   for (size_t i = 0; i < sizeof xs / sizeof xs[0]; ++i) {
     char name[300];
@@ -1431,10 +1484,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* c = argv[1];
-#define ARGS(n)        \
+#define ARGS(n)         \
   if (argc < 2 + (n)) { \
-    Usage();           \
-    return 2;          \
+    Usage();            \
+    return 2;           \
   }
   if (!strcmp(c, "abi")) {
     ARGS(1);

@@ -23,11 +23,10 @@ Status Admission::Admit(const CreateRequest& request) {
     return absl::OkStatus();
   }
   if (queue_.size() >= max_queue_) {
-    return absl::ResourceExhaustedError("node busy: " + std::to_string(in_flight_) +
-                                        " creates in flight (--max-creates-in-flight=" +
-                                        std::to_string(limits_.max_creates_in_flight) + ") and the create queue is full (" +
-                                        std::to_string(queue_.size()) + " waiting, --max-create-queue=" +
-                                        std::to_string(max_queue_) + "), retry");
+    return absl::ResourceExhaustedError(
+        "node busy: " + std::to_string(in_flight_) + " creates in flight (--max-creates-in-flight=" +
+        std::to_string(limits_.max_creates_in_flight) + ") and the create queue is full (" +
+        std::to_string(queue_.size()) + " waiting, --max-create-queue=" + std::to_string(max_queue_) + "), retry");
   }
   Waiter me;
   const auto pos = queue_.insert(queue_.end(), &me);
@@ -39,7 +38,8 @@ Status Admission::Admit(const CreateRequest& request) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= until) {
       result = absl::DeadlineExceededError(
-          "create waited " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+          "create waited " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
           " ms in the create queue (" + std::to_string(in_flight_) + " creates in flight, max " +
           std::to_string(limits_.max_creates_in_flight) + ") and reached its deadline");
       break;

@@ -26,8 +26,7 @@ constexpr size_t kMaxLabels = 64;
 constexpr size_t kMaxEnvBytes = 1 << 20;
 
 bool IsDigits(const std::string& s) {
-  return !s.empty() && s.size() <= 10 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+  return !s.empty() && s.size() <= 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
          std::stoull(s) <= 4294967294ull;
 }
 
@@ -50,8 +49,7 @@ bool ValidHostname(const std::string& h) {
 bool ValidLabelKey(const std::string& k) {
   if (k.empty() || k.size() > 253) return false;
   return std::all_of(k.begin(), k.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
-           c == '/';
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '/';
   });
 }
 
@@ -75,8 +73,7 @@ Status TooBig(const std::string& field, uint64_t value, const std::string& max) 
 }  // namespace
 
 int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -86,8 +83,7 @@ std::string Quote(const std::string& s) {
 }
 
 bool HasControl(const std::string& s) {
-  return std::any_of(s.begin(), s.end(),
-                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  return std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
 }
 
 bool ValidUser(const std::string& u) {
@@ -101,8 +97,8 @@ bool ValidUser(const std::string& u) {
   if (!(std::islower(static_cast<unsigned char>(u[0])) || u[0] == '_')) return false;
   for (size_t i = 0; i < u.size(); ++i) {
     char c = u[i];
-    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-              (c == '$' && i + 1 == u.size());
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || (c == '$' && i + 1 == u.size());
     if (!ok) return false;
   }
   return true;
@@ -111,16 +107,14 @@ bool ValidUser(const std::string& u) {
 bool ValidNodeId(const std::string& n) {
   if (n.empty() || n.size() > 31) return false;
   if (!std::islower(static_cast<unsigned char>(n[0])) && !std::isdigit(static_cast<unsigned char>(n[0]))) return false;
-  return std::all_of(n.begin(), n.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-  });
+  return std::all_of(n.begin(), n.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
 }
 
 bool ValidSandboxId(const std::string& id) {
   if (id.empty() || id.size() > 63 || id[0] == '-') return false;
-  return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-  });
+  return std::all_of(id.begin(), id.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
 }
 
 const char* SandboxStateName(SandboxState s) {
@@ -163,16 +157,17 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
   const uint64_t max_open_files = MaxOpenFiles(lim);
   // Defaults may exceed a small host; clamp defaults only, never explicit asks.
   if (in.resources.cpu_millis == 0) res.cpu_millis = std::min<uint32_t>(res.cpu_millis, 1000 * lim.cpus);
-  if (in.resources.memory_mb == 0) res.memory_mb = static_cast<uint32_t>(std::min<uint64_t>(res.memory_mb, lim.memory_mb));
+  if (in.resources.memory_mb == 0)
+    res.memory_mb = static_cast<uint32_t>(std::min<uint64_t>(res.memory_mb, lim.memory_mb));
   if (in.resources.disk_mb == 0) res.disk_mb = static_cast<uint32_t>(std::min<uint64_t>(res.disk_mb, lim.memory_mb));
   if (in.resources.tmpfs_mb == 0) res.tmpfs_mb = static_cast<uint32_t>(std::min<uint64_t>(res.tmpfs_mb, lim.memory_mb));
   if (in.resources.open_files == 0) {
     res.open_files = static_cast<uint32_t>(std::min<uint64_t>(res.open_files, max_open_files));
   }
   if (res.cpu_millis > 1000ull * lim.cpus) {
-    return TooBig("cpu_millis", res.cpu_millis,
-                  "this node's maximum of " + std::to_string(1000ull * lim.cpus) + " (" + std::to_string(lim.cpus) +
-                      " cpus)");
+    return TooBig(
+        "cpu_millis", res.cpu_millis,
+        "this node's maximum of " + std::to_string(1000ull * lim.cpus) + " (" + std::to_string(lim.cpus) + " cpus)");
   }
   if (res.memory_mb > lim.memory_mb) {
     return TooBig("memory_mb", res.memory_mb, "this node's memory of " + std::to_string(lim.memory_mb) + " MiB");
@@ -186,8 +181,8 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
     return TooBig("tmpfs_mb", res.tmpfs_mb, "this node's memory of " + std::to_string(lim.memory_mb) + " MiB");
   }
   if (res.pids < 1 || res.pids > kMaxPids) {
-    return absl::InvalidArgumentError("resources.pids=" + std::to_string(res.pids) +
-                                      " is outside [1, " + std::to_string(kMaxPids) + "]");
+    return absl::InvalidArgumentError("resources.pids=" + std::to_string(res.pids) + " is outside [1, " +
+                                      std::to_string(kMaxPids) + "]");
   }
   if (res.open_files < kMinOpenFiles) {
     return absl::InvalidArgumentError("resources.open_files=" + std::to_string(res.open_files) +
@@ -201,8 +196,7 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
   size_t env_bytes = 0;
   for (const auto& [k, v] : r.env) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError("env key " + Quote(k) +
-                                        " must be non-empty without '=' or NUL");
+      return absl::InvalidArgumentError("env key " + Quote(k) + " must be non-empty without '=' or NUL");
     }
     if (v.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError("env[" + Quote(k) + "] value contains NUL");
@@ -210,8 +204,7 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
     env_bytes += k.size() + v.size() + 2;
   }
   if (env_bytes > kMaxEnvBytes) {
-    return absl::InvalidArgumentError("env: " + std::to_string(env_bytes) +
-                                      " bytes exceeds the limit of 1 MiB");
+    return absl::InvalidArgumentError("env: " + std::to_string(env_bytes) + " bytes exceeds the limit of 1 MiB");
   }
   // A UTF-8 locale unless the request chose one: programs that print or
   // decode non-ASCII text (Python's stdio, sort, grep) behave as on a
@@ -223,8 +216,7 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
   }
   if (r.user.empty()) r.user = "root";
   if (!ValidUser(r.user)) {
-    return absl::InvalidArgumentError("user=" + Quote(r.user) +
-                                      " must be \"root\", a user name or \"uid[:gid]\"");
+    return absl::InvalidArgumentError("user=" + Quote(r.user) + " must be \"root\", a user name or \"uid[:gid]\"");
   }
   if (!r.hostname.empty() && !ValidHostname(r.hostname)) {
     return absl::InvalidArgumentError("hostname=" + Quote(r.hostname) +
@@ -232,13 +224,12 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
                                       "at most 63 characters)");
   }
   if (r.labels.size() > kMaxLabels) {
-    return absl::InvalidArgumentError("labels: " + std::to_string(r.labels.size()) +
-                                      " labels exceed the maximum of " + std::to_string(kMaxLabels));
+    return absl::InvalidArgumentError("labels: " + std::to_string(r.labels.size()) + " labels exceed the maximum of " +
+                                      std::to_string(kMaxLabels));
   }
   for (const auto& [k, v] : r.labels) {
     if (!ValidLabelKey(k)) {
-      return absl::InvalidArgumentError("label key " + Quote(k) +
-                                        " must be 1-253 characters of [A-Za-z0-9._/-]");
+      return absl::InvalidArgumentError("label key " + Quote(k) + " must be 1-253 characters of [A-Za-z0-9._/-]");
     }
     if (v.size() > 1024 || HasControl(v)) {
       return absl::InvalidArgumentError("labels[" + Quote(k) + "]=" + Quote(v) +
@@ -246,8 +237,7 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
     }
   }
   if (r.job.size() > 253 || HasControl(r.job)) {
-    return absl::InvalidArgumentError("job=" + Quote(r.job) +
-                                      " must be at most 253 bytes without control characters");
+    return absl::InvalidArgumentError("job=" + Quote(r.job) + " must be at most 253 bytes without control characters");
   }
   return r;
 }

@@ -53,8 +53,7 @@ StatusOr<SandboxInfo> CreateKeys::Create(const CreateRequest& request) {
       }
       // A duplicate of a create in progress waits for it, until its own
       // deadline (bounded by the create queue's bound).
-      const auto until =
-          std::min(request.deadline, std::chrono::steady_clock::now() + Admission::kMaxCreateQueueWait);
+      const auto until = std::min(request.deadline, std::chrono::steady_clock::now() + Admission::kMaxCreateQueueWait);
       if (!cv_.wait_until(l, until, [&] { return k->done || k->abandoned; })) {
         return absl::DeadlineExceededError("create request " + Quote(key) +
                                            " is still being made by an earlier call; reached this call's deadline");

@@ -19,8 +19,10 @@ Jobs::Jobs(std::string state_dir, SandboxTable& table) : path_(state_dir + "/job
 void Jobs::SaveLocked() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, job] : jobs_) {
-    j[name] = {{"lease_s", job.lease_s}, {"grace_s", job.grace_s},
-               {"lease_expires_at_ns", job.lease_expires_at_ns}, {"lapsed", job.lapsed},
+    j[name] = {{"lease_s", job.lease_s},
+               {"grace_s", job.grace_s},
+               {"lease_expires_at_ns", job.lease_expires_at_ns},
+               {"lapsed", job.lapsed},
                {"lapsed_at_ns", job.lapsed_at_ns}};
   }
   const std::string tmp = path_ + ".tmp";
@@ -33,7 +35,8 @@ void Jobs::SaveLocked() const {
     }
   }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    Log(spdlog::level::warn, "persisting jobs failed", {{"error", ErrnoToStatus(errno, "rename(" + tmp + ")").ToString()}});
+    Log(spdlog::level::warn, "persisting jobs failed",
+        {{"error", ErrnoToStatus(errno, "rename(" + tmp + ")").ToString()}});
   }
 }
 
@@ -79,7 +82,8 @@ StatusOr<JobInfo> Jobs::Heartbeat(const std::string& job, uint32_t lease_s, uint
   }
   if (revive) {
     uint32_t n = Resume(job);
-    Log(spdlog::level::info, "job lease renewed after lapse; sandboxes resumed", {{"job", job}, {"sandboxes", std::to_string(n)}});
+    Log(spdlog::level::info, "job lease renewed after lapse; sandboxes resumed",
+        {{"job", job}, {"sandboxes", std::to_string(n)}});
   }
   out.sandboxes = static_cast<uint32_t>(table_.List({}, job).size());
   return out;
@@ -141,7 +145,8 @@ uint32_t Jobs::Resume(const std::string& job) {
     if (s.ok()) {
       ++n;
     } else {
-      Log(spdlog::level::warn, "resuming sandbox of job failed", {{"job", job}, {"sandbox", i.id}, {"error", s.ToString()}});
+      Log(spdlog::level::warn, "resuming sandbox of job failed",
+          {{"job", job}, {"sandbox", i.id}, {"error", s.ToString()}});
     }
   }
   return n;
@@ -183,7 +188,8 @@ void Jobs::Reap() {
   }
   for (const std::string& job : expire) {
     uint32_t n = Destroy(job, "job lease lapsed beyond its grace period");
-    Log(spdlog::level::info, "job grace expired; sandboxes destroyed", {{"job", job}, {"sandboxes", std::to_string(n)}});
+    Log(spdlog::level::info, "job grace expired; sandboxes destroyed",
+        {{"job", job}, {"sandboxes", std::to_string(n)}});
   }
 }
 

@@ -35,8 +35,7 @@ Status WriteAll(int fd, const std::string& data, const std::string& what) {
 Status Annotate(Status s, const std::string& dir) {
   int err = StatusErrno(s);
   if (err == ENOSPC || err == EDQUOT) {
-    return absl::ResourceExhaustedError("state dir " + dir + " is full: " +
-                                        std::string(s.message()));
+    return absl::ResourceExhaustedError("state dir " + dir + " is full: " + std::string(s.message()));
   }
   return s;
 }
@@ -95,8 +94,7 @@ std::vector<RecordStore::Loaded> RecordStore::LoadAll() const {
       ::unlink((dir_ + "/" + n).c_str());
       continue;
     }
-    if (n.size() <= kSuffix.size() || n.compare(n.size() - kSuffix.size(), kSuffix.size(),
-                                                kSuffix) != 0) {
+    if (n.size() <= kSuffix.size() || n.compare(n.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
       continue;
     }
     Loaded l{n.substr(0, n.size() - kSuffix.size()), absl::UnknownError("unset")};
@@ -143,6 +141,5 @@ std::vector<RecordStore::Loaded> RecordStore::LoadAll() const {
   }
   return out;
 }
-
 
 }  // namespace warren::node

@@ -50,5 +50,4 @@ class RecordStore {
   std::string dir_;
 };
 
-
 }  // namespace warren::node

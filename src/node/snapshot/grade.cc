@@ -97,7 +97,8 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
   ASSIGN_OR_RETURN(std::vector<std::string> prot, NormalizePaths(req.protected_paths, "protected"));
   if (e->info.pristine_layers.empty()) {
     return absl::FailedPreconditionError(
-        "grade of sandbox " + req.id + ": it has no pristine layers (its bottom layer was made by a sandbox, "
+        "grade of sandbox " + req.id +
+        ": it has no pristine layers (its bottom layer was made by a sandbox, "
         "e.g. a snapshot), so there is no toolchain to grade with; create it on the layers the snapshotted "
         "sandbox was created from plus the snapshot layer (snapshot().layers)");
   }
@@ -106,7 +107,7 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
   const int64_t t0 = NowNs();
   const std::vector<std::string>& all = e->info.layer_digests;
   const std::vector<std::string>& pristine = e->info.pristine_layers;  // a prefix of `all`, never changes
-  std::vector<std::unique_ptr<CopyBudget>> budget_store;  // outlives `rollback` (staging removed first)
+  std::vector<std::unique_ptr<CopyBudget>> budget_store;               // outlives `rollback` (staging removed first)
   CopyBudget changes_budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_,
                             options_.max_staging_bytes);  // the exported changes; outlives `rollback`
   Rollback rollback;
@@ -156,7 +157,8 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
     budget_store.push_back(std::make_unique<CopyBudget>("sandbox " + req.id, CopyLimitBytes(e->info.resources),
                                                         &staging_used_, options_.max_staging_bytes));
     d.options.budget = budget_store.back().get();
-    d.staging = options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0) + "-" + std::to_string(diffs.size());
+    d.staging =
+        options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0) + "-" + std::to_string(diffs.size());
     diffs.push_back(std::move(d));
   }
   std::vector<std::string> touched;
@@ -236,12 +238,15 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
     return sb->Exec(req.grader);
   }();
   Status ds = table_.Destroy(g.id, "grade finished");
-  if (!ds.ok()) Log(spdlog::level::warn, "destroying grade sandbox failed", {{"sandbox", g.id}, {"error", ds.ToString()}});
+  if (!ds.ok())
+    Log(spdlog::level::warn, "destroying grade sandbox failed", {{"sandbox", g.id}, {"error", ds.ToString()}});
   if (!out.ok()) return out.status();
   res.outcome = std::move(*out);
-  Log(spdlog::level::info, "graded", {{"sandbox", req.id}, {"exit", std::to_string(res.outcome.exit_code)},
-                                      {"touched", std::to_string(res.touched.size())},
-                                      {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+  Log(spdlog::level::info, "graded",
+      {{"sandbox", req.id},
+       {"exit", std::to_string(res.outcome.exit_code)},
+       {"touched", std::to_string(res.touched.size())},
+       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return res;
 }
 

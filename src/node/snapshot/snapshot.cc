@@ -14,14 +14,12 @@ StatusOr<image::LayerInfo> SnapshotService::Snapshot(const SnapshotRequest& req)
   ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, table_.Live(req.id, &state));
   const bool paused = state != SandboxState::kRunning;
   const int64_t t0 = NowNs();
-  const std::string name =
-      req.name.empty() ? "workspace/snap-" + req.id + "@" + std::to_string(t0) : req.name;
+  const std::string name = req.name.empty() ? "workspace/snap-" + req.id + "@" + std::to_string(t0) : req.name;
   if (name.find('@') == std::string::npos) {
     return absl::InvalidArgumentError("snapshot name " + Quote(name) + " must be kind/name@version");
   }
   ASSIGN_OR_RETURN(runtime::ChangeExporter * exporter, runtime::Require<runtime::ChangeExporter>(*e->sandbox));
-  CopyBudget budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_,
-                    options_.max_staging_bytes);
+  CopyBudget budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_, options_.max_staging_bytes);
   runtime::ExportOptions eo;
   eo.exclude = req.exclude;
   eo.budget = &budget;
@@ -37,11 +35,15 @@ StatusOr<image::LayerInfo> SnapshotService::Snapshot(const SnapshotRequest& req)
   }
   StatusOr<image::LayerInfo> li = layers_.BuildFromSandboxDir(name, staging);
   Status rm = RemoveTree(staging);
-  if (!rm.ok()) Log(spdlog::level::warn, "removing snapshot staging failed", {{"dir", staging}, {"error", rm.ToString()}});
+  if (!rm.ok())
+    Log(spdlog::level::warn, "removing snapshot staging failed", {{"dir", staging}, {"error", rm.ToString()}});
   if (!li.ok()) return li.status();
-  Log(spdlog::level::info, "snapshot", {{"sandbox", req.id}, {"layer", name}, {"digest", li->digest},
-                                        {"bytes", std::to_string(budget.used())},
-                                        {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+  Log(spdlog::level::info, "snapshot",
+      {{"sandbox", req.id},
+       {"layer", name},
+       {"digest", li->digest},
+       {"bytes", std::to_string(budget.used())},
+       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return li;
 }
 
@@ -88,7 +90,8 @@ StatusOr<ForkResult> SnapshotService::Fork(const ForkRequest& req) {
     out.sandboxes.push_back(std::move(*f));
   }
   if (failed.ok()) {
-    Log(spdlog::level::info, "forked", {{"sandbox", req.id}, {"count", std::to_string(req.count)}, {"layer", layer.digest}});
+    Log(spdlog::level::info, "forked",
+        {{"sandbox", req.id}, {"count", std::to_string(req.count)}, {"layer", layer.digest}});
     return out;
   }
   // All or nothing: the forks made go, and the layer unless another sandbox

@@ -26,15 +26,15 @@ namespace warren::node {
 
 struct ForkRequest {
   std::string id;
-  uint32_t count = 0;                          // 1..kMaxForks
-  std::map<std::string, std::string> labels;   // merged over the source's
-  uint32_t ttl_s = 0;                          // 0 = the source's ttl_s
-  std::vector<std::string> exclude;            // as SnapshotRequest::exclude
-  bool pause = true;                           // as SnapshotRequest::pause
+  uint32_t count = 0;                         // 1..kMaxForks
+  std::map<std::string, std::string> labels;  // merged over the source's
+  uint32_t ttl_s = 0;                         // 0 = the source's ttl_s
+  std::vector<std::string> exclude;           // as SnapshotRequest::exclude
+  bool pause = true;                          // as SnapshotRequest::pause
 };
 struct ForkResult {
-  image::LayerInfo layer;                // the snapshot layer (the forks' top layer)
-  std::vector<SandboxInfo> sandboxes;    // `count` running sandboxes
+  image::LayerInfo layer;              // the snapshot layer (the forks' top layer)
+  std::vector<SandboxInfo> sandboxes;  // `count` running sandboxes
 };
 
 class SnapshotService {

@@ -26,8 +26,8 @@ std::string SandboxTable::NewId() {
       ssize_t n = getrandom(buf + got, sizeof(buf) - got, 0);
       if (n > 0) got += static_cast<size_t>(n);
     }
-    std::string id = options_.node_id + "-" +
-                     absl::BytesToHexString(std::string(reinterpret_cast<char*>(buf), sizeof(buf)));
+    std::string id =
+        options_.node_id + "-" + absl::BytesToHexString(std::string(reinterpret_cast<char*>(buf), sizeof(buf)));
     std::lock_guard<std::mutex> l(mu_);
     if (!table_.count(id)) return id;
   }
@@ -73,8 +73,8 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
       StatusOr<image::LayerInfo> li = layers_.Resolve(spec.layers[i]);
       if (!li.ok()) {
         Status s = li.status();
-        return Status(s.code(), "layers[" + std::to_string(i) + "]=" + Quote(spec.layers[i]) +
-                                    ": " + std::string(s.message()));
+        return Status(s.code(),
+                      "layers[" + std::to_string(i) + "]=" + Quote(spec.layers[i]) + ": " + std::string(s.message()));
       }
       e->info.layer_digests.push_back(li->digest);
       if (li->from_sandbox) pristine_done = true;
@@ -94,7 +94,8 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
   RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, SandboxState::kCreating)));
   rollback.Add([this, id] {
     Status s = records_.Remove(id);
-    if (!s.ok()) Log(spdlog::level::err, "rollback: removing record failed", {{"sandbox", id}, {"error", s.ToString()}});
+    if (!s.ok())
+      Log(spdlog::level::err, "rollback: removing record failed", {{"sandbox", id}, {"error", s.ToString()}});
   });
 
   if (::mkdir(e->dir.c_str(), 0700) != 0) {
@@ -106,7 +107,8 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
   }
   rollback.Add([e] {
     Status s = RemoveTree(e->dir);
-    if (!s.ok()) Log(spdlog::level::err, "rollback: removing dir failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
+    if (!s.ok())
+      Log(spdlog::level::err, "rollback: removing dir failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
   });
 
   runtime::SandboxSpec bspec;
@@ -131,17 +133,20 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
   // behind" promise; it runs before the dir removal registered above.
   rollback.Add([e, bspec] {
     Status s = e->backend->Cleanup(bspec, e->backend_record);
-    if (!s.ok()) Log(spdlog::level::err, "rollback: backend cleanup failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
+    if (!s.ok())
+      Log(spdlog::level::err, "rollback: backend cleanup failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
   });
   StatusOr<std::unique_ptr<runtime::Sandbox>> sb = e->backend->Create(bspec);
   if (!sb.ok()) {
-    Log(spdlog::level::warn, "create failed", {{"sandbox", id}, {"step", "backend"}, {"error", sb.status().ToString()}});
+    Log(spdlog::level::warn, "create failed",
+        {{"sandbox", id}, {"step", "backend"}, {"error", sb.status().ToString()}});
     return sb.status();
   }
   e->sandbox = std::shared_ptr<runtime::Sandbox>(std::move(*sb));
   rollback.Add([e] {
     Status s = e->sandbox->Destroy();
-    if (!s.ok()) Log(spdlog::level::err, "rollback: destroy failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
+    if (!s.ok())
+      Log(spdlog::level::err, "rollback: destroy failed", {{"sandbox", e->info.id}, {"error", s.ToString()}});
   });
   e->backend_record = e->sandbox->Record();
   AddTransition(*e, SandboxState::kRunning, "created");

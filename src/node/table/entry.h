@@ -15,13 +15,13 @@
 namespace warren::node {
 
 struct Entry {
-  SandboxInfo info;  // info.state, info.last_activity_ns, expiry: table
+  SandboxInfo info;    // info.state, info.last_activity_ns, expiry: table
   CreateRequest spec;  // the normalized request (no deadline, no cancel probe)
   std::string dir;
   runtime::Backend* backend = nullptr;
   std::vector<std::string> acquired;  // digests holding a mount reference
   std::shared_ptr<runtime::Sandbox> sandbox;
-  std::string backend_record;  // Sandbox::Record() of its backend; empty before Create
+  std::string backend_record;    // Sandbox::Record() of its backend; empty before Create
   bool destroy_running = false;  // table
   int inflight_execs = 0;        // table; an exec running is never idle
   std::mutex pause_mu;           // serializes Pause/Resume/Suspend of this sandbox

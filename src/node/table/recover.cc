@@ -50,7 +50,8 @@ void SandboxTable::RecoverOne(const std::string& id, const record::Sandbox& rec)
   const std::string& bname = rec.backend();
   auto bit = backends_.find(bname);
   if (bit == backends_.end()) {
-    Log(spdlog::level::err, "record names an unavailable backend; left in place", {{"sandbox", id}, {"backend", bname}});
+    Log(spdlog::level::err, "record names an unavailable backend; left in place",
+        {{"sandbox", id}, {"backend", bname}});
     return;
   }
   auto e = std::make_shared<Entry>();

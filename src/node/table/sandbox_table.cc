@@ -104,8 +104,7 @@ std::vector<std::pair<std::string, std::string>> SandboxTable::Expired(int64_t n
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [id, e] : table_) {
     const SandboxInfo& i = e->info;
-    if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused &&
-        i.state != SandboxState::kSuspended) {
+    if (i.state != SandboxState::kRunning && i.state != SandboxState::kPaused && i.state != SandboxState::kSuspended) {
       continue;
     }
     if (i.expires_at_ns > 0 && now >= i.expires_at_ns) {
@@ -243,11 +242,11 @@ Status SandboxTable::Resume(const std::string& id, bool prefetch) {
   if (suspended) {
     // Still frozen: the working set comes back before any process runs.
     runtime::Suspendable* suspendable = runtime::As<runtime::Suspendable>(*e->sandbox);
-    StatusOr<uint64_t> p = suspendable != nullptr
-                               ? suspendable->EndSuspend(options_.suspend_prefetch && prefetch)
-                               : runtime::NotSupported(*e->sandbox, runtime::Capability::kSuspend);
+    StatusOr<uint64_t> p = suspendable != nullptr ? suspendable->EndSuspend(options_.suspend_prefetch && prefetch)
+                                                  : runtime::NotSupported(*e->sandbox, runtime::Capability::kSuspend);
     if (!p.ok()) {
-      Log(spdlog::level::warn, "ending suspend failed; resuming anyway", {{"sandbox", id}, {"error", p.status().ToString()}});
+      Log(spdlog::level::warn, "ending suspend failed; resuming anyway",
+          {{"sandbox", id}, {"error", p.status().ToString()}});
     } else {
       prefetched = *p;
     }
@@ -255,8 +254,10 @@ Status SandboxTable::Resume(const std::string& id, bool prefetch) {
   RETURN_IF_ERROR(pausable->Resume());
   SetPausedState(*e, SandboxState::kRunning, "resumed");
   Log(spdlog::level::info, "sandbox resumed",
-      {{"sandbox", id}, {"from", suspended ? "suspended" : "paused"},
-       {"prefetched_bytes", std::to_string(prefetched)}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+      {{"sandbox", id},
+       {"from", suspended ? "suspended" : "paused"},
+       {"prefetched_bytes", std::to_string(prefetched)},
+       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }
 
@@ -294,8 +295,11 @@ Status SandboxTable::Suspend(const std::string& id) {
   const uint64_t after = suspendable->MemoryUsage().value_or(0);
   SetPausedState(*e, SandboxState::kSuspended, "suspend requested");
   Log(spdlog::level::info, "sandbox suspended",
-      {{"sandbox", id}, {"memory_before_bytes", std::to_string(before)}, {"memory_after_bytes", std::to_string(after)},
-       {"swap_bytes", std::to_string(suspendable->SwapUsage())}, {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+      {{"sandbox", id},
+       {"memory_before_bytes", std::to_string(before)},
+       {"memory_after_bytes", std::to_string(after)},
+       {"swap_bytes", std::to_string(suspendable->SwapUsage())},
+       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }
 

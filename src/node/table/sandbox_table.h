@@ -128,7 +128,7 @@ class SandboxTable {
 
   mutable std::shared_mutex layer_mu_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // an entry left kCreating or finished destroying
+  std::condition_variable cv_;                           // an entry left kCreating or finished destroying
   std::map<std::string, std::shared_ptr<Entry>> table_;  // guarded by mu_
 };
 

@@ -26,8 +26,7 @@ StatusOr<std::vector<UniqueFd>> JoinFds(jail::Cgroup& sb, jail::Cgroup& child) {
     const std::vector<std::string> sub = child.dirs();
     for (const std::string& d : sb.dirs()) {
       const std::string prefix = d + "/";
-      if (std::any_of(sub.begin(), sub.end(), [&](const std::string& c) { return c.rfind(prefix, 0) == 0; }))
-        continue;
+      if (std::any_of(sub.begin(), sub.end(), [&](const std::string& c) { return c.rfind(prefix, 0) == 0; })) continue;
       const std::string p = prefix + "cgroup.procs";
       UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
       if (!fd.valid()) return Errno("open(" + p + ")");

@@ -45,14 +45,14 @@
 #include "common/file_util.h"
 #include "common/rollback.h"
 #include "jail/contain.h"
+#include "jail/plan.h"
+#include "jail/plan_builder.h"
 #include "runtime/container/init.h"
 #include "runtime/container/record.pb.h"
 #include "runtime/container/rootfs.h"
 #include "runtime/container/sandbox.h"
 #include "runtime/container/shell_pool.h"
 #include "runtime/container/state.h"
-#include "jail/plan.h"
-#include "jail/plan_builder.h"
 
 namespace warren::runtime::container {
 
@@ -194,11 +194,13 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   // EOF on the error pipe = warren-init was exec'd.
   jail::ChildError ce;
   ssize_t n;
-  do n = ::read(sh->err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  do n = ::read(sh->err_r.get(), &ce, sizeof ce);
+  while (n < 0 && errno == EINTR);
   if (n == sizeof ce) {
-    return ErrnoToStatus(ce.err, "sandbox " + spec.id + " setup: " +
-                                     (ce.step >= kJailStep0 ? jail::StepDescription(*sh->init_plan, ce.step - kJailStep0)
-                                                            : std::string(StepName(ce.step))));
+    return ErrnoToStatus(ce.err,
+                         "sandbox " + spec.id + " setup: " +
+                             (ce.step >= kJailStep0 ? jail::StepDescription(*sh->init_plan, ce.step - kJailStep0)
+                                                    : std::string(StepName(ce.step))));
   }
   if (n != 0) return absl::InternalError("sandbox " + spec.id + " init died during setup");
   // EOF without a report: exec'd, or killed. execve sets the comm before it
@@ -208,8 +210,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
       !comm.ok() || *comm == "warren-shell\n" || !sh->Alive())
     return absl::AbortedError("sandbox " + spec.id + ": its shell died during setup");
   const uint64_t start = ProcStartTime(sh->pid);
-  auto sb = std::make_unique<ContainerSandbox>(st_, spec, sh->slot, sh->pid, start, std::move(sh->pidfd),
-                                               std::move(sh->cg));
+  auto sb =
+      std::make_unique<ContainerSandbox>(st_, spec, sh->slot, sh->pid, start, std::move(sh->pidfd), std::move(sh->cg));
   sb->set_upper(std::move(upper_fd));
   sh->released = true;
   rb.Commit();
@@ -248,7 +250,8 @@ Status ParseContainerRecord(const std::string& bytes, container::record::Contain
   return absl::OkStatus();
 }
 
-StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const SandboxSpec& spec_in, const std::string& backend_record) {
+StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const SandboxSpec& spec_in,
+                                                           const std::string& backend_record) {
   container::record::Container r;
   RETURN_IF_ERROR(ParseContainerRecord(backend_record, &r));
   if (r.init_pid() <= 0 || r.init_start_time() == 0) {
@@ -261,7 +264,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const SandboxSpec& sp
   const uint64_t start = r.init_start_time();
   const std::string cg_rel = r.cgroup().empty() ? spec.id : r.cgroup();
   UniqueFd pidfd(PidfdOpen(pid));
-  if (!pidfd.valid()) return absl::NotFoundError("sandbox " + spec.id + ": init pid " + std::to_string(pid) + " is gone");
+  if (!pidfd.valid())
+    return absl::NotFoundError("sandbox " + spec.id + ": init pid " + std::to_string(pid) + " is gone");
   if (ProcStartTime(pid) != start)
     return absl::NotFoundError("sandbox " + spec.id + ": init pid " + std::to_string(pid) + " was reused");
   ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cg, st_->cgroups->Open(cg_rel));
@@ -379,17 +383,18 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
   st->spawn_path = options.spawn_path;
   if (st->spawn_path.empty()) {
     const size_t slash = options.init_path.rfind('/');
-    st->spawn_path = (slash == std::string::npos ? std::string(".") : options.init_path.substr(0, slash)) + "/warren-spawn";
+    st->spawn_path =
+        (slash == std::string::npos ? std::string(".") : options.init_path.substr(0, slash)) + "/warren-spawn";
   }
   if (::access(st->spawn_path.c_str(), X_OK) != 0) return Errno("access(" + st->spawn_path + ", X_OK)");
   st->last_cap = jail::LastCapability();
   if (auto m = MakeSharedMaskMount(); m.ok()) st->mask_mnt = std::move(*m);
   if (auto m = MakeSharedSysfs(); m.ok()) st->sysfs_mnt = std::move(*m);
 #ifdef WARREN_HAVE_SECCOMP
-  ASSIGN_OR_RETURN(st->seccomp, jail::CompileSeccompProfile(options.seccomp_profile.empty()
-                                                                ? jail::DefaultSeccompProfile()
-                                                                : options.seccomp_profile,
-                                                            /*binary_tree=*/true));
+  ASSIGN_OR_RETURN(st->seccomp,
+                   jail::CompileSeccompProfile(
+                       options.seccomp_profile.empty() ? jail::DefaultSeccompProfile() : options.seccomp_profile,
+                       /*binary_tree=*/true));
   st->have_seccomp = true;
 #endif
   // Shell cgroups a killed daemon left (empty: its shells died with it).

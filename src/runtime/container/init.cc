@@ -31,8 +31,13 @@ using jail::RawSetresgid;
 using jail::RawSetresuid;
 
 const char* StepName(int32_t s) {
-  static const char* const kNames[] = {"?", "recvmsg(init plan, rootfs and upper fds)", "unshare(CLONE_NEWCGROUP)",
-                                       "loopback up", "stdio", "execve", "fcntl(upper fd, F_SETFD)",
+  static const char* const kNames[] = {"?",
+                                       "recvmsg(init plan, rootfs and upper fds)",
+                                       "unshare(CLONE_NEWCGROUP)",
+                                       "loopback up",
+                                       "stdio",
+                                       "execve",
+                                       "fcntl(upper fd, F_SETFD)",
                                        "recvmsg(dev/sysfs/mask mount fd)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
@@ -82,7 +87,6 @@ int SendInitPlan(int sock, const WarrenJailPlan& p, int rootfs, int upper) {
   const int fds[2] = {rootfs, upper};
   return jail::SendFds(sock, &p, sizeof p, fds, 2);
 }
-
 
 // Async-signal-safe. Runs as the sandbox's first process (pid 1 of its pid
 // namespace) until it execs warren-init.
@@ -154,7 +158,8 @@ int SendInitPlan(int sock, const WarrenJailPlan& p, int rootfs, int upper) {
     char rev[16];
     int n = 0;
     unsigned v = static_cast<unsigned>(upper);
-    do rev[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) != 0 && n < 15);
+    do rev[n++] = static_cast<char>('0' + v % 10);
+    while ((v /= 10) != 0 && n < 15);
     for (int i = 0; i < n; ++i) arg1[i] = rev[n - 1 - i];
     arg1[n] = '\0';
   }

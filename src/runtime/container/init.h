@@ -13,7 +13,13 @@ namespace warren::runtime::container {
 // Child-side failure steps, reported as {step, errno}; the containment
 // plan's own steps from kJailStep0 on.
 enum Step : int32_t {
-  kStepRecvRootfs = 1, kStepUnshareCgroup, kStepLoopback, kStepStdio, kStepExec, kStepKeepUpper, kStepRecvShared,
+  kStepRecvRootfs = 1,
+  kStepUnshareCgroup,
+  kStepLoopback,
+  kStepStdio,
+  kStepExec,
+  kStepKeepUpper,
+  kStepRecvShared,
 };
 // Steps of the containment plan are reported offset by this (StepName).
 constexpr int32_t kJailStep0 = 1000;
@@ -28,9 +34,9 @@ const char* StepName(int32_t s);
 // sandbox-specific part (its containment plan + the rootfs and upper fds, one
 // message on the socket), so that a shell can be spawned ahead of time (warm pool).
 struct InitPlan {
-  int sock = -1;       // child end of the SCM_RIGHTS socketpair
-  int err_fd = -1;     // write end of the error pipe (O_CLOEXEC: EOF = exec ok)
-  int init_exe = -1;   // O_PATH fd of warren-init
+  int sock = -1;      // child end of the SCM_RIGHTS socketpair
+  int err_fd = -1;    // write end of the error pipe (O_CLOEXEC: EOF = exec ok)
+  int init_exe = -1;  // O_PATH fd of warren-init
   int last_cap = 40;
   // Density (see SharedMounts): after the params message, the parent sends
   // the /dev mount (a dir of the upper's tmpfs), then, when set, clones of

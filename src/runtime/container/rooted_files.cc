@@ -42,15 +42,13 @@ namespace {
 using namespace rooted;  // NOLINT(google-build-using-namespace): the resolver's room
 
 constexpr uint32_t kOverflowId = 65534;
-constexpr int kMaxRemoveDepth = 256;      // one fd per level while removing a tree
+constexpr int kMaxRemoveDepth = 256;         // one fd per level while removing a tree
 constexpr int kMaxAncestors = PATH_MAX / 3;  // "../" steps from a directory up to the root
 constexpr size_t kMaxReadChunk = 64u << 20;
-constexpr mode_t kParentDirMode = 0755;   // directories created by make_parents / parents
+constexpr mode_t kParentDirMode = 0755;  // directories created by make_parents / parents
 // mode 0 means the API's default (warren.proto: WriteFileRequest.mode, MkdirRequest.mode).
 constexpr mode_t kDefaultFileMode = 0644;
 constexpr char kTempPrefix[] = ".warren-tmp-";
-
-
 
 // --- helpers ---------------------------------------------------------------
 
@@ -151,8 +149,8 @@ int MappedRetry(uid_t uid, gid_t gid, F op) {
 
 class RootedWriter : public FileWriter {
  public:
-  RootedWriter(UniqueFd parent, UniqueFd fd, std::string tmp_name, std::string name, std::string shown,
-               uid_t uid, gid_t gid)
+  RootedWriter(UniqueFd parent, UniqueFd fd, std::string tmp_name, std::string name, std::string shown, uid_t uid,
+               gid_t gid)
       : uid_(uid),
         gid_(gid),
         parent_(std::move(parent)),
@@ -189,9 +187,8 @@ class RootedWriter : public FileWriter {
       failed_ = Errno(errno, "write", shown_);
       return failed_;
     }
-    if (MappedRetry(uid_, gid_, [&] {
-          return renameat(parent_.get(), tmp_name_.c_str(), parent_.get(), name_.c_str());
-        }) != 0) {
+    if (MappedRetry(uid_, gid_,
+                    [&] { return renameat(parent_.get(), tmp_name_.c_str(), parent_.get(), name_.c_str()); }) != 0) {
       failed_ = Errno(errno, "write", shown_);
       return failed_;
     }
@@ -251,8 +248,7 @@ class RootedFiles : public SandboxFiles {
     return MappedRetry(opt_.host_root_uid, opt_.host_root_gid, op);
   }
 
-  StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode,
-                                                  bool make_parents) override {
+  StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode, bool make_parents) override {
     ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "write"));
     if (mode == 0) mode = kDefaultFileMode;
     RETURN_IF_ERROR(NeedsEntry(p, "write"));
@@ -271,25 +267,21 @@ class RootedFiles : public SandboxFiles {
     }
     ASSIGN_OR_RETURN(std::string suffix, RandomSuffix());
     std::string tmp = kTempPrefix + suffix;
-    UniqueFd fd(AsMappedOwner([&] {
-      return openat(parent.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    }));
+    UniqueFd fd(AsMappedOwner(
+        [&] { return openat(parent.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600); }));
     if (!fd.valid()) return Errno(errno, "write", p.asked);
     // fchmod after fchown: chown clears set-id bits.
-    if (fchown(fd.get(), opt_.host_root_uid, opt_.host_root_gid) != 0 ||
-        fchmod(fd.get(), mode & 07777) != 0) {
+    if (fchown(fd.get(), opt_.host_root_uid, opt_.host_root_gid) != 0 || fchmod(fd.get(), mode & 07777) != 0) {
       int err = errno;
       AsMappedOwner([&] { return unlinkat(parent.get(), tmp.c_str(), 0); });
       return Errno(err, "write", p.asked);
     }
     // From here the writer owns the temporary file (unlinked unless committed).
-    return std::unique_ptr<FileWriter>(
-        std::make_unique<RootedWriter>(std::move(parent), std::move(fd), tmp, p.last(), p.asked,
-                                       opt_.host_root_uid, opt_.host_root_gid));
+    return std::unique_ptr<FileWriter>(std::make_unique<RootedWriter>(std::move(parent), std::move(fd), tmp, p.last(),
+                                                                      p.asked, opt_.host_root_uid, opt_.host_root_gid));
   }
 
-  StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset,
-                                                 uint64_t length) override {
+  StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string& path, uint64_t offset, uint64_t length) override {
     ASSIGN_OR_RETURN(SandboxPath p, Parse(path, "read"));
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
     // O_PATH first: an open is itself an action on anything but a regular
@@ -313,8 +305,7 @@ class RootedFiles : public SandboxFiles {
     UniqueFd file(open(self_fd.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
     if (!file.valid()) return Errno(errno, "read", p.asked);
     uint64_t remaining = length == 0 ? UINT64_MAX : length;
-    return std::unique_ptr<FileReader>(
-        std::make_unique<RootedReader>(std::move(file), offset, remaining, p.asked));
+    return std::unique_ptr<FileReader>(std::make_unique<RootedReader>(std::move(file), offset, remaining, p.asked));
   }
 
   StatusOr<FileInfo> Stat(const std::string& path) override {
@@ -364,8 +355,7 @@ class RootedFiles : public SandboxFiles {
       RETURN_IF_ERROR(SearchableFromRoot(root.get(), dir.get(), st, "list", p.asked));
     }
     ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDir(dir.get(), "list", p.asked));
-    std::sort(entries.begin(), entries.end(),
-              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     std::vector<FileInfo> out;
     out.reserve(entries.size());
     for (const DirEntry& e : entries) {
@@ -448,9 +438,8 @@ class RootedFiles : public SandboxFiles {
     ASSIGN_OR_RETURN(UniqueFd root, OpenRoot());
     ASSIGN_OR_RETURN(UniqueFd fparent, OpenParent(root.get(), f, "rename", W_OK | X_OK));
     ASSIGN_OR_RETURN(UniqueFd tparent, OpenParent(root.get(), t, "rename", W_OK | X_OK));
-    if (AsMappedOwner([&] {
-          return renameat(fparent.get(), f.last().c_str(), tparent.get(), t.last().c_str());
-        }) != 0) {
+    if (AsMappedOwner([&] { return renameat(fparent.get(), f.last().c_str(), tparent.get(), t.last().c_str()); }) !=
+        0) {
       return ErrnoToStatus(errno, "rename(" + shown + ")");
     }
     return absl::OkStatus();
@@ -464,8 +453,7 @@ class RootedFiles : public SandboxFiles {
 
   static Status NeedsEntry(const SandboxPath& p, const std::string& op) {
     if (p.is_root() || p.last_is_dotdot()) {
-      return absl::InvalidArgumentError(op + "(" + Printable(p.asked) +
-                                        "): the path must name an entry, not / or ..");
+      return absl::InvalidArgumentError(op + "(" + Printable(p.asked) + "): the path must name an entry, not / or ..");
     }
     return absl::OkStatus();
   }
@@ -594,8 +582,7 @@ class RootedFiles : public SandboxFiles {
     snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
     return ErrnoToStatus(EACCES, op + "(" + Printable(shown) + "): not for the sandbox's root (owner " +
                                      std::to_string(SandboxId(st.st_uid, opt_.host_root_uid)) + ":" +
-                                     std::to_string(SandboxId(st.st_gid, opt_.host_root_gid)) + ", mode " +
-                                     mode + ")");
+                                     std::to_string(SandboxId(st.st_gid, opt_.host_root_gid)) + ", mode " + mode + ")");
   }
 
   // mkdir -p of the first `count` components (symlinks followed inside the root).
@@ -656,8 +643,7 @@ class RootedFiles : public SandboxFiles {
     }
     struct statx stx;
     if (statx(dir.get(), "", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx) == 0 &&
-        (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
-        (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
+        (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
       return Errno(EBUSY, "remove", shown);
     }
     // A sandbox process may keep creating entries; retry a bounded number of times.
@@ -676,13 +662,11 @@ class RootedFiles : public SandboxFiles {
         }
         if (is_dir) {
           RETURN_IF_ERROR(RemoveTree(dir.get(), e.name, child, depth + 1));
-        } else if (AsMappedOwner([&] { return unlinkat(dir.get(), e.name.c_str(), 0); }) != 0 &&
-                   errno != ENOENT) {
+        } else if (AsMappedOwner([&] { return unlinkat(dir.get(), e.name.c_str(), 0); }) != 0 && errno != ENOENT) {
           return Errno(errno, "remove", child);
         }
       }
-      if (AsMappedOwner([&] { return unlinkat(dirfd, name.c_str(), AT_REMOVEDIR); }) == 0 ||
-          errno == ENOENT) {
+      if (AsMappedOwner([&] { return unlinkat(dirfd, name.c_str(), AT_REMOVEDIR); }) == 0 || errno == ENOENT) {
         return absl::OkStatus();
       }
       if (errno != ENOTEMPTY) return Errno(errno, "remove", shown);

@@ -81,8 +81,7 @@ bool IsKernelFs(long type) {
     case 0x6e736673:  // NSFS_MAGIC
     case 0x65735543:  // FUSECTL_SUPER_MAGIC
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -233,8 +232,7 @@ int WalkInRoot(int root, const std::string& rel, int flags) {
 }
 
 int ResolveInRoot(int root, const std::string& rel, int flags) {
-  if (!g_force_walk.load(std::memory_order_relaxed) &&
-      g_openat2_state.load(std::memory_order_relaxed) != 2) {
+  if (!g_force_walk.load(std::memory_order_relaxed) && g_openat2_state.load(std::memory_order_relaxed) != 2) {
     int fd = Openat2InRoot(root, rel, flags);
     if (fd != -ENOSYS) {
       g_openat2_state.store(1, std::memory_order_relaxed);

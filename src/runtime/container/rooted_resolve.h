@@ -25,7 +25,7 @@ constexpr int kMaxSymlinks = 40;  // as the kernel's MAXSYMLINKS
 // A path as the sandbox sees it: components without "" and "."; ".." kept
 // (resolved by the kernel inside the root, never lexically).
 struct SandboxPath {
-  std::string asked;               // for error messages and FileInfo.path
+  std::string asked;  // for error messages and FileInfo.path
   std::vector<std::string> parts;
   bool trailing_slash = false;
 

@@ -193,15 +193,15 @@ StatusOr<UniqueFd> BuildRootfs(const SandboxSpec& spec, int userns_fd, uid_t hos
 StatusOr<UniqueFd> MakeSharedMaskMount() {
   UniqueFd fs(FsOpen("tmpfs", FSOPEN_CLOEXEC));
   if (!fs.valid()) return Errno("fsopen(tmpfs)");
-  for (const auto& [k, v] : std::vector<std::pair<const char*, const char*>>{
-           {"size", "4k"}, {"nr_inodes", "16"}, {"mode", "0555"}}) {
+  for (const auto& [k, v] :
+       std::vector<std::pair<const char*, const char*>>{{"size", "4k"}, {"nr_inodes", "16"}, {"mode", "0555"}}) {
     if (FsConfig(fs.get(), FSCONFIG_SET_STRING, k, v, 0) != 0)
       return Errno(std::string("fsconfig(tmpfs, ") + k + "=" + v + ")");
   }
   if (FsConfig(fs.get(), FSCONFIG_SET_FLAG, "ro", nullptr, 0) != 0) return Errno("fsconfig(tmpfs, ro)");
   if (FsConfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return Errno("fsconfig(tmpfs, create)");
-  UniqueFd mnt(FsMount(fs.get(), FSMOUNT_CLOEXEC,
-                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
+  UniqueFd mnt(
+      FsMount(fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
   if (!mnt.valid()) return Errno("fsmount(mask tmpfs)");
   return mnt;
 }
@@ -240,8 +240,8 @@ Status SendSharedMounts(const BackendState& st, int sock, UniqueFd dev) {
   for (const UniqueFd* m : {&st.sysfs_mnt, &st.mask_mnt}) {
     if (!m->valid()) continue;
     UniqueFd c(OpenTree(m->get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
-    if (!c.valid()) return Errno(std::string("open_tree(shared ") + (m == &st.sysfs_mnt ? "sysfs" : "mask") +
-                                 ", OPEN_TREE_CLONE)");
+    if (!c.valid())
+      return Errno(std::string("open_tree(shared ") + (m == &st.sysfs_mnt ? "sysfs" : "mask") + ", OPEN_TREE_CLONE)");
     if (int r = jail::SendFd(sock, c.get()); r != 0) return ErrnoToStatus(-r, "sendmsg(shared mount fd)");
   }
   return absl::OkStatus();

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "common/child_reaper.h"
-#include "common/rollback.h"
 #include "common/output_pump.h"
+#include "common/rollback.h"
 #include "runtime/container/command.h"
 
 #ifndef P_PIDFD
@@ -21,8 +21,8 @@
 namespace warren::runtime::container {
 
 namespace {
-constexpr int kNsFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
-                         CLONE_NEWNET | CLONE_NEWCGROUP;
+constexpr int kNsFlags =
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP;
 }  // namespace
 
 StatusOr<SpawnRequest> ContainerSandbox::PrepareSpawn(const ExecSpec& es, const char* op, bool default_term) {
@@ -39,8 +39,8 @@ StatusOr<SpawnRequest> ContainerSandbox::PrepareSpawn(const ExecSpec& es, const 
     UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!root.valid() || PidfdSignal(pidfd_.get(), 0) != 0)
       return absl::FailedPreconditionError("sandbox " + spec_.id + " has no running init");
-    ASSIGN_OR_RETURN(UserIds ids, ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(),
-                                              st_->options.uid_range));
+    ASSIGN_OR_RETURN(UserIds ids,
+                     ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(), st_->options.uid_range));
     req.uid = ids.uid;
     req.gid = ids.gid;
   }
@@ -64,8 +64,8 @@ StatusOr<SpawnStarted> ContainerSandbox::SpawnCommand(const SpawnRequest& req, c
     if (destroyed_.load()) return absl::FailedPreconditionError("sandbox " + spec_.id + " destroyed during " + v);
     if (paused_since_ns_.load() != 0) return paused();
     if (deadline != Clock::time_point::max() &&
-        Clock::now() >= deadline + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::nanoseconds(PausedNs() - paused0))) {
+        Clock::now() >=
+            deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(PausedNs() - paused0))) {
       *timed_out = true;
       return absl::DeadlineExceededError(v + " timed out before the command started");
     }

@@ -192,7 +192,8 @@ class ContainerSandbox : public Sandbox,
     return s;
   }
   Status FindUpper(uint64_t dev, uint64_t ino) {
-    if (dev == 0 && ino == 0) return absl::NotFoundError("sandbox " + spec_.id + ": no upper recorded (created by an older warrend)");
+    if (dev == 0 && ino == 0)
+      return absl::NotFoundError("sandbox " + spec_.id + ": no upper recorded (created by an older warrend)");
     const std::string dir = "/proc/" + std::to_string(init_pid_) + "/fd";
     UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!d.valid()) return Errno("open(" + dir + ")");
@@ -238,10 +239,10 @@ class ContainerSandbox : public Sandbox,
   std::unique_ptr<jail::Cgroup> cgroup_;
   std::unique_ptr<SandboxFiles> files_;
   std::atomic<bool> destroyed_{false};
-  std::mutex mu_;  // guards lingering_, destroy_done_
+  std::mutex mu_;                                         // guards lingering_, destroy_done_
   std::vector<std::unique_ptr<jail::Cgroup>> lingering_;  // exec cgroups with background processes
   bool destroy_done_ = false;
-  std::atomic<bool> reclaimed_{false};  // ReclaimMemory ran (suspend)
+  std::atomic<bool> reclaimed_{false};    // ReclaimMemory ran (suspend)
   std::atomic<int> spawns_in_flight_{0};  // Exec/Start between their destroyed_ check and CollectSpawn
   // Counts a spawn in flight for its scope; false when the sandbox is destroyed.
   struct SpawnGuard {
@@ -254,7 +255,7 @@ class ContainerSandbox : public Sandbox,
     ~SpawnGuard() { sb->spawns_in_flight_.fetch_sub(1); }
   };
   std::atomic<uint64_t> exec_seq_;
-  UniqueFd upper_;  // guarded by mu_; see OpenUpper
+  UniqueFd upper_;                          // guarded by mu_; see OpenUpper
   uint64_t upper_dev_ = 0, upper_ino_ = 0;  // guarded by mu_ (written once, before Record())
   std::string upper_error_;                 // guarded by mu_: why there is no upper_
   std::mutex pause_mu_;

@@ -24,7 +24,6 @@ namespace warren::runtime::container {
 
 using jail::Clone3;
 
-
 StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>& st, const std::string& cg_rel,
                                             const jail::CgroupLimits& limits) {
   auto sh = std::make_unique<Shell>();

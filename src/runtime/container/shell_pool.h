@@ -5,8 +5,8 @@
 
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -224,7 +224,7 @@ class ShellPool {
   std::deque<std::unique_ptr<Shell>> shells_;
   bool started_ = false, stop_ = false;
   jail::CgroupLimits predicted_;  // guarded by mu_
-  uint64_t seq_ = 0;  // refill thread only
+  uint64_t seq_ = 0;              // refill thread only
   std::thread thread_;
 };
 

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "common/child_reaper.h"
@@ -179,8 +179,8 @@ StatusOr<SpawnInFlight> LaunchSpawn(const SpawnRequest& req) {
 // (from the report pipe, or from the plan once the helper is gone); every
 // pidfd goes to the process-wide ChildReaper, which does the reaping.
 struct SpawnReaper::Item {
-  UniqueFd plan;    // to find a command whose pid was never reported
-  UniqueFd report;  // invalid once EOF was read
+  UniqueFd plan;          // to find a command whose pid was never reported
+  UniqueFd report;        // invalid once EOF was read
   UniqueFd helper_pidfd;  // watched for the helper's exit (then adopted)
   bool Done() const { return !report.valid() && !helper_pidfd.valid(); }
 };
@@ -279,8 +279,7 @@ void SpawnReaper::Run() {
         ChildReaper::Get().Adopt(std::move(it->helper_pidfd));
       }
     }
-    items_.erase(std::remove_if(items_.begin(), items_.end(), [](const auto& it) { return it->Done(); }),
-                 items_.end());
+    items_.erase(std::remove_if(items_.begin(), items_.end(), [](const auto& it) { return it->Done(); }), items_.end());
   }
 }
 
@@ -333,11 +332,12 @@ StatusOr<SpawnStarted> CollectSpawn(SpawnInFlight spawn, const std::function<Sta
       (void)::poll(&cp, 1, 1000);  // it exits right after its report
       if (!TryReapPidfd(child_pidfd.get())) ChildReaper::Get().Adopt(std::move(child_pidfd));
     }
-    std::string what = verb + ": " +
-                       (failure.step >= WARREN_SPAWN_STEP_JAIL0
-                            ? std::string(warren_jail_step_name(failure.step - WARREN_SPAWN_STEP_JAIL0))
-                        : failure.step > 0 && failure.step < WARREN_SPAWN_STEP_COUNT ? kWarrenSpawnStepNames[failure.step]
-                                                                                     : "?");
+    std::string what =
+        verb + ": " +
+        (failure.step >= WARREN_SPAWN_STEP_JAIL0
+             ? std::string(warren_jail_step_name(failure.step - WARREN_SPAWN_STEP_JAIL0))
+         : failure.step > 0 && failure.step < WARREN_SPAWN_STEP_COUNT ? kWarrenSpawnStepNames[failure.step]
+                                                                      : "?");
     if (failure.step == WARREN_SPAWN_STEP_CHDIR) what += " " + cwd;
     if (Status s = keep_waiting(); !s.ok()) return s;  // e.g. destroyed meanwhile: say that
     return ErrnoToStatus(failure.err, what);

@@ -31,18 +31,18 @@
 namespace warren::runtime {
 
 struct SpawnRequest {
-  std::string spawn_path;  // the warren-spawn binary
-  int init_pidfd = -1;     // borrowed: pidfd of the sandbox's init (setns target)
-  uint32_t ns_flags = 0;   // CLONE_NEW* to enter
+  std::string spawn_path;       // the warren-spawn binary
+  int init_pidfd = -1;          // borrowed: pidfd of the sandbox's init (setns target)
+  uint32_t ns_flags = 0;        // CLONE_NEW* to enter
   std::vector<int> cgroup_fds;  // borrowed: cgroup.procs files, joined in order
   // Borrowed: the command's stdio (for a PTY all three are the slave).
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
-  int control_fd = -1;     // borrowed: becomes the command's fd 3; -1 = none
-  bool setsid = false;     // own session and process group
-  bool tty = false;        // stdin is a terminal to make the controlling one
-  uid_t uid = 0;           // inside the sandbox's user namespace
+  int control_fd = -1;  // borrowed: becomes the command's fd 3; -1 = none
+  bool setsid = false;  // own session and process group
+  bool tty = false;     // stdin is a terminal to make the controlling one
+  uid_t uid = 0;        // inside the sandbox's user namespace
   gid_t gid = 0;
-  uint64_t caps = 0;       // kept for uid 0; a non-root command gets none
+  uint64_t caps = 0;  // kept for uid 0; a non-root command gets none
   int last_cap = 40;
   std::vector<jail::RlimitSetting> rlimits;
   const jail::SeccompProgram* seccomp = nullptr;  // nullptr = none

@@ -44,7 +44,7 @@ struct BackendState {
   std::unique_ptr<jail::CgroupManager> cgroups;
   jail::SeccompProgram seccomp;
   bool have_seccomp = false;
-  UniqueFd init_exe;  // O_PATH of warren-init
+  UniqueFd init_exe;       // O_PATH of warren-init
   std::string spawn_path;  // warren-spawn (spawn.h)
   SpawnReaper reaper;      // spawns given up on
   int last_cap = 40;

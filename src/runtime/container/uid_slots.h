@@ -40,7 +40,7 @@ class UidSlots {
   // Creates lock_dir (0700) if needed. `owner`: a path naming this daemon
   // across restarts (its state dir); must be absolute when lock_dir is set.
   static StatusOr<std::unique_ptr<UidSlots>> Open(std::string lock_dir, std::string owner, uint32_t count,
-                                                 uint32_t uid_base, uint32_t uid_range);
+                                                  uint32_t uid_base, uint32_t uid_range);
 
   // The lowest free slot. ResourceExhausted when all `count` are taken
   // (here or by other daemons).
@@ -69,8 +69,8 @@ class UidSlots {
   const uint32_t uid_base_;
   const uint32_t uid_range_;
   std::mutex mu_;
-  std::set<uint32_t> held_;                 // taken by this process
-  std::map<uint32_t, UniqueFd> locks_;      // their claims (lock_dir_ set)
+  std::set<uint32_t> held_;             // taken by this process
+  std::map<uint32_t, UniqueFd> locks_;  // their claims (lock_dir_ set)
   // Slots another daemon held when last tried, skipped by Take until then
   // (each retry costs an open and a flock).
   std::map<uint32_t, std::chrono::steady_clock::time_point> foreign_;

@@ -73,16 +73,16 @@ enum Step : int32_t { kStepRecv = 1, kStepLoopback, kStepStdio, kStepCgroupNs, k
 // Steps from kJailStep0 on are the containment plan's (plan.h), offset.
 constexpr int32_t kJailStep0 = 1000;
 const char* StepName(int32_t s) {
-  static const char* const kNames[] = {"?", "recvmsg(rootfs fd)", "loopback up", "stdio", "unshare(CLONE_NEWCGROUP)",
-                                       "execve(python3)"};
+  static const char* const kNames[] = {"?",     "recvmsg(rootfs fd)",       "loopback up",
+                                       "stdio", "unshare(CLONE_NEWCGROUP)", "execve(python3)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
 
 struct WorkerPlan {
-  int sock = -1;     // child end of the setup socketpair (rootfs fd arrives here)
-  int chan = -1;     // child end of the protocol socket (becomes fd 3)
-  int err_fd = -1;   // CLOEXEC error pipe: EOF = exec'd
-  int helper = -1;   // memfd holding zygote_helper.so (becomes fd 4)
+  int sock = -1;                         // child end of the setup socketpair (rootfs fd arrives here)
+  int chan = -1;                         // child end of the protocol socket (becomes fd 3)
+  int err_fd = -1;                       // CLOEXEC error pipe: EOF = exec'd
+  int helper = -1;                       // memfd holding zygote_helper.so (becomes fd 4)
   const WarrenJailPlan* jail = nullptr;  // root, mounts, no_new_privs (WorkerJailPlan)
   std::vector<char*> argv, envp;
 };
@@ -104,8 +104,8 @@ StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point, const st
   memcpy(p.root, mount_point.c_str(), mount_point.size() + 1);
   memcpy(p.hostname, "fncall", 7);
   p.ns_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
-  p.steps = WARREN_JAIL_HOSTNAME | WARREN_JAIL_PRIVATE | WARREN_JAIL_ATTACH_ROOT | WARREN_JAIL_MOUNT_IDS |
-            WARREN_JAIL_PIVOT;
+  p.steps =
+      WARREN_JAIL_HOSTNAME | WARREN_JAIL_PRIVATE | WARREN_JAIL_ATTACH_ROOT | WARREN_JAIL_MOUNT_IDS | WARREN_JAIL_PIVOT;
   p.root_fd_slot = 0;
   p.mount_uid = p.mount_gid = 0;
   b.Proc("proc", /*with_sys=*/false, -1);
@@ -147,10 +147,7 @@ StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompPr
       .Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777")
       .Proc("/proc", /*with_sys=*/false, -1);
   if (lxcfs) b.LimitViews("/proc", kLxcfsInWorker);
-  b.Rlimit(RLIMIT_CORE, 0, 0)
-      .Capabilities(0, jail::LastCapability())
-      .NoNewPrivs()
-      .Seccomp(seccomp);
+  b.Rlimit(RLIMIT_CORE, 0, 0).Capabilities(0, jail::LastCapability()).NoNewPrivs().Seccomp(seccomp);
   RETURN_IF_ERROR(b.Finish());
   return p;
 }
@@ -242,8 +239,14 @@ constexpr uint32_t kCallPlainPython = 2;  // python, default env, no files, no f
 constexpr size_t kInlineMax = 64u << 10;  // bigger calls travel in a memfd
 // The call process's own steps (zygote_helper.c); from kJailStep0 on, its
 // containment plan's (CallJailPlan).
-const char* const kHelperSteps[] = {"?", "chdir(/tmp)", "open(/proc/self/oom_score_adj)", "recvmsg(call)",
-                                    "malformed call", "mmap(call memfd)", "dup3(call fds)", "getrandom(reseed)"};
+const char* const kHelperSteps[] = {"?",
+                                    "chdir(/tmp)",
+                                    "open(/proc/self/oom_score_adj)",
+                                    "recvmsg(call)",
+                                    "malformed call",
+                                    "mmap(call memfd)",
+                                    "dup3(call fds)",
+                                    "getrandom(reseed)"};
 
 // Sends one message with `fds` attached (SCM_RIGHTS), waiting for room until
 // `deadline`.
@@ -325,9 +328,8 @@ StatusOr<ZygoteMsg> ParseZygoteMsg(const std::string& data) {
   if (data.size() < sizeof m) return absl::InternalError("worker sent a short message");
   memcpy(&m, data.data(), sizeof m);
   if (m.kind == 'E') {
-    std::string step = m.b > 0 && m.b < static_cast<int32_t>(sizeof kHelperSteps / sizeof kHelperSteps[0])
-                           ? kHelperSteps[m.b]
-                           : "?";
+    std::string step =
+        m.b > 0 && m.b < static_cast<int32_t>(sizeof kHelperSteps / sizeof kHelperSteps[0]) ? kHelperSteps[m.b] : "?";
     if (m.b >= kJailStep0) {
       // The mount ops do not depend on the pool's options: a plan built here names them.
       auto plan = CallJailPlan(1, nullptr, true);
@@ -338,7 +340,6 @@ StatusOr<ZygoteMsg> ParseZygoteMsg(const std::string& data) {
   if (m.kind == 'F') return ErrnoToStatus(m.a, "fncall zygote: clone3(call process)");
   return m;
 }
-
 
 class BlobBuilder {
  public:
@@ -593,8 +594,8 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   // when the zygote loads, so call processes do not resolve (and copy the
   // GOT pages of) the functions they call first: 180 -> 168 page faults per
   // trivial call.
-  static const char* const kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/tmp",
-                                     "PYTHONDONTWRITEBYTECODE=1", "LD_BIND_NOW=1", nullptr};
+  static const char* const kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",  "HOME=/tmp",
+                                     "PYTHONDONTWRITEBYTECODE=1",         "LD_BIND_NOW=1", nullptr};
   std::string zsrc = ZygoteSource();
   std::string a0 = "python3", a1 = "-I", a2 = "-S", a3 = "-c";
   WorkerPlan plan;
@@ -610,9 +611,9 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   for (const char* e : kEnv) plan.envp.push_back(const_cast<char*>(e));
 
   int pidfd_raw = -1;
-  pid_t pid = Clone3(CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
-                         CLONE_NEWNET,
-                     &pidfd_raw);
+  pid_t pid =
+      Clone3(CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET,
+             &pidfd_raw);
   if (pid < 0) return Errno("clone3(fncall worker)");
   if (pid == 0) WorkerChild(plan);
   w->pid = pid;  // from here ~Worker kills and reaps it
@@ -627,17 +628,17 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   RETURN_IF_ERROR(WriteString(proc + "/gid_map", "0 " + std::to_string(host_uid) + " 1\n"));
   RETURN_IF_ERROR(w->cgroup->AddProcess(pid));
   ASSIGN_OR_RETURN(UniqueFd root, BuildRoot(key.lower_dirs));
-  if (int r = jail::SendFd(setup_parent.get(), root.get()); r != 0)
-    return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
+  if (int r = jail::SendFd(setup_parent.get(), root.get()); r != 0) return ErrnoToStatus(-r, "sendmsg(rootfs fd)");
   root.reset();
   setup_parent.reset();
   jail::ChildError ce;
   ssize_t n;
-  do n = ::read(err_r.get(), &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  do n = ::read(err_r.get(), &ce, sizeof ce);
+  while (n < 0 && errno == EINTR);
   if (n == sizeof ce) {
-    return ErrnoToStatus(ce.err, "fncall worker setup: " + (ce.step >= kJailStep0
-                                                                ? jail::StepDescription(*jail_plan, ce.step - kJailStep0)
-                                                                : std::string(StepName(ce.step))));
+    return ErrnoToStatus(ce.err, "fncall worker setup: " +
+                                     (ce.step >= kJailStep0 ? jail::StepDescription(*jail_plan, ce.step - kJailStep0)
+                                                            : std::string(StepName(ce.step))));
   }
   if (n != 0) return absl::InternalError("fncall worker died during setup");
 
@@ -645,8 +646,8 @@ StatusOr<std::unique_ptr<Worker>> FnCallPoolImpl::Spawn(const PoolKey& key) {
   const auto deadline = Clock::now() + milliseconds(20000);
   ASSIGN_OR_RETURN(const WarrenJailPlan call_plan,
                    CallJailPlan(opt_.scratch_mb, seccomp_ ? &*seccomp_ : nullptr, !opt_.lxcfs_dir.empty()));
-  RETURN_IF_ERROR(SendMsgUntil(w->chan.get(), Frame(json{{"op", "init"}, {"env", DefaultCallEnv()}}, jail::PlanBytes(call_plan)),
-                               {}, deadline));
+  RETURN_IF_ERROR(SendMsgUntil(
+      w->chan.get(), Frame(json{{"op", "init"}, {"env", DefaultCallEnv()}}, jail::PlanBytes(call_plan)), {}, deadline));
   auto ready = ReadJsonFrame(w->chan.get(), deadline);
   if (!ready.ok() || ready->value("op", "") != "ready") {
     return absl::InternalError("fncall worker: python zygote did not start (is /usr/bin/python3 in the layers?): " +
@@ -792,8 +793,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   static const char* const kLangs[] = {"python", "bash", "cpp", "c"};
   if (std::find_if(std::begin(kLangs), std::end(kLangs), [&](const char* l) { return req.language == l; }) ==
       std::end(kLangs)) {
-    return absl::InvalidArgumentError("fncall: unsupported language '" + req.language +
-                                      "' (python, bash, cpp, c)");
+    return absl::InvalidArgumentError("fncall: unsupported language '" + req.language + "' (python, bash, cpp, c)");
   }
   for (const auto& [k, v] : req.env) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos)
@@ -863,8 +863,8 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     wr->reset(p[1]);
     return absl::OkStatus();
   };
-  for (auto [r, wr] : {std::pair{&in_r, &in_w}, std::pair{&out.fd, &out_w}, std::pair{&err.fd, &err_w},
-                       std::pair{&st.fd, &st_w}}) {
+  for (auto [r, wr] :
+       {std::pair{&in_r, &in_w}, std::pair{&out.fd, &out_w}, std::pair{&err.fd, &err_w}, std::pair{&st.fd, &st_w}}) {
     if (Status s = make_pipe(r, wr); !s.ok()) return fail(s);
   }
   if (compiled) {
@@ -887,12 +887,9 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
       json ref = blobs.Add(data);
       files.push_back(json::array({path, ref[0], ref[1]}));
     }
-    json hdr = {{"lang", req.language},
-                {"compile_timeout_ms", req.compile_timeout.count()},
-                {"cap", cap},
-                {"env", env},
-                {"files", files},
-                {"fetch", req.fetch_files}};
+    json hdr = {{"lang", req.language}, {"compile_timeout_ms", req.compile_timeout.count()},
+                {"cap", cap},           {"env", env},
+                {"files", files},       {"fetch", req.fetch_files}};
     hdr["code"] = blobs.Add(req.code);
     j = hdr.dump(-1, ' ', false, json::error_handler_t::replace);
   }
@@ -1106,7 +1103,8 @@ StatusOr<ExecOutcome> FnCallRunner::Exec(const ExecSpec& spec) {
   FnCallRequest req;
   req.language = "bash";
   std::string script;
-  if (!spec.cwd.empty()) script += "mkdir -p " + ShellQuote(spec.cwd) + " && cd " + ShellQuote(spec.cwd) + " || exit 125\n";
+  if (!spec.cwd.empty())
+    script += "mkdir -p " + ShellQuote(spec.cwd) + " && cd " + ShellQuote(spec.cwd) + " || exit 125\n";
   if (spec.shell) {
     script += *spec.shell;
   } else {
@@ -1139,8 +1137,8 @@ StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options
   ASSIGN_OR_RETURN(auto cg, jail::CgroupManager::Detect(o.cgroup_name));
   RemoveStaleWorkerCgroups(*cg);
   std::optional<jail::SeccompProgram> sc;
-  auto prog = jail::CompileSeccompProfile(
-      o.seccomp_profile.empty() ? jail::DefaultSeccompProfile() : o.seccomp_profile, /*binary_tree=*/true);
+  auto prog = jail::CompileSeccompProfile(o.seccomp_profile.empty() ? jail::DefaultSeccompProfile() : o.seccomp_profile,
+                                          /*binary_tree=*/true);
   if (!prog.ok()) return prog.status();
   sc = std::move(*prog);
   // The zygote helper, shared read-only by every worker (sealed).
@@ -1157,8 +1155,7 @@ StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options
   // Above the fds a worker's child moves into place (3, 4): dup2 must not clobber it.
   helper.reset(::fcntl(helper.get(), F_DUPFD_CLOEXEC, 10));
   if (!helper.valid()) return Errno("fcntl(warren-fncall-helper memfd, F_DUPFD_CLOEXEC)");
-  return std::unique_ptr<FnCallPool>(
-      new FnCallPoolImpl(std::move(o), std::move(cg), std::move(sc), std::move(helper)));
+  return std::unique_ptr<FnCallPool>(new FnCallPoolImpl(std::move(o), std::move(cg), std::move(sc), std::move(helper)));
 }
 
 }  // namespace warren::runtime

@@ -53,23 +53,23 @@
 namespace warren::runtime {
 
 struct FnCallRequest {
-  std::string language = "python";    // python, bash, cpp, c
+  std::string language = "python";  // python, bash, cpp, c
   std::string code;
   std::string stdin_data;
-  std::map<std::string, std::string> files;   // path (relative to /tmp or under /tmp) -> bytes
-  std::vector<std::string> fetch_files;       // read back after the run
-  std::map<std::string, std::string> env;     // over the default env
+  std::map<std::string, std::string> files;          // path (relative to /tmp or under /tmp) -> bytes
+  std::vector<std::string> fetch_files;              // read back after the run
+  std::map<std::string, std::string> env;            // over the default env
   std::chrono::milliseconds run_timeout{10000};      // 0 = none
   std::chrono::milliseconds compile_timeout{10000};  // C/C++ only
-  uint32_t memory_mb = 512;                   // 0 = pool default
-  uint64_t output_cap_bytes = 16u << 20;      // per stream
+  uint32_t memory_mb = 512;                          // 0 = pool default
+  uint64_t output_cap_bytes = 16u << 20;             // per stream
 };
 
 struct FnCallResult {
   // Set for compiled languages. run is unset when compilation failed.
   std::optional<ExecOutcome> compile;
   std::optional<ExecOutcome> run;
-  std::map<std::string, std::string> files;   // fetched
+  std::map<std::string, std::string> files;  // fetched
   std::vector<std::string> missing_files;
   // Non-empty when the platform (not the code) failed: bad request for the
   // image, worker lost. The call's outcome fields are then partial.
@@ -82,15 +82,15 @@ struct FnCallOptions {
   // An empty directory; every worker mounts its root over it in its own
   // mount namespace (the host never sees those mounts).
   std::string mount_point;
-  uint32_t max_workers = 16;      // per node, over all pools
+  uint32_t max_workers = 16;                      // per node, over all pools
   std::chrono::milliseconds idle_timeout{30000};  // idle workers beyond that are destroyed
-  uint32_t cpu_millis = 1000;     // per worker
-  uint32_t pids = 256;            // per worker (zygote included)
-  uint32_t scratch_mb = 256;      // per-call /tmp tmpfs (charged to memory)
+  uint32_t cpu_millis = 1000;                     // per worker
+  uint32_t pids = 256;                            // per worker (zygote included)
+  uint32_t scratch_mb = 256;                      // per-call /tmp tmpfs (charged to memory)
   uint32_t default_memory_mb = 512;
   uint32_t uid_base = 2100000000;  // worker k: root inside = host uid uid_base + k
   uint32_t uid_count = 65536;
-  std::string seccomp_profile;     // JSON; empty = the built-in default profile
+  std::string seccomp_profile;  // JSON; empty = the built-in default profile
   // An lxcfs mount (jail/lxcfs.h): calls see their worker's limits in
   // /proc/{meminfo,cpuinfo,stat,...} and sysconf's cpu count. "" = the host's.
   std::string lxcfs_dir;
@@ -108,8 +108,7 @@ class FnCallPool {
   // bottom first; the pool is created on first use). Errors: InvalidArgument
   // (bad request), ResourceExhausted (no worker within the wait budget),
   // Internal (worker spawn failed). The code's outcome is never an error.
-  virtual StatusOr<FnCallResult> Call(const std::vector<std::string>& lower_dirs,
-                                      const FnCallRequest& request) = 0;
+  virtual StatusOr<FnCallResult> Call(const std::vector<std::string>& lower_dirs, const FnCallRequest& request) = 0;
   // Destroys idle workers unused for idle_timeout. Called periodically by an
   // internal thread; public for tests.
   virtual void Shrink(std::chrono::milliseconds idle_timeout) = 0;

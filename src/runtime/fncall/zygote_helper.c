@@ -33,8 +33,6 @@
 // the compile stage's stdout and stderr, close-on-exec), closes the channel
 // and returns to python, which runs the call (zygote.py: call_child).
 #include <asm/unistd.h>
-#include "common/raw_syscall.h"
-#include "jail/plan.h"
 #include <linux/capability.h>
 #include <linux/fcntl.h>
 #include <linux/filter.h>
@@ -44,6 +42,8 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <linux/wait.h>
+#include "common/raw_syscall.h"
+#include "jail/plan.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define NOINLINE __attribute__((noinline))
@@ -55,7 +55,8 @@ typedef unsigned long ulong;
 #ifndef WARREN_HAVE_RAW_SYSCALL
 #error "zygote_helper.c: x86_64 or aarch64 only"
 #endif
-#define SYS(n, a, b, c, d, e, f) warren_raw_syscall6(__NR_##n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+#define SYS(n, a, b, c, d, e, f) \
+  warren_raw_syscall6(__NR_##n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
 
 // The compiler may emit calls to these for struct copies and zeroing.
 void* memset(void* d, int c, ulong n) {
@@ -100,8 +101,8 @@ struct cmsghdr_ {
 struct ZygoteMsg {
   u32 kind;  // 'S', 'X', 'F', 'E'
   u32 serial;
-  int a;     // 'X': si_code; 'F', 'E': errno
-  int b;     // 'X': si_status; 'E': failed step
+  int a;  // 'X': si_code; 'F', 'E': errno
+  int b;  // 'X': si_status; 'E': failed step
 };
 struct CallHead {
   u32 magic;  // kCallMagic

@@ -88,8 +88,8 @@ class ApiTest : public ::testing::Test {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(600 << 20);
     unix_ = grpc::CreateCustomChannel("unix:" + sopt.unix_socket, grpc::InsecureChannelCredentials(), args);
-    tcp_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(tcp_port_),
-                                     grpc::InsecureChannelCredentials(), args);
+    tcp_ =
+        grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(tcp_port_), grpc::InsecureChannelCredentials(), args);
   }
   void TearDown() override {
     if (server_) server_->Shutdown();

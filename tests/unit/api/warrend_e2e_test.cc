@@ -99,9 +99,8 @@ class WarrendTest : public ::testing::Test {
   }
 
   pid_t Spawn(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {WARREND_PATH, "--state-dir", state_, "--socket", socket_,
-                                     "--init-path", WARREN_INIT_PATH, "--node-id", "e2e",
-                                     "--log-format", "json"};
+    std::vector<std::string> args = {WARREND_PATH,     "--state-dir", state_, "--socket",     socket_, "--init-path",
+                                     WARREN_INIT_PATH, "--node-id",   "e2e",  "--log-format", "json"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -254,8 +253,7 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
     v1::RemoveLayerRequest req;
     req.set_ref("base/busybox@1");
     v1::Empty e;
-    EXPECT_EQ(v1::Layers::NewStub(channel_)->Remove(&ctx, req, &e).error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(v1::Layers::NewStub(channel_)->Remove(&ctx, req, &e).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   }
   {
     grpc::ClientContext ctx;
@@ -274,7 +272,6 @@ TEST_F(WarrendTest, BuildCreateExecFilesRestartDestroy) {
   EXPECT_NE(log.find("\"msg\":\"sandbox adopted\""), std::string::npos) << log;
   EXPECT_NE(log.find("\"sandbox\":\"" + sb.id() + "\""), std::string::npos);
 }
-
 
 TEST_F(WarrendTest, SigtermWithLongExecLeavesSandboxRunning) {
   ASSERT_TRUE(StartDaemon());

@@ -50,11 +50,36 @@ int Parse(Invocation& inv, std::vector<std::string> args) {
 
 TEST(ParseTest, CreateBuildsFullRequest) {
   Invocation inv;
-  ASSERT_EQ(Parse(inv, {"create", "--layer", "base/debian-12", "--layer", "workspace/demo@1",
-                        "--cpu", "500", "--memory", "256", "--disk", "2048", "--pids", "64",
-                        "--env", "A=1", "--env", "B=x=y", "--env", "EMPTY=", "--label",
-                        "team=rl", "--workdir", "/w", "--ttl", "60", "--job", "run-1",
-                        "--user", "1000:1000", "--json"}),
+  ASSERT_EQ(Parse(inv, {"create",
+                        "--layer",
+                        "base/debian-12",
+                        "--layer",
+                        "workspace/demo@1",
+                        "--cpu",
+                        "500",
+                        "--memory",
+                        "256",
+                        "--disk",
+                        "2048",
+                        "--pids",
+                        "64",
+                        "--env",
+                        "A=1",
+                        "--env",
+                        "B=x=y",
+                        "--env",
+                        "EMPTY=",
+                        "--label",
+                        "team=rl",
+                        "--workdir",
+                        "/w",
+                        "--ttl",
+                        "60",
+                        "--job",
+                        "run-1",
+                        "--user",
+                        "1000:1000",
+                        "--json"}),
             0);
   EXPECT_EQ(inv.verb, "create");
   EXPECT_TRUE(inv.global.json);
@@ -109,8 +134,8 @@ TEST(ParseTest, ExecSingleWordIsShellSeveralAreArgv) {
   EXPECT_EQ(req->argv_size(), 0);
 
   Invocation inv2;
-  ASSERT_EQ(Parse(inv2, {"exec", "sb1", "--timeout", "1.5", "--cwd", "/w", "--user", "nobody",
-                         "--env", "K=V", "--", "ls", "-la", "--json", "/"}),
+  ASSERT_EQ(Parse(inv2, {"exec", "sb1", "--timeout", "1.5", "--cwd", "/w", "--user", "nobody", "--env", "K=V", "--",
+                         "ls", "-la", "--json", "/"}),
             0);
   req = BuildExecRequest(inv2.exec);
   ASSERT_OK(req);
@@ -174,8 +199,7 @@ TEST(ParseTest, ExecValidation) {
   EXPECT_EQ(BuildExecRequest(tiny.exec)->timeout_ms(), 1u);
 
   Invocation both;
-  EXPECT_NE(Parse(both, {"exec", "sb1", "-i", "--stdin-file", "/etc/hostname", "--", "cat"}),
-            0);
+  EXPECT_NE(Parse(both, {"exec", "sb1", "-i", "--stdin-file", "/etc/hostname", "--", "cat"}), 0);
   Invocation none;
   EXPECT_NE(Parse(none, {"exec"}), 0);
 }
@@ -326,9 +350,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
 
   void Auth(grpc::ServerContext* ctx) {
     auto it = ctx->client_metadata().find("authorization");
-    last_auth = it == ctx->client_metadata().end()
-                    ? ""
-                    : std::string(it->second.data(), it->second.size());
+    last_auth = it == ctx->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
   }
   static v1::Sandbox MakeSandbox(const std::string& id) {
     v1::Sandbox s;
@@ -345,16 +367,14 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     return s;
   }
 
-  grpc::Status Create(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req,
-                      v1::Sandbox* resp) override {
+  grpc::Status Create(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req, v1::Sandbox* resp) override {
     std::lock_guard lock(mu);
     Auth(ctx);
     last_create = *req;
     *resp = MakeSandbox("n0-new");
     return grpc::Status::OK;
   }
-  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetSandboxRequest* req,
-                   v1::Sandbox* resp) override {
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetSandboxRequest* req, v1::Sandbox* resp) override {
     std::lock_guard lock(mu);
     Auth(ctx);
     if (req->id() == "missing") {
@@ -363,8 +383,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     *resp = MakeSandbox(req->id());
     return grpc::Status::OK;
   }
-  grpc::Status List(grpc::ServerContext*, const v1::ListSandboxesRequest*,
-                    v1::ListSandboxesResponse* resp) override {
+  grpc::Status List(grpc::ServerContext*, const v1::ListSandboxesRequest*, v1::ListSandboxesResponse* resp) override {
     *resp->add_sandboxes() = MakeSandbox("n0-first");
     *resp->add_sandboxes() = MakeSandbox("n0-second-longer");
     return grpc::Status::OK;
@@ -376,8 +395,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     destroyed.push_back(req->id());
     return grpc::Status::OK;
   }
-  grpc::Status Exec(grpc::ServerContext* ctx, const v1::ExecRequest* req,
-                    v1::ExecResult* r) override {
+  grpc::Status Exec(grpc::ServerContext* ctx, const v1::ExecRequest* req, v1::ExecResult* r) override {
     std::lock_guard lock(mu);
     Auth(ctx);
     last_exec = *req;
@@ -444,8 +462,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     }
     return grpc::Status::OK;
   }
-  grpc::Status Stat(grpc::ServerContext*, const v1::StatRequest* req,
-                    v1::FileInfo* info) override {
+  grpc::Status Stat(grpc::ServerContext*, const v1::StatRequest* req, v1::FileInfo* info) override {
     std::lock_guard lock(mu);
     info->set_path(req->path());
     if (dirs.count(req->path())) {
@@ -460,8 +477,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     info->set_size(it->second.data.size());
     return grpc::Status::OK;
   }
-  grpc::Status ListDir(grpc::ServerContext*, const v1::ListDirRequest* req,
-                       v1::ListDirResponse* resp) override {
+  grpc::Status ListDir(grpc::ServerContext*, const v1::ListDirRequest* req, v1::ListDirResponse* resp) override {
     std::lock_guard lock(mu);
     auto add = [&](const std::string& p, v1::FileType t, uint32_t mode) {
       if (p == req->path() || Parent(p) != req->path()) return;
@@ -495,8 +511,7 @@ class FakeDaemon final : public v1::Sandboxes::Service,
     layer->set_size_bytes(last_build_tar.size());
     return grpc::Status::OK;
   }
-  grpc::Status Status(grpc::ServerContext*, const v1::NodeStatusRequest*,
-                      v1::NodeStatus* n) override {
+  grpc::Status Status(grpc::ServerContext*, const v1::NodeStatusRequest*, v1::NodeStatus* n) override {
     n->set_node_id("n0");
     n->set_version("0.1.0");
     n->add_backends("container");
@@ -749,8 +764,7 @@ TEST_F(CliE2eTest, LayerBuildStreamsTar) {
 
   o = Run({"layer", "build", "--json", "base/y", "--dir", "some/rel/dir"});
   ASSERT_EQ(o.rc, 0) << o.err;
-  EXPECT_EQ(fake_.last_build_header.source_dir(),
-            (std::filesystem::current_path() / "some/rel/dir").string());
+  EXPECT_EQ(fake_.last_build_header.source_dir(), (std::filesystem::current_path() / "some/rel/dir").string());
   EXPECT_EQ(fake_.last_build_messages, 1);
   EXPECT_EQ(nlohmann::json::parse(o.out)["name"], "base/y@1");
 }
@@ -770,14 +784,13 @@ TEST_F(CliE2eTest, StatusHumanAndJson) {
 
 TEST(ParseTest, EvalPassesEveryWordToTheRunner) {
   Invocation inv;
-  ASSERT_EQ(Parse(inv, {"--addr", "unix:/x.sock", "eval", "--tasks", "t.jsonl", "-n", "200",
-                        "-c", "8", "--help", "--json", "--addr", "y"}),
+  ASSERT_EQ(Parse(inv, {"--addr", "unix:/x.sock", "eval", "--tasks", "t.jsonl", "-n", "200", "-c", "8", "--help",
+                        "--json", "--addr", "y"}),
             0);
   EXPECT_EQ(inv.verb, "eval");
   EXPECT_EQ(inv.global.addr, "unix:/x.sock");
-  EXPECT_EQ(inv.eval_args,
-            (std::vector<std::string>{"--tasks", "t.jsonl", "-n", "200", "-c", "8", "--help",
-                                      "--json", "--addr", "y"}));
+  EXPECT_EQ(inv.eval_args, (std::vector<std::string>{"--tasks", "t.jsonl", "-n", "200", "-c", "8", "--help", "--json",
+                                                     "--addr", "y"}));
   ASSERT_TRUE(inv.run);
 }
 

@@ -92,8 +92,8 @@ class FnCallTest : public ::testing::Test {
 };
 
 TEST_F(FnCallTest, PythonSuccessStdinAndErrors) {
-  auto r = Run("python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))", milliseconds(10000), 256,
-               "1 2 3");
+  auto r =
+      Run("python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))", milliseconds(10000), 256, "1 2 3");
   ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
   EXPECT_EQ(r.run->exit_code, 0);
   EXPECT_EQ(r.run->stdout_data, "6\n");
@@ -123,7 +123,9 @@ TEST_F(FnCallTest, BashAndNoNetwork) {
   EXPECT_EQ(r.run->stderr_data, "err\n");
   r = Run("bash", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
   EXPECT_EQ(r.run->stdout_data, "lo\n");
-  r = Run("python", "import socket\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=2)\nexcept OSError as e:\n  print('no network', e.errno)");
+  r = Run("python",
+          "import socket\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=2)\nexcept OSError as e:\n  "
+          "print('no network', e.errno)");
   EXPECT_EQ(r.run->stdout_data.substr(0, 10), "no network") << r.run->stdout_data;
   r = Run("bash", "touch /usr/x 2>&1; id -u; cat /proc/self/status | grep CapEff");
   EXPECT_NE(r.run->stdout_data.find("Read-only file system"), std::string::npos) << r.run->stdout_data;
@@ -149,7 +151,8 @@ TEST_F(FnCallTest, NothingCarriesOverBetweenCalls) {
     ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
     EXPECT_EQ(r.run->exit_code, 0) << r.run->stderr_data;
     // procs: only the call's python process itself (PID 1 of its namespace).
-    EXPECT_EQ(r.run->stdout_data, "{\"env\": null, \"file\": false, \"ipc\": 1, \"patched\": false, \"procs\": 1, \"shm\": []}\n")
+    EXPECT_EQ(r.run->stdout_data,
+              "{\"env\": null, \"file\": false, \"ipc\": 1, \"patched\": false, \"procs\": 1, \"shm\": []}\n")
         << "call " << i;
   }
   EXPECT_LE(pool_->Stats().spawned, 2u);
@@ -237,8 +240,8 @@ TEST_F(FnCallTest, CppCompileErrorRunAndTimeoutOnToolsetLayer) {
     EXPECT_OK(r);
     return r.ok() ? *r : FnCallResult{};
   };
-  auto r = call("#include <iostream>\nint main(){int a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}",
-                milliseconds(10000));
+  auto r =
+      call("#include <iostream>\nint main(){int a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}", milliseconds(10000));
   ASSERT_TRUE(r.compile.has_value()) << r.sandbox_error;
   EXPECT_EQ(r.compile->exit_code, 0) << r.compile->stderr_data;
   ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
@@ -269,8 +272,8 @@ TEST_F(FnCallTest, MemoryLimitFollowsEachCallAndNothingIsLeftBehind) {
   }
   auto mgr = jail::CgroupManager::Detect(CgroupName());
   ASSERT_OK(mgr);
-  const std::string dir = std::string((*mgr)->version() == 1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") +
-                          (*mgr)->parent();
+  const std::string dir =
+      std::string((*mgr)->version() == 1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") + (*mgr)->parent();
   auto workers = [&] {
     int n = 0;
     if (DIR* d = ::opendir(dir.c_str())) {
@@ -319,8 +322,9 @@ TEST_F(FnCallTest, PythonSelfSignalEndsTheCall) {
     EXPECT_EQ(r->run->exit_code, 128 + SIGTERM) << "fetch=" << fetch;
     EXPECT_EQ(r->run->stdout_data, "a\n");
   }
-  auto r = Run("python", "import signal, os\nsignal.signal(signal.SIGUSR1, lambda s, f: print('caught', s))\n"
-                         "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')");
+  auto r = Run("python",
+               "import signal, os\nsignal.signal(signal.SIGUSR1, lambda s, f: print('caught', s))\n"
+               "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')");
   ASSERT_TRUE(r.run.has_value());
   EXPECT_EQ(r.run->exit_code, 0);
   EXPECT_EQ(r.run->stdout_data, "caught 10\nafter\n");

@@ -88,8 +88,7 @@ TEST(LayerNameTest, RejectsBadNamesNamingThePart) {
     auto n = LayerName::Parse(c.in);
     ASSERT_THAT(n, ::testing::Not(IsOk())) << c.in;
     EXPECT_THAT(n, StatusIs(absl::StatusCode::kInvalidArgument)) << c.in;
-    EXPECT_NE(n.status().message().find(c.part), absl::string_view::npos)
-        << c.in << " -> " << n.status();
+    EXPECT_NE(n.status().message().find(c.part), absl::string_view::npos) << c.in << " -> " << n.status();
   }
 }
 
@@ -407,8 +406,7 @@ TEST_F(LayerStoreTest, OpenRemovesLeftoversOfDeadLocalBuilds) {
   gethostname(host, sizeof(host) - 1);
   const std::string tmp = store_->dir() + "/tmp/";
   const std::string dead = tmp + "stage-" + host + "-" + std::to_string(child) + "-0-0000abcd";
-  const std::string dead_image =
-      tmp + "build-" + host + "-" + std::to_string(child) + "-1-0000abcd.erofs";
+  const std::string dead_image = tmp + "build-" + host + "-" + std::to_string(child) + "-1-0000abcd.erofs";
   const std::string alive = tmp + "stage-" + host + "-1-2-0000abcd";  // pid 1 lives
   const std::string foreign = tmp + "stage-otherhost-" + std::to_string(child) + "-3-0000abcd";
   for (const std::string& d : {dead, alive, foreign}) {
@@ -492,8 +490,7 @@ TEST_F(LayerStoreTest, CompareTreesFindsTheFirstDifference) {
 
 // ------------------------------------------------------------- tar import
 
-class TarImportTest : public LayerStoreTest,
-                      public ::testing::WithParamInterface<std::string> {};
+class TarImportTest : public LayerStoreTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(TarImportTest, ImportsWhiteoutsOpaqueDirsAndMetadata) {
   std::string tar = root_ + "/layer.tar";
@@ -501,7 +498,11 @@ TEST_P(TarImportTest, ImportsWhiteoutsOpaqueDirsAndMetadata) {
   auto add = [&](TarEntry e) { entries.push_back(std::move(e)); };
   add({.path = "./", .type = AE_IFDIR, .perm = 0755});
   add({.path = "etc/", .type = AE_IFDIR, .perm = 0755, .mtime = 1234567890});
-  add({.path = "etc/conf", .data = "k=v\n", .uid = 1000, .gid = 1001, .mtime = 1500000000,
+  add({.path = "etc/conf",
+       .data = "k=v\n",
+       .uid = 1000,
+       .gid = 1001,
+       .mtime = 1500000000,
        .xattrs = {{"user.origin", "tar"}}});
   add({.path = "etc/conf.link", .hardlink = "etc/conf"});
   add({.path = "etc/sym", .type = AE_IFLNK, .perm = 0777, .symlink = "/does/not/exist"});
@@ -553,8 +554,7 @@ TEST_P(TarImportTest, ImportsWhiteoutsOpaqueDirsAndMetadata) {
   EXPECT_EQ(ReadFile(m + "/dup"), "second");
 }
 
-INSTANTIATE_TEST_SUITE_P(Compression, TarImportTest,
-                         ::testing::Values("none", "gzip", "xz", "zstd"));
+INSTANTIATE_TEST_SUITE_P(Compression, TarImportTest, ::testing::Values("none", "gzip", "xz", "zstd"));
 
 TEST_F(LayerStoreTest, BadTarsAreRejectedNamingTheEntry) {
   const std::string escape = "warren-image-escape-" + std::to_string(getpid());
@@ -566,9 +566,8 @@ TEST_F(LayerStoreTest, BadTarsAreRejectedNamingTheEntry) {
   std::vector<Case> cases = {
       {"absolute", {{.path = "ok"}, {.path = "/etc/evil"}}, "/etc/evil"},
       {"dotdot", {{.path = "../x"}}, "../x"},
-      {"inner dotdot", {{.path = "a/"  , .type = AE_IFDIR}, {.path = "a/../../x"}}, "a/../../x"},
-      {"char device", {{.path = "dev/null", .type = AE_IFCHR, .rdev = makedev(1, 3)}},
-       "dev/null"},
+      {"inner dotdot", {{.path = "a/", .type = AE_IFDIR}, {.path = "a/../../x"}}, "a/../../x"},
+      {"char device", {{.path = "dev/null", .type = AE_IFCHR, .rdev = makedev(1, 3)}}, "dev/null"},
       {"block device", {{.path = "sda", .type = AE_IFBLK, .rdev = makedev(8, 0)}}, "sda"},
       {"through symlink",
        {{.path = "a", .type = AE_IFLNK, .symlink = "/tmp"}, {.path = "a/" + escape, .data = "x"}},
@@ -592,8 +591,7 @@ TEST_F(LayerStoreTest, BadTarsAreRejectedNamingTheEntry) {
     auto r = store_->BuildFromTar("workspace/bad@" + std::to_string(i), tar);
     ASSERT_THAT(r, ::testing::Not(IsOk()));
     EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
-    EXPECT_NE(r.status().message().find(cases[i].expect), absl::string_view::npos)
-        << r.status();
+    EXPECT_NE(r.status().message().find(cases[i].expect), absl::string_view::npos) << r.status();
     ExpectTmpEmpty();
     struct stat st;
     EXPECT_NE(lstat(("/tmp/" + escape).c_str(), &st), 0) << "wrote outside the tree";
@@ -626,8 +624,7 @@ TEST_F(LayerStoreTest, CorruptTarsAreRejected) {
 
   // Truncated gzip stream.
   std::string gz = root_ + "/good.tar.gz";
-  ASSERT_NO_FATAL_FAILURE(
-      WriteTar(gz, {{.path = "a", .data = "a"}, {.path = "big", .data = data}}, "gzip"));
+  ASSERT_NO_FATAL_FAILURE(WriteTar(gz, {{.path = "a", .data = "a"}, {.path = "big", .data = data}}, "gzip"));
   std::string gbytes = ReadFile(gz);
   WriteFile(gz, gbytes.substr(0, gbytes.size() / 2));
   r = store_->BuildFromTar("workspace/t@3", gz);

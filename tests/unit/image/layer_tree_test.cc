@@ -259,7 +259,7 @@ TEST_F(UpperCopyTest, SparseFilesStaySparseAndCopiesAreBounded) {
   ASSERT_OK(CopyDiffTree(src.get(), dst, o));
   struct stat st = Lstat(dst + "/sparse");
   EXPECT_EQ(st.st_size, off_t{1} << 30);
-  EXPECT_LT(st.st_blocks * 512, 1 << 20);  // holes kept
+  EXPECT_LT(st.st_blocks * 512, 1 << 20);        // holes kept
   EXPECT_LT(budget.used(), uint64_t{65} << 20);  // data + 1/16 of the size
   char buf[4];
   UniqueFd f(::open((dst + "/sparse").c_str(), O_RDONLY | O_CLOEXEC));

@@ -140,8 +140,7 @@ inline void WriteTar(const std::string& path, const std::vector<TarEntry>& entri
     }
     ASSERT_EQ(archive_write_header(a, e), ARCHIVE_OK) << archive_error_string(a);
     if (t.type == AE_IFREG && t.hardlink.empty() && !t.data.empty()) {
-      ASSERT_EQ(archive_write_data(a, t.data.data(), t.data.size()),
-                static_cast<la_ssize_t>(t.data.size()));
+      ASSERT_EQ(archive_write_data(a, t.data.data(), t.data.size()), static_cast<la_ssize_t>(t.data.size()));
     }
     archive_entry_free(e);
   }

@@ -51,18 +51,21 @@ void ExpectInvalid(const std::string& profile, const std::string& needle) {
 
 TEST(SeccompTest, BadProfilesAreInvalidArgumentNamingTheProblem) {
   ExpectInvalid("{not json", "not valid JSON");
-  ExpectInvalid(R"({"rules": [{"names": ["keyctl", "no_such_syscall"], "action": "errno:EPERM"}]})",
-                "no_such_syscall");
+  ExpectInvalid(R"({"rules": [{"names": ["keyctl", "no_such_syscall"], "action": "errno:EPERM"}]})", "no_such_syscall");
   ExpectInvalid(R"({"rules": [{"names": ["keyctl"], "action": "deny"}]})", "deny");
   ExpectInvalid(R"({"rules": [{"names": ["keyctl"], "action": "errno:EWHATEVER"}]})", "EWHATEVER");
   ExpectInvalid(R"({"rules": [{"names": ["ioctl"], "action": "errno:EPERM",
-                   "args": [{"index": 7, "op": "eq", "value": 1}]}]})", "index");
+                   "args": [{"index": 7, "op": "eq", "value": 1}]}]})",
+                "index");
   ExpectInvalid(R"({"rules": [{"names": ["ioctl"], "action": "errno:EPERM",
-                   "args": [{"index": 1, "op": "like", "value": 1}]}]})", "like");
+                   "args": [{"index": 1, "op": "like", "value": 1}]}]})",
+                "like");
   ExpectInvalid(R"({"rules": [{"names": ["ioctl"], "action": "errno:EPERM",
-                   "args": [{"index": 1, "op": "eq", "value": "0xzz"}]}]})", "0xzz");
+                   "args": [{"index": 1, "op": "eq", "value": "0xzz"}]}]})",
+                "0xzz");
   ExpectInvalid(R"({"rules": [{"names": ["ioctl"], "action": "errno:EPERM",
-                   "args": [{"index": 1, "op": "masked_eq", "value": 1}]}]})", "mask");
+                   "args": [{"index": 1, "op": "masked_eq", "value": 1}]}]})",
+                "mask");
   ExpectInvalid(R"({"rules": [{"names": [], "action": "errno:EPERM"}]})", "names");
   ExpectInvalid(R"({"default_action": "allow", "rules": [{"names": ["getpid"], "action": "allow"}]})",
                 "default_action");
@@ -82,13 +85,12 @@ TEST(SeccompTest, MinimalCustomProfileCompiles) {
 
 char g_failure[512];
 
-#define CHILD_EXPECT(cond)                                                              \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      snprintf(g_failure, sizeof(g_failure), "line %d: %s (errno %d %s)", __LINE__, #cond, \
-               errno, strerror(errno));                                                 \
-      return false;                                                                     \
-    }                                                                                   \
+#define CHILD_EXPECT(cond)                                                                                          \
+  do {                                                                                                              \
+    if (!(cond)) {                                                                                                  \
+      snprintf(g_failure, sizeof(g_failure), "line %d: %s (errno %d %s)", __LINE__, #cond, errno, strerror(errno)); \
+      return false;                                                                                                 \
+    }                                                                                                               \
   } while (0)
 
 bool Fails(long rc, int err) { return rc == -1 && errno == err; }
@@ -163,8 +165,7 @@ bool ChildChecks() {
     args[1] = SOCK_STREAM;
     args[2] = 0;
     args[3] = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(args + 8));
-    CHILD_EXPECT(Int80(102 /*i386 socketcall*/, 1 /*SYS_SOCKET*/, reinterpret_cast<long>(args), 0) ==
-                 -EAFNOSUPPORT);
+    CHILD_EXPECT(Int80(102 /*i386 socketcall*/, 1 /*SYS_SOCKET*/, reinterpret_cast<long>(args), 0) == -EAFNOSUPPORT);
     CHILD_EXPECT(Int80(102, 8 /*SYS_SOCKETPAIR*/, reinterpret_cast<long>(args), 0) == 0);
     close(static_cast<int>(args[8]));
     close(static_cast<int>(args[9]));
@@ -244,8 +245,8 @@ TEST(SeccompTest, BinaryTreeDefaultProfileDeniesTheSameSyscalls) { CheckDefaultP
 // A foreign-ABI syscall that the profile does not cover is killed, not let
 // through: with no extra architectures, an int 0x80 call kills the process.
 TEST(SeccompTest, UnlistedArchitectureIsKilled) {
-  StatusOr<SeccompProgram> prog = CompileSeccompProfile(
-      R"({"architectures": {}, "rules": [{"names": ["keyctl"], "action": "errno:EPERM"}]})");
+  StatusOr<SeccompProgram> prog =
+      CompileSeccompProfile(R"({"architectures": {}, "rules": [{"names": ["keyctl"], "action": "errno:EPERM"}]})");
   ASSERT_OK(prog);
   sock_fprog fprog = prog->prog();
   pid_t pid = fork();

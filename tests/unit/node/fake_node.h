@@ -12,12 +12,12 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "node/layer_provider.h"
 #include <nlohmann/json.hpp>
+#include "node/layer_provider.h"
 
 #include "runtime/backend.h"
 
@@ -27,7 +27,7 @@ namespace warren::testing {
 struct FakeWorld {
   std::mutex mu;
   std::condition_variable cv;
-  std::set<std::string> alive;  // sandbox ids with live "processes"
+  std::set<std::string> alive;     // sandbox ids with live "processes"
   std::vector<std::string> calls;  // "create:<id>", "destroy:<id>", "cleanup:<id>", "adopt:<id>"
   std::vector<runtime::SandboxSpec> create_specs;
   std::vector<runtime::SandboxSpec> adopt_specs;
@@ -76,8 +76,7 @@ class FakeFiles final : public runtime::SandboxFiles {
       return out;
     }
   };
-  StatusOr<std::unique_ptr<runtime::FileWriter>> OpenWrite(const std::string& path, uint32_t,
-                                                           bool) override {
+  StatusOr<std::unique_ptr<runtime::FileWriter>> OpenWrite(const std::string& path, uint32_t, bool) override {
     auto w = std::make_unique<Writer>();
     w->files = this;
     w->path = path;
@@ -89,8 +88,7 @@ class FakeFiles final : public runtime::SandboxFiles {
     auto it = data.find(path);
     if (it == data.end()) return absl::NotFoundError("open(" + path + "): not found");
     auto r = std::make_unique<Reader>();
-    r->data = it->second.substr(std::min<size_t>(offset, it->second.size()),
-                                length == 0 ? std::string::npos : length);
+    r->data = it->second.substr(std::min<size_t>(offset, it->second.size()), length == 0 ? std::string::npos : length);
     return std::unique_ptr<runtime::FileReader>(std::move(r));
   }
   StatusOr<runtime::FileInfo> Stat(const std::string& path) override {
@@ -121,8 +119,7 @@ class FakeFiles final : public runtime::SandboxFiles {
 
 class FakeSandbox final : public runtime::Sandbox {
  public:
-  FakeSandbox(std::string id, std::shared_ptr<FakeWorld> world)
-      : id_(std::move(id)), world_(std::move(world)) {}
+  FakeSandbox(std::string id, std::shared_ptr<FakeWorld> world) : id_(std::move(id)), world_(std::move(world)) {}
   const std::string& id() const override { return id_; }
   StatusOr<runtime::ExecOutcome> Exec(const runtime::ExecSpec& spec) override {
     runtime::ExecOutcome o;
@@ -186,7 +183,7 @@ class FakeBackend final : public runtime::Backend {
     return std::unique_ptr<runtime::Sandbox>(std::make_unique<FakeSandbox>(spec.id, world_));
   }
   StatusOr<std::unique_ptr<runtime::Sandbox>> Adopt(const runtime::SandboxSpec& spec,
-                                                     const std::string& backend_record) override {
+                                                    const std::string& backend_record) override {
     nlohmann::json record = nlohmann::json::parse(backend_record, nullptr, false);
     if (!record.is_object()) return absl::InvalidArgumentError("bad record");
     std::string id = spec.id;
@@ -217,9 +214,9 @@ struct FakeLayerState {
   std::map<std::string, image::LayerInfo> by_ref;  // ref and digest → info
   std::map<std::string, int> refs;                 // digest → refcount
   std::set<std::string> mounted;
-  std::string fail_acquire;                        // digest whose Acquire fails
+  std::string fail_acquire;  // digest whose Acquire fails
   int sweeps = 0;
-  std::vector<std::string> builds;                 // "dir:<name>:<dir>", "tar:<name>:<bytes>"
+  std::vector<std::string> builds;  // "dir:<name>:<dir>", "tar:<name>:<bytes>"
   std::string tmp_dir = "/tmp";
 
   void Add(const std::string& name, const std::string& hex, bool from_sandbox = false) {

@@ -241,8 +241,8 @@ TEST_F(LifecycleTest, PristineLayersEndAtTheFirstLayerASandboxMade) {
   r.layers = {"base/debian@12", "toolset/py@1", "workspace/snap@1", "toolset/py@1"};
   auto a = manager_->Create(r);
   ASSERT_OK(a);
-  EXPECT_EQ(a->pristine_layers, (std::vector<std::string>{"sha256:" + std::string(kBaseHex),
-                                                          "sha256:" + std::string(64, '6')}));
+  EXPECT_EQ(a->pristine_layers,
+            (std::vector<std::string>{"sha256:" + std::string(kBaseHex), "sha256:" + std::string(64, '6')}));
   EXPECT_EQ(a->layer_digests.size(), 4u);
   // persisted: a restarted daemon keeps the lineage
   manager_.reset();

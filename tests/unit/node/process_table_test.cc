@@ -27,7 +27,11 @@ using std::chrono::milliseconds;
 class HostProcess final : public runtime::Process {
  public:
   HostProcess(pid_t pid, UniqueFd pidfd, UniqueFd in, UniqueFd out, UniqueFd err, UniqueFd ctl)
-      : pid_(pid), pidfd_(std::move(pidfd)), in_(std::move(in)), out_(std::move(out)), err_(std::move(err)),
+      : pid_(pid),
+        pidfd_(std::move(pidfd)),
+        in_(std::move(in)),
+        out_(std::move(out)),
+        err_(std::move(err)),
         ctl_(std::move(ctl)) {}
   ~HostProcess() override {
     if (!reaped_) {
@@ -72,9 +76,7 @@ class HostSandbox final : public runtime::Sandbox, public runtime::ProcessStarte
  public:
   std::string_view backend_name() const override { return "host"; }
   const std::string& id() const override { return id_; }
-  StatusOr<runtime::ExecOutcome> Exec(const runtime::ExecSpec&) override {
-    return absl::UnimplementedError("exec");
-  }
+  StatusOr<runtime::ExecOutcome> Exec(const runtime::ExecSpec&) override { return absl::UnimplementedError("exec"); }
   runtime::SandboxFiles& files() override { std::abort(); }
   Status Destroy() override { return absl::OkStatus(); }
   std::string Record() const override { return {}; }
@@ -102,9 +104,8 @@ class HostSandbox final : public runtime::Sandbox, public runtime::ProcessStarte
     ::close(err[1]);
     if (so.control_fd) ::close(ctl[1]);
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-    return std::unique_ptr<runtime::Process>(new HostProcess(pid, std::move(pidfd), UniqueFd(in[1]),
-                                                             UniqueFd(out[0]), UniqueFd(err[0]),
-                                                             UniqueFd(ctl[0])));
+    return std::unique_ptr<runtime::Process>(
+        new HostProcess(pid, std::move(pidfd), UniqueFd(in[1]), UniqueFd(out[0]), UniqueFd(err[0]), UniqueFd(ctl[0])));
   }
 
  private:

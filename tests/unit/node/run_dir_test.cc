@@ -88,7 +88,8 @@ TEST_F(RunDirTest, AutomaticIsOnTmpfsLinkedFromTheStateDirAndStable) {
   fs::remove(*r + "/sandboxes/n0-a.json");
   RemoveRunDirIfUnused(state_, *r);
   EXPECT_FALSE(fs::exists(*r));
-  for (const char* sub : {"sandboxes", "run", "audit"}) EXPECT_FALSE(fs::exists(fs::symlink_status(state_ + "/" + sub))) << sub;
+  for (const char* sub : {"sandboxes", "run", "audit"})
+    EXPECT_FALSE(fs::exists(fs::symlink_status(state_ + "/" + sub))) << sub;
 }
 
 TEST_F(RunDirTest, ExistingRecordDirectoryKeepsTheOldLayout) {
@@ -158,7 +159,7 @@ TEST_F(RunDirTest, NonEmptyDirectoryInTheWayIsRefused) {
   ASSERT_EQ(mkdir((state_ + "/audit").c_str(), 0700), 0);
   std::ofstream(state_ + "/audit/n0-x.jsonl") << "{}\n";
   EXPECT_EQ(*ResolveRunDir(state_, "", run_parent_ + "/warren"), state_);  // automatic: keeps the old layout
-  Status s = LinkRunDir(state_, root_ + "/rd");  // explicit: refused, nothing lost
+  Status s = LinkRunDir(state_, root_ + "/rd");                            // explicit: refused, nothing lost
   ASSERT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(s.message().find(state_ + "/audit"), absl::string_view::npos) << s;
   EXPECT_TRUE(fs::exists(state_ + "/audit/n0-x.jsonl"));

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -554,17 +554,35 @@ TEST_F(SandboxManagerTest, AdoptsARecordOfAnOlderDaemon) {
     std::lock_guard<std::mutex> l(world_->mu);
     world_->alive.insert(id);
   }
-  nlohmann::json old = {
-      {"version", 1}, {"id", id}, {"state", "running"}, {"paused", false}, {"suspended", false},
-      {"expires_at_ns", 0}, {"idle_timeout_s", 0}, {"backend", "container"}, {"dir", RunDir(id)},
-      {"layers", {kBase, kWs}}, {"layer_names", {"base/debian@12", "workspace/demo@1"}},
-      {"resources", {{"cpu_millis", 1000}, {"memory_mb", 512}, {"disk_mb", 256}, {"pids", 64},
-                     {"open_files", 128}, {"tmpfs_mb", 16}}},
-      {"env_b64", {{absl::Base64Escape("K"), absl::Base64Escape(std::string("\xff\x01", 2))}}},
-      {"workdir", "/w"}, {"user", "1000"}, {"hostname", "old-box"}, {"labels", {{"task", "t9"}}},
-      {"job", "j"}, {"ttl_s", 0}, {"created_at_ns", 123},
-      {"backend_record", {{"id", id}, {"dir", RunDir(id)}, {"fake_pid", 4242}}},
-      {"request_id", ""}, {"transitions", nlohmann::json::array()}};
+  nlohmann::json old = {{"version", 1},
+                        {"id", id},
+                        {"state", "running"},
+                        {"paused", false},
+                        {"suspended", false},
+                        {"expires_at_ns", 0},
+                        {"idle_timeout_s", 0},
+                        {"backend", "container"},
+                        {"dir", RunDir(id)},
+                        {"layers", {kBase, kWs}},
+                        {"layer_names", {"base/debian@12", "workspace/demo@1"}},
+                        {"resources",
+                         {{"cpu_millis", 1000},
+                          {"memory_mb", 512},
+                          {"disk_mb", 256},
+                          {"pids", 64},
+                          {"open_files", 128},
+                          {"tmpfs_mb", 16}}},
+                        {"env_b64", {{absl::Base64Escape("K"), absl::Base64Escape(std::string("\xff\x01", 2))}}},
+                        {"workdir", "/w"},
+                        {"user", "1000"},
+                        {"hostname", "old-box"},
+                        {"labels", {{"task", "t9"}}},
+                        {"job", "j"},
+                        {"ttl_s", 0},
+                        {"created_at_ns", 123},
+                        {"backend_record", {{"id", id}, {"dir", RunDir(id)}, {"fake_pid", 4242}}},
+                        {"request_id", ""},
+                        {"transitions", nlohmann::json::array()}};
   std::ofstream(RecordPath(id)) << old.dump();
   manager_ = NewManager();
   auto got = manager_->Get(id);
@@ -607,8 +625,10 @@ TEST_F(SandboxManagerTest, RestartAdoptsRunningAndCleansTheRest) {
   std::string half = "n7-0123456789ab";
   ASSERT_EQ(mkdir(RunDir(half).c_str(), 0700), 0);
   std::ofstream(RunDir(half) + "/upper-leftover") << "x";
-  std::ofstream(RecordPath(half)) << nlohmann::json{{"id", half}, {"state", "creating"},
-                                                    {"backend", "container"}}.dump();
+  std::ofstream(RecordPath(half)) << nlohmann::json{
+      {"id", half},
+      {"state", "creating"},
+      {"backend", "container"}}.dump();
   std::ofstream(RecordPath("n7-corrupt")) << "{not json";
   std::ofstream(state_dir_ + "/sandboxes/.tmp-n7-x.json") << "partial";
   int sweeps_before = layer_state_->sweeps;

@@ -13,6 +13,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +22,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <sys/wait.h>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -208,7 +208,8 @@ TEST_F(ContainerTest, NamespacesIdentityAndInit) {
   // PID 1 is warren-init; its one argument is the fd it keeps on the upper.
   EXPECT_THAT(Run(sb, "tr '\\0' ' ' < /proc/1/cmdline").stdout_data, ::testing::MatchesRegex("warren-init [0-9]+ "));
   // PID 1 costs well under 1 MiB and survives signals sent from inside.
-  ExecOutcome rss = Run(sb, "kill -TERM 1; kill -INT 1; kill -HUP 1; sleep 0.1; awk '/VmRSS/ {print ($2 < 1024)}' /proc/1/status");
+  ExecOutcome rss =
+      Run(sb, "kill -TERM 1; kill -INT 1; kill -HUP 1; sleep 0.1; awk '/VmRSS/ {print ($2 < 1024)}' /proc/1/status");
   EXPECT_EQ(rss.stdout_data, "1\n");
   // Only loopback, and it is up.
   ExecOutcome net = Run(sb, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
@@ -427,9 +428,10 @@ TEST_F(ContainerTest, ContainmentCapsSeccompMasks) {
   EXPECT_NE(Run(sb, "unshare -r true 2>/dev/null").exit_code, 0);
   EXPECT_NE(Run(sb, "mount -t tmpfs x /mnt 2>/dev/null").exit_code, 0);
   // Masked /proc paths read as empty, /proc/sys is read-only.
-  EXPECT_EQ(Run(sb, "cat /proc/kcore /proc/kpagecgroup /proc/kpageflags /proc/sysrq-trigger /proc/keys 2>/dev/null | wc -c")
-                .stdout_data,
-            "0\n");
+  EXPECT_EQ(
+      Run(sb, "cat /proc/kcore /proc/kpagecgroup /proc/kpageflags /proc/sysrq-trigger /proc/keys 2>/dev/null | wc -c")
+          .stdout_data,
+      "0\n");
   EXPECT_NE(Run(sb, "echo 1 > /proc/sys/kernel/domainname").exit_code, 0);
   EXPECT_NE(Run(sb, "echo c > /proc/sysrq-trigger; echo x > /sys/kernel/uevent_helper").exit_code, 0);
   // /dev is minimal.
@@ -907,8 +909,9 @@ TEST_F(ContainerTest, StartPipesControlFdAndNewSession) {
   Sandbox* sb = Make("start-pipes");
   ASSERT_NE(sb, nullptr);
   ExecSpec es;
-  es.shell = "read x; echo \"got $x\"; echo err >&2; echo ctl >&3; "
-             "read -r _ _ _ _ _ sid _ < /proc/$$/stat; test \"$sid\" = $$ && echo leader; exit 5";
+  es.shell =
+      "read x; echo \"got $x\"; echo err >&2; echo ctl >&3; "
+      "read -r _ _ _ _ _ sid _ < /proc/$$/stat; test \"$sid\" = $$ && echo leader; exit 5";
   StartOptions so;
   so.control_fd = true;
   auto p = As<ProcessStarter>(*sb)->Start(es, so);
@@ -1219,8 +1222,7 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
   sandboxes_.emplace_back(std::move(*sb), spec.dir);
   Sandbox* bsb = sandboxes_.back().first.get();
   EXPECT_TRUE(ShellCgroups(options_.cgroup_name).empty()) << "the recycled cgroup was not taken";
-  for (const auto& d : CgroupDirs(*bsb))
-    EXPECT_EQ(fs::path(d).filename(), "recycle-b") << d;
+  for (const auto& d : CgroupDirs(*bsb)) EXPECT_EQ(fs::path(d).filename(), "recycle-b") << d;
   ExpectCgroupLimits(*bsb, 200, 77, /*memsw=*/false);
   EXPECT_EQ(Run(bsb, "echo ok; cat /proc/1/comm").stdout_data, "ok\nwarren-init\n");
   ASSERT_OK(bsb->Destroy());
@@ -1236,7 +1238,8 @@ TEST_F(ContainerTest, DestroyedSandboxCgroupIsRecycledRenamedAndRelimited) {
       int fd = ::open((lower + "/big").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       ASSERT_GE(fd, 0);
       std::string chunk(1 << 20, 'x');
-      for (int i = 0; i < 4; ++i) ASSERT_EQ(::write(fd, chunk.data(), chunk.size()), static_cast<ssize_t>(chunk.size()));
+      for (int i = 0; i < 4; ++i)
+        ASSERT_EQ(::write(fd, chunk.data(), chunk.size()), static_cast<ssize_t>(chunk.size()));
       ASSERT_EQ(::fsync(fd), 0);
       ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);  // out of the page cache
       ::close(fd);

@@ -116,8 +116,8 @@ class RootedFilesTest : public ::testing::TestWithParam<bool> {
     return NewRootedFiles(std::move(opt));
   }
 
-  Status WriteFile(SandboxFiles& files, const std::string& path, const std::string& data,
-                   bool make_parents = false, uint32_t mode = 0644) {
+  Status WriteFile(SandboxFiles& files, const std::string& path, const std::string& data, bool make_parents = false,
+                   uint32_t mode = 0644) {
     ASSIGN_OR_RETURN(auto w, files.OpenWrite(path, mode, make_parents));
     RETURN_IF_ERROR(w->Write(data));
     ASSIGN_OR_RETURN(uint64_t n, w->Commit());
@@ -494,8 +494,8 @@ TEST_P(RootedFilesTest, KernelFileSystemsAreNeverReached) {
   ASSERT_EQ(symlink("/proc", (root_ + "/w/proc").c_str()), 0);
   ASSERT_EQ(symlink("../sys/kernel", (root_ + "/w/kernel").c_str()), 0);
   const absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
-  for (const char* p : {"/proc/self/status", "/proc/1/maps", "/proc/kmsg", "/proc/self/../self/stat",
-                        "/w/self/status", "/w/proc/1/stack", "/w/kernel/uevent_seqnum", "/sys/kernel/uevent_seqnum"}) {
+  for (const char* p : {"/proc/self/status", "/proc/1/maps", "/proc/kmsg", "/proc/self/../self/stat", "/w/self/status",
+                        "/w/proc/1/stack", "/w/kernel/uevent_seqnum", "/sys/kernel/uevent_seqnum"}) {
     Status s = files_->OpenRead(p, 0, 0).status();
     EXPECT_THAT(s, StatusIs(kDenied)) << p;
     EXPECT_THAT(std::string(s.message()), HasSubstr(p));
@@ -509,7 +509,7 @@ TEST_P(RootedFilesTest, KernelFileSystemsAreNeverReached) {
     EXPECT_THAT(files_->Stat(p), StatusIs(kDenied)) << p;
   }
   EXPECT_OK(files_->Stat("/proc/.."));  // "/"
-  EXPECT_OK(files_->Stat("/w/proc"));  // the symlink itself, in /w
+  EXPECT_OK(files_->Stat("/w/proc"));   // the symlink itself, in /w
   EXPECT_THAT(WriteFile("/proc/sys/kernel/warren-test", "x"), StatusIs(kDenied));
   EXPECT_THAT(WriteFile("/w/self/comm", "x"), StatusIs(kDenied));
   EXPECT_THAT(WriteFile("/w/proc/new/file", "x", true), StatusIs(kDenied));
@@ -560,7 +560,7 @@ TEST_P(RootedFilesTest, SpecialFilesAreNeverOpened) {
   }
   struct stat st;
   ASSERT_EQ(lstat((root_ + "/w/null").c_str(), &st), 0);
-  EXPECT_TRUE(S_ISCHR(st.st_mode));  // not replaced by the write
+  EXPECT_TRUE(S_ISCHR(st.st_mode));                   // not replaced by the write
   StatusOr<FileInfo> info = files_->Stat("/w/null");  // stat is harmless
   ASSERT_OK(info);
   EXPECT_EQ(info->type, FileType::kOther);
@@ -579,11 +579,11 @@ TEST_P(RootedFilesTest, NeverMoreThanTheSandboxRoot) {
     ASSERT_EQ(chown((root_ + name).c_str(), uid, gid), 0);
     ASSERT_EQ(chmod((root_ + name).c_str(), mode), 0);
   };
-  host_file("/w/host-secret", 0, 0, 0600);            // unmapped owner: mode bits only
+  host_file("/w/host-secret", 0, 0, 0600);  // unmapped owner: mode bits only
   host_file("/w/host-public", 0, 0, 0644);
   host_file("/w/user-private", kBase + 1000, kBase + 1000, 0600);  // mapped: DAC_OVERRIDE
-  host_file("/w/half-mapped", kBase + 1000, 0, 0640);  // gid unmapped: no override, "other" bits
-  host_file("/w/own-uid", kBase, 0, 0600);             // owner bits of its own uid
+  host_file("/w/half-mapped", kBase + 1000, 0, 0640);              // gid unmapped: no override, "other" bits
+  host_file("/w/own-uid", kBase, 0, 0600);                         // owner bits of its own uid
   ASSERT_EQ(mkdir((root_ + "/w/host-dir").c_str(), 0700), 0);
   ASSERT_EQ(mkdir((root_ + "/w/host-open").c_str(), 0777), 0);
   ASSERT_EQ(chmod((root_ + "/w/host-open").c_str(), 0777), 0);  // past the umask

@@ -81,7 +81,7 @@ TEST_F(UidSlotsTest, ClaimsOutliveTheDaemonUntilItsOwnerComesBack) {
   EXPECT_FALSE(b->TakeSpecific(0));
   EXPECT_EQ(*b->Take(), 1u);  // released by a: free for anybody
   auto a2 = Open(owner_a_);
-  EXPECT_TRUE(a2->TakeSpecific(0));  // the restart re-adopts it
+  EXPECT_TRUE(a2->TakeSpecific(0));   // the restart re-adopts it
   EXPECT_FALSE(a2->TakeSpecific(0));  // once
   EXPECT_FALSE(a2->TakeSpecific(1));  // b's, live
   EXPECT_EQ(*a2->Take(), 2u);
