@@ -56,27 +56,26 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
+// clang-format off
 static const char* ErrName(int e) {
   switch (e) {
     case 0: return "0";
-#define E(x) \
-  case x: return #x;
-      E(EPERM)
-      E(ENOENT)
-      E(ESRCH) E(EINTR) E(EIO) E(ENXIO) E(E2BIG) E(ENOEXEC) E(EBADF) E(ECHILD) E(EAGAIN) E(ENOMEM) E(EACCES) E(EFAULT)
-          E(ENOTBLK) E(EBUSY) E(EEXIST) E(EXDEV) E(ENODEV) E(ENOTDIR) E(EISDIR) E(EINVAL) E(ENFILE) E(EMFILE) E(ENOTTY)
-              E(ETXTBSY) E(EFBIG) E(ENOSPC) E(ESPIPE) E(EROFS) E(EMLINK) E(EPIPE) E(ERANGE) E(ENOSYS) E(ENOTEMPTY)
-                  E(ELOOP) E(ENODATA) E(ENOKEY) E(EOPNOTSUPP) E(EAFNOSUPPORT) E(EPROTONOSUPPORT) E(ESOCKTNOSUPPORT)
-                      E(ECONNREFUSED) E(ENETUNREACH) E(EHOSTUNREACH) E(EADDRNOTAVAIL) E(ETIMEDOUT) E(ENOTSOCK)
-                          E(EPROTOTYPE) E(ENOTCONN) E(ENAMETOOLONG) E(EDQUOT) E(EOVERFLOW)
+#define E(x) case x: return #x;
+    E(EPERM) E(ENOENT) E(ESRCH) E(EINTR) E(EIO) E(ENXIO) E(E2BIG) E(ENOEXEC) E(EBADF) E(ECHILD) E(EAGAIN)
+    E(ENOMEM) E(EACCES) E(EFAULT) E(ENOTBLK) E(EBUSY) E(EEXIST) E(EXDEV) E(ENODEV) E(ENOTDIR) E(EISDIR)
+    E(EINVAL) E(ENFILE) E(EMFILE) E(ENOTTY) E(ETXTBSY) E(EFBIG) E(ENOSPC) E(ESPIPE) E(EROFS) E(EMLINK)
+    E(EPIPE) E(ERANGE) E(ENOSYS) E(ENOTEMPTY) E(ELOOP) E(ENODATA) E(ENOKEY) E(EOPNOTSUPP) E(EAFNOSUPPORT)
+    E(EPROTONOSUPPORT) E(ESOCKTNOSUPPORT) E(ECONNREFUSED) E(ENETUNREACH) E(EHOSTUNREACH) E(EADDRNOTAVAIL)
+    E(ETIMEDOUT) E(ENOTSOCK) E(EPROTOTYPE) E(ENOTCONN) E(ENAMETOOLONG) E(EDQUOT) E(EOVERFLOW)
 #undef E
-                              default : {
-        static char buf[16];
-        snprintf(buf, sizeof buf, "E%d", e);
-        return buf;
-      }
+    default: {
+      static char buf[16];
+      snprintf(buf, sizeof buf, "E%d", e);
+      return buf;
+    }
   }
 }
+// clang-format on
 
 static void Report(const char* name, int allowed, int err, const char* extra) {
   printf("case=%s result=%s errno=%s%s%s\n", name, allowed ? "ALLOWED" : "blocked", ErrName(err),
