@@ -7,7 +7,7 @@
 # database and the generated headers.
 #
 #   scripts/lint.sh                 both steps
-#   scripts/lint.sh format|tidy     one step
+#   scripts/lint.sh format|py|tidy  one step (py: ruff + mypy on the SDK)
 #   scripts/lint.sh tidy FILE...    clang-tidy on some files only
 #
 # Environment: WARREN_LINT_JOBS (clang-tidy processes, default: nproc),
@@ -79,15 +79,27 @@ lint_tidy() {
   echo "lint: clang-tidy: ok"
 }
 
+# The Python SDK: ruff and mypy (strict on warren/, generated _proto left
+# out), configured in sdk/python/pyproject.toml; both from .venv (setup.sh).
+lint_py() {
+  local py=${WARREN_PYTHON:-$root/.venv/bin/python} rc=0
+  echo "lint: ruff and mypy on the SDK"
+  "$py" -m ruff check sdk/python || rc=1
+  "$py" -m mypy --config-file sdk/python/pyproject.toml sdk/python/warren || rc=1
+  return $rc
+}
+
 case ${1:-all} in
   --list-sources) sources ;;
   format) lint_format ;;
   tidy) shift; lint_tidy "$@" ;;
+  py) lint_py ;;
   all)
     rc=0
     lint_format || rc=1
+    lint_py || rc=1
     lint_tidy || rc=1
     exit $rc
     ;;
-  *) echo "usage: $0 [format|tidy [FILE...]]" >&2; exit 2 ;;
+  *) echo "usage: $0 [format|py|tidy [FILE...]]" >&2; exit 2 ;;
 esac

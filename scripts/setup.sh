@@ -50,7 +50,7 @@ if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import sys' 2>/dev/null
   "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2"
+.venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2" "ruff==0.17.6" "mypy==2.4.1"
 
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12

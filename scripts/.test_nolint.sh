@@ -1,0 +1,67 @@
+#!/bin/bash
+# Runs every test: gtest unit tests (ctest on build/), the SDK unit tests, the
+# integration tests (pytest through the SDK against a real warrend started by
+# the tests), the escape suite (tests/security), the fault soak's CI form (tests/soak) and, with WARREN_ASAN=1,
+# the unit tests again under ASan/UBSan (build-asan/), with WARREN_TSAN=1 the node and runtime unit tests under
+# ThreadSanitizer (build-tsan/, scripts/tsan.supp), and the linters (scripts/lint.sh: clang-format, clang-tidy).
+# Exits non-zero if anything failed. Expects scripts/setup.sh to have run. Extra pytest arguments:
+# WARREN_PYTEST_ARGS (e.g. "-m 'not slow'").
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+failed=()
+
+step() {
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  if "$@"; then
+    echo "=== $name: ok ($((SECONDS - t0)) s)"
+  else
+    echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+    failed+=("$name")
+  fi
+}
+
+: lint run separately
+step unit ctest --test-dir build --output-on-failure -j2 --timeout 600
+step sdk .venv/bin/python -m pytest -q sdk/python/tests
+# shellcheck disable=SC2086
+eval "extra=(${WARREN_PYTEST_ARGS:-})"
+step integration .venv/bin/python -m pytest -v -rA --durations=15 tests/integration "${extra[@]}"
+step conformance .venv/bin/python -m pytest -v -rA tests/conformance "${extra[@]}"
+step security .venv/bin/python -m pytest -v -rA tests/security "${extra[@]}"
+# The fault soak's bounded CI form (WARREN_SOAK_CYCLES/KILLS; long form: bench/soak).
+step soak .venv/bin/python -m pytest -v -rA -s tests/soak "${extra[@]}"
+
+if [[ ${WARREN_ASAN:-0} == 1 ]]; then
+  step asan-build bash -c 'cmake --preset asan && cmake --build build-asan -j2'
+  step asan-unit ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
+fi
+
+if [[ ${WARREN_TSAN:-0} == 1 ]]; then
+  # The node and runtime unit tests (the daemon's threads live there), built alone since TSan builds
+  # are slow. Not rooted_files_test (no threads; its 100 MB streaming cases run 10x slower) and not
+  # container_backend_test: its sandboxes' init children run instrumented code after a raw clone3
+  # that TSan never sees (no fork interceptor), so TSan reports stale-shadow races in them (pid 1)
+  # and they can hang on TSan's internal locks.
+  tsan_targets=(node_test node_lifecycle_test node_ring_buffer_test node_process_table_test node_run_dir_test
+    uid_slots_test fncall_test)
+  step tsan-build bash -c 'cmake --preset tsan >/dev/null && cmake --build build-tsan -j2 --target "$@"' _ "${tsan_targets[@]}"
+  # ctest selects those executables' tests by their gtest suite names.
+  tsan_suites=$(for t in "${tsan_targets[@]}"; do
+    f=$(find build-tsan/tests -type f -name "$t" -perm -u+x | head -1)
+    [[ -n $f ]] && "$f" --gtest_list_tests | grep -E '^[A-Za-z0-9_/]+\.$' | sed 's/\.$//'
+  done | sort -u | paste -sd'|')
+  # halt_on_error=0: every report of a run is printed; the test still fails (exit code 66).
+  step tsan-unit env TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp halt_on_error=0 second_deadlock_stack=1" \
+    ctest --test-dir build-tsan --output-on-failure -j2 --timeout 900 -R "^(${tsan_suites:-none})\\."
+fi
+
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all tests passed"
