@@ -1,4 +1,4 @@
-// Streaming verbs (issue 3; api/warren/v1/process.proto):
+// Streaming verbs (api/warren/v1/process.proto):
 //
 // `warren exec -t [-i] ID [--] CMD...`: runs CMD on a PTY through the
 // streaming ExecStream call. -i streams our stdin to it as typed (when our

@@ -14,7 +14,7 @@
 // non-dumpable so that sandbox processes (same uid, no CAP_SYS_PTRACE)
 // cannot open /proc/1/fd/* and reach it; the host daemon still can.
 //
-// Density (issue 3): one of these runs in every sandbox, so it is built
+// Density: one of these runs in every sandbox, so it is built
 // freestanding (no libc, raw syscalls, x86_64 and aarch64): no data, no heap,
 // no TLS; its private memory is the few stack pages the kernel writes argv
 // and auxv into (measured with bench/density/components.c: 12 KiB of

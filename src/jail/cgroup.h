@@ -95,7 +95,7 @@ class Cgroup {
   // The memory cgroup's oom_kill counter (v1 memory.oom_control, v2
   // memory.events); 0 when not available.
   virtual uint64_t OomKillCount() const = 0;
-  // ---- memory reclaim (suspend, issue 4)
+  // ---- memory reclaim (suspend)
   // Bytes charged to the memory cgroup (v1 memory.usage_in_bytes, v2
   // memory.current); NotFound without a memory controller.
   virtual StatusOr<uint64_t> MemoryUsage() const = 0;
@@ -161,7 +161,7 @@ class CgroupManager {
   // Renames <subtree>/<from> to <subtree>/<to> (both direct children of the
   // subtree root) in every hierarchy, processes and limits staying where they
   // are: how a pre-spawned warm shell's cgroup takes its sandbox's name
-  // (issue 3 "fast"). v1 only (cgroupfs v1 supports rename(2) within one
+  // (the fast path). v1 only (cgroupfs v1 supports rename(2) within one
   // parent); v2's cgroupfs refuses rename: Unimplemented. On failure nothing
   // is renamed (earlier hierarchies are renamed back).
   virtual Status Rename(const std::string& from, const std::string& to) {

@@ -1,4 +1,4 @@
-// The `fncall` backend (DESIGN.md §3, issue 5): stateless function calls on a
+// The `fncall` backend (DESIGN.md §3): stateless function calls on a
 // warm pool of pre-isolated workers.
 //
 // A worker is a jailed process tree: user (root inside = one unprivileged

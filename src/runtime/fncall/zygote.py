@@ -1,5 +1,5 @@
 # warren fncall zygote: runs as PID 1 of a jailed worker (user+mnt+pid+net+
-# ipc+uts namespaces, read-only root, worker cgroup; see fncall.cc) as
+# ipc+uts namespaces, read-only root, worker cgroup; see worker_jail.cc) as
 # `python3 -I -S -c <this file>`, with the worker channel (SOCK_SEQPACKET) on
 # fd 3 and the zygote helper (zygote_helper.c, a freestanding shared object)
 # as a memfd on fd 4.

@@ -24,7 +24,7 @@
 //
 // D (the call process) is cloned into fresh mount, pid and ipc namespaces.
 // Before it reads its call it runs PyOS_AfterFork_Child, applies the call's
-// containment plan (jail/plan.h, built by warrend: fncall.cc CallJailPlan)
+// containment plan (jail/plan.h, built by warrend: worker_jail.cc CallJailPlan)
 // with the one executor every spawn path uses: a fresh tmpfs on /tmp (its
 // cwd) and /dev/shm, a fresh /proc with the masks of every sandbox, then
 // RLIMIT_CORE 0, no capabilities, no_new_privs, the seccomp filter (after
@@ -97,7 +97,7 @@ struct cmsghdr_ {
 #define MAX_FDS 8
 #define CMSG_SPACE_FDS (sizeof(struct cmsghdr_) + MAX_FDS * sizeof(int))
 
-// The messages (fncall.cc mirrors these).
+// The messages (fncall_internal.h mirrors these).
 struct ZygoteMsg {
   u32 kind;  // 'S', 'X', 'F', 'E'
   u32 serial;
@@ -158,7 +158,7 @@ struct warren_call_in {  // filled in D for python
   long flags;  // CallHead.flags
 };
 
-// fncall.cc mirrors these; from kJailStep0 on, the plan's steps (plan.h), offset.
+// channel.cc mirrors these; from kJailStep0 on, the plan's steps (plan.h), offset.
 enum { kStepChdir = 1, kStepOom, kStepRecv, kStepBadCall, kStepMap, kStepFds, kStepReseed };
 #define kJailStep0 1000
 
