@@ -705,8 +705,20 @@ Status Cgroup::Evacuate(std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(i < 20 ? 1 : 10));
   }
   (void)ThawTree();
+  // Each survivor named with its comm, state and wait channel
+  // (/proc/<pid>/stat, wchan): what a process that outlives SIGKILL waits on.
   std::string left;
-  for (pid_t p : Pids(true)) left += (left.empty() ? "" : " ") + std::to_string(p);
+  for (pid_t p : Pids(true)) {
+    std::string what = std::to_string(p);
+    const std::string proc = "/proc/" + std::to_string(p);
+    if (auto st = ReadFile(proc + "/stat")) {
+      const size_t l = st->find('('), r = st->rfind(')');
+      if (l != std::string::npos && r != std::string::npos && r + 2 < st->size())
+        what += " " + st->substr(l, r - l + 1) + " " + st->substr(r + 2, 1);
+    }
+    if (auto w = ReadFile(proc + "/wchan"); w && !w->empty()) what += " wchan=" + *w;
+    left += (left.empty() ? "" : ", ") + what;
+  }
   if (left.empty()) return absl::OkStatus();
   return absl::UnavailableError("cgroup " + rel() + " still has processes after SIGKILL (pids " + left +
                                 "): thawed, retry");

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <thread>
 
+#include "common/file_util.h"
+
 extern char** environ;
 
 namespace warren::jail {
@@ -64,7 +66,7 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
   l->dir_ = dir;
   l->mnt_ = dir + "/mnt";
   const std::string pidfile = dir + "/lxcfs.pid";
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + dir + ")");
+  RETURN_IF_ERROR(MkdirAll(dir, 0755));
   if (::mkdir(l->mnt_.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + l->mnt_ + ")");
   l->pid_ = ReadPid(pidfile);
   if (l->pid_ > 0 && Answers(l->mnt_)) {

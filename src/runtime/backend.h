@@ -352,6 +352,23 @@ class ChangeExporter {
   // its parent must). On error `dst_dir` is removed. FailedPrecondition when a
   // path is longer than a layer holds.
   virtual Status ExportChanges(const std::string& dst_dir, const ExportOptions& options) = 0;
+
+  // A read-only view of the same changes, walked in place (nothing copied):
+  // grading lists every change but copies only what lies under the solution
+  // paths, so a huge or deep tree the agent left elsewhere costs a walk, not
+  // a copy. `dir` is the changes in the layer format, except that ids in
+  // [id_base, id_base + id_range) are id - id_base inside (others 65534;
+  // id_range 0: ids as they are) and trusted.overlay.* xattrs other than the
+  // opaque/whiteout markers are to be ignored (the tree code does both:
+  // image::DiffCopyOptions). The caller freezes the sandbox while it walks.
+  // container: its overlay upper (host ids: id_base = the host uid of its
+  // root). microVM: ExportChanges into a private dir, returned with id_base 0.
+  struct ChangeView {
+    UniqueFd dir;
+    uint32_t id_base = 0;
+    uint32_t id_range = 0;
+  };
+  virtual StatusOr<ChangeView> OpenChanges() = 0;
 };
 
 // The capability C of `sb`, or nullptr.

@@ -1,8 +1,9 @@
 """Density layout of a container sandbox (issue 3, container_backend.h):
 each superblock a sandbox holds makes every memory cgroup on the host bigger,
 so a sandbox owns only 6 (overlay, upper tmpfs which also holds /dev, proc,
-devpts, /dev/shm, mqueue); the masked dirs and /sys are clones of two
-backend-wide read-only mounts. Sharing them must not open a channel between
+devpts, /dev/shm, mqueue) plus, where the sandbox's cgroup is shown at
+/sys/fs/cgroup, the small tmpfs holding that view's mount points; the masked
+dirs and /sys are clones of two backend-wide read-only mounts. Sharing them must not open a channel between
 sandboxes: both are read-only at the superblock and not remountable inside."""
 
 
@@ -24,11 +25,16 @@ def test_sandbox_owns_six_superblocks_and_shares_only_read_only_ones(client, bas
         devs_b = {d for d, _, _ in mb}
         own = {d for d, _, t in ma if d not in devs_b and t != "devtmpfs"}
         shared = {(mp, t) for d, mp, t in ma if d in devs_b and t != "devtmpfs"}
-        # overlay /, tmpfs /dev (the upper's tmpfs), proc, devpts, /dev/shm, mqueue
-        assert len(own) == 6, ma
+        # overlay /, tmpfs /dev (the upper's tmpfs), proc, devpts, /dev/shm, mqueue,
+        # and the tmpfs of the cgroup view at /sys/fs/cgroup when there is one
+        cgview = {d for d, mp, t in ma if mp == "/sys/fs/cgroup" and t == "tmpfs"}
+        assert len(cgview) <= 1, ma
+        assert len(own - cgview) == 6, ma
         assert {t for d, _, t in ma if d in own} == {"overlay", "tmpfs", "proc", "devpts", "mqueue"}, ma
         assert ("/sys", "sysfs") in shared and ("/proc/acpi", "tmpfs") in shared, shared
-        assert {t for _, t in shared} == {"sysfs", "tmpfs"}, shared
+        # plus, where present, the limit views: lxcfs's read-only per-reader
+        # files and the read-only binds of the sandbox's own cgroup dirs
+        assert {t for _, t in shared} - {"fuse.lxcfs", "cgroup"} == {"sysfs", "tmpfs"}, shared
 
 
 def test_shared_mounts_stay_read_only_inside(sandbox):

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 
 #include "common/file_util.h"
@@ -108,8 +109,6 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
   const std::vector<std::string>& all = e->info.layer_digests;
   const std::vector<std::string>& pristine = e->info.pristine_layers;  // a prefix of `all`, never changes
   std::vector<std::unique_ptr<CopyBudget>> budget_store;               // outlives `rollback` (staging removed first)
-  CopyBudget changes_budget("sandbox " + req.id, CopyLimitBytes(e->info.resources), &staging_used_,
-                            options_.max_staging_bytes);  // the exported changes; outlives `rollback`
   Rollback rollback;
   std::vector<UniqueFd> layer_fds;  // every layer of the sandbox, bottom first
   for (const std::string& d : all) {
@@ -122,26 +121,13 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
   std::vector<int> pristine_fds;
   for (size_t i = 0; i < pristine.size(); ++i) pristine_fds.push_back(layer_fds[i].get());
   ASSIGN_OR_RETURN(runtime::ChangeExporter * exporter, runtime::Require<runtime::ChangeExporter>(*e->sandbox));
-  // The sandbox's own changes, exported in the layer format (frozen
-  // meanwhile): then they read like the layers a sandbox made (ids as inside).
-  const std::string changes_dir = options_.state_dir + "/tmp/grade-" + req.id + "-" + std::to_string(t0) + "-changes";
-  UniqueFd changes;
-  {
-    FreezeGuard freeze(e->sandbox.get(), !paused);
-    runtime::ExportOptions eo;
-    eo.budget = &changes_budget;
-    Status es = exporter->ExportChanges(changes_dir, eo);
-    if (!es.ok()) {
-      const bool content = (es.code() == absl::StatusCode::kResourceExhausted && !changes_budget.node_cap_hit()) ||
-                           es.code() == absl::StatusCode::kFailedPrecondition;
-      if (!content) return Status(es.code(), "grade of sandbox " + req.id + ": " + std::string(es.message()));
-      res.rejected = std::string(es.message());
-    } else {
-      rollback.Add([changes_dir] { (void)RemoveTree(changes_dir); });
-      changes.reset(::open(changes_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!changes.valid()) return ErrnoToStatus(errno, "open(" + changes_dir + ")");
-    }
-  }
+  // The sandbox's own changes, walked in place (frozen meanwhile): only what
+  // lies under the solution paths is copied, so whatever the agent left
+  // elsewhere (a huge sparse file, a tree deeper than a layer holds) is
+  // listed in `touched`, never copied.
+  std::optional<FreezeGuard> freeze(std::in_place, e->sandbox.get(), !paused);
+  ASSIGN_OR_RETURN(runtime::ChangeExporter::ChangeView view, exporter->OpenChanges());
+  UniqueFd changes = std::move(view.dir);
   // The agent's diffs, bottom first: the layers a sandbox made, then its
   // exported changes.
   struct Diff {
@@ -151,9 +137,12 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
   };
   std::vector<Diff> diffs;
   for (size_t i = pristine.size(); i <= all.size(); ++i) {
-    if (i == all.size() && !changes.valid()) break;  // rejected: nothing exported
     Diff d;
     d.fd = i < all.size() ? layer_fds[i].get() : changes.get();
+    if (i == all.size()) {
+      d.options.host_root_id = view.id_base;
+      d.options.id_range = view.id_range;
+    }
     budget_store.push_back(std::make_unique<CopyBudget>("sandbox " + req.id, CopyLimitBytes(e->info.resources),
                                                         &staging_used_, options_.max_staging_bytes));
     d.options.budget = budget_store.back().get();
@@ -185,11 +174,8 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
     }
     rollback.Add([staging = d.staging] { (void)RemoveTree(staging); });
   }
-  if (changes.valid()) {
-    changes.reset();
-    (void)RemoveTree(changes_dir);
-    changes_budget.ReleaseNode();
-  }
+  changes.reset();
+  freeze.reset();
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   if (touched.size() > GradeResult::kMaxTouched) {

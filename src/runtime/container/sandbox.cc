@@ -262,7 +262,10 @@ Status ContainerSandbox::Destroy() {
   // Emptied, the cgroup is recycled for a later shell when it can be (see
   // ContainerOptions::recycled_cgroups), else removed.
   lingering_.clear();  // exec cgroups: removed with the children below
+  // A task still exiting (or frozen by a concurrent exec timeout's
+  // SignalAll) may take longer than one round under load: three rounds.
   Status cs = cgroup_->Evacuate(milliseconds(5000));
+  for (int round = 1; round < 3 && absl::IsUnavailable(cs); ++round) cs = cgroup_->Evacuate(milliseconds(5000));
   if (cs.ok() && (reclaimed_.load() || !spawns_drained || !st_->Recycle(*cgroup_, LimitsOf(spec_))))
     cs = cgroup_->Destroy(milliseconds(5000));
   upper_.reset();

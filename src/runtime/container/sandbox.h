@@ -137,6 +137,13 @@ class ContainerSandbox : public Sandbox,
     co.budget = o.budget;
     return image::CopyDiffTree(upper.get(), dst_dir, co);
   }
+  StatusOr<ChangeView> OpenChanges() override {
+    ChangeView v;
+    ASSIGN_OR_RETURN(v.dir, OpenUpper());
+    v.id_base = st_->HostUid(slot_);
+    v.id_range = st_->options.uid_range;
+    return v;
+  }
   StatusOr<uint64_t> MemoryUsage() const override { return cgroup_->MemoryUsage(); }
   uint64_t SwapUsage() const override { return cgroup_->SwapUsage(); }
   Status ReclaimMemory() override {
