@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <cerrno>
+#include <optional>
 
 #include "common/file_util.h"
 #include "common/log.h"
