@@ -126,7 +126,7 @@ class ContainerTest : public ::testing::Test {
     auto m = jail::CgroupManager::Detect(options_.cgroup_name);
     if (m.ok()) {
       // The subtree root itself (<own>/warren-test-<pid>) in every hierarchy.
-      for (const char* c : {"cpu", "memory", "pids", "freezer"}) {
+      for (const char* c : {"cpu", "memory", "pids", "freezer", "cpuset", "cpuacct"}) {
         std::string own = Sh(std::string("grep -E ':([^:]*,)?") + c + "(,[^:]*)?:' /proc/self/cgroup | cut -d: -f3");
         while (!own.empty() && own.back() == '\n') own.pop_back();
         std::string p = std::string("/sys/fs/cgroup/") + c + (own == "/" ? "" : own) + "/" + options_.cgroup_name;
