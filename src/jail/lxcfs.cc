@@ -67,6 +67,17 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
   l->mnt_ = dir + "/mnt";
   const std::string pidfile = dir + "/lxcfs.pid";
   RETURN_IF_ERROR(MkdirAll(dir, 0755));
+  // A failed start leaves no dir behind (rmdir removes only empty ones: an
+  // earlier lxcfs's log stays for the operator).
+  struct Undo {
+    const std::string &mnt, &dir;
+    bool armed = true;
+    ~Undo() {
+      if (!armed) return;
+      (void)::rmdir(mnt.c_str());
+      (void)::rmdir(dir.c_str());
+    }
+  } undo{l->mnt_, l->dir_};
   if (::mkdir(l->mnt_.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + l->mnt_ + ")");
   l->pid_ = ReadPid(pidfile);
   if (l->pid_ > 0 && Answers(l->mnt_)) {
@@ -130,6 +141,7 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
     if (::access((l->mnt_ + "/proc/" + f).c_str(), R_OK) == 0) l->proc_files_.push_back(f);
   }
   l->cpu_online_ = ::access((l->mnt_ + "/sys/devices/system/cpu/online").c_str(), R_OK) == 0;
+  undo.armed = false;
   return l;
 }
 
