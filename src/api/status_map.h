@@ -16,11 +16,13 @@ grpc::Status ToGrpcStatus(const Status& status);
 
 // In a handler returning grpc::Status: `lhs = value` of a StatusOr, or return
 // its error mapped by ToGrpcStatus.
+// NOLINTBEGIN(bugprone-macro-parentheses): the arguments are a name and a declaration
 #define ASSIGN_OR_RETURN_GRPC(lhs, expr) ASSIGN_OR_RETURN_GRPC_IMPL_(WARREN_CONCAT_(_gsor_, __LINE__), lhs, expr)
 #define ASSIGN_OR_RETURN_GRPC_IMPL_(tmp, lhs, expr)                \
   auto tmp = (expr);                                               \
   if (!tmp.ok()) return ::warren::api::ToGrpcStatus(tmp.status()); \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 // In a handler returning grpc::Status: return `expr` (a grpc::Status) if not OK.
 #define RETURN_IF_GRPC_ERROR(expr) \
   do {                             \

@@ -139,8 +139,8 @@ std::string FormatAge(int64_t created_at_ns, int64_t now_ns) {
   if (created_at_ns <= 0) return "-";
   int64_t s = std::max<int64_t>(0, (now_ns - created_at_ns) / 1000000000);
   if (s < 120) return absl::StrCat(s, "s");
-  if (s < 120 * 60) return absl::StrCat(s / 60, "m");
-  if (s < 48 * 3600) return absl::StrCat(s / 3600, "h");
+  if (s < int64_t{120} * 60) return absl::StrCat(s / 60, "m");
+  if (s < int64_t{48} * 3600) return absl::StrCat(s / 3600, "h");
   return absl::StrCat(s / 86400, "d");
 }
 

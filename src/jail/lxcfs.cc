@@ -53,7 +53,7 @@ pid_t ReadPid(const std::string& path) {
 std::string FindBinary(const std::string& name) {
   if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin", "/usr/sbin"}) {
-    const std::string p = std::string(dir) + "/" + name;
+    std::string p = std::string(dir) + "/" + name;
     if (::access(p.c_str(), X_OK) == 0) return p;
   }
   return "";

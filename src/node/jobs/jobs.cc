@@ -14,7 +14,7 @@ constexpr uint32_t kDefaultLeaseS = 60;
 constexpr uint32_t kDefaultGraceS = 300;
 }  // namespace
 
-Jobs::Jobs(std::string state_dir, SandboxTable& table) : path_(state_dir + "/jobs.json"), table_(table) {}
+Jobs::Jobs(const std::string& state_dir, SandboxTable& table) : path_(state_dir + "/jobs.json"), table_(table) {}
 
 void Jobs::SaveLocked() const {
   nlohmann::json j = nlohmann::json::object();

@@ -20,7 +20,7 @@ namespace warren::node {
 class Jobs {
  public:
   // Borrows the table.
-  Jobs(std::string state_dir, SandboxTable& table);
+  Jobs(const std::string& state_dir, SandboxTable& table);
 
   // Reads the leases a previous daemon persisted.
   void Load();

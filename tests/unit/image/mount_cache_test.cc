@@ -157,6 +157,7 @@ TEST_F(MountCacheTest, ConcurrentAcquireMountsOnce) {
   ASSERT_NE(cache, nullptr);
   constexpr int kThreads = 8;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::atomic<int> ok{0};
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
