@@ -11,8 +11,8 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/rollback.h"
 #include "node/admission/validate.h"
-#include "node/rollback.h"
 
 namespace warren::node {
 

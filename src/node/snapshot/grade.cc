@@ -14,9 +14,9 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/rollback.h"
 #include "common/unique_fd.h"
 #include "image/layer_tree.h"
-#include "node/rollback.h"
 #include "node/snapshot/freeze.h"
 #include "node/snapshot/snapshot_service.h"
 

@@ -7,8 +7,8 @@
 #include "absl/strings/escaping.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/rollback.h"
 #include "node/records/sandbox_record.h"
-#include "node/rollback.h"
 #include "node/table/sandbox_table.h"
 
 namespace warren::node {
