@@ -7,6 +7,8 @@
 # interleaved rounds so that load changes hit both alike.
 #
 # Usage: bench/ab_warrend.sh A_WARREND B_WARREND [rounds] [iterations]
+#   WARREN_AB_A_ARGS / WARREN_AB_B_ARGS: extra warrend flags of one side
+#   (e.g. WARREN_AB_B_ARGS=--limit-views=off to A/B one build against itself)
 #   A_WARREND, B_WARREND  paths of the two warrend binaries (each finds its
 #                         warren-init/warren-spawn next to it or in ../init)
 # Both daemons run at once on private state dirs under /var/tmp/warren-ab,
@@ -30,9 +32,11 @@ cleanup() {
 }
 trap cleanup EXIT
 start() {  # name binary
-  local n=$1 bin=$2
+  local n=$1 bin=$2 extra_var="WARREN_AB_${1}_ARGS"
+  local -a extra
+  read -r -a extra <<<"${!extra_var:-}"
   mkdir -p "$work/$n"
-  "$bin" --state-dir "$work/$n/state" --socket "$work/$n.sock" --layer-store "$work/layers" \
+  "$bin" "${extra[@]}" --state-dir "$work/$n/state" --socket "$work/$n.sock" --layer-store "$work/layers" \
     --node-id "ab$(echo $n | tr A-Z a-z)" >"$work/$n.log" 2>&1 </dev/null &
   pids+=($!)
   PYTHONPATH=$root/sdk/python "$py" - "$work/$n.sock" "$rootfs" <<'EOF'

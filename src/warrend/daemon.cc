@@ -240,8 +240,12 @@ int Run(const Flags& flags) {
   char run_hash_hex[17];
   snprintf(run_hash_hex, sizeof run_hash_hex, "%016llx", static_cast<unsigned long long>(run_hash));
   const std::string lxcfs_base = std::string("/run/warren/lxcfs/") + run_hash_hex;
-  if (StatusOr<std::unique_ptr<jail::Lxcfs>> l = jail::Lxcfs::Start(lxcfs_base); l.ok()) {
+  if (flags.limit_views == "off") {
+    Log(spdlog::level::info, "--limit-views=off: sandboxes see the host's cpus and memory in /proc");
+  } else if (StatusOr<std::unique_ptr<jail::Lxcfs>> l = jail::Lxcfs::Start(lxcfs_base, flags.lxcfs_binary); l.ok()) {
     lxcfs = std::move(*l);
+  } else if (flags.limit_views == "on") {
+    return fail(Status(l.status().code(), "--limit-views=on: " + std::string(l.status().message())));
   } else {
     Log(spdlog::level::warn, "no lxcfs: sandboxes see the host's cpus and memory in /proc",
         {{"error", l.status().ToString()}});

@@ -56,6 +56,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", flags.fncall_layers, "fncall: default layers of calls that name none")
       ->capture_default_str();
+  app.add_option("--limit-views", flags.limit_views,
+                 "sandboxes see their own cpu and memory limits in /proc (lxcfs): auto (when lxcfs is "
+                 "installed) | on (refuse to start without it) | off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--lxcfs", flags.lxcfs_binary,
+                 "the lxcfs binary of --limit-views (a name is looked up in /usr/bin, "
+                 "/usr/local/bin, /bin, /usr/sbin)")
+      ->capture_default_str();
   app.add_option("--suspend-swap", flags.suspend_swap,
                  "swap for suspended sandboxes: auto (set up zram when the host has no swap) | none")
       ->check(CLI::IsMember({"auto", "none"}))

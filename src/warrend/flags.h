@@ -42,6 +42,8 @@ struct Flags {
   double run_code_max_timeout_s = 300;
   // Suspend.
   std::string suspend_swap = "auto";
+  std::string limit_views = "auto";  // auto | on | off (lxcfs)
+  std::string lxcfs_binary = "lxcfs";
   uint64_t zram_size_mb = 0;
   bool suspend_prefetch = true;
   uint64_t max_staging_mb = 0;

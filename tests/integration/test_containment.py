@@ -265,3 +265,36 @@ def test_limit_views_in_an_fncall_call(fnd: Daemon) -> None:
     f = fnd.client.fncall(VIEWS)
     assert f.ok, f
     _check_views(_parse(f.stdout), 512, 1, 0)
+
+
+def test_limit_views_off_shows_the_host(test_root: Path, layer_store: Path, base_layer: str) -> None:
+    """--limit-views=off: no lxcfs; a sandbox's /proc/meminfo is the host's."""
+    d = Daemon(test_root, "views-off", layer_store, NODE_PREFIX + "vo", extra_args=["--limit-views=off"])
+    d.start()
+    try:
+        sb = d.client.create(layers=[base_layer], memory_mb=256)
+        try:
+            r = sb.exec(["/usr/bin/python3", "-I", "-S", "-c", VIEWS], timeout=30)
+            assert r.exit_code == 0, r
+            host_kb = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal:")).split()[1])
+            assert _parse(r.stdout)["MemTotal"] == host_kb
+        finally:
+            sb.destroy()
+    finally:
+        d.stop()
+
+
+def test_limit_views_on_without_lxcfs_refuses_to_start(test_root: Path, layer_store: Path) -> None:
+    """--limit-views=on with no lxcfs: warrend exits at start naming the flag, and leaves no lxcfs dir."""
+    import subprocess
+    from conftest import WARREND
+    state = test_root / "views-on-state"
+    before = set(os.listdir("/run/warren/lxcfs")) if os.path.isdir("/run/warren/lxcfs") else set()
+    p = subprocess.run([str(WARREND), "--state-dir", str(state), "--socket", str(test_root / "views-on.sock"),
+                        "--layer-store", str(layer_store), "--node-id", NODE_PREFIX + "von",
+                        "--limit-views=on", "--lxcfs", "/nonexistent/lxcfs"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0, p
+    assert "--limit-views=on" in p.stdout + p.stderr and "/nonexistent/lxcfs" in p.stdout + p.stderr, p
+    after = set(os.listdir("/run/warren/lxcfs")) if os.path.isdir("/run/warren/lxcfs") else set()
+    assert after <= before, after - before
