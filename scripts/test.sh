@@ -13,12 +13,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 failed=()
 
+# Each step's output also goes to $logs/<step>.log; a failed step's summary
+# is printed again at the very end, where a reader of the run's tail sees it.
+logs=${WARREN_TEST_LOGS:-$root/build/test-logs}
+mkdir -p "$logs"
 step() {
   local name=$1
   shift
   echo "=== $name: $*"
   local t0=$SECONDS
-  if "$@"; then
+  if "$@" 2>&1 | tee "$logs/$name.log"; then  # pipefail: the command's status
     echo "=== $name: ok ($((SECONDS - t0)) s)"
   else
     echo "=== $name: FAILED ($((SECONDS - t0)) s)"
@@ -69,6 +73,12 @@ if [[ ${WARREN_TSAN:-0} == 1 ]]; then
 fi
 
 if ((${#failed[@]})); then
+  for name in "${failed[@]}"; do
+    echo "=== summary of the failed step $name ($logs/$name.log):"
+    # pytest's failure lines and assertion messages, else the log's tail.
+    grep -E '^(FAILED|ERROR) |^E  ' "$logs/$name.log" | cut -c1-2000 | tail -n 80 ||
+      tail -n 60 "$logs/$name.log"
+  done
   echo "FAILED: ${failed[*]}"
   exit 1
 fi
