@@ -485,10 +485,14 @@ class Soak:
                         self.timed_out = True
                         return
                     self.next_cycle += 1
+                e0, down0 = self.epoch, self.down.is_set()
                 try:
                     self.cycle(c, rng)
                 except warren.WarrenError as e:  # a call outside self.call
-                    if not (self.down.is_set() and _code(e) in RETRYABLE | {"Cancelled", "NotFound"}):
+                    # Around a kill as self.call judges it: the daemon was down
+                    # at the start or the end, or restarted in between.
+                    around_kill = down0 or self.down.is_set() or self.epoch != e0
+                    if not (around_kill and _code(e) in RETRYABLE | {"Cancelled", "NotFound"}):
                         self.stats.fail(f"worker {w}: {_code(e)}: {e}")
                 except Exception as e:  # noqa: BLE001 - the soak reports, never stops on one cycle
                     self.stats.fail(f"worker {w}: {type(e).__name__}: {e}")

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
+#include "common/log.h"
 
 namespace warren::runtime::container {
 
@@ -138,7 +139,13 @@ void SweepStaleShellCgroups(BackendState& st) {
     pid_t owner = 0;
     if (f.size() != 3 || !absl::SimpleAtoi(f[1], &owner) || owner <= 0) continue;
     if (::kill(owner, 0) == 0) continue;  // its daemon (maybe this process) may still run
-    if (auto cg = st.cgroups->Open(n); cg.ok()) (void)(*cg)->Remove();
+    // The dead daemon's shells notice its end (their socket's EOF) and exit
+    // on their own, but maybe not yet: kill what is left and wait for the
+    // cgroup to empty (rmdir of a cgroup with an exiting task fails EBUSY).
+    if (auto cg = st.cgroups->Open(n); cg.ok()) {
+      if (Status s = (*cg)->Destroy(std::chrono::seconds(5)); !s.ok())
+        Log(spdlog::level::warn, "stale warm-shell cgroup left", {{"cgroup", n}, {"error", s.ToString()}});
+    }
   }
 }
 

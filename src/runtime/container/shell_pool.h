@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "jail/cgroup.h"
@@ -203,7 +204,9 @@ class ShellPool {
       }
       auto sh = SpawnShell(st_, "shell-" + std::to_string(::getpid()) + "-" + std::to_string(seq_++), lim);
       if (!sh.ok()) {
-        // Out of slots, pids, ...: back off (bounded), creates spawn inline meanwhile.
+        // Out of slots, pids, ...: back off (bounded), creates spawn inline
+        // meanwhile. Said once per streak of failures.
+        if (failures == 0) Log(spdlog::level::warn, "warm shell pool: spawn failed", {{"error", sh.status().ToString()}});
         failures = std::min(failures + 1, 6);
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait_for(l, milliseconds(50 << failures), [&] { return stop_; });
