@@ -206,7 +206,8 @@ class ShellPool {
       if (!sh.ok()) {
         // Out of slots, pids, ...: back off (bounded), creates spawn inline
         // meanwhile. Said once per streak of failures.
-        if (failures == 0) Log(spdlog::level::warn, "warm shell pool: spawn failed", {{"error", sh.status().ToString()}});
+        if (failures == 0)
+          Log(spdlog::level::warn, "warm shell pool: spawn failed", {{"error", sh.status().ToString()}});
         failures = std::min(failures + 1, 6);
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait_for(l, milliseconds(50 << failures), [&] { return stop_; });
