@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/unique_fd.h"
 
 namespace warren::image {
@@ -117,14 +118,7 @@ StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
 
 Status MakeDirs(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("MakeDirs: empty path");
-  size_t pos = 0;
-  for (int i = 0; i < 4096 && pos != std::string::npos; ++i) {
-    pos = path.find('/', pos + 1);
-    std::string part = path.substr(0, pos);
-    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(errno, "mkdir(" + part + ")");
-    }
-  }
+  RETURN_IF_ERROR(MkdirAll(path, 0755));
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + path + ")");
   if (!S_ISDIR(st.st_mode)) return ErrnoToStatus(ENOTDIR, "mkdir(" + path + ")");

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/file_util.h"
+
 namespace warren::node {
 namespace {
 
@@ -65,13 +67,6 @@ std::string Hash16(const std::string& s) {
 
 Status MkdirOne(const std::string& d, mode_t mode) {
   if (::mkdir(d.c_str(), mode) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + d + ")");
-  return absl::OkStatus();
-}
-
-Status MkdirAll(const std::string& dir, mode_t mode) {
-  for (size_t i = 1; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') RETURN_IF_ERROR(MkdirOne(dir.substr(0, i), mode));
-  }
   return absl::OkStatus();
 }
 

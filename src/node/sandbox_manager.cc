@@ -62,7 +62,7 @@ SandboxManager::SandboxManager(ManagerOptions options, SandboxTable::Backends ba
       backends_(std::move(backends)),
       layers_(std::move(layers)),
       records_(std::move(records)),
-      started_at_ns_(NowNs()) {
+      started_at_ns_(WallNowNs()) {
   admission_ = std::make_unique<Admission>(options_.limits, [this] { return table_->size(); });
   SandboxTable::Hooks hooks;
   hooks.destroyed = [this](const std::string& id) {
@@ -175,7 +175,7 @@ StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const
 StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const runtime::ExecSpec& spec,
                                                     const std::string& request_id) {
   bool ran = false;
-  const int64_t start = NowNs();
+  const int64_t start = WallNowNs();
   StatusOr<RecordedCall> rc = calls_->Run(id, request_id, [&]() -> StatusOr<RecordedCall> {
     ran = true;
     ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, table_->Use(id));
@@ -187,7 +187,7 @@ StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const
     r.outcome = std::move(*out);
     return r;
   });
-  nlohmann::json a = {{"op", "exec"}, {"start_ns", start}, {"end_ns", NowNs()}};
+  nlohmann::json a = {{"op", "exec"}, {"start_ns", start}, {"end_ns", WallNowNs()}};
   if (spec.shell) {
     a["shell"] = *spec.shell;
   } else {
@@ -232,7 +232,7 @@ nlohmann::json SandboxManager::ProcessAudit(const ProcessStatus& st, const char*
   }
   if (st.pty) a["pty"] = true;
   if (!st.running) {
-    a["end_ns"] = NowNs();
+    a["end_ns"] = WallNowNs();
     a["exit_code"] = st.outcome.exit_code;
     a["signal"] = st.outcome.signal;
     a["timed_out"] = st.outcome.timed_out;

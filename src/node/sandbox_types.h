@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/time.h"
 #include "runtime/backend.h"
 
 namespace warren::node {
@@ -170,8 +171,6 @@ struct NodeCounters {
   uint64_t memory_mb = 0;
 };
 
-// Unix time in nanoseconds.
-int64_t NowNs();
 // Printable, escaped rendering of a user-supplied value for error messages.
 std::string Quote(const std::string& s);
 // Whether `s` has an ASCII control character.

@@ -72,11 +72,6 @@ Status TooBig(const std::string& field, uint64_t value, const std::string& max) 
 
 }  // namespace
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string Quote(const std::string& s) {
   std::string v = s.size() > 80 ? s.substr(0, 80) + "..." : s;
   return "\"" + absl::CHexEscape(v) + "\"";

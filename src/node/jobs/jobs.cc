@@ -73,7 +73,7 @@ StatusOr<JobInfo> Jobs::Heartbeat(const std::string& job, uint32_t lease_s, uint
     if (grace_s > 0) j.grace_s = grace_s;
     if (j.lease_s == 0) j.lease_s = kDefaultLeaseS;
     if (j.grace_s == 0) j.grace_s = kDefaultGraceS;
-    j.lease_expires_at_ns = NowNs() + int64_t{j.lease_s} * 1000000000;
+    j.lease_expires_at_ns = WallNowNs() + int64_t{j.lease_s} * 1000000000;
     revive = j.lapsed;
     j.lapsed = false;
     j.lapsed_at_ns = 0;
@@ -167,7 +167,7 @@ void Jobs::Reap() {
   std::vector<std::string> lapse, expire;
   {
     std::lock_guard<std::mutex> l(mu_);
-    const int64_t now = NowNs();
+    const int64_t now = WallNowNs();
     bool changed = false;
     for (auto& [name, j] : jobs_) {
       if (j.lease_s == 0 || j.lease_expires_at_ns == 0) continue;

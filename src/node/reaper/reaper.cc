@@ -37,7 +37,7 @@ void Reaper::Loop(std::chrono::milliseconds interval, void (Reaper::*pass)()) {
 std::vector<std::string> Reaper::ReapOnce() {
   jobs_.Reap();
   std::vector<std::string> done;
-  for (const auto& [id, reason] : table_.Expired(NowNs())) {
+  for (const auto& [id, reason] : table_.Expired(WallNowNs())) {
     Status s = table_.Destroy(id, reason);
     if (s.ok()) {
       done.push_back(id);

@@ -13,7 +13,7 @@ runtime::Resources ResourcesOf(const record::Resources& r) {
 void AddTransition(Entry& e, SandboxState s, const std::string& reason) {
   record::Transition* t = e.transitions.Add();
   t->set_state(SandboxStateName(s));
-  t->set_at_ns(NowNs());
+  t->set_at_ns(WallNowNs());
   t->set_reason(reason);
 }
 
@@ -75,7 +75,7 @@ void ParseRecord(const record::Sandbox& r, Entry* e,
   e->info.created_at_ns = r.created_at_ns();
   e->info.expires_at_ns = r.expires_at_ns();
   e->info.idle_timeout_s = r.idle_timeout_s();
-  e->info.last_activity_ns = NowNs();  // idle time restarts with the daemon
+  e->info.last_activity_ns = WallNowNs();  // idle time restarts with the daemon
   e->spec.backend = r.backend();
   e->spec.layers = e->info.layer_names;
   e->spec.resources = e->info.resources;

@@ -105,7 +105,7 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
   }
 
   GradeResult res;
-  const int64_t t0 = NowNs();
+  const int64_t t0 = WallNowNs();
   const std::vector<std::string>& all = e->info.layer_digests;
   const std::vector<std::string>& pristine = e->info.pristine_layers;  // a prefix of `all`, never changes
   std::vector<std::unique_ptr<CopyBudget>> budget_store;               // outlives `rollback` (staging removed first)
@@ -232,7 +232,7 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
       {{"sandbox", req.id},
        {"exit", std::to_string(res.outcome.exit_code)},
        {"touched", std::to_string(res.touched.size())},
-       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+       {"ms", std::to_string((WallNowNs() - t0) / 1000000)}});
   return res;
 }
 

@@ -13,7 +13,7 @@ StatusOr<image::LayerInfo> SnapshotService::Snapshot(const SnapshotRequest& req)
   SandboxState state;
   ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, table_.Live(req.id, &state));
   const bool paused = state != SandboxState::kRunning;
-  const int64_t t0 = NowNs();
+  const int64_t t0 = WallNowNs();
   const std::string name = req.name.empty() ? "workspace/snap-" + req.id + "@" + std::to_string(t0) : req.name;
   if (name.find('@') == std::string::npos) {
     return absl::InvalidArgumentError("snapshot name " + Quote(name) + " must be kind/name@version");
@@ -43,7 +43,7 @@ StatusOr<image::LayerInfo> SnapshotService::Snapshot(const SnapshotRequest& req)
        {"layer", name},
        {"digest", li->digest},
        {"bytes", std::to_string(budget.used())},
-       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+       {"ms", std::to_string((WallNowNs() - t0) / 1000000)}});
   return li;
 }
 
@@ -66,7 +66,7 @@ StatusOr<ForkResult> SnapshotService::Fork(const ForkRequest& req) {
   const uint32_t source_ttl_s = e->info.ttl_s;
   SnapshotRequest sr;
   sr.id = req.id;
-  sr.name = "workspace/fork-" + req.id + "@" + std::to_string(NowNs());
+  sr.name = "workspace/fork-" + req.id + "@" + std::to_string(WallNowNs());
   sr.exclude = req.exclude;
   sr.pause = req.pause;
   ASSIGN_OR_RETURN(image::LayerInfo layer, Snapshot(sr));

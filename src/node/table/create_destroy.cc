@@ -58,7 +58,7 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
   e->info.resources = spec.resources;
   e->info.labels = spec.labels;
   e->info.job = spec.job;
-  e->info.created_at_ns = NowNs();
+  e->info.created_at_ns = WallNowNs();
   e->info.hostname = spec.hostname.empty() ? id : spec.hostname;
   e->info.ttl_s = spec.ttl_s;
   e->info.expires_at_ns = spec.ttl_s > 0 ? e->info.created_at_ns + int64_t{spec.ttl_s} * 1000000000 : 0;

@@ -145,7 +145,7 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxTable::Use(const std::string&
     if (!paused && s != SandboxState::kRunning) {
       return absl::FailedPreconditionError("sandbox " + id + " is " + SandboxStateName(s));
     }
-    it->second->info.last_activity_ns = NowNs();
+    it->second->info.last_activity_ns = WallNowNs();
     if (!paused) return it->second->sandbox;
   }
   // Any call on a paused or suspended sandbox resumes it.
@@ -164,7 +164,7 @@ void SandboxTable::Touch(const std::string& id, int delta_inflight) {
   auto it = table_.find(id);
   if (it == table_.end()) return;
   it->second->inflight_execs += delta_inflight;
-  it->second->info.last_activity_ns = NowNs();
+  it->second->info.last_activity_ns = WallNowNs();
 }
 
 StatusOr<SandboxInfo> SandboxTable::ExtendTtl(const std::string& id, uint32_t ttl_s) {
@@ -182,7 +182,7 @@ StatusOr<SandboxInfo> SandboxTable::ExtendTtl(const std::string& id, uint32_t tt
     }
     e->info.ttl_s = ttl_s;
     e->spec.ttl_s = ttl_s;
-    e->info.expires_at_ns = ttl_s > 0 ? NowNs() + int64_t{ttl_s} * 1000000000 : 0;
+    e->info.expires_at_ns = ttl_s > 0 ? WallNowNs() + int64_t{ttl_s} * 1000000000 : 0;
     info = InfoOf(*e);
   }
   RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, state)));
@@ -197,7 +197,7 @@ void SandboxTable::SetPausedState(Entry& e, SandboxState to, const std::string& 
     auto it = table_.find(e.info.id);
     if (e.info.state == SandboxState::kDestroying || it == table_.end() || it->second.get() != &e) return;
     e.info.state = to;
-    if (to == SandboxState::kRunning) e.info.last_activity_ns = NowNs();
+    if (to == SandboxState::kRunning) e.info.last_activity_ns = WallNowNs();
   }
   AddTransition(e, to, reason);
   Status s = records_.Put(e.info.id, MakeRecord(e, to));
@@ -237,7 +237,7 @@ Status SandboxTable::Resume(const std::string& id, bool prefetch) {
     suspended = e->info.state == SandboxState::kSuspended;
   }
   ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
-  const int64_t t0 = NowNs();
+  const int64_t t0 = WallNowNs();
   uint64_t prefetched = 0;
   if (suspended) {
     // Still frozen: the working set comes back before any process runs.
@@ -257,7 +257,7 @@ Status SandboxTable::Resume(const std::string& id, bool prefetch) {
       {{"sandbox", id},
        {"from", suspended ? "suspended" : "paused"},
        {"prefetched_bytes", std::to_string(prefetched)},
-       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+       {"ms", std::to_string((WallNowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }
 
@@ -275,7 +275,7 @@ Status SandboxTable::Suspend(const std::string& id) {
   }
   ASSIGN_OR_RETURN(runtime::Suspendable * suspendable, runtime::Require<runtime::Suspendable>(*e->sandbox));
   ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
-  const int64_t t0 = NowNs();
+  const int64_t t0 = WallNowNs();
   if (was_running) RETURN_IF_ERROR(pausable->Pause());
   const uint64_t before = suspendable->MemoryUsage().value_or(0);
   Status rs = suspendable->ReclaimMemory();
@@ -299,7 +299,7 @@ Status SandboxTable::Suspend(const std::string& id) {
        {"memory_before_bytes", std::to_string(before)},
        {"memory_after_bytes", std::to_string(after)},
        {"swap_bytes", std::to_string(suspendable->SwapUsage())},
-       {"ms", std::to_string((NowNs() - t0) / 1000000)}});
+       {"ms", std::to_string((WallNowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }
 

@@ -8,21 +8,14 @@
 #include <cerrno>
 #include <utility>
 
+#include "common/file_util.h"
+
 namespace warren::runtime {
 namespace {
 
 // How long Take skips a slot found held by another daemon.
 constexpr std::chrono::seconds kForeignRecheck{10};
 constexpr size_t kMaxOwnerBytes = 4096;
-
-Status MkdirAll(const std::string& path, mode_t mode) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i != path.size() && path[i] != '/') continue;
-    const std::string cur = path.substr(0, i);
-    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + cur + ")");
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
