@@ -29,6 +29,7 @@ work dir (sockets, state, RAM file) is removed at exit.
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import select
@@ -52,12 +53,18 @@ MODULES = [
     "drivers/virtio/virtio_mmio",
     "drivers/char/virtio_console",
 ]
+# In the initramfs, loaded on request ("M virtio_blk"): a template must not
+# bind its disks (see README.md, "Disks").
+LATER_MODULES = ["drivers/block/virtio_blk"]
 MACHINE = "microvm,x-option-roms=off,isa-serial=on,rtc=on"
 # tsc_early_khz: under TCG the kernel cannot calibrate the TSC (no PIT
 # reference that is fast enough, no HPET/PM timer on microvm) and stalls at
-# "Marking TSC unstable" without it. lpj skips the delay-loop calibration.
+# "Marking TSC unstable" without it. tsc=reliable: TCG's guest TSC is the
+# host's (invariant) TSC, but the clocksource watchdog, comparing it against
+# jiffies that lag on a loaded host, may switch the guest to refined-jiffies,
+# whose time then drifts (seen: 40 ms in 1 s right after a clock fix).
 APPEND_BASE = (
-    "console=ttyS0 quiet loglevel=1 panic=-1 reboot=t edd=off pci=off no_timer_check "
+    "console=ttyS0 quiet loglevel=1 panic=-1 reboot=t edd=off pci=off no_timer_check tsc=reliable "
     "i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd cryptomgr.notests"
 )
 MARK_INIT = b"WARREN-MVM-INIT-UP"
@@ -67,6 +74,14 @@ MAX_QEMUS = 3
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def qemu_version():
@@ -108,14 +123,15 @@ def prepare(cache):
         subprocess.run(["gcc", "-O2", "-static", "-Wall", "-Wextra", "-Werror", "-o", init, src], check=True)
     initrd = os.path.join(cache, "initrd.cpio")
     if not os.path.exists(initrd) or os.path.getmtime(initrd) < os.path.getmtime(init):
-        mods = [os.path.join(root, "lib/modules", kver, "kernel", m + ".ko") for m in MODULES]
-        write_cpio(initrd, init, mods)
+        ko = lambda m: os.path.join(root, "lib/modules", kver, "kernel", m + ".ko")
+        write_cpio(initrd, init, [ko(m) for m in MODULES], [ko(m) for m in LATER_MODULES])
     return vmlinuz, initrd, kver
 
 
-def write_cpio(dst, init, modules):
+def write_cpio(dst, init, modules, later):
     """A newc cpio with /dev/console (the kernel opens it before running
-    /init; no mknod or root needed to write it here), /init and /modules."""
+    /init; no mknod or root needed to write it here), /init, /modules with
+    `modules` (listed in /modules/order, loaded at boot) and `later`."""
     parts = []
     ino = [100]
 
@@ -131,9 +147,10 @@ def write_cpio(dst, init, modules):
         entry("init", stat.S_IFREG | 0o755, f.read())
     entry("modules", stat.S_IFDIR | 0o755)
     names = []
-    for m in modules:
+    for m in modules + later:
         name = os.path.basename(m)[:-3]
-        names.append(name)
+        if m in modules:
+            names.append(name)
         with open(m, "rb") as f:
             entry(f"modules/{name}.ko", stat.S_IFREG | 0o644, f.read())
     entry("modules/order", stat.S_IFREG | 0o644, ("\n".join(names) + "\n").encode())
@@ -155,7 +172,7 @@ class Vm:
 
     live: ClassVar[list["Vm"]] = []  # every Vm not yet killed (at most MAX_QEMUS)
 
-    def __init__(self, work, name, qemu_args, timeout):
+    def __init__(self, work, name, qemu_args, timeout, after=()):
         if len(Vm.live) >= MAX_QEMUS:
             raise RuntimeError(f"floors: more than {MAX_QEMUS} QEMUs at once")
         self.name = name
@@ -171,8 +188,10 @@ class Vm:
             self.listeners[kind] = s
         self.conns = {}
         self.bufs = {"serial": b"", "port": b"", "qmp": b""}
-        self.events = []
-        self.argv = self.full_argv(qemu_args)
+        self.events = []  # (monotonic, name, data)
+        self.qmp_msgs = []
+        self.t_greeting = None
+        self.argv = self.full_argv(qemu_args) + list(after)
         self.log = open(os.path.join(self.dir, "qemu.log"), "wb")  # noqa: SIM115 (closed in kill)
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
@@ -210,6 +229,23 @@ class Vm:
             if not data:
                 raise RuntimeError(f"{self.name}: {kind} closed: {self.tail()}")
             self.bufs[kind] += data
+            if kind == "qmp":
+                self._parse_qmp()
+
+    def _parse_qmp(self):
+        """QMP lines as they arrive: events get their arrival time (monotonic),
+        the greeting and command replies queue in self.qmp_msgs."""
+        while b"\n" in self.bufs["qmp"]:
+            line, self.bufs["qmp"] = self.bufs["qmp"].split(b"\n", 1)
+            m = json.loads(line)
+            if "event" in m:
+                self.events.append((time.monotonic(), m["event"], m.get("data")))
+            else:
+                self.qmp_msgs.append(m)
+
+    def event_time(self, name):
+        """Seconds from QEMU start to the first event `name`, None if none yet."""
+        return next((t - self.t0 for t, e, _ in self.events if e == name), None)
 
     def wait_for(self, kind, pred, what):
         while True:
@@ -244,40 +280,27 @@ class Vm:
 
         return self.wait_for("port", pred, f"reply to {line!r}")
 
+    def _next_qmp(self, what):
+        def pred(_):
+            return self.qmp_msgs.pop(0) if self.qmp_msgs else None
+
+        return self.wait_for("qmp", pred, what)
+
     def qmp(self, cmd, **args):
         self.connected("qmp")
         msg = {"execute": cmd}
         if args:
             msg["arguments"] = args
         self.conns["qmp"].sendall(json.dumps(msg).encode() + b"\n")
-
-        def pred(buf):
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                self.bufs["qmp"] = buf
-                m = json.loads(line)
-                if "event" in m:
-                    self.events.append((time.monotonic(), m["event"]))
-                elif "return" in m or "error" in m:
-                    return m
-            return None
-
-        m = self.wait_for("qmp", pred, f"QMP reply to {cmd}")
+        m = self._next_qmp(f"QMP reply to {cmd}")
         if "error" in m:
             raise RuntimeError(f"{self.name}: QMP {cmd}: {m['error']}")
         return m["return"]
 
     def qmp_greeting(self):
         self.connected("qmp")
-
-        def pred(buf):
-            if b"\n" not in buf:
-                return None
-            line, rest = buf.split(b"\n", 1)
-            self.bufs["qmp"] = rest
-            return json.loads(line)
-
-        self.wait_for("qmp", pred, "QMP greeting")
+        self._next_qmp("QMP greeting")
+        self.t_greeting = time.monotonic() - self.t0
         self.qmp("qmp_capabilities")
 
     def smaps(self):
@@ -349,8 +372,11 @@ def run_cold(a, work, base, i):
         vm.kill()
 
 
-def save_template(a, work, base, ram, state):
-    vm = Vm(work, "template", base + ram_args(a.mem, ram, True), a.timeout)
+def save_template(a, work, base, ram, state, after=(), before_save=None):
+    """Boots the template, waits for its agent, saves it; returns (seconds,
+    wall ns at the save, template Rss KiB, query-migrate's last answer).
+    `before_save(vm)` runs in the template right before the migrate."""
+    vm = Vm(work, "template", base + ram_args(a.mem, ram, True), a.timeout, after)
     try:
         vm.wait_marker(MARK_PORT)
         assert vm.request("p") == "pong"  # the agent now waits in read()
@@ -359,6 +385,8 @@ def save_template(a, work, base, ram, state):
         # first getrandom() does not reseed from their (diverging) input
         # pools, which shows what the clones share without the agent's fix.
         vm.request("r")
+        if before_save is not None:
+            before_save(vm)
         vm.qmp_greeting()
         t = time.monotonic()
         # No "stop" first: migrate stops the guest itself at its end, and the
@@ -384,8 +412,10 @@ def save_template(a, work, base, ram, state):
         vm.kill()
 
 
-def start_clone(a, work, base, ram, state, name):
-    vm = Vm(work, name, base + ram_args(a.mem, ram, False) + ["-incoming", "defer"], a.timeout)
+def start_clone(a, work, base, ram, state, name, after=()):
+    """A clone of the saved template, restoring; returns at once (the caller's
+    first request waits for the restore to finish)."""
+    vm = Vm(work, name, base + ram_args(a.mem, ram, False) + ["-incoming", "defer"], a.timeout, after)
     vm.qmp_greeting()
     vm.qmp("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
     vm.qmp("migrate-incoming", uri=f"exec:cat {state}")
@@ -393,10 +423,12 @@ def start_clone(a, work, base, ram, state, name):
 
 
 def run_warm(a, work, base, ram, state, name):
+    """Returns (QEMU start -> the clone's answer, QMP greeting, RESUME event) in s."""
     vm = start_clone(a, work, base, ram, state, name)
     try:
         assert vm.request("p") == "pong"
-        return time.monotonic() - vm.t0
+        t = time.monotonic() - vm.t0
+        return t, vm.t_greeting, vm.event_time("RESUME")
     finally:
         vm.kill()
 
@@ -501,17 +533,21 @@ def main():
             "template_rss_kib": tpl_rss,
             "migrate_ram": st.get("ram", {}),
         }
+        ram_sha = file_sha256(ram)
         cold, warm = [], []
         for i in range(a.runs):  # interleaved so that load changes hit both rows alike
             cold.append(run_cold(a, work, base, i))
             warm.append(run_warm(a, work, base, ram, state, f"warm{i}"))
-            log(f"  run {i}: cold init {cold[-1][0]:.3f} s answer {cold[-1][1]:.3f} s, warm answer {warm[-1]:.3f} s")
+            log(f"  run {i}: cold init {cold[-1][0]:.3f} s answer {cold[-1][1]:.3f} s, warm answer {warm[-1][0]:.3f} s")
         res["cold_init_s"] = [c[0] for c in cold]
         res["cold_answer_s"] = [c[1] for c in cold]
-        res["warm_answer_s"] = warm
+        res["warm_answer_s"] = [w[0] for w in warm]
+        res["warm_qmp_greeting_s"] = [w[1] for w in warm]
+        res["warm_resume_s"] = [w[2] for w in warm]
         res["template_age_s"] = (time.time_ns() - saved_ns) / 1e9
         res["restore"] = restore_checks(a, work, base, ram, state)
         res["memory"] = dict(zip(("cold", "clones"), memory_rows(a, work, base, ram, state)))
+        res["ram_file_unchanged"] = file_sha256(ram) == ram_sha
     finally:
         for vm in list(Vm.live):
             vm.kill()
@@ -536,6 +572,8 @@ def report(r):
     print("| --- | ---: | ---: | ---: | ---: |")
     print(row("cold: init's serial marker", r["cold_init_s"]))
     print(row("cold: first answer over virtio-serial", ca))
+    print(row("warm: clone's QMP greeting", r["warm_qmp_greeting_s"]))
+    print(row("warm: clone's RESUME event (restore done)", r["warm_resume_s"]))
     print(row("warm: clone answers over virtio-serial", wa))
     print(
         f"\nwarm/cold (first answer): p50 {statistics.median(wa) / statistics.median(ca):.3f}, "
@@ -561,6 +599,15 @@ def report(r):
     print(f"| cold VM | {mem(m['cold'])} |")
     for k, d in enumerate(m["clones"]):
         print(f"| clone {k} of {len(m['clones'])} | {mem(d)} |")
+    clones = m["clones"]
+    priv = statistics.mean(d.get("Private_Clean", 0) + d.get("Private_Dirty", 0) for d in clones) / 1024
+    file_mib = s["ram_file_allocated_bytes"] / 2**20
+    print(
+        f"host memory per clone: {priv:.1f} MiB private + the template's {file_mib:.1f} MiB RAM file shared by all "
+        f"(at 100 clones: {priv + file_mib / 100:.1f} MiB each); a cold VM: "
+        f"{(m['cold'].get('Private_Clean', 0) + m['cold'].get('Private_Dirty', 0)) / 1024:.1f} MiB private"
+    )
+    print(f"template RAM file unchanged after all clones ran (MAP_PRIVATE): {r['ram_file_unchanged']}")
     print(f"\nrestore (template age at the restore checks: {r['template_age_s']:.1f} s):")
     print(
         "| clone | fixes | skew before ms | skew after ms | skew 1 s later ms | rng (first 8 hex) | boot_id | hostname |"
