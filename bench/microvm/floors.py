@@ -67,6 +67,9 @@ APPEND_BASE = (
     "console=ttyS0 quiet loglevel=1 panic=-1 reboot=t edd=off pci=off no_timer_check tsc=reliable "
     "i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd cryptomgr.notests"
 )
+# QEMU's seccomp filter with every group denied: spawn=deny is why the state
+# file travels as an fd (QMP getfd) and not as an exec: URI (exec spawns sh).
+SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 MARK_INIT = b"WARREN-MVM-INIT-UP"
 MARK_PORT = b"WARREN-MVM-PORT-UP"
 MAX_QEMUS = 3
@@ -172,7 +175,9 @@ class Vm:
 
     live: ClassVar[list["Vm"]] = []  # every Vm not yet killed (at most MAX_QEMUS)
 
-    def __init__(self, work, name, qemu_args, timeout, after=()):
+    def __init__(self, work, name, qemu_args, timeout, after=(), uid=None, pass_fds=()):
+        """`uid`: run QEMU as that user (setpriv; it execs QEMU, the pid stays);
+        `pass_fds`: fds QEMU inherits (e.g. a memfd named as /proc/self/fd/N)."""
         if len(Vm.live) >= MAX_QEMUS:
             raise RuntimeError(f"floors: more than {MAX_QEMUS} QEMUs at once")
         self.name = name
@@ -184,6 +189,8 @@ class Vm:
         for kind in ("serial", "port", "qmp"):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.bind(os.path.join(self.dir, kind + ".sock"))
+            if uid is not None:
+                os.chmod(os.path.join(self.dir, kind + ".sock"), 0o777)
             s.listen(1)
             self.listeners[kind] = s
         self.conns = {}
@@ -192,9 +199,13 @@ class Vm:
         self.qmp_msgs = []
         self.t_greeting = None
         self.argv = self.full_argv(qemu_args) + list(after)
+        if uid is not None:
+            self.argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *self.argv]
         self.log = open(os.path.join(self.dir, "qemu.log"), "wb")  # noqa: SIM115 (closed in kill)
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=pass_fds
+        )
         Vm.live.append(self)
         self.deadline = self.t0 + timeout
 
@@ -225,7 +236,10 @@ class Vm:
                 self.conns[kind] = c
                 continue
             kind = next(k for k, v in self.conns.items() if v is s)
-            data = s.recv(65536)
+            try:
+                data = s.recv(65536)
+            except OSError as e:
+                raise RuntimeError(f"{self.name}: {kind}: {e.strerror}: {self.tail()}") from e
             if not data:
                 raise RuntimeError(f"{self.name}: {kind} closed: {self.tail()}")
             self.bufs[kind] += data
@@ -297,6 +311,15 @@ class Vm:
             raise RuntimeError(f"{self.name}: QMP {cmd}: {m['error']}")
         return m["return"]
 
+    def qmp_getfd(self, name, fd):
+        """Hands `fd` to QEMU under `name` (QMP getfd, SCM_RIGHTS) for an fd:<name> URI."""
+        self.connected("qmp")
+        msg = json.dumps({"execute": "getfd", "arguments": {"fdname": name}}).encode() + b"\n"
+        socket.send_fds(self.conns["qmp"], [msg], [fd])
+        m = self._next_qmp("QMP reply to getfd")
+        if "error" in m:
+            raise RuntimeError(f"{self.name}: QMP getfd: {m['error']}")
+
     def qmp_greeting(self):
         self.connected("qmp")
         self._next_qmp("QMP greeting")
@@ -336,7 +359,7 @@ class Vm:
 def common_args(vmlinuz, initrd, mem_mb, append):
     return [
         "-M", MACHINE, "-accel", "tcg", "-cpu", "qemu64", "-m", f"{mem_mb}M", "-smp", "1",
-        "-nodefaults", "-no-user-config", "-display", "none", "-sandbox", "on",
+        "-nodefaults", "-no-user-config", "-display", "none", "-sandbox", SANDBOX,
         "-kernel", vmlinuz, "-initrd", initrd, "-append", append,
     ]  # fmt: skip
 
@@ -372,11 +395,11 @@ def run_cold(a, work, base, i):
         vm.kill()
 
 
-def save_template(a, work, base, ram, state, after=(), before_save=None):
+def save_template(a, work, base, ram, state, after=(), before_save=None, pass_fds=()):
     """Boots the template, waits for its agent, saves it; returns (seconds,
     wall ns at the save, template Rss KiB, query-migrate's last answer).
     `before_save(vm)` runs in the template right before the migrate."""
-    vm = Vm(work, "template", base + ram_args(a.mem, ram, True), a.timeout, after)
+    vm = Vm(work, "template", base + ram_args(a.mem, ram, True), a.timeout, after, pass_fds=pass_fds)
     try:
         vm.wait_marker(MARK_PORT)
         assert vm.request("p") == "pong"  # the agent now waits in read()
@@ -394,7 +417,12 @@ def save_template(a, work, base, ram, state, after=(), before_save=None):
         # running by itself once its incoming migration completes (a stopped
         # template gives paused clones that each need a "cont").
         vm.qmp("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
-        vm.qmp("migrate", uri=f"exec:cat > {state}")
+        fd = os.open(state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            vm.qmp_getfd("state", fd)
+        finally:
+            os.close(fd)
+        vm.qmp("migrate", uri="fd:state")
         while True:
             st = vm.qmp("query-migrate")
             if st.get("status") == "completed":
@@ -412,13 +440,18 @@ def save_template(a, work, base, ram, state, after=(), before_save=None):
         vm.kill()
 
 
-def start_clone(a, work, base, ram, state, name, after=()):
+def start_clone(a, work, base, ram, state, name, after=(), uid=None, pass_fds=()):
     """A clone of the saved template, restoring; returns at once (the caller's
     first request waits for the restore to finish)."""
-    vm = Vm(work, name, base + ram_args(a.mem, ram, False) + ["-incoming", "defer"], a.timeout, after)
+    vm = Vm(work, name, base + ram_args(a.mem, ram, False) + ["-incoming", "defer"], a.timeout, after, uid, pass_fds)
     vm.qmp_greeting()
     vm.qmp("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
-    vm.qmp("migrate-incoming", uri=f"exec:cat {state}")
+    fd = os.open(state, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        vm.qmp_getfd("state", fd)
+    finally:
+        os.close(fd)
+    vm.qmp("migrate-incoming", uri="fd:state")
     return vm
 
 

@@ -15,6 +15,7 @@ Uses bench/microvm/floors.py's VM driver; at most 3 QEMUs, all killed by pid.
 """
 
 import argparse
+import fcntl
 import hashlib
 import os
 import shutil
@@ -87,12 +88,15 @@ def main():
         def clone_args(args, after=()):
             return (args + F.ram_args(a.mem, ram, False) + ["-incoming", "defer"], after)
 
-        def restore(name, args, after):
+        def restore(name, args, after, uri="fd:state"):
             vm = F.Vm(work, name, args, a.timeout, after)
             try:
                 vm.qmp_greeting()
                 vm.qmp("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
-                vm.qmp("migrate-incoming", uri=f"exec:cat {state}")
+                fd = os.open(state, os.O_RDONLY | os.O_CLOEXEC)
+                vm.qmp_getfd("state", fd)
+                os.close(fd)
+                vm.qmp("migrate-incoming", uri=uri)
                 assert vm.request("p") == "pong"
             finally:
                 vm.kill()
@@ -111,6 +115,13 @@ def main():
             expect_fail(
                 "clone with the disks created before the virtio-serial device",
                 lambda: restore("swapped", *clone_args(base + disk_args(layers))),
+            )
+        )
+        # spawn: an exec: URI under -sandbox spawn=deny.
+        results.append(
+            expect_fail(
+                f"restore from uri exec:cat under -sandbox {F.SANDBOX}",
+                lambda: restore("spawn", *clone_args(base, disk_args(layers)), uri=f"exec:cat {state}"),
             )
         )
         # disks, template U: the clone binds the driver after restore.
@@ -196,12 +207,47 @@ def main():
         os.chmod(ram, 0o644)
         os.chmod(state, 0o644)
         cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "qemu-system-x86_64", *base,
-               *F.ram_args(a.mem, ram, False), "-incoming", f"exec:cat {state}", "-serial", "none", "-monitor", "none"]  # fmt: skip
+               *F.ram_args(a.mem, ram, False), "-incoming", "defer", "-serial", "none", "-monitor", "none"]  # fmt: skip
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL, check=False)
             results.append(f"clone as uid 65534, RAM file root 0644: exit {p.returncode}: {p.stderr.strip()[:300]}")
         except subprocess.TimeoutExpired:
             results.append("clone as uid 65534, RAM file root 0644: started (killed after 20 s)")
+
+        # memfd: the template's RAM in a sealed memfd; a clone running as
+        # nobody opens /proc/self/fd/N read-write (a memfd is mode 0777) and
+        # maps it privately; F_SEAL_WRITE makes write(2) and shared writable
+        # mappings fail, so no clone can change the template.
+        mfd = os.memfd_create("warren-template-ram", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+        try:
+            os.set_inheritable(mfd, True)
+            mem = f"/proc/self/fd/{mfd}"
+            os.chmod(state, 0o644)
+            F.save_template(a, work, base, mem, state, pass_fds=(mfd,))
+            seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+            fcntl.fcntl(mfd, fcntl.F_ADD_SEALS, seals)
+            before = sha(f"/proc/self/fd/{mfd}")
+            try:
+                os.pwrite(mfd, b"x", 0)
+                wrote = "write(2) on the sealed memfd: allowed"
+            except OSError as e:
+                wrote = f"write(2) on the sealed memfd: {e.strerror}"
+            vms = [F.start_clone(a, work, base, mem, state, f"memfd{k}", uid=65534, pass_fds=(mfd,)) for k in range(2)]
+            try:
+                ok = [vm.request("p") for vm in vms]
+                for vm in vms:
+                    vm.request("r")
+                rss = vms[0].smaps()
+                results.append(
+                    f"sealed memfd template, 2 clones as uid 65534: {ok!r}; {wrote}; memfd unchanged after the clones "
+                    f"ran: {sha(f'/proc/self/fd/{mfd}') == before}; a clone's Rss {rss['Rss'] / 1024:.1f} MiB, "
+                    f"shared {(rss.get('Shared_Clean', 0) + rss.get('Shared_Dirty', 0)) / 1024:.1f} MiB"
+                )
+            finally:
+                for vm in vms:
+                    vm.kill()
+        finally:
+            os.close(mfd)
     finally:
         for v in list(F.Vm.live):
             v.kill()
