@@ -147,11 +147,11 @@ void WriteGuestCode(uint8_t* code, uint32_t iterations) {
   if (mem_raw == MAP_FAILED) finish(Step::kGuestMemory, errno);
   auto* mem = static_cast<uint8_t*>(mem_raw);
   uint64_t entry;
-  entry = kPdpt | 3;  // present, writable
-  memcpy(mem + kPml4 + 511 * 8, &entry, 8);
+  entry = kPdpt | 3;                                 // present, writable
+  memcpy(mem + kPml4 + size_t{511} * 8, &entry, 8);  // PML4 slot of 0xffffffff80000000
   entry = kPd | 3;
-  memcpy(mem + kPdpt + 510 * 8, &entry, 8);
-  entry = 0x83;  // 2 MiB page at guest-physical 0: present, writable, PS
+  memcpy(mem + kPdpt + size_t{510} * 8, &entry, 8);  // its PDPT slot
+  entry = 0x83;                                      // 2 MiB page at guest-physical 0: present, writable, PS
   memcpy(mem + kPd, &entry, 8);
   WriteGuestCode(mem + kCode, iterations);
   kvm_userspace_memory_region region;
@@ -304,10 +304,9 @@ StatusOr<KvmProbeResult> ProbeKvm(const KvmProbeOptions& options) {
     const ssize_t r = read(report_rd.get(), reinterpret_cast<char*>(&report) + got, sizeof report - got);
     if (r > 0) {
       got += static_cast<size_t>(r);
-    } else if (r == 0) {
-      eof = true;
-    } else if (errno != EINTR && errno != EAGAIN) {
-      eof = true;
+    } else {
+      // 0: the child exited without (all of) its report; EINTR/EAGAIN: retry.
+      eof = r == 0 || (errno != EINTR && errno != EAGAIN);
     }
   }
   const bool complete = got == sizeof report;
