@@ -133,6 +133,10 @@ void WriteGuestCode(uint8_t* code, uint32_t iterations) {
 [[noreturn]] void ChildMain(const char* device, uint32_t iterations, int report_fd) {
   Report r;
   auto finish = [&](Step step, int err) { Finish(r, report_fd, step, err); };
+  // Drop every inherited fd but stdio and the report pipe: the caller's pipes
+  // and sockets must not stay open in a child that may live until the deadline.
+  if (report_fd > 3) syscall(SYS_close_range, 3u, static_cast<unsigned>(report_fd - 1), 0u);
+  syscall(SYS_close_range, static_cast<unsigned>(report_fd + 1), ~0u, 0u);
   int kvm = open(device, O_RDWR | O_CLOEXEC);
   if (kvm < 0) finish(Step::kOpen, errno);
   int version = ioctl(kvm, KVM_GET_API_VERSION, 0);

@@ -1,6 +1,7 @@
 #include "runtime/microvm/kvm_probe.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -100,6 +102,27 @@ TEST(KvmProbeTest, DeadlineKillsTheGuest) {
   EXPECT_EQ(r.accel, Accel::kTcg);
   EXPECT_TRUE(r.timed_out);
   EXPECT_THAT(r.reason, HasSubstr("within 100 ms (killed)"));
+  ExpectNoChildren();
+}
+
+// The probe's child does not keep the caller's fds open: a pipe whose write
+// end the caller closes reads EOF while the child still runs its guest.
+TEST(KvmProbeTest, ChildHoldsNoCallerFds) {
+  if (!KvmOpens()) GTEST_SKIP() << "/dev/kvm cannot be opened here";
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  KvmProbeOptions o;
+  o.loop_iterations = (1u << 31) - 1;
+  o.deadline = milliseconds(1500);
+  std::thread probe([&] { EXPECT_TRUE(ProbeKvm(o).ok()); });
+  std::this_thread::sleep_for(milliseconds(300));  // the child is in its guest now
+  close(p[1]);
+  pollfd pfd = {p[0], POLLIN, 0};
+  const int n = poll(&pfd, 1, 500);
+  const bool eof = n == 1 && (pfd.revents & POLLHUP) != 0;
+  probe.join();
+  close(p[0]);
+  EXPECT_TRUE(eof) << "the write end stayed open in the probe's child";
   ExpectNoChildren();
 }
 
