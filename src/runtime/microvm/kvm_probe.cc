@@ -280,7 +280,9 @@ StatusOr<KvmProbeResult> ProbeKvm(const KvmProbeOptions& options) {
   UniqueFd report_rd(pipe_fds[0]), report_wr(pipe_fds[1]);
   const std::string device = options.device;  // the child reads it without allocating
   int pidfd_raw = -1;
-  const pid_t pid = jail::Clone3(CLONE_PIDFD, &pidfd_raw);
+  // CLONE_CLEAR_SIGHAND: a signal sent to the child's pid (a process-group
+  // kill) must not run the caller's handlers in the child's copy of it.
+  const pid_t pid = jail::Clone3(CLONE_PIDFD | CLONE_CLEAR_SIGHAND, &pidfd_raw);
   if (pid < 0) return ErrnoToStatus(errno, "clone3(kvm probe)");
   if (pid == 0) {
     report_rd.release();
