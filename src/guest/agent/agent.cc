@@ -28,7 +28,7 @@ extern char** environ;
 namespace warren::guest {
 namespace {
 
-namespace proto = warren::microvm::proto;
+namespace proto = warren::runtime::microvm::proto;
 using proto::FrameType;
 
 // absl::StatusCode numbers (the agent does not link absl).

@@ -49,7 +49,7 @@
 #include <string_view>
 #include <vector>
 
-namespace warren::microvm::proto {
+namespace warren::runtime::microvm::proto {
 
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderSize = 16;
@@ -485,4 +485,4 @@ inline bool Decode(std::string_view payload, ErrorReply* m, std::string* why) {
   return true;
 }
 
-}  // namespace warren::microvm::proto
+}  // namespace warren::runtime::microvm::proto
