@@ -175,7 +175,8 @@ uint32_t HostTscKhz() {
     ::nanosleep(&nap, nullptr);
     int64_t t1 = now_ns();
     uint64_t c1 = __rdtsc();
-    if (t1 > t0) khz = static_cast<uint32_t>((c1 - c0) * 1000000 / static_cast<uint64_t>(t1 - t0) / 1000);
+    // cycles per ns * 10^6 = cycles per ms = kHz.
+    if (t1 > t0) khz = static_cast<uint32_t>((c1 - c0) * 1000000 / static_cast<uint64_t>(t1 - t0));
   });
   return khz;
 }
