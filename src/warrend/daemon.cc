@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   vopt.kernel = flags.microvm_dir + "/vmlinuz";
   vopt.initrd = flags.microvm_dir + "/initramfs.cpio";
   vopt.accel = flags.microvm_accel;
+  vopt.boot_timeout = std::chrono::milliseconds(flags.microvm_boot_timeout_ms);
   vopt.disk_dir = flags.state_dir + "/microvm-disks";
   if (Status s = runtime::CheckMicrovmHost(vopt); !s.ok()) {
     Log(spdlog::level::info, "microvm backend not offered", {{"reason", s.ToString()}});

@@ -44,6 +44,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "microvm: tcg | kvm (kvm only where it runs a stock guest; PVM-based /dev/kvm does not)")
       ->check(CLI::IsMember({"tcg", "kvm"}))
       ->capture_default_str();
+  app.add_option("--microvm-boot-timeout-ms", flags.microvm_boot_timeout_ms,
+                 "microvm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not "
+                 "answered this long after QEMU started")
+      ->capture_default_str();
   app.add_option("--http-listen", flags.http_listen,
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
   app.add_option("--http-token-file", flags.http_token_file,

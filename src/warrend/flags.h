@@ -34,6 +34,7 @@ struct Flags {
   // (scripts/microvm/build-guest.sh) exist.
   std::string microvm_dir = "/var/cache/warren/microvm";
   std::string microvm_accel = "tcg";
+  uint32_t microvm_boot_timeout_ms = 60000;
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;

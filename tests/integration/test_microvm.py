@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -52,6 +53,16 @@ def _qemu_pids(needle: str) -> set[int]:
         if cmd.startswith(b"/usr/bin/qemu-system") and needle.encode() in cmd:
             out.add(int(e))
     return out
+
+
+def _running(pid: int) -> bool:
+    """pid exists and is not a zombie (after a daemon restart QEMU is the
+    host init's child: init reaps it, in its own time)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _vm_cgroups(sandbox_id: str) -> list[Path]:
@@ -151,7 +162,7 @@ def test_destroy_leaves_no_process_file_or_cgroup(
     }
     assert pids <= cg_procs
     sb.destroy(timeout=60)
-    assert not any(Path(f"/proc/{p}").exists() for p in pids)
+    assert not any(_running(p) for p in pids)
     assert not disk.exists()
     assert _vm_cgroups(sb.id) == []
     assert not _qemu_pids(sb.id)
@@ -230,3 +241,97 @@ def test_cold_create_to_first_exec(client: warren.Client, base_layer: str) -> No
         f"\nmicrovm cold create -> first exec: p50 {p50:.0f} ms ({', '.join(f'{t:.0f}' for t in times)} ms)"
     )
     assert p50 < 60000
+
+
+def test_vm_survives_a_kill9_of_the_daemon_and_is_readopted(
+    test_root: Path, layer_store: Path, base_layer: str
+) -> None:
+    d = Daemon(
+        test_root,
+        "mvm-restart",
+        layer_store,
+        f"{NODE_PREFIX}r",
+        extra_args=["--warm-shells", "0"],
+    ).start()
+    try:
+        sb = d.client.create(
+            backend="microvm",
+            layers=[base_layer],
+            memory_mb=192,
+            timeout=CREATE_TIMEOUT,
+        )
+        assert sb.exec("echo before > /root/mark", timeout=60).exit_code == 0
+        boot_id = sb.exec("cat /proc/sys/kernel/random/boot_id", timeout=60).stdout
+        pids = _qemu_pids(sb.id)
+        assert len(pids) == 1
+        d.kill9()
+        assert all(_running(p) for p in pids), "QEMU outlives the daemon"
+        d.start()
+        again = d.client.get(sb.id)
+        r = again.exec("cat /root/mark /proc/sys/kernel/random/boot_id", timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout == b"before\n" + boot_id, "the same VM, not a new boot"
+        again.destroy(timeout=60)
+        assert not any(_running(p) for p in pids)
+        assert _vm_cgroups(sb.id) == []
+    finally:
+        d.stop()
+
+
+def _busybox_initramfs(path: Path) -> None:
+    """An initramfs whose /init never answers the host (it only sleeps)."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("busybox (busybox-static) is needed to build a silent guest")
+    stage = path.parent / "silent-stage"
+    (stage / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(busybox, stage / "bin" / "busybox")
+    init = stage / "init"
+    init.write_text("#!/bin/busybox sh\n/bin/busybox sleep 100000\n")
+    init.chmod(0o755)
+    files = "\n".join(["bin", "bin/busybox", "init"]) + "\n"
+    with open(path, "wb") as out:
+        subprocess.run(
+            ["cpio", "--quiet", "-o", "-H", "newc"],
+            input=files.encode(),
+            cwd=stage,
+            stdout=out,
+            check=True,
+        )
+
+
+def test_a_guest_that_never_answers_fails_create_in_bounded_time(
+    test_root: Path, layer_store: Path, base_layer: str
+) -> None:
+    vdir = test_root / "microvm-silent"
+    vdir.mkdir(exist_ok=True)
+    shutil.copy(MICROVM_DIR / "vmlinuz", vdir / "vmlinuz")
+    _busybox_initramfs(vdir / "initramfs.cpio")
+    d = Daemon(
+        test_root,
+        "mvm-silent",
+        layer_store,
+        f"{NODE_PREFIX}q",
+        extra_args=[
+            "--microvm-dir",
+            str(vdir),
+            "--microvm-boot-timeout-ms",
+            "8000",
+            "--warm-shells",
+            "0",
+        ],
+    )
+    d.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(warren.DeadlineExceeded, match="did not answer") as e:
+            d.client.create(
+                backend="microvm", layers=[base_layer], timeout=120, retries=0
+            )
+        assert time.monotonic() - t0 < 60
+        assert "8000 ms" in str(e.value)
+        assert not _qemu_pids(f"{NODE_PREFIX}q-")
+        assert not list((d.state_dir / "microvm-disks").iterdir())
+        assert d.client.list(timeout=30) == []
+    finally:
+        d.stop()
