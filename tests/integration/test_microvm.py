@@ -289,7 +289,7 @@ def _busybox_initramfs(path: Path) -> None:
     init = stage / "init"
     init.write_text("#!/bin/busybox sh\n/bin/busybox sleep 100000\n")
     init.chmod(0o755)
-    files = "\n".join(["bin", "bin/busybox", "init"]) + "\n"
+    files = "bin\nbin/busybox\ninit\n"
     with open(path, "wb") as out:
         subprocess.run(
             ["cpio", "--quiet", "-o", "-H", "newc"],

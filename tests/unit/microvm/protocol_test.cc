@@ -177,8 +177,9 @@ TEST(MessageTest, FindHelloReplySkipsWhatAnEarlierConnectionLeft) {
 
 class FakeGuest {
  public:
-  // `script` runs on the accepted connection after the hello was answered.
-  explicit FakeGuest(std::function<void(int fd, uint64_t first_id)> script) {
+  // `script` runs on the accepted connection once the host's first request
+  // after the hello (id `request_id`) arrived.
+  explicit FakeGuest(std::function<void(int fd, uint64_t request_id)> script) {
     char tmpl[] = "/tmp/warren-mvm-test-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
     path_ = dir_ + "/agent.sock";
@@ -193,18 +194,24 @@ class FakeGuest {
       FrameDecoder d;
       proto::Frame f;
       char buf[4096];
-      while (d.Next(&f) != Result::kFrame) {
-        ssize_t n = ::read(c.get(), buf, sizeof buf);
-        if (n <= 0) return;
-        d.Feed(std::string_view(buf, static_cast<size_t>(n)));
-      }
+      auto next_frame = [&]() {
+        while (d.Next(&f) != Result::kFrame) {
+          ssize_t n = ::read(c.get(), buf, sizeof buf);
+          if (n <= 0) return false;
+          d.Feed(std::string_view(buf, static_cast<size_t>(n)));
+        }
+        return true;
+      };
+      if (!next_frame()) return;
       proto::HelloReply r;
       r.version = proto::kVersion;
       r.kernel_release = "6.1-fake";
       std::string out = "stale bytes of an earlier connection" +
                         proto::EncodeFrame(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
       ASSERT_EQ(::write(c.get(), out.data(), out.size()), static_cast<ssize_t>(out.size()));
-      script(c.get(), f.id + 1);
+      // Answer the first request (as the agent does: never before it).
+      if (!next_frame()) return;
+      script(c.get(), f.id);
       // Keep the connection until the host closes it.
       while (::read(c.get(), buf, sizeof buf) > 0) {
       }
