@@ -143,6 +143,14 @@ def test_timeout_kills_the_whole_tree(vm) -> None:
     assert r.stdout.strip() == b"0"
 
 
+def test_guest_oom_kill_is_reported(vm) -> None:
+    # `tail -n 1` keeps a whole line: /dev/zero has none, so it grows until
+    # the guest kernel (256 MiB of RAM) OOM-kills it.
+    r = vm.exec("head -c 600000000 /dev/zero | tail -n 1 > /dev/null", timeout=120)
+    assert r.oom_killed and r.exit_code == 128 + 9, (r.exit_code, r.stderr)
+    assert vm.exec("echo alive", timeout=60).stdout == b"alive\n"
+
+
 def test_destroy_leaves_no_process_file_or_cgroup(
     client: warren.Client, daemon: Daemon, base_layer: str
 ) -> None:

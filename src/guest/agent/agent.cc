@@ -167,6 +167,10 @@ class Agent {
     sigfd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
     ::signal(SIGPIPE, SIG_IGN);
     ::mkdir(kCgroupRoot, 0755);
+    // The memory controller in the exec cgroups: their memory.events count
+    // the OOM kills of their processes (oom_killed of the result).
+    WriteFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+    WriteFile(std::string(kCgroupRoot) + "/cgroup.subtree_control", "+memory +pids");
     chan_.reset(::open(port_.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!chan_.valid()) LogLine("open(" + port_ + "): " + std::strerror(errno));
     while (true) Round();
@@ -474,6 +478,14 @@ class Agent {
     }
   }
 
+  // memory.events "oom_kill": processes of the cgroup killed by any OOM
+  // killer (the guest's RAM is the sandbox's memory limit).
+  static uint64_t OomKills(const Job& j) {
+    std::string ev = ReadFile(j.cgroup + "/memory.events", 4096);
+    size_t at = ev.find("oom_kill ");
+    return at == std::string::npos ? 0 : std::strtoull(ev.c_str() + at + 9, nullptr, 10);
+  }
+
   static bool CgroupEmpty(const Job& j) {
     std::string ev = ReadFile(j.cgroup + "/cgroup.events", 4096);
     return ev.find("populated 0") != std::string::npos || ev.empty();
@@ -542,6 +554,7 @@ class Agent {
         r.exit_code = WEXITSTATUS(j.status);
       }
       r.timed_out = j.timed_out;
+      r.oom_killed = OomKills(j) > 0;
       r.stdout_total = j.totals[0];
       r.stderr_total = j.totals[1];
       r.duration_ns = static_cast<uint64_t>(NowNs() - j.start_ns);

@@ -9,7 +9,8 @@
 // kill_grace; the result is sent once the foreground process was reaped and
 // (after a timeout) the cgroup is empty. Output is forwarded as it comes, up
 // to output_cap bytes per stream (the rest is counted and dropped); what the
-// background leaves after the foreground exited is not read.
+// background leaves after the foreground exited is not read. oom_killed: the
+// cgroup's memory.events counted an OOM kill (the guest's RAM is the limit).
 //
 // The channel: while the host end is not connected (the daemon restarts)
 // the port reads EOF and polls HUP; the agent then sleeps 20 ms per round

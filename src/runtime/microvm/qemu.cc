@@ -22,7 +22,7 @@ namespace warren::runtime::microvm {
 std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   std::string append =
       "console=ttyS0 quiet panic=-1 mitigations=off i8042.noaux i8042.nomux i8042.nopnp "
-      "i8042.dumbkbd";
+      "i8042.dumbkbd cryptomgr.notests";
   if (c.accel == "tcg" && c.tsc_khz != 0) append += " tsc_early_khz=" + std::to_string(c.tsc_khz);
   append += " warren.layers=" + std::to_string(c.layer_files.size());
   append += " warren.hostname=" + c.hostname;
