@@ -111,6 +111,7 @@ class MicrovmBackend : public Backend {
     vm.shm_mb = spec.resources.tmpfs_mb;
     vm.agent_listen_fd = kAgentFd;
     std::vector<int> procs_fds;
+    procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
     ASSIGN_OR_RETURN(q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), listener.get(), kAgentFd,
                                             spec.dir + "/qemu.log", procs_fds));

@@ -102,6 +102,7 @@ StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int list
   if (::pipe2(rep, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
   UniqueFd rep_r(rep[0]), rep_w(rep[1]);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
 
@@ -171,7 +172,7 @@ uint32_t HostTscKhz() {
     };
     int64_t t0 = now_ns();
     uint64_t c0 = __rdtsc();
-    timespec nap{0, 50 * 1000 * 1000};
+    timespec nap{0, 50L * 1000 * 1000};
     ::nanosleep(&nap, nullptr);
     int64_t t1 = now_ns();
     uint64_t c1 = __rdtsc();
@@ -195,6 +196,7 @@ Status MakeDisk(const std::string& path, uint32_t size_mb) {
       "mke2fs", "-q",           "-F", "-t", "ext4", "-O", "^has_journal", "-m", "0", "-E", "assume_storage_prezeroed=1",
       "-L",     "warren-upper", path};
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t fa;

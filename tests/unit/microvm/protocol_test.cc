@@ -179,7 +179,7 @@ class FakeGuest {
  public:
   // `script` runs on the accepted connection once the host's first request
   // after the hello (id `request_id`) arrived.
-  explicit FakeGuest(std::function<void(int fd, uint64_t request_id)> script) {
+  explicit FakeGuest(const std::function<void(int fd, uint64_t request_id)>& script) {
     char tmpl[] = "/tmp/warren-mvm-test-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
     path_ = dir_ + "/agent.sock";
