@@ -104,6 +104,16 @@ def test_exec_runs_on_the_guest_kernel(vm) -> None:
     assert r.stdout.split(b"\n")[1:3] == [b"hi", vm.id.encode()]
 
 
+def test_guest_processes_cannot_open_the_agent_channel(vm) -> None:
+    # virtio-serial ports are exclusive-open and the agent holds its port:
+    # root in the guest cannot read the host's requests or forge replies.
+    r = vm.exec("grep -l warren.agent /sys/class/virtio-ports/*/name", timeout=60)
+    assert r.exit_code == 0, r.stderr
+    port = "/dev/" + r.stdout.decode().strip().split("/")[-2]
+    r = vm.exec(["sh", "-c", 'echo x > "$0"', port], timeout=60)
+    assert r.exit_code != 0 and b"busy" in r.stderr.lower(), r.stderr
+
+
 def test_exec_is_byte_exact_with_exit_codes_signals_stdin_env_cwd(vm) -> None:
     blob = bytes(range(256)) * 3
     r = vm.exec(
