@@ -101,7 +101,7 @@ class MicrovmBackend : public Backend {
     vm.kernel = o_.kernel;
     vm.initrd = o_.initrd;
     vm.accel = o_.accel;
-    vm.tsc_khz = tsc_khz_;
+    vm.tsc_khz = o_.accel == "tcg" ? microvm::HostTscKhz() : 0;  // measured once, at the first create
     vm.memory_mb = spec.resources.memory_mb;
     vm.cpus = o_.cpus;
     vm.layer_files = spec.layer_files;
@@ -239,7 +239,6 @@ class MicrovmBackend : public Backend {
 
   const MicrovmOptions o_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
-  const uint32_t tsc_khz_ = microvm::HostTscKhz();
 };
 
 }  // namespace
