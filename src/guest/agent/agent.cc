@@ -533,16 +533,11 @@ class Agent {
         ++it;
         continue;
       }
-      if (j.timed_out) {
-        if (!j.killed) {
-          j.killed = true;
-          j.kill_at_ms = 0;
-          SignalTree(j, SIGKILL);
-        }
-        if (!CgroupEmpty(j)) {
-          ++it;
-          continue;
-        }
+      // After a timeout the result waits for the whole tree: Timers() sends
+      // SIGKILL when kill_grace ends, unless SIGTERM emptied it before.
+      if (j.timed_out && !CgroupEmpty(j)) {
+        ++it;
+        continue;
       }
       if (j.out_r.valid()) ReadOutput(j, j.out_r, 0, true);
       if (j.err_r.valid()) ReadOutput(j, j.err_r, 1, true);
