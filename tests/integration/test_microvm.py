@@ -192,6 +192,15 @@ def test_memory_below_the_kernel_minimum_is_refused(
 ) -> None:
     with pytest.raises(warren.InvalidArgument, match="below the 128 MiB"):
         client.create(backend="microvm", layers=[base_layer], memory_mb=64, timeout=60)
+    # The minimum itself boots and runs (QEMU's overhead is charged beyond it).
+    sb = client.create(
+        backend="microvm", layers=[base_layer], memory_mb=128, timeout=CREATE_TIMEOUT
+    )
+    try:
+        r = sb.exec("grep MemTotal /proc/meminfo", timeout=60)
+        assert r.exit_code == 0 and int(r.stdout.split()[1]) <= 128 * 1024
+    finally:
+        sb.destroy(timeout=60)
 
 
 def test_missing_kernel_is_a_clear_error(
