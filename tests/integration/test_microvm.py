@@ -126,6 +126,11 @@ def test_exec_is_byte_exact_with_exit_codes_signals_stdin_env_cwd(vm) -> None:
     assert (r.exit_code, r.signal) == (128 + 15, 15)
     r = vm.exec('echo "$A|$(pwd)"', env={"A": "x y"}, cwd="/tmp", timeout=60)
     assert r.stdout == b"x y|/tmp\n"
+    r = vm.exec("id -u; id -g", user="nobody", timeout=60)
+    assert r.stdout == b"65534\n65534\n"
+    assert vm.exec("id -u", user="1234:5", timeout=60).stdout == b"1234\n"
+    with pytest.raises(warren.NotFound, match="no-such-user"):
+        vm.exec("true", user="no-such-user", timeout=60)
     r = vm.exec(["no-such-command-xyz"], timeout=60)
     assert r.exit_code == 127 and b"not found" in r.stderr
     with pytest.raises(warren.NotFound):
