@@ -23,6 +23,7 @@ pkgs=(
   erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
   libcpp-httplib-dev
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
+  qemu-system-x86 cpio  # the microvm backend: QEMU, and the guest initramfs (scripts/microvm)
   clang-format-15 clang-tidy-15
   gcc-multilib
   python3 python3-venv python3-pip
@@ -41,6 +42,9 @@ fi
 echo "setup: building (release preset)"
 cmake --preset release
 cmake --build build -j2
+
+echo "setup: microvm guest kernel and initramfs (/var/cache/warren/microvm)"
+scripts/microvm/build-guest.sh --agent build/src/guest/agent/warren-agent --out /var/cache/warren/microvm
 
 echo "setup: Python venv"
 py=/usr/bin/python3

@@ -28,6 +28,7 @@ class ImageLayerProvider final : public LayerProvider {
   }
   Status Remove(const std::string& ref) override { return store_->Remove(ref); }
   std::string TmpDir() const override { return store_->dir() + "/tmp"; }
+  std::string BlobPath(const std::string& digest) const override { return store_->BlobPath(digest); }
   StatusOr<std::string> Acquire(const std::string& digest) override { return cache_->Acquire(digest); }
   void Release(const std::string& digest) override { cache_->Release(digest); }
   void Sweep() override { cache_->Sweep(false); }

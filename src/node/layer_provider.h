@@ -34,6 +34,12 @@ class LayerProvider {
   virtual Status Remove(const std::string& ref) = 0;
   // A directory on the store's file system for spooling uploads.
   virtual std::string TmpDir() const = 0;
+  // The EROFS image file of a digest (backends that attach layers as disks);
+  // "" where layers are not files (test fakes).
+  virtual std::string BlobPath(const std::string& digest) const {
+    (void)digest;
+    return "";
+  }
 
   // Mount cache: Acquire mounts (if needed) and takes one reference, returning
   // the mount path (a lowerdir); every successful Acquire is paired with one

@@ -59,6 +59,9 @@ struct SandboxSpec {
   std::string id;                       // [a-z0-9-]{1,63}, unique on the node
   std::string dir;                      // private runtime dir, created by the caller, empty
   std::vector<std::string> lower_dirs;  // mounted read-only layers, BOTTOM FIRST
+  // The same layers as EROFS image files, BOTTOM FIRST (backends that attach
+  // them as disks: microvm); empty where the node has none.
+  std::vector<std::string> layer_files;
   Resources resources;
   std::map<std::string, std::string> env;  // default env of every exec
   std::string workdir = "/";

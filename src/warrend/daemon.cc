@@ -32,6 +32,7 @@
 #include "node/run_dir.h"
 #include "node/sandbox_manager.h"
 #include "runtime/container/container_backend.h"
+#include "runtime/microvm/microvm_backend.h"
 #include "warrend/host_setup.h"
 
 namespace warren::warrend {
@@ -81,6 +82,19 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> container, runtime::NewContainerBackend(copt));
   std::vector<std::unique_ptr<runtime::Backend>> backends;
   backends.push_back(std::move(container));
+  runtime::MicrovmOptions vopt;
+  vopt.kernel = flags.microvm_dir + "/vmlinuz";
+  vopt.initrd = flags.microvm_dir + "/initramfs.cpio";
+  vopt.accel = flags.microvm_accel;
+  vopt.boot_timeout = std::chrono::milliseconds(flags.microvm_boot_timeout_ms);
+  vopt.disk_dir = flags.state_dir + "/microvm-disks";
+  if (Status s = runtime::CheckMicrovmHost(vopt); !s.ok()) {
+    Log(spdlog::level::info, "microvm backend not offered", {{"reason", s.ToString()}});
+  } else {
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> microvm, runtime::NewMicrovmBackend(vopt));
+    Log(spdlog::level::info, "microvm backend offered", {{"dir", flags.microvm_dir}, {"accel", vopt.accel}});
+    backends.push_back(std::move(microvm));
+  }
 
   std::string store_dir = flags.layer_store.empty() ? flags.state_dir + "/layers" : flags.layer_store;
   ASSIGN_OR_RETURN(std::unique_ptr<node::LayerProvider> layers,

@@ -36,6 +36,18 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_option("--mount-grace-ms", flags.mount_grace_ms, "keep an unused layer mount this long before unmounting")
       ->capture_default_str();
+  app.add_option("--microvm-dir", flags.microvm_dir,
+                 "microvm: dir of the guest kernel and initramfs (vmlinuz, initramfs.cpio: "
+                 "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")
+      ->capture_default_str();
+  app.add_option("--microvm-accel", flags.microvm_accel,
+                 "microvm: tcg | kvm (kvm only where it runs a stock guest; PVM-based /dev/kvm does not)")
+      ->check(CLI::IsMember({"tcg", "kvm"}))
+      ->capture_default_str();
+  app.add_option("--microvm-boot-timeout-ms", flags.microvm_boot_timeout_ms,
+                 "microvm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not "
+                 "answered this long after QEMU started")
+      ->capture_default_str();
   app.add_option("--http-listen", flags.http_listen,
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
   app.add_option("--http-token-file", flags.http_token_file,

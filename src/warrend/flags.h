@@ -30,6 +30,11 @@ struct Flags {
   int32_t warm_shells = -1;  // -1 = 2 x cpus
   uint32_t recycled_cgroups = 64;
   int64_t mount_grace_ms = 60000;
+  // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
+  // (scripts/microvm/build-guest.sh) exist.
+  std::string microvm_dir = "/var/cache/warren/microvm";
+  std::string microvm_accel = "tcg";
+  uint32_t microvm_boot_timeout_ms = 60000;
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;

@@ -122,6 +122,7 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
     e->acquired.push_back(digest);
     rollback.Add([this, digest] { layers_.Release(digest); });
     bspec.lower_dirs.push_back(*path);
+    if (std::string file = layers_.BlobPath(digest); !file.empty()) bspec.layer_files.push_back(file);
   }
   bspec.resources = spec.resources;
   bspec.env = spec.env;

@@ -1,0 +1,582 @@
+#include "guest/agent/agent.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "guest/agent/boot.h"
+#include "runtime/microvm/protocol.h"
+
+extern char** environ;
+
+namespace warren::guest {
+namespace {
+
+namespace proto = warren::runtime::microvm::proto;
+using proto::FrameType;
+
+// absl::StatusCode numbers (the agent does not link absl).
+constexpr uint64_t kInvalidArgument = 3;
+constexpr uint64_t kNotFound = 5;
+constexpr uint64_t kPermissionDenied = 7;
+constexpr uint64_t kFailedPrecondition = 9;
+constexpr uint64_t kInternal = 13;
+
+constexpr const char* kCgroupRoot = "/sys/fs/cgroup/warren";
+
+int64_t NowMs(clockid_t clock = CLOCK_MONOTONIC) {
+  timespec ts;
+  ::clock_gettime(clock, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+int64_t NowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t CodeOf(int err) {
+  if (err == ENOENT || err == ENOTDIR) return kNotFound;
+  if (err == EACCES || err == EPERM) return kPermissionDenied;
+  return kFailedPrecondition;
+}
+
+bool WriteFile(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  ::close(fd);
+  return ok;
+}
+
+std::string ReadFile(const std::string& path, size_t max) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string out;
+  if (!fd.valid()) return out;
+  char buf[4096];
+  while (out.size() < max) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// The ids of `user` ("root", a name of /etc/passwd, "uid" or "uid:gid").
+bool ResolveUser(const std::string& user, uid_t* uid, gid_t* gid, std::string* why) {
+  *uid = 0;
+  *gid = 0;
+  if (user.empty() || user == "root") return true;
+  std::string name = user, group;
+  size_t colon = user.find(':');
+  if (colon != std::string::npos) {
+    name = user.substr(0, colon);
+    group = user.substr(colon + 1);
+  }
+  auto number = [](const std::string& s, unsigned long* v) {
+    if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    *v = std::strtoul(s.c_str(), nullptr, 10);
+    return true;
+  };
+  unsigned long u = 0, g = 0;
+  if (number(name, &u)) {
+    g = u;
+  } else {
+    std::string passwd = ReadFile("/etc/passwd", 1 << 20);
+    bool found = false;
+    size_t i = 0;
+    while (i < passwd.size() && !found) {
+      size_t j = passwd.find('\n', i);
+      if (j == std::string::npos) j = passwd.size();
+      std::string line = passwd.substr(i, j - i);
+      i = j + 1;
+      std::vector<std::string> f;
+      size_t k = 0;
+      while (f.size() < 4) {
+        size_t c = line.find(':', k);
+        f.push_back(line.substr(k, c == std::string::npos ? std::string::npos : c - k));
+        if (c == std::string::npos) break;
+        k = c + 1;
+      }
+      if (f.size() >= 4 && f[0] == name && number(f[2], &u) && number(f[3], &g)) found = true;
+    }
+    if (!found) {
+      *why = "user '" + name + "' not found in the sandbox's /etc/passwd";
+      return false;
+    }
+  }
+  if (!group.empty() && !number(group, &g)) {
+    *why = "bad gid in user '" + user + "'";
+    return false;
+  }
+  *uid = static_cast<uid_t>(u);
+  *gid = static_cast<gid_t>(g);
+  return true;
+}
+
+// A command in flight.
+struct Job {
+  uint64_t id = 0;
+  pid_t pid = -1;
+  UniqueFd in_w, out_r, err_r;
+  std::string stdin_buf;  // received, not yet written
+  bool stdin_eof = false;
+  uint64_t cap = 0;
+  uint64_t totals[2] = {0, 0};
+  int64_t start_ns = 0;
+  int64_t deadline_ms = 0;  // 0 = no timeout
+  int64_t kill_at_ms = 0;   // set on timeout: cgroup.kill then
+  uint64_t grace_ms = 0;
+  bool timed_out = false, killed = false, exited = false;
+  int status = 0;
+  std::string cgroup;
+};
+
+// Why the child could not start, sent over its report pipe before exit.
+struct ChildFailure {
+  int step;  // 1 cgroup, 2 chdir, 3 user
+  int err;
+};
+
+class Agent {
+ public:
+  Agent(std::string port, std::string setup_error) : port_(std::move(port)), setup_error_(std::move(setup_error)) {}
+
+  [[noreturn]] void Run() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, nullptr);
+    sigfd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+    ::signal(SIGPIPE, SIG_IGN);
+    ::mkdir(kCgroupRoot, 0755);
+    // The memory controller in the exec cgroups: their memory.events count
+    // the OOM kills of their processes (oom_killed of the result).
+    WriteFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+    WriteFile(std::string(kCgroupRoot) + "/cgroup.subtree_control", "+memory +pids");
+    chan_.reset(::open(port_.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    if (!chan_.valid()) LogLine("open(" + port_ + "): " + std::strerror(errno));
+    while (true) Round();
+  }
+
+ private:
+  void Round() {
+    std::vector<pollfd> fds;
+    fds.push_back({sigfd_.get(), POLLIN, 0});
+    if (connected_) fds.push_back({chan_.get(), POLLIN, 0});
+    std::vector<std::pair<Job*, int>> owners;  // per fds[2..]: job, 0 in / 1 out / 2 err
+    for (auto& [id, j] : jobs_) {
+      if (j->out_r.valid()) fds.push_back({j->out_r.get(), POLLIN, 0}), owners.push_back({j.get(), 1});
+      if (j->err_r.valid()) fds.push_back({j->err_r.get(), POLLIN, 0}), owners.push_back({j.get(), 2});
+      if (j->in_w.valid() && (!j->stdin_buf.empty() || j->stdin_eof)) {
+        fds.push_back({j->in_w.get(), POLLOUT, 0}), owners.push_back({j.get(), 0});
+      }
+    }
+    int timeout = connected_ ? -1 : 20;
+    int64_t now = NowMs();
+    for (auto& [id, j] : jobs_) {
+      for (int64_t t : {j->deadline_ms, j->kill_at_ms}) {
+        if (t == 0) continue;
+        int64_t left = std::max<int64_t>(0, t - now);
+        if (timeout < 0 || left < timeout) timeout = static_cast<int>(left);
+      }
+      if (j->exited && j->timed_out && (timeout < 0 || timeout > 10)) timeout = 10;  // waiting for an empty cgroup
+    }
+    int n = ::poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) LogLine(std::string("poll: ") + std::strerror(errno));
+    size_t base = 1;
+    if (connected_) {
+      if (fds[1].revents != 0) ReadChannel();
+      base = 2;
+    } else {
+      // The host end is not connected: a read gives EOF and poll HUP until
+      // it is. Probe once per round (20 ms).
+      pollfd p{chan_.get(), POLLIN, 0};
+      if (chan_.valid() && ::poll(&p, 1, 0) == 1 && !(p.revents & POLLHUP)) connected_ = true;
+    }
+    for (size_t i = base; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [job, what] = owners[i - base];
+      if (what == 0) {
+        FeedStdin(*job);
+      } else {
+        ReadOutput(*job, what == 1 ? job->out_r : job->err_r, what - 1, false);
+      }
+    }
+    if (fds[0].revents != 0) {
+      signalfd_siginfo si;
+      while (::read(sigfd_.get(), &si, sizeof si) > 0) {
+      }
+    }
+    Reap();
+    Timers();
+  }
+
+  // ---- channel
+
+  void ReadChannel() {
+    char buf[64 << 10];
+    while (true) {
+      ssize_t n = ::read(chan_.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;
+      if (n <= 0) {
+        Disconnected();
+        return;
+      }
+      decoder_.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    }
+    proto::Frame f;
+    while (true) {
+      proto::FrameDecoder::Result r = decoder_.Next(&f);
+      if (r == proto::FrameDecoder::Result::kNeedMore) break;
+      if (r == proto::FrameDecoder::Result::kError) {
+        LogLine("bad frame from host: " + decoder_.error());
+        decoder_ = proto::FrameDecoder();
+        break;
+      }
+      Dispatch(f);
+    }
+  }
+
+  void Disconnected() {
+    connected_ = false;
+    decoder_ = proto::FrameDecoder();
+  }
+
+  void Send(FrameType type, uint16_t flags, uint64_t id, std::string_view payload) {
+    if (!connected_) return;
+    std::string frame = proto::EncodeFrame(type, flags, id, payload);
+    size_t off = 0;
+    while (off < frame.size()) {
+      ssize_t n = ::write(chan_.get(), frame.data() + off, frame.size() - off);
+      if (n > 0) {
+        off += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) {
+        pollfd p{chan_.get(), POLLOUT, 0};
+        if (::poll(&p, 1, 1000) == 1 && (p.revents & POLLHUP) == 0) continue;
+        if (p.revents & POLLHUP) return Disconnected();
+        continue;
+      }
+      return Disconnected();
+    }
+  }
+
+  void SendError(uint64_t id, uint64_t code, int err, const std::string& message) {
+    proto::ErrorReply e;
+    e.code = code;
+    e.err = static_cast<uint64_t>(err);
+    e.message = message;
+    Send(FrameType::kError, 0, id, proto::Encode(e));
+  }
+
+  void Dispatch(const proto::Frame& f) {
+    std::string why;
+    switch (f.type) {
+      case FrameType::kHello: {
+        proto::Hello h;
+        if (!proto::Decode(f.payload, &h, &why)) return SendError(f.id, kInvalidArgument, 0, "hello: " + why);
+        if (h.realtime_ns != 0) {
+          timespec ts{static_cast<time_t>(h.realtime_ns / 1000000000), static_cast<long>(h.realtime_ns % 1000000000)};
+          ::clock_settime(CLOCK_REALTIME, &ts);
+        }
+        if (!h.seed.empty()) WriteFile("/dev/urandom", h.seed);
+        proto::HelloReply r;
+        r.version = proto::kVersion;
+        r.kernel_release = KernelRelease();
+        r.boot_id = BootId();
+        r.error = setup_error_;
+        return Send(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
+      }
+      case FrameType::kPing: return Send(FrameType::kPong, 0, f.id, "");
+      case FrameType::kExec: return StartExec(f);
+      case FrameType::kStdin: {
+        auto it = jobs_.find(f.id);
+        if (it == jobs_.end() || it->second->stdin_eof) return;
+        if (f.payload.empty()) {
+          it->second->stdin_eof = true;
+        } else {
+          it->second->stdin_buf += f.payload;
+        }
+        return FeedStdin(*it->second);
+      }
+      default: LogLine("unexpected frame type " + std::to_string(static_cast<int>(f.type)));
+    }
+  }
+
+  // ---- exec
+
+  void StartExec(const proto::Frame& f) {
+    if (!setup_error_.empty()) return SendError(f.id, kFailedPrecondition, 0, "guest setup failed: " + setup_error_);
+    if (jobs_.count(f.id)) return SendError(f.id, kInvalidArgument, 0, "exec id in use");
+    proto::ExecRequest req;
+    std::string why;
+    if (!proto::Decode(f.payload, &req, &why)) return SendError(f.id, kInvalidArgument, 0, "exec: " + why);
+    uid_t uid;
+    gid_t gid;
+    if (!ResolveUser(req.user, &uid, &gid, &why)) return SendError(f.id, kNotFound, 0, why);
+
+    auto job = std::make_unique<Job>();
+    job->id = f.id;
+    job->cap = req.output_cap;
+    job->grace_ms = req.kill_grace_ms;
+    job->stdin_eof = !req.stdin_follows;
+    job->cgroup = std::string(kCgroupRoot) + "/exec-" + std::to_string(f.id);
+    if (::mkdir(job->cgroup.c_str(), 0755) != 0 && errno != EEXIST) {
+      return SendError(f.id, kInternal, errno, "mkdir(" + job->cgroup + "): " + std::strerror(errno));
+    }
+    int in[2], out[2], err[2], rep[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
+    UniqueFd in_r(in[0]);
+    job->in_w.reset(in[1]);
+    if (::pipe2(out, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
+    job->out_r.reset(out[0]);
+    UniqueFd out_w(out[1]);
+    if (::pipe2(err, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
+    job->err_r.reset(err[0]);
+    UniqueFd err_w(err[1]);
+    if (::pipe2(rep, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
+    UniqueFd rep_r(rep[0]), rep_w(rep[1]);
+    UniqueFd procs(::open((job->cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+
+    std::vector<std::string> args = req.argv;
+    if (req.shell) args = {"/bin/sh", "-c", *req.shell};
+    std::vector<char*> argv, envp;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (std::string& e : req.env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string cwd = req.cwd.empty() ? "/" : req.cwd;
+
+    job->start_ns = NowNs();
+    pid_t pid = ::fork();
+    if (pid < 0) return SendError(f.id, kInternal, errno, std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      // The agent is single-threaded: the child may allocate.
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::setsid();
+      auto fail = [&](int step) {
+        ChildFailure cf{step, errno};
+        ssize_t ignored = ::write(rep_w.get(), &cf, sizeof cf);
+        (void)ignored;
+        ::_exit(127);
+      };
+      if (!procs.valid() || ::write(procs.get(), "0", 1) != 1) fail(1);
+      ::dup2(in_r.get(), 0);
+      ::dup2(out_w.get(), 1);
+      ::dup2(err_w.get(), 2);
+      if (::chdir(cwd.c_str()) != 0) fail(2);
+      if (uid != 0 || gid != 0) {
+        if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) fail(3);
+      }
+      environ = envp.data();
+      ::execvp(argv[0], argv.data());
+      int e = errno;
+      std::string msg = std::string(argv[0]) + ": " + (e == ENOENT ? "command not found" : std::strerror(e)) + "\n";
+      ssize_t ignored = ::write(2, msg.data(), msg.size());
+      (void)ignored;
+      ::_exit(e == ENOENT ? 127 : 126);
+    }
+    job->pid = pid;
+    rep_w.reset();
+    in_r.reset();
+    out_w.reset();
+    err_w.reset();
+    ChildFailure cf{0, 0};
+    ssize_t got;
+    do {
+      got = ::read(rep_r.get(), &cf, sizeof cf);
+    } while (got < 0 && errno == EINTR);
+    if (got == static_cast<ssize_t>(sizeof cf)) {
+      int st;
+      ::waitpid(pid, &st, 0);
+      ::rmdir(job->cgroup.c_str());
+      const char* step = cf.step == 1 ? "joining the exec cgroup" : cf.step == 2 ? "chdir" : "setting the user";
+      std::string what = std::string("exec: ") + step + (cf.step == 2 ? " " + cwd : "");
+      return SendError(f.id, CodeOf(cf.err), cf.err, what + ": " + std::strerror(cf.err));
+    }
+    for (int fd : {job->in_w.get(), job->out_r.get(), job->err_r.get()}) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    if (req.timeout_ms > 0) job->deadline_ms = NowMs() + static_cast<int64_t>(req.timeout_ms);
+    Job* j = job.get();
+    jobs_[f.id] = std::move(job);
+    FeedStdin(*j);
+  }
+
+  void FeedStdin(Job& j) {
+    while (j.in_w.valid() && !j.stdin_buf.empty()) {
+      ssize_t n = ::write(j.in_w.get(), j.stdin_buf.data(), j.stdin_buf.size());
+      if (n > 0) {
+        j.stdin_buf.erase(0, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      j.stdin_buf.clear();  // EPIPE: the command closed its stdin
+      j.in_w.reset();
+    }
+    if (j.stdin_eof && j.stdin_buf.empty()) j.in_w.reset();
+  }
+
+  // Reads what `fd` has (all of it when `drain`, else one buffer) and
+  // forwards it within the cap. Closes `fd` at EOF.
+  void ReadOutput(Job& j, UniqueFd& fd, int stream, bool drain) {
+    char buf[proto::kMaxChunk];
+    do {
+      ssize_t n = ::read(fd.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      if (n <= 0) {
+        fd.reset();
+        return;
+      }
+      uint64_t before = j.totals[stream];
+      j.totals[stream] += static_cast<uint64_t>(n);
+      if (before < j.cap) {
+        size_t keep = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(n), j.cap - before));
+        Send(FrameType::kOutput, stream == 0 ? proto::kStreamStdout : proto::kStreamStderr, j.id,
+             std::string_view(buf, keep));
+      }
+    } while (drain);
+  }
+
+  // Every signal to the cgroup's processes (cgroup.kill for SIGKILL).
+  static void SignalTree(const Job& j, int sig) {
+    if (sig == SIGKILL && WriteFile(j.cgroup + "/cgroup.kill", "1")) return;
+    std::string procs = ReadFile(j.cgroup + "/cgroup.procs", 1 << 20);
+    size_t i = 0;
+    while (i < procs.size()) {
+      size_t e = procs.find('\n', i);
+      if (e == std::string::npos) e = procs.size();
+      pid_t p = static_cast<pid_t>(std::atoi(procs.substr(i, e - i).c_str()));
+      if (p > 1) ::kill(p, sig);
+      i = e + 1;
+    }
+  }
+
+  // memory.events "oom_kill": processes of the cgroup killed by any OOM
+  // killer (the guest's RAM is the sandbox's memory limit).
+  static uint64_t OomKills(const Job& j) {
+    std::string ev = ReadFile(j.cgroup + "/memory.events", 4096);
+    size_t at = ev.find("oom_kill ");
+    return at == std::string::npos ? 0 : std::strtoull(ev.c_str() + at + 9, nullptr, 10);
+  }
+
+  static bool CgroupEmpty(const Job& j) {
+    std::string ev = ReadFile(j.cgroup + "/cgroup.events", 4096);
+    return ev.find("populated 0") != std::string::npos || ev.empty();
+  }
+
+  void Timers() {
+    int64_t now = NowMs();
+    for (auto& [id, j] : jobs_) {
+      if (j->deadline_ms != 0 && now >= j->deadline_ms && !j->timed_out) {
+        j->timed_out = true;
+        j->deadline_ms = 0;
+        SignalTree(*j, SIGTERM);
+        j->kill_at_ms = now + static_cast<int64_t>(j->grace_ms);
+      }
+      if (j->kill_at_ms != 0 && now >= j->kill_at_ms) {
+        j->kill_at_ms = 0;
+        j->killed = true;
+        SignalTree(*j, SIGKILL);
+      }
+    }
+    FinishDone();
+  }
+
+  void Reap() {
+    while (true) {
+      int st;
+      pid_t p = ::waitpid(-1, &st, WNOHANG);
+      if (p <= 0) break;
+      for (auto& [id, j] : jobs_) {
+        if (j->pid == p && !j->exited) {
+          j->exited = true;
+          j->status = st;
+        }
+      }
+    }
+    FinishDone();
+  }
+
+  // Sends the result of every job whose foreground exited (and, after a
+  // timeout, whose tree is gone).
+  void FinishDone() {
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      Job& j = *it->second;
+      if (!j.exited) {
+        ++it;
+        continue;
+      }
+      // After a timeout the result waits for the whole tree: Timers() sends
+      // SIGKILL when kill_grace ends, unless SIGTERM emptied it before.
+      if (j.timed_out && !CgroupEmpty(j)) {
+        ++it;
+        continue;
+      }
+      if (j.out_r.valid()) ReadOutput(j, j.out_r, 0, true);
+      if (j.err_r.valid()) ReadOutput(j, j.err_r, 1, true);
+      proto::ExitResult r;
+      if (WIFSIGNALED(j.status)) {
+        r.signal = static_cast<uint32_t>(WTERMSIG(j.status));
+        r.exit_code = 128 + r.signal;
+      } else {
+        r.exit_code = WEXITSTATUS(j.status);
+      }
+      r.timed_out = j.timed_out;
+      r.oom_killed = OomKills(j) > 0;
+      r.stdout_total = j.totals[0];
+      r.stderr_total = j.totals[1];
+      r.duration_ns = static_cast<uint64_t>(NowNs() - j.start_ns);
+      Send(FrameType::kExit, 0, j.id, proto::Encode(r));
+      // Background processes may remain: the cgroup goes when they are
+      // gone (rmdir refuses a populated cgroup; retried by SweepCgroups).
+      if (::rmdir(j.cgroup.c_str()) != 0) leftover_cgroups_.push_back(j.cgroup);
+      it = jobs_.erase(it);
+    }
+    if (!leftover_cgroups_.empty()) {
+      leftover_cgroups_.erase(std::remove_if(leftover_cgroups_.begin(), leftover_cgroups_.end(),
+                                             [](const std::string& c) { return ::rmdir(c.c_str()) == 0; }),
+                              leftover_cgroups_.end());
+    }
+  }
+
+  std::string port_;
+  std::string setup_error_;
+  UniqueFd chan_, sigfd_;
+  bool connected_ = false;
+  proto::FrameDecoder decoder_;
+  std::map<uint64_t, std::unique_ptr<Job>> jobs_;
+  std::vector<std::string> leftover_cgroups_;
+};
+
+}  // namespace
+
+void Serve(const std::string& port_path, const std::string& setup_error) { Agent(port_path, setup_error).Run(); }
+
+}  // namespace warren::guest

@@ -1,0 +1,218 @@
+#include "guest/agent/boot.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace warren::guest {
+namespace {
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::string ReadSmallFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0) return "";
+  std::string s(buf, static_cast<size_t>(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string Mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
+                  const std::string& data) {
+  ::mkdir(dst.c_str(), 0755);
+  if (::mount(src, dst.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) != 0) {
+    return Errno(std::string("mount(") + src + ", " + dst + ", " + (type ? type : "") + ", " + data + ")");
+  }
+  return "";
+}
+
+// warren.<key>=<value> words of the kernel command line.
+std::map<std::string, std::string> CmdlineParams() {
+  std::map<std::string, std::string> out;
+  std::string line = ReadSmallFile("/proc/cmdline");
+  size_t i = 0;
+  while (i < line.size()) {
+    size_t j = line.find(' ', i);
+    if (j == std::string::npos) j = line.size();
+    std::string w = line.substr(i, j - i);
+    if (w.rfind("warren.", 0) == 0) {
+      size_t eq = w.find('=');
+      if (eq != std::string::npos) out[w.substr(7, eq - 7)] = w.substr(eq + 1);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+int64_t MonotonicMs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+
+// serial -> /dev/vdX of every virtio-blk disk.
+std::map<std::string, std::string> DisksBySerial() {
+  std::map<std::string, std::string> out;
+  DIR* d = ::opendir("/sys/block");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "vd", 2) != 0) continue;
+    std::string serial = ReadSmallFile(std::string("/sys/block/") + e->d_name + "/serial");
+    if (!serial.empty()) out[serial] = std::string("/dev/") + e->d_name;
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+void LogLine(const std::string& line) {
+  std::string s = "warren-agent: " + line + "\n";
+  ssize_t ignored = ::write(2, s.data(), s.size());
+  (void)ignored;
+}
+
+std::string EarlySetup() {
+  std::string err;
+  if (!(err = Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) return err;
+  if (!(err = Mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) return err;
+  if (!(err = Mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755")).empty()) return err;
+  // The kernel opens /dev/console as fds 0-2 for init only when it exists
+  // in the initramfs; never leave them closed (a pipe would land there).
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0) continue;
+    int c = ::open("/dev/console", O_RDWR);
+    if (c < 0) c = ::open("/dev/null", O_RDWR);
+    if (c >= 0 && c != fd) {
+      ::dup2(c, fd);
+      ::close(c);
+    }
+  }
+  std::string list = ReadSmallFile("/modules.load");
+  size_t i = 0;
+  while (i < list.size()) {
+    size_t j = list.find('\n', i);
+    if (j == std::string::npos) j = list.size();
+    std::string name = list.substr(i, j - i);
+    i = j + 1;
+    if (name.empty()) continue;
+    std::string path = "/lib/modules/" + name + ".ko";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open(" + path + ")");
+    long rc = ::syscall(SYS_finit_module, fd, "", 0);
+    int saved = errno;
+    ::close(fd);
+    if (rc != 0 && saved != EEXIST) {
+      errno = saved;
+      return Errno("finit_module(" + path + ")");
+    }
+    ::unlink(path.c_str());  // the initramfs is RAM: give the pages back
+  }
+  return "";
+}
+
+std::string FindPort(const std::string& name) {
+  int64_t deadline = MonotonicMs() + 2000;
+  while (true) {
+    DIR* d = ::opendir("/sys/class/virtio-ports");
+    if (d != nullptr) {
+      while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        if (ReadSmallFile(std::string("/sys/class/virtio-ports/") + e->d_name + "/name") == name) {
+          std::string dev = std::string("/dev/") + e->d_name;
+          ::closedir(d);
+          return dev;
+        }
+      }
+      ::closedir(d);
+    }
+    if (MonotonicMs() > deadline) return "";
+    ::usleep(10000);
+  }
+}
+
+std::string SetUpRoot() {
+  std::map<std::string, std::string> params = CmdlineParams();
+  int layers = params.count("layers") ? std::atoi(params["layers"].c_str()) : 0;
+  if (layers < 1 || layers > 64) return "kernel command line: warren.layers must be 1..64";
+
+  // The disks are probed when virtio_blk loads; wait (bounded) in case a
+  // probe is still running.
+  std::map<std::string, std::string> disks;
+  int64_t deadline = MonotonicMs() + 2000;
+  while (true) {
+    disks = DisksBySerial();
+    if (static_cast<int>(disks.size()) >= layers + 1 || MonotonicMs() > deadline) break;
+    ::usleep(10000);
+  }
+  std::string err;
+  std::string lowerdir;
+  for (int i = 0; i < layers; ++i) {
+    std::string serial = "wl" + std::to_string(i);
+    if (!disks.count(serial)) return "no disk with serial " + serial + " (layer " + std::to_string(i) + ")";
+    std::string dir = "/layers/" + std::to_string(i);
+    ::mkdir("/layers", 0755);
+    if (!(err = Mount(disks[serial].c_str(), dir, "erofs", MS_RDONLY | MS_NODEV, "")).empty()) return err;
+    lowerdir = lowerdir.empty() ? dir : dir + ":" + lowerdir;  // top first
+  }
+  if (!disks.count("wdisk")) return "no disk with serial wdisk (the writable disk)";
+  if (!(err = Mount(disks["wdisk"].c_str(), "/disk", "ext4", MS_NODEV | MS_NOATIME, "")).empty()) return err;
+  ::mkdir("/disk/upper", 0755);
+  ::mkdir("/disk/work", 0755);
+  if (!(err = Mount("overlay", "/newroot", "overlay", 0,
+                    "lowerdir=" + lowerdir + ",upperdir=/disk/upper,workdir=/disk/work"))
+           .empty()) {
+    return err;
+  }
+  for (const char* m : {"/dev", "/proc", "/sys"}) {
+    std::string dst = std::string("/newroot") + m;
+    ::mkdir(dst.c_str(), 0755);
+    if (::mount(m, dst.c_str(), nullptr, MS_MOVE, nullptr) != 0) return Errno(std::string("move mount ") + m);
+  }
+  std::string shm_mb = params.count("shm_mb") ? params["shm_mb"] : "64";
+  if (!(err =
+            Mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"))
+           .empty()) {
+    return err;
+  }
+  if (!(err = Mount("shm", "/newroot/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=" + shm_mb + "m"))
+           .empty()) {
+    return err;
+  }
+  if (!(err = Mount("cgroup2", "/newroot/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) {
+    return err;
+  }
+  if (::chdir("/newroot") != 0) return Errno("chdir(/newroot)");
+  if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return Errno("move mount /newroot to /");
+  if (::chroot(".") != 0) return Errno("chroot(/newroot)");
+  if (::chdir("/") != 0) return Errno("chdir(/)");
+  std::string host = params.count("hostname") ? params["hostname"] : "sandbox";
+  if (::sethostname(host.data(), host.size()) != 0) return Errno("sethostname(" + host + ")");
+  return "";
+}
+
+std::string KernelRelease() {
+  struct utsname u;
+  if (::uname(&u) != 0) return "";
+  return u.release;
+}
+
+std::string BootId() { return ReadSmallFile("/proc/sys/kernel/random/boot_id"); }
+
+}  // namespace warren::guest

@@ -1,0 +1,29 @@
+// warren-agent: PID 1 of a microvm sandbox's guest (boot.h, agent.h).
+#include <sys/reboot.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "guest/agent/agent.h"
+#include "guest/agent/boot.h"
+
+int main() {
+  using namespace warren::guest;
+  if (::getpid() != 1) {
+    LogLine("must run as PID 1 of the guest");
+    return 2;
+  }
+  std::string err = EarlySetup();
+  std::string port = err.empty() ? FindPort("warren.agent") : "";
+  if (err.empty() && port.empty()) err = "no virtio-serial port named warren.agent";
+  if (port.empty()) {
+    // Nothing to report to: say it on the console and power off (the host
+    // sees QEMU exit and reads the console log).
+    LogLine(err);
+    ::reboot(RB_POWER_OFF);
+    return 1;
+  }
+  if (err.empty()) err = SetUpRoot();
+  if (!err.empty()) LogLine("setup failed: " + err);
+  Serve(port, err);
+}

@@ -1,0 +1,262 @@
+#include "runtime/microvm/microvm_backend.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/rollback.h"
+#include "jail/cgroup.h"
+#include "runtime/microvm/channel.h"
+#include "runtime/microvm/qemu.h"
+#include "runtime/microvm/sandbox.h"
+
+namespace warren::runtime {
+
+namespace {
+
+using microvm::AgentChannel;
+using microvm::MicrovmSandbox;
+
+// Below this the guest kernel and the agent do not fit (the kernel alone
+// reserves ~50 MiB, the initramfs unpacks into RAM).
+constexpr uint32_t kMinMemoryMb = 128;
+// QEMU's threads (vCPUs, RCU, I/O workers) with room.
+constexpr uint32_t kQemuPids = 64;
+constexpr int kAgentFd = 3;
+constexpr std::chrono::milliseconds kAdoptTimeout{10000};
+
+bool PidfdAlive(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+Status CheckFile(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (path.empty()) return absl::FailedPreconditionError("microvm: no " + what + " configured");
+  if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "microvm: " + what + " " + path);
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError("microvm: " + what + " " + path + " is not a file");
+  return absl::OkStatus();
+}
+
+class MicrovmBackend : public Backend {
+ public:
+  MicrovmBackend(MicrovmOptions o, std::unique_ptr<jail::CgroupManager> cgroups)
+      : o_(std::move(o)), cgroups_(std::move(cgroups)) {}
+
+  std::string name() const override { return "microvm"; }
+  Capabilities capabilities() const override { return {}; }
+
+  StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
+    RETURN_IF_ERROR(Validate(spec));
+    // Declared before the rollback guard: its undos use them.
+    microvm::record::Microvm rec;
+    std::unique_ptr<jail::Cgroup> cgroup;
+    microvm::LaunchedQemu q;
+    Rollback rb;
+    rec.set_accel(o_.accel);
+    rec.set_cgroup(spec.id);
+    rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
+
+    RETURN_IF_ERROR(microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
+    rb.Add([&] { ::unlink(rec.disk().c_str()); });
+
+    jail::CgroupLimits limits;
+    limits.cpu_millis = spec.resources.cpu_millis;
+    limits.memory_bytes = (uint64_t{spec.resources.memory_mb} + microvm::kQemuOverheadMb) << 20;
+    limits.pids = kQemuPids;
+    ASSIGN_OR_RETURN(cgroup, cgroups_->Create(rec.cgroup(), limits));
+    rb.Add([&] {
+      Status s = cgroup->Destroy(std::chrono::seconds(5));
+      if (!s.ok()) Log(spdlog::level::err, "rollback: removing the VM's cgroup failed", {{"error", s.ToString()}});
+    });
+    ASSIGN_OR_RETURN(std::vector<UniqueFd> procs, cgroup->OpenProcsFds());
+
+    UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
+    rb.Add([&spec] {
+      for (const char* f : {"/agent.sock", "/console.log", "/qemu.log"}) ::unlink((spec.dir + f).c_str());
+    });
+    std::string sock_path = microvm::SocketPath(spec.dir, dir.get(), "agent.sock");
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!listener.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, sock_path.c_str(), sock_path.size() + 1);
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      return ErrnoToStatus(errno, "bind(" + spec.dir + "/agent.sock)");
+    }
+    if (::listen(listener.get(), 1) != 0) return ErrnoToStatus(errno, "listen(" + spec.dir + "/agent.sock)");
+
+    microvm::VmConfig vm;
+    vm.kernel = o_.kernel;
+    vm.initrd = o_.initrd;
+    vm.accel = o_.accel;
+    vm.tsc_khz = o_.accel == "tcg" ? microvm::HostTscKhz() : 0;  // measured once, at the first create
+    vm.memory_mb = spec.resources.memory_mb;
+    vm.cpus = o_.cpus;
+    vm.layer_files = spec.layer_files;
+    vm.disk = rec.disk();
+    vm.console_log = spec.dir + "/console.log";
+    vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
+    vm.shm_mb = spec.resources.tmpfs_mb;
+    vm.agent_listen_fd = kAgentFd;
+    std::vector<int> procs_fds;
+    procs_fds.reserve(procs.size());
+    for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
+    ASSIGN_OR_RETURN(q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), listener.get(), kAgentFd,
+                                            spec.dir + "/qemu.log", procs_fds));
+    listener.reset();  // QEMU holds it now
+    rec.set_qemu_pid(q.pid);
+    rec.set_qemu_start_time(q.start_time);
+    // Runs before the cgroup's removal (reverse order of registration).
+    rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
+
+    microvm::proto::HelloReply hello;
+    int pidfd = q.pidfd.get();
+    StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
+        spec.id, sock_path, AgentChannel::Clock::now() + o_.boot_timeout, [pidfd] { return PidfdAlive(pidfd); },
+        &hello);
+    if (!ch.ok()) {
+      std::string extra = ch.status().code() == absl::StatusCode::kDeadlineExceeded
+                              ? " (" + std::to_string(o_.boot_timeout.count()) + " ms)"
+                              : "";
+      return Status(ch.status().code(), std::string(ch.status().message()) + extra + microvm::LogTails(spec.dir));
+    }
+    if (!hello.error.empty()) {
+      return absl::FailedPreconditionError("sandbox " + spec.id +
+                                           ": the guest could not set up its root: " + hello.error);
+    }
+    rec.set_kernel_release(hello.kernel_release);
+    rec.set_boot_id(hello.boot_id);
+
+    MicrovmSandbox::Parts parts;
+    parts.spec = spec;
+    parts.record = rec;
+    parts.pidfd = std::move(q.pidfd);
+    parts.cgroup = std::move(cgroup);
+    parts.channel = std::move(*ch);
+    parts.exec_slack = o_.exec_slack;
+    rb.Commit();
+    return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+  }
+
+  StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
+    microvm::record::Microvm rec;
+    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.qemu_pid() <= 0) {
+      return absl::InvalidArgumentError("sandbox " + spec.id + ": not a microvm record");
+    }
+    pid_t pid = rec.qemu_pid();
+    auto gone = [&] {
+      return absl::NotFoundError("sandbox " + spec.id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
+    };
+    if (microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    // Checked again with the pidfd held: the pid cannot be reused now.
+    if (!pidfd.valid() || microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
+    StatusOr<std::unique_ptr<jail::Cgroup>> cgroup = cgroups_->Open(rec.cgroup());
+    UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
+    microvm::proto::HelloReply hello;
+    int fd = pidfd.get();
+    ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
+                     AgentChannel::Connect(
+                         spec.id, microvm::SocketPath(spec.dir, dir.get(), "agent.sock"),
+                         AgentChannel::Clock::now() + kAdoptTimeout, [fd] { return PidfdAlive(fd); }, &hello));
+    if (hello.boot_id != rec.boot_id()) {
+      return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
+                                           ", recorded " + rec.boot_id() + ")");
+    }
+    MicrovmSandbox::Parts parts;
+    parts.spec = spec;
+    parts.record = rec;
+    parts.pidfd = std::move(pidfd);
+    if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
+    parts.channel = std::move(ch);
+    parts.exec_slack = o_.exec_slack;
+    return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+  }
+
+  Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override {
+    microvm::record::Microvm rec;
+    std::string disk = o_.disk_dir + "/" + spec.id + ".img";
+    std::string cgroup_rel = spec.id;
+    if (!backend_record.empty() && rec.ParseFromString(backend_record)) {
+      if (!rec.disk().empty()) disk = rec.disk();
+      if (!rec.cgroup().empty()) cgroup_rel = rec.cgroup();
+      pid_t pid = rec.qemu_pid();
+      if (pid > 0 && microvm::ProcessStartTime(pid) == rec.qemu_start_time()) {
+        UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+        if (pidfd.valid() && microvm::ProcessStartTime(pid) == rec.qemu_start_time()) {
+          microvm::KillQemu(std::move(pidfd));
+        }
+      }
+    }
+    // Whatever is left in the VM's cgroup (a QEMU of a create a crash cut
+    // short has no record yet).
+    Status first;
+    StatusOr<std::unique_ptr<jail::Cgroup>> cg = cgroups_->Open(cgroup_rel);
+    if (cg.ok()) {
+      Status s = (*cg)->Destroy(std::chrono::seconds(5));
+      if (!s.ok()) first = s;
+    }
+    Status s = microvm::RemoveVmFiles(spec.dir, disk);
+    return first.ok() ? s : first;
+  }
+
+ private:
+  Status Validate(const SandboxSpec& spec) const {
+    RETURN_IF_ERROR(CheckFile(o_.kernel, "guest kernel"));
+    RETURN_IF_ERROR(CheckFile(o_.initrd, "guest initramfs"));
+    if (spec.layer_files.empty()) {
+      return absl::InvalidArgumentError("sandbox " + spec.id + ": the microvm backend needs the layers as image files");
+    }
+    for (size_t i = 0; i < spec.layer_files.size(); ++i) {
+      Status s = CheckFile(spec.layer_files[i], "layer[" + std::to_string(i) + "] image");
+      if (!s.ok()) return Status(absl::StatusCode::kNotFound, s.message());
+    }
+    if (spec.layer_files.size() > 64) return absl::InvalidArgumentError("microvm: at most 64 layers");
+    if (spec.resources.memory_mb < kMinMemoryMb) {
+      return absl::InvalidArgumentError("memory_mb=" + std::to_string(spec.resources.memory_mb) + " is below the " +
+                                        std::to_string(kMinMemoryMb) + " MiB a microvm guest kernel needs");
+    }
+    for (char c : spec.hostname) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') {
+        return absl::InvalidArgumentError("microvm: hostname \"" + spec.hostname + "\" may only hold [A-Za-z0-9.-]");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const MicrovmOptions o_;
+  std::unique_ptr<jail::CgroupManager> cgroups_;
+};
+
+}  // namespace
+
+Status CheckMicrovmHost(const MicrovmOptions& o) {
+  RETURN_IF_ERROR(CheckFile(o.qemu, "QEMU"));
+  RETURN_IF_ERROR(CheckFile(o.kernel, "guest kernel"));
+  RETURN_IF_ERROR(CheckFile(o.initrd, "guest initramfs"));
+  if (o.accel != "tcg" && o.accel != "kvm") return absl::InvalidArgumentError("microvm: accel must be tcg or kvm");
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& options) {
+  RETURN_IF_ERROR(CheckMicrovmHost(options));
+  if (options.disk_dir.empty()) return absl::InvalidArgumentError("microvm: disk_dir is required");
+  RETURN_IF_ERROR(MkdirAll(options.disk_dir, 0700));
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));
+  return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups)));
+}
+
+}  // namespace warren::runtime

@@ -1,0 +1,66 @@
+// The `microvm` backend: each sandbox is a QEMU microVM (qemu.h) booting
+// Debian's cloud kernel straight into warren's guest agent (src/guest/agent,
+// PID 1 of the guest), which mounts the sandbox's EROFS layers (the same
+// image files containers use, attached as read-only virtio-blk disks),
+// stacks overlayfs over a private ext4 disk of disk_mb and serves commands
+// over a virtio-serial channel (protocol.h, channel.h).
+//
+// Implementation contract:
+// * Files: <spec.dir>/agent.sock (the channel; QEMU listens on it),
+//   console.log (the guest's serial console), qemu.log (QEMU's own
+//   messages); the writable disk <disk_dir>/<id>.img (sparse, on the node's
+//   disk rather than the run dir's tmpfs). Destroy and Cleanup remove them all.
+// * QEMU runs in its own cgroup <daemon's cgroup>/<cgroup_name>/<id> (memory
+//   = memory_mb + qemu.h's kQemuOverheadMb, pids, cpu = cpu_millis), joined
+//   before exec, in its own session: it survives a daemon restart and is
+//   re-adopted by pid (checked against its recorded start time) and socket.
+//   Cleanup kills whatever is in that cgroup, so a VM of a create that a
+//   crash interrupted is found without a record.
+// * Create waits for the agent's hello at most boot_timeout: DeadlineExceeded
+//   then, with QEMU killed and every file removed. A guest whose root could
+//   not be set up (bad layer image) fails Create with FailedPrecondition and
+//   the agent's reason; QEMU exiting during boot too, with the console's tail.
+// * Exec: the agent runs the command in a per-exec cgroup inside the guest;
+//   the timeout (SIGTERM to the tree, SIGKILL after kill_grace) is enforced
+//   there. The host waits for the result at most timeout + kill_grace +
+//   exec_slack; a guest that does not answer by then fails the call with
+//   DeadlineExceeded.
+// * Capabilities: none yet (pause/suspend/processes/export_changes answer
+//   Unimplemented through runtime::Require); files(): Unimplemented.
+// * Hostname: spec.hostname goes on the kernel command line; only
+//   [A-Za-z0-9.-] is accepted.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace warren::runtime {
+
+struct MicrovmOptions {
+  std::string qemu = "/usr/bin/qemu-system-x86_64";
+  // bzImage and initramfs (scripts/microvm/build-guest.sh writes both into
+  // one dir: <dir>/vmlinuz, <dir>/initramfs.cpio).
+  std::string kernel;
+  std::string initrd;
+  // "tcg" or "kvm". KVM is used only when the caller has probed that it
+  // runs a stock guest (on PVM-based hosts it does not: the guest hangs).
+  std::string accel = "tcg";
+  // Where the writable disks live (created if missing).
+  std::string disk_dir;
+  std::string cgroup_name = "warren-microvm";
+  std::chrono::milliseconds boot_timeout{60000};
+  std::chrono::milliseconds exec_slack{30000};
+  uint32_t cpus = 1;  // vCPUs per VM
+};
+
+// What MicrovmOptions' files must be for the backend to be offered; OK or
+// NotFound/FailedPrecondition naming the missing one.
+Status CheckMicrovmHost(const MicrovmOptions& options);
+
+StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& options);
+
+}  // namespace warren::runtime

@@ -1,0 +1,229 @@
+#include "runtime/microvm/qemu.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "common/file_util.h"
+
+extern char** environ;
+
+namespace warren::runtime::microvm {
+
+std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
+  std::string append =
+      "console=ttyS0 quiet panic=-1 mitigations=off i8042.noaux i8042.nomux i8042.nopnp "
+      "i8042.dumbkbd cryptomgr.notests";
+  if (c.accel == "tcg" && c.tsc_khz != 0) append += " tsc_early_khz=" + std::to_string(c.tsc_khz);
+  append += " warren.layers=" + std::to_string(c.layer_files.size());
+  append += " warren.hostname=" + c.hostname;
+  append += " warren.shm_mb=" + std::to_string(c.shm_mb);
+  std::vector<std::string> a = {
+      qemu,
+      "-M",
+      "microvm,x-option-roms=off,rtc=on",
+      "-accel",
+      c.accel == "tcg" ? "tcg,tb-size=" + std::to_string(kTcgCacheMb) : c.accel,
+      "-cpu",
+      c.accel == "kvm" ? "host" : "max",
+      "-m",
+      std::to_string(c.memory_mb) + "M",
+      "-smp",
+      std::to_string(c.cpus),
+      "-nodefaults",
+      "-no-user-config",
+      "-nographic",
+      "-no-reboot",
+      "-sandbox",
+      "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      "-kernel",
+      c.kernel,
+      "-initrd",
+      c.initrd,
+      "-append",
+      append,
+      "-chardev",
+      "file,id=console,path=" + c.console_log,
+      "-serial",
+      "chardev:console",
+      "-device",
+      "virtio-serial-device",
+      "-chardev",
+      "socket,id=agent,fd=" + std::to_string(c.agent_listen_fd) + ",server=on,wait=off",
+      "-device",
+      "virtserialport,chardev=agent,name=warren.agent",
+  };
+  for (size_t i = 0; i < c.layer_files.size(); ++i) {
+    std::string id = "l" + std::to_string(i);
+    // QEMU's -drive option parser splits at ','; a path with one is doubled.
+    std::string file;
+    for (char ch : c.layer_files[i]) file += ch == ',' ? std::string(",,") : std::string(1, ch);
+    a.insert(a.end(), {"-drive", "file=" + file + ",if=none,id=" + id + ",format=raw,readonly=on", "-device",
+                       "virtio-blk-device,drive=" + id + ",serial=wl" + std::to_string(i)});
+  }
+  std::string disk;
+  for (char ch : c.disk) disk += ch == ',' ? std::string(",,") : std::string(1, ch);
+  a.insert(a.end(), {"-drive", "file=" + disk + ",if=none,id=wdisk,format=raw,cache=unsafe,discard=unmap", "-device",
+                     "virtio-blk-device,drive=wdisk,serial=wdisk", "-device", "virtio-rng-device"});
+  return a;
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
+  StatusOr<std::string> stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!stat.ok()) return 0;
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return 0;
+  // Fields after the command: state is field 3, start time field 22.
+  size_t pos = paren + 2;
+  for (int field = 3; field < 22; ++field) {
+    pos = stat->find(' ', pos);
+    if (pos == std::string::npos) return 0;
+    ++pos;
+  }
+  return std::strtoull(stat->c_str() + pos, nullptr, 10);
+}
+
+StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
+                                  const std::string& log_path, const std::vector<int>& procs_fds) {
+  UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull.valid()) return ErrnoToStatus(errno, "open(/dev/null)");
+  UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!log.valid()) return ErrnoToStatus(errno, "open(" + log_path + ")");
+  int rep[2];
+  if (::pipe2(rep, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+  UniqueFd rep_r(rep[0]), rep_w(rep[1]);
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoToStatus(errno, "fork (qemu)");
+  if (pid == 0) {
+    // Async-signal-safe only: the daemon is multi-threaded. The report
+    // pipe and the socket move above fd 10 first, so that filling 0-2 and
+    // `target_fd` cannot overwrite them.
+    int rep_fd = ::fcntl(rep_w.get(), F_DUPFD_CLOEXEC, 10);
+    auto fail = [&](int step) {
+      int msg[2] = {step, errno};
+      ssize_t ignored = ::write(rep_fd, msg, sizeof msg);
+      (void)ignored;
+      ::_exit(127);
+    };
+    int sock = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 10);
+    if (rep_fd < 0 || sock < 0) fail(3);
+    for (int fd : procs_fds) {
+      if (::write(fd, "0", 1) != 1) fail(1);
+    }
+    if (::setsid() < 0) fail(2);
+    if (::dup2(devnull.get(), 0) < 0 || ::dup2(log.get(), 1) < 0 || ::dup2(log.get(), 2) < 0) fail(3);
+    if (::dup2(sock, target_fd) < 0) fail(3);  // dup2 clears close-on-exec
+    // Nothing else goes to QEMU (CLOSE_RANGE_CLOEXEC: Linux 5.11).
+    if (::syscall(SYS_close_range, target_fd + 1, ~0U, CLOSE_RANGE_CLOEXEC) != 0) fail(3);
+    ::execve(args[0], args.data(), environ);
+    fail(4);
+  }
+  rep_w.reset();
+  int msg[2] = {0, 0};
+  ssize_t got;
+  do {
+    got = ::read(rep_r.get(), msg, sizeof msg);
+  } while (got < 0 && errno == EINTR);
+  if (got == static_cast<ssize_t>(sizeof msg)) {
+    int st;
+    ::waitpid(pid, &st, 0);
+    const char* step = msg[0] == 1   ? "joining the VM's cgroup"
+                       : msg[0] == 2 ? "setsid"
+                       : msg[0] == 3 ? "dup2"
+                                     : "execve";
+    return ErrnoToStatus(msg[1], std::string("starting ") + argv[0] + ": " + step);
+  }
+  LaunchedQemu out;
+  out.pid = pid;
+  out.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!out.pidfd.valid()) {
+    Status s = ErrnoToStatus(errno, "pidfd_open(" + std::to_string(pid) + ")");
+    ::kill(pid, SIGKILL);
+    int st;
+    ::waitpid(pid, &st, 0);
+    return s;
+  }
+  out.start_time = ProcessStartTime(pid);
+  return out;
+}
+
+uint32_t HostTscKhz() {
+  static std::once_flag once;
+  static uint32_t khz = 0;
+  std::call_once(once, [] {
+    auto now_ns = [] {
+      timespec ts;
+      ::clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+      return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+    };
+    int64_t t0 = now_ns();
+    uint64_t c0 = __rdtsc();
+    timespec nap{0, 50L * 1000 * 1000};
+    ::nanosleep(&nap, nullptr);
+    int64_t t1 = now_ns();
+    uint64_t c1 = __rdtsc();
+    // cycles per ns * 10^6 = cycles per ms = kHz.
+    if (t1 > t0) khz = static_cast<uint32_t>((c1 - c0) * 1000000 / static_cast<uint64_t>(t1 - t0));
+  });
+  return khz;
+}
+
+Status MakeDisk(const std::string& path, uint32_t size_mb) {
+  {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ", O_CREAT|O_EXCL)");
+    if (::ftruncate(fd.get(), static_cast<off_t>(size_mb) << 20) != 0) {
+      Status s = ErrnoToStatus(errno, "ftruncate(" + path + ", " + std::to_string(size_mb) + " MiB)");
+      ::unlink(path.c_str());
+      return s;
+    }
+  }
+  std::vector<std::string> argv = {
+      "mke2fs", "-q",           "-F", "-t", "ext4", "-O", "^has_journal", "-m", "0", "-E", "assume_storage_prezeroed=1",
+      "-L",     "warren-upper", path};
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  int rc = ::posix_spawnp(&pid, "mke2fs", &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    ::unlink(path.c_str());
+    return ErrnoToStatus(rc, "posix_spawnp(mke2fs)");
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) {
+      Status s = ErrnoToStatus(errno, "waitpid(mke2fs)");
+      ::unlink(path.c_str());
+      return s;
+    }
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    ::unlink(path.c_str());
+    return absl::InternalError("mke2fs " + path + " failed (status " + std::to_string(st) + ")");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace warren::runtime::microvm

@@ -1,0 +1,79 @@
+// QEMU for one microvm sandbox: its command line and its launch.
+//
+// Machine: `-M microvm` (no PCI, no firmware: direct kernel boot), its
+// virtio-mmio devices enumerated by the guest through ACPI (the Debian cloud
+// kernel does not build VIRTIO_MMIO_CMDLINE_DEVICES). Devices: a
+// virtio-serial port "warren.agent" on a unix socket chardev (the daemon
+// passes the LISTENING socket as an fd, so its path may be longer than
+// sun_path), one read-only virtio-blk disk per layer (serial wl<i>, bottom
+// first), the writable disk (serial wdisk), virtio-rng; no NIC. The serial
+// console goes to a file; QEMU's stdin is /dev/null, its own messages go to
+// a log file. `-sandbox on` with every deny option (QEMU's seccomp filter).
+//
+// Accelerator: "tcg" (default) or "kvm". Under TCG the guest's TSC is the
+// host's TSC and microvm offers the guest no PIT/HPET reference to measure
+// it, so the kernel is told its frequency (tsc_early_khz=, measured once on
+// the host by HostTscKhz()); without it the stock kernel hangs calibrating.
+// TCG's translation cache is bounded (tb-size) so that the VM's memory
+// overhead is known.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace warren::runtime::microvm {
+
+// QEMU's memory beyond the guest's RAM, charged to the VM's cgroup: the
+// TCG translation cache plus QEMU's own heap, threads and device buffers.
+constexpr uint32_t kTcgCacheMb = 32;
+constexpr uint32_t kQemuOverheadMb = kTcgCacheMb + 96;
+
+struct VmConfig {
+  std::string kernel;  // bzImage
+  std::string initrd;  // newc cpio with the agent as /init
+  std::string accel = "tcg";
+  uint32_t tsc_khz = 0;  // TCG: the host's TSC frequency
+  uint32_t memory_mb = 256;
+  uint32_t cpus = 1;
+  std::vector<std::string> layer_files;  // EROFS images, bottom first
+  std::string disk;                      // the writable disk (ext4)
+  std::string console_log;
+  std::string hostname;
+  uint32_t shm_mb = 64;
+  int agent_listen_fd = 3;  // fd number of the listening socket in QEMU
+};
+
+std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& config);
+
+struct LaunchedQemu {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22
+};
+
+// Starts QEMU as a child of this process in a new session (it outlives the
+// daemon: nothing ties it to the daemon's lifetime), with `listen_fd` as fd
+// `config.agent_listen_fd`, stdin /dev/null, stdout+stderr appended to
+// `log_path`, and its cgroup joined (writes to `procs_fds`) before exec.
+StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
+                                  const std::string& log_path, const std::vector<int>& procs_fds);
+
+// /proc/<pid>/stat field 22 (start time in clock ticks), 0 if gone.
+uint64_t ProcessStartTime(pid_t pid);
+
+// The host's TSC frequency in kHz, measured once per process (~50 ms).
+uint32_t HostTscKhz();
+
+// Makes a sparse file of `size_mb` MiB at `path` (which must not exist)
+// holding an empty ext4 file system without a journal (the disk dies with
+// its sandbox: nothing to recover after a crash). mke2fs 1.47's
+// assume_storage_prezeroed skips zeroing the inode tables, so the guest's
+// lazy init has nothing to write either. On error nothing is left.
+Status MakeDisk(const std::string& path, uint32_t size_mb);
+
+}  // namespace warren::runtime::microvm

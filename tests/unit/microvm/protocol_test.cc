@@ -1,0 +1,348 @@
+// The microvm wire protocol (runtime/microvm/protocol.h) and the host end of
+// the channel (channel.h) against a fake guest: garbage, oversized and
+// truncated frames fail that channel only, with an error naming the
+// violation; well-formed replies come back byte-exact.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/unique_fd.h"
+#include "runtime/microvm/channel.h"
+#include "runtime/microvm/protocol.h"
+#include "status_matchers.h"
+
+namespace warren::runtime::microvm {
+namespace {
+
+using proto::FrameDecoder;
+using proto::FrameType;
+using Result = FrameDecoder::Result;
+using ::testing::HasSubstr;
+
+std::string Header(uint32_t length, uint16_t type, uint16_t flags, uint64_t id) {
+  std::string h;
+  proto::PutLe(h, length, 4);
+  proto::PutLe(h, type, 2);
+  proto::PutLe(h, flags, 2);
+  proto::PutLe(h, id, 8);
+  return h;
+}
+
+TEST(FrameDecoderTest, DecodesFramesFedByteByByte) {
+  std::string stream = proto::EncodeFrame(FrameType::kOutput, proto::kStreamStderr, 7, std::string("a\0b", 3)) +
+                       proto::EncodeFrame(FrameType::kPong, 0, 8, "");
+  FrameDecoder d;
+  proto::Frame f;
+  std::vector<proto::Frame> got;
+  for (char c : stream) {
+    d.Feed(std::string_view(&c, 1));
+    while (d.Next(&f) == Result::kFrame) got.push_back(f);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].type, FrameType::kOutput);
+  EXPECT_EQ(got[0].flags, proto::kStreamStderr);
+  EXPECT_EQ(got[0].id, 7u);
+  EXPECT_EQ(got[0].payload, std::string("a\0b", 3));
+  EXPECT_EQ(got[1].type, FrameType::kPong);
+  EXPECT_EQ(d.pending(), 0u);
+}
+
+TEST(FrameDecoderTest, OversizedFrameIsRejectedBeforeItsPayloadArrives) {
+  FrameDecoder d;
+  d.Feed(Header(proto::kMaxPayload + 1, static_cast<uint16_t>(FrameType::kOutput), 1, 1));
+  proto::Frame f;
+  EXPECT_EQ(d.Next(&f), Result::kError);
+  EXPECT_THAT(d.error(), HasSubstr("exceeds the maximum"));
+  d.Feed(proto::EncodeFrame(FrameType::kPong, 0, 2, ""));  // a failed stream stays failed
+  EXPECT_EQ(d.Next(&f), Result::kError);
+}
+
+TEST(FrameDecoderTest, UnknownTypeAndBadFlagsAreRejected) {
+  for (const std::string& bad : {Header(0, 0, 0, 1), Header(0, 200, 0, 1), Header(0, 7, 3, 1), Header(0, 8, 1, 1)}) {
+    FrameDecoder d;
+    d.Feed(bad);
+    proto::Frame f;
+    EXPECT_EQ(d.Next(&f), Result::kError) << d.error();
+    EXPECT_FALSE(d.error().empty());
+  }
+}
+
+TEST(FrameDecoderTest, TruncatedFrameWaitsAndIsPending) {
+  std::string frame = proto::EncodeFrame(FrameType::kExit, 0, 3, "xyz");
+  FrameDecoder d;
+  d.Feed(std::string_view(frame).substr(0, frame.size() - 1));
+  proto::Frame f;
+  EXPECT_EQ(d.Next(&f), Result::kNeedMore);
+  EXPECT_EQ(d.pending(), frame.size() - 1);
+}
+
+TEST(FrameDecoderTest, RandomGarbageNeverCrashesAndNeverYieldsAnOversizedFrame) {
+  std::srand(42);
+  for (int round = 0; round < 2000; ++round) {
+    std::string junk(static_cast<size_t>(std::rand() % 200), '\0');
+    for (char& c : junk) c = static_cast<char>(std::rand());
+    FrameDecoder d;
+    d.Feed(junk);
+    proto::Frame f;
+    Result r;
+    int frames = 0;
+    while ((r = d.Next(&f)) == Result::kFrame) {
+      EXPECT_LE(f.payload.size(), proto::kMaxPayload);
+      ASSERT_LT(++frames, 100);
+    }
+    // Whatever the junk decodes to must also survive the message decoders.
+    std::string why;
+    proto::ExitResult e;
+    proto::ErrorReply er;
+    proto::HelloReply h;
+    (void)proto::Decode(junk, &e, &why);
+    (void)proto::Decode(junk, &er, &why);
+    (void)proto::Decode(junk, &h, &why);
+  }
+}
+
+TEST(MessageTest, ExecRequestRoundTripsByteExact) {
+  proto::ExecRequest r;
+  r.argv = {"printf", std::string("a\0b\xff", 4)};
+  r.env = {"A=1", "B="};
+  r.cwd = "/w";
+  r.user = "1000:1000";
+  r.timeout_ms = 1500;
+  r.kill_grace_ms = 7;
+  r.output_cap = 99;
+  r.stdin_follows = true;
+  proto::ExecRequest back;
+  std::string why;
+  ASSERT_TRUE(proto::Decode(proto::Encode(r), &back, &why)) << why;
+  EXPECT_EQ(back.argv, r.argv);
+  EXPECT_EQ(back.env, r.env);
+  EXPECT_FALSE(back.shell.has_value());
+  EXPECT_EQ(back.cwd, "/w");
+  EXPECT_EQ(back.user, "1000:1000");
+  EXPECT_EQ(back.timeout_ms, 1500u);
+  EXPECT_EQ(back.kill_grace_ms, 7u);
+  EXPECT_EQ(back.output_cap, 99u);
+  EXPECT_TRUE(back.stdin_follows);
+}
+
+TEST(MessageTest, OutOfRangeAndMalformedRepliesAreRejected) {
+  std::string why;
+  proto::ExitResult e;
+  EXPECT_FALSE(proto::Decode(proto::TlvWriter().U64(proto::tag::kExitCode, 1000).str(), &e, &why));
+  EXPECT_THAT(why, HasSubstr("exit code 1000 out of range"));
+  EXPECT_FALSE(
+      proto::Decode(proto::TlvWriter().U64(proto::tag::kExitCode, 0).U64(proto::tag::kSignal, 65).str(), &e, &why));
+  EXPECT_THAT(why, HasSubstr("signal 65"));
+  EXPECT_FALSE(proto::Decode(proto::TlvWriter().Bytes(proto::tag::kExitCode, "abc").str(), &e, &why));
+  EXPECT_FALSE(proto::Decode(proto::TlvWriter().U64(proto::tag::kSignal, 1).str(), &e, &why));
+  EXPECT_THAT(why, HasSubstr("without an exit code"));
+  // A record whose size overruns the payload.
+  std::string overrun;
+  proto::PutLe(overrun, proto::tag::kExitCode, 2);
+  proto::PutLe(overrun, 1000, 4);
+  overrun += "12345678";
+  EXPECT_FALSE(proto::Decode(overrun, &e, &why));
+  EXPECT_THAT(why, HasSubstr("overruns"));
+  proto::ErrorReply er;
+  EXPECT_FALSE(proto::Decode(proto::TlvWriter().U64(proto::tag::kCode, 99).str(), &er, &why));
+  EXPECT_FALSE(
+      proto::Decode(proto::TlvWriter().U64(proto::tag::kCode, 5).U64(proto::tag::kErrno, 1u << 20).str(), &er, &why));
+  proto::HelloReply h;
+  EXPECT_FALSE(proto::Decode(std::string(proto::kMaxStringField + 7, 'x'), &h, &why));
+  EXPECT_FALSE(proto::Decode(proto::TlvWriter()
+                                 .U64(proto::tag::kVersion, 1)
+                                 .Bytes(proto::tag::kBootId, std::string(proto::kMaxStringField + 1, 'b'))
+                                 .str(),
+                             &h, &why));
+  EXPECT_THAT(why, HasSubstr("too long"));
+}
+
+TEST(MessageTest, FindHelloReplySkipsWhatAnEarlierConnectionLeft) {
+  std::string reply = proto::EncodeFrame(FrameType::kHelloReply, 0, 0xabcdef12345ull, "p");
+  std::string stream = std::string("\x07\x00\x00\x00leftover", 12) + reply;
+  EXPECT_EQ(proto::FindHelloReply(stream, 0xabcdef12345ull), 12u);
+  EXPECT_EQ(proto::FindHelloReply(stream, 0xabcdef12346ull), std::string::npos);
+  EXPECT_EQ(proto::FindHelloReply("", 1), std::string::npos);
+}
+
+// ---- the host end of the channel against a fake guest
+
+class FakeGuest {
+ public:
+  // `script` runs on the accepted connection once the host's first request
+  // after the hello (id `request_id`) arrived.
+  explicit FakeGuest(const std::function<void(int fd, uint64_t request_id)>& script) {
+    char tmpl[] = "/tmp/warren-mvm-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    path_ = dir_ + "/agent.sock";
+    listener_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path_.c_str());
+    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    EXPECT_EQ(::listen(listener_.get(), 1), 0);
+    thread_ = std::thread([this, script] {
+      UniqueFd c(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      FrameDecoder d;
+      proto::Frame f;
+      char buf[4096];
+      auto next_frame = [&]() {
+        while (d.Next(&f) != Result::kFrame) {
+          ssize_t n = ::read(c.get(), buf, sizeof buf);
+          if (n <= 0) return false;
+          d.Feed(std::string_view(buf, static_cast<size_t>(n)));
+        }
+        return true;
+      };
+      if (!next_frame()) return;
+      proto::HelloReply r;
+      r.version = proto::kVersion;
+      r.kernel_release = "6.1-fake";
+      std::string out = "stale bytes of an earlier connection" +
+                        proto::EncodeFrame(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
+      ASSERT_EQ(::write(c.get(), out.data(), out.size()), static_cast<ssize_t>(out.size()));
+      // Answer the first request (as the agent does: never before it).
+      if (!next_frame()) return;
+      script(c.get(), f.id);
+      // Keep the connection until the host closes it.
+      while (::read(c.get(), buf, sizeof buf) > 0) {
+      }
+    });
+  }
+  ~FakeGuest() {
+    thread_.join();
+    ::unlink(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+  UniqueFd listener_;
+  std::thread thread_;
+};
+
+void WriteAll(int fd, const std::string& s) {
+  ASSERT_EQ(::write(fd, s.data(), s.size()), static_cast<ssize_t>(s.size()));
+}
+
+StatusOr<std::unique_ptr<AgentChannel>> Connect(const FakeGuest& g) {
+  proto::HelloReply hello;
+  auto ch = AgentChannel::Connect(
+      "n0-t", g.path(), AgentChannel::Clock::now() + std::chrono::seconds(10), [] { return true; }, &hello);
+  if (ch.ok()) {
+    EXPECT_EQ(hello.kernel_release, "6.1-fake");
+  }
+  return ch;
+}
+
+proto::ExecRequest Echo() {
+  proto::ExecRequest r;
+  r.argv = {"echo"};
+  r.output_cap = 4;
+  return r;
+}
+
+TEST(AgentChannelTest, OutputIsCappedOnTheHostWhateverTheGuestSends) {
+  FakeGuest g([](int fd, uint64_t id) {
+    std::string s = proto::EncodeFrame(FrameType::kOutput, proto::kStreamStdout, id, std::string("ab\0cdef", 7));
+    proto::ExitResult e;
+    e.exit_code = 3;
+    e.stdout_total = 2;  // a lie: the host saw 7
+    s += proto::EncodeFrame(FrameType::kExit, 0, id, proto::Encode(e));
+    WriteAll(fd, s);
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  ASSERT_OK_AND_ASSIGN(ExecOutcome out, ch->Exec(Echo(), "", std::chrono::seconds(10)));
+  EXPECT_EQ(out.exit_code, 3);
+  EXPECT_EQ(out.stdout_data, std::string("ab\0c", 4));
+  EXPECT_EQ(out.stdout_total, 7u);
+  EXPECT_TRUE(out.stdout_truncated);
+  ch->Close();
+}
+
+TEST(AgentChannelTest, GarbageBreaksOnlyItsOwnChannel) {
+  FakeGuest bad([](int fd, uint64_t) { WriteAll(fd, "this is not a frame header at all"); });
+  FakeGuest good([](int fd, uint64_t id) {
+    proto::ExitResult e;
+    e.exit_code = 0;
+    WriteAll(fd, proto::EncodeFrame(FrameType::kExit, 0, id, proto::Encode(e)));
+  });
+  ASSERT_OK_AND_ASSIGN(auto bad_ch, Connect(bad));
+  ASSERT_OK_AND_ASSIGN(auto good_ch, Connect(good));
+  EXPECT_THAT(bad_ch->Exec(Echo(), "", std::chrono::seconds(10)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("protocol violation by the guest")));
+  // Later calls on the broken channel fail at once too.
+  EXPECT_THAT(bad_ch->Ping(std::chrono::seconds(5)), StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK_AND_ASSIGN(ExecOutcome out, good_ch->Exec(Echo(), "", std::chrono::seconds(10)));
+  EXPECT_EQ(out.exit_code, 0);
+  bad_ch->Close();
+  good_ch->Close();
+}
+
+TEST(AgentChannelTest, OversizedFrameFailsTheCallWithoutReadingIt) {
+  FakeGuest g([](int fd, uint64_t id) {
+    WriteAll(fd, Header(64u << 20, static_cast<uint16_t>(FrameType::kOutput), 1, id) + "xx");
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  EXPECT_THAT(ch->Exec(Echo(), "", std::chrono::seconds(10)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("exceeds the maximum")));
+  EXPECT_LT(ch->bytes_received(), 1024u);
+  ch->Close();
+}
+
+TEST(AgentChannelTest, MalformedExitAndTruncatedStreamFailTheCall) {
+  FakeGuest g([](int fd, uint64_t id) {
+    WriteAll(fd, proto::EncodeFrame(FrameType::kExit, 0, id, proto::TlvWriter().U64(proto::tag::kSignal, 99).str()));
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  EXPECT_THAT(ch->Exec(Echo(), "", std::chrono::seconds(10)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("signal 99 out of range")));
+  ch->Close();
+
+  FakeGuest cut([](int fd, uint64_t id) {
+    std::string f = proto::EncodeFrame(FrameType::kOutput, proto::kStreamStdout, id, "hello");
+    WriteAll(fd, f.substr(0, f.size() - 2));
+    ::shutdown(fd, SHUT_WR);  // the VM died mid-frame
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch2, Connect(cut));
+  EXPECT_THAT(ch2->Exec(Echo(), "", std::chrono::seconds(10)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ended")));
+  ch2->Close();
+}
+
+TEST(AgentChannelTest, SilentGuestHitsTheWaitBoundAndCloseEndsAPendingExecAsKilled) {
+  FakeGuest g([](int, uint64_t) {});
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  EXPECT_THAT(ch->Exec(Echo(), "", std::chrono::milliseconds(200)), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  std::thread closer([&] {
+    ::usleep(100000);
+    ch->Close();
+  });
+  ASSERT_OK_AND_ASSIGN(ExecOutcome out, ch->Exec(Echo(), "", std::chrono::milliseconds(0)));
+  EXPECT_EQ(out.signal, SIGKILL);
+  closer.join();
+}
+
+TEST(AgentChannelTest, ConnectTimesOutWhenNobodyListens) {
+  proto::HelloReply hello;
+  auto ch = AgentChannel::Connect(
+      "n0-t", "/tmp/warren-no-such-dir/agent.sock", AgentChannel::Clock::now() + std::chrono::milliseconds(100),
+      [] { return true; }, &hello);
+  EXPECT_THAT(ch, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not answer")));
+  auto dead = AgentChannel::Connect(
+      "n0-t", "/tmp/warren-no-such-dir/agent.sock", AgentChannel::Clock::now() + std::chrono::seconds(10),
+      [] { return false; }, &hello);
+  EXPECT_THAT(dead, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("QEMU exited")));
+}
+
+}  // namespace
+}  // namespace warren::runtime::microvm
