@@ -44,14 +44,15 @@
 //    naming the pump when it passes); then what is already in the pipes is
 //    taken (as kAvailable) and the pump returns with `stopped` set. A stop
 //    during the after-exit drain ends it the same way.
-//  * after the end: kAvailable takes what is already in the pipes (bounded
-//    reads: background processes holding them never keep the pump), then
-//    stops; kWhileReadable keeps reading while some stream has data ready or
-//    is held back by its room (a slow reader), and stops once none has, at
-//    most `linger` after the end, or `linger_held` while a stream is held
-//    back (reaching the bound is not an error: the rest stays in the pipe);
-//    kUntilEof reads until every output is at EOF, at most `linger`
-//    (DeadlineExceeded naming the pump when it passes).
+//  * after the end (`room` applies throughout): kAvailable takes what is
+//    already in the pipes (bounded reads: background processes holding them
+//    never keep the pump), then stops; kWhileReadable keeps reading while
+//    some stream has data ready or is held back by its room (a slow
+//    reader), and stops once none has, at most `linger` after the end, or
+//    `linger_held` while a stream is held back (reaching the bound is not an
+//    error: the rest stays in the pipe); kUntilEof reads until every output
+//    is at EOF, at most `linger` (DeadlineExceeded naming the pump when it
+//    passes).
 //  * cancellation: `cancelled()` (optional) is asked on every wake, at least
 //    once a second; true ends the pump with Cancelled. The pump never blocks
 //    longer than a second without asking.

@@ -225,7 +225,7 @@ void ManagedProcess::Append(int s, std::string_view chunk) {
 void ManagedProcess::Pump() {
   const auto t0 = Clock::now();
   runtime::ExecOutcome outcome;
-  bool reaped = false;
+  bool ended = false;  // the foreground was reaped (or cannot be)
   PumpStream streams[3];
   for (int s = 0; s < 3; ++s) {
     streams[s].fd = std::move(out_[s]);
@@ -249,7 +249,7 @@ void ManagedProcess::Pump() {
       outcome.exit_code = 128 + SIGKILL;
       outcome.signal = SIGKILL;
     }
-    reaped = true;
+    ended = true;
     return true;
   };
   po.stdin_fd = &in_;
@@ -288,7 +288,7 @@ void ManagedProcess::Pump() {
     Log(spdlog::level::warn, "background process pump ended early",
         {{"sandbox", sandbox_id_}, {"process", process_id_}, {"error", pumped.status().ToString()}});
   }
-  if (!reaped) {  // stopped but not seen to end: it was killed
+  if (!ended) {  // stopped but not seen to end: it was killed
     outcome.exit_code = 128 + SIGKILL;
     outcome.signal = SIGKILL;
   }
