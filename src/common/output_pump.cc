@@ -338,7 +338,7 @@ StatusOr<PumpResult> Pump::UntilEof() {
 
 }  // namespace
 
-StatusOr<PumpResult> PumpOutput(const PumpOptions& options, std::vector<PumpStream*> streams) {
+StatusOr<PumpResult> PumpOutput(const PumpOptions& options, const std::vector<PumpStream*>& streams) {
   return Pump(options, streams).Run();
 }
 

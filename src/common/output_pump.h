@@ -127,6 +127,6 @@ struct PumpResult {
 // Errors: InvalidArgument (more than 8 streams; both stdin_data and
 // stdin_source), poll failing (errno), on_exit_readable's error, Cancelled,
 // DeadlineExceeded (kUntilEof linger; stop_wait).
-StatusOr<PumpResult> PumpOutput(const PumpOptions& options, std::vector<PumpStream*> streams);
+StatusOr<PumpResult> PumpOutput(const PumpOptions& options, const std::vector<PumpStream*>& streams);
 
 }  // namespace warren
