@@ -1,8 +1,5 @@
 #include "node/process_table.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -10,17 +7,16 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/log.h"
+#include "common/output_pump.h"
+#include "common/time.h"
+
 namespace warren::node {
 namespace {
 
 using std::chrono::milliseconds;
 
-int64_t UnixNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-constexpr size_t kReadChunk = 64 << 10;
+constexpr size_t kReadChunk = 64 << 10;  // the pump's read size
 
 }  // namespace
 
@@ -53,22 +49,18 @@ ManagedProcess::ManagedProcess(std::shared_ptr<runtime::Sandbox> sb, std::unique
       process_id_(std::move(process_id)),
       options_(options),
       on_exit_(std::move(on_exit)),
-      buf_(kReadChunk, '\0'),
       rings_{RingBuffer(options.buffer_bytes), RingBuffer(options.buffer_bytes)} {
   in_ = proc_->TakeStdin();
   out_[0] = proc_->TakeStdout();
   out_[1] = proc_->TakeStderr();
   out_[2] = proc_->TakeControl();
-  for (auto* fd : {&in_, &out_[0], &out_[1], &out_[2]}) {
-    if (fd->valid()) (void)::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL) | O_NONBLOCK);
-  }
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   status_.sandbox_id = sandbox_id_;
   status_.process_id = process_id_;
   status_.argv = spec.argv;
   status_.shell = spec.shell;
   status_.pty = options.start.pty;
-  status_.started_at_ns = UnixNs();
+  status_.started_at_ns = WallNowNs();
   status_.pid = proc_->pid();
   status_.buffer_bytes = options.buffer_bytes;
   if (!spec.stdin_data.empty()) stdin_queue_.push_back(spec.stdin_data);
@@ -195,9 +187,12 @@ void ManagedProcess::Stop() {
     running = !finished_;
     stopping_ = true;
   }
-  if (running && proc_) (void)proc_->Signal(SIGKILL, true);
-  Wake();
-  if (pump_.joinable()) pump_.join();
+  if (!pump_.joinable()) {  // no pump (Start failed): kill here
+    if (running && proc_) (void)proc_->Signal(SIGKILL, true);
+    return;
+  }
+  Wake();  // the pump kills the tree and reaps
+  pump_.join();
 }
 
 size_t ManagedProcess::Room(int s) const {
@@ -206,191 +201,103 @@ size_t ManagedProcess::Room(int s) const {
   return unread >= options_.buffer_bytes ? 0 : std::min<size_t>(kReadChunk, options_.buffer_bytes - unread);
 }
 
-bool ManagedProcess::Drain(int s, int reads) {
-  for (int i = 0; i < reads && out_[s].valid(); ++i) {
-    size_t room;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      room = Room(s);
-    }
-    if (room == 0) return true;
-    ssize_t n = ::read(out_[s].get(), buf_.data(), std::min(room, buf_.size()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return true;
-    if (n <= 0) {  // EOF, or EIO: the PTY's slave side is closed everywhere
-      out_[s].reset();
-      return false;
-    }
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (s < 2) {
-        rings_[s].Append(std::string_view(buf_.data(), static_cast<size_t>(n)));
-      } else {
-        // Everything written to stdout/stderr before fd 3 goes first.
-        ControlRecord rec{control_total_, std::string(buf_.data(), static_cast<size_t>(n)), rings_[0].total(),
-                          rings_[1].total()};
-        control_total_ += rec.data.size();
-        control_held_ += rec.data.size();
-        control_.push_back(std::move(rec));
-        while (control_held_ > options_.buffer_bytes && control_.size() > 1) {
-          control_held_ -= control_.front().data.size();
-          control_.pop_front();
-        }
+void ManagedProcess::Append(int s, std::string_view chunk) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (s < 2) {
+      rings_[s].Append(chunk);
+    } else {
+      // The pump drained stdout/stderr before this read of fd 3: everything
+      // the process wrote to them before is counted in the marks.
+      ControlRecord rec{control_total_, std::string(chunk), rings_[0].total(), rings_[1].total()};
+      control_total_ += rec.data.size();
+      control_held_ += rec.data.size();
+      control_.push_back(std::move(rec));
+      while (control_held_ > options_.buffer_bytes && control_.size() > 1) {
+        control_held_ -= control_.front().data.size();
+        control_.pop_front();
       }
     }
-    cv_.notify_all();
   }
-  return out_[2].valid() || s != 2;
+  cv_.notify_all();
 }
 
 void ManagedProcess::Pump() {
-  // Writing to a stdin whose reader is gone must give EPIPE, not kill us.
-  sigset_t pipe_set;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
-
   const auto t0 = Clock::now();
-  const auto deadline = options_.timeout.count() > 0 ? t0 + options_.timeout : Clock::time_point::max();
-  auto kill_at = Clock::time_point::max();
-  bool exited = false, timed_out = false;
   runtime::ExecOutcome outcome;
-  std::string pending;  // stdin bytes being written
-  auto exit_seen_at = Clock::time_point::max();
-  auto stop_seen = Clock::time_point::max();
-
-  for (;;) {
-    bool stopping;
-    bool want_close = false;
-    std::array<size_t, 2> room{};
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stopping = stopping_;
-      if (pending.empty() && !stdin_queue_.empty()) {
-        pending = std::move(stdin_queue_.front());
-        stdin_queue_.pop_front();
-      }
-      want_close = stdin_close_ && pending.empty() && stdin_queue_.empty();
-      room = {Room(0), Room(1)};
-    }
-    if (want_close && in_.valid()) {
-      in_.reset();
-      std::lock_guard<std::mutex> l(mu_);
-      stdin_closed_ = true;
-    }
-
-    pollfd pfds[6];
-    int np = 0;
-    pfds[np++] = {wake_.get(), POLLIN, 0};
-    int pid_i = -1, in_i = -1, out_i[3] = {-1, -1, -1};
-    if (!exited) {
-      pid_i = np;
-      pfds[np++] = {proc_->pidfd(), POLLIN, 0};
-    }
-    for (int s = 0; s < 3; ++s) {
-      if (out_[s].valid() && (s == 2 || room[s] > 0)) {
-        out_i[s] = np;
-        pfds[np++] = {out_[s].get(), POLLIN, 0};
-      }
-    }
-    if (in_.valid() && !pending.empty()) {
-      in_i = np;
-      pfds[np++] = {in_.get(), POLLOUT, 0};
-    }
-    int wait_ms = 1000;
-    const auto now = Clock::now();
-    const auto next = std::min(deadline, kill_at);
-    if (next != Clock::time_point::max())
-      wait_ms = static_cast<int>(
-          std::clamp<int64_t>(std::chrono::duration_cast<milliseconds>(next - now).count() + 1, 0, 1000));
-    if (exited) wait_ms = std::min(wait_ms, 50);
-    int pr = ::poll(pfds, static_cast<nfds_t>(np), wait_ms);
-    if (pr < 0 && errno != EINTR) break;
-    if (pfds[0].revents & POLLIN) {
-      uint64_t v;
-      (void)!::read(wake_.get(), &v, sizeof v);
-    }
-    // Output: stdout and stderr first, so that a control record always comes
-    // after what the process wrote to them before it.
-    for (int s = 0; s < 2; ++s) {
-      if (out_i[s] >= 0 && pfds[out_i[s]].revents) Drain(s, 4);
-    }
-    if (out_i[2] >= 0 && pfds[out_i[2]].revents) {
-      Drain(0, 64);
-      Drain(1, 64);
-      Drain(2, 4);
-    }
-    if (in_i >= 0 && pfds[in_i].revents) {
-      ssize_t w = ::write(in_.get(), pending.data(), pending.size());
-      if (w > 0) pending.erase(0, static_cast<size_t>(w));
-      if (w < 0 && errno != EAGAIN && errno != EINTR) {  // EPIPE: nobody reads stdin any more
-        pending.clear();
-        in_.reset();
+  bool ended = false;  // the foreground was reaped (or cannot be)
+  PumpStream streams[3];
+  for (int s = 0; s < 3; ++s) {
+    streams[s].fd = std::move(out_[s]);
+    streams[s].on_data = [this, s](std::string_view chunk) { Append(s, chunk); };
+    if (s < 2) {
+      streams[s].room = [this, s] {
         std::lock_guard<std::mutex> l(mu_);
-        stdin_queue_.clear();
-        stdin_closed_ = true;
-      }
-    }
-    if (!exited && pid_i >= 0 && (pfds[pid_i].revents & POLLIN)) {
-      StatusOr<bool> w = proc_->TryWait(&outcome);
-      if (!w.ok() || *w) {
-        exited = true;
-        exit_seen_at = Clock::now();
-        if (!w.ok()) {
-          outcome.exit_code = 128 + SIGKILL;
-          outcome.signal = SIGKILL;
-        }
-      }
-    }
-    const auto t = Clock::now();
-    if (!exited && t >= deadline && !timed_out) {
-      timed_out = true;
-      (void)proc_->Signal(SIGTERM, true);
-      kill_at = t + options_.kill_grace;
-    }
-    if (!exited && t >= kill_at) {
-      (void)proc_->Signal(SIGKILL, true);
-      kill_at = t + milliseconds(200);
-    }
-    if (exited) {
-      // The foreground is gone: take what is already in the pipes, then stop
-      // (background processes holding them do not keep the process open).
-      // Bounded: background writers could keep the pipes busy forever; a
-      // slow lossless reader gets up to a minute to take the rest.
-      bool more = false, waiting_for_reader = false;
-      for (int s = 0; s < 3; ++s) {
-        if (!out_[s].valid()) continue;
-        size_t r;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          r = Room(s);
-        }
-        if (r == 0) {
-          more = waiting_for_reader = true;
-          continue;
-        }
-        Drain(s, 64);
-        if (out_[s].valid()) {
-          pollfd p{out_[s].get(), POLLIN, 0};
-          if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) more = true;
-        }
-      }
-      const auto since_exit = Clock::now() - exit_seen_at;
-      if (!more || stopping || since_exit > milliseconds(waiting_for_reader ? 60000 : 2000)) break;
-    } else if (stopping) {
-      // Stop() killed the tree: keep reaping until the foreground is gone,
-      // at most 5 s (a frozen sandbox delays the kill).
-      if (stop_seen == Clock::time_point::max()) stop_seen = Clock::now();
-      if (Clock::now() - stop_seen > milliseconds(5000)) break;
+        return Room(s);
+      };
     }
   }
-  if (timed_out) (void)proc_->Signal(SIGKILL, true);  // the rest of the tree goes too
-  outcome.timed_out = timed_out;
+  // Control records come after the stdout/stderr bytes written before them.
+  streams[2].drain_earlier_first = true;
+
+  PumpOptions po;
+  po.exit_fd = proc_->pidfd();
+  po.on_exit_readable = [&]() -> StatusOr<bool> {
+    StatusOr<bool> w = proc_->TryWait(&outcome);
+    if (w.ok() && !*w) return false;
+    if (!w.ok()) {  // cannot reap: count it as killed
+      outcome.exit_code = 128 + SIGKILL;
+      outcome.signal = SIGKILL;
+    }
+    ended = true;
+    return true;
+  };
+  po.stdin_fd = &in_;
+  po.stdin_source = [this](std::string* chunk) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!stdin_queue_.empty()) {
+      *chunk = std::move(stdin_queue_.front());
+      stdin_queue_.pop_front();
+      return StdinNext::kChunk;
+    }
+    return stdin_close_ ? StdinNext::kClose : StdinNext::kWait;
+  };
+  po.on_stdin_closed = [this] {
+    std::lock_guard<std::mutex> l(mu_);
+    stdin_closed_ = true;
+    stdin_queue_.clear();
+  };
+  po.wake_fd = wake_.get();
+  if (options_.timeout.count() > 0) po.deadline = [d = t0 + options_.timeout] { return d; };
+  po.kill = [this](int sig) { (void)proc_->Signal(sig, true); };
+  po.kill_grace = options_.kill_grace;
+  po.stop = [this] {
+    std::lock_guard<std::mutex> l(mu_);
+    return stopping_;
+  };
+  po.stop_wait = milliseconds(5000);  // a frozen sandbox delays the kill
+  // Bounded: background writers could keep the pipes busy forever; a slow
+  // lossless reader gets up to a minute to take the rest.
+  po.after_exit = PumpOptions::AfterExit::kWhileReadable;
+  po.linger = milliseconds(2000);
+  po.linger_held = milliseconds(60000);
+  po.what = "process " + process_id_;
+  StatusOr<PumpResult> pumped = PumpOutput(po, {&streams[0], &streams[1], &streams[2]});
+  if (!pumped.ok() || pumped->timed_out) (void)proc_->Signal(SIGKILL, true);  // the rest of the tree goes too
+  if (!pumped.ok()) {
+    Log(spdlog::level::warn, "background process pump ended early",
+        {{"sandbox", sandbox_id_}, {"process", process_id_}, {"error", pumped.status().ToString()}});
+  }
+  if (!ended) {  // stopped but not seen to end: it was killed
+    outcome.exit_code = 128 + SIGKILL;
+    outcome.signal = SIGKILL;
+  }
+  outcome.timed_out = pumped.ok() && pumped->timed_out;
   outcome.duration = Clock::now() - t0;
   ProcessStatus st;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& fd : out_) fd.reset();
+    for (auto& s : streams) s.fd.reset();
     in_.reset();
     stdin_closed_ = true;
     stdin_queue_.clear();

@@ -3,7 +3,8 @@
 // ManagedProcess.
 //
 // A ManagedProcess owns a runtime::Process (Sandbox::Start) and one pump
-// thread that moves bytes between the process's fds and memory:
+// thread that runs the output pump (common/output_pump.h) to move bytes
+// between the process's fds and memory:
 //   * stdout / stderr (with a PTY: the terminal, as stdout) go into a
 //     RingBuffer per stream of `buffer_bytes`. In `lossless` mode (attached
 //     streaming exec) the pump reads only while the reader's unconsumed bytes
@@ -17,8 +18,10 @@
 //   * stdin: writes are queued and written by the pump (never blocking the
 //     caller); close() closes the pipe once the queue is written.
 // Completion follows the foreground process, not pipe EOF (as Exec): once it
-// is reaped, what is already in the pipes is read, then the pipes close.
+// is reaped, the pipes are read while they have data ready (at most 2 s
+// after the end; 60 s while a lossless reader is behind), then they close.
 // A timeout sends SIGTERM to the whole tree, SIGKILL after kill_grace.
+// Stop() kills the whole tree and waits for the end at most 5 s.
 //
 // ProcessTable: the background processes of every sandbox, by sandbox id and
 // process id ("p<n>"), at most kMaxProcessesPerSandbox kept per sandbox
@@ -42,6 +45,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -133,10 +137,11 @@ class ManagedProcess {
                  std::string process_id, const runtime::ExecSpec& spec, const ProcessOptions& options,
                  ExitCallback on_exit);
   void Pump();
-  // Reads what fd has (at most max bytes per call, `reads` calls) into
-  // stream s. Returns false at EOF/EIO (fd closed).
-  bool Drain(int s, int reads);
-  size_t Room(int s) const;  // bytes the pump may read now (lossless back-pressure)
+  // Bytes the pump may read into stream s now (lossless back-pressure).
+  // Requires mu_.
+  size_t Room(int s) const;
+  // Keeps a chunk of stream s (ring or control record). Pump thread.
+  void Append(int s, std::string_view chunk);
   void Wake();
 
   const std::shared_ptr<runtime::Sandbox> sb_;  // keeps the Sandbox object alive for proc_
@@ -145,7 +150,6 @@ class ManagedProcess {
   const ProcessOptions options_;
   ExitCallback on_exit_;
   UniqueFd in_, out_[3], wake_;  // out_: stdout, stderr, control (pump thread only, except wake_)
-  std::string buf_;              // pump read buffer
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
