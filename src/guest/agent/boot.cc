@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -31,6 +32,14 @@ std::string ReadSmallFile(const std::string& path) {
   std::string s(buf, static_cast<size_t>(n));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+bool WriteSmallFile(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  ::close(fd);
+  return ok;
 }
 
 std::string Mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
@@ -198,6 +207,19 @@ std::string SetUpRoot() {
   if (!(err = Mount("cgroup2", "/newroot/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) {
     return err;
   }
+  // The sandbox's limits as a container has them: its task limit on the
+  // cgroup every command runs under (a fork bomb stays bounded and the
+  // agent keeps a pid to answer with), and memory overcommitted as on the
+  // host, so an allocation past the guest's RAM is OOM-killed when touched
+  // (the guest's RAM is the memory limit) rather than refused by the
+  // kernel's heuristic.
+  ::mkdir("/newroot/sys/fs/cgroup/warren", 0755);
+  (void)WriteSmallFile("/newroot/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+  if (params.count("pids") && std::atol(params["pids"].c_str()) > 0 &&
+      !WriteSmallFile("/newroot/sys/fs/cgroup/warren/pids.max", params["pids"])) {
+    return Errno("write(/sys/fs/cgroup/warren/pids.max)");
+  }
+  if (!WriteSmallFile("/newroot/proc/sys/vm/overcommit_memory", "1")) return Errno("write(vm.overcommit_memory)");
   if (::chdir("/newroot") != 0) return Errno("chdir(/newroot)");
   if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return Errno("move mount /newroot to /");
   if (::chroot(".") != 0) return Errno("chroot(/newroot)");

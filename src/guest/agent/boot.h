@@ -7,7 +7,8 @@
 // virtio-blk disk carries a serial, "wl<i>" for layer i (0 = bottom) and
 // "wdisk" for the writable disk (ext4, formatted by the host); the kernel
 // command line says how many layers there are (warren.layers=N), the
-// hostname (warren.hostname=) and the /dev/shm size (warren.shm_mb=).
+// hostname (warren.hostname=), the /dev/shm size (warren.shm_mb=) and the
+// task limit of the commands (warren.pids=, on the cgroup they all run under).
 #pragma once
 
 #include <string>

@@ -109,6 +109,7 @@ class MicrovmBackend : public Backend {
     vm.console_log = spec.dir + "/console.log";
     vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
     vm.shm_mb = spec.resources.tmpfs_mb;
+    vm.pids = spec.resources.pids;
     vm.agent_listen_fd = kAgentFd;
     std::vector<int> procs_fds;
     procs_fds.reserve(procs.size());

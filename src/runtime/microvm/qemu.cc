@@ -27,6 +27,7 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   append += " warren.layers=" + std::to_string(c.layer_files.size());
   append += " warren.hostname=" + c.hostname;
   append += " warren.shm_mb=" + std::to_string(c.shm_mb);
+  if (c.pids != 0) append += " warren.pids=" + std::to_string(c.pids);
   std::vector<std::string> a = {
       qemu,
       "-M",
