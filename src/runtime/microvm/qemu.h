@@ -45,7 +45,7 @@ struct VmConfig {
   std::string console_log;
   std::string hostname;
   uint32_t shm_mb = 64;
-  uint32_t pids = 0;  // the sandbox's task limit inside the guest (0: none)
+  uint32_t pids = 0;        // the sandbox's task limit inside the guest (0: none)
   int agent_listen_fd = 3;  // fd number of the listening socket in QEMU
 };
 
