@@ -30,9 +30,7 @@ NodeImages::NodeImages(node::SandboxManager* manager)
   }
 }
 
-StatusOr<image::LayerInfo> NodeImages::Resolve(const std::string& ref) const {
-  return manager_->layers().Resolve(ref);
-}
+StatusOr<image::LayerInfo> NodeImages::Resolve(const std::string& ref) const { return manager_->layers().Resolve(ref); }
 StatusOr<image::LayerInfo> NodeImages::BuildFromTar(const std::string& name, const std::string& tar_path) {
   return manager_->layers().BuildFromTar(name, tar_path);
 }
@@ -52,7 +50,7 @@ Status NodeImages::ApplyToCreate(const std::string& image, node::CreateRequest* 
   r->layers = std::move(layers);
   for (const std::string& kv : rec.config.env) {
     const size_t eq = kv.find('=');
-    if (eq == 0 || eq == std::string::npos) continue;  // not KEY=VALUE: no default to give
+    if (eq == 0 || eq == std::string::npos) continue;     // not KEY=VALUE: no default to give
     r->env.emplace(kv.substr(0, eq), kv.substr(eq + 1));  // the request's value wins
   }
   if (r->workdir.empty()) r->workdir = rec.config.workdir;
@@ -154,8 +152,8 @@ grpc::Status ImagesService::Import(grpc::ServerContext* ctx, const v1::ImportIma
     ASSIGN_OR_RETURN_GRPC(src, oci::NewLayoutSource(path, req->ref_name()));
   } else if (S_ISREG(st.st_mode)) {
     if (!req->ref_name().empty()) return Invalid("ref_name selects a manifest of an OCI layout, not of an archive");
-    ASSIGN_OR_RETURN_GRPC(src, oci::NewDockerArchiveSource(path, images_->tmp_dir() + "/import-" +
-                                                                     image::UniqueSuffix()));
+    ASSIGN_OR_RETURN_GRPC(src,
+                          oci::NewDockerArchiveSource(path, images_->tmp_dir() + "/import-" + image::UniqueSuffix()));
   } else {
     return Invalid("path=" + Quote(path) + " is neither an OCI layout directory nor an archive file");
   }
@@ -170,8 +168,7 @@ grpc::Status ImagesService::Get(grpc::ServerContext* ctx, const v1::GetImageRequ
   return grpc::Status::OK;
 }
 
-grpc::Status ImagesService::List(grpc::ServerContext* ctx, const v1::ListImagesRequest*,
-                                 v1::ListImagesResponse* resp) {
+grpc::Status ImagesService::List(grpc::ServerContext* ctx, const v1::ListImagesRequest*, v1::ListImagesResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
   for (const oci::ImageRecord& r : store->List()) ToImage(r, resp->add_images());

@@ -24,7 +24,7 @@ struct WarrenServices::Holder {
         lifecycle(ServiceDeps{m, &auth}),
         processes(ServiceDeps{m, &auth}),
         images(ServiceDeps{m, &auth}, &node_images) {}
-  const Authorizer auth;  // before the services, which borrow it
+  const Authorizer auth;   // before the services, which borrow it
   NodeImages node_images;  // likewise
   SandboxesService sandboxes;
   FilesService files;
@@ -41,8 +41,8 @@ WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions opt
 WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
-  return {&holder_->sandboxes, &holder_->files,     &holder_->layers,
-          &holder_->node,      &holder_->lifecycle, &holder_->processes, &holder_->images};
+  return {&holder_->sandboxes, &holder_->files,     &holder_->layers, &holder_->node,
+          &holder_->lifecycle, &holder_->processes, &holder_->images};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, WarrenServices& services,

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/unique_fd.h"
@@ -116,25 +117,32 @@ class LayoutSource final : public ImageSource {
   const std::string ref_name_;
 };
 
-// A member path of the archive: relative, no "." / ".." components.
+// A member path of the archive, normalized: relative, no "." components,
+// ".." resolved without climbing above the archive's root.
 StatusOr<std::string> CleanMember(std::string_view p, std::string_view archive) {
-  std::string out;
+  if (!p.empty() && p[0] == '/') {
+    return absl::InvalidArgumentError("docker archive " + std::string(archive) + ": member \"" + std::string(p) +
+                                      "\" is absolute");
+  }
+  std::vector<std::string> segs;
   size_t i = 0;
   while (i <= p.size()) {
     size_t j = p.find('/', i);
     if (j == std::string_view::npos) j = p.size();
     std::string_view seg = p.substr(i, j - i);
     if (seg == "..") {
-      return absl::InvalidArgumentError("docker archive " + std::string(archive) + ": member \"" + std::string(p) +
-                                        "\" climbs out with \"..\"");
+      if (segs.empty()) {
+        return absl::InvalidArgumentError("docker archive " + std::string(archive) + ": member \"" + std::string(p) +
+                                          "\" climbs out with \"..\"");
+      }
+      segs.pop_back();
+    } else if (!seg.empty() && seg != ".") {
+      segs.emplace_back(seg);
     }
-    if (!seg.empty() && seg != ".") out += (out.empty() ? "" : "/") + std::string(seg);
     i = j + 1;
   }
-  if (!p.empty() && p[0] == '/') {
-    return absl::InvalidArgumentError("docker archive " + std::string(archive) + ": member \"" + std::string(p) +
-                                      "\" is absolute");
-  }
+  std::string out;
+  for (const std::string& s : segs) out += (out.empty() ? "" : "/") + s;
   return out;
 }
 
