@@ -25,6 +25,7 @@ from typing import Dict, Iterable, List, Tuple
 import pytest
 
 import warren
+from conftest import CLI
 
 TOOLS = ("umoci", "skopeo", "docker-registry")
 pytestmark = pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
@@ -350,6 +351,37 @@ def test_remove_keeps_shared_layers(client, pushed):
     assert {x.layer_name for x in a.layers} <= names
     with pytest.raises(warren.NotFound):
         client.images.get(b.name)
+
+
+def test_cli_pull_ls_inspect_create_rm(daemon, client, registry, layout, work):
+    host, _ = registry
+    ref = f"{host}/test/cli:v1"
+    run("skopeo", "copy", "--dest-tls-verify=false", f"oci:{layout}:t2", f"docker://{ref}")
+    addr = "unix:" + str(daemon.socket)
+
+    def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        p = subprocess.run([str(CLI), "--addr", addr, *args], capture_output=True, text=True, timeout=300)
+        assert not check or p.returncode == 0, f"warren {args} -> {p.returncode}: {p.stderr}"
+        return p
+
+    p = cli("image", "pull", ref, "--name", "cli/img:1")
+    assert p.stdout.split()[0] == "cli/img:1"
+    progress = p.stderr.splitlines()
+    assert any(line.startswith("[4/4] ") and line.endswith((" done", " exists")) for line in progress), progress
+    assert any(line.startswith("[1/4] ") for line in progress), progress
+    assert "cli/img:1" in cli("image", "ls").stdout
+    info = json.loads(cli("image", "inspect", "cli/img:1").stdout)
+    assert info["config"]["workdir"] == "/work" and len(info["layers"]) == 4
+    sid = cli("create", "--image", "cli/img:1").stdout.strip()
+    try:
+        assert cli("exec", sid, "--", "cat", "/t2-only").stdout == "t2\n"
+        p = cli("image", "rm", "cli/img:1", check=False)
+        assert p.returncode == 1 and "FAILED_PRECONDITION" in p.stderr
+    finally:
+        cli("rm", sid)
+    cli("image", "rm", "cli/img:1")
+    p = cli("image", "inspect", "cli/img:1", check=False)
+    assert p.returncode == 1 and "NOT_FOUND" in p.stderr
 
 
 # ---------------------------------------------------------------- bad input
