@@ -126,7 +126,8 @@ grpc::Status ImagesService::Pull(grpc::ServerContext* ctx, const v1::PullImageRe
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   ASSIGN_OR_RETURN_GRPC(oci::ImageRef ref, oci::ImageRef::Parse(req->ref()));
   oci::RegistryOptions opt;
-  opt.plain_http = req->plain_http() || oci::IsLoopbackHost(ref.host);
+  // Loopback registries speak http:// unless a CA file asks for TLS.
+  opt.plain_http = req->plain_http() || (oci::IsLoopbackHost(ref.host) && req->ca_file().empty());
   opt.ca_file = req->ca_file();
   if (!opt.ca_file.empty() && opt.ca_file[0] != '/') {
     return Invalid("ca_file=" + Quote(opt.ca_file) + " must be an absolute path");

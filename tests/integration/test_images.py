@@ -19,6 +19,7 @@ import tarfile
 import threading
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
@@ -382,6 +383,75 @@ def test_cli_pull_ls_inspect_create_rm(daemon, client, registry, layout, work):
     cli("image", "rm", "cli/img:1")
     p = cli("image", "inspect", "cli/img:1", check=False)
     assert p.returncode == 1 and "NOT_FOUND" in p.stderr
+
+
+@pytest.fixture(scope="module")
+def tls_registry(work: Path) -> Iterable[Tuple[str, Path]]:
+    """docker-registry over HTTPS (a certificate of a CA made here) with
+    basic auth (htpasswd, bcrypt): user "alice", password "s3cret"."""
+    with warnings.catch_warnings():  # crypt is deprecated; it is the stdlib's only bcrypt (for htpasswd)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # noqa: PLC0415
+
+    d = work / "tls"
+    d.mkdir()
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=warren-test-ca",
+        "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(d / "srv.key"),
+        "-out", str(d / "srv.csr"))
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", str(d / "srv.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+        "-CAcreateserial", "-days", "2", "-extfile", str(d / "ext"), "-out", str(d / "srv.pem"))
+    (d / "htpasswd").write_text("alice:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)) + "\n")
+    port = free_port()
+    (d / "storage").mkdir()
+    cfg = d / "registry.yml"
+    cfg.write_text(f"""version: 0.1
+log: {{level: warn}}
+storage:
+  filesystem: {{rootdirectory: {d / "storage"}}}
+http:
+  addr: "127.0.0.1:{port}"
+  tls: {{certificate: {d / "srv.pem"}, key: {d / "srv.key"}}}
+auth:
+  htpasswd: {{realm: warren-test, path: {d / "htpasswd"}}}
+""")
+    log = open(d / "registry.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(["docker-registry", "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run(["curl", "-s", "-o", "/dev/null", "--cacert", str(d / "ca.pem"),
+                              f"https://127.0.0.1:{port}/v2/"], timeout=5).returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, (d / "registry.log").read_text()
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", d
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_https_with_ca_file_and_basic_auth(client, tls_registry, layout):
+    host, d = tls_registry
+    ref = f"{host}/secure/img:v1"
+    run("skopeo", "copy", "--dest-cert-dir", str(d / "certs"), "--dest-tls-verify=false", "--dest-creds",
+        "alice:s3cret", f"oci:{layout}:t1", f"docker://{ref}")
+    ca = str(d / "ca.pem")
+    with pytest.raises(warren.Unauthenticated) as ei:
+        client.images.pull(ref, ca_file=ca, timeout=120)
+    assert "basic auth" in ei.value.details
+    with pytest.raises(warren.Unauthenticated):
+        client.images.pull(ref, ca_file=ca, username="alice", password="wrong", timeout=120)
+    with pytest.raises(warren.FailedPrecondition) as ei:  # TLS without our CA: the system CAs do not know it
+        client.images.pull(ref, username="alice", password="s3cret", ca_file="/etc/ssl/certs/ca-certificates.crt",
+                           timeout=120)
+    assert "TLS" in ei.value.details
+    img = client.images.pull(ref, ca_file=ca, username="alice", password="s3cret", timeout=120)
+    assert len(img.layers) == 3 and img.source == f"registry {ref}"
 
 
 # ---------------------------------------------------------------- bad input

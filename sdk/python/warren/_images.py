@@ -118,7 +118,7 @@ class ImagesCore:
 
         Layers already in the store (by OCI digest) are neither fetched nor
         converted again. plain_http: speak http:// (default for loopback
-        hosts); ca_file: a PEM CA bundle on the node for HTTPS; username /
+        hosts without a ca_file); ca_file: a PEM CA bundle on the node for HTTPS; username /
         password: basic auth (also for a bearer token the registry asks for);
         bearer_token: a ready token. platform: "os/arch" (default
         "linux/amd64"). stall_timeout_s: a transfer that moves nothing this
