@@ -45,6 +45,7 @@ Status NodeImages::ApplyToCreate(const std::string& image, node::CreateRequest* 
   ASSIGN_OR_RETURN(oci::ImageStore * store, store());
   ASSIGN_OR_RETURN(oci::ImageRecord rec, store->Get(image));
   std::vector<std::string> layers;
+  layers.reserve(rec.layers.size() + r->layers.size());
   for (const oci::ImageLayerRef& l : rec.layers) layers.push_back(l.layer_name);
   layers.insert(layers.end(), r->layers.begin(), r->layers.end());
   r->layers = std::move(layers);

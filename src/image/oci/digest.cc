@@ -17,7 +17,7 @@ constexpr std::string_view kSha256 = "sha256:";
 std::string Hex(const unsigned char* md, unsigned int n) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * n);
+  out.reserve(2 * static_cast<size_t>(n));
   for (unsigned int i = 0; i < n; ++i) {
     out.push_back(kHex[md[i] >> 4]);
     out.push_back(kHex[md[i] & 15]);
