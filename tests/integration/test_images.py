@@ -6,6 +6,7 @@ registry) is refused with a clear error and leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import io
@@ -341,6 +342,50 @@ def test_import_oci_layout_and_docker_archive(client, layout, reference, work, l
     names = [i.name for i in client.images.list()]
     assert "docker.io/local/archive:v1" in names and "local/layout:t1" in names
     assert store_tmp(layer_store) == []
+
+
+def test_concurrent_imports_convert_each_layer_once(client, work):
+    """Two imports of one new image at once: both succeed, with the same
+    layers, each converted once."""
+    lay = make_layout(work / "concurrent", [tar_bytes([_ti("c1", data=b"1" * 5000)]),
+                                            tar_bytes([_ti("c2", data=b"2" * 5000)])])
+    before = set(layer_names(client))
+    results: Dict[int, object] = {}
+
+    def one(i: int) -> None:
+        try:
+            results[i] = client.images.import_(str(lay), name=f"conc/img:{i}", timeout=120)
+        except Exception as e:  # noqa: BLE001 - reported by the assert below
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(isinstance(r, warren.Image) for r in results.values()), results
+    a, b = results[0], results[1]
+    assert [x.layer for x in a.layers] == [x.layer for x in b.layers]
+    assert len(set(layer_names(client)) - before) == 2
+    client.images.remove("conc/img:0")
+    client.images.remove("conc/img:1")
+    assert set(layer_names(client)) == before
+
+
+def test_async_client_pull_with_coroutine_progress(daemon, pushed):
+    async def main() -> Tuple[warren.Image, List[str]]:
+        phases: List[str] = []
+
+        async def progress(p: warren.ImageProgress) -> None:
+            phases.append(p.phase)
+
+        async with warren.AsyncClient("unix:" + str(daemon.socket)) as c:
+            img = await c.images.pull(pushed["t1"], progress=progress, timeout=300)
+            assert img.name in [i.name for i in await c.images.list()]
+            return img, phases
+
+    img, phases = asyncio.run(main())
+    assert len(img.layers) == 3 and set(phases) <= {"fetching", "converting", "done", "exists"} and phases
 
 
 def test_remove_keeps_shared_layers(client, pushed):
