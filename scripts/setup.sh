@@ -22,6 +22,8 @@ pkgs=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libcap-dev libssl-dev
   erofs-utils debootstrap attr iproute2 util-linux procps busybox-static
   libcpp-httplib-dev
+  libcurl4-openssl-dev  # registry pulls (image/oci)
+  docker-registry skopeo umoci  # image tests: a loopback registry, pushes, the reference unpack
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
   qemu-system-x86 cpio  # the microvm backend: QEMU, and the guest initramfs (scripts/microvm)
   clang-format-15 clang-tidy-15

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "api/convert.h"
+#include "api/image_service.h"
 #include "api/status_map.h"
 #include "common/log.h"
 
@@ -34,6 +35,10 @@ grpc::Status SandboxesService::Create(grpc::ServerContext* ctx, const v1::Create
   r.ttl_s = req->ttl_s();
   r.job = req->job();
   r.idle_timeout_s = req->idle_timeout_s();
+  if (!req->image().empty()) {
+    if (deps_.images == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this node serves no images");
+    RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.images->ApplyToCreate(req->image(), &r)));
+  }
   // A create that waits in the node's admission queue gives up at the
   // RPC's deadline or when the client goes away.
   if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {

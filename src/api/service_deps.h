@@ -8,9 +8,13 @@
 
 namespace warren::api {
 
+class NodeImages;  // api/image_service.h
+
 struct ServiceDeps {
   node::SandboxManager* manager;  // borrowed; outlives the services
   const Authorizer* auth;         // borrowed; outlives the services
+  // Borrowed; outlives the services. Null where images are not served.
+  const NodeImages* images = nullptr;
 };
 
 }  // namespace warren::api

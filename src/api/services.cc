@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "api/files_service.h"
+#include "api/image_service.h"
 #include "api/layers_service.h"
 #include "api/lifecycle_service.h"
 #include "api/processes_service.h"
@@ -15,19 +16,23 @@ namespace warren::api {
 struct WarrenServices::Holder {
   Holder(node::SandboxManager* m, ServiceOptions o)
       : auth(std::move(o.token)),
-        sandboxes(ServiceDeps{m, &auth}),
+        node_images(m),
+        sandboxes(ServiceDeps{m, &auth, &node_images}),
         files(ServiceDeps{m, &auth}),
         layers(ServiceDeps{m, &auth}),
         node(ServiceDeps{m, &auth}, std::move(o.facts), std::move(o.extra_backends)),
         lifecycle(ServiceDeps{m, &auth}),
-        processes(ServiceDeps{m, &auth}) {}
-  const Authorizer auth;  // before the services, which borrow it
+        processes(ServiceDeps{m, &auth}),
+        images(ServiceDeps{m, &auth}, &node_images) {}
+  const Authorizer auth;   // before the services, which borrow it
+  NodeImages node_images;  // likewise
   SandboxesService sandboxes;
   FilesService files;
   LayersService layers;
   NodeService node;
   LifecycleService lifecycle;
   ProcessesService processes;
+  ImagesService images;
 };
 
 WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions options)
@@ -36,8 +41,8 @@ WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions opt
 WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
-  return {&holder_->sandboxes, &holder_->files,     &holder_->layers,
-          &holder_->node,      &holder_->lifecycle, &holder_->processes};
+  return {&holder_->sandboxes, &holder_->files,     &holder_->layers, &holder_->node,
+          &holder_->lifecycle, &holder_->processes, &holder_->images};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, WarrenServices& services,

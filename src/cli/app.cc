@@ -45,6 +45,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddRmCommand(*app, inv);
   AddCpCommand(*app, inv);
   AddLayerCommand(*app, inv);
+  AddImageCommand(*app, inv);
   AddStatusCommands(*app, inv);
   AddLifecycleCommands(*app, inv);
   AddSnapshotCommands(*app, inv);

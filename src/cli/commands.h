@@ -54,6 +54,7 @@ struct CreateArgs {
   std::string hostname;
   uint32_t ttl_s = 0;
   std::string job;
+  std::string image;  // name:tag; its layers go below `layers`
 };
 
 struct ExecArgs {
@@ -106,6 +107,21 @@ struct RlArgs {
 };
 
 // Everything one invocation parsed. Exactly one verb's callback sets `run`.
+// warren image pull|import|ls|inspect|rm (image.cc).
+struct ImageArgs {
+  std::string ref;   // pull: registry ref; import: path; inspect/rm: name
+  std::string name;  // pull/import: stored name
+  std::string username;
+  bool password_stdin = false;
+  std::string bearer_token;
+  bool plain_http = false;
+  std::string ca_file;
+  std::string platform;
+  uint32_t stall_timeout_s = 0;
+  std::string ref_name;  // import of an OCI layout: which manifest
+  bool quiet = false;    // no progress lines
+};
+
 struct Invocation {
   GlobalOptions global;
   CreateArgs create;
@@ -115,6 +131,7 @@ struct Invocation {
   std::vector<std::string> rm_ids;
   CpArgs cp;
   LayerBuildArgs layer_build;
+  ImageArgs image;
   std::string layer_ref;  // layer get / layer rm
   // Words after exec's "--", split off before CLI11 sees them (CLI11 would
   // hand them to the root parser); see ParseArgs().
@@ -137,6 +154,7 @@ void AddLsCommands(CLI::App& root, Invocation& inv);  // ls, get
 void AddRmCommand(CLI::App& root, Invocation& inv);
 void AddCpCommand(CLI::App& root, Invocation& inv);
 void AddLayerCommand(CLI::App& root, Invocation& inv);
+void AddImageCommand(CLI::App& root, Invocation& inv);
 void AddStatusCommands(CLI::App& root, Invocation& inv);     // status, version
 void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume, suspend, ttl
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade

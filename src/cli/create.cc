@@ -37,6 +37,7 @@ StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a) {
     if (layer.empty()) return absl::InvalidArgumentError("--layer must not be empty");
     req.add_layers(layer);
   }
+  req.set_image(a.image);
   v1::Resources* r = req.mutable_resources();
   r->set_cpu_millis(a.cpu_millis);
   r->set_memory_mb(a.memory_mb);
@@ -65,6 +66,7 @@ void AddCreateCommand(CLI::App& root, Invocation& inv) {
   CLI::App* sub = root.add_subcommand("create", "Create a sandbox; prints its id (--json: the Sandbox).");
   sub->fallthrough();
   sub->add_option("--backend", a.backend, "isolation backend")->capture_default_str();
+  sub->add_option("--image", a.image, "image name:tag (warren image ls); its layers go below --layer's");
   sub->add_option("--layer", a.layers, "layer ref kind/name[@version] or sha256:<hex>; repeatable, bottom first")
       ->allow_extra_args(false);
   sub->add_option("--cpu", a.cpu_millis, "CPU in millicores (1000 = one core); 0 = default");

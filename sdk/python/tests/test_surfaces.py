@@ -20,6 +20,7 @@ PAIRS = [
     (client.Sandbox, aio.AsyncSandbox),
     (client.Files, aio.AsyncFiles),
     (client.Layers, aio.AsyncLayers),
+    (client.Images, aio.AsyncImages),
     (lifecycle.Job, aio.AsyncJob),
     (process.Process, aio.AsyncProcess),
     (process.ProcessStream, aio.AsyncProcessStream),

@@ -158,7 +158,8 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
                     hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
                     ttl_s: Optional[int] = None, job: Optional[str] = None,
                     idle_timeout_s: Optional[int] = None,
-                    request_id: Optional[str] = None) -> pb.CreateSandboxRequest:
+                    request_id: Optional[str] = None,
+                    image: Optional[str] = None) -> pb.CreateSandboxRequest:
     """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
     res = pb.Resources(
         memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
@@ -173,7 +174,8 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
         backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
         workdir=workdir or "", user=user or "", hostname=hostname or "",
         labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
-        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s), request_id=request_id or "")
+        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s), request_id=request_id or "",
+        image=image or "")
     return req
 
 

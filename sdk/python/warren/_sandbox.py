@@ -576,6 +576,7 @@ class ClientCore(Generic[SB, JB]):
     _job_cls: Callable[..., JB]
     _files_cls: Callable[..., Any]
     _layers_cls: Callable[..., Any]
+    _images_cls: Callable[..., Any]
     _process_cls: Callable[..., Any]
     _exec_stream_cls: Callable[..., Any]
     _session_cls: Callable[..., Any]
@@ -596,6 +597,7 @@ class ClientCore(Generic[SB, JB]):
         self._fncall = fpb_grpc.FnCallStub(self._channel)
         self._init_background()
         self.layers = self._layers_cls(self)
+        self.images = self._images_cls(self)
 
     def _make_channel(self, target: str, options: List[Tuple[str, int]]) -> Any:
         raise NotImplementedError
@@ -642,10 +644,14 @@ class ClientCore(Generic[SB, JB]):
                hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
                ttl_s: Optional[int] = None, job: Optional[str] = None, timeout: Optional[float] = None,
                idle_timeout_s: Optional[int] = None, request_id: Optional[str] = None,
-               retries: int = 0) -> Gen[SB]:
+               retries: int = 0, image: Optional[str] = None) -> Gen[SB]:
         """Creates a sandbox and returns it running.
 
         layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
+        image: an image of the node ("name:tag", see client.images): its
+        layers go below `layers` (e.g. toolset layers on top of it), and its
+        config's Env, WorkingDir and User are defaults that env (per key),
+        workdir and user override.
         cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
         tmpfs_mb: /dev/shm cap in MiB (/tmp is in the upper, capped by
         disk_mb); pids: max tasks;
@@ -678,7 +684,8 @@ class ClientCore(Generic[SB, JB]):
         req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
                               open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
                               hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
-                              idle_timeout_s=idle_timeout_s, request_id=request_id or _new_request_id())
+                              idle_timeout_s=idle_timeout_s, request_id=request_id or _new_request_id(),
+                              image=image)
         own_key = request_id is None
         delay = _RETRY_FIRST_S
         attempt = 0

@@ -28,11 +28,13 @@ from typing import Any, List, Tuple
 import grpc.aio
 
 from ._core import Async, AsyncContext, AsyncIterable
+from ._images import ImagesCore
 from ._process import ExecStreamCore, ProcessCore, ProcessStreamCore, SessionCore
 from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
 from .lifecycle import JobCore
 
-__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncLayers", "AsyncProcess", "AsyncProcessStream",
+__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncLayers", "AsyncImages", "AsyncProcess",
+           "AsyncProcessStream",
            "AsyncExecStream", "AsyncSession", "AsyncJob"]
 
 
@@ -61,6 +63,10 @@ class AsyncLayers(LayersCore, Async):
     __doc__ = LayersCore.__doc__
 
 
+class AsyncImages(ImagesCore, Async):
+    __doc__ = ImagesCore.__doc__
+
+
 class AsyncSandbox(SandboxCore["AsyncSandbox", AsyncProcess, AsyncExecStream, AsyncSession], AsyncContext):
     __doc__ = SandboxCore.__doc__
     files: AsyncFiles
@@ -73,10 +79,12 @@ class AsyncJob(JobCore[AsyncSandbox], Async):
 class AsyncClient(ClientCore[AsyncSandbox, AsyncJob], AsyncContext):
     __doc__ = ClientCore.__doc__
     layers: AsyncLayers
+    images: AsyncImages
     _sandbox_cls = AsyncSandbox
     _job_cls = AsyncJob
     _files_cls = AsyncFiles
     _layers_cls = AsyncLayers
+    _images_cls = AsyncImages
     _process_cls = AsyncProcess
     _exec_stream_cls = AsyncExecStream
     _session_cls = AsyncSession

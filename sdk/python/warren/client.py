@@ -17,6 +17,7 @@ import grpc
 
 from . import errors
 from ._core import Sync, SyncContext
+from ._images import ImagesCore
 from ._requests import (  # noqa: F401
     ABANDON_RETRY_S,
     CHUNK_SIZE,
@@ -40,7 +41,7 @@ from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
 from .lifecycle import Job
 from .process import ExecStream, Process, Session
 
-__all__ = ["Client", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE"]
+__all__ = ["Client", "Sandbox", "Files", "Layers", "Images", "DEFAULT_ADDR", "CHUNK_SIZE"]
 
 T = TypeVar("T")
 
@@ -72,6 +73,10 @@ class Layers(LayersCore, Sync):
     __doc__ = LayersCore.__doc__
 
 
+class Images(ImagesCore, Sync):
+    __doc__ = ImagesCore.__doc__
+
+
 class Sandbox(SandboxCore["Sandbox", Process, ExecStream, Session], SyncContext):
     __doc__ = SandboxCore.__doc__
     files: Files
@@ -80,10 +85,12 @@ class Sandbox(SandboxCore["Sandbox", Process, ExecStream, Session], SyncContext)
 class Client(ClientCore[Sandbox, Job], SyncContext):
     __doc__ = (ClientCore.__doc__ or "") + "\n    Thread-safe.\n"
     layers: Layers
+    images: Images
     _sandbox_cls = Sandbox
     _job_cls = Job
     _files_cls = Files
     _layers_cls = Layers
+    _images_cls = Images
     _process_cls = Process
     _exec_stream_cls = ExecStream
     _session_cls = Session

@@ -1,0 +1,115 @@
+// Images (DESIGN.md §4): a named, versioned ("name:tag") list of layers of
+// the layer store plus the defaults of the image config. Each OCI layer
+// becomes the EROFS layer "base/oci-sha256@<hex of its OCI digest>", built
+// once per store: a second image with the same layer finds it by that name
+// and neither fetches nor converts it again.
+//
+// Layout: <dir>/<sha256 hex of the name>.json, one record per image, written
+// atomically (temp file + rename). The dir sits beside the layer store's so
+// that nodes sharing the store share the images.
+//
+// Thread-safe: concurrent adds of images sharing a layer convert it once in
+// this process (a per-digest latch); across nodes the layer store's
+// link(2)-based naming keeps one result.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "image/layer_store.h"
+#include "image/oci/manifest.h"
+#include "image/oci/source.h"
+
+namespace warren::image::oci {
+
+struct ImageLayerRef {
+  std::string oci_digest;    // of the blob as distributed
+  std::string layer_digest;  // of the EROFS image file
+  std::string layer_name;    // "base/oci-sha256@<hex>"
+  uint64_t size_bytes = 0;   // of the EROFS image file
+};
+
+struct ImageRecord {
+  std::string name;    // "name:tag"
+  std::string digest;  // manifest digest
+  std::string source;
+  int64_t created_at_ns = 0;
+  std::vector<ImageLayerRef> layers;  // bottom first
+  ImageConfig config;
+};
+
+// What the image store needs of the layer store.
+class LayerBackend {
+ public:
+  virtual ~LayerBackend() = default;
+  virtual StatusOr<LayerInfo> Resolve(const std::string& ref) const = 0;
+  // Converts a layer tar (plain/gz/zstd) with OCI whiteouts (LayerStore::BuildFromTar).
+  virtual StatusOr<LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
+  // Removes a layer name; FailedPrecondition if a sandbox uses it.
+  virtual Status Remove(const std::string& ref) = 0;
+};
+
+struct PullProgress {
+  std::string layer_digest;
+  uint32_t layer_index = 0;
+  uint32_t layer_count = 0;
+  std::string phase;  // "fetching", "converting", "done", "exists"
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+};
+// Returning false cancels the pull (Cancelled).
+using PullProgressFn = std::function<bool(const PullProgress&)>;
+
+class ImageStore {
+ public:
+  // dir: where records live (created); tmp_dir: scratch for downloads, on
+  // the layer store's file system. `layers` is borrowed.
+  static StatusOr<std::unique_ptr<ImageStore>> Open(const std::string& dir, const std::string& tmp_dir,
+                                                    LayerBackend* layers);
+
+  // "name" -> "name:latest"; InvalidArgument for a name outside
+  // [A-Za-z0-9._/:@-]{1,255} or with "..".
+  static StatusOr<std::string> NormalizeName(const std::string& name);
+  static std::string LayerNameFor(const std::string& oci_digest);
+
+  // Resolves `src` for `platform`, converts the layers not in the store yet
+  // and records the image as `name` (empty: the source's suggestion),
+  // replacing a record of that name. On error the layers this call created
+  // are removed and no record is written; scratch files are always removed.
+  StatusOr<ImageRecord> Add(ImageSource& src, const std::string& name, const std::string& platform,
+                            const PullProgressFn& progress);
+  StatusOr<ImageRecord> Get(const std::string& name) const;  // NotFound naming it
+  std::vector<ImageRecord> List() const;                     // sorted by name
+  // Refuses (FailedPrecondition naming the layer) if `in_use(layer_digest)`
+  // for a layer of the image; else removes the record, then each of its
+  // layers no other image lists.
+  Status Remove(const std::string& name, const std::function<bool(const std::string&)>& in_use);
+
+ private:
+  ImageStore(std::string dir, std::string tmp_dir, LayerBackend* layers)
+      : dir_(std::move(dir)), tmp_dir_(std::move(tmp_dir)), layers_(layers) {}
+  std::string RecordPath(const std::string& name) const;
+  // Converts one layer unless present; `created` is set when this call built it.
+  StatusOr<ImageLayerRef> EnsureLayer(ImageSource& src, const Descriptor& d, PullProgress p,
+                                      const PullProgressFn& progress, bool* created);
+
+  const std::string dir_;
+  const std::string tmp_dir_;
+  LayerBackend* const layers_;
+  mutable std::mutex mu_;  // guards converting_ and record writes/removals
+  std::condition_variable cv_;
+  std::map<std::string, int> converting_;  // OCI digest -> in progress here
+};
+
+// Record (de)serialization (JSON), exposed for tests.
+std::string RecordToJson(const ImageRecord& r);
+StatusOr<ImageRecord> RecordFromJson(const std::string& s);
+
+}  // namespace warren::image::oci
