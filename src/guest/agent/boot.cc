@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
