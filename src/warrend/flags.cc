@@ -40,8 +40,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "microvm: dir of the guest kernel and initramfs (vmlinuz, initramfs.cpio: "
                  "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")
       ->capture_default_str();
-  app.add_option("--microvm-accel", flags.microvm_accel,
-                 "microvm: tcg | kvm (kvm only where it runs a stock guest; PVM-based /dev/kvm does not)")
+  app.add_option(
+         "--microvm-accel", flags.microvm_accel,
+         "microvm: auto | tcg | kvm; auto probes /dev/kvm once at start (at most 1 s, beside serving) and takes kvm "
+         "where it runs a stock guest (PVM-based /dev/kvm does not), tcg otherwise")
       ->check(CLI::IsMember({"tcg", "kvm"}))
       ->capture_default_str();
   app.add_option("--microvm-boot-timeout-ms", flags.microvm_boot_timeout_ms,

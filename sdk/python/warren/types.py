@@ -225,8 +225,7 @@ class SandboxInfo:
             state=_STATES.get(s.state, "unspecified"),
             layers=list(s.layers),
             layer_names=list(s.layer_names),
-            resources=Resources(r.cpu_millis, r.memory_mb, r.disk_mb, r.pids,
-                                r.open_files, r.tmpfs_mb),
+            resources=Resources(r.cpu_millis, r.memory_mb, r.disk_mb, r.pids, r.open_files, r.tmpfs_mb),
             labels=dict(s.labels),
             job=s.job,
             created_at_ns=s.created_at_ns,
@@ -261,15 +260,29 @@ class NodeStatus:
     cpus: int
     memory_total_bytes: int
     memory_available_bytes: int
+    # The microvm backend's accelerator ("kvm" or "tcg"; "" when microvm is
+    # not offered) and why it was chosen.
+    microvm_accel: str = ""
+    microvm_accel_reason: str = ""
 
     @classmethod
     def _from_pb(cls, n: pb.NodeStatus) -> NodeStatus:
         return cls(
-            node_id=n.node_id, version=n.version, backends=list(n.backends),
-            sandboxes=n.sandboxes, layers=n.layers, layers_mounted=n.layers_mounted,
-            cgroup_version=n.cgroup_version, cgroup_parent=n.cgroup_parent,
-            idmapped_mounts=n.idmapped_mounts, file_backed_erofs=n.file_backed_erofs,
-            state_dir=n.state_dir, started_at_ns=n.started_at_ns, cpus=n.cpus,
+            node_id=n.node_id,
+            version=n.version,
+            backends=list(n.backends),
+            sandboxes=n.sandboxes,
+            layers=n.layers,
+            layers_mounted=n.layers_mounted,
+            cgroup_version=n.cgroup_version,
+            cgroup_parent=n.cgroup_parent,
+            idmapped_mounts=n.idmapped_mounts,
+            file_backed_erofs=n.file_backed_erofs,
+            state_dir=n.state_dir,
+            started_at_ns=n.started_at_ns,
+            cpus=n.cpus,
             memory_total_bytes=n.memory_total_bytes,
             memory_available_bytes=n.memory_available_bytes,
+            microvm_accel=n.microvm_accel,
+            microvm_accel_reason=n.microvm_accel_reason,
         )

@@ -17,6 +17,7 @@
 #include "common/rollback.h"
 #include "jail/cgroup.h"
 #include "runtime/microvm/channel.h"
+#include "runtime/microvm/kvm_probe.h"
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/sandbox.h"
 
@@ -63,7 +64,8 @@ class MicrovmBackend : public Backend {
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
     Rollback rb;
-    rec.set_accel(o_.accel);
+    const std::string accel = Accel();
+    rec.set_accel(accel);
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
 
@@ -100,8 +102,8 @@ class MicrovmBackend : public Backend {
     microvm::VmConfig vm;
     vm.kernel = o_.kernel;
     vm.initrd = o_.initrd;
-    vm.accel = o_.accel;
-    vm.tsc_khz = o_.accel == "tcg" ? microvm::HostTscKhz() : 0;  // measured once, at the first create
+    vm.accel = accel;
+    vm.tsc_khz = accel == "tcg" ? microvm::HostTscKhz() : 0;  // measured once, at the first create
     vm.memory_mb = spec.resources.memory_mb;
     vm.cpus = o_.cpus;
     vm.layer_files = spec.layer_files;
@@ -214,6 +216,9 @@ class MicrovmBackend : public Backend {
   }
 
  private:
+  // The configured accelerator, or the probe's answer for "auto".
+  std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
+
   Status Validate(const SandboxSpec& spec) const {
     RETURN_IF_ERROR(CheckFile(o_.kernel, "guest kernel"));
     RETURN_IF_ERROR(CheckFile(o_.initrd, "guest initramfs"));
@@ -247,8 +252,33 @@ Status CheckMicrovmHost(const MicrovmOptions& o) {
   RETURN_IF_ERROR(CheckFile(o.qemu, "QEMU"));
   RETURN_IF_ERROR(CheckFile(o.kernel, "guest kernel"));
   RETURN_IF_ERROR(CheckFile(o.initrd, "guest initramfs"));
-  if (o.accel != "tcg" && o.accel != "kvm") return absl::InvalidArgumentError("microvm: accel must be tcg or kvm");
+  if (o.accel != "tcg" && o.accel != "kvm" && o.accel != "auto") {
+    return absl::InvalidArgumentError("microvm: accel must be tcg, kvm or auto, not \"" + o.accel + "\"");
+  }
+  if (o.accel == "auto" && !o.accel_choice.valid()) {
+    return absl::InvalidArgumentError("microvm: accel=auto needs the probe's answer (ChooseAccel)");
+  }
   return absl::OkStatus();
+}
+
+StatusOr<std::shared_future<AccelChoice>> ChooseAccel(const std::string& accel) {
+  if (accel == "tcg" || accel == "kvm") {
+    std::promise<AccelChoice> p;
+    p.set_value({accel, "set by configuration (accel=" + accel + ")"});
+    return p.get_future().share();
+  }
+  if (accel != "auto") {
+    return absl::InvalidArgumentError("microvm: accel must be tcg, kvm or auto, not \"" + accel + "\"");
+  }
+  // std::async's shared state joins the thread when the last future goes:
+  // bounded by the probe's deadline.
+  return std::async(std::launch::async,
+                    [] {
+                      StatusOr<::warren::microvm::KvmProbeResult> r = ::warren::microvm::ProbeKvm();
+                      if (!r.ok()) return AccelChoice{"tcg", "the KVM probe could not run: " + r.status().ToString()};
+                      return AccelChoice{::warren::microvm::AccelName(r->accel), "KVM probe: " + r->reason};
+                    })
+      .share();
 }
 
 StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& options) {

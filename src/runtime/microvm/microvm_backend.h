@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -40,15 +41,23 @@
 
 namespace warren::runtime {
 
+// The accelerator microVMs run on and why.
+struct AccelChoice {
+  std::string accel;  // "kvm" or "tcg"
+  std::string reason;
+};
+
 struct MicrovmOptions {
   std::string qemu = "/usr/bin/qemu-system-x86_64";
   // bzImage and initramfs (scripts/microvm/build-guest.sh writes both into
   // one dir: <dir>/vmlinuz, <dir>/initramfs.cpio).
   std::string kernel;
   std::string initrd;
-  // "tcg" or "kvm". KVM is used only when the caller has probed that it
-  // runs a stock guest (on PVM-based hosts it does not: the guest hangs).
+  // "tcg", "kvm" or "auto". KVM is used only where it runs a stock guest
+  // (on PVM-based hosts it does not: the guest hangs); "auto" takes
+  // accel_choice's answer (ChooseAccel), waiting for it at the first create.
   std::string accel = "tcg";
+  std::shared_future<AccelChoice> accel_choice;
   // Where the writable disks live (created if missing).
   std::string disk_dir;
   std::string cgroup_name = "warren-microvm";
@@ -56,6 +65,13 @@ struct MicrovmOptions {
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;  // vCPUs per VM
 };
+
+// "tcg" or "kvm": ready at once, the reason naming the configuration.
+// "auto": runs the KVM probe (kvm_probe.h, bounded by its 1 s deadline) in a
+// thread of its own, so the caller is not held up; kvm where it runs a stock
+// guest, tcg otherwise, with the probe's reason. InvalidArgument for any
+// other value.
+StatusOr<std::shared_future<AccelChoice>> ChooseAccel(const std::string& accel);
 
 // What MicrovmOptions' files must be for the backend to be offered; OK or
 // NotFound/FailedPrecondition naming the missing one.
