@@ -35,6 +35,7 @@ struct Flags {
   std::string microvm_dir = "/var/cache/warren/microvm";
   std::string microvm_accel = "auto";
   uint32_t microvm_boot_timeout_ms = 60000;
+  bool microvm_templates = true;
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;

@@ -76,11 +76,9 @@ AgentChannel::AgentChannel(std::string sandbox_id, UniqueFd fd)
 
 AgentChannel::~AgentChannel() { Close(); }
 
-StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(const std::string& sandbox_id,
-                                                              const std::string& socket_path,
-                                                              Clock::time_point deadline,
-                                                              const std::function<bool()>& alive,
-                                                              proto::HelloReply* reply) {
+StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(
+    const std::string& sandbox_id, const std::string& socket_path, Clock::time_point deadline,
+    const std::function<bool()>& alive, proto::HelloReply* reply, const proto::Hello& base_hello) {
   auto timed_out = [&] {
     return absl::DeadlineExceededError("sandbox " + sandbox_id +
                                        ": the guest agent did not answer within the boot timeout");
@@ -95,7 +93,7 @@ StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(const std::string&
     ::usleep(5000);
   }
   uint64_t hello_id = RandomU64();
-  proto::Hello hello;
+  proto::Hello hello = base_hello;
   hello.realtime_ns = static_cast<uint64_t>(RealtimeNs());
   hello.seed.resize(32);
   if (::getrandom(hello.seed.data(), hello.seed.size(), 0) != static_cast<ssize_t>(hello.seed.size())) {

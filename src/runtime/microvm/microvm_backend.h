@@ -25,6 +25,10 @@
 //   there. The host waits for the result at most timeout + kill_grace +
 //   exec_slack; a guest that does not answer by then fails the call with
 //   DeadlineExceeded.
+// * Warm starts (template_dir set): a create restores a clone of the
+//   template for its shape (template.h) and falls back to a cold boot, with
+//   the reason in the log, when there is no template or the restore fails
+//   before the guest answered.
 // * Capabilities: none yet (pause/suspend/processes/export_changes answer
 //   Unimplemented through runtime::Require); files(): Unimplemented.
 // * Hostname: spec.hostname goes on the kernel command line; only
@@ -60,6 +64,9 @@ struct MicrovmOptions {
   std::shared_future<AccelChoice> accel_choice;
   // Where the writable disks live (created if missing).
   std::string disk_dir;
+  // Warm starts by cloning templates (template.h) kept here (emptied at
+  // start and at the backend's end); empty: every create boots cold.
+  std::string template_dir;
   std::string cgroup_name = "warren-microvm";
   std::chrono::milliseconds boot_timeout{60000};
   std::chrono::milliseconds exec_slack{30000};
