@@ -34,7 +34,7 @@ ROOTFS = Path("/var/cache/warren/rootfs/debian-12")
 
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 class Daemon:
@@ -60,7 +60,7 @@ class Daemon:
                 "0",
             ]
             + extra,
-            stdout=open(self.log, "wb"),
+            stdout=open(self.log, "wb"),  # noqa: SIM115 (the daemon's lifetime)
             stderr=subprocess.STDOUT,
         )
         self.client = warren.Client(f"unix:{self.sock}")

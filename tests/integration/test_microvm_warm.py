@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-import warren
 from conftest import NODE_PREFIX, Daemon, cgroup_dirs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,7 +171,7 @@ def test_a_failed_template_build_falls_back_to_a_cold_boot_and_says_why(
         d.stop()
 
 
-def test_templates_can_be_turned_off(
+def test_templates_off_boot_cold_with_the_hosts_clock(
     test_root: Path, layer_store: Path, base_layer: str
 ) -> None:
     d = Daemon(
@@ -196,7 +195,15 @@ def test_templates_can_be_turned_off(
             memory_mb=256,
             timeout=CREATE_TIMEOUT,
         )
-        sb.destroy(timeout=60)
+        try:
+            # A cold boot's clock is right on the first exec too (its first
+            # hello waited in the port while the kernel booted).
+            before = time.time()
+            r = sb.exec("date +%s.%N", timeout=60)
+            after = time.time()
+            assert before - 1 <= float(r.stdout) <= after + 1, (before, r.stdout, after)
+        finally:
+            sb.destroy(timeout=60)
         assert _templates(d) == []
         assert "template" not in d.log_tail(200)
     finally:
