@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -206,5 +207,58 @@ def test_templates_off_boot_cold_with_the_hosts_clock(
             sb.destroy(timeout=60)
         assert _templates(d) == []
         assert "template" not in d.log_tail(200)
+    finally:
+        d.stop()
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_template_build_cut_short_by_kill9_is_cleaned_up_at_restart(
+    test_root: Path, layer_store: Path, base_layer: str
+) -> None:
+    d = Daemon(
+        test_root,
+        "mvm-warm-kill",
+        layer_store,
+        f"{NODE_PREFIX}k",
+        extra_args=["--microvm-dir", str(GUEST), "--warm-shells", "0"],
+    ).start()
+    try:
+        tdir = str(_run_dir(d) / "microvm-templates")
+        pool = ThreadPoolExecutor(1)
+        fut = pool.submit(
+            d.client.create,
+            backend="microvm",
+            layers=[base_layer],
+            memory_mb=256,
+            timeout=CREATE_TIMEOUT,
+            retries=0,
+        )
+        for _ in range(300):  # the template's QEMU starts at the first create
+            pids = _qemu_pids(tdir)
+            if pids:
+                break
+            time.sleep(0.02)
+        assert pids, "no template QEMU started"
+        d.kill9()
+        with pytest.raises(Exception):  # noqa: B017 (the daemon died under the call)
+            fut.result(timeout=60)
+        pool.shutdown()
+        assert all(_running(p) for p in pids), "the template QEMU outlived the daemon"
+        d.start()
+        # The restarted daemon killed it and emptied the templates' dir.
+        for _ in range(100):
+            if not any(_running(p) for p in pids):
+                break
+            time.sleep(0.05)
+        assert not any(_running(p) for p in pids)
+        assert _templates(d) == []
+        assert "killing a template QEMU left by an earlier daemon" in d.log_tail(100)
     finally:
         d.stop()

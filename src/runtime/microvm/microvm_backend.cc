@@ -359,8 +359,10 @@ StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& optio
   RETURN_IF_ERROR(CheckMicrovmHost(options));
   if (options.disk_dir.empty()) return absl::InvalidArgumentError("microvm: disk_dir is required");
   RETURN_IF_ERROR(MkdirAll(options.disk_dir, 0700));
-  // Templates of an earlier daemon: their RAM (a memfd) died with it.
+  // Templates of an earlier daemon: their RAM (a memfd) died with it; a
+  // build it was doing when killed left its QEMU.
   if (!options.template_dir.empty() && ::access(options.template_dir.c_str(), F_OK) == 0) {
+    microvm::KillTemplateQemus(options.qemu, options.template_dir);
     RETURN_IF_ERROR(RemoveTree(options.template_dir));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));

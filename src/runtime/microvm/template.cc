@@ -1,10 +1,12 @@
 #include "runtime/microvm/template.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -156,6 +158,29 @@ StatusOr<UniqueFd> ListenUnix(const std::string& path) {
   }
   if (::listen(fd.get(), 1) != 0) return ErrnoToStatus(errno, "listen(" + path + ")");
   return fd;
+}
+
+int KillTemplateQemus(const std::string& qemu, const std::string& dir) {
+  int killed = 0;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return 0;
+  const std::string needle = dir + "/";
+  while (dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
+    StatusOr<std::string> cmd = ReadSmallFile(std::string("/proc/") + e->d_name + "/cmdline", 64 << 10);
+    if (!cmd.ok() || cmd->compare(0, qemu.size() + 1, qemu + '\0') != 0) continue;
+    if (cmd->find(needle) == std::string::npos) continue;
+    uint64_t start = ProcessStartTime(pid);
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    // Checked again with the pidfd held: the pid cannot be reused now.
+    if (!pidfd.valid() || start == 0 || ProcessStartTime(pid) != start) continue;
+    Log(spdlog::level::warn, "killing a template QEMU left by an earlier daemon", {{"pid", std::to_string(pid)}});
+    KillQemu(std::move(pidfd));
+    ++killed;
+  }
+  ::closedir(proc);
+  return killed;
 }
 
 Template::~Template() {

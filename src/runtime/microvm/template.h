@@ -95,6 +95,12 @@ class TemplateCache {
 // the guest runs.
 Status RestoreClone(const std::string& qmp_path, const Template& t, std::chrono::steady_clock::time_point deadline);
 
+// Kills the QEMUs (`qemu` binary) whose arguments name a file under `dir`:
+// template builds a killed daemon left running (a template QEMU lives only
+// while its template is saved, outside any sandbox's cgroup). Returns how
+// many were killed.
+int KillTemplateQemus(const std::string& qemu, const std::string& dir);
+
 // A unix socket listening at `path` (QEMU is given it as an fd).
 StatusOr<UniqueFd> ListenUnix(const std::string& path);
 
