@@ -49,6 +49,16 @@ grpc::Status NodeService::Status(grpc::ServerContext* ctx, const v1::NodeStatusR
   struct sysinfo si;
   if (sysinfo(&si) == 0) resp->set_memory_total_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   resp->set_memory_available_bytes(MemAvailableBytes());
+  if (facts_.microvm_accel.valid()) {
+    // The probe is bounded (1 s) and started with the daemon: a status call
+    // right after start waits for its end rather than answering "unknown".
+    if (facts_.microvm_accel.wait_for(std::chrono::seconds(3)) == std::future_status::ready) {
+      resp->set_microvm_accel(facts_.microvm_accel.get().accel);
+      resp->set_microvm_accel_reason(facts_.microvm_accel.get().reason);
+    } else {
+      resp->set_microvm_accel_reason("the KVM probe has not finished");
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -3,10 +3,12 @@
 // Thread-safe.
 #pragma once
 
+#include <future>
 #include <string>
 #include <vector>
 
 #include "api/service_deps.h"
+#include "runtime/microvm/microvm_backend.h"
 #include "warren/v1/warren.grpc.pb.h"
 
 namespace warren::api {
@@ -17,6 +19,9 @@ struct NodeFacts {
   int cgroup_version = 0;
   std::string cgroup_parent;
   bool idmapped_mounts = false;
+  // The microvm backend's accelerator, once chosen (invalid when the backend
+  // is not offered). Node.Status waits for it (bounded).
+  std::shared_future<runtime::AccelChoice> microvm_accel;
 };
 
 class NodeService final : public warren::v1::Node::Service {

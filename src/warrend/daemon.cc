@@ -63,8 +63,10 @@ void InstallShutdownHandler() {
 
 // The sandbox manager over the container backend and the layer store, started
 // (sandboxes of an earlier daemon on this state dir re-adopted).
+// `accel` is set to the microvm backend's accelerator choice when it is offered.
 StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags, const std::string& init,
-                                                             const std::string& run_dir, const std::string& lxcfs_dir) {
+                                                             const std::string& run_dir, const std::string& lxcfs_dir,
+                                                             std::shared_future<runtime::AccelChoice>* accel) {
   runtime::ContainerOptions copt;
   copt.init_path = init;
   copt.lxcfs_dir = lxcfs_dir;
@@ -88,9 +90,21 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   vopt.accel = flags.microvm_accel;
   vopt.boot_timeout = std::chrono::milliseconds(flags.microvm_boot_timeout_ms);
   vopt.disk_dir = flags.state_dir + "/microvm-disks";
+  if (flags.microvm_templates) vopt.template_dir = run_dir + "/microvm-templates";
+  if (flags.microvm_accel != "auto" && flags.microvm_accel != "tcg" && flags.microvm_accel != "kvm") {
+    return absl::InvalidArgumentError("--microvm-accel must be auto, tcg or kvm, not \"" + flags.microvm_accel + "\"");
+  }
+  vopt.accel = "tcg";  // the host check below is about files; the accelerator is chosen after it
   if (Status s = runtime::CheckMicrovmHost(vopt); !s.ok()) {
     Log(spdlog::level::info, "microvm backend not offered", {{"reason", s.ToString()}});
   } else {
+    vopt.accel = flags.microvm_accel;
+    ASSIGN_OR_RETURN(vopt.accel_choice, runtime::ChooseAccel(flags.microvm_accel));
+    *accel = vopt.accel_choice;
+    std::thread([choice = vopt.accel_choice] {
+      const runtime::AccelChoice& c = choice.get();
+      Log(spdlog::level::info, "microvm accelerator", {{"accel", c.accel}, {"reason", c.reason}});
+    }).detach();
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> microvm, runtime::NewMicrovmBackend(vopt));
     Log(spdlog::level::info, "microvm backend offered", {{"dir", flags.microvm_dir}, {"accel", vopt.accel}});
     backends.push_back(std::move(microvm));
@@ -284,12 +298,15 @@ int Run(const Flags& flags) {
   } lxcfs_guard{*run_dir, lxcfs};
   const std::string lxcfs_dir = lxcfs ? lxcfs->mount_dir() : std::string();
 
-  StatusOr<std::unique_ptr<node::SandboxManager>> manager = StartManager(flags, *init, *run_dir, lxcfs_dir);
+  std::shared_future<runtime::AccelChoice> microvm_accel;
+  StatusOr<std::unique_ptr<node::SandboxManager>> manager =
+      StartManager(flags, *init, *run_dir, lxcfs_dir, &microvm_accel);
   if (!manager.ok()) return fail(manager.status());
 
   api::ServiceOptions sopt;
   sopt.token = token;
   sopt.facts = ProbeFacts();
+  sopt.facts.microvm_accel = microvm_accel;
   sopt.extra_backends.push_back("fncall");  // the pool below is always on
   api::WarrenServices services(manager->get(), sopt);
   // fncall: warm worker pool, FnCall gRPC service, optional HTTP /run_code.

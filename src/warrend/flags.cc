@@ -40,9 +40,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "microvm: dir of the guest kernel and initramfs (vmlinuz, initramfs.cpio: "
                  "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")
       ->capture_default_str();
-  app.add_option("--microvm-accel", flags.microvm_accel,
-                 "microvm: tcg | kvm (kvm only where it runs a stock guest; PVM-based /dev/kvm does not)")
-      ->check(CLI::IsMember({"tcg", "kvm"}))
+  app.add_option(
+         "--microvm-accel", flags.microvm_accel,
+         "microvm: auto | tcg | kvm; auto probes /dev/kvm once at start (at most 1 s, beside serving) and takes kvm "
+         "where it runs a stock guest (PVM-based /dev/kvm does not), tcg otherwise")
+      ->check(CLI::IsMember({"auto", "tcg", "kvm"}))
+      ->capture_default_str();
+  app.add_option("--microvm-templates", flags.microvm_templates,
+                 "microvm: warm starts: creates restore a clone of a template saved once per shape (in the run dir); "
+                 "false: every create boots cold")
       ->capture_default_str();
   app.add_option("--microvm-boot-timeout-ms", flags.microvm_boot_timeout_ms,
                  "microvm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not "

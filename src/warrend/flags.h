@@ -33,8 +33,9 @@ struct Flags {
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.
   std::string microvm_dir = "/var/cache/warren/microvm";
-  std::string microvm_accel = "tcg";
+  std::string microvm_accel = "auto";
   uint32_t microvm_boot_timeout_ms = 60000;
+  bool microvm_templates = true;
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;

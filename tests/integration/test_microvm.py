@@ -89,6 +89,47 @@ def test_node_status_lists_microvm(client: warren.Client) -> None:
     assert "microvm" in client.status().backends
 
 
+def test_node_status_reports_the_probed_accelerator(client: warren.Client, vm) -> None:
+    """--microvm-accel=auto (the default): the KVM probe decides, once at
+    start; Node.Status says which and why, and the VMs run on it."""
+    st = client.status()
+    assert st.microvm_accel in ("kvm", "tcg")
+    assert st.microvm_accel_reason.startswith("KVM probe: ")
+    if not os.path.exists("/dev/kvm") or os.path.exists("/sys/module/kvm_pvm"):
+        # No /dev/kvm, or PVM's (which emulates stock guests): the probe says tcg.
+        assert st.microvm_accel == "tcg", st.microvm_accel_reason
+    pids = _qemu_pids(vm.id)
+    assert pids
+    for pid in pids:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        accel = argv[argv.index(b"-accel") + 1].decode()
+        assert accel.split(",")[0] == st.microvm_accel
+
+
+def test_accel_flag_overrides_the_probe(test_root: Path, layer_store: Path) -> None:
+    d = Daemon(
+        test_root,
+        "mvm-accel-tcg",
+        layer_store,
+        f"{NODE_PREFIX}t",
+        extra_args=[
+            "--microvm-dir",
+            str(MICROVM_DIR),
+            "--microvm-accel",
+            "tcg",
+            "--warm-shells",
+            "0",
+        ],
+    ).start()
+    try:
+        st = d.client.status()
+        assert st.microvm_accel == "tcg"
+        assert "accel=tcg" in st.microvm_accel_reason
+        assert "KVM probe" not in st.microvm_accel_reason
+    finally:
+        d.stop()
+
+
 def test_exec_runs_on_the_guest_kernel(vm) -> None:
     r = vm.exec(["uname", "-r"], timeout=60)
     guest = (MICROVM_DIR / "kernel.release").read_text().strip()

@@ -261,6 +261,10 @@ class NodeStatus:
     cpus: int
     memory_total_bytes: int
     memory_available_bytes: int
+    # The microvm backend's accelerator ("kvm" or "tcg"; "" when microvm is
+    # not offered) and why it was chosen.
+    microvm_accel: str = ""
+    microvm_accel_reason: str = ""
 
     @classmethod
     def _from_pb(cls, n: pb.NodeStatus) -> NodeStatus:
@@ -272,4 +276,5 @@ class NodeStatus:
             state_dir=n.state_dir, started_at_ns=n.started_at_ns, cpus=n.cpus,
             memory_total_bytes=n.memory_total_bytes,
             memory_available_bytes=n.memory_available_bytes,
+            microvm_accel=n.microvm_accel, microvm_accel_reason=n.microvm_accel_reason,
         )

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/random.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -157,7 +159,8 @@ struct ChildFailure {
 
 class Agent {
  public:
-  Agent(std::string port, std::string setup_error) : port_(std::move(port)), setup_error_(std::move(setup_error)) {}
+  Agent(std::string port, std::string setup_error, bool root_pending)
+      : port_(std::move(port)), setup_error_(std::move(setup_error)), root_pending_(root_pending) {}
 
   [[noreturn]] void Run() {
     sigset_t mask;
@@ -166,17 +169,39 @@ class Agent {
     sigprocmask(SIG_BLOCK, &mask, nullptr);
     sigfd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
     ::signal(SIGPIPE, SIG_IGN);
-    ::mkdir(kCgroupRoot, 0755);
-    // The memory controller in the exec cgroups: their memory.events count
-    // the OOM kills of their processes (oom_killed of the result).
-    WriteFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
-    WriteFile(std::string(kCgroupRoot) + "/cgroup.subtree_control", "+memory +pids");
+    if (!root_pending_ && setup_error_.empty()) SetUpCgroups();
     chan_.reset(::open(port_.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!chan_.valid()) LogLine("open(" + port_ + "): " + std::strerror(errno));
     while (true) Round();
   }
 
  private:
+  // Needs the root's cgroup2 mount (SetUpRoot).
+  static void SetUpCgroups() {
+    ::mkdir(kCgroupRoot, 0755);
+    // The memory controller in the exec cgroups: their memory.events count
+    // the OOM kills of their processes (oom_killed of the result).
+    WriteFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+    WriteFile(std::string(kCgroupRoot) + "/cgroup.subtree_control", "+memory +pids");
+  }
+
+  // Mixes `seed` into the input pool with full credit and reseeds the CRNG
+  // from it at once: a clone of a template starts from the template's CRNG
+  // state, and without the forced reseed two clones would draw the same
+  // bytes (and boot_id) until the kernel's next periodic reseed.
+  static void Reseed(const std::string& seed) {
+    int fd = ::open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return LogLine(std::string("open(/dev/urandom): ") + std::strerror(errno));
+    std::vector<int> buf((sizeof(rand_pool_info) + seed.size() + sizeof(int) - 1) / sizeof(int) + 1);
+    auto* info = reinterpret_cast<rand_pool_info*>(buf.data());
+    info->entropy_count = static_cast<int>(seed.size() * 8);
+    info->buf_size = static_cast<int>(seed.size());
+    std::memcpy(info->buf, seed.data(), seed.size());
+    if (::ioctl(fd, RNDADDENTROPY, info) != 0) LogLine(std::string("RNDADDENTROPY: ") + std::strerror(errno));
+    if (::ioctl(fd, RNDRESEEDCRNG) != 0) LogLine(std::string("RNDRESEEDCRNG: ") + std::strerror(errno));
+    ::close(fd);
+  }
+
   void Round() {
     std::vector<pollfd> fds;
     fds.push_back({sigfd_.get(), POLLIN, 0});
@@ -300,11 +325,27 @@ class Agent {
           timespec ts{static_cast<time_t>(h.realtime_ns / 1000000000), static_cast<long>(h.realtime_ns % 1000000000)};
           ::clock_settime(CLOCK_REALTIME, &ts);
         }
-        if (!h.seed.empty()) WriteFile("/dev/urandom", h.seed);
+        if (!h.seed.empty()) Reseed(h.seed);
+        if (root_pending_ && h.setup_root) {
+          root_pending_ = false;
+          RootParams p;
+          p.layers = static_cast<int>(h.layers);
+          if (!h.hostname.empty()) p.hostname = h.hostname;
+          p.shm_mb = std::to_string(h.shm_mb);
+          p.pids = h.pids;
+          setup_error_ = LoadHeldModules();
+          if (setup_error_.empty()) setup_error_ = SetUpRoot(p);
+          if (setup_error_.empty()) {
+            SetUpCgroups();
+          } else {
+            LogLine("setup failed: " + setup_error_);
+          }
+        }
         proto::HelloReply r;
         r.version = proto::kVersion;
         r.kernel_release = KernelRelease();
-        r.boot_id = BootId();
+        // A template must not generate its boot_id (clones would share it).
+        if (!root_pending_) r.boot_id = BootId();
         r.error = setup_error_;
         return Send(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
       }
@@ -328,6 +369,7 @@ class Agent {
 
   void StartExec(const proto::Frame& f) {
     if (!setup_error_.empty()) return SendError(f.id, kFailedPrecondition, 0, "guest setup failed: " + setup_error_);
+    if (root_pending_) return SendError(f.id, kFailedPrecondition, 0, "guest root not set up yet (template)");
     if (jobs_.count(f.id)) return SendError(f.id, kInvalidArgument, 0, "exec id in use");
     proto::ExecRequest req;
     std::string why;
@@ -568,6 +610,7 @@ class Agent {
 
   std::string port_;
   std::string setup_error_;
+  bool root_pending_;
   UniqueFd chan_, sigfd_;
   bool connected_ = false;
   proto::FrameDecoder decoder_;
@@ -577,6 +620,8 @@ class Agent {
 
 }  // namespace
 
-void Serve(const std::string& port_path, const std::string& setup_error) { Agent(port_path, setup_error).Run(); }
+void Serve(const std::string& port_path, const std::string& setup_error, bool root_pending) {
+  Agent(port_path, setup_error, root_pending).Run();
+}
 
 }  // namespace warren::guest

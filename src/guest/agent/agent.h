@@ -24,6 +24,8 @@ namespace warren::guest {
 
 // Serves the port at `port_path` forever. `setup_error` (non-empty: the root
 // could not be set up) is reported in every kHelloReply and every exec fails.
-[[noreturn]] void Serve(const std::string& port_path, const std::string& setup_error);
+// `root_pending`: a template boot; the root is set up by the first hello
+// with setup_root (protocol.h), execs fail until then.
+[[noreturn]] void Serve(const std::string& port_path, const std::string& setup_error, bool root_pending);
 
 }  // namespace warren::guest

@@ -96,7 +96,39 @@ void LogLine(const std::string& line) {
   (void)ignored;
 }
 
-std::string EarlySetup() {
+RootParams CmdlineRootParams() {
+  std::map<std::string, std::string> params = CmdlineParams();
+  RootParams r;
+  r.layers = params.count("layers") ? std::atoi(params["layers"].c_str()) : 0;
+  if (params.count("hostname")) r.hostname = params["hostname"];
+  if (params.count("shm_mb")) r.shm_mb = params["shm_mb"];
+  if (params.count("pids")) r.pids = std::strtoull(params["pids"].c_str(), nullptr, 10);
+  return r;
+}
+
+bool IsTemplateBoot() { return CmdlineParams()["template"] == "1"; }
+
+namespace {
+std::string LoadModule(const std::string& name) {
+  std::string path = "/lib/modules/" + name + ".ko";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open(" + path + ")");
+  long rc = ::syscall(SYS_finit_module, fd, "", 0);
+  int saved = errno;
+  ::close(fd);
+  if (rc != 0 && saved != EEXIST) {
+    errno = saved;
+    return Errno("finit_module(" + path + ")");
+  }
+  ::unlink(path.c_str());  // the initramfs is RAM: give the pages back
+  return "";
+}
+constexpr char kDiskModule[] = "virtio_blk";
+}  // namespace
+
+std::string LoadHeldModules() { return LoadModule(kDiskModule); }
+
+std::string EarlySetup(bool* template_boot) {
   std::string err;
   if (!(err = Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) return err;
   if (!(err = Mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) return err;
@@ -112,6 +144,8 @@ std::string EarlySetup() {
       ::close(c);
     }
   }
+  *template_boot = IsTemplateBoot();
+  const bool hold_disks = *template_boot;
   std::string list = ReadSmallFile("/modules.load");
   size_t i = 0;
   while (i < list.size()) {
@@ -119,18 +153,8 @@ std::string EarlySetup() {
     if (j == std::string::npos) j = list.size();
     std::string name = list.substr(i, j - i);
     i = j + 1;
-    if (name.empty()) continue;
-    std::string path = "/lib/modules/" + name + ".ko";
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Errno("open(" + path + ")");
-    long rc = ::syscall(SYS_finit_module, fd, "", 0);
-    int saved = errno;
-    ::close(fd);
-    if (rc != 0 && saved != EEXIST) {
-      errno = saved;
-      return Errno("finit_module(" + path + ")");
-    }
-    ::unlink(path.c_str());  // the initramfs is RAM: give the pages back
+    if (name.empty() || (hold_disks && name == kDiskModule)) continue;
+    if (std::string err = LoadModule(name); !err.empty()) return err;
   }
   return "";
 }
@@ -155,10 +179,9 @@ std::string FindPort(const std::string& name) {
   }
 }
 
-std::string SetUpRoot() {
-  std::map<std::string, std::string> params = CmdlineParams();
-  int layers = params.count("layers") ? std::atoi(params["layers"].c_str()) : 0;
-  if (layers < 1 || layers > 64) return "kernel command line: warren.layers must be 1..64";
+std::string SetUpRoot(const RootParams& params) {
+  const int layers = params.layers;
+  if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
 
   // The disks are probed when virtio_blk loads; wait (bounded) in case a
   // probe is still running.
@@ -193,7 +216,7 @@ std::string SetUpRoot() {
     ::mkdir(dst.c_str(), 0755);
     if (::mount(m, dst.c_str(), nullptr, MS_MOVE, nullptr) != 0) return Errno(std::string("move mount ") + m);
   }
-  std::string shm_mb = params.count("shm_mb") ? params["shm_mb"] : "64";
+  const std::string& shm_mb = params.shm_mb;
   if (!(err =
             Mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"))
            .empty()) {
@@ -214,8 +237,7 @@ std::string SetUpRoot() {
   // kernel's heuristic.
   ::mkdir("/newroot/sys/fs/cgroup/warren", 0755);
   (void)WriteSmallFile("/newroot/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
-  if (params.count("pids") && std::atol(params["pids"].c_str()) > 0 &&
-      !WriteSmallFile("/newroot/sys/fs/cgroup/warren/pids.max", params["pids"])) {
+  if (params.pids > 0 && !WriteSmallFile("/newroot/sys/fs/cgroup/warren/pids.max", std::to_string(params.pids))) {
     return Errno("write(/sys/fs/cgroup/warren/pids.max)");
   }
   if (!WriteSmallFile("/newroot/proc/sys/vm/overcommit_memory", "1")) return Errno("write(vm.overcommit_memory)");
@@ -223,7 +245,7 @@ std::string SetUpRoot() {
   if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return Errno("move mount /newroot to /");
   if (::chroot(".") != 0) return Errno("chroot(/newroot)");
   if (::chdir("/") != 0) return Errno("chdir(/)");
-  std::string host = params.count("hostname") ? params["hostname"] : "sandbox";
+  const std::string& host = params.hostname;
   if (::sethostname(host.data(), host.size()) != 0) return Errno("sethostname(" + host + ")");
   return "";
 }

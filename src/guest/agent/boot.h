@@ -15,9 +15,31 @@
 
 namespace warren::guest {
 
+// What the root is made of: from the kernel command line on a cold boot,
+// from the host's hello in a clone of a template.
+struct RootParams {
+  int layers = 0;
+  std::string hostname = "sandbox";
+  std::string shm_mb = "64";
+  uint64_t pids = 0;  // task limit of the commands' cgroup (0: none)
+};
+
+// warren.layers/hostname/shm_mb/pids of the kernel command line.
+RootParams CmdlineRootParams();
+
+// True when the kernel command line says warren.template=1: the guest is
+// booted to be saved as a template, so it must not bind its disks (a clone
+// restores the template with its own disk files behind the same devices,
+// and a bound driver would keep the template's disk sizes) and must not
+// read boot_id (generated on first read: clones would share it).
+bool IsTemplateBoot();
+
 // /proc, /sys and /dev (devtmpfs) mounted, fds 0-2 open (on /dev/console),
-// the modules of /modules.load loaded in order. Error text or "".
-std::string EarlySetup();
+// *template_boot set (IsTemplateBoot, which needs /proc), the modules of
+// /modules.load loaded in order (virtio_blk held back in a template boot:
+// LoadHeldModules loads it). Error text or "".
+std::string EarlySetup(bool* template_boot);
+std::string LoadHeldModules();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.
@@ -27,7 +49,7 @@ std::string FindPort(const std::string& name);
 // /proc and /sys into it and makes it the root (switch_root: the
 // initramfs is the kernel's rootfs, which pivot_root refuses, so the new
 // root is moved over "/" and chroot'ed into). Error text or "".
-std::string SetUpRoot();
+std::string SetUpRoot(const RootParams& params);
 
 // "uname -r" of the running kernel, and /proc/sys/kernel/random/boot_id.
 std::string KernelRelease();

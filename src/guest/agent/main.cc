@@ -13,7 +13,8 @@ int main() {
     LogLine("must run as PID 1 of the guest");
     return 2;
   }
-  std::string err = EarlySetup();
+  bool template_boot = false;
+  std::string err = EarlySetup(&template_boot);
   std::string port = err.empty() ? FindPort("warren.agent") : "";
   if (err.empty() && port.empty()) err = "no virtio-serial port named warren.agent";
   if (port.empty()) {
@@ -23,7 +24,8 @@ int main() {
     ::reboot(RB_POWER_OFF);
     return 1;
   }
-  if (err.empty()) err = SetUpRoot();
+  // A template's root is set up by its clones, after their restore.
+  if (err.empty() && !template_boot) err = SetUpRoot(CmdlineRootParams());
   if (!err.empty()) LogLine("setup failed: " + err);
-  Serve(port, err);
+  Serve(port, err, /*root_pending=*/err.empty() && template_boot);
 }

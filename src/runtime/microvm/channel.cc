@@ -18,6 +18,8 @@ namespace {
 using proto::FrameType;
 
 constexpr size_t kMaxResyncBytes = 1u << 20;
+// A hello answered later than this after it was sent is repeated (Connect).
+constexpr std::chrono::milliseconds kFreshHello{200};
 
 int64_t RealtimeNs() {
   timespec ts;
@@ -76,11 +78,9 @@ AgentChannel::AgentChannel(std::string sandbox_id, UniqueFd fd)
 
 AgentChannel::~AgentChannel() { Close(); }
 
-StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(const std::string& sandbox_id,
-                                                              const std::string& socket_path,
-                                                              Clock::time_point deadline,
-                                                              const std::function<bool()>& alive,
-                                                              proto::HelloReply* reply) {
+StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(
+    const std::string& sandbox_id, const std::string& socket_path, Clock::time_point deadline,
+    const std::function<bool()>& alive, proto::HelloReply* reply, const proto::Hello& base_hello) {
   auto timed_out = [&] {
     return absl::DeadlineExceededError("sandbox " + sandbox_id +
                                        ": the guest agent did not answer within the boot timeout");
@@ -94,69 +94,81 @@ StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(const std::string&
     if (Clock::now() >= deadline) return timed_out();
     ::usleep(5000);
   }
-  uint64_t hello_id = RandomU64();
-  proto::Hello hello;
-  hello.realtime_ns = static_cast<uint64_t>(RealtimeNs());
-  hello.seed.resize(32);
-  if (::getrandom(hello.seed.data(), hello.seed.size(), 0) != static_cast<ssize_t>(hello.seed.size())) {
-    hello.seed.clear();
-  }
-  RETURN_IF_ERROR(SendAll(fd.get(), proto::EncodeFrame(FrameType::kHello, 0, hello_id, proto::Encode(hello))));
+  proto::Hello hello = base_hello;
+  std::unique_ptr<AgentChannel> ch;
+  uint64_t hello_id = 0;
+  for (int round = 0;; ++round) {
+    hello_id = RandomU64();
+    hello.realtime_ns = static_cast<uint64_t>(RealtimeNs());
+    hello.seed.resize(32);
+    if (::getrandom(hello.seed.data(), hello.seed.size(), 0) != static_cast<ssize_t>(hello.seed.size())) {
+      hello.seed.clear();
+    }
+    const Clock::time_point sent = Clock::now();
+    RETURN_IF_ERROR(SendAll(fd.get(), proto::EncodeFrame(FrameType::kHello, 0, hello_id, proto::Encode(hello))));
 
-  // Read until the reply to this hello; what comes before it is what an
-  // earlier connection left in flight.
-  std::string buf;
-  size_t at = std::string::npos;
-  while (true) {
-    at = proto::FindHelloReply(buf, hello_id);
-    if (at != std::string::npos) break;
-    if (buf.size() > kMaxResyncBytes) {
-      return absl::UnavailableError("sandbox " + sandbox_id + ": the guest sent " + std::to_string(buf.size()) +
-                                    " bytes without answering hello");
+    // Read until the reply to this hello; what comes before it is what an
+    // earlier connection left in flight.
+    std::string buf;
+    size_t at = std::string::npos;
+    while (true) {
+      at = proto::FindHelloReply(buf, hello_id);
+      if (at != std::string::npos) break;
+      if (buf.size() > kMaxResyncBytes) {
+        return absl::UnavailableError("sandbox " + sandbox_id + ": the guest sent " + std::to_string(buf.size()) +
+                                      " bytes without answering hello");
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return timed_out();
+      pollfd p{fd.get(), POLLIN, 0};
+      int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
+      if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(agent socket)");
+      if (n <= 0) {
+        if (!alive()) return died();
+        continue;
+      }
+      char chunk[64 << 10];
+      ssize_t r = ::recv(fd.get(), chunk, sizeof chunk, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return ErrnoToStatus(errno, "recv(agent socket)");
+      if (r == 0) {
+        if (!alive()) return died();
+        return absl::UnavailableError("sandbox " + sandbox_id + ": the agent socket closed before hello");
+      }
+      buf.append(chunk, static_cast<size_t>(r));
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return timed_out();
-    pollfd p{fd.get(), POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
-    if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(agent socket)");
-    if (n <= 0) {
-      if (!alive()) return died();
-      continue;
+    ch.reset(new AgentChannel(sandbox_id, std::move(fd)));
+    ch->decoder_.Feed(std::string_view(buf).substr(at));
+    proto::Frame f;
+    while (ch->decoder_.Next(&f) != proto::FrameDecoder::Result::kFrame) {
+      if (!ch->decoder_.error().empty()) {
+        return absl::UnavailableError("sandbox " + sandbox_id + ": bad hello reply: " + ch->decoder_.error());
+      }
+      // The header is there, its payload not yet: read on (bounded).
+      pollfd p{ch->fd_.get(), POLLIN, 0};
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return timed_out();
+      char chunk[64 << 10];
+      ssize_t r = ::recv(ch->fd_.get(), chunk, sizeof chunk, 0);
+      if (r <= 0) return absl::UnavailableError("sandbox " + sandbox_id + ": the agent socket closed during hello");
+      ch->decoder_.Feed(std::string_view(chunk, static_cast<size_t>(r)));
     }
-    char chunk[64 << 10];
-    ssize_t r = ::recv(fd.get(), chunk, sizeof chunk, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoToStatus(errno, "recv(agent socket)");
-    if (r == 0) {
-      if (!alive()) return died();
-      return absl::UnavailableError("sandbox " + sandbox_id + ": the agent socket closed before hello");
+    std::string why;
+    if (!proto::Decode(f.payload, reply, &why)) {
+      return absl::UnavailableError("sandbox " + sandbox_id + ": bad hello reply: " + why);
     }
-    buf.append(chunk, static_cast<size_t>(r));
-  }
-  std::unique_ptr<AgentChannel> ch(new AgentChannel(sandbox_id, std::move(fd)));
-  ch->decoder_.Feed(std::string_view(buf).substr(at));
-  proto::Frame f;
-  while (ch->decoder_.Next(&f) != proto::FrameDecoder::Result::kFrame) {
-    if (!ch->decoder_.error().empty()) {
-      return absl::UnavailableError("sandbox " + sandbox_id + ": bad hello reply: " + ch->decoder_.error());
+    if (reply->version != proto::kVersion) {
+      return absl::FailedPreconditionError("sandbox " + sandbox_id + ": guest agent speaks protocol version " +
+                                           std::to_string(reply->version) + ", warrend " +
+                                           std::to_string(proto::kVersion) + " (rebuild the initramfs)");
     }
-    // The header is there, its payload not yet: read on (bounded).
-    pollfd p{ch->fd_.get(), POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return timed_out();
-    char chunk[64 << 10];
-    ssize_t r = ::recv(ch->fd_.get(), chunk, sizeof chunk, 0);
-    if (r <= 0) return absl::UnavailableError("sandbox " + sandbox_id + ": the agent socket closed during hello");
-    ch->decoder_.Feed(std::string_view(chunk, static_cast<size_t>(r)));
-  }
-  std::string why;
-  if (!proto::Decode(f.payload, reply, &why)) {
-    return absl::UnavailableError("sandbox " + sandbox_id + ": bad hello reply: " + why);
-  }
-  if (reply->version != proto::kVersion) {
-    return absl::FailedPreconditionError("sandbox " + sandbox_id + ": guest agent speaks protocol version " +
-                                         std::to_string(reply->version) + ", warrend " +
-                                         std::to_string(proto::kVersion) + " (rebuild the initramfs)");
+    // A hello sent while the guest was still booting waited in the port and
+    // set a clock as old as that wait: once more, now that the agent reads.
+    // Frames after a reply cannot be lost: the agent sends only answers.
+    if (round > 0 || Clock::now() - sent < kFreshHello) break;
+    fd = std::move(ch->fd_);
+    ch.reset();
+    hello.setup_root = false;
   }
   ch->next_id_ = hello_id + 1;
   ch->reader_ = std::thread([c = ch.get()] { c->ReaderLoop(); });

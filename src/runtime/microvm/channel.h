@@ -37,10 +37,12 @@ class AgentChannel {
   // created it), says kHello and waits for the agent's kHelloReply, until
   // `deadline`. `alive` is polled between attempts: false (QEMU exited)
   // ends the wait with FailedPrecondition. DeadlineExceeded when the agent
-  // did not answer in time.
+  // did not answer in time. `hello`'s setup fields are sent as given; its
+  // clock and seed are filled in here, right before sending.
   static StatusOr<std::unique_ptr<AgentChannel>> Connect(const std::string& sandbox_id, const std::string& socket_path,
                                                          Clock::time_point deadline, const std::function<bool()>& alive,
-                                                         proto::HelloReply* reply);
+                                                         proto::HelloReply* reply,
+                                                         const proto::Hello& hello = proto::Hello{});
   ~AgentChannel();  // Close()s
 
   // Runs one command: sends kExec (+ stdin), collects kOutput up to

@@ -11,14 +11,17 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
 #include "runtime/microvm/channel.h"
+#include "runtime/microvm/kvm_probe.h"
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/sandbox.h"
+#include "runtime/microvm/template.h"
 
 namespace warren::runtime {
 
@@ -32,7 +35,7 @@ using microvm::MicrovmSandbox;
 constexpr uint32_t kMinMemoryMb = 128;
 // QEMU's threads (vCPUs, RCU, I/O workers) with room.
 constexpr uint32_t kQemuPids = 64;
-constexpr int kAgentFd = 3;
+constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
 
 bool PidfdAlive(int pidfd) {
@@ -51,19 +54,75 @@ Status CheckFile(const std::string& path, const std::string& what) {
 class MicrovmBackend : public Backend {
  public:
   MicrovmBackend(MicrovmOptions o, std::unique_ptr<jail::CgroupManager> cgroups)
-      : o_(std::move(o)), cgroups_(std::move(cgroups)) {}
+      : o_(std::move(o)), cgroups_(std::move(cgroups)) {
+    if (!o_.template_dir.empty()) {
+      microvm::TemplateOptions t;
+      t.qemu = o_.qemu;
+      t.kernel = o_.kernel;
+      t.initrd = o_.initrd;
+      t.dir = o_.template_dir;
+      t.boot_timeout = o_.boot_timeout;
+      templates_ = std::make_unique<microvm::TemplateCache>(std::move(t));
+    }
+  }
 
   std::string name() const override { return "microvm"; }
   Capabilities capabilities() const override { return {}; }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));
+    if (templates_) {
+      microvm::VmConfig shape = BaseConfig(spec);
+      StatusOr<std::shared_ptr<const microvm::Template>> t = templates_->Get(shape);
+      if (t.ok()) {
+        bool guest_answered = false;
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, t->get(), &guest_answered);
+        // A guest that answered (e.g. with a bad layer) would fail a cold
+        // boot the same way.
+        if (sb.ok() || guest_answered) return sb;
+        Log(spdlog::level::warn, "microvm clone failed; booting cold",
+            {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
+      } else {
+        LogNoTemplateOnce(t.status());
+      }
+    }
+    return CreateVm(spec, nullptr, nullptr);
+  }
+
+ private:
+  // The VM of `spec` (disk paths, console and sockets aside).
+  microvm::VmConfig BaseConfig(const SandboxSpec& spec) const {
+    microvm::VmConfig vm;
+    vm.kernel = o_.kernel;
+    vm.initrd = o_.initrd;
+    vm.accel = Accel();
+    vm.tsc_khz = vm.accel == "tcg" ? microvm::HostTscKhz() : 0;  // measured once, at the first create
+    vm.memory_mb = spec.resources.memory_mb;
+    vm.cpus = o_.cpus;
+    vm.layer_files = spec.layer_files;
+    vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
+    vm.shm_mb = spec.resources.tmpfs_mb;
+    vm.pids = spec.resources.pids;
+    return vm;
+  }
+
+  void LogNoTemplateOnce(const Status& why) {
+    std::lock_guard<std::mutex> l(log_mu_);
+    if (why.ToString() == last_template_error_) return;
+    last_template_error_ = why.ToString();
+    Log(spdlog::level::warn, "no microvm template; creates boot cold", {{"reason", last_template_error_}});
+  }
+
+  // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
+  // when the guest's agent replied to the hello.
+  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const microvm::Template* tmpl,
+                                              bool* guest_answered) {
     // Declared before the rollback guard: its undos use them.
     microvm::record::Microvm rec;
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
     Rollback rb;
-    rec.set_accel(o_.accel);
+    rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
 
@@ -84,7 +143,7 @@ class MicrovmBackend : public Backend {
     UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
     rb.Add([&spec] {
-      for (const char* f : {"/agent.sock", "/console.log", "/qemu.log"}) ::unlink((spec.dir + f).c_str());
+      for (const char* f : {"/agent.sock", "/qmp.sock", "/console.log", "/qemu.log"}) ::unlink((spec.dir + f).c_str());
     });
     std::string sock_path = microvm::SocketPath(spec.dir, dir.get(), "agent.sock");
     UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -97,42 +156,56 @@ class MicrovmBackend : public Backend {
     }
     if (::listen(listener.get(), 1) != 0) return ErrnoToStatus(errno, "listen(" + spec.dir + "/agent.sock)");
 
-    microvm::VmConfig vm;
-    vm.kernel = o_.kernel;
-    vm.initrd = o_.initrd;
-    vm.accel = o_.accel;
-    vm.tsc_khz = o_.accel == "tcg" ? microvm::HostTscKhz() : 0;  // measured once, at the first create
-    vm.memory_mb = spec.resources.memory_mb;
-    vm.cpus = o_.cpus;
-    vm.layer_files = spec.layer_files;
+    microvm::VmConfig vm = BaseConfig(spec);
     vm.disk = rec.disk();
     vm.console_log = spec.dir + "/console.log";
-    vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
-    vm.shm_mb = spec.resources.tmpfs_mb;
-    vm.pids = spec.resources.pids;
     vm.agent_listen_fd = kAgentFd;
+    std::vector<std::pair<int, int>> fds = {{listener.get(), kAgentFd}};
+    UniqueFd qmp_listener;
+    const std::string qmp_path = microvm::SocketPath(spec.dir, dir.get(), "qmp.sock");
+    if (tmpl != nullptr) {
+      ASSIGN_OR_RETURN(qmp_listener, microvm::ListenUnix(qmp_path));
+      vm.qmp_listen_fd = kQmpFd;
+      vm.ram_fd = kRamFd;
+      vm.ram_shared = false;  // MAP_PRIVATE: the template's pages, copied on write
+      vm.restore = true;
+      fds.push_back({qmp_listener.get(), kQmpFd});
+      fds.push_back({tmpl->ram.get(), kRamFd});
+    }
     std::vector<int> procs_fds;
     procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-    ASSIGN_OR_RETURN(q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), listener.get(), kAgentFd,
-                                            spec.dir + "/qemu.log", procs_fds));
+    ASSIGN_OR_RETURN(q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, spec.dir + "/qemu.log", procs_fds));
     listener.reset();  // QEMU holds it now
+    qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
     // Runs before the cgroup's removal (reverse order of registration).
     rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
 
+    const auto deadline = AgentChannel::Clock::now() + o_.boot_timeout;
+    microvm::proto::Hello setup;
+    if (tmpl != nullptr) {
+      Status s = microvm::RestoreClone(qmp_path, *tmpl, deadline);
+      ::unlink(qmp_path.c_str());  // the monitor is not for anyone else
+      if (!s.ok()) return Status(s.code(), std::string(s.message()) + microvm::LogTails(spec.dir));
+      setup.setup_root = true;
+      setup.layers = vm.layer_files.size();
+      setup.hostname = vm.hostname;
+      setup.shm_mb = vm.shm_mb;
+      setup.pids = vm.pids;
+    }
     microvm::proto::HelloReply hello;
     int pidfd = q.pidfd.get();
     StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
-        spec.id, sock_path, AgentChannel::Clock::now() + o_.boot_timeout, [pidfd] { return PidfdAlive(pidfd); },
-        &hello);
+        spec.id, sock_path, deadline, [pidfd] { return PidfdAlive(pidfd); }, &hello, setup);
     if (!ch.ok()) {
       std::string extra = ch.status().code() == absl::StatusCode::kDeadlineExceeded
                               ? " (" + std::to_string(o_.boot_timeout.count()) + " ms)"
                               : "";
       return Status(ch.status().code(), std::string(ch.status().message()) + extra + microvm::LogTails(spec.dir));
     }
+    if (guest_answered != nullptr) *guest_answered = true;
     if (!hello.error.empty()) {
       return absl::FailedPreconditionError("sandbox " + spec.id +
                                            ": the guest could not set up its root: " + hello.error);
@@ -151,6 +224,7 @@ class MicrovmBackend : public Backend {
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
 
+ public:
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
     microvm::record::Microvm rec;
     if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.qemu_pid() <= 0) {
@@ -215,6 +289,9 @@ class MicrovmBackend : public Backend {
   }
 
  private:
+  // The configured accelerator, or the probe's answer for "auto".
+  std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
+
   Status Validate(const SandboxSpec& spec) const {
     RETURN_IF_ERROR(CheckFile(o_.kernel, "guest kernel"));
     RETURN_IF_ERROR(CheckFile(o_.initrd, "guest initramfs"));
@@ -240,6 +317,9 @@ class MicrovmBackend : public Backend {
 
   const MicrovmOptions o_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
+  std::unique_ptr<microvm::TemplateCache> templates_;  // warm starts; null: every create boots cold
+  std::mutex log_mu_;
+  std::string last_template_error_;
 };
 
 }  // namespace
@@ -248,14 +328,45 @@ Status CheckMicrovmHost(const MicrovmOptions& o) {
   RETURN_IF_ERROR(CheckFile(o.qemu, "QEMU"));
   RETURN_IF_ERROR(CheckFile(o.kernel, "guest kernel"));
   RETURN_IF_ERROR(CheckFile(o.initrd, "guest initramfs"));
-  if (o.accel != "tcg" && o.accel != "kvm") return absl::InvalidArgumentError("microvm: accel must be tcg or kvm");
+  if (o.accel != "tcg" && o.accel != "kvm" && o.accel != "auto") {
+    return absl::InvalidArgumentError("microvm: accel must be tcg, kvm or auto, not \"" + o.accel + "\"");
+  }
+  if (o.accel == "auto" && !o.accel_choice.valid()) {
+    return absl::InvalidArgumentError("microvm: accel=auto needs the probe's answer (ChooseAccel)");
+  }
   return absl::OkStatus();
+}
+
+StatusOr<std::shared_future<AccelChoice>> ChooseAccel(const std::string& accel) {
+  if (accel == "tcg" || accel == "kvm") {
+    std::promise<AccelChoice> p;
+    p.set_value({accel, "set by configuration (accel=" + accel + ")"});
+    return p.get_future().share();
+  }
+  if (accel != "auto") {
+    return absl::InvalidArgumentError("microvm: accel must be tcg, kvm or auto, not \"" + accel + "\"");
+  }
+  // std::async's shared state joins the thread when the last future goes:
+  // bounded by the probe's deadline.
+  return std::async(std::launch::async,
+                    [] {
+                      StatusOr<::warren::microvm::KvmProbeResult> r = ::warren::microvm::ProbeKvm();
+                      if (!r.ok()) return AccelChoice{"tcg", "the KVM probe could not run: " + r.status().ToString()};
+                      return AccelChoice{::warren::microvm::AccelName(r->accel), "KVM probe: " + r->reason};
+                    })
+      .share();
 }
 
 StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& options) {
   RETURN_IF_ERROR(CheckMicrovmHost(options));
   if (options.disk_dir.empty()) return absl::InvalidArgumentError("microvm: disk_dir is required");
   RETURN_IF_ERROR(MkdirAll(options.disk_dir, 0700));
+  // Templates of an earlier daemon: their RAM (a memfd) died with it; a
+  // build it was doing when killed left its QEMU.
+  if (!options.template_dir.empty() && ::access(options.template_dir.c_str(), F_OK) == 0) {
+    microvm::KillTemplateQemus(options.qemu, options.template_dir);
+    RETURN_IF_ERROR(RemoveTree(options.template_dir));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));
   return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups)));
 }

@@ -25,6 +25,10 @@
 //   there. The host waits for the result at most timeout + kill_grace +
 //   exec_slack; a guest that does not answer by then fails the call with
 //   DeadlineExceeded.
+// * Warm starts (template_dir set): a create restores a clone of the
+//   template for its shape (template.h) and falls back to a cold boot, with
+//   the reason in the log, when there is no template or the restore fails
+//   before the guest answered.
 // * Capabilities: none yet (pause/suspend/processes/export_changes answer
 //   Unimplemented through runtime::Require); files(): Unimplemented.
 // * Hostname: spec.hostname goes on the kernel command line; only
@@ -33,6 +37,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -40,22 +45,40 @@
 
 namespace warren::runtime {
 
+// The accelerator microVMs run on and why.
+struct AccelChoice {
+  std::string accel;  // "kvm" or "tcg"
+  std::string reason;
+};
+
 struct MicrovmOptions {
   std::string qemu = "/usr/bin/qemu-system-x86_64";
   // bzImage and initramfs (scripts/microvm/build-guest.sh writes both into
   // one dir: <dir>/vmlinuz, <dir>/initramfs.cpio).
   std::string kernel;
   std::string initrd;
-  // "tcg" or "kvm". KVM is used only when the caller has probed that it
-  // runs a stock guest (on PVM-based hosts it does not: the guest hangs).
+  // "tcg", "kvm" or "auto". KVM is used only where it runs a stock guest
+  // (on PVM-based hosts it does not: the guest hangs); "auto" takes
+  // accel_choice's answer (ChooseAccel), waiting for it at the first create.
   std::string accel = "tcg";
+  std::shared_future<AccelChoice> accel_choice;
   // Where the writable disks live (created if missing).
   std::string disk_dir;
+  // Warm starts by cloning templates (template.h) kept here (emptied at
+  // start and at the backend's end); empty: every create boots cold.
+  std::string template_dir;
   std::string cgroup_name = "warren-microvm";
   std::chrono::milliseconds boot_timeout{60000};
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;  // vCPUs per VM
 };
+
+// "tcg" or "kvm": ready at once, the reason naming the configuration.
+// "auto": runs the KVM probe (kvm_probe.h, bounded by its 1 s deadline) in a
+// thread of its own, so the caller is not held up; kvm where it runs a stock
+// guest, tcg otherwise, with the probe's reason. InvalidArgument for any
+// other value.
+StatusOr<std::shared_future<AccelChoice>> ChooseAccel(const std::string& accel);
 
 // What MicrovmOptions' files must be for the backend to be offered; OK or
 // NotFound/FailedPrecondition naming the missing one.

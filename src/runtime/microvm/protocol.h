@@ -17,8 +17,16 @@
 // are skipped (a newer peer may add fields).
 //
 // Conversation (host → guest ⇒, guest → host ⇐):
-//   ⇒ kHello {realtime_ns, seed}   first frame on every connection; the agent
-//                                   sets its clock and mixes `seed` into the RNG
+//   ⇒ kHello {realtime_ns, seed, setup_root, layers, hostname, shm_mb, pids}
+//                                   first frame on every connection; the agent
+//                                   sets its clock, mixes `seed` into the RNG
+//                                   with credit and forces a reseed. A guest
+//                                   booted as a template (warren.template=1)
+//                                   has no root yet: the first hello with
+//                                   setup_root=1 (a clone's, after restore)
+//                                   sets the hostname, binds the disks and
+//                                   mounts the root from `layers`, `shm_mb`;
+//                                   later hellos leave both alone
 //   ⇐ kHelloReply {version, kernel_release, boot_id, error}  same id. A
 //                                   non-empty `error`: the guest could not set
 //                                   up its root (the sandbox is unusable).
@@ -238,6 +246,11 @@ inline bool ReadU64(std::string_view v, uint64_t* out) {
 struct Hello {
   uint64_t realtime_ns = 0;
   std::string seed;  // mixed into the guest RNG; at most 512 bytes
+  bool setup_root = false;
+  uint64_t layers = 0;   // 1..64 with setup_root
+  std::string hostname;  // [A-Za-z0-9.-], at most 64 bytes
+  uint64_t shm_mb = 64;
+  uint64_t pids = 0;  // with setup_root: task limit of the commands (0: none)
 };
 struct HelloReply {
   uint64_t version = 0;
@@ -275,6 +288,11 @@ enum : uint16_t {
   // Hello
   kRealtimeNs = 1,
   kSeed = 2,
+  kSetupRoot = 3,
+  kLayers = 4,
+  kHostname = 5,
+  kShmMb = 6,
+  kPids = 7,
   // HelloReply
   kVersion = 1,
   kKernelRelease = 2,
@@ -306,7 +324,13 @@ enum : uint16_t {
 }  // namespace tag
 
 inline std::string Encode(const Hello& m) {
-  return TlvWriter().U64(tag::kRealtimeNs, m.realtime_ns).Bytes(tag::kSeed, m.seed).Take();
+  TlvWriter w;
+  w.U64(tag::kRealtimeNs, m.realtime_ns).Bytes(tag::kSeed, m.seed);
+  if (m.setup_root) {
+    w.U64(tag::kSetupRoot, 1).U64(tag::kLayers, m.layers).Bytes(tag::kHostname, m.hostname).U64(tag::kShmMb, m.shm_mb);
+    if (m.pids != 0) w.U64(tag::kPids, m.pids);
+  }
+  return w.Take();
 }
 inline std::string Encode(const HelloReply& m) {
   return TlvWriter()
@@ -378,8 +402,28 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
       if (v.size() > 512) return *why = "seed too long", false;
       m->seed.assign(v);
     }
+    uint64_t setup = 0;
+    if (t == tag::kSetupRoot) {
+      if (!internal::Int(v, &setup, why, "setup_root")) return false;
+      m->setup_root = setup != 0;
+    }
+    if (t == tag::kLayers && !internal::Int(v, &m->layers, why, "layers")) return false;
+    if (t == tag::kShmMb && !internal::Int(v, &m->shm_mb, why, "shm_mb")) return false;
+    if (t == tag::kPids && !internal::Int(v, &m->pids, why, "pids")) return false;
+    if (t == tag::kHostname) {
+      if (v.size() > 64) return *why = "hostname too long", false;
+      for (char c : v) {
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
+          return *why = "hostname holds a character outside [A-Za-z0-9.-]", false;
+        }
+      }
+      m->hostname.assign(v);
+    }
   }
-  return internal::Done(r, why);
+  if (!internal::Done(r, why)) return false;
+  if (m->setup_root && (m->layers < 1 || m->layers > 64)) return *why = "layers must be 1..64", false;
+  if (m->setup_root && (m->shm_mb < 1 || m->shm_mb > (1u << 20))) return *why = "shm_mb out of range", false;
+  return true;
 }
 
 inline bool Decode(std::string_view payload, HelloReply* m, std::string* why) {

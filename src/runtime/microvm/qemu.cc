@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -27,11 +28,14 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   append += " warren.layers=" + std::to_string(c.layer_files.size());
   append += " warren.hostname=" + c.hostname;
   append += " warren.shm_mb=" + std::to_string(c.shm_mb);
-  if (c.pids != 0) append += " warren.pids=" + std::to_string(c.pids);
+  if (c.pids != 0 && !c.template_boot) append += " warren.pids=" + std::to_string(c.pids);
+  if (c.template_boot) append += " warren.template=1";
+  std::string machine = "microvm,x-option-roms=off,rtc=on";
+  if (c.ram_fd >= 0) machine += ",memory-backend=ram0";
   std::vector<std::string> a = {
       qemu,
       "-M",
-      "microvm,x-option-roms=off,rtc=on",
+      machine,
       "-accel",
       c.accel == "tcg" ? "tcg,tb-size=" + std::to_string(kTcgCacheMb) : c.accel,
       "-cpu",
@@ -46,12 +50,6 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "-no-reboot",
       "-sandbox",
       "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-      "-kernel",
-      c.kernel,
-      "-initrd",
-      c.initrd,
-      "-append",
-      append,
       "-chardev",
       "file,id=console,path=" + c.console_log,
       "-serial",
@@ -63,6 +61,19 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "-device",
       "virtserialport,chardev=agent,name=warren.agent",
   };
+  if (!c.restore) a.insert(a.end(), {"-kernel", c.kernel, "-initrd", c.initrd, "-append", append});
+  if (c.ram_fd >= 0) {
+    a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(c.memory_mb) +
+                                      "M,mem-path=/proc/self/fd/" + std::to_string(c.ram_fd) +
+                                      ",share=" + (c.ram_shared ? "on" : "off")});
+  }
+  if (c.qmp_listen_fd >= 0) {
+    a.insert(a.end(), {"-chardev", "socket,id=qmp,fd=" + std::to_string(c.qmp_listen_fd) + ",server=on,wait=off",
+                       "-mon", "chardev=qmp,mode=control"});
+  }
+  if (c.restore) a.insert(a.end(), {"-incoming", "defer"});
+  // Devices from here on, in one order for template and clone (the
+  // migration stream names virtio-mmio devices by creation order).
   for (size_t i = 0; i < c.layer_files.size(); ++i) {
     std::string id = "l" + std::to_string(i);
     // QEMU's -drive option parser splits at ','; a path with one is doubled.
@@ -95,6 +106,18 @@ uint64_t ProcessStartTime(pid_t pid) {
 
 StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
                                   const std::string& log_path, const std::vector<int>& procs_fds) {
+  return LaunchQemu(argv, {{listen_fd, target_fd}}, log_path, procs_fds);
+}
+
+StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const std::vector<std::pair<int, int>>& fds,
+                                  const std::string& log_path, const std::vector<int>& procs_fds) {
+  constexpr size_t kMaxFds = 8;
+  if (fds.empty() || fds.size() > kMaxFds) return absl::InvalidArgumentError("LaunchQemu: 1..8 fds");
+  int max_target = 2;
+  for (const auto& [src, target] : fds) {
+    if (target < 3 || target >= 10) return absl::InvalidArgumentError("LaunchQemu: fd targets must be 3..9");
+    max_target = std::max(max_target, target);
+  }
   UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull.valid()) return ErrnoToStatus(errno, "open(/dev/null)");
   UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
@@ -120,16 +143,22 @@ StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int list
       (void)ignored;
       ::_exit(127);
     };
-    int sock = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 10);
-    if (rep_fd < 0 || sock < 0) fail(3);
+    int moved[kMaxFds];
+    for (size_t i = 0; i < fds.size(); ++i) {
+      moved[i] = ::fcntl(fds[i].first, F_DUPFD_CLOEXEC, 10);
+      if (moved[i] < 0) fail(3);
+    }
+    if (rep_fd < 0) fail(3);
     for (int fd : procs_fds) {
       if (::write(fd, "0", 1) != 1) fail(1);
     }
     if (::setsid() < 0) fail(2);
     if (::dup2(devnull.get(), 0) < 0 || ::dup2(log.get(), 1) < 0 || ::dup2(log.get(), 2) < 0) fail(3);
-    if (::dup2(sock, target_fd) < 0) fail(3);  // dup2 clears close-on-exec
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (::dup2(moved[i], fds[i].second) < 0) fail(3);  // dup2 clears close-on-exec
+    }
     // Nothing else goes to QEMU (CLOSE_RANGE_CLOEXEC: Linux 5.11).
-    if (::syscall(SYS_close_range, target_fd + 1, ~0U, CLOSE_RANGE_CLOEXEC) != 0) fail(3);
+    if (::syscall(SYS_close_range, max_target + 1, ~0U, CLOSE_RANGE_CLOEXEC) != 0) fail(3);
     ::execve(args[0], args.data(), environ);
     fail(4);
   }

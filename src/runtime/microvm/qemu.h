@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -47,6 +48,16 @@ struct VmConfig {
   uint32_t shm_mb = 64;
   uint32_t pids = 0;        // the sandbox's task limit inside the guest (0: none)
   int agent_listen_fd = 3;  // fd number of the listening socket in QEMU
+  // Warm starts (template.h). The guest RAM is a memory-backend-file on
+  // /proc/self/fd/<ram_fd> (a memfd QEMU inherits) when ram_fd >= 0, mapped
+  // shared (the template writes it) or private (a clone: copy-on-write).
+  int ram_fd = -1;
+  bool ram_shared = false;
+  int qmp_listen_fd = -1;      // QMP monitor on this listening socket when >= 0
+  bool template_boot = false;  // warren.template=1: the agent holds its disks
+  // A clone: no kernel boot (the RAM holds the running guest), -incoming
+  // defer (the state comes over QMP).
+  bool restore = false;
 };
 
 std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& config);
@@ -62,6 +73,10 @@ struct LaunchedQemu {
 // `config.agent_listen_fd`, stdin /dev/null, stdout+stderr appended to
 // `log_path`, and its cgroup joined (writes to `procs_fds`) before exec.
 StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
+                                  const std::string& log_path, const std::vector<int>& procs_fds);
+// The same with several fds: each (fd in this process, its number in QEMU);
+// target numbers are >= 3 and distinct.
+StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const std::vector<std::pair<int, int>>& fds,
                                   const std::string& log_path, const std::vector<int>& procs_fds);
 
 // /proc/<pid>/stat field 22 (start time in clock ticks), 0 if gone.

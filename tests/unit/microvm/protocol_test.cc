@@ -165,6 +165,52 @@ TEST(MessageTest, OutOfRangeAndMalformedRepliesAreRejected) {
   EXPECT_THAT(why, HasSubstr("too long"));
 }
 
+TEST(MessageTest, HelloWithRootSetupRoundTripsAndIsValidated) {
+  proto::Hello h;
+  h.realtime_ns = 1234567890123456789ull;
+  h.seed = std::string(32, '\x07');
+  h.setup_root = true;
+  h.layers = 3;
+  h.hostname = "sb-0123.x";
+  h.shm_mb = 96;
+  h.pids = 256;
+  proto::Hello out;
+  std::string why;
+  ASSERT_TRUE(proto::Decode(proto::Encode(h), &out, &why)) << why;
+  EXPECT_EQ(out.realtime_ns, h.realtime_ns);
+  EXPECT_EQ(out.seed, h.seed);
+  EXPECT_TRUE(out.setup_root);
+  EXPECT_EQ(out.layers, 3u);
+  EXPECT_EQ(out.hostname, "sb-0123.x");
+  EXPECT_EQ(out.shm_mb, 96u);
+  EXPECT_EQ(out.pids, 256u);
+
+  // Without setup_root the setup fields are not sent.
+  proto::Hello plain;
+  plain.hostname = "ignored";
+  proto::Hello got;
+  ASSERT_TRUE(proto::Decode(proto::Encode(plain), &got, &why)) << why;
+  EXPECT_FALSE(got.setup_root);
+  EXPECT_EQ(got.hostname, "");
+
+  proto::Hello bad = h;
+  bad.hostname = "a b";
+  EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &why));
+  EXPECT_THAT(why, ::testing::HasSubstr("hostname"));
+  bad = h;
+  bad.hostname = std::string(65, 'a');
+  EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &why));
+  bad = h;
+  bad.layers = 0;
+  got = proto::Hello{};
+  EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &why));
+  EXPECT_THAT(why, ::testing::HasSubstr("layers"));
+  bad = h;
+  bad.layers = 65;
+  got = proto::Hello{};
+  EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &why));
+}
+
 TEST(MessageTest, FindHelloReplySkipsWhatAnEarlierConnectionLeft) {
   std::string reply = proto::EncodeFrame(FrameType::kHelloReply, 0, 0xabcdef12345ull, "p");
   std::string stream = std::string("\x07\x00\x00\x00leftover", 12) + reply;

@@ -412,7 +412,7 @@ class NodeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "version", "backends", "sandboxes", "layers", "layers_mounted", "cgroup_version", "cgroup_parent", "idmapped_mounts", "file_backed_erofs", "state_dir", "started_at_ns", "cpus", "memory_total_bytes", "memory_available_bytes")
+    __slots__ = ("node_id", "version", "backends", "sandboxes", "layers", "layers_mounted", "cgroup_version", "cgroup_parent", "idmapped_mounts", "file_backed_erofs", "state_dir", "started_at_ns", "cpus", "memory_total_bytes", "memory_available_bytes", "microvm_accel", "microvm_accel_reason")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -428,6 +428,8 @@ class NodeStatus(_message.Message):
     CPUS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MICROVM_ACCEL_FIELD_NUMBER: _ClassVar[int]
+    MICROVM_ACCEL_REASON_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     version: str
     backends: _containers.RepeatedScalarFieldContainer[str]
@@ -443,7 +445,9 @@ class NodeStatus(_message.Message):
     cpus: int
     memory_total_bytes: int
     memory_available_bytes: int
-    def __init__(self, node_id: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., sandboxes: _Optional[int] = ..., layers: _Optional[int] = ..., layers_mounted: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_parent: _Optional[str] = ..., idmapped_mounts: _Optional[bool] = ..., file_backed_erofs: _Optional[bool] = ..., state_dir: _Optional[str] = ..., started_at_ns: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ...) -> None: ...
+    microvm_accel: str
+    microvm_accel_reason: str
+    def __init__(self, node_id: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., sandboxes: _Optional[int] = ..., layers: _Optional[int] = ..., layers_mounted: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_parent: _Optional[str] = ..., idmapped_mounts: _Optional[bool] = ..., file_backed_erofs: _Optional[bool] = ..., state_dir: _Optional[str] = ..., started_at_ns: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., microvm_accel: _Optional[str] = ..., microvm_accel_reason: _Optional[str] = ...) -> None: ...
 
 class ExtendTtlRequest(_message.Message):
     __slots__ = ("id", "ttl_s")

@@ -1,0 +1,376 @@
+#include "runtime/microvm/template.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/rollback.h"
+#include "runtime/microvm/channel.h"
+#include "runtime/microvm/sandbox.h"
+
+namespace warren::runtime::microvm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5;
+// Placeholder disks of a template: the template never binds its disks, so
+// their size and content do not matter.
+constexpr off_t kPlaceholderBytes = 1 << 20;
+constexpr size_t kMaxQmpLine = 1 << 20;
+
+// QMP, line by line (QEMU ends every message with \r\n). Answers are found
+// by their "return"/"error" member; events in between are skipped.
+class Qmp {
+ public:
+  static StatusOr<Qmp> Connect(const std::string& path, Clock::time_point deadline) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (path.size() >= sizeof sa.sun_path) return absl::InvalidArgumentError("QMP socket path too long: " + path);
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      return ErrnoToStatus(errno, "connect(" + path + ")");
+    }
+    Qmp q(std::move(fd), deadline);
+    ASSIGN_OR_RETURN(std::string greeting, q.ReadLine());
+    if (greeting.find("\"QMP\"") == std::string::npos) return absl::InternalError("QMP: no greeting: " + greeting);
+    RETURN_IF_ERROR(q.Command(R"({"execute":"qmp_capabilities"})").status());
+    return q;
+  }
+
+  // Sends `json` (with `pass_fd` as SCM_RIGHTS when >= 0) and returns the
+  // answer's line; an "error" answer is an error naming the command.
+  StatusOr<std::string> Command(const std::string& json, int pass_fd = -1) {
+    std::string line = json + "\n";
+    iovec iov{line.data(), line.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    if (::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+      return ErrnoToStatus(errno, "sendmsg(QMP)");
+    }
+    while (true) {
+      ASSIGN_OR_RETURN(std::string answer, ReadLine());
+      if (answer.find("\"return\"") != std::string::npos) return answer;
+      if (answer.find("\"error\"") != std::string::npos) {
+        return absl::InternalError("QMP " + json + ": " + answer);
+      }
+    }
+  }
+
+ private:
+  Qmp(UniqueFd fd, Clock::time_point deadline) : fd_(std::move(fd)), deadline_(deadline) {}
+
+  StatusOr<std::string> ReadLine() {
+    while (true) {
+      size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      if (buf_.size() > kMaxQmpLine) return absl::InternalError("QMP: line over 1 MiB");
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+      if (left <= 0) return absl::DeadlineExceededError("QMP: no answer in time");
+      pollfd p{fd_.get(), POLLIN, 0};
+      int n = ::poll(&p, 1, static_cast<int>(left));
+      if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(QMP)");
+      if (n <= 0) continue;
+      char chunk[4096];
+      ssize_t r = ::recv(fd_.get(), chunk, sizeof chunk, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return ErrnoToStatus(errno, "recv(QMP)");
+      if (r == 0) return absl::UnavailableError("QMP: QEMU closed its monitor (exited?)");
+      buf_.append(chunk, static_cast<size_t>(r));
+    }
+  }
+
+  UniqueFd fd_;
+  Clock::time_point deadline_;
+  std::string buf_;
+};
+
+constexpr char kIgnoreShared[] =
+    R"({"execute":"migrate-set-capabilities","arguments":{"capabilities":[{"capability":"x-ignore-shared","state":true}]}})";
+
+// FNV-1a 64 over a file's bytes, into `h`.
+Status HashFile(const std::string& path, uint64_t* h) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "read(" + path + ")");
+    if (n == 0) return absl::OkStatus();
+    for (ssize_t i = 0; i < n; ++i) *h = (*h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+  }
+}
+
+StatusOr<std::string> StatIdentity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + path + ")");
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+}
+
+std::string Hex(uint64_t v) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<UniqueFd> ListenUnix(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return absl::InvalidArgumentError("socket path too long: " + path);
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    return ErrnoToStatus(errno, "bind(" + path + ")");
+  }
+  if (::listen(fd.get(), 1) != 0) return ErrnoToStatus(errno, "listen(" + path + ")");
+  return fd;
+}
+
+int KillTemplateQemus(const std::string& qemu, const std::string& dir) {
+  int killed = 0;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return 0;
+  const std::string needle = dir + "/";
+  while (dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
+    StatusOr<std::string> cmd = ReadSmallFile(std::string("/proc/") + e->d_name + "/cmdline", 64 << 10);
+    if (!cmd.ok() || cmd->compare(0, qemu.size() + 1, qemu + '\0') != 0) continue;
+    if (cmd->find(needle) == std::string::npos) continue;
+    uint64_t start = ProcessStartTime(pid);
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    // Checked again with the pidfd held: the pid cannot be reused now.
+    if (!pidfd.valid() || start == 0 || ProcessStartTime(pid) != start) continue;
+    Log(spdlog::level::warn, "killing a template QEMU left by an earlier daemon", {{"pid", std::to_string(pid)}});
+    KillQemu(std::move(pidfd));
+    ++killed;
+  }
+  ::closedir(proc);
+  return killed;
+}
+
+Template::~Template() {
+  if (!dir.empty()) {
+    Status s = RemoveTree(dir);
+    if (!s.ok()) Log(spdlog::level::warn, "removing a microvm template failed", {{"error", s.ToString()}});
+  }
+}
+
+TemplateCache::~TemplateCache() {
+  std::lock_guard<std::mutex> l(mu_);
+  entries_.clear();         // each Template's dir goes with its last user
+  ::rmdir(o_.dir.c_str());  // empty unless a clone still being created holds one
+}
+
+StatusOr<std::string> TemplateCache::InputsHash() {
+  std::string key;
+  for (const std::string* p : {&o_.kernel, &o_.initrd, &o_.qemu}) {
+    ASSIGN_OR_RETURN(std::string id, StatIdentity(*p));
+    key += id;
+  }
+  if (key == stat_key_) return inputs_hash_;
+  uint64_t h = 1469598103934665603ull;
+  RETURN_IF_ERROR(HashFile(o_.kernel, &h));
+  RETURN_IF_ERROR(HashFile(o_.initrd, &h));
+  // QEMU's version: its binary's identity (a package upgrade replaces it).
+  ASSIGN_OR_RETURN(std::string qemu_id, StatIdentity(o_.qemu));
+  for (unsigned char c : qemu_id) h = (h ^ c) * 1099511628211ull;
+  stat_key_ = key;
+  inputs_hash_ = Hex(h);
+  return inputs_hash_;
+}
+
+StatusOr<std::shared_ptr<const Template>> TemplateCache::Get(const VmConfig& vm) {
+  std::shared_ptr<Entry> e;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ASSIGN_OR_RETURN(std::string inputs, InputsHash());
+    // The arguments: what QemuArgv makes of this shape (disk paths aside).
+    VmConfig shape = vm;
+    shape.layer_files.assign(vm.layer_files.size(), "L");
+    shape.disk = "D";
+    shape.console_log = "C";
+    shape.hostname = "H";
+    shape.shm_mb = 0;  // a clone's comes in its hello
+    shape.pids = 0;
+    uint64_t h = 1469598103934665603ull;
+    for (const std::string& a : QemuArgv(o_.qemu, shape)) {
+      for (unsigned char c : a + '\0') h = (h ^ c) * 1099511628211ull;
+    }
+    name = inputs + "-" + Hex(h).substr(0, 8) + "-l" + std::to_string(vm.layer_files.size()) + "-m" +
+           std::to_string(vm.memory_mb);
+    // Templates of other inputs are stale: gone once their clones started.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->first.rfind(inputs, 0) == 0 ? std::next(it) : entries_.erase(it);
+    }
+    std::shared_ptr<Entry>& slot = entries_[name];
+    if (!slot) slot = std::make_shared<Entry>();
+    e = slot;
+  }
+  std::lock_guard<std::mutex> b(e->build);
+  if (e->ready) return e->ready;
+  if (!e->failed.empty()) return absl::FailedPreconditionError(e->failed);
+  StatusOr<std::shared_ptr<const Template>> t = Build(vm, name);
+  if (!t.ok()) {
+    e->failed = "building the template " + name + " failed: " + t.status().ToString();
+    return absl::FailedPreconditionError(e->failed);
+  }
+  e->ready = *t;
+  return e->ready;
+}
+
+StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& vm, const std::string& name) {
+  const Clock::time_point deadline = Clock::now() + o_.boot_timeout;
+  auto t = std::make_shared<Template>();
+  RETURN_IF_ERROR(MkdirAll(o_.dir, 0700));
+  const std::string dir = o_.dir + "/" + name;
+  if (::access(dir.c_str(), F_OK) == 0) RETURN_IF_ERROR(RemoveTree(dir));
+  RETURN_IF_ERROR(MkdirAll(dir, 0700));
+  t->dir = dir;  // from here on, failing removes it (~Template)
+  t->state_file = dir + "/state";
+  t->memory_mb = vm.memory_mb;
+
+  VmConfig c = vm;
+  c.layer_files.clear();
+  for (size_t i = 0; i <= vm.layer_files.size(); ++i) {
+    std::string p = dir + "/placeholder" + std::to_string(i);
+    UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd.valid() || ::ftruncate(fd.get(), kPlaceholderBytes) != 0) return ErrnoToStatus(errno, "create(" + p + ")");
+    if (i < vm.layer_files.size()) {
+      c.layer_files.push_back(p);
+    } else {
+      c.disk = p;
+    }
+  }
+  c.console_log = dir + "/console.log";
+  c.hostname = "template";
+  c.agent_listen_fd = kAgentFd;
+  c.qmp_listen_fd = kQmpFd;
+  c.ram_fd = kRamFd;
+  c.ram_shared = true;
+  c.template_boot = true;
+  c.restore = false;
+
+  t->ram.reset(::memfd_create("warren-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!t->ram.valid()) return ErrnoToStatus(errno, "memfd_create(warren-template-ram)");
+  if (::ftruncate(t->ram.get(), static_cast<off_t>(vm.memory_mb) << 20) != 0) {
+    return ErrnoToStatus(errno, "ftruncate(template memfd)");
+  }
+  UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) return ErrnoToStatus(errno, "open(" + dir + ")");
+  const std::string agent_path = SocketPath(dir, dir_fd.get(), "agent.sock");
+  const std::string qmp_path = SocketPath(dir, dir_fd.get(), "qmp.sock");
+  ASSIGN_OR_RETURN(UniqueFd agent_listener, ListenUnix(agent_path));
+  ASSIGN_OR_RETURN(UniqueFd qmp_listener, ListenUnix(qmp_path));
+  ASSIGN_OR_RETURN(LaunchedQemu q,
+                   LaunchQemu(QemuArgv(o_.qemu, c),
+                              {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), kRamFd}},
+                              dir + "/qemu.log", {}));
+  agent_listener.reset();
+  qmp_listener.reset();
+  Rollback rb;
+  rb.Add([&] { KillQemu(std::move(q.pidfd)); });
+  auto fail = [&](const Status& s) { return Status(s.code(), std::string(s.message()) + LogTails(dir)); };
+
+  int pidfd = q.pidfd.get();
+  auto alive = [pidfd] {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  };
+  proto::HelloReply hello;
+  {
+    StatusOr<std::unique_ptr<AgentChannel>> ch =
+        AgentChannel::Connect("template " + name, agent_path, deadline, alive, &hello);
+    if (!ch.ok()) return fail(ch.status());
+  }  // the agent stays idle in its read: the state to save
+  if (!hello.error.empty()) return absl::FailedPreconditionError("the template guest failed: " + hello.error);
+  if (!hello.boot_id.empty()) {
+    return absl::FailedPreconditionError(
+        "the guest agent does not hold its root for templates (it predates warren.template=1; rebuild the guest "
+        "with scripts/microvm/build-guest.sh)");
+  }
+  StatusOr<Qmp> qmp = Qmp::Connect(qmp_path, deadline);
+  if (!qmp.ok()) return fail(qmp.status());
+  RETURN_IF_ERROR(qmp->Command(kIgnoreShared).status());
+  {
+    UniqueFd state(::open(t->state_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!state.valid()) return ErrnoToStatus(errno, "open(" + t->state_file + ")");
+    RETURN_IF_ERROR(qmp->Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", state.get()).status());
+  }
+  // Not `stop` first: the stream records the run state, clones of a stopped
+  // template would stay paused.
+  RETURN_IF_ERROR(qmp->Command(R"({"execute":"migrate","arguments":{"uri":"fd:state"}})").status());
+  while (true) {
+    ASSIGN_OR_RETURN(std::string st, qmp->Command(R"({"execute":"query-migrate"})"));
+    if (st.find("\"completed\"") != std::string::npos) break;
+    if (st.find("\"failed\"") != std::string::npos || st.find("\"cancelled\"") != std::string::npos) {
+      return fail(absl::InternalError("saving the template failed: " + st));
+    }
+    if (Clock::now() > deadline) return absl::DeadlineExceededError("saving the template did not complete in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  rb.Commit();
+  KillQemu(std::move(q.pidfd));  // QEMU gone: no shared writable mapping is left, so sealing works
+  if (::fcntl(t->ram.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return ErrnoToStatus(errno, "fcntl(template memfd, F_ADD_SEALS)");
+  }
+  for (const char* f : {"agent.sock", "qmp.sock", "console.log", "qemu.log"}) ::unlink((dir + "/" + f).c_str());
+  for (size_t i = 0; i <= vm.layer_files.size(); ++i) ::unlink((dir + "/placeholder" + std::to_string(i)).c_str());
+  Log(spdlog::level::info, "microvm template saved", {{"template", name}});
+  return std::shared_ptr<const Template>(std::move(t));
+}
+
+Status RestoreClone(const std::string& qmp_path, const Template& t, Clock::time_point deadline) {
+  ASSIGN_OR_RETURN(Qmp qmp, Qmp::Connect(qmp_path, deadline));
+  RETURN_IF_ERROR(qmp.Command(kIgnoreShared).status());
+  UniqueFd state(::open(t.state_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!state.valid()) return ErrnoToStatus(errno, "open(" + t.state_file + ")");
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", state.get()).status());
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"migrate-incoming","arguments":{"uri":"fd:state"}})").status());
+  // The agent is spoken to once the guest runs: bytes sent to the port
+  // while the device state is still loading could be dropped.
+  while (true) {
+    ASSIGN_OR_RETURN(std::string st, qmp.Command(R"({"execute":"query-status"})"));
+    if (st.find("\"running\": true") != std::string::npos) return absl::OkStatus();
+    // A failed load makes QEMU exit: Command() then fails (monitor closed).
+    if (Clock::now() > deadline) return absl::DeadlineExceededError("restoring the clone did not finish in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace warren::runtime::microvm

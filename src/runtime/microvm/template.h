@@ -1,0 +1,107 @@
+// Warm starts of microVMs by cloning a saved template (QEMU 7.2; the recipe
+// and its pitfalls: bench/microvm/README.md).
+//
+// A template is a guest booted once per (kernel + initramfs + QEMU + its
+// arguments, layer count, memory size, vCPUs, accelerator) with the kernel
+// argument warren.template=1: its agent loads everything but the disk
+// driver and waits, without a root, without having read boot_id. It is then
+// saved with QMP `migrate` to a state file, with x-ignore-shared: its RAM is
+// not in the stream but stays in a memfd (mapped share=on by the template
+// QEMU), sealed against writes and resizes once the template QEMU is gone.
+//
+// A clone is QEMU started with the same devices in the same order
+// (QemuArgv), its own layer and writable disk files behind them, the memfd
+// mapped share=off (MAP_PRIVATE: the template's pages are shared through the
+// page cache, a clone's writes are its own) and `-incoming defer`; the
+// state file goes in over QMP (getfd + migrate-incoming fd:). On restore the
+// guest runs where the template stopped; the host's first hello then gives
+// the agent the time, a fresh RNG seed (credited, with a forced reseed), the
+// hostname and the root to mount (protocol.h).
+//
+// Why a memfd and not a file: QEMU 7.2 opens mem-path O_RDWR even with
+// share=off, so a clone QEMU could write(2) a template file under all other
+// clones; a sealed memfd refuses writes and shared writable mappings. The
+// price: the memfd lives with the daemon (and the clones mapping it): a
+// restarted daemon builds its templates anew.
+//
+// Files: <dir>/<key>/ holds a template's state file (after a build) and,
+// while it builds, its placeholders, sockets and logs. A template whose
+// inputs changed (Get with other inputs) or the cache's destruction removes
+// its dir; the memfd goes when its last user does.
+//
+// Concurrency: one build per template at a time; creates wanting the same
+// template wait for that build (an in-process mutex: nothing on disk to
+// leave behind). A failed build is remembered with its reason for those
+// inputs (no rebuild loop); callers fall back to a cold boot.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "runtime/microvm/qemu.h"
+
+namespace warren::runtime::microvm {
+
+// A saved template: what a clone needs.
+struct Template {
+  std::string dir;
+  std::string state_file;
+  UniqueFd ram;  // the sealed memfd
+  uint32_t memory_mb = 0;
+  ~Template();  // removes dir
+};
+
+struct TemplateOptions {
+  std::string qemu, kernel, initrd;
+  std::string dir;  // parent of the templates' dirs (created if missing)
+  std::chrono::milliseconds boot_timeout{60000};
+};
+
+class TemplateCache {
+ public:
+  explicit TemplateCache(TemplateOptions o) : o_(std::move(o)) {}
+  ~TemplateCache();  // removes every template's dir
+
+  // The template for VMs like `vm` (its layer count, memory, vCPUs,
+  // accelerator; the disks and console are ignored), built now if there is
+  // none for the current inputs. An error says why none can be had.
+  StatusOr<std::shared_ptr<const Template>> Get(const VmConfig& vm);
+
+ private:
+  struct Entry {
+    std::mutex build;  // held while building
+    std::shared_ptr<const Template> ready;
+    std::string failed;  // why the build failed, for these inputs
+  };
+  StatusOr<std::shared_ptr<const Template>> Build(const VmConfig& vm, const std::string& name);
+  // Hash of the kernel, initramfs and QEMU binary (content of the first
+  // two, identity and size of the third), cached by their stat identity.
+  StatusOr<std::string> InputsHash();
+
+  const TemplateOptions o_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_;  // by name (inputs + shape)
+  std::string stat_key_, inputs_hash_;
+};
+
+// Restores a clone in the QEMU that listens for QMP on `qmp_path` (started
+// with the clone's VmConfig): capabilities, x-ignore-shared, the state file
+// passed as an fd, migrate-incoming; then QEMU's status is polled: OK once
+// the guest runs.
+Status RestoreClone(const std::string& qmp_path, const Template& t, std::chrono::steady_clock::time_point deadline);
+
+// Kills the QEMUs (`qemu` binary) whose arguments name a file under `dir`:
+// template builds a killed daemon left running (a template QEMU lives only
+// while its template is saved, outside any sandbox's cgroup). Returns how
+// many were killed.
+int KillTemplateQemus(const std::string& qemu, const std::string& dir);
+
+// A unix socket listening at `path` (QEMU is given it as an fd).
+StatusOr<UniqueFd> ListenUnix(const std::string& path);
+
+}  // namespace warren::runtime::microvm
