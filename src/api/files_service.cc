@@ -20,7 +20,7 @@ grpc::Status FilesService::Audited(const std::string& id, const char* op, const 
   if (!to.empty()) a["to"] = to;
   if (bytes > 0) a["bytes"] = bytes;
   if (!st.ok()) a["error"] = st.error_message();
-  deps_.manager->Audit(id, std::move(a));
+  deps_.manager->Audit(id, a);
   return st;
 }
 
@@ -64,7 +64,7 @@ grpc::Status FilesService::Write(grpc::ServerContext* ctx, grpc::ServerReader<v1
   } else {
     a["error"] = rc.status().ToString();
   }
-  m->Audit(id, std::move(a));
+  m->Audit(id, a);
   if (!rc.ok()) return ToGrpcStatus(rc.status());
   resp->set_bytes_written(rc->bytes);
   return grpc::Status::OK;

@@ -105,6 +105,7 @@ int ParseArgs(CLI::App& app, Invocation& inv, int argc, const char* const* argv)
   }
   SplitExecTail(args, inv);
   std::vector<const char*> ptrs;
+  ptrs.reserve(args.size());
   for (const std::string& a : args) ptrs.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(ptrs.size()), ptrs.data());

@@ -69,6 +69,7 @@ int RunEval(Invocation& inv) {
   std::vector<std::string> args = {python, "-m", "warren.eval"};
   args.insert(args.end(), inv.eval_args.begin(), inv.eval_args.end());
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::cout.flush();

@@ -166,20 +166,21 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
       layers.push_back(ref);
     }
   }
-  StatusOr<runtime::FnCallResult> r = frontend.Run(layers, q);
-  if (!r.ok()) return {200, Error(r.status().ToString())};
+  StatusOr<runtime::FnCallResult> called = frontend.Run(layers, q);
+  if (!called.ok()) return {200, Error(called.status().ToString())};
+  const runtime::FnCallResult& r = *called;
   json out = {{"status", "Failed"},           {"message", ""},
               {"compile_result", nullptr},    {"run_result", nullptr},
               {"executor_pod_name", nullptr}, {"files", json::object()}};
-  if (r->compile) out["compile_result"] = StageJson(*r->compile);
-  if (r->run) out["run_result"] = StageJson(*r->run);
-  for (const auto& [path, data] : r->files) out["files"][path] = absl::Base64Escape(data);
-  if (!r->sandbox_error.empty()) {
+  if (r.compile) out["compile_result"] = StageJson(*r.compile);
+  if (r.run) out["run_result"] = StageJson(*r.run);
+  for (const auto& [path, data] : r.files) out["files"][path] = absl::Base64Escape(data);
+  if (!r.sandbox_error.empty()) {
     out["status"] = "SandboxError";
-    out["message"] = r->sandbox_error;
-  } else if (r->run && !r->run->timed_out && r->run->exit_code == 0) {
+    out["message"] = r.sandbox_error;
+  } else if (r.run && !r.run->timed_out && r.run->exit_code == 0) {
     out["status"] = "Success";
-  } else if (r->compile && (r->compile->timed_out || r->compile->exit_code != 0)) {
+  } else if (r.compile && (r.compile->timed_out || r.compile->exit_code != 0)) {
     out["message"] = "compilation failed";
   }
   return {200, out};
@@ -258,14 +259,13 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(node::FnCallFronte
     std::string why;
     const int refused = CheckCaller(*opts, req.get_header_value("Content-Type"), req.get_header_value("Host"),
                                     req.get_header_value("Origin"), req.get_header_value("Authorization"), &why);
-    RunCodeReply reply;
-    if (refused != 0) {
-      reply = {refused, Error(why)};
-      if (refused == 401) res.set_header("WWW-Authenticate", "Bearer");
-    } else {
-      json in = json::parse(req.body, nullptr, false);
-      reply = in.is_discarded() ? RunCodeReply{400, Error("request body is not JSON")} : RunCode(*frontend, in, *opts);
-    }
+    if (refused == 401) res.set_header("WWW-Authenticate", "Bearer");
+    const RunCodeReply reply = [&] {
+      if (refused != 0) return RunCodeReply{refused, Error(why)};
+      const json in = json::parse(req.body, nullptr, false);
+      if (in.is_discarded()) return RunCodeReply{400, Error("request body is not JSON")};
+      return RunCode(*frontend, in, *opts);
+    }();
     res.status = reply.http_status;
     res.set_content(reply.body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   };

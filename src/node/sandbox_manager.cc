@@ -209,12 +209,12 @@ StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const
   } else {
     a["error"] = rc.status().ToString();
   }
-  if (rc.ok() || rc.status().code() != absl::StatusCode::kNotFound) Audit(id, std::move(a));
+  if (rc.ok() || rc.status().code() != absl::StatusCode::kNotFound) Audit(id, a);
   if (!rc.ok()) return rc.status();
   return std::move(rc->outcome);
 }
 
-void SandboxManager::Audit(const std::string& id, nlohmann::json entry) const { audit_->Append(id, entry); }
+void SandboxManager::Audit(const std::string& id, const nlohmann::json& entry) const { audit_->Append(id, entry); }
 
 StatusOr<std::vector<nlohmann::json>> SandboxManager::AuditLog(const std::string& id) const {
   if (!table_->Contains(id)) return table_->NotFound(id);

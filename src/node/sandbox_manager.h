@@ -125,7 +125,7 @@ class SandboxManager {
   // (<state_dir>/audit/<id>.jsonl, outside every sandbox; removed on destroy).
   StatusOr<std::vector<nlohmann::json>> AuditLog(const std::string& id) const;
   // Appends one record (the API calls this for file operations).
-  void Audit(const std::string& id, nlohmann::json entry) const;
+  void Audit(const std::string& id, const nlohmann::json& entry) const;
   // Jobs. Heartbeat renews (or starts) the lease: lease_s/grace_s 0 keep the
   // previous values (defaults 60 s / 300 s). Persisted in <state_dir>/jobs.json.
   StatusOr<JobInfo> JobHeartbeat(const std::string& job, uint32_t lease_s, uint32_t grace_s);

@@ -89,6 +89,7 @@ std::vector<ActiveSwap> ReadProcSwaps() {
 // Runs argv (searched in PATH), output to /dev/null; waits for that pid only.
 Status RunTool(const std::vector<std::string>& argv) {
   std::vector<char*> a;
+  a.reserve(argv.size() + 1);
   for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
   a.push_back(nullptr);
   posix_spawn_file_actions_t fa;

@@ -13,11 +13,29 @@
 #include "warrend/daemon.h"
 #include "warrend/flags.h"
 
+namespace {
+
+// Parses the command line into `f`: -1 to go on, else main's exit code (0
+// after --help; CLI11's message and code for a bad command line). CLI11
+// reports a bad flag definition by exception too (a ConstructionError, from
+// App's constructor or AddFlags): that ends here with its message as well.
+int ParseFlags(int argc, char** argv, warren::warrend::Flags& f) {
+  try {
+    CLI::App app{"warrend: the warren node daemon"};
+    warren::warrend::AddFlags(app, f);
+    CLI11_PARSE(app, argc, argv);
+  } catch (const CLI::Error& e) {
+    std::fprintf(stderr, "warrend: flags: %s\n", e.what());
+    return e.get_exit_code();
+  }
+  return -1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   warren::warrend::Flags f;
-  CLI::App app{"warrend: the warren node daemon"};
-  warren::warrend::AddFlags(app, f);
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = ParseFlags(argc, argv, f); rc >= 0) return rc;
 
   warren::Status s =
       warren::SetupLogging(f.log_format == "json" ? warren::LogFormat::kJson : warren::LogFormat::kText, f.log_level);

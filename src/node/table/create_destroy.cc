@@ -72,7 +72,7 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
     for (size_t i = 0; i < spec.layers.size(); ++i) {
       StatusOr<image::LayerInfo> li = layers_.Resolve(spec.layers[i]);
       if (!li.ok()) {
-        Status s = li.status();
+        const Status& s = li.status();
         return Status(s.code(),
                       "layers[" + std::to_string(i) + "]=" + Quote(spec.layers[i]) + ": " + std::string(s.message()));
       }

@@ -103,6 +103,7 @@ class WarrendTest : public ::testing::Test {
                                      WARREN_INIT_PATH, "--node-id",   "e2e",  "--log-format", "json"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid = 0;

@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 
 #include <dirent.h>
 
+#include "common/status.h"
 #include "jail/cgroup.h"
 #include "status_matchers.h"
 
@@ -33,6 +36,13 @@ using std::chrono::milliseconds;
 std::string BaseRootfs() {
   const char* e = ::getenv("WARREN_BASE_ROOTFS");
   return e ? e : "/var/cache/warren/rootfs/debian-12";
+}
+
+// A call's compile or run outcome, or an error naming its sandbox error when
+// that stage did not happen (the assertions below then stop with it).
+StatusOr<ExecOutcome> Outcome(const std::optional<ExecOutcome>& stage, const std::string& sandbox_error) {
+  if (!stage.has_value()) return absl::NotFoundError("no outcome (sandbox error: \"" + sandbox_error + "\")");
+  return *stage;
 }
 
 class FnCallTest : public ::testing::Test {
@@ -75,83 +85,88 @@ class FnCallTest : public ::testing::Test {
       ::rmdir(dir_.c_str());
     }
   }
-  FnCallResult Run(const std::string& lang, const std::string& code, milliseconds timeout = milliseconds(10000),
-                   uint32_t memory_mb = 256, const std::string& in = "") {
+  StatusOr<FnCallResult> Call(const std::string& lang, const std::string& code,
+                              milliseconds timeout = milliseconds(10000), uint32_t memory_mb = 256,
+                              const std::string& in = "") {
     FnCallRequest r;
     r.language = lang;
     r.code = code;
     r.run_timeout = timeout;
     r.memory_mb = memory_mb;
     r.stdin_data = in;
-    auto res = pool_->Call({BaseRootfs()}, r);
-    EXPECT_OK(res);
-    return res.ok() ? *res : FnCallResult{};
+    return pool_->Call({BaseRootfs()}, r);
+  }
+  // The run's outcome of Call(...); an error when the call failed or did not run.
+  StatusOr<ExecOutcome> Run(const std::string& lang, const std::string& code,
+                            milliseconds timeout = milliseconds(10000), uint32_t memory_mb = 256,
+                            const std::string& in = "") {
+    ASSIGN_OR_RETURN(FnCallResult r, Call(lang, code, timeout, memory_mb, in));
+    return Outcome(r.run, r.sandbox_error);
   }
   std::string dir_;
   std::unique_ptr<FnCallPool> pool_;
 };
 
 TEST_F(FnCallTest, PythonSuccessStdinAndErrors) {
-  auto r =
-      Run("python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))", milliseconds(10000), 256, "1 2 3");
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.run->exit_code, 0);
-  EXPECT_EQ(r.run->stdout_data, "6\n");
-  r = Run("python", "raise ValueError('boom')");
-  ASSERT_TRUE(r.run.has_value());
-  EXPECT_EQ(r.run->exit_code, 1);
-  EXPECT_NE(r.run->stderr_data.find("ValueError: boom"), std::string::npos) << r.run->stderr_data;
-  r = Run("python", "import sys; sys.exit(7)");
-  EXPECT_EQ(r.run->exit_code, 7);
+  ASSERT_OK_AND_ASSIGN(ExecOutcome r, Run("python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))",
+                                          milliseconds(10000), 256, "1 2 3"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.stdout_data, "6\n");
+  ASSERT_OK_AND_ASSIGN(r, Run("python", "raise ValueError('boom')"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.stderr_data.find("ValueError: boom"), std::string::npos) << r.stderr_data;
+  ASSERT_OK_AND_ASSIGN(r, Run("python", "import sys; sys.exit(7)"));
+  EXPECT_EQ(r.exit_code, 7);
   // Python code runs as PID 1 of its namespace (no extra fork): faults still
   // kill it and are reported as signals.
-  r = Run("python", "import ctypes; ctypes.string_at(0)");
-  EXPECT_EQ(r.run->signal, SIGSEGV);
-  EXPECT_EQ(r.run->exit_code, 128 + SIGSEGV);
-  r = Run("bash", "kill -9 $$");
-  EXPECT_EQ(r.run->signal, SIGKILL);
-  EXPECT_EQ(r.run->exit_code, 137);
-  r = Run("python", "import sys; sys.stdout.buffer.write(bytes([0, 255, 10]))");
-  EXPECT_EQ(r.run->stdout_data, std::string("\0\xff\n", 3));
+  ASSERT_OK_AND_ASSIGN(r, Run("python", "import ctypes; ctypes.string_at(0)"));
+  EXPECT_EQ(r.signal, SIGSEGV);
+  EXPECT_EQ(r.exit_code, 128 + SIGSEGV);
+  ASSERT_OK_AND_ASSIGN(r, Run("bash", "kill -9 $$"));
+  EXPECT_EQ(r.signal, SIGKILL);
+  EXPECT_EQ(r.exit_code, 137);
+  ASSERT_OK_AND_ASSIGN(r, Run("python", "import sys; sys.stdout.buffer.write(bytes([0, 255, 10]))"));
+  EXPECT_EQ(r.stdout_data, std::string("\0\xff\n", 3));
 }
 
 TEST_F(FnCallTest, BashAndNoNetwork) {
-  auto r = Run("bash", "echo hi $((6*7)); echo err >&2; exit 3");
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.run->exit_code, 3);
-  EXPECT_EQ(r.run->stdout_data, "hi 42\n");
-  EXPECT_EQ(r.run->stderr_data, "err\n");
-  r = Run("bash", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
-  EXPECT_EQ(r.run->stdout_data, "lo\n");
-  r = Run("python",
-          "import socket\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=2)\nexcept OSError as e:\n  "
-          "print('no network', e.errno)");
-  EXPECT_EQ(r.run->stdout_data.substr(0, 10), "no network") << r.run->stdout_data;
-  r = Run("bash", "touch /usr/x 2>&1; id -u; cat /proc/self/status | grep CapEff");
-  EXPECT_NE(r.run->stdout_data.find("Read-only file system"), std::string::npos) << r.run->stdout_data;
-  EXPECT_NE(r.run->stdout_data.find("CapEff:\t0000000000000000"), std::string::npos) << r.run->stdout_data;
+  ASSERT_OK_AND_ASSIGN(ExecOutcome r, Run("bash", "echo hi $((6*7)); echo err >&2; exit 3"));
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.stdout_data, "hi 42\n");
+  EXPECT_EQ(r.stderr_data, "err\n");
+  ASSERT_OK_AND_ASSIGN(r, Run("bash", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"));
+  EXPECT_EQ(r.stdout_data, "lo\n");
+  ASSERT_OK_AND_ASSIGN(
+      r, Run("python",
+             "import socket\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=2)\nexcept OSError as e:\n  "
+             "print('no network', e.errno)"));
+  EXPECT_EQ(r.stdout_data.substr(0, 10), "no network") << r.stdout_data;
+  ASSERT_OK_AND_ASSIGN(r, Run("bash", "touch /usr/x 2>&1; id -u; cat /proc/self/status | grep CapEff"));
+  EXPECT_NE(r.stdout_data.find("Read-only file system"), std::string::npos) << r.stdout_data;
+  EXPECT_NE(r.stdout_data.find("CapEff:\t0000000000000000"), std::string::npos) << r.stdout_data;
 }
 
 TEST_F(FnCallTest, NothingCarriesOverBetweenCalls) {
   // max_workers=2 and sequential calls: the same warm worker serves them.
   for (int i = 0; i < 3; ++i) {
-    auto r = Run("python",
-                 "import os, json, subprocess\n"
-                 "seen = {'file': os.path.exists('/tmp/mark'), 'env': os.environ.get('MARK'),\n"
-                 "        'shm': os.listdir('/dev/shm'), 'ipc': open('/proc/sysvipc/shm').read().count('\\n'),\n"
-                 "        'patched': hasattr(json, 'warren_mark'),\n"
-                 "        'procs': len([p for p in os.listdir('/proc') if p.isdigit()])}\n"
-                 "print(json.dumps(seen, sort_keys=True))\n"
-                 "open('/tmp/mark', 'w').write('x'); os.environ['MARK'] = '1'; json.warren_mark = 1\n"
-                 "open('/dev/shm/mark', 'w').write('x')\n"
-                 "import ctypes; libc = ctypes.CDLL(None); assert libc.shmget(0, 4096, 0o1600) >= 0\n"
-                 "try:\n  open('/dev/mark', 'w')\nexcept OSError as e:\n  assert e.errno == 30, e\n"
-                 "json.dumps = lambda *a, **k: 'PATCHED'\n"
-                 "subprocess.Popen(['sleep', '1000'], start_new_session=True)\n");
-    ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-    EXPECT_EQ(r.run->exit_code, 0) << r.run->stderr_data;
+    ASSERT_OK_AND_ASSIGN(
+        ExecOutcome r,
+        Run("python",
+            "import os, json, subprocess\n"
+            "seen = {'file': os.path.exists('/tmp/mark'), 'env': os.environ.get('MARK'),\n"
+            "        'shm': os.listdir('/dev/shm'), 'ipc': open('/proc/sysvipc/shm').read().count('\\n'),\n"
+            "        'patched': hasattr(json, 'warren_mark'),\n"
+            "        'procs': len([p for p in os.listdir('/proc') if p.isdigit()])}\n"
+            "print(json.dumps(seen, sort_keys=True))\n"
+            "open('/tmp/mark', 'w').write('x'); os.environ['MARK'] = '1'; json.warren_mark = 1\n"
+            "open('/dev/shm/mark', 'w').write('x')\n"
+            "import ctypes; libc = ctypes.CDLL(None); assert libc.shmget(0, 4096, 0o1600) >= 0\n"
+            "try:\n  open('/dev/mark', 'w')\nexcept OSError as e:\n  assert e.errno == 30, e\n"
+            "json.dumps = lambda *a, **k: 'PATCHED'\n"
+            "subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"));
+    EXPECT_EQ(r.exit_code, 0) << r.stderr_data;
     // procs: only the call's python process itself (PID 1 of its namespace).
-    EXPECT_EQ(r.run->stdout_data,
+    EXPECT_EQ(r.stdout_data,
               "{\"env\": null, \"file\": false, \"ipc\": 1, \"patched\": false, \"procs\": 1, \"shm\": []}\n")
         << "call " << i;
   }
@@ -160,33 +175,30 @@ TEST_F(FnCallTest, NothingCarriesOverBetweenCalls) {
 
 TEST_F(FnCallTest, TimeoutForkBombOomAndClosedStdoutLeaveThePoolHealthy) {
   auto t0 = std::chrono::steady_clock::now();
-  auto r = Run("python", "print('start', flush=True)\nwhile True: pass", milliseconds(1000));
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_TRUE(r.run->timed_out);
-  EXPECT_EQ(r.run->stdout_data, "start\n");
+  ASSERT_OK_AND_ASSIGN(ExecOutcome r,
+                       Run("python", "print('start', flush=True)\nwhile True: pass", milliseconds(1000)));
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.stdout_data, "start\n");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 
   // The bomb is bounded by the worker's pids limit and dies with the call's
   // pid namespace when the time-out kills the call.
   t0 = std::chrono::steady_clock::now();
-  r = Run("bash", ":(){ :|:& };:; sleep 5", milliseconds(2000));
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_TRUE(r.run->timed_out);
+  ASSERT_OK_AND_ASSIGN(r, Run("bash", ":(){ :|:& };:; sleep 5", milliseconds(2000)));
+  EXPECT_TRUE(r.timed_out);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
 
-  r = Run("python", "x = bytearray(10 << 30)\nprint('survived')", milliseconds(20000), 256);
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_NE(r.run->exit_code, 0);
-  EXPECT_TRUE(r.run->oom_killed || r.run->stderr_data.find("MemoryError") != std::string::npos)
-      << r.run->exit_code << " " << r.run->stderr_data;
+  ASSERT_OK_AND_ASSIGN(r, Run("python", "x = bytearray(10 << 30)\nprint('survived')", milliseconds(20000), 256));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(r.oom_killed || r.stderr_data.find("MemoryError") != std::string::npos)
+      << r.exit_code << " " << r.stderr_data;
 
-  r = Run("python", "import os, time\nos.close(1)\ntime.sleep(0.2)\nprint('x', file=__import__('sys').stderr)");
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.run->stderr_data, "x\n");
+  ASSERT_OK_AND_ASSIGN(
+      r, Run("python", "import os, time\nos.close(1)\ntime.sleep(0.2)\nprint('x', file=__import__('sys').stderr)"));
+  EXPECT_EQ(r.stderr_data, "x\n");
 
-  r = Run("python", "print('still fine')");
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.run->stdout_data, "still fine\n");
+  ASSERT_OK_AND_ASSIGN(r, Run("python", "print('still fine')"));
+  EXPECT_EQ(r.stdout_data, "still fine\n");
 }
 
 TEST_F(FnCallTest, FilesInAndOut) {
@@ -195,17 +207,15 @@ TEST_F(FnCallTest, FilesInAndOut) {
   q.code = "d = open('data/in.txt').read()\nopen('out.txt', 'w').write(d.upper())";
   q.files["data/in.txt"] = "hello";
   q.fetch_files = {"out.txt", "nope.txt"};
-  auto r = pool_->Call({BaseRootfs()}, q);
-  ASSERT_OK(r);
-  ASSERT_TRUE(r->run.has_value()) << r->sandbox_error;
-  EXPECT_EQ(r->run->exit_code, 0) << r->run->stderr_data;
-  EXPECT_EQ(r->files["out.txt"], "HELLO");
-  EXPECT_EQ(r->missing_files, std::vector<std::string>{"nope.txt"});
+  ASSERT_OK_AND_ASSIGN(FnCallResult r, pool_->Call({BaseRootfs()}, q));
+  ASSERT_OK_AND_ASSIGN(ExecOutcome run, Outcome(r.run, r.sandbox_error));
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_data;
+  EXPECT_EQ(r.files["out.txt"], "HELLO");
+  EXPECT_EQ(r.missing_files, std::vector<std::string>{"nope.txt"});
   q.files.clear();
   q.files["../../etc/x"] = "no";
-  r = pool_->Call({BaseRootfs()}, q);
-  ASSERT_OK(r);
-  EXPECT_NE(r->sandbox_error.find("escapes"), std::string::npos) << r->sandbox_error;
+  ASSERT_OK_AND_ASSIGN(r, pool_->Call({BaseRootfs()}, q));
+  EXPECT_NE(r.sandbox_error.find("escapes"), std::string::npos) << r.sandbox_error;
 }
 
 std::string ToolsetRootfs() {
@@ -216,7 +226,7 @@ std::string ToolsetRootfs() {
 TEST_F(FnCallTest, CppWithoutCompilerIsAClearSandboxError) {
   struct stat st;
   if (::stat((BaseRootfs() + "/usr/bin/g++").c_str(), &st) == 0) GTEST_SKIP() << "base rootfs has g++";
-  auto r = Run("cpp", "int main(){}");
+  ASSERT_OK_AND_ASSIGN(FnCallResult r, Call("cpp", "int main(){}"));
   EXPECT_FALSE(r.run.has_value());
   EXPECT_NE(r.sandbox_error.find("g++ is not in this image"), std::string::npos) << r.sandbox_error;
 }
@@ -236,38 +246,37 @@ TEST_F(FnCallTest, CppCompileErrorRunAndTimeoutOnToolsetLayer) {
     q.run_timeout = timeout;
     q.compile_timeout = milliseconds(60000);
     q.stdin_data = "20 22";
-    auto r = pool_->Call(layers, q);
-    EXPECT_OK(r);
-    return r.ok() ? *r : FnCallResult{};
+    return pool_->Call(layers, q);
   };
-  auto r =
-      call("#include <iostream>\nint main(){int a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}", milliseconds(10000));
-  ASSERT_TRUE(r.compile.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.compile->exit_code, 0) << r.compile->stderr_data;
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.run->stdout_data, "42\n") << r.run->stderr_data;
-  r = call("int main( {", milliseconds(10000));
-  ASSERT_TRUE(r.compile.has_value()) << r.sandbox_error;
-  EXPECT_NE(r.compile->exit_code, 0);
-  EXPECT_NE(r.compile->stderr_data.find("error"), std::string::npos);
+  ASSERT_OK_AND_ASSIGN(FnCallResult r,
+                       call("#include <iostream>\nint main(){int a,b; std::cin>>a>>b; std::cout<<a+b<<std::endl;}",
+                            milliseconds(10000)));
+  ASSERT_OK_AND_ASSIGN(ExecOutcome compile, Outcome(r.compile, r.sandbox_error));
+  EXPECT_EQ(compile.exit_code, 0) << compile.stderr_data;
+  ASSERT_OK_AND_ASSIGN(ExecOutcome run, Outcome(r.run, r.sandbox_error));
+  EXPECT_EQ(run.stdout_data, "42\n") << run.stderr_data;
+  ASSERT_OK_AND_ASSIGN(r, call("int main( {", milliseconds(10000)));
+  ASSERT_OK_AND_ASSIGN(compile, Outcome(r.compile, r.sandbox_error));
+  EXPECT_NE(compile.exit_code, 0);
+  EXPECT_NE(compile.stderr_data.find("error"), std::string::npos);
   EXPECT_FALSE(r.run.has_value());
-  r = call("int main(){return *(volatile int*)0;}", milliseconds(10000));
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_EQ(r.run->signal, SIGSEGV);
-  r = call("int main(){for(;;);}", milliseconds(1000));
-  ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
-  EXPECT_TRUE(r.run->timed_out);
+  ASSERT_OK_AND_ASSIGN(r, call("int main(){return *(volatile int*)0;}", milliseconds(10000)));
+  ASSERT_OK_AND_ASSIGN(run, Outcome(r.run, r.sandbox_error));
+  EXPECT_EQ(run.signal, SIGSEGV);
+  ASSERT_OK_AND_ASSIGN(r, call("int main(){for(;;);}", milliseconds(1000)));
+  ASSERT_OK_AND_ASSIGN(run, Outcome(r.run, r.sandbox_error));
+  EXPECT_TRUE(run.timed_out);
 }
 
 TEST_F(FnCallTest, MemoryLimitFollowsEachCallAndNothingIsLeftBehind) {
   for (uint32_t mb : {128u, 1024u, 128u}) {
-    auto r = Run("python", "x = bytearray(300 << 20); print(len(x) >> 20)", milliseconds(20000), mb);
-    ASSERT_TRUE(r.run.has_value()) << r.sandbox_error;
+    ASSERT_OK_AND_ASSIGN(ExecOutcome r,
+                         Run("python", "x = bytearray(300 << 20); print(len(x) >> 20)", milliseconds(20000), mb));
     if (mb == 1024) {
-      EXPECT_EQ(r.run->stdout_data, "300\n") << r.run->stderr_data;
+      EXPECT_EQ(r.stdout_data, "300\n") << r.stderr_data;
     } else {
-      EXPECT_NE(r.run->exit_code, 0);
-      EXPECT_TRUE(r.run->oom_killed || r.run->stderr_data.find("MemoryError") != std::string::npos);
+      EXPECT_NE(r.exit_code, 0);
+      EXPECT_TRUE(r.oom_killed || r.stderr_data.find("MemoryError") != std::string::npos);
     }
   }
   auto mgr = jail::CgroupManager::Detect(CgroupName());
@@ -288,9 +297,11 @@ TEST_F(FnCallTest, MemoryLimitFollowsEachCallAndNothingIsLeftBehind) {
 }
 
 TEST_F(FnCallTest, ConcurrentCallsAndShrink) {
+  constexpr int kThreads = 4;
   std::vector<std::thread> ts;
+  ts.reserve(kThreads);
   std::atomic<int> ok{0};
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kThreads; ++i) {
     ts.emplace_back([&, i] {
       for (int j = 0; j < 10; ++j) {
         FnCallRequest q;
@@ -315,19 +326,18 @@ TEST_F(FnCallTest, PythonSelfSignalEndsTheCall) {
     FnCallRequest q;
     q.code = "import os, time\nprint('a', flush=True)\nos.kill(os.getpid(), 15)\ntime.sleep(5)\nprint('b')";
     if (fetch) q.fetch_files = {"none.txt"};
-    auto r = pool_->Call({BaseRootfs()}, q);
-    ASSERT_OK(r);
-    ASSERT_TRUE(r->run.has_value()) << r->sandbox_error;
-    EXPECT_EQ(r->run->signal, SIGTERM) << "fetch=" << fetch;
-    EXPECT_EQ(r->run->exit_code, 128 + SIGTERM) << "fetch=" << fetch;
-    EXPECT_EQ(r->run->stdout_data, "a\n");
+    ASSERT_OK_AND_ASSIGN(FnCallResult r, pool_->Call({BaseRootfs()}, q));
+    ASSERT_OK_AND_ASSIGN(ExecOutcome run, Outcome(r.run, r.sandbox_error));
+    EXPECT_EQ(run.signal, SIGTERM) << "fetch=" << fetch;
+    EXPECT_EQ(run.exit_code, 128 + SIGTERM) << "fetch=" << fetch;
+    EXPECT_EQ(run.stdout_data, "a\n");
   }
-  auto r = Run("python",
-               "import signal, os\nsignal.signal(signal.SIGUSR1, lambda s, f: print('caught', s))\n"
-               "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')");
-  ASSERT_TRUE(r.run.has_value());
-  EXPECT_EQ(r.run->exit_code, 0);
-  EXPECT_EQ(r.run->stdout_data, "caught 10\nafter\n");
+  ASSERT_OK_AND_ASSIGN(ExecOutcome r,
+                       Run("python",
+                           "import signal, os\nsignal.signal(signal.SIGUSR1, lambda s, f: print('caught', s))\n"
+                           "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.stdout_data, "caught 10\nafter\n");
 }
 
 // The CommandRunner face of fncall (backend.h): ExecSpec in, ExecOutcome out.
@@ -377,6 +387,7 @@ TEST_F(FnCallTest, DISABLED_RawThroughput) {
     std::atomic<int> done{0};
     auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> ts;
+    ts.reserve(conc);
     for (int i = 0; i < conc; ++i) {
       ts.emplace_back([&] {
         for (int j = 0; j < 300 / conc; ++j) {

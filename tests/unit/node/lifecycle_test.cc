@@ -166,8 +166,10 @@ TEST_F(LifecycleTest, RequestIdRunsOnceAndConcurrentDuplicatesWait) {
     r.bytes = 1000 + runs.load();
     return r;
   };
+  constexpr int kCallers = 4;
   std::vector<std::future<StatusOr<RecordedCall>>> futs;
-  for (int i = 0; i < 4; ++i) {
+  futs.reserve(kCallers);
+  for (int i = 0; i < kCallers; ++i) {
     futs.push_back(std::async(std::launch::async, [&] { return manager_->Idempotent(a->id, "r1", run); }));
   }
   for (auto& f : futs) {

@@ -83,6 +83,8 @@ class HostSandbox final : public runtime::Sandbox, public runtime::ProcessStarte
   pid_t init_pid() const override { return 1; }
   StatusOr<std::unique_ptr<runtime::Process>> Start(const runtime::ExecSpec& spec,
                                                     const runtime::StartOptions& so) override {
+    if (!spec.shell.has_value()) return absl::InvalidArgumentError("HostSandbox starts shell specs only");
+    const char* shell = spec.shell->c_str();
     int in[2], out[2], err[2], ctl[2] = {-1, -1};
     if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC) ||
         (so.control_fd && ::pipe2(ctl, O_CLOEXEC)))
@@ -95,7 +97,7 @@ class HostSandbox final : public runtime::Sandbox, public runtime::ProcessStarte
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
       if (so.control_fd) ::dup2(ctl[1], 3);
-      ::execl("/bin/sh", "sh", "-c", spec.shell->c_str(), static_cast<char*>(nullptr));
+      ::execl("/bin/sh", "sh", "-c", shell, static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::setpgid(pid, pid);

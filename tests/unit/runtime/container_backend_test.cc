@@ -542,9 +542,11 @@ TEST_F(ContainerTest, A16DiskFull) {
 TEST_F(ContainerTest, ConcurrentExecs) {
   Sandbox* sb = Make("conc");
   ASSERT_NE(sb, nullptr);
+  constexpr int kThreads = 4;
   std::vector<std::thread> ts;
+  ts.reserve(kThreads);
   std::atomic<int> good{0};
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < kThreads; ++t) {
     ts.emplace_back([&, t] {
       for (int i = 0; i < 10; ++i) {
         ExecSpec e;
@@ -741,8 +743,10 @@ TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
   const uint32_t span = options_.uid_range * options_.max_sandboxes;
   const int procs_before = ProcessesInUidRange(options_.uid_base, span);
   std::atomic<int> ok{0};
+  constexpr int kThreads = 4;
   std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t) {
+  ts.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
     ts.emplace_back([&, t] {
       for (int i = 0; i < 12; ++i) {
         SandboxSpec s = Spec("cyc-" + std::to_string(t) + "-" + std::to_string(i));
@@ -1149,14 +1153,18 @@ TEST_F(WarmShellTest, CreateTakesAShellThatBecomesExactlyTheAskedSandbox) {
 }
 
 TEST_F(WarmShellTest, ConcurrentCreatesBeyondThePoolAllSucceed) {
+  constexpr int kCreates = 8;
   std::vector<std::thread> ts;
+  ts.reserve(kCreates);
   std::vector<SandboxSpec> specs;
-  for (int i = 0; i < 8; ++i) specs.push_back(Spec("warm-c" + std::to_string(i)));
+  specs.reserve(kCreates);
+  for (int i = 0; i < kCreates; ++i) specs.push_back(Spec("warm-c" + std::to_string(i)));
   std::vector<StatusOr<std::unique_ptr<Sandbox>>> res;
-  for (int i = 0; i < 8; ++i) res.emplace_back(absl::UnknownError("not run"));
-  for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { res[i] = backend_->Create(specs[i]); });
+  res.reserve(kCreates);
+  for (int i = 0; i < kCreates; ++i) res.emplace_back(absl::UnknownError("not run"));
+  for (int i = 0; i < kCreates; ++i) ts.emplace_back([&, i] { res[i] = backend_->Create(specs[i]); });
   for (auto& t : ts) t.join();
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kCreates; ++i) {
     ASSERT_OK(res[i]);
     sandboxes_.emplace_back(std::move(*res[i]), specs[i].dir);
     EXPECT_EQ(Run(sandboxes_.back().first.get(), "hostname").stdout_data, "warm-c" + std::to_string(i) + "\n");
