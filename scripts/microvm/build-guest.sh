@@ -30,6 +30,10 @@ while (($#)); do
     *) echo "$0: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# Relative paths are the caller's (the script changes directory below).
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+agent=$(realpath -m "$agent")
 [[ -x $agent ]] || { echo "$0: guest agent $agent not found (build it: cmake --build build --target warren-agent)" >&2; exit 1; }
 for tool in apt-get dpkg-deb cpio; do
   command -v $tool >/dev/null || { echo "$0: $tool is missing (apt-get install cpio)" >&2; exit 1; }
