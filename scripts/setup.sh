@@ -25,7 +25,8 @@ pkgs=(
   libcurl4-openssl-dev  # registry pulls (image/oci)
   docker-registry skopeo umoci  # image tests: a loopback registry, pushes, the reference unpack
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
-  qemu-system-x86 cpio  # the microvm backend: QEMU, and the guest initramfs (scripts/microvm)
+  qemu-system-x86 cpio e2fsprogs  # the microvm backend: QEMU, the guest initramfs (scripts/microvm), mke2fs
+  openssl  # image tests: a TLS registry with its own CA
   clang-format-15 clang-tidy-15
   gcc-multilib
   python3 python3-venv python3-pip

@@ -499,3 +499,29 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+# ---------------------------------------------------------------- microVMs
+def qemu_pids(needle: str) -> set[int]:
+    """QEMU processes whose command line mentions `needle` (a sandbox id)."""
+    out = set()
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{e}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(b"/usr/bin/qemu-system") and needle.encode() in cmd:
+            out.add(int(e))
+    return out
+
+
+def running(pid: int) -> bool:
+    """pid exists and is not a zombie (after a daemon restart QEMU is the
+    host init's child: init reaps it, in its own time)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

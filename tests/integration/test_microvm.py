@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import warren
-from conftest import NODE_PREFIX, Daemon, cgroup_dirs
+from conftest import NODE_PREFIX, Daemon, cgroup_dirs, qemu_pids, running
 
 QEMU = shutil.which("qemu-system-x86_64")
 MICROVM_DIR = Path(os.environ.get("WARREN_MICROVM_DIR", "/var/cache/warren/microvm"))
@@ -40,29 +40,8 @@ pytestmark = pytest.mark.skipif(
 CREATE_TIMEOUT = 180
 
 
-def _qemu_pids(needle: str) -> set[int]:
-    """QEMU processes whose command line mentions `needle` (a sandbox id)."""
-    out = set()
-    for e in os.listdir("/proc"):
-        if not e.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{e}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if cmd.startswith(b"/usr/bin/qemu-system") and needle.encode() in cmd:
-            out.add(int(e))
-    return out
 
 
-def _running(pid: int) -> bool:
-    """pid exists and is not a zombie (after a daemon restart QEMU is the
-    host init's child: init reaps it, in its own time)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _vm_cgroups(sandbox_id: str) -> list[Path]:
@@ -98,7 +77,7 @@ def test_node_status_reports_the_probed_accelerator(client: warren.Client, vm) -
     if not os.path.exists("/dev/kvm") or os.path.exists("/sys/module/kvm_pvm"):
         # No /dev/kvm, or PVM's (which emulates stock guests): the probe says tcg.
         assert st.microvm_accel == "tcg", st.microvm_accel_reason
-    pids = _qemu_pids(vm.id)
+    pids = qemu_pids(vm.id)
     assert pids
     for pid in pids:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -214,7 +193,7 @@ def test_destroy_leaves_no_process_file_or_cgroup(
         backend="microvm", layers=[base_layer], memory_mb=192, timeout=CREATE_TIMEOUT
     )
     assert sb.exec("true", timeout=60).exit_code == 0
-    pids = _qemu_pids(sb.id)
+    pids = qemu_pids(sb.id)
     assert len(pids) == 1
     disk = daemon.state_dir / "microvm-disks" / f"{sb.id}.img"
     assert disk.exists()
@@ -226,10 +205,10 @@ def test_destroy_leaves_no_process_file_or_cgroup(
     }
     assert pids <= cg_procs
     sb.destroy(timeout=60)
-    assert not any(_running(p) for p in pids)
+    assert not any(running(p) for p in pids)
     assert not disk.exists()
     assert _vm_cgroups(sb.id) == []
-    assert not _qemu_pids(sb.id)
+    assert not qemu_pids(sb.id)
     assert not list(daemon.state_dir.rglob(f"*{sb.id}*"))
 
 
@@ -270,7 +249,7 @@ def test_missing_kernel_is_a_clear_error(
             warren.WarrenError, match=r"guest kernel .*vmlinuz.*No such file"
         ):
             d.client.create(backend="microvm", layers=[base_layer], timeout=60)
-        assert not _qemu_pids(f"{NODE_PREFIX}k-")
+        assert not qemu_pids(f"{NODE_PREFIX}k-")
         assert not list((d.state_dir / "microvm-disks").iterdir())
         d.stop()
         # Without the files the backend is not offered at all, and says so.
@@ -335,17 +314,17 @@ def test_vm_survives_a_kill9_of_the_daemon_and_is_readopted(
         )
         assert sb.exec("echo before > /root/mark", timeout=60).exit_code == 0
         boot_id = sb.exec("cat /proc/sys/kernel/random/boot_id", timeout=60).stdout
-        pids = _qemu_pids(sb.id)
+        pids = qemu_pids(sb.id)
         assert len(pids) == 1
         d.kill9()
-        assert all(_running(p) for p in pids), "QEMU outlives the daemon"
+        assert all(running(p) for p in pids), "QEMU outlives the daemon"
         d.start()
         again = d.client.get(sb.id)
         r = again.exec("cat /root/mark /proc/sys/kernel/random/boot_id", timeout=60)
         assert r.exit_code == 0, r.stderr
         assert r.stdout == b"before\n" + boot_id, "the same VM, not a new boot"
         again.destroy(timeout=60)
-        assert not any(_running(p) for p in pids)
+        assert not any(running(p) for p in pids)
         assert _vm_cgroups(sb.id) == []
     finally:
         d.stop()
@@ -403,7 +382,7 @@ def test_a_guest_that_never_answers_fails_create_in_bounded_time(
             )
         assert time.monotonic() - t0 < 60
         assert "8000 ms" in str(e.value)
-        assert not _qemu_pids(f"{NODE_PREFIX}q-")
+        assert not qemu_pids(f"{NODE_PREFIX}q-")
         assert not list((d.state_dir / "microvm-disks").iterdir())
         assert d.client.list(timeout=30) == []
     finally:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import NODE_PREFIX, Daemon, cgroup_dirs
+from conftest import NODE_PREFIX, Daemon, cgroup_dirs, qemu_pids, running
 
 REPO = Path(__file__).resolve().parents[2]
 QEMU = shutil.which("qemu-system-x86_64")
@@ -39,18 +39,6 @@ pytestmark = pytest.mark.skipif(
 CREATE_TIMEOUT = 180
 
 
-def _qemu_pids(needle: str) -> set[int]:
-    out = set()
-    for e in os.listdir("/proc"):
-        if not e.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{e}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if cmd.startswith(b"/usr/bin/qemu-system") and needle.encode() in cmd:
-            out.add(int(e))
-    return out
 
 
 def _run_dir(d: Daemon) -> Path:
@@ -63,7 +51,7 @@ def _templates(d: Daemon) -> list[str]:
 
 
 def _vm_leftovers(d: Daemon, sandbox_id: str) -> list[str]:
-    left = [f"qemu pid {p}" for p in _qemu_pids(sandbox_id)]
+    left = [f"qemu pid {p}" for p in qemu_pids(sandbox_id)]
     left += [str(p) for p in (d.state_dir / "microvm-disks").glob(f"{sandbox_id}*")]
     for cg in cgroup_dirs().values():
         if (cg / "warren-microvm" / sandbox_id).exists():
@@ -84,7 +72,7 @@ def warm(test_root: Path, layer_store: Path, base_layer: str):
     d.stop()
     # A clean shutdown removes the templates (their RAM memfd is gone too).
     assert not (_run_dir(d) / "microvm-templates").exists()
-    assert not _qemu_pids("warren.template=1")
+    assert not qemu_pids("warren.template=1")
 
 
 def test_five_clones_have_the_hosts_clock_and_their_own_rng_and_identity(
@@ -135,7 +123,7 @@ def test_five_clones_have_the_hosts_clock_and_their_own_rng_and_identity(
     assert log.count("microvm template saved") == 1, log
     assert "booting cold" not in log and "creates boot cold" not in log, log
     # The template's QEMU is gone once it is saved.
-    assert not _qemu_pids("warren.template=1")
+    assert not qemu_pids("warren.template=1")
 
 
 def test_a_failed_template_build_falls_back_to_a_cold_boot_and_says_why(
@@ -166,7 +154,7 @@ def test_a_failed_template_build_falls_back_to_a_cold_boot_and_says_why(
         log = d.log_tail(200)
         assert "no microvm template; creates boot cold" in log, log
         assert "microvm-templates" in log, log
-        assert not _qemu_pids("warren.template=1")
+        assert not qemu_pids("warren.template=1")
         blocker.unlink()
     finally:
         d.stop()
@@ -211,12 +199,6 @@ def test_templates_off_boot_cold_with_the_hosts_clock(
         d.stop()
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_template_build_cut_short_by_kill9_is_cleaned_up_at_restart(
@@ -241,7 +223,7 @@ def test_a_template_build_cut_short_by_kill9_is_cleaned_up_at_restart(
             retries=0,
         )
         for _ in range(300):  # the template's QEMU starts at the first create
-            pids = _qemu_pids(tdir)
+            pids = qemu_pids(tdir)
             if pids:
                 break
             time.sleep(0.02)
@@ -250,14 +232,14 @@ def test_a_template_build_cut_short_by_kill9_is_cleaned_up_at_restart(
         with pytest.raises(Exception):  # noqa: B017 (the daemon died under the call)
             fut.result(timeout=60)
         pool.shutdown()
-        assert all(_running(p) for p in pids), "the template QEMU outlived the daemon"
+        assert all(running(p) for p in pids), "the template QEMU outlived the daemon"
         d.start()
         # The restarted daemon killed it and emptied the templates' dir.
         for _ in range(100):
-            if not any(_running(p) for p in pids):
+            if not any(running(p) for p in pids):
                 break
             time.sleep(0.05)
-        assert not any(_running(p) for p in pids)
+        assert not any(running(p) for p in pids)
         assert _templates(d) == []
         assert "killing a template QEMU left by an earlier daemon" in d.log_tail(100)
     finally:
