@@ -45,7 +45,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-import grpc
 
 import warren
 from warren._proto import warren_pb2 as pb
@@ -142,6 +141,12 @@ class Soak:
         self.threads_baseline = 0
 
     # ------------------------------------------------------------ calls
+    def around_kill(self, e0: int, down0: bool) -> bool:
+        """Whether something that started at kill epoch e0 (daemon down then:
+        down0) overlapped a kill: down at its start or now, or restarted in
+        between."""
+        return down0 or self.down.is_set() or self.epoch != e0
+
     def call(self, what: str, fn: Callable[[], Any], deadline: float, allowed: Set[str] = frozenset(),
              client_deadline: bool = True) -> Tuple[Optional[Any], str]:
         """Runs fn (an SDK call whose RPC deadline is `deadline` s); returns
@@ -161,7 +166,7 @@ class Soak:
             return e, "ValueError"
         dt = time.monotonic() - t0
         self.stats.code(code)
-        around_kill = down0 or self.down.is_set() or self.epoch != e0
+        around_kill = self.around_kill(e0, down0)
         if dt > deadline + DEADLINE_SLACK_S:
             self.stats.fail(f"{what}: took {dt:.1f} s, past its deadline of {deadline:.3f} s")
         if code in ("Internal", "Unknown"):
@@ -489,10 +494,7 @@ class Soak:
                 try:
                     self.cycle(c, rng)
                 except warren.WarrenError as e:  # a call outside self.call
-                    # Around a kill as self.call judges it: the daemon was down
-                    # at the start or the end, or restarted in between.
-                    around_kill = down0 or self.down.is_set() or self.epoch != e0
-                    if not (around_kill and _code(e) in RETRYABLE | {"Cancelled", "NotFound"}):
+                    if not (self.around_kill(e0, down0) and _code(e) in RETRYABLE | {"Cancelled", "NotFound"}):
                         self.stats.fail(f"worker {w}: {_code(e)}: {e}")
                 except Exception as e:  # noqa: BLE001 - the soak reports, never stops on one cycle
                     self.stats.fail(f"worker {w}: {type(e).__name__}: {e}")
