@@ -72,7 +72,9 @@
 
 namespace warren::runtime::microvm::proto {
 
-constexpr uint32_t kVersion = 1;
+// 2: file calls and processes (types 20..31); a version-1 agent cannot
+// parse them, so warrend refuses it at hello (rebuild the initramfs).
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeaderSize = 16;
 // Largest payload either side sends; a guest frame above it is a protocol
 // violation (chunks of output and stdin are at most kMaxChunk).
