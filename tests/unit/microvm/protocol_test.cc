@@ -2,8 +2,8 @@
 // the channel (channel.h) against a fake guest: garbage, oversized and
 // truncated frames fail that channel only, with an error naming the
 // violation; well-formed replies come back byte-exact.
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -394,7 +394,6 @@ TEST(AgentChannelTest, ConnectTimesOutWhenNobodyListens) {
   EXPECT_THAT(dead, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("QEMU exited")));
 }
 
-
 // ---- file calls and processes (protocol_calls.h)
 
 TEST(FrameDecoderTest, CallFrameTypesAndTheirStreamFlags) {
@@ -645,8 +644,8 @@ TEST(AgentChannelTest, OutputBeyondTheCreditBreaksTheChannelAndEndsTheProcessAsK
     WriteAll(fd, proto::EncodeFrame(FrameType::kProcStarted, 0, id, proto::Encode(st)));
     // Past the credit (the node's pipe takes some); the host stops reading
     // once it saw the violation, so a send may come back short.
-    std::string frame = proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStdout, id,
-                                           std::string(proto::kMaxChunk, 'x'));
+    std::string frame =
+        proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStdout, id, std::string(proto::kMaxChunk, 'x'));
     for (uint64_t sent = 0; sent <= 2 * proto::kProcWindow; sent += proto::kMaxChunk) {
       if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) break;
     }
