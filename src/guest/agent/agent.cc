@@ -28,7 +28,6 @@
 #include "guest/agent/util.h"
 #include "runtime/microvm/protocol.h"
 
-
 namespace warren::guest {
 namespace {
 
@@ -485,13 +484,13 @@ class Agent {
   proto::FrameDecoder decoder_;
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;
   FileService files_;
-  Processes procs_{[this](FrameType type, uint16_t flags, uint64_t id,
-                          std::string_view payload) { Send(type, flags, id, payload); },
-                   [this]() -> std::string {
-                     if (!setup_error_.empty()) return "guest setup failed: " + setup_error_;
-                     if (root_pending_) return "guest root not set up yet (template)";
-                     return "";
-                   }};
+  Processes procs_{
+      [this](FrameType type, uint16_t flags, uint64_t id, std::string_view payload) { Send(type, flags, id, payload); },
+      [this]() -> std::string {
+        if (!setup_error_.empty()) return "guest setup failed: " + setup_error_;
+        if (root_pending_) return "guest root not set up yet (template)";
+        return "";
+      }};
   std::vector<std::string> leftover_cgroups_;
 };
 

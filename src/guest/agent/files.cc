@@ -75,9 +75,7 @@ std::pair<proto::FrameType, std::string> FileService::Handle(std::string_view pa
 
 StatusOr<proto::FileReply> FileService::Serve(const proto::FileRequest& req) {
   proto::FileReply out;
-  auto bad_handle = [&] {
-    return absl::NotFoundError("file handle " + std::to_string(req.handle) + " is not open");
-  };
+  auto bad_handle = [&] { return absl::NotFoundError("file handle " + std::to_string(req.handle) + " is not open"); };
   auto new_handle = [&]() -> StatusOr<uint64_t> {
     if (writers_.size() + readers_.size() >= kMaxHandles) {
       return absl::ResourceExhaustedError("more than 256 files open at once");
@@ -112,7 +110,9 @@ StatusOr<proto::FileReply> FileService::Serve(const proto::FileRequest& req) {
       }
       return out;
     }
-    case FileOp::kMkdir: RETURN_IF_ERROR(files_->Mkdir(req.path, static_cast<uint32_t>(req.mode), req.flag)); return out;
+    case FileOp::kMkdir:
+      RETURN_IF_ERROR(files_->Mkdir(req.path, static_cast<uint32_t>(req.mode), req.flag));
+      return out;
     case FileOp::kRemove: RETURN_IF_ERROR(files_->Remove(req.path, req.flag)); return out;
     case FileOp::kRename: RETURN_IF_ERROR(files_->Rename(req.path, req.path2)); return out;
     case FileOp::kOpenWrite: {

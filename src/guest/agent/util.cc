@@ -196,8 +196,7 @@ pid_t Spawn(const SpawnArgs& a, uint64_t* code, int* err_no, std::string* why) {
                                       : "taking the terminal";
     *code = CodeOf(cf.err);
     *err_no = cf.err;
-    *why = std::string("exec: ") + step + (cf.step == 2 ? std::string(" ") + a.cwd : "") + ": " +
-           std::strerror(cf.err);
+    *why = std::string("exec: ") + step + (cf.step == 2 ? std::string(" ") + a.cwd : "") + ": " + std::strerror(cf.err);
     return -1;
   }
   return pid;

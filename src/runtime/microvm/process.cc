@@ -94,11 +94,12 @@ class MicrovmProcess : public Process {
     Status sent = ch_->SendFrame(FrameType::kProcStart, 0, id_, proto::Encode(req));
     std::unique_lock<std::mutex> l(mu_);
     if (!sent.ok() && !broken_) {
-      return Status(sent.code(), "sandbox " + ch_->sandbox_id() + ": starting a process: " +
-                                     std::string(sent.message()));
+      return Status(sent.code(),
+                    "sandbox " + ch_->sandbox_id() + ": starting a process: " + std::string(sent.message()));
     }
     if (!cv_.wait_for(l, timeout, [&] { return started_ || !start_error_.ok() || broken_; })) {
-      return absl::DeadlineExceededError("sandbox " + ch_->sandbox_id() + ": the guest agent did not start the process within " +
+      return absl::DeadlineExceededError("sandbox " + ch_->sandbox_id() +
+                                         ": the guest agent did not start the process within " +
                                          std::to_string(timeout.count()) + " ms");
     }
     if (!start_error_.ok()) return start_error_;
