@@ -60,6 +60,18 @@ def pytest_runtest_makereport(item, call):
             rep.sections.append((f"warrend {d.name} log (tail)", d.log_tail(60)))
 
 
+def microvm_dir_args() -> List[str]:
+    """--microvm-dir for test daemons: WARREN_MICROVM_DIR, else this tree's
+    build/microvm-guest (scripts/microvm/build-guest.sh --out build/microvm-guest:
+    a guest with this tree's agent), else warrend's default."""
+    if "WARREN_MICROVM_DIR" in os.environ:
+        return ["--microvm-dir", os.environ["WARREN_MICROVM_DIR"]]
+    local = Path(__file__).resolve().parents[2] / "build" / "microvm-guest"
+    if (local / "initramfs.cpio").exists():
+        return ["--microvm-dir", str(local)]
+    return []
+
+
 class Daemon:
     """One warrend subprocess. state_dir/socket are private to it; the layer
     store may be shared between daemons (the store is designed to be shared by
@@ -238,7 +250,7 @@ def layer_store(test_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def daemon(test_root: Path, layer_store: Path) -> Iterable[Daemon]:
-    d = Daemon(test_root, "main", layer_store, NODE_PREFIX + "a").start()
+    d = Daemon(test_root, "main", layer_store, NODE_PREFIX + "a", extra_args=microvm_dir_args()).start()
     yield d
     rc = d.stop()
     assert rc == 0, f"warrend exited with {rc} on SIGTERM:\n{d.log_tail()}"

@@ -23,115 +23,16 @@
 
 #include "common/unique_fd.h"
 #include "guest/agent/boot.h"
+#include "guest/agent/files.h"
+#include "guest/agent/processes.h"
+#include "guest/agent/util.h"
 #include "runtime/microvm/protocol.h"
-
-extern char** environ;
 
 namespace warren::guest {
 namespace {
 
 namespace proto = warren::runtime::microvm::proto;
 using proto::FrameType;
-
-// absl::StatusCode numbers (the agent does not link absl).
-constexpr uint64_t kInvalidArgument = 3;
-constexpr uint64_t kNotFound = 5;
-constexpr uint64_t kPermissionDenied = 7;
-constexpr uint64_t kFailedPrecondition = 9;
-constexpr uint64_t kInternal = 13;
-
-constexpr const char* kCgroupRoot = "/sys/fs/cgroup/warren";
-
-int64_t NowMs(clockid_t clock = CLOCK_MONOTONIC) {
-  timespec ts;
-  ::clock_gettime(clock, &ts);
-  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
-}
-int64_t NowNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-
-uint64_t CodeOf(int err) {
-  if (err == ENOENT || err == ENOTDIR) return kNotFound;
-  if (err == EACCES || err == EPERM) return kPermissionDenied;
-  return kFailedPrecondition;
-}
-
-bool WriteFile(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
-  ::close(fd);
-  return ok;
-}
-
-std::string ReadFile(const std::string& path, size_t max) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  std::string out;
-  if (!fd.valid()) return out;
-  char buf[4096];
-  while (out.size() < max) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// The ids of `user` ("root", a name of /etc/passwd, "uid" or "uid:gid").
-bool ResolveUser(const std::string& user, uid_t* uid, gid_t* gid, std::string* why) {
-  *uid = 0;
-  *gid = 0;
-  if (user.empty() || user == "root") return true;
-  std::string name = user, group;
-  size_t colon = user.find(':');
-  if (colon != std::string::npos) {
-    name = user.substr(0, colon);
-    group = user.substr(colon + 1);
-  }
-  auto number = [](const std::string& s, unsigned long* v) {
-    if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-    *v = std::strtoul(s.c_str(), nullptr, 10);
-    return true;
-  };
-  unsigned long u = 0, g = 0;
-  if (number(name, &u)) {
-    g = u;
-  } else {
-    std::string passwd = ReadFile("/etc/passwd", 1 << 20);
-    bool found = false;
-    size_t i = 0;
-    while (i < passwd.size() && !found) {
-      size_t j = passwd.find('\n', i);
-      if (j == std::string::npos) j = passwd.size();
-      std::string line = passwd.substr(i, j - i);
-      i = j + 1;
-      std::vector<std::string> f;
-      size_t k = 0;
-      while (f.size() < 4) {
-        size_t c = line.find(':', k);
-        f.push_back(line.substr(k, c == std::string::npos ? std::string::npos : c - k));
-        if (c == std::string::npos) break;
-        k = c + 1;
-      }
-      if (f.size() >= 4 && f[0] == name && number(f[2], &u) && number(f[3], &g)) found = true;
-    }
-    if (!found) {
-      *why = "user '" + name + "' not found in the sandbox's /etc/passwd";
-      return false;
-    }
-  }
-  if (!group.empty() && !number(group, &g)) {
-    *why = "bad gid in user '" + user + "'";
-    return false;
-  }
-  *uid = static_cast<uid_t>(u);
-  *gid = static_cast<gid_t>(g);
-  return true;
-}
 
 // A command in flight.
 struct Job {
@@ -149,12 +50,6 @@ struct Job {
   bool timed_out = false, killed = false, exited = false;
   int status = 0;
   std::string cgroup;
-};
-
-// Why the child could not start, sent over its report pipe before exit.
-struct ChildFailure {
-  int step;  // 1 cgroup, 2 chdir, 3 user
-  int err;
 };
 
 class Agent {
@@ -214,6 +109,8 @@ class Agent {
         fds.push_back({j->in_w.get(), POLLOUT, 0}), owners.push_back({j.get(), 0});
       }
     }
+    const size_t proc_first = fds.size();
+    procs_.AddPollFds(&fds);
     int timeout = connected_ ? -1 : 20;
     int64_t now = NowMs();
     for (auto& [id, j] : jobs_) {
@@ -236,7 +133,7 @@ class Agent {
       pollfd p{chan_.get(), POLLIN, 0};
       if (chan_.valid() && ::poll(&p, 1, 0) == 1 && !(p.revents & POLLHUP)) connected_ = true;
     }
-    for (size_t i = base; i < fds.size(); ++i) {
+    for (size_t i = base; i < proc_first; ++i) {
       if (fds[i].revents == 0) continue;
       auto [job, what] = owners[i - base];
       if (what == 0) {
@@ -245,6 +142,7 @@ class Agent {
         ReadOutput(*job, what == 1 ? job->out_r : job->err_r, what - 1, false);
       }
     }
+    procs_.OnPoll(fds, proc_first);
     if (fds[0].revents != 0) {
       signalfd_siginfo si;
       while (::read(sigfd_.get(), &si, sizeof si) > 0) {
@@ -284,6 +182,8 @@ class Agent {
   void Disconnected() {
     connected_ = false;
     decoder_ = proto::FrameDecoder();
+    files_.Reset();
+    procs_.Disconnected();
   }
 
   void Send(FrameType type, uint16_t flags, uint64_t id, std::string_view payload) {
@@ -351,6 +251,19 @@ class Agent {
       }
       case FrameType::kPing: return Send(FrameType::kPong, 0, f.id, "");
       case FrameType::kExec: return StartExec(f);
+      case FrameType::kFileRequest: {
+        if (!setup_error_.empty() || root_pending_) {
+          return SendError(f.id, kFailedPrecondition, 0, "guest root not set up: " + setup_error_);
+        }
+        auto [type, payload] = files_.Handle(f.payload);
+        return Send(type, 0, f.id, payload);
+      }
+      case FrameType::kProcStart:
+      case FrameType::kProcStdin:
+      case FrameType::kProcAck:
+      case FrameType::kProcSignal:
+      case FrameType::kProcResize:
+      case FrameType::kProcRelease: return procs_.Handle(f);
       case FrameType::kStdin: {
         auto it = jobs_.find(f.id);
         if (it == jobs_.end() || it->second->stdin_eof) return;
@@ -387,7 +300,7 @@ class Agent {
     if (::mkdir(job->cgroup.c_str(), 0755) != 0 && errno != EEXIST) {
       return SendError(f.id, kInternal, errno, "mkdir(" + job->cgroup + "): " + std::strerror(errno));
     }
-    int in[2], out[2], err[2], rep[2];
+    int in[2], out[2], err[2];
     if (::pipe2(in, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
     UniqueFd in_r(in[0]);
     job->in_w.reset(in[1]);
@@ -397,8 +310,6 @@ class Agent {
     if (::pipe2(err, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
     job->err_r.reset(err[0]);
     UniqueFd err_w(err[1]);
-    if (::pipe2(rep, O_CLOEXEC) != 0) return SendError(f.id, kInternal, errno, "pipe2");
-    UniqueFd rep_r(rep[0]), rep_w(rep[1]);
     UniqueFd procs(::open((job->cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
 
     std::vector<std::string> args = req.argv;
@@ -411,55 +322,24 @@ class Agent {
     std::string cwd = req.cwd.empty() ? "/" : req.cwd;
 
     job->start_ns = NowNs();
-    pid_t pid = ::fork();
-    if (pid < 0) return SendError(f.id, kInternal, errno, std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      // The agent is single-threaded: the child may allocate.
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::setsid();
-      auto fail = [&](int step) {
-        ChildFailure cf{step, errno};
-        ssize_t ignored = ::write(rep_w.get(), &cf, sizeof cf);
-        (void)ignored;
-        ::_exit(127);
-      };
-      if (!procs.valid() || ::write(procs.get(), "0", 1) != 1) fail(1);
-      ::dup2(in_r.get(), 0);
-      ::dup2(out_w.get(), 1);
-      ::dup2(err_w.get(), 2);
-      if (::chdir(cwd.c_str()) != 0) fail(2);
-      if (uid != 0 || gid != 0) {
-        if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) fail(3);
-      }
-      environ = envp.data();
-      ::execvp(argv[0], argv.data());
-      int e = errno;
-      std::string msg = std::string(argv[0]) + ": " + (e == ENOENT ? "command not found" : std::strerror(e)) + "\n";
-      ssize_t ignored = ::write(2, msg.data(), msg.size());
-      (void)ignored;
-      ::_exit(e == ENOENT ? 127 : 126);
+    SpawnArgs sa;
+    sa.argv = argv.data();
+    sa.envp = envp.data();
+    sa.cwd = cwd.c_str();
+    sa.uid = uid;
+    sa.gid = gid;
+    sa.cgroup_procs = procs.get();
+    sa.in = in_r.get();
+    sa.out = out_w.get();
+    sa.err = err_w.get();
+    uint64_t code = 0;
+    int err_no = 0;
+    pid_t pid = Spawn(sa, &code, &err_no, &why);
+    if (pid < 0) {
+      ::rmdir(job->cgroup.c_str());
+      return SendError(f.id, code, err_no, why);
     }
     job->pid = pid;
-    rep_w.reset();
-    in_r.reset();
-    out_w.reset();
-    err_w.reset();
-    ChildFailure cf{0, 0};
-    ssize_t got;
-    do {
-      got = ::read(rep_r.get(), &cf, sizeof cf);
-    } while (got < 0 && errno == EINTR);
-    if (got == static_cast<ssize_t>(sizeof cf)) {
-      int st;
-      ::waitpid(pid, &st, 0);
-      ::rmdir(job->cgroup.c_str());
-      const char* step = cf.step == 1 ? "joining the exec cgroup" : cf.step == 2 ? "chdir" : "setting the user";
-      std::string what = std::string("exec: ") + step + (cf.step == 2 ? " " + cwd : "");
-      return SendError(f.id, CodeOf(cf.err), cf.err, what + ": " + std::strerror(cf.err));
-    }
     for (int fd : {job->in_w.get(), job->out_r.get(), job->err_r.get()}) {
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
@@ -506,19 +386,7 @@ class Agent {
     } while (drain);
   }
 
-  // Every signal to the cgroup's processes (cgroup.kill for SIGKILL).
-  static void SignalTree(const Job& j, int sig) {
-    if (sig == SIGKILL && WriteFile(j.cgroup + "/cgroup.kill", "1")) return;
-    std::string procs = ReadFile(j.cgroup + "/cgroup.procs", 1 << 20);
-    size_t i = 0;
-    while (i < procs.size()) {
-      size_t e = procs.find('\n', i);
-      if (e == std::string::npos) e = procs.size();
-      pid_t p = static_cast<pid_t>(std::atoi(procs.substr(i, e - i).c_str()));
-      if (p > 1) ::kill(p, sig);
-      i = e + 1;
-    }
-  }
+  static void SignalTree(const Job& j, int sig) { SignalCgroup(j.cgroup, sig); }
 
   // memory.events "oom_kill": processes of the cgroup killed by any OOM
   // killer (the guest's RAM is the sandbox's memory limit).
@@ -528,10 +396,7 @@ class Agent {
     return at == std::string::npos ? 0 : std::strtoull(ev.c_str() + at + 9, nullptr, 10);
   }
 
-  static bool CgroupEmpty(const Job& j) {
-    std::string ev = ReadFile(j.cgroup + "/cgroup.events", 4096);
-    return ev.find("populated 0") != std::string::npos || ev.empty();
-  }
+  static bool CgroupEmpty(const Job& j) { return guest::CgroupEmpty(j.cgroup); }
 
   void Timers() {
     int64_t now = NowMs();
@@ -556,12 +421,15 @@ class Agent {
       int st;
       pid_t p = ::waitpid(-1, &st, WNOHANG);
       if (p <= 0) break;
+      bool job = false;
       for (auto& [id, j] : jobs_) {
         if (j->pid == p && !j->exited) {
           j->exited = true;
           j->status = st;
+          job = true;
         }
       }
+      if (!job) procs_.OnReaped(p, st);
     }
     FinishDone();
   }
@@ -615,6 +483,14 @@ class Agent {
   bool connected_ = false;
   proto::FrameDecoder decoder_;
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;
+  FileService files_;
+  Processes procs_{
+      [this](FrameType type, uint16_t flags, uint64_t id, std::string_view payload) { Send(type, flags, id, payload); },
+      [this]() -> std::string {
+        if (!setup_error_.empty()) return "guest setup failed: " + setup_error_;
+        if (root_pending_) return "guest root not set up yet (template)";
+        return "";
+      }};
   std::vector<std::string> leftover_cgroups_;
 };
 

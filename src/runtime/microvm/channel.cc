@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
+
+#include "absl/strings/cord.h"
 
 namespace warren::runtime::microvm {
 
@@ -69,6 +72,10 @@ struct AgentChannel::Call {
   uint64_t host_totals[2] = {0, 0};
   bool done = false;
   bool is_exec = true;
+  uint16_t reply_type = 0;  // Request(): the frame type that answers it
+  const Validator* valid = nullptr;
+  std::string reply;
+  std::shared_ptr<Stream> stream;  // OpenStream()
   proto::ExitResult exit;
   Status error;
 };
@@ -194,7 +201,10 @@ uint64_t AgentChannel::bytes_received() const {
 void AgentChannel::Break(Status why) {
   std::lock_guard<std::mutex> l(mu_);
   if (broken_.ok()) broken_ = std::move(why);
-  for (auto& [id, c] : calls_) c->cv.notify_all();
+  for (auto& [id, c] : calls_) {
+    c->cv.notify_all();
+    if (c->stream && c->stream->on_end) std::exchange(c->stream->on_end, nullptr)(broken_);
+  }
 }
 
 void AgentChannel::ReaderLoop() {
@@ -242,8 +252,26 @@ void AgentChannel::Deliver(proto::Frame& f) {
     if (broken_.ok()) {
       broken_ = absl::UnavailableError("sandbox " + sandbox_id_ + ": protocol violation by the guest: " + what);
     }
-    for (auto& [id, other] : calls_) other->cv.notify_all();
+    for (auto& [id, other] : calls_) {
+      other->cv.notify_all();
+      if (other->stream && other->stream->on_end) std::exchange(other->stream->on_end, nullptr)(broken_);
+    }
   };
+  if (c.stream) {
+    if (!c.stream->sink(f, &why)) return violation(why);
+    return;
+  }
+  if (c.reply_type != 0 && f.type != FrameType::kError) {
+    if (static_cast<uint16_t>(f.type) != c.reply_type) {
+      return violation("frame type " + std::to_string(static_cast<int>(f.type)) + " answers a request of type " +
+                       std::to_string(c.reply_type));
+    }
+    if (c.valid && *c.valid && !(*c.valid)(f.payload, &why)) return violation(why);
+    c.reply = std::move(f.payload);
+    c.done = true;
+    c.cv.notify_all();
+    return;
+  }
   switch (f.type) {
     case FrameType::kOutput: {
       if (!c.is_exec) return violation("output for a non-exec request");
@@ -260,7 +288,7 @@ void AgentChannel::Deliver(proto::Frame& f) {
       c.cv.notify_all();
       return;
     case FrameType::kPong:
-      if (c.is_exec) return violation("pong for an exec");
+      if (c.is_exec || c.reply_type != 0) return violation("pong for an exec");
       c.done = true;
       c.cv.notify_all();
       return;
@@ -268,8 +296,15 @@ void AgentChannel::Deliver(proto::Frame& f) {
       proto::ErrorReply e;
       if (!proto::Decode(f.payload, &e, &why)) return violation("error reply: " + why);
       std::string msg = "sandbox " + sandbox_id_ + ": " + e.message;
-      c.error =
-          e.err != 0 ? ErrnoToStatus(static_cast<int>(e.err), msg) : Status(static_cast<absl::StatusCode>(e.code), msg);
+      if (c.reply_type != 0) {
+        // File calls: the guest's code and message as they are (the message
+        // names the path and errno), errno kept like ErrnoToStatus does.
+        c.error = Status(static_cast<absl::StatusCode>(e.code), msg);
+        if (e.err != 0) c.error.SetPayload("warren.errno", absl::Cord(std::to_string(e.err)));
+      } else {
+        c.error = e.err != 0 ? ErrnoToStatus(static_cast<int>(e.err), msg)
+                             : Status(static_cast<absl::StatusCode>(e.code), msg);
+      }
       c.done = true;
       c.cv.notify_all();
       return;
@@ -279,9 +314,59 @@ void AgentChannel::Deliver(proto::Frame& f) {
 }
 
 Status AgentChannel::Send(FrameType type, uint64_t id, std::string_view payload) {
-  std::lock_guard<std::mutex> l(send_mu_);
-  return SendAll(fd_.get(), proto::EncodeFrame(type, 0, id, payload));
+  return SendFrame(type, 0, id, payload);
 }
+
+Status AgentChannel::SendFrame(FrameType type, uint16_t flags, uint64_t id, std::string_view payload) {
+  std::lock_guard<std::mutex> l(send_mu_);
+  return SendAll(fd_.get(), proto::EncodeFrame(type, flags, id, payload));
+}
+
+StatusOr<std::string> AgentChannel::Request(FrameType type, std::string_view payload, FrameType reply_type,
+                                            std::chrono::milliseconds timeout, const Validator& valid) {
+  uint64_t id;
+  std::shared_ptr<Call> c = NewCall(&id);
+  c->is_exec = false;
+  c->reply_type = static_cast<uint16_t>(reply_type);
+  c->valid = &valid;  // lives until EndCall
+  struct End {
+    AgentChannel* ch;
+    uint64_t id;
+    ~End() { ch->EndCall(id); }
+  } end{this, id};
+  Status s = Send(type, id, payload);
+  std::unique_lock<std::mutex> l(mu_);
+  auto ready = [&] { return c->done || closed_ || !broken_.ok(); };
+  if (!s.ok() && broken_.ok() && !closed_) {
+    return Status(s.code(), "sandbox " + sandbox_id_ + ": sending a request: " + std::string(s.message()));
+  }
+  if (!c->cv.wait_for(l, timeout, ready)) {
+    return absl::DeadlineExceededError("sandbox " + sandbox_id_ + ": the guest agent did not answer within " +
+                                       std::to_string(timeout.count()) + " ms");
+  }
+  if (!c->done) {
+    if (!broken_.ok()) return broken_;
+    return absl::UnavailableError("sandbox " + sandbox_id_ + ": the sandbox was destroyed");
+  }
+  if (!c->error.ok()) return c->error;
+  return std::move(c->reply);
+}
+
+StatusOr<uint64_t> AgentChannel::OpenStream(Stream stream) {
+  uint64_t id;
+  std::shared_ptr<Call> c = NewCall(&id);
+  c->is_exec = false;
+  c->stream = std::make_shared<Stream>(std::move(stream));
+  std::lock_guard<std::mutex> l(mu_);
+  if (!broken_.ok() || closed_) {
+    calls_.erase(id);
+    if (!broken_.ok()) return broken_;
+    return absl::UnavailableError("sandbox " + sandbox_id_ + ": the sandbox was destroyed");
+  }
+  return id;
+}
+
+void AgentChannel::CloseStream(uint64_t id) { EndCall(id); }
 
 std::shared_ptr<AgentChannel::Call> AgentChannel::NewCall(uint64_t* id) {
   auto c = std::make_shared<Call>();

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,30 @@ class AgentChannel {
 
   // Round trip of kPing; DeadlineExceeded past `timeout`.
   Status Ping(std::chrono::milliseconds timeout);
+
+  // A request answered by one frame of `reply_type` (or kError, returned as
+  // its Status): the reply's payload. `valid` (if set) checks the payload
+  // on delivery: false (with *why) is a protocol violation that breaks the
+  // channel. DeadlineExceeded past `timeout`; Unavailable once the channel
+  // broke or closed.
+  using Validator = std::function<bool(std::string_view payload, std::string* why)>;
+  StatusOr<std::string> Request(proto::FrameType type, std::string_view payload, proto::FrameType reply_type,
+                                std::chrono::milliseconds timeout, const Validator& valid = nullptr);
+
+  // Frames under one id for as long as the stream is open (a process,
+  // protocol_calls.h). `sink` gets every guest frame for it, on the reader
+  // thread, under the channel's lock: it must not call into the channel;
+  // false (with *why) is a protocol violation. `on_end` gets why the
+  // channel broke or closed, once. Unavailable when it already has.
+  struct Stream {
+    std::function<bool(proto::Frame& frame, std::string* why)> sink;
+    std::function<void(const Status& why)> on_end;
+  };
+  StatusOr<uint64_t> OpenStream(Stream stream);
+  void CloseStream(uint64_t id);  // no more frames to its sink after return
+  Status SendFrame(proto::FrameType type, uint16_t flags, uint64_t id, std::string_view payload);
+
+  const std::string& sandbox_id() const { return sandbox_id_; }
 
   // Shuts the socket down, joins the reader; pending calls end (see Exec).
   void Close();

@@ -67,7 +67,7 @@ class MicrovmBackend : public Backend {
   }
 
   std::string name() const override { return "microvm"; }
-  Capabilities capabilities() const override { return {}; }
+  Capabilities capabilities() const override { return {Capability::kProcesses}; }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));

@@ -40,6 +40,19 @@
 //                                                 command could not start (bad
 //                                                 cwd or user) or the request
 //                                                 was malformed
+//   File calls and long-running processes (types 20..31; messages in
+//   protocol_calls.h):
+//   ⇒ kFileRequest {op, ...} ⇐ kFileReply {...} | kError   one reply each
+//   ⇒ kProcStart {exec fields, pty, rows, cols, control} ⇐ kProcStarted {pid}
+//                                   | kError; the id names the process after
+//   ⇒ kProcStdin (raw)*, kProcStdin (empty = EOF)
+//   ⇐ kProcOutput (raw, flags = stream 1..3; empty = that stream's EOF)
+//   ⇒ kProcAck {bytes} (flags = stream)   credit: the guest keeps at most
+//                                   kProcWindow bytes per stream unacknowledged
+//   ⇒ kProcSignal {signal, whole_tree}, kProcResize {rows, cols}
+//   ⇐ kProcExit {ExitResult} once the foreground was reaped; ⇐ kProcTreeEmpty
+//                                   once no process of its tree is left
+//   ⇒ kProcRelease                  the host forgets it (nothing is killed)
 //
 // Trust: the host treats every guest frame as untrusted (a guest kernel or
 // process may be hostile). FrameDecoder bounds the payload size and rejects
@@ -59,7 +72,9 @@
 
 namespace warren::runtime::microvm::proto {
 
-constexpr uint32_t kVersion = 1;
+// 2: file calls and processes (types 20..31); a version-1 agent cannot
+// parse them, so warrend refuses it at hello (rebuild the initramfs).
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeaderSize = 16;
 // Largest payload either side sends; a guest frame above it is a protocol
 // violation (chunks of output and stdin are at most kMaxChunk).
@@ -80,10 +95,37 @@ enum class FrameType : uint16_t {
   kOutput = 7,
   kExit = 8,
   kError = 9,
+  // File calls and processes (protocol_calls.h).
+  kFileRequest = 20,
+  kFileReply = 21,
+  kProcStart = 22,
+  kProcStarted = 23,
+  kProcStdin = 24,
+  kProcOutput = 25,
+  kProcAck = 26,
+  kProcSignal = 27,
+  kProcResize = 28,
+  kProcExit = 29,
+  kProcTreeEmpty = 30,
+  kProcRelease = 31,
 };
 constexpr uint16_t kMaxFrameType = 9;
+constexpr uint16_t kFirstCallFrameType = 20, kLastCallFrameType = 31;
 constexpr uint16_t kStreamStdout = 1;
 constexpr uint16_t kStreamStderr = 2;
+constexpr uint16_t kStreamControl = 3;  // a process's fd 3 (StartOptions::control_fd)
+
+inline bool KnownFrameType(uint16_t type) {
+  return (type >= 1 && type <= kMaxFrameType) || (type >= kFirstCallFrameType && type <= kLastCallFrameType);
+}
+// The flags a frame of `type` may carry.
+inline bool ValidFlags(uint16_t type, uint16_t flags) {
+  if (type == static_cast<uint16_t>(FrameType::kOutput)) return flags == kStreamStdout || flags == kStreamStderr;
+  if (type == static_cast<uint16_t>(FrameType::kProcOutput) || type == static_cast<uint16_t>(FrameType::kProcAck)) {
+    return flags >= kStreamStdout && flags <= kStreamControl;
+  }
+  return flags == 0;
+}
 
 struct Frame {
   FrameType type = FrameType::kPing;
@@ -135,12 +177,11 @@ class FrameDecoder {
       return Fail("frame of " + std::to_string(length) + " bytes exceeds the maximum of " +
                   std::to_string(kMaxPayload));
     }
-    if (type == 0 || type > kMaxFrameType) return Fail("unknown frame type " + std::to_string(type));
-    if (type == static_cast<uint16_t>(FrameType::kOutput)) {
-      if (flags != kStreamStdout && flags != kStreamStderr) {
+    if (!KnownFrameType(type)) return Fail("unknown frame type " + std::to_string(type));
+    if (!ValidFlags(type, flags)) {
+      if (type == static_cast<uint16_t>(FrameType::kOutput)) {
         return Fail("output frame with stream " + std::to_string(flags));
       }
-    } else if (flags != 0) {
       return Fail("frame type " + std::to_string(type) + " with flags " + std::to_string(flags));
     }
     if (buf_.size() - pos_ < kHeaderSize + length) return Compact(), Result::kNeedMore;
@@ -268,6 +309,10 @@ struct ExecRequest {
   uint64_t kill_grace_ms = 500;
   uint64_t output_cap = 16u << 20;  // per stream
   bool stdin_follows = false;
+  // kProcStart only (protocol_calls.h): a pty as stdio, its size, fd 3.
+  bool pty = false;
+  uint64_t rows = 24, cols = 80;
+  bool control_fd = false;
 };
 struct ExitResult {
   int64_t exit_code = 0;  // 0..255, or 128 + signal
@@ -308,6 +353,10 @@ enum : uint16_t {
   kKillGraceMs = 7,
   kOutputCap = 8,
   kStdinFollows = 9,
+  kPty = 10,
+  kRows = 11,
+  kCols = 12,
+  kControlFd = 13,
   // ExitResult
   kExitCode = 1,
   kSignal = 2,
@@ -348,6 +397,8 @@ inline std::string Encode(const ExecRequest& m) {
   w.Bytes(tag::kCwd, m.cwd).Bytes(tag::kUser, m.user);
   w.U64(tag::kTimeoutMs, m.timeout_ms).U64(tag::kKillGraceMs, m.kill_grace_ms).U64(tag::kOutputCap, m.output_cap);
   w.U64(tag::kStdinFollows, m.stdin_follows ? 1 : 0);
+  if (m.pty) w.U64(tag::kPty, 1).U64(tag::kRows, m.rows).U64(tag::kCols, m.cols);
+  if (m.control_fd) w.U64(tag::kControlFd, 1);
   return w.Take();
 }
 inline std::string Encode(const ExitResult& m) {
@@ -471,12 +522,25 @@ inline bool Decode(std::string_view payload, ExecRequest* m, std::string* why) {
         ok = internal::Int(v, &b, why, "stdin_follows");
         m->stdin_follows = b != 0;
         break;
+      case tag::kPty:
+        ok = internal::Int(v, &b, why, "pty");
+        m->pty = b != 0;
+        break;
+      case tag::kRows: ok = internal::Int(v, &m->rows, why, "rows"); break;
+      case tag::kCols: ok = internal::Int(v, &m->cols, why, "cols"); break;
+      case tag::kControlFd:
+        ok = internal::Int(v, &b, why, "control_fd");
+        m->control_fd = b != 0;
+        break;
       default: break;
     }
     if (!ok) return false;
   }
   if (!internal::Done(r, why)) return false;
   if (m->argv.empty() && !m->shell) return *why = "exec without argv or shell", false;
+  if (m->pty && (m->rows < 1 || m->rows > 65535 || m->cols < 1 || m->cols > 65535)) {
+    return *why = "pty size out of range", false;
+  }
   return true;
 }
 

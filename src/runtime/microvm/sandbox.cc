@@ -13,32 +13,14 @@
 #include "common/child_reaper.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "runtime/microvm/files.h"
+#include "runtime/microvm/process.h"
 
 namespace warren::runtime::microvm {
 
 namespace {
 
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-// No file API yet: every call names the sandbox and the backend.
-class NoFiles : public SandboxFiles {
- public:
-  explicit NoFiles(std::string id) : id_(std::move(id)) {}
-  StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string&, uint32_t, bool) override { return No(); }
-  StatusOr<std::unique_ptr<FileReader>> OpenRead(const std::string&, uint64_t, uint64_t) override { return No(); }
-  StatusOr<FileInfo> Stat(const std::string&) override { return No(); }
-  StatusOr<std::vector<FileInfo>> List(const std::string&) override { return No(); }
-  Status Mkdir(const std::string&, uint32_t, bool) override { return No(); }
-  Status Remove(const std::string&, bool) override { return No(); }
-  Status Rename(const std::string&, const std::string&) override { return No(); }
-
- private:
-  Status No() const {
-    return absl::UnimplementedError("sandbox " + id_ +
-                                    ": file operations are not supported by the microvm backend yet");
-  }
-  std::string id_;
-};
 
 std::string Tail(const std::string& path, size_t max) {
   StatusOr<std::string> s = ReadSmallFile(path, 1 << 20);
@@ -91,7 +73,14 @@ MicrovmSandbox::~MicrovmSandbox() {
   if (p_.channel) p_.channel->Close();
 }
 
-MicrovmSandbox::MicrovmSandbox(Parts parts) : p_(std::move(parts)), files_(std::make_unique<NoFiles>(p_.spec.id)) {}
+// A file call's bound in the guest (a recursive remove of a big tree is
+// one call; TCG is slow).
+constexpr std::chrono::milliseconds kFileCallTimeout{120000};
+// How long the guest may take to start a process.
+constexpr std::chrono::milliseconds kProcessStartTimeout{60000};
+
+MicrovmSandbox::MicrovmSandbox(Parts parts)
+    : p_(std::move(parts)), files_(NewMicrovmFiles(p_.channel.get(), kFileCallTimeout)) {}
 
 SandboxFiles& MicrovmSandbox::files() { return *files_; }
 
@@ -105,6 +94,28 @@ StatusOr<ExecOutcome> MicrovmSandbox::Exec(const ExecSpec& es) {
       return out;
     }
   }
+  proto::ExecRequest req = Request(es);
+  std::chrono::milliseconds bound{0};
+  if (es.timeout.count() > 0) bound = es.timeout + es.kill_grace + p_.exec_slack;
+  return p_.channel->Exec(req, es.stdin_data, bound);
+}
+
+StatusOr<std::unique_ptr<Process>> MicrovmSandbox::Start(const ExecSpec& es, const StartOptions& options) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " was destroyed");
+  }
+  proto::ExecRequest req = Request(es);
+  req.stdin_follows = false;
+  req.timeout_ms = 0;
+  req.pty = options.pty;
+  req.rows = options.rows;
+  req.cols = options.cols;
+  req.control_fd = options.control_fd;
+  return StartProcess(p_.channel.get(), req, options, kProcessStartTimeout);
+}
+
+proto::ExecRequest MicrovmSandbox::Request(const ExecSpec& es) const {
   proto::ExecRequest req;
   req.argv = es.argv;
   req.shell = es.shell;
@@ -118,9 +129,7 @@ StatusOr<ExecOutcome> MicrovmSandbox::Exec(const ExecSpec& es) {
   req.kill_grace_ms = static_cast<uint64_t>(es.kill_grace.count());
   req.output_cap = es.output_cap_bytes;
   req.stdin_follows = !es.stdin_data.empty();
-  std::chrono::milliseconds bound{0};
-  if (es.timeout.count() > 0) bound = es.timeout + es.kill_grace + p_.exec_slack;
-  return p_.channel->Exec(req, es.stdin_data, bound);
+  return req;
 }
 
 Status MicrovmSandbox::Destroy() {

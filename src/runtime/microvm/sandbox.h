@@ -32,7 +32,7 @@ Status RemoveVmFiles(const std::string& dir, const std::string& disk);
 // exited; reaps it when it is a child of this process.
 void KillQemu(UniqueFd pidfd);
 
-class MicrovmSandbox : public Sandbox {
+class MicrovmSandbox : public Sandbox, public ProcessStarter {
  public:
   struct Parts {
     SandboxSpec spec;
@@ -52,8 +52,13 @@ class MicrovmSandbox : public Sandbox {
   std::string Record() const override { return p_.record.SerializeAsString(); }
   pid_t init_pid() const override { return p_.record.qemu_pid(); }
   std::string_view backend_name() const override { return "microvm"; }
+  // ProcessStarter (process.h).
+  StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override;
 
  private:
+  // The guest's request for `es`, with the sandbox's env, cwd and user.
+  proto::ExecRequest Request(const ExecSpec& es) const;
+
   Parts p_;
   std::unique_ptr<SandboxFiles> files_;
   std::mutex mu_;  // destroyed_ and the channel's and pidfd's release

@@ -2,6 +2,7 @@
 // the channel (channel.h) against a fake guest: garbage, oversized and
 // truncated frames fail that channel only, with an error naming the
 // violation; well-formed replies come back byte-exact.
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -16,7 +17,10 @@
 
 #include "common/unique_fd.h"
 #include "runtime/microvm/channel.h"
+#include "runtime/microvm/files.h"
+#include "runtime/microvm/process.h"
 #include "runtime/microvm/protocol.h"
+#include "runtime/microvm/protocol_calls.h"
 #include "status_matchers.h"
 
 namespace warren::runtime::microvm {
@@ -388,6 +392,291 @@ TEST(AgentChannelTest, ConnectTimesOutWhenNobodyListens) {
       "n0-t", "/tmp/warren-no-such-dir/agent.sock", AgentChannel::Clock::now() + std::chrono::seconds(10),
       [] { return false; }, &hello);
   EXPECT_THAT(dead, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("QEMU exited")));
+}
+
+// ---- file calls and processes (protocol_calls.h)
+
+TEST(FrameDecoderTest, CallFrameTypesAndTheirStreamFlags) {
+  auto one = [](uint16_t type, uint16_t flags) {
+    FrameDecoder d;
+    d.Feed(Header(0, type, flags, 1));
+    proto::Frame f;
+    return d.Next(&f);
+  };
+  for (uint16_t t = 20; t <= 31; ++t) {
+    uint16_t flags = (t == 25 || t == 26) ? 3 : 0;  // kProcOutput/kProcAck carry a stream
+    EXPECT_EQ(one(t, flags), Result::kFrame) << t;
+  }
+  EXPECT_EQ(one(19, 0), Result::kError);
+  EXPECT_EQ(one(32, 0), Result::kError);
+  EXPECT_EQ(one(25, 4), Result::kError);  // no stream 4
+  EXPECT_EQ(one(25, 0), Result::kError);
+  EXPECT_EQ(one(21, 1), Result::kError);  // a file reply has no flags
+  EXPECT_EQ(one(7, 3), Result::kError);   // exec output has no control stream
+}
+
+TEST(MessageTest, FileMessagesRoundTripByteExact) {
+  proto::FileRequest q;
+  q.op = proto::FileOp::kWrite;
+  q.path = std::string("/w/\xff\x01name", 9);
+  q.handle = 7;
+  q.data = std::string("a\0b\xff", 4);
+  proto::FileRequest q2;
+  std::string why;
+  ASSERT_TRUE(proto::Decode(proto::Encode(q), &q2, &why)) << why;
+  EXPECT_EQ(q2.op, proto::FileOp::kWrite);
+  EXPECT_EQ(q2.path, q.path);
+  EXPECT_EQ(q2.data, q.data);
+  EXPECT_EQ(q2.handle, 7u);
+
+  proto::FileReply r;
+  proto::WireFileInfo i;
+  i.name = "x\xfe";
+  i.path = "/w/x\xfe";
+  i.type = 2;
+  i.size = 1ull << 40;
+  i.mode = 04755;
+  i.uid = 65534;
+  i.mtime_ns = -5;
+  i.symlink_target = "../t";
+  r.infos = {i, i};
+  r.more = true;
+  r.data = std::string(proto::kMaxChunk, '\0');
+  proto::FileReply r2;
+  ASSERT_TRUE(proto::Decode(proto::Encode(r), &r2, &why)) << why;
+  ASSERT_EQ(r2.infos.size(), 2u);
+  EXPECT_EQ(r2.infos[1].name, i.name);
+  EXPECT_EQ(r2.infos[1].size, i.size);
+  EXPECT_EQ(r2.infos[1].mtime_ns, -5);
+  EXPECT_EQ(r2.infos[1].symlink_target, "../t");
+  EXPECT_TRUE(r2.more);
+  EXPECT_EQ(r2.data.size(), proto::kMaxChunk);
+}
+
+TEST(MessageTest, OutOfRangeCallMessagesAreRejected) {
+  std::string why;
+  auto bad_reply = [&](const std::string& payload) {
+    proto::FileReply r;
+    return !proto::Decode(payload, &r, &why);
+  };
+  using proto::TlvWriter;
+  namespace ct = proto::ctag;
+  EXPECT_TRUE(bad_reply(TlvWriter().Bytes(ct::kData, std::string(proto::kMaxChunk + 1, 'x')).str()));
+  EXPECT_TRUE(bad_reply(TlvWriter().Bytes(ct::kInfo, TlvWriter().U64(ct::kType, 9).str()).str()));
+  EXPECT_TRUE(bad_reply(TlvWriter().Bytes(ct::kInfo, TlvWriter().Bytes(ct::kName, std::string(256, 'n')).str()).str()));
+  EXPECT_TRUE(bad_reply(TlvWriter().Bytes(ct::kInfo, TlvWriter().U64(ct::kInfoMode, 010000).str()).str()));
+  EXPECT_TRUE(bad_reply(TlvWriter().Bytes(ct::kInfo, TlvWriter().U64(ct::kUid, 1ull << 32).str()).str()));
+  EXPECT_TRUE(bad_reply(TlvWriter().Bytes(ct::kInfo, "\x01\x00\xff\xff").str()));  // truncated nested record
+  TlvWriter many;
+  for (size_t k = 0; k <= proto::kMaxListBatch; ++k) many.Bytes(ct::kInfo, "");
+  EXPECT_TRUE(bad_reply(many.str()));
+  EXPECT_THAT(why, HasSubstr("more than 1024"));
+
+  proto::FileRequest q;
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kOp, 99).str(), &q, &why));
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kOp, 1).Bytes(ct::kPath, std::string("a\0b", 3)).str(), &q, &why));
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kOp, 1).Bytes(ct::kPath, std::string(4097, 'p')).str(), &q, &why));
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kOp, 10).U64(ct::kMax, proto::kMaxChunk + 1).str(), &q, &why));
+  EXPECT_FALSE(proto::Decode(TlvWriter().Bytes(ct::kPath, "/x").str(), &q, &why));  // no op
+
+  proto::ProcStarted st;
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kPid, 0).str(), &st, &why));
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kPid, 1ull << 40).str(), &st, &why));
+  proto::ProcSignal sg;
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kSignal, 65).str(), &sg, &why));
+  proto::ProcResize rz;
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kRows, 0).U64(ct::kCols, 80).str(), &rz, &why));
+  proto::ProcAck ack;
+  EXPECT_FALSE(proto::Decode(TlvWriter().U64(ct::kAckBytes, proto::kProcWindow + 1).str(), &ack, &why));
+  proto::ExecRequest ex = Echo();
+  ex.pty = true;
+  ex.rows = 0;
+  proto::ExecRequest ex2;
+  EXPECT_FALSE(proto::Decode(proto::Encode(ex), &ex2, &why));
+  EXPECT_THAT(why, HasSubstr("pty size"));
+}
+
+// Reads the host's next frame on `fd` (the fake guest's side).
+bool NextFrame(int fd, FrameDecoder* d, proto::Frame* f) {
+  char buf[4096];
+  while (d->Next(f) != Result::kFrame) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    d->Feed(std::string_view(buf, static_cast<size_t>(n)));
+  }
+  return true;
+}
+
+std::string Reply(uint64_t id, const proto::FileReply& r) {
+  return proto::EncodeFrame(FrameType::kFileReply, 0, id, proto::Encode(r));
+}
+
+TEST(AgentChannelTest, FileCallsCarryTheGuestsCodeAndErrno) {
+  FakeGuest g([](int fd, uint64_t id) {
+    proto::ErrorReply e;
+    e.code = static_cast<uint64_t>(absl::StatusCode::kNotFound);
+    e.err = ENOENT;
+    e.message = "stat(/nope): No such file or directory [errno 2]";
+    WriteAll(fd, proto::EncodeFrame(FrameType::kError, 0, id, proto::Encode(e)));
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  auto files = NewMicrovmFiles(ch.get(), std::chrono::seconds(10));
+  StatusOr<FileInfo> st = files->Stat("/nope");
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound, HasSubstr("stat(/nope)")));
+  EXPECT_EQ(StatusErrno(st.status()), ENOENT);
+  ch->Close();
+}
+
+TEST(AgentChannelTest, AMalformedOrOversizedFileReplyBreaksOnlyItsChannel) {
+  // Two entries for a stat.
+  FakeGuest two([](int fd, uint64_t id) {
+    proto::FileReply r;
+    r.infos.resize(2);
+    r.infos[0].name = r.infos[1].name = "x";
+    WriteAll(fd, Reply(id, r));
+  });
+  // A read answered with more than was asked for.
+  FakeGuest greedy([](int fd, uint64_t id) {
+    proto::FileReply open;
+    open.handle = 1;
+    WriteAll(fd, Reply(id, open));
+    FrameDecoder d;
+    proto::Frame f;
+    if (!NextFrame(fd, &d, &f)) return;
+    proto::FileReply r;
+    r.data = std::string(100, 'x');
+    WriteAll(fd, Reply(f.id, r));
+  });
+  // An oversized frame in answer to a write.
+  FakeGuest huge([](int fd, uint64_t id) {
+    WriteAll(fd, Header(64u << 20, static_cast<uint16_t>(FrameType::kFileReply), 0, id) + "xx");
+  });
+  FakeGuest good([](int fd, uint64_t id) {
+    proto::FileReply r;
+    r.infos.resize(1);
+    r.infos[0].name = "ok";
+    r.infos[0].size = 42;
+    WriteAll(fd, Reply(id, r));
+  });
+  ASSERT_OK_AND_ASSIGN(auto two_ch, Connect(two));
+  ASSERT_OK_AND_ASSIGN(auto greedy_ch, Connect(greedy));
+  ASSERT_OK_AND_ASSIGN(auto huge_ch, Connect(huge));
+  ASSERT_OK_AND_ASSIGN(auto good_ch, Connect(good));
+  auto violation = StatusIs(absl::StatusCode::kUnavailable, HasSubstr("protocol violation by the guest"));
+
+  EXPECT_THAT(NewMicrovmFiles(two_ch.get(), std::chrono::seconds(10))->Stat("/x"), violation);
+  EXPECT_THAT(two_ch->Ping(std::chrono::seconds(5)), StatusIs(absl::StatusCode::kUnavailable));
+
+  auto greedy_files = NewMicrovmFiles(greedy_ch.get(), std::chrono::seconds(10));
+  ASSERT_OK_AND_ASSIGN(auto reader, greedy_files->OpenRead("/x", 0, 0));
+  EXPECT_THAT(reader->Read(10), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("100 bytes for 10 asked")));
+  reader.reset();
+
+  auto huge_files = NewMicrovmFiles(huge_ch.get(), std::chrono::seconds(10));
+  EXPECT_THAT(huge_files->Mkdir("/d", 0755, false), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("exceeds")));
+  EXPECT_LT(huge_ch->bytes_received(), 1024u);
+
+  ASSERT_OK_AND_ASSIGN(FileInfo ok, NewMicrovmFiles(good_ch.get(), std::chrono::seconds(10))->Stat("/ok"));
+  EXPECT_EQ(ok.size, 42u);
+  for (auto* c : {two_ch.get(), greedy_ch.get(), huge_ch.get(), good_ch.get()}) c->Close();
+}
+
+std::string ReadAllFd(int fd) {
+  std::string out;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+TEST(AgentChannelTest, ProcessStreamsRelayAndAcknowledgeOutput) {
+  FakeGuest g([](int fd, uint64_t id) {
+    proto::ProcStarted st;
+    st.pid = 42;
+    std::string s = proto::EncodeFrame(FrameType::kProcStarted, 0, id, proto::Encode(st));
+    s += proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStdout, id, std::string("o\0ut", 4));
+    s += proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStdout, id, "");
+    s += proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStderr, id, "err");
+    s += proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStderr, id, "");
+    proto::ExitResult e;
+    e.exit_code = 3;
+    s += proto::EncodeFrame(FrameType::kProcExit, 0, id, proto::Encode(e));
+    WriteAll(fd, s);
+    // The host acknowledges both streams once the node's pipes took them.
+    FrameDecoder d;
+    proto::Frame f;
+    uint64_t acked[4] = {0, 0, 0, 0};
+    while ((acked[1] < 4 || acked[2] < 3) && NextFrame(fd, &d, &f)) {
+      proto::ProcAck a;
+      std::string why;
+      if (f.type == FrameType::kProcAck && proto::Decode(f.payload, &a, &why)) acked[f.flags] += a.bytes;
+    }
+    EXPECT_EQ(acked[1], 4u);
+    EXPECT_EQ(acked[2], 3u);
+    WriteAll(fd, proto::EncodeFrame(FrameType::kProcTreeEmpty, 0, id, ""));
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  proto::ExecRequest req = Echo();
+  ASSERT_OK_AND_ASSIGN(auto p, StartProcess(ch.get(), req, StartOptions{}, std::chrono::seconds(10)));
+  EXPECT_EQ(p->pid(), 42);
+  UniqueFd out = p->TakeStdout(), err = p->TakeStderr();
+  EXPECT_EQ(ReadAllFd(out.get()), std::string("o\0ut", 4));
+  EXPECT_EQ(ReadAllFd(err.get()), "err");
+  pollfd pf{p->pidfd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&pf, 1, 10000), 1);
+  ExecOutcome o;
+  ASSERT_OK_AND_ASSIGN(bool done, p->TryWait(&o));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(o.exit_code, 3);
+  for (int k = 0; k < 100 && !p->TreeEmpty(); ++k) ::usleep(20000);
+  EXPECT_TRUE(p->TreeEmpty());
+  EXPECT_THAT(p->Resize(10, 10), StatusIs(absl::StatusCode::kFailedPrecondition));
+  p.reset();
+  ch->Close();
+}
+
+TEST(AgentChannelTest, OutputBeyondTheCreditBreaksTheChannelAndEndsTheProcessAsKilled) {
+  FakeGuest g([](int fd, uint64_t id) {
+    proto::ProcStarted st;
+    st.pid = 7;
+    WriteAll(fd, proto::EncodeFrame(FrameType::kProcStarted, 0, id, proto::Encode(st)));
+    // Past the credit (the node's pipe takes some); the host stops reading
+    // once it saw the violation, so a send may come back short.
+    std::string frame =
+        proto::EncodeFrame(FrameType::kProcOutput, proto::kStreamStdout, id, std::string(proto::kMaxChunk, 'x'));
+    for (uint64_t sent = 0; sent <= 2 * proto::kProcWindow; sent += proto::kMaxChunk) {
+      if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) break;
+    }
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  // Nobody reads stdout: the host holds at most the credit, then the guest
+  // that ignores it is cut off.
+  ASSERT_OK_AND_ASSIGN(auto p, StartProcess(ch.get(), Echo(), StartOptions{}, std::chrono::seconds(10)));
+  pollfd pf{p->pidfd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&pf, 1, 10000), 1);
+  ExecOutcome o;
+  ASSERT_OK_AND_ASSIGN(bool done, p->TryWait(&o));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(o.signal, SIGKILL);
+  EXPECT_THAT(ch->Ping(std::chrono::seconds(5)), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("credit")));
+  p.reset();
+  ch->Close();
+}
+
+TEST(AgentChannelTest, AProcessThatCannotStartReturnsTheGuestsError) {
+  FakeGuest g([](int fd, uint64_t id) {
+    proto::ErrorReply e;
+    e.code = static_cast<uint64_t>(absl::StatusCode::kNotFound);
+    e.err = ENOENT;
+    e.message = "exec: chdir /nope: No such file or directory";
+    WriteAll(fd, proto::EncodeFrame(FrameType::kError, 0, id, proto::Encode(e)));
+  });
+  ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
+  EXPECT_THAT(StartProcess(ch.get(), Echo(), StartOptions{}, std::chrono::seconds(10)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("chdir /nope")));
+  ch->Close();
 }
 
 }  // namespace

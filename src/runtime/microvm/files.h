@@ -1,0 +1,25 @@
+// SandboxFiles of a microvm sandbox: every call is a kFileRequest to the
+// guest agent (protocol_calls.h), which serves it with the container
+// backend's rooted file code over the guest's root, so paths are confined
+// and errors coded the same way. Data moves in chunks of at most kMaxChunk
+// bytes per frame; a List is fetched in batches. Replies are untrusted: one
+// that does not decode, or holds more than was asked for, breaks the channel
+// (the sandbox fails, nothing else does).
+//
+// Thread-safe (calls run concurrently on the channel). Must not outlive the
+// channel.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "runtime/backend.h"
+#include "runtime/microvm/channel.h"
+
+namespace warren::runtime::microvm {
+
+// `timeout`: how long one request may take in the guest (a recursive remove
+// of a large tree is one request).
+std::unique_ptr<SandboxFiles> NewMicrovmFiles(AgentChannel* channel, std::chrono::milliseconds timeout);
+
+}  // namespace warren::runtime::microvm
