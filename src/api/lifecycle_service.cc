@@ -57,6 +57,7 @@ grpc::Status LifecycleService::ListJobs(grpc::ServerContext* ctx, const v1::List
 grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::ExtendTtlRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, ExtendTtl, *req, resp);
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->ExtendTtl(req->id(), req->ttl_s()));
   ToProto(info, resp);
   return grpc::Status::OK;
@@ -65,6 +66,7 @@ grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::Ext
 grpc::Status LifecycleService::Pause(grpc::ServerContext* ctx, const v1::PauseRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Pause, *req, resp);
   RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Pause(req->id())));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
@@ -74,6 +76,7 @@ grpc::Status LifecycleService::Pause(grpc::ServerContext* ctx, const v1::PauseRe
 grpc::Status LifecycleService::Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Resume, *req, resp);
   RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Resume(req->id(), !req->no_prefetch())));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
@@ -83,6 +86,7 @@ grpc::Status LifecycleService::Resume(grpc::ServerContext* ctx, const v1::Resume
 grpc::Status LifecycleService::Suspend(grpc::ServerContext* ctx, const v1::SuspendRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Suspend, *req, resp);
   RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Suspend(req->id())));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
@@ -97,6 +101,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
                                         v1::SnapshotResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Snapshot, *req, resp);
   node::SnapshotRequest r;
   r.id = req->id();
   r.name = req->name();
@@ -118,6 +123,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
 grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Fork, *req, resp);
   node::ForkRequest r;
   r.id = req->id();
   r.count = req->count();
@@ -139,6 +145,7 @@ grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequ
 grpc::Status LifecycleService::Grade(grpc::ServerContext* ctx, const v1::GradeRequest* req, v1::GradeResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Grade, *req, resp);
   node::GradeRequest g;
   g.id = req->id();
   RETURN_IF_GRPC_ERROR(ToExecSpec(req->grader(), &g.grader));
@@ -157,6 +164,7 @@ grpc::Status LifecycleService::AuditLog(grpc::ServerContext* ctx, const v1::Audi
                                         v1::AuditLogResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, AuditLog, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::vector<nlohmann::json> entries, deps_.manager->AuditLog(req->id()));
   for (const auto& e : entries) resp->add_entries(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return grpc::Status::OK;

@@ -1,6 +1,8 @@
 #include "api/sandboxes_service.h"
 
 #include <chrono>
+#include <thread>
+#include <vector>
 
 #include "api/convert.h"
 #include "api/image_service.h"
@@ -21,6 +23,17 @@ constexpr auto kCreateReplyMargin = std::chrono::milliseconds(20);
 grpc::Status SandboxesService::Create(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req,
                                       v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  grpc::Status placed;
+  if (deps_.forward != nullptr &&
+      deps_.forward->Place(
+          ctx, *req, resp, [&](v1::Sandbox* out) { return CreateLocal(ctx, req, out); }, &placed)) {
+    return placed;
+  }
+  return CreateLocal(ctx, req, resp);
+}
+
+grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req,
+                                           v1::Sandbox* resp) {
   node::CreateRequest r;
   r.backend = req->backend();
   r.layers.assign(req->layers().begin(), req->layers().end());
@@ -74,6 +87,7 @@ grpc::Status SandboxesService::Create(grpc::ServerContext* ctx, const v1::Create
 grpc::Status SandboxesService::Get(grpc::ServerContext* ctx, const v1::GetSandboxRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Get, *req, resp);
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
   if (StatusOr<node::SandboxMemory> m = deps_.manager->Memory(req->id()); m.ok()) {
@@ -88,23 +102,47 @@ grpc::Status SandboxesService::List(grpc::ServerContext* ctx, const v1::ListSand
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
   for (const node::SandboxInfo& i : deps_.manager->List(labels, req->job())) ToProto(i, resp->add_sandboxes());
+  if (deps_.forward == nullptr) return grpc::Status::OK;
+  // The other nodes' sandboxes: one call each, concurrently. A node that
+  // does not answer fails the list (UNAVAILABLE naming it; retryable): a
+  // list silently missing a node's sandboxes would read as "destroyed".
+  auto peers = deps_.forward->Peers(*ctx);
+  std::vector<std::thread> calls;
+  std::vector<grpc::Status> statuses(peers.size());
+  std::vector<v1::ListSandboxesResponse> parts(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    calls.emplace_back([&, i] {
+      std::unique_ptr<grpc::ClientContext> cc = deps_.forward->Context(*ctx);
+      statuses[i] = v1::Sandboxes::NewStub(peers[i].second)->List(cc.get(), *req, &parts[i]);
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (!statuses[i].ok()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "list: node " + peers[i].first + " did not answer: " + statuses[i].error_message());
+    }
+    for (v1::Sandbox& s : *parts[i].mutable_sandboxes()) *resp->add_sandboxes() = std::move(s);
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status SandboxesService::Destroy(grpc::ServerContext* ctx, const v1::DestroySandboxRequest* req,
-                                       v1::DestroySandboxResponse*) {
+                                       v1::DestroySandboxResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (!req->create_request_id().empty()) {
     if (!req->id().empty()) return Invalid("give either id or create_request_id, not both");
     return ToGrpcStatus(deps_.manager->AbandonCreate(req->create_request_id()));
   }
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Destroy, *req, resp);
   return ToGrpcStatus(deps_.manager->Destroy(req->id()));
 }
 
 grpc::Status SandboxesService::Exec(grpc::ServerContext* ctx, const v1::ExecRequest* req, v1::ExecResult* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Sandboxes, Exec, *req, resp);
   runtime::ExecSpec spec;
   RETURN_IF_GRPC_ERROR(ToExecSpec(*req, &spec));
   ASSIGN_OR_RETURN_GRPC(runtime::ExecOutcome out, deps_.manager->Exec(req->sandbox_id(), spec, req->request_id()));
