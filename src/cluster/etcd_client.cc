@@ -90,7 +90,9 @@ grpc::Status EtcdClient::WithFailover(Call call) {
       return st;
     }
   }
-  return st;
+  std::string urls;
+  for (const auto& e : endpoints_) urls += (urls.empty() ? "" : ",") + e->url;
+  return grpc::Status(st.error_code(), "etcd unreachable at " + urls + ": " + st.error_message());
 }
 
 Status EtcdClient::Authenticate() {

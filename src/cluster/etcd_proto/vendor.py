@@ -21,7 +21,7 @@ FILES = {
 
 def strip(text: str) -> str:
     # Nested braces (additional_bindings): drop up to the block's closing "};".
-    text = re.sub(r'\n\s*option \(google\.api\.http\) = \{.*?\n\s*\};', "", text, flags=re.S)
+    text = re.sub(r'\n\s*option \(google\.api\.http\) = \{.*?\n\s*\};', "", text, flags=re.DOTALL)
     text = re.sub(r'\n(import "gogoproto/gogo\.proto"|import "google/api/annotations\.proto"|option \(gogoproto\.[^\n]*);', "", text)
     text = re.sub(r'\s*\[\(gogoproto\.[^\]]*\]', "", text)
     text = text.replace('import "etcd/mvcc/mvccpb/kv.proto"', 'import "mvccpb/kv.proto"')
