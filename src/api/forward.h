@@ -133,6 +133,35 @@ grpc::Status ForwardBidi(Forwarder& f, grpc::ServerContext* ctx, const std::shar
   return up->Finish();
 }
 
+// Runs `call(stub, client_ctx, resp)` on every other node at once (none
+// when there is no Forwarder or `ctx`'s call was forwarded); their answers
+// in `*out`. A node that does not answer fails the whole call with
+// UNAVAILABLE naming it (retryable): a partial answer would read as "gone".
+template <typename Service, typename Resp, typename Call>
+grpc::Status FanOut(Forwarder* f, const grpc::ServerContext& ctx, std::vector<Resp>* out, Call call) {
+  if (f == nullptr) return grpc::Status::OK;
+  auto peers = f->Peers(ctx);
+  std::vector<grpc::Status> statuses(peers.size());
+  out->assign(peers.size(), Resp());
+  std::vector<std::thread> calls;
+  calls.reserve(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    calls.emplace_back([&, i] {
+      std::unique_ptr<grpc::ClientContext> cc = f->Context(ctx);
+      auto stub = Service::NewStub(peers[i].second);
+      statuses[i] = call(*stub, cc.get(), &(*out)[i]);
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (!statuses[i].ok()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "node " + peers[i].first + " did not answer: " + statuses[i].error_message());
+    }
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace warren::api
 
 // Serves the call on the owning node when that is another one. `id` is the

@@ -1,7 +1,6 @@
 #include "api/sandboxes_service.h"
 
 #include <chrono>
-#include <thread>
 #include <vector>
 
 #include "api/convert.h"
@@ -102,27 +101,12 @@ grpc::Status SandboxesService::List(grpc::ServerContext* ctx, const v1::ListSand
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
   for (const node::SandboxInfo& i : deps_.manager->List(labels, req->job())) ToProto(i, resp->add_sandboxes());
-  if (deps_.forward == nullptr) return grpc::Status::OK;
-  // The other nodes' sandboxes: one call each, concurrently. A node that
-  // does not answer fails the list (UNAVAILABLE naming it; retryable): a
-  // list silently missing a node's sandboxes would read as "destroyed".
-  auto peers = deps_.forward->Peers(*ctx);
-  std::vector<std::thread> calls;
-  std::vector<grpc::Status> statuses(peers.size());
-  std::vector<v1::ListSandboxesResponse> parts(peers.size());
-  for (size_t i = 0; i < peers.size(); ++i) {
-    calls.emplace_back([&, i] {
-      std::unique_ptr<grpc::ClientContext> cc = deps_.forward->Context(*ctx);
-      statuses[i] = v1::Sandboxes::NewStub(peers[i].second)->List(cc.get(), *req, &parts[i]);
-    });
-  }
-  for (std::thread& t : calls) t.join();
-  for (size_t i = 0; i < peers.size(); ++i) {
-    if (!statuses[i].ok()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "list: node " + peers[i].first + " did not answer: " + statuses[i].error_message());
-    }
-    for (v1::Sandbox& s : *parts[i].mutable_sandboxes()) *resp->add_sandboxes() = std::move(s);
+  // In a cluster, the other nodes' sandboxes too.
+  std::vector<v1::ListSandboxesResponse> parts;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Sandboxes>(deps_.forward, *ctx, &parts,
+                                             [&](auto& s, auto* c, auto* r) { return s.List(c, *req, r); }));
+  for (v1::ListSandboxesResponse& p : parts) {
+    for (v1::Sandbox& s : *p.mutable_sandboxes()) *resp->add_sandboxes() = std::move(s);
   }
   return grpc::Status::OK;
 }

@@ -213,6 +213,32 @@ def test_creates_through_one_entry_spread_and_route(nodes: List[Node], base_laye
         assert n.client.list(labels={"cluster": "spread"}) == []
 
 
+def test_a_job_spanning_nodes_acts_on_all_of_them(nodes: List[Node], base_layer: str) -> None:
+    entry = nodes[0].client
+    sbs = [entry.create(layers=[base_layer], job="span", timeout=120) for _ in range(4)]
+    try:
+        assert len({owner(sb.id) for sb in sbs}) >= 2, [sb.id for sb in sbs]
+        job = entry.job("span")
+        assert job.heartbeat(lease_s=60).sandboxes == 4
+        assert job.info().sandboxes == 4
+        assert sorted(sb.id for sb in job.list()) == sorted(sb.id for sb in sbs)
+        assert job.suspend() == 4
+        for sb in sbs:  # each owner suspended its own
+            own = next(n for n in nodes if n.node_id == owner(sb.id))
+            assert own.client.get(sb.id).info().state == "suspended"
+        assert job.resume() == 4
+        assert sbs[-1].exec("echo back", timeout=60).stdout == b"back\n"
+        assert job.destroy() == 4
+        for n in nodes:
+            assert n.client.list(job="span") == []
+    finally:
+        for sb in sbs:
+            try:
+                sb.destroy(timeout=60)
+            except warren.NotFound:
+                pass
+
+
 def test_unknown_node_in_id_is_not_found(nodes: List[Node]) -> None:
     with pytest.raises(warren.NotFound) as ei:
         nodes[0].client.get("nosuchnode-0123456789abcdef").exec("true", timeout=10)
