@@ -116,7 +116,12 @@ grpc::Status SandboxesService::Destroy(grpc::ServerContext* ctx, const v1::Destr
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (!req->create_request_id().empty()) {
     if (!req->id().empty()) return Invalid("give either id or create_request_id, not both");
-    return ToGrpcStatus(deps_.manager->AbandonCreate(req->create_request_id()));
+    RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->AbandonCreate(req->create_request_id())));
+    // In a cluster the create may have been placed on any node: every node
+    // abandons it (one that never saw it refuses the id from then on).
+    std::vector<v1::DestroySandboxResponse> peers;
+    return FanOut<v1::Sandboxes>(deps_.forward, *ctx, &peers,
+                                 [&](auto& s, auto* c, auto* r) { return s.Destroy(c, *req, r); });
   }
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
   WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Destroy, *req, resp);

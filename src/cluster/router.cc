@@ -1,5 +1,7 @@
 #include "cluster/router.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace warren::cluster {
@@ -15,6 +17,9 @@ bool MovesOn(const grpc::Status& s) {
 
 // Refused: count it as full until its next record.
 constexpr uint32_t kFull = 1u << 30;
+
+// As many create request ids as a node remembers (CreateSandboxRequest.request_id).
+constexpr size_t kRememberedRequests = 4096;
 
 }  // namespace
 
@@ -57,6 +62,17 @@ std::unique_ptr<grpc::ClientContext> Router::Context(const grpc::ServerContext& 
   return cc;
 }
 
+void Router::Remember(const std::string& request_id, const std::string& node) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto [it, added] = request_node_.insert_or_assign(request_id, node);
+  if (!added) return;
+  request_order_.push_back(request_id);
+  if (request_order_.size() > kRememberedRequests) {
+    request_node_.erase(request_order_.front());
+    request_order_.pop_front();
+  }
+}
+
 void Router::Count(const NodeRecord& node, uint32_t n) {
   std::lock_guard<std::mutex> l(mu_);
   Placed& p = recent_[node.id];
@@ -88,6 +104,13 @@ bool Router::Place(grpc::ServerContext* ctx, const v1::CreateSandboxRequest& req
   {
     std::lock_guard<std::mutex> l(mu_);
     order = cluster::Place(*view, pr, recent, rng_, options_.placement);
+    auto seen = req.request_id().empty() ? request_node_.end() : request_node_.find(req.request_id());
+    if (seen != request_node_.end()) {
+      // A retry goes first to the node that got the last try: it answers
+      // with the sandbox it made. Its refusal means it made none: move on.
+      order.erase(std::remove(order.begin(), order.end(), seen->second), order.end());
+      order.insert(order.begin(), seen->second);
+    }
   }
   if (order.empty()) {
     *status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -104,7 +127,9 @@ bool Router::Place(grpc::ServerContext* ctx, const v1::CreateSandboxRequest& req
     for (const NodeRecord& n : *view) {
       if (n.id == id) node = &n;
     }
+    if (node == nullptr) continue;  // a retry's earlier node, gone from the cluster: its sandbox is lost
     Count(*node, 1);
+    if (!req.request_id().empty()) Remember(req.request_id(), id);
     grpc::Status st;
     if (id == options_.self) {
       st = local(resp);

@@ -8,6 +8,7 @@
 // token. Thread-safe.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,7 @@ class Router final : public api::Forwarder {
   // Counts a create sent to `node`; a count belongs to the record revision
   // it was made against and is dropped with it.
   void Count(const NodeRecord& node, uint32_t n);
+  void Remember(const std::string& request_id, const std::string& node);
   // Recent counts for `view` (stale revisions dropped).
   std::map<std::string, uint32_t> RecentFor(const std::vector<NodeRecord>& view);
 
@@ -58,6 +60,11 @@ class Router final : public api::Forwarder {
     uint32_t count = 0;
   };
   std::map<std::string, Placed> recent_;  // by node id
+  // Where creates with a request id went (the last kRememberedRequests):
+  // a retry with the same id goes to the same node, which answers it with
+  // the same sandbox.
+  std::map<std::string, std::string> request_node_;
+  std::deque<std::string> request_order_;
   std::mt19937_64 rng_{std::random_device{}()};
 };
 

@@ -239,6 +239,31 @@ def test_a_job_spanning_nodes_acts_on_all_of_them(nodes: List[Node], base_layer:
                 pass
 
 
+def test_create_request_ids_hold_across_the_cluster(nodes: List[Node], base_layer: str) -> None:
+    entry = nodes[0].client
+    # A retry with the same request id returns the same sandbox, wherever
+    # the first try was placed.
+    made = []
+    try:
+        for i in range(4):
+            first = entry.create(layers=[base_layer], request_id=f"rid-{i}", timeout=120)
+            made.append(first)
+            again = entry.create(layers=[base_layer], request_id=f"rid-{i}", timeout=120)
+            assert again.id == first.id, (first.id, again.id)
+        assert len({owner(sb.id) for sb in made}) >= 2, [sb.id for sb in made]
+        # Abandoning through the entry destroys it on whichever node made it.
+        for i in range(4):
+            entry.abandon_create(f"rid-{i}")
+        for n in nodes:
+            assert [s.id for s in n.client.list()] == [], n.node_id
+    finally:
+        for sb in made:
+            try:
+                sb.destroy(timeout=60)
+            except warren.NotFound:
+                pass
+
+
 def test_unknown_node_in_id_is_not_found(nodes: List[Node]) -> None:
     with pytest.raises(warren.NotFound) as ei:
         nodes[0].client.get("nosuchnode-0123456789abcdef").exec("true", timeout=10)
