@@ -30,6 +30,12 @@ grpc::Status FilesService::Write(grpc::ServerContext* ctx, grpc::ServerReader<v1
   v1::WriteFileRequest msg;
   if (!reader->Read(&msg)) return Invalid("empty stream: the first message must carry the header");
   RETURN_IF_GRPC_ERROR(CheckId(msg.sandbox_id()));
+  WARREN_REMOTE_OWNER(deps_, ctx, msg.sandbox_id(), owner);
+  if (owner != nullptr) {
+    return ForwardClientStream<v1::Files>(
+        *deps_.forward, *ctx, owner, msg, reader, resp,
+        [](v1::Files::Stub& s, grpc::ClientContext* c, v1::WriteFileResponse* r) { return s.Write(c, r); });
+  }
   RETURN_IF_GRPC_ERROR(CheckPath("path", msg.path()));
   const std::string path = msg.path();
   const std::string id = msg.sandbox_id();
@@ -74,6 +80,12 @@ grpc::Status FilesService::Read(grpc::ServerContext* ctx, const v1::ReadFileRequ
                                 grpc::ServerWriter<v1::ReadFileChunk>* writer) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_REMOTE_OWNER(deps_, ctx, req->sandbox_id(), owner);
+  if (owner != nullptr) {
+    return ForwardServerStream<v1::Files>(
+        *deps_.forward, *ctx, owner, *req, writer,
+        [](v1::Files::Stub& s, grpc::ClientContext* c, const v1::ReadFileRequest& q) { return s.Read(c, q); });
+  }
   RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
   const int64_t t0 = WallNowNs();
   uint64_t total = 0;
@@ -98,6 +110,7 @@ grpc::Status FilesService::Read(grpc::ServerContext* ctx, const v1::ReadFileRequ
 grpc::Status FilesService::Stat(grpc::ServerContext* ctx, const v1::StatRequest* req, v1::FileInfo* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Files, Stat, *req, resp);
   RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, deps_.manager->Running(req->sandbox_id()));
   const int64_t t0 = WallNowNs();
@@ -109,6 +122,7 @@ grpc::Status FilesService::Stat(grpc::ServerContext* ctx, const v1::StatRequest*
 grpc::Status FilesService::ListDir(grpc::ServerContext* ctx, const v1::ListDirRequest* req, v1::ListDirResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Files, ListDir, *req, resp);
   RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, deps_.manager->Running(req->sandbox_id()));
   const int64_t t0 = WallNowNs();
@@ -120,9 +134,10 @@ grpc::Status FilesService::ListDir(grpc::ServerContext* ctx, const v1::ListDirRe
                  entries.ok() ? grpc::Status::OK : ToGrpcStatus(entries.status()));
 }
 
-grpc::Status FilesService::Mkdir(grpc::ServerContext* ctx, const v1::MkdirRequest* req, v1::Empty*) {
+grpc::Status FilesService::Mkdir(grpc::ServerContext* ctx, const v1::MkdirRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Files, Mkdir, *req, resp);
   RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
   if (req->mode() > 07777) return Invalid("mode=" + std::to_string(req->mode()) + " exceeds 07777");
   const int64_t t0 = WallNowNs();
@@ -131,9 +146,10 @@ grpc::Status FilesService::Mkdir(grpc::ServerContext* ctx, const v1::MkdirReques
                  ToGrpcStatus(sb->files().Mkdir(req->path(), req->mode() == 0 ? 0755 : req->mode(), req->parents())));
 }
 
-grpc::Status FilesService::Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req, v1::Empty*) {
+grpc::Status FilesService::Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Files, Remove, *req, resp);
   RETURN_IF_GRPC_ERROR(CheckPath("path", req->path()));
   const int64_t t0 = WallNowNs();
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<runtime::Sandbox> sb, deps_.manager->Running(req->sandbox_id()));
@@ -141,9 +157,10 @@ grpc::Status FilesService::Remove(grpc::ServerContext* ctx, const v1::RemoveRequ
                  ToGrpcStatus(sb->files().Remove(req->path(), req->recursive())));
 }
 
-grpc::Status FilesService::Rename(grpc::ServerContext* ctx, const v1::RenameRequest* req, v1::Empty*) {
+grpc::Status FilesService::Rename(grpc::ServerContext* ctx, const v1::RenameRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Files, Rename, *req, resp);
   RETURN_IF_GRPC_ERROR(CheckPath("from", req->from()));
   RETURN_IF_GRPC_ERROR(CheckPath("to", req->to()));
   const int64_t t0 = WallNowNs();

@@ -1,5 +1,8 @@
 #include "api/lifecycle_service.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "api/convert.h"
 #include "api/status_map.h"
 
@@ -12,14 +15,41 @@ grpc::Status LifecycleService::JobHeartbeat(grpc::ServerContext* ctx, const v1::
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   ASSIGN_OR_RETURN_GRPC(node::JobInfo j, deps_.manager->JobHeartbeat(req->job(), req->lease_s(), req->grace_s()));
   ToProto(j, resp);
+  // In a cluster the job's lease is kept on every node (each holds some of
+  // its sandboxes, or may).
+  std::vector<v1::Job> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
+                                             [&](auto& s, auto* c, auto* r) { return s.JobHeartbeat(c, *req, r); }));
+  for (const v1::Job& p : peers) resp->set_sandboxes(resp->sandboxes() + p.sandboxes());
   return grpc::Status::OK;
 }
 
 grpc::Status LifecycleService::GetJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::Job* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
-  ASSIGN_OR_RETURN_GRPC(node::JobInfo j, deps_.manager->GetJob(req->job()));
-  ToProto(j, resp);
+  StatusOr<node::JobInfo> j = deps_.manager->GetJob(req->job());
+  if (j.ok()) {
+    ToProto(*j, resp);
+  } else if (deps_.forward == nullptr || j.status().code() != absl::StatusCode::kNotFound) {
+    return ToGrpcStatus(j.status());
+  }
+  // In a cluster: the job as the nodes that know it see it, sandboxes summed.
+  bool found = j.ok();
+  std::vector<v1::Job> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers, [&](auto& s, auto* c, auto* r) {
+    grpc::Status g = s.GetJob(c, *req, r);
+    return g.error_code() == grpc::StatusCode::NOT_FOUND ? grpc::Status::OK : g;
+  }));
+  for (const v1::Job& p : peers) {
+    if (p.name().empty()) continue;  // not known there
+    if (!found) {
+      *resp = p;
+      found = true;
+    } else {
+      resp->set_sandboxes(resp->sandboxes() + p.sandboxes());
+    }
+  }
+  if (!found) return ToGrpcStatus(j.status());
   return grpc::Status::OK;
 }
 
@@ -28,6 +58,10 @@ grpc::Status LifecycleService::SuspendJob(grpc::ServerContext* ctx, const v1::Jo
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
   resp->set_affected(deps_.manager->SuspendJob(req->job(), "job suspend requested"));
+  std::vector<v1::JobActionResponse> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
+                                             [&](auto& s, auto* c, auto* r) { return s.SuspendJob(c, *req, r); }));
+  for (const v1::JobActionResponse& p : peers) resp->set_affected(resp->affected() + p.affected());
   return grpc::Status::OK;
 }
 
@@ -36,6 +70,10 @@ grpc::Status LifecycleService::ResumeJob(grpc::ServerContext* ctx, const v1::Job
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
   resp->set_affected(deps_.manager->ResumeJob(req->job()));
+  std::vector<v1::JobActionResponse> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
+                                             [&](auto& s, auto* c, auto* r) { return s.ResumeJob(c, *req, r); }));
+  for (const v1::JobActionResponse& p : peers) resp->set_affected(resp->affected() + p.affected());
   return grpc::Status::OK;
 }
 
@@ -44,19 +82,39 @@ grpc::Status LifecycleService::DestroyJob(grpc::ServerContext* ctx, const v1::Jo
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
   resp->set_affected(deps_.manager->DestroyJob(req->job(), "job destroy requested"));
+  std::vector<v1::JobActionResponse> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
+                                             [&](auto& s, auto* c, auto* r) { return s.DestroyJob(c, *req, r); }));
+  for (const v1::JobActionResponse& p : peers) resp->set_affected(resp->affected() + p.affected());
   return grpc::Status::OK;
 }
 
-grpc::Status LifecycleService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
+grpc::Status LifecycleService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                         v1::ListJobsResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   for (const node::JobInfo& j : deps_.manager->ListJobs()) ToProto(j, resp->add_jobs());
+  // In a cluster: every node's jobs, one entry per name, sandboxes summed.
+  std::vector<v1::ListJobsResponse> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
+                                             [&](auto& s, auto* c, auto* r) { return s.ListJobs(c, *req, r); }));
+  for (const v1::ListJobsResponse& p : peers) {
+    for (const v1::Job& job : p.jobs()) {
+      auto same = std::find_if(resp->mutable_jobs()->begin(), resp->mutable_jobs()->end(),
+                               [&](const v1::Job& x) { return x.name() == job.name(); });
+      if (same == resp->mutable_jobs()->end()) {
+        *resp->add_jobs() = job;
+      } else {
+        same->set_sandboxes(same->sandboxes() + job.sandboxes());
+      }
+    }
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::ExtendTtlRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, ExtendTtl, *req, resp);
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->ExtendTtl(req->id(), req->ttl_s()));
   ToProto(info, resp);
   return grpc::Status::OK;
@@ -65,6 +123,7 @@ grpc::Status LifecycleService::ExtendTtl(grpc::ServerContext* ctx, const v1::Ext
 grpc::Status LifecycleService::Pause(grpc::ServerContext* ctx, const v1::PauseRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Pause, *req, resp);
   RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Pause(req->id())));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
@@ -74,6 +133,7 @@ grpc::Status LifecycleService::Pause(grpc::ServerContext* ctx, const v1::PauseRe
 grpc::Status LifecycleService::Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Resume, *req, resp);
   RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Resume(req->id(), !req->no_prefetch())));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
@@ -83,6 +143,7 @@ grpc::Status LifecycleService::Resume(grpc::ServerContext* ctx, const v1::Resume
 grpc::Status LifecycleService::Suspend(grpc::ServerContext* ctx, const v1::SuspendRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Suspend, *req, resp);
   RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->Suspend(req->id())));
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
@@ -97,6 +158,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
                                         v1::SnapshotResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Snapshot, *req, resp);
   node::SnapshotRequest r;
   r.id = req->id();
   r.name = req->name();
@@ -118,6 +180,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
 grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Fork, *req, resp);
   node::ForkRequest r;
   r.id = req->id();
   r.count = req->count();
@@ -139,6 +202,7 @@ grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequ
 grpc::Status LifecycleService::Grade(grpc::ServerContext* ctx, const v1::GradeRequest* req, v1::GradeResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Grade, *req, resp);
   node::GradeRequest g;
   g.id = req->id();
   RETURN_IF_GRPC_ERROR(ToExecSpec(req->grader(), &g.grader));
@@ -157,6 +221,7 @@ grpc::Status LifecycleService::AuditLog(grpc::ServerContext* ctx, const v1::Audi
                                         v1::AuditLogResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, AuditLog, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::vector<nlohmann::json> entries, deps_.manager->AuditLog(req->id()));
   for (const auto& e : entries) resp->add_entries(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return grpc::Status::OK;

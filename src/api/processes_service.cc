@@ -85,6 +85,11 @@ grpc::Status ProcessesService::ExecStream(grpc::ServerContext* ctx,
   if (!first.has_exec()) return Invalid("ExecStream: the first message must carry exec");
   const std::string id = first.exec().sandbox_id();
   RETURN_IF_GRPC_ERROR(CheckId(id));
+  WARREN_REMOTE_OWNER(deps_, ctx, id, owner);
+  if (owner != nullptr) {
+    return ForwardBidi<v1::Processes>(*deps_.forward, ctx, owner, first, stream,
+                                      [](v1::Processes::Stub& s, grpc::ClientContext* c) { return s.ExecStream(c); });
+  }
   runtime::ExecSpec spec;
   RETURN_IF_GRPC_ERROR(ToExecSpec(first.exec(), &spec));
   node::ProcessOptions opts = ToProcessOptions(first.options(), spec);
@@ -128,6 +133,7 @@ grpc::Status ProcessesService::ExecStream(grpc::ServerContext* ctx,
 grpc::Status ProcessesService::Spawn(grpc::ServerContext* ctx, const v1::SpawnRequest* req, v1::ProcessInfo* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->exec().sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->exec().sandbox_id(), v1::Processes, Spawn, *req, resp);
   runtime::ExecSpec spec;
   RETURN_IF_GRPC_ERROR(ToExecSpec(req->exec(), &spec));
   node::ProcessOptions opts = ToProcessOptions(req->options(), spec);
@@ -145,6 +151,7 @@ grpc::Status ProcessesService::List(grpc::ServerContext* ctx, const v1::ListProc
                                     v1::ListProcessesResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Processes, List, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::vector<node::ProcessStatus> all, deps_.manager->Processes(req->sandbox_id()));
   for (const auto& st : all) ToProto(st, resp->add_processes());
   return grpc::Status::OK;
@@ -153,6 +160,7 @@ grpc::Status ProcessesService::List(grpc::ServerContext* ctx, const v1::ListProc
 grpc::Status ProcessesService::Get(grpc::ServerContext* ctx, const v1::ProcessRef* req, v1::ProcessInfo* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckRef(*req));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Processes, Get, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
                         deps_.manager->FindProcess(req->sandbox_id(), req->process_id()));
   ToProto(mp->Info(), resp);
@@ -163,6 +171,7 @@ grpc::Status ProcessesService::Wait(grpc::ServerContext* ctx, const v1::WaitProc
                                     v1::ProcessInfo* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->ref().sandbox_id(), v1::Processes, Wait, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
                         deps_.manager->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
   const auto until = node::ManagedProcess::Clock::now() + std::chrono::milliseconds(req->timeout_ms());
@@ -174,27 +183,30 @@ grpc::Status ProcessesService::Wait(grpc::ServerContext* ctx, const v1::WaitProc
   return grpc::Status::OK;
 }
 
-grpc::Status ProcessesService::Signal(grpc::ServerContext* ctx, const v1::SignalProcessRequest* req, v1::Empty*) {
+grpc::Status ProcessesService::Signal(grpc::ServerContext* ctx, const v1::SignalProcessRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->ref().sandbox_id(), v1::Processes, Signal, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
                         deps_.manager->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
   (void)deps_.manager->Running(req->ref().sandbox_id());  // a paused sandbox resumes (the signal must act)
   return ToGrpcStatus(mp->Signal(req->signal(), !req->group_only()));
 }
 
-grpc::Status ProcessesService::Input(grpc::ServerContext* ctx, const v1::ProcessInputRequest* req, v1::Empty*) {
+grpc::Status ProcessesService::Input(grpc::ServerContext* ctx, const v1::ProcessInputRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->ref().sandbox_id(), v1::Processes, Input, *req, resp);
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
                         deps_.manager->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
   (void)deps_.manager->Running(req->ref().sandbox_id());
   return ToGrpcStatus(mp->Write(req->data(), req->close()));
 }
 
-grpc::Status ProcessesService::Resize(grpc::ServerContext* ctx, const v1::ResizeRequest* req, v1::Empty*) {
+grpc::Status ProcessesService::Resize(grpc::ServerContext* ctx, const v1::ResizeRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->ref().sandbox_id(), v1::Processes, Resize, *req, resp);
   if (req->rows() == 0 || req->cols() == 0 || req->rows() > 65535 || req->cols() > 65535) {
     return Invalid("rows and cols must be in [1, 65535]");
   }
@@ -207,6 +219,12 @@ grpc::Status ProcessesService::Output(grpc::ServerContext* ctx, const v1::Proces
                                       grpc::ServerWriter<v1::ProcessEvent>* writer) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckRef(req->ref()));
+  WARREN_REMOTE_OWNER(deps_, ctx, req->ref().sandbox_id(), owner);
+  if (owner != nullptr) {
+    return ForwardServerStream<v1::Processes>(*deps_.forward, *ctx, owner, *req, writer,
+                                              [](v1::Processes::Stub& s, grpc::ClientContext* c,
+                                                 const v1::ProcessOutputRequest& q) { return s.Output(c, q); });
+  }
   ASSIGN_OR_RETURN_GRPC(std::shared_ptr<node::ManagedProcess> mp,
                         deps_.manager->FindProcess(req->ref().sandbox_id(), req->ref().process_id()));
   if (!StreamOutput(ctx, *mp, {req->stdout_offset(), req->stderr_offset(), req->control_offset()}, req->follow(), false,

@@ -1,6 +1,7 @@
 #include "api/sandboxes_service.h"
 
 #include <chrono>
+#include <vector>
 
 #include "api/convert.h"
 #include "api/image_service.h"
@@ -21,6 +22,17 @@ constexpr auto kCreateReplyMargin = std::chrono::milliseconds(20);
 grpc::Status SandboxesService::Create(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req,
                                       v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  grpc::Status placed;
+  if (deps_.forward != nullptr &&
+      deps_.forward->Place(
+          ctx, *req, resp, [&](v1::Sandbox* out) { return CreateLocal(ctx, req, out); }, &placed)) {
+    return placed;
+  }
+  return CreateLocal(ctx, req, resp);
+}
+
+grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::CreateSandboxRequest* req,
+                                           v1::Sandbox* resp) {
   node::CreateRequest r;
   r.backend = req->backend();
   r.layers.assign(req->layers().begin(), req->layers().end());
@@ -74,6 +86,7 @@ grpc::Status SandboxesService::Create(grpc::ServerContext* ctx, const v1::Create
 grpc::Status SandboxesService::Get(grpc::ServerContext* ctx, const v1::GetSandboxRequest* req, v1::Sandbox* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Get, *req, resp);
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
   ToProto(info, resp);
   if (StatusOr<node::SandboxMemory> m = deps_.manager->Memory(req->id()); m.ok()) {
@@ -88,23 +101,37 @@ grpc::Status SandboxesService::List(grpc::ServerContext* ctx, const v1::ListSand
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
   for (const node::SandboxInfo& i : deps_.manager->List(labels, req->job())) ToProto(i, resp->add_sandboxes());
+  // In a cluster, the other nodes' sandboxes too.
+  std::vector<v1::ListSandboxesResponse> parts;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Sandboxes>(deps_.forward, *ctx, &parts,
+                                             [&](auto& s, auto* c, auto* r) { return s.List(c, *req, r); }));
+  for (v1::ListSandboxesResponse& p : parts) {
+    for (v1::Sandbox& s : *p.mutable_sandboxes()) *resp->add_sandboxes() = std::move(s);
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status SandboxesService::Destroy(grpc::ServerContext* ctx, const v1::DestroySandboxRequest* req,
-                                       v1::DestroySandboxResponse*) {
+                                       v1::DestroySandboxResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (!req->create_request_id().empty()) {
     if (!req->id().empty()) return Invalid("give either id or create_request_id, not both");
-    return ToGrpcStatus(deps_.manager->AbandonCreate(req->create_request_id()));
+    RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.manager->AbandonCreate(req->create_request_id())));
+    // In a cluster the create may have been placed on any node: every node
+    // abandons it (one that never saw it refuses the id from then on).
+    std::vector<v1::DestroySandboxResponse> peers;
+    return FanOut<v1::Sandboxes>(deps_.forward, *ctx, &peers,
+                                 [&](auto& s, auto* c, auto* r) { return s.Destroy(c, *req, r); });
   }
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Destroy, *req, resp);
   return ToGrpcStatus(deps_.manager->Destroy(req->id()));
 }
 
 grpc::Status SandboxesService::Exec(grpc::ServerContext* ctx, const v1::ExecRequest* req, v1::ExecResult* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->sandbox_id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Sandboxes, Exec, *req, resp);
   runtime::ExecSpec spec;
   RETURN_IF_GRPC_ERROR(ToExecSpec(*req, &spec));
   ASSIGN_OR_RETURN_GRPC(runtime::ExecOutcome out, deps_.manager->Exec(req->sandbox_id(), spec, req->request_id()));

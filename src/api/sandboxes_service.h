@@ -28,6 +28,10 @@ class SandboxesService final : public warren::v1::Sandboxes::Service {
                     warren::v1::ExecResult* resp) override;
 
  private:
+  // Create on this node, without placement.
+  grpc::Status CreateLocal(grpc::ServerContext* ctx, const warren::v1::CreateSandboxRequest* req,
+                           warren::v1::Sandbox* resp);
+
   const ServiceDeps deps_;
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "api/auth.h"
+#include "api/forward.h"
 #include "node/sandbox_manager.h"
 
 namespace warren::api {
@@ -15,6 +16,8 @@ struct ServiceDeps {
   const Authorizer* auth;         // borrowed; outlives the services
   // Borrowed; outlives the services. Null where images are not served.
   const NodeImages* images = nullptr;
+  // Borrowed; outlives the services. Null on a single node (api/forward.h).
+  Forwarder* forward = nullptr;
 };
 
 }  // namespace warren::api

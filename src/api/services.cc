@@ -17,13 +17,13 @@ struct WarrenServices::Holder {
   Holder(node::SandboxManager* m, ServiceOptions o)
       : auth(std::move(o.token)),
         node_images(m),
-        sandboxes(ServiceDeps{m, &auth, &node_images}),
-        files(ServiceDeps{m, &auth}),
-        layers(ServiceDeps{m, &auth}),
-        node(ServiceDeps{m, &auth}, std::move(o.facts), std::move(o.extra_backends)),
-        lifecycle(ServiceDeps{m, &auth}),
-        processes(ServiceDeps{m, &auth}),
-        images(ServiceDeps{m, &auth}, &node_images) {}
+        sandboxes(ServiceDeps{m, &auth, &node_images, o.forward}),
+        files(ServiceDeps{m, &auth, nullptr, o.forward}),
+        layers(ServiceDeps{m, &auth, nullptr, o.forward}),
+        node(ServiceDeps{m, &auth, nullptr, o.forward}, std::move(o.facts), std::move(o.extra_backends)),
+        lifecycle(ServiceDeps{m, &auth, nullptr, o.forward}),
+        processes(ServiceDeps{m, &auth, nullptr, o.forward}),
+        images(ServiceDeps{m, &auth, nullptr, o.forward}, &node_images) {}
   const Authorizer auth;   // before the services, which borrow it
   NodeImages node_images;  // likewise
   SandboxesService sandboxes;

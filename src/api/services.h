@@ -32,6 +32,8 @@ struct ServiceOptions {
   // Backends served outside the sandbox manager (e.g. "fncall", its own
   // service); Node.Status lists them after the manager's.
   std::vector<std::string> extra_backends;
+  // Cluster routing (api/forward.h), borrowed; null = a single node.
+  Forwarder* forward = nullptr;
 };
 
 // Owns the service objects (and their Authorizer); register them all with a

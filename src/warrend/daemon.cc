@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "api/fncall_service.h"
 #include "api/services.h"
+#include "cluster/cluster.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -191,12 +193,15 @@ StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, 
 // exec would hold Shutdown() forever: past a second grace the process exits
 // anyway (sandboxes are persisted and outlive the daemon; that exec's result
 // is lost, as in a crash).
-std::thread ShutdownOnSignal(grpc::Server* server, std::string socket) {
-  return std::thread([server, socket = std::move(socket)] {
+// `first` runs before anything else (the cluster withdraws this node, so no
+// new call is routed here).
+std::thread ShutdownOnSignal(grpc::Server* server, std::string socket, std::function<void()> first) {
+  return std::thread([server, socket = std::move(socket), first = std::move(first)] {
     unsigned char sig = 0;
     while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
     warren::Log(spdlog::level::info, "shutting down; sandboxes keep running", {{"signal", strsignal(sig)}});
+    if (first) first();
     std::thread([socket] {
       std::this_thread::sleep_for(std::chrono::seconds(20));
       warren::Log(spdlog::level::warn, "in-flight calls did not finish; exiting without them");
@@ -303,8 +308,33 @@ int Run(const Flags& flags) {
       StartManager(flags, *init, *run_dir, lxcfs_dir, &microvm_accel);
   if (!manager.ok()) return fail(manager.status());
 
+  // Cluster: joined before serving; a node others cannot reach yet refuses
+  // their creates (UNAVAILABLE), which moves placement on.
+  std::unique_ptr<cluster::Cluster> cluster;
+  if (!flags.cluster.empty()) {
+    cluster::ClusterFlags cf;
+    cf.spec = flags.cluster;
+    cf.advertise = flags.cluster_advertise.empty() ? flags.listen : flags.cluster_advertise;
+    cf.token = token;
+    cf.lease_s = flags.cluster_lease_s;
+    cf.refresh_ms = flags.cluster_refresh_ms;
+    cf.drain = flags.cluster_drain;
+    cf.etcd_ca = flags.cluster_etcd_ca;
+    cf.etcd_cert = flags.cluster_etcd_cert;
+    cf.etcd_key = flags.cluster_etcd_key;
+    cf.etcd_user = flags.cluster_etcd_user;
+    cf.etcd_password_file = flags.cluster_etcd_password_file;
+    cf.extra_backends = {"fncall"};
+    if (flags.listen.empty())
+      return fail(absl::InvalidArgumentError("--cluster needs --listen (nodes call each other over TCP)"));
+    StatusOr<std::unique_ptr<cluster::Cluster>> c = cluster::Cluster::Join(cf, manager->get());
+    if (!c.ok()) return fail(c.status());
+    cluster = std::move(*c);
+  }
+
   api::ServiceOptions sopt;
   sopt.token = token;
+  sopt.forward = cluster ? cluster->forwarder() : nullptr;
   sopt.facts = ProbeFacts();
   sopt.facts.microvm_accel = microvm_accel;
   sopt.extra_backends.push_back("fncall");  // the pool below is always on
@@ -334,7 +364,9 @@ int Run(const Flags& flags) {
   if (!server.ok()) return fail(server.status());
 
   InstallShutdownHandler();
-  std::thread signal_thread = ShutdownOnSignal(server->get(), flags.socket);
+  std::thread signal_thread = ShutdownOnSignal(server->get(), flags.socket, [&cluster] {
+    if (cluster) cluster->Leave();
+  });
   warren::Log(spdlog::level::info, "warrend ready",
               {{"socket", flags.socket},
                {"state_dir", flags.state_dir},

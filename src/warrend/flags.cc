@@ -95,6 +95,25 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--suspend-prefetch", flags.suspend_prefetch,
                  "resuming a suspended sandbox prefetches its working set (true|false)")
       ->capture_default_str();
+  app.add_option("--cluster", flags.cluster,
+                 "join a cluster: etcd=URL[,URL...] (http[s]://HOST:PORT); needs --listen and --token-file (the "
+                 "nodes call each other with that token) and a --node-id unique in the cluster");
+  app.add_option("--cluster-advertise", flags.cluster_advertise,
+                 "cluster: HOST:PORT the other nodes reach this one at (default: --listen)");
+  app.add_option("--cluster-lease-s", flags.cluster_lease_s,
+                 "cluster: etcd lease of this node's record; a node silent this long leaves placement")
+      ->capture_default_str();
+  app.add_option("--cluster-refresh-ms", flags.cluster_refresh_ms,
+                 "cluster: rewrite this node's record and read the others' this often")
+      ->capture_default_str();
+  app.add_option("--cluster-drain", flags.cluster_drain, "cluster: take no new sandboxes (running ones stay)")
+      ->capture_default_str();
+  app.add_option("--cluster-etcd-ca", flags.cluster_etcd_ca, "cluster: CA bundle (PEM) for https etcd endpoints");
+  app.add_option("--cluster-etcd-cert", flags.cluster_etcd_cert, "cluster: client certificate (PEM) for etcd");
+  app.add_option("--cluster-etcd-key", flags.cluster_etcd_key, "cluster: client key (PEM) for etcd");
+  app.add_option("--cluster-etcd-user", flags.cluster_etcd_user, "cluster: etcd user (etcd auth)");
+  app.add_option("--cluster-etcd-password-file", flags.cluster_etcd_password_file,
+                 "cluster: file holding the etcd user's password");
 }
 
 }  // namespace warren::warrend

@@ -53,6 +53,14 @@ struct Flags {
   uint64_t zram_size_mb = 0;
   bool suspend_prefetch = true;
   uint64_t max_staging_mb = 0;
+  // Cluster (src/cluster): "etcd=URL[,URL...]"; "" = a single node.
+  std::string cluster;
+  std::string cluster_advertise;  // HOST:PORT; "" = --listen's (its host must not be 0.0.0.0)
+  int64_t cluster_lease_s = 10;
+  uint32_t cluster_refresh_ms = 2000;
+  bool cluster_drain = false;
+  std::string cluster_etcd_ca, cluster_etcd_cert, cluster_etcd_key;
+  std::string cluster_etcd_user, cluster_etcd_password_file;
 };
 
 // Defines every flag on `app`, bound to the fields of `flags` (which must

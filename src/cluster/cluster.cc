@@ -1,0 +1,108 @@
+#include "cluster/cluster.h"
+
+#include "cluster/local_record.h"
+#include "common/file_util.h"
+#include "common/log.h"
+
+namespace warren::cluster {
+namespace {
+
+constexpr char kPrefix[] = "/warren/nodes/";
+
+Status CheckAdvertise(const std::string& a) {
+  const size_t colon = a.rfind(':');
+  if (a.empty() || colon == std::string::npos || colon == 0 || colon + 1 == a.size()) {
+    return absl::InvalidArgumentError("cluster: advertised address \"" + a +
+                                      "\" must be HOST:PORT (--cluster-advertise or --listen)");
+  }
+  const std::string host = a.substr(0, colon), port = a.substr(colon + 1);
+  if (port == "0") {
+    return absl::InvalidArgumentError("cluster: advertised address \"" + a +
+                                      "\" has port 0; give --listen a port (or --cluster-advertise)");
+  }
+  if (host == "0.0.0.0" || host == "[::]" || host == "::") {
+    return absl::InvalidArgumentError("cluster: advertised address \"" + a +
+                                      "\" is a wildcard; give --cluster-advertise HOST:PORT the others can reach");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ParseClusterSpec(const std::string& spec) {
+  if (spec.rfind("etcd=", 0) != 0) {
+    return absl::InvalidArgumentError("--cluster \"" + spec + "\" must be etcd=URL[,URL...]");
+  }
+  std::vector<std::string> out;
+  std::string rest = spec.substr(5);
+  for (size_t start = 0; start <= rest.size();) {
+    size_t comma = rest.find(',', start);
+    if (comma == std::string::npos) comma = rest.size();
+    std::string url = rest.substr(start, comma - start);
+    if (url.empty()) return absl::InvalidArgumentError("--cluster \"" + spec + "\" has an empty etcd URL");
+    out.push_back(url);
+    start = comma + 1;
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<Cluster>> Cluster::Join(const ClusterFlags& flags, node::SandboxManager* manager) {
+  EtcdOptions eo;
+  ASSIGN_OR_RETURN(eo.endpoints, ParseClusterSpec(flags.spec));
+  RETURN_IF_ERROR(CheckAdvertise(flags.advertise));
+  if (flags.token.empty()) return absl::InvalidArgumentError("--cluster needs --token-file (nodes call each other)");
+  eo.ca_file = flags.etcd_ca;
+  eo.cert_file = flags.etcd_cert;
+  eo.key_file = flags.etcd_key;
+  eo.user = flags.etcd_user;
+  if (!flags.etcd_password_file.empty()) {
+    ASSIGN_OR_RETURN(std::string pw, ReadSmallFile(flags.etcd_password_file));
+    while (!pw.empty() && (pw.back() == '\n' || pw.back() == '\r')) pw.pop_back();
+    eo.password = pw;
+  }
+  std::unique_ptr<Cluster> c(new Cluster());
+  ASSIGN_OR_RETURN(c->etcd_, EtcdClient::New(eo));
+
+  const std::string self = manager->options().node_id;
+  // A live record of this id from another address is another node: refuse.
+  // From this address it is this node's own, left by a daemon that died.
+  ASSIGN_OR_RETURN(std::vector<EtcdKv> existing, c->etcd_->RangePrefix(kPrefix + self));
+  for (const EtcdKv& kv : existing) {
+    if (kv.key != kPrefix + self) continue;
+    StatusOr<NodeRecord> r = NodeRecordFromJson(kv.value);
+    if (r.ok() && r->address != flags.advertise) {
+      return absl::AlreadyExistsError("cluster: node id " + self + " is already registered by " + r->address +
+                                      " (node ids must be unique: --node-id)");
+    }
+  }
+
+  LocalNode ln;
+  ln.address = flags.advertise;
+  ln.version = "0.1.0";
+  ln.drain = flags.drain;
+  ln.extra_backends = flags.extra_backends;
+  MembershipOptions mo;
+  mo.prefix = kPrefix;
+  mo.lease_s = flags.lease_s;
+  mo.refresh = std::chrono::milliseconds(flags.refresh_ms);
+  ASSIGN_OR_RETURN(c->membership_,
+                   Membership::Join(c->etcd_.get(), mo, [manager, ln] { return LocalRecord(*manager, ln); }));
+  RouterOptions ro;
+  ro.self = self;
+  ro.token = flags.token;
+  c->router_ = std::make_unique<Router>(c->membership_.get(), ro);
+  Log(spdlog::level::info, "cluster: joined",
+      {{"node", self},
+       {"address", flags.advertise},
+       {"etcd", flags.spec},
+       {"nodes", std::to_string(c->membership_->Nodes()->size())}});
+  return c;
+}
+
+Cluster::~Cluster() { Leave(); }
+
+void Cluster::Leave() {
+  if (membership_) membership_->Leave();
+}
+
+}  // namespace warren::cluster

@@ -1,0 +1,123 @@
+#include "cluster/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace warren::cluster {
+namespace {
+
+NodeRecord Node(const std::string& id, uint32_t free_slots) {
+  NodeRecord n;
+  n.id = id;
+  n.address = "127.0.0.1:1";
+  n.backends = {"container", "fncall"};
+  n.cpus = 2;
+  n.memory_mb = 8192;
+  n.max_sandboxes = free_slots;
+  n.free_slots = free_slots;
+  n.free_memory_mb = 8192;
+  n.mod_revision = 1;
+  return n;
+}
+
+TEST(PlacementTest, FilterDropsDrainedFullWrongBackendAndTooBig) {
+  std::vector<NodeRecord> nodes = {Node("ok", 10), Node("drain", 10), Node("full", 0), Node("vm", 10),
+                                   Node("small", 10)};
+  nodes[1].drain = true;
+  nodes[3].backends = {"microvm"};
+  nodes[4].free_memory_mb = 100;
+  PlacementRequest r;
+  r.backend = "container";
+  r.memory_mb = 512;
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(Place(nodes, r, {}, rng), std::vector<std::string>{"ok"});
+  const std::string why = ExplainNoCandidate(nodes, r, {});
+  EXPECT_NE(why.find("drain: draining"), std::string::npos) << why;
+  EXPECT_NE(why.find("full: no free sandbox slot"), std::string::npos) << why;
+  EXPECT_NE(why.find("vm: no backend container"), std::string::npos) << why;
+  EXPECT_NE(why.find("small: 100 MiB free"), std::string::npos) << why;
+  r.cpu_millis = 4000;  // more than any node's 2 cpus
+  EXPECT_TRUE(Place(nodes, r, {}, rng).empty());
+}
+
+TEST(PlacementTest, RecentPlacementsCountAgainstFreeSlots) {
+  std::vector<NodeRecord> nodes = {Node("a", 3), Node("b", 3)};
+  std::mt19937_64 rng(7);
+  // a was sent 3 creates since its record: it is full for this entry.
+  EXPECT_EQ(Place(nodes, {}, {{"a", 3}}, rng), std::vector<std::string>{"b"});
+  // With 2 sent to a, b (3 free) beats a (1 free) whichever is drawn first.
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Place(nodes, {}, {{"a", 2}}, rng).front(), "b");
+}
+
+TEST(PlacementTest, EveryCandidateIsListedOnceBestDrawnFirst) {
+  std::vector<NodeRecord> nodes;
+  for (int i = 0; i < 8; ++i) nodes.push_back(Node("n" + std::to_string(i), 10 + i));
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<std::string> order = Place(nodes, {}, {}, rng);
+    ASSERT_EQ(order.size(), nodes.size());
+    EXPECT_EQ(std::set<std::string>(order.begin(), order.end()).size(), nodes.size());
+    // The first is the better of two distinct drawn nodes: n0, with the
+    // fewest free slots, loses to any other.
+    EXPECT_NE(order.front(), "n0");
+  }
+}
+
+TEST(PlacementTest, LayerHolderWinsTies) {
+  std::vector<NodeRecord> nodes = {Node("cold", 10), Node("warm", 10)};
+  nodes[1].layers = {"base/debian-12@1", "tools/python@3"};
+  PlacementRequest r;
+  r.layers = {"base/debian-12", "tools/python@3"};
+  EXPECT_TRUE(HoldsLayers(nodes[1], r));
+  EXPECT_FALSE(HoldsLayers(nodes[0], r));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Place(nodes, r, {}, rng).front(), "warm");
+}
+
+// 10,000 creates from one entry over 160 equal nodes, each node's record
+// refreshed (its free slots updated, its recent count reset) every 100
+// placements: max/min share <= 1.1. Prints the decision rate and p99.
+TEST(PlacementTest, SpreadAndSpeedOver160Nodes) {
+  constexpr int kNodes = 160, kCreates = 10000, kRefreshEvery = 100;
+  std::vector<NodeRecord> nodes;
+  for (int i = 0; i < kNodes; ++i) nodes.push_back(Node("n" + std::to_string(i), 1000));
+  std::map<std::string, uint32_t> recent;
+  std::map<std::string, int> placed;
+  std::mt19937_64 rng(11);
+  std::vector<double> us;
+  us.reserve(kCreates);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < kCreates; ++c) {
+    const auto a = std::chrono::steady_clock::now();
+    std::vector<std::string> order = Place(nodes, {}, recent, rng);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+    ASSERT_FALSE(order.empty());
+    ++recent[order.front()];
+    ++placed[order.front()];
+    if ((c + 1) % kRefreshEvery == 0) {
+      for (NodeRecord& n : nodes) n.free_slots = 1000 - placed[n.id];
+      recent.clear();
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int lo = kCreates, hi = 0;
+  for (const NodeRecord& n : nodes) {
+    lo = std::min(lo, placed[n.id]);
+    hi = std::max(hi, placed[n.id]);
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("placement: %d creates over %d nodes: max/min share %d/%d = %.3f; %.0f decisions/s; p99 %.1f us\n",
+              kCreates, kNodes, hi, lo, static_cast<double>(hi) / lo, kCreates / secs, us[us.size() * 99 / 100]);
+  EXPECT_LE(static_cast<double>(hi) / lo, 1.1);
+  EXPECT_LT(us[us.size() * 99 / 100], 1000.0);
+}
+
+}  // namespace
+}  // namespace warren::cluster
