@@ -28,11 +28,13 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+import warren
 from conftest import NODE_PREFIX, Daemon
 from test_images import _ti, make_layout, tar_bytes
 
@@ -235,3 +237,35 @@ def test_layers_on_glusterfs_are_read_on_demand(nodes, gluster, test_root):
     )
     # Reading one small file and 4 KiB of the big one reads a small share.
     assert read < 0.15 * size, (read, size)
+
+
+def test_two_nodes_converting_the_same_layers_get_one_result(nodes, test_root):
+    """Both nodes import the same new image at once onto the shared store:
+    both succeed with the same layers, each blob stored once."""
+    a, b = nodes
+    lay = make_layout(test_root / "shared-race", [
+        _busybox_layer(),
+        tar_bytes([_ti("race/", tarfile.DIRTYPE, 0o755)] + [_ti(f"race/f{i}", data=os.urandom(1 << 16))
+                                                             for i in range(64)]),
+    ])
+    results: dict = {}
+
+    def one(node: Daemon, key: str) -> None:
+        try:
+            results[key] = node.client.images.import_(str(lay), name=f"shared/race-{key}:1", timeout=600)
+        except Exception as e:  # noqa: BLE001 - reported by the assert below
+            results[key] = e
+
+    threads = [threading.Thread(target=one, args=(n, k)) for n, k in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert all(isinstance(r, warren.Image) for r in results.values()), results
+    assert [x.layer for x in results["a"].layers] == [x.layer for x in results["b"].layers]
+    blobs = os.listdir(a.layer_store / "blobs/sha256")
+    for x in results["a"].layers:
+        assert blobs.count(x.layer.split(":")[1]) == 1
+    assert not [n for n in os.listdir(a.layer_store / "tmp") if not n.startswith(".")]
+    with b.client.create(image=results["a"].name) as sb:
+        assert sb.exec("cat /race/f0 | wc -c", timeout=60).stdout == b"65536\n"
