@@ -28,6 +28,7 @@ pkgs=(
   qemu-system-x86 cpio e2fsprogs  # the microvm backend: QEMU, the guest initramfs (scripts/microvm), mke2fs
   openssl  # image tests: a TLS registry with its own CA
   etcd-server etcd-client  # cluster membership (src/cluster); its tests start their own etcd
+  glusterfs-server glusterfs-client  # image tests: a shared layer store on a one-node GlusterFS volume (FUSE)
   clang-format-15 clang-tidy-15
   gcc-multilib
   python3 python3-venv python3-pip

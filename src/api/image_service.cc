@@ -34,19 +34,25 @@ StatusOr<image::LayerInfo> NodeImages::Resolve(const std::string& ref) const { r
 StatusOr<image::LayerInfo> NodeImages::BuildFromTar(const std::string& name, const std::string& tar_path) {
   return manager_->layers().BuildFromTar(name, tar_path);
 }
+StatusOr<image::LayerInfo> NodeImages::BuildMerged(const std::string& name, const std::vector<std::string>& digests) {
+  return manager_->layers().BuildMerged(name, digests);
+}
 Status NodeImages::Remove(const std::string& ref) { return manager_->RemoveLayer(ref); }
+std::vector<image::LayerInfo> NodeImages::List() const { return manager_->layers().List(); }
 
 StatusOr<oci::ImageStore*> NodeImages::store() const {
   if (!store_.ok()) return store_.status();
   return store_->get();
 }
 
-Status NodeImages::ApplyToCreate(const std::string& image, node::CreateRequest* r) const {
+StatusOr<std::unique_ptr<oci::ImageUse>> NodeImages::ApplyToCreate(const std::string& image,
+                                                                   node::CreateRequest* r) const {
   ASSIGN_OR_RETURN(oci::ImageStore * store, store());
-  ASSIGN_OR_RETURN(oci::ImageRecord rec, store->Get(image));
+  ASSIGN_OR_RETURN(std::unique_ptr<oci::ImageUse> use, store->Use(image));
+  const oci::ImageRecord& rec = use->record();
   std::vector<std::string> layers;
   layers.reserve(rec.layers.size() + r->layers.size());
-  for (const oci::ImageLayerRef& l : rec.layers) layers.push_back(l.layer_name);
+  for (const oci::ImageLayerRef& l : rec.Stack()) layers.push_back(l.layer_name);
   layers.insert(layers.end(), r->layers.begin(), r->layers.end());
   r->layers = std::move(layers);
   for (const std::string& kv : rec.config.env) {
@@ -56,7 +62,7 @@ Status NodeImages::ApplyToCreate(const std::string& image, node::CreateRequest* 
   }
   if (r->workdir.empty()) r->workdir = rec.config.workdir;
   if (r->user.empty()) r->user = rec.config.user;
-  return absl::OkStatus();
+  return use;
 }
 
 void ImagesService::ToImage(const oci::ImageRecord& r, v1::Image* out) const {
@@ -65,13 +71,17 @@ void ImagesService::ToImage(const oci::ImageRecord& r, v1::Image* out) const {
   out->set_created_at_ns(r.created_at_ns);
   out->set_source(r.source);
   uint32_t in_use = 0;
-  for (const oci::ImageLayerRef& l : r.layers) {
-    v1::ImageLayer* pl = out->add_layers();
+  auto fill = [&](const oci::ImageLayerRef& l, v1::ImageLayer* pl) {
     pl->set_digest(l.oci_digest);
     pl->set_layer(l.layer_digest);
     pl->set_layer_name(l.layer_name);
     pl->set_size_bytes(l.size_bytes);
     in_use = std::max(in_use, deps_.manager->LayerUsers(l.layer_digest));
+  };
+  for (const oci::ImageLayerRef& l : r.layers) fill(l, out->add_layers());
+  if (r.merged_count > 0) {
+    fill(r.merged, out->mutable_merged());
+    out->set_merged_count(r.merged_count);
   }
   out->set_in_use(in_use);
   v1::ImageConfig* c = out->mutable_config();
@@ -86,24 +96,7 @@ void ImagesService::ToImage(const oci::ImageRecord& r, v1::Image* out) const {
 grpc::Status ImagesService::AddFrom(grpc::ServerContext* ctx, oci::ImageSource& src, const std::string& name,
                                     const std::string& platform, grpc::ServerWriter<v1::ImageProgress>* writer) {
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
-  std::string last_phase;
-  auto last_sent = std::chrono::steady_clock::time_point{};
-  auto progress = [&](const oci::PullProgress& p) {
-    if (ctx->IsCancelled()) return false;
-    const auto now = std::chrono::steady_clock::now();
-    const std::string key = p.layer_digest + p.phase;
-    if (key == last_phase && now - last_sent < kProgressInterval) return true;
-    last_phase = key;
-    last_sent = now;
-    v1::ImageProgress m;
-    m.set_layer_digest(p.layer_digest);
-    m.set_layer_index(p.layer_index);
-    m.set_layer_count(p.layer_count);
-    m.set_phase(p.phase);
-    m.set_bytes_done(p.bytes_done);
-    m.set_bytes_total(p.bytes_total);
-    return writer->Write(m);  // false: the client went away
-  };
+  auto progress = ProgressWriter(ctx, writer);
   const auto start = std::chrono::steady_clock::now();
   StatusOr<oci::ImageRecord> rec = store->Add(src, name, platform, progress);
   if (!rec.ok()) {
@@ -120,6 +113,28 @@ grpc::Status ImagesService::AddFrom(grpc::ServerContext* ctx, oci::ImageSource& 
   ToImage(*rec, last.mutable_image());
   writer->Write(last);
   return grpc::Status::OK;
+}
+
+oci::PullProgressFn ImagesService::ProgressWriter(grpc::ServerContext* ctx,
+                                                  grpc::ServerWriter<v1::ImageProgress>* writer) {
+  auto last_phase = std::make_shared<std::string>();
+  auto last_sent = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [ctx, writer, last_phase, last_sent](const oci::PullProgress& p) {
+    if (ctx->IsCancelled()) return false;
+    const auto now = std::chrono::steady_clock::now();
+    const std::string key = p.layer_digest + p.phase;
+    if (key == *last_phase && now - *last_sent < kProgressInterval) return true;
+    *last_phase = key;
+    *last_sent = now;
+    v1::ImageProgress m;
+    m.set_layer_digest(p.layer_digest);
+    m.set_layer_index(p.layer_index);
+    m.set_layer_count(p.layer_count);
+    m.set_phase(p.phase);
+    m.set_bytes_done(p.bytes_done);
+    m.set_bytes_total(p.bytes_total);
+    return writer->Write(m);  // false: the client went away
+  };
 }
 
 grpc::Status ImagesService::Pull(grpc::ServerContext* ctx, const v1::PullImageRequest* req,
@@ -182,6 +197,41 @@ grpc::Status ImagesService::Remove(grpc::ServerContext* ctx, const v1::RemoveIma
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
   node::SandboxManager* m = deps_.manager;
   return ToGrpcStatus(store->Remove(req->name(), [m](const std::string& d) { return m->LayerUsers(d) > 0; }));
+}
+
+grpc::Status ImagesService::Merge(grpc::ServerContext* ctx, const v1::MergeImageRequest* req,
+                                  grpc::ServerWriter<v1::ImageProgress>* writer) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
+  const uint64_t cap = req->max_bytes() == 0 ? uint64_t{3} << 30 : req->max_bytes();
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<oci::ImageRecord> rec = store->Merge(req->name(), req->include_top(), cap, ProgressWriter(ctx, writer));
+  if (!rec.ok()) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "image merge cancelled by the client");
+    return ToGrpcStatus(rec.status());
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  warren::Log(spdlog::level::info, "image merged",
+              {{"image", rec->name},
+               {"layer", rec->merged.layer_name},
+               {"count", std::to_string(rec->merged_count)},
+               {"ms", std::to_string(ms.count())}});
+  v1::ImageProgress last;
+  ToImage(*rec, last.mutable_image());
+  writer->Write(last);
+  return grpc::Status::OK;
+}
+
+grpc::Status ImagesService::Prune(grpc::ServerContext* ctx, const v1::PruneImagesRequest*,
+                                  v1::PruneImagesResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
+  node::SandboxManager* m = deps_.manager;
+  ASSIGN_OR_RETURN_GRPC(oci::ImageStore::GcResult r,
+                        store->CollectGarbage([m](const std::string& d) { return m->LayerUsers(d) > 0; }));
+  for (const std::string& n : r.removed) resp->add_removed(n);
+  resp->set_bytes_freed(r.bytes);
+  return grpc::Status::OK;
 }
 
 }  // namespace warren::api

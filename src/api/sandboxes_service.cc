@@ -47,9 +47,12 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
   r.ttl_s = req->ttl_s();
   r.job = req->job();
   r.idle_timeout_s = req->idle_timeout_s();
+  // Holds the image's layers until the sandbox holds them (an image rm
+  // meanwhile leaves them to the layer GC).
+  std::unique_ptr<image::oci::ImageUse> image_use;
   if (!req->image().empty()) {
     if (deps_.images == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this node serves no images");
-    RETURN_IF_GRPC_ERROR(ToGrpcStatus(deps_.images->ApplyToCreate(req->image(), &r)));
+    ASSIGN_OR_RETURN_GRPC(image_use, deps_.images->ApplyToCreate(req->image(), &r));
   }
   // A create that waits in the node's admission queue gives up at the
   // RPC's deadline or when the client goes away.

@@ -118,8 +118,10 @@ struct ImageArgs {
   std::string ca_file;
   std::string platform;
   uint32_t stall_timeout_s = 0;
-  std::string ref_name;  // import of an OCI layout: which manifest
-  bool quiet = false;    // no progress lines
+  std::string ref_name;      // import of an OCI layout: which manifest
+  bool quiet = false;        // no progress lines
+  bool include_top = false;  // merge: every layer, the top one too
+  uint64_t max_bytes = 0;    // merge: cap (0 = the daemon's default, 3 GiB)
 };
 
 struct Invocation {

@@ -1,4 +1,4 @@
-// warren image pull|import|ls|inspect|rm: the node's images
+// warren image pull|import|ls|inspect|rm|merge|prune: the node's images
 // (api/warren/v1/image.proto). pull and import print one progress line per
 // layer step on stderr (redrawn in place on a terminal) and the image's name
 // and digest on stdout.
@@ -16,11 +16,18 @@
 namespace warren::cli {
 namespace {
 
+nlohmann::json LayerToJson(const v1::ImageLayer& l) {
+  return {{"digest", l.digest()}, {"layer", l.layer()}, {"layer_name", l.layer_name()}, {"size_bytes", l.size_bytes()}};
+}
+
 nlohmann::json ImageToJson(const v1::Image& img) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const v1::ImageLayer& l : img.layers()) {
-    layers.push_back(
-        {{"digest", l.digest()}, {"layer", l.layer()}, {"layer_name", l.layer_name()}, {"size_bytes", l.size_bytes()}});
+  for (const v1::ImageLayer& l : img.layers()) layers.push_back(LayerToJson(l));
+  // What a create from the image stacks, bottom first.
+  nlohmann::json stack = nlohmann::json::array();
+  if (img.merged_count() > 0) stack.push_back(img.merged().layer_name());
+  for (int i = static_cast<int>(img.merged_count()); i < img.layers_size(); ++i) {
+    stack.push_back(img.layers(i).layer_name());
   }
   const v1::ImageConfig& c = img.config();
   auto strings = [](const auto& r) { return std::vector<std::string>(r.begin(), r.end()); };
@@ -30,6 +37,9 @@ nlohmann::json ImageToJson(const v1::Image& img) {
           {"created_at_ns", img.created_at_ns()},
           {"in_use", img.in_use()},
           {"layers", layers},
+          {"merged", img.merged_count() > 0 ? LayerToJson(img.merged()) : nlohmann::json(nullptr)},
+          {"merged_count", img.merged_count()},
+          {"stack", stack},
           {"config",
            {{"env", strings(c.env())},
             {"workdir", c.workdir()},
@@ -195,10 +205,43 @@ int RunImageRm(Invocation& inv) {
   return kExitOk;
 }
 
+int RunImageMerge(Invocation& inv) {
+  v1::MergeImageRequest req;
+  req.set_name(inv.image.ref);
+  req.set_include_top(inv.image.include_top);
+  req.set_max_bytes(inv.image.max_bytes);
+  Client client(inv.global);
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  auto stub = v1::Images::NewStub(client.channel());
+  std::unique_ptr<grpc::ClientReader<v1::ImageProgress>> reader = stub->Merge(&ctx, req);
+  return FollowProgress(inv, ctx, *reader);
+}
+
+int RunImagePrune(Invocation& inv) {
+  Client client(inv.global);
+  grpc::ClientContext ctx;
+  client.Prepare(&ctx);
+  v1::PruneImagesResponse resp;
+  Status st = FromGrpc(v1::Images::NewStub(client.channel())->Prune(&ctx, v1::PruneImagesRequest(), &resp));
+  if (!st.ok()) {
+    PrintError(st);
+    return kExitError;
+  }
+  if (inv.global.json) {
+    PrintJson({{"removed", std::vector<std::string>(resp.removed().begin(), resp.removed().end())},
+               {"bytes_freed", resp.bytes_freed()}});
+    return kExitOk;
+  }
+  for (const std::string& n : resp.removed()) std::cout << n << "\n";
+  std::cout << "freed " << FormatBytes(resp.bytes_freed()) << std::endl;
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddImageCommand(CLI::App& root, Invocation& inv) {
-  CLI::App* image = root.add_subcommand("image", "Pull, import, list, inspect and remove images.");
+  CLI::App* image = root.add_subcommand("image", "Pull, import, list, inspect, merge and remove images; prune layers.");
   image->fallthrough();
   image->require_subcommand(1);
   ImageArgs& a = inv.image;
@@ -255,6 +298,25 @@ void AddImageCommand(CLI::App& root, Invocation& inv) {
   rm->callback([&inv] {
     inv.verb = "image rm";
     inv.run = RunImageRm;
+  });
+
+  CLI::App* merge = image->add_subcommand(
+      "merge", "Merge an image's layers into one verified layer (all but the top one unless --all).");
+  merge->fallthrough();
+  merge->add_option("name", a.ref, "name[:tag]")->required();
+  merge->add_flag("--all", a.include_top, "merge the top layer too");
+  merge->add_option("--max-bytes", a.max_bytes, "refuse when the layers hold more (default 3 GiB)");
+  merge->add_flag("-q,--quiet", a.quiet, "no progress lines");
+  merge->callback([&inv] {
+    inv.verb = "image merge";
+    inv.run = RunImageMerge;
+  });
+
+  CLI::App* prune = image->add_subcommand("prune", "Remove image layers no image lists and nothing uses.");
+  prune->fallthrough();
+  prune->callback([&inv] {
+    inv.verb = "image prune";
+    inv.run = RunImagePrune;
   });
 }
 

@@ -74,6 +74,12 @@ class LayerStore {
   // InvalidArgument naming the entry: absolute or ".." paths, device nodes
   // other than whiteouts, links pointing outside the tree.
   StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path);
+  // One layer equal to the stack of `digests` (bottom first, >= 2) as a
+  // sandbox sees it: the layers stacked in a read-only overlayfs, the image
+  // built from that view and verified against it (CompareTrees). Whiteouts
+  // and opaque dirs are applied, not copied (the result is meant to be the
+  // bottom of a stack). NotFound naming a missing digest. See layer_merge.cc.
+  StatusOr<LayerInfo> BuildMerged(std::string_view name, const std::vector<std::string>& digests);
 
   // ref: "kind/name", "kind/name@version" or "sha256:<hex>". NotFound if absent.
   // Without a version the newest version is picked: the one whose name was

@@ -93,6 +93,10 @@ StatusOr<UniqueFd> Extractor::OpenParent(const std::string& entry, const std::ve
       if (mkdirat(cur.get(), p, 0755) != 0 && errno != EEXIST) {
         return ErrnoToStatus(errno, "mkdirat(" + absl::CHexEscape(entry) + ")");
       }
+      // A directory the tar does not list: fixed metadata (mtime 0), so
+      // that the same tar converts to the same bytes on every node.
+      dirs_.try_emplace(std::vector<std::string>(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(i) + 1),
+                        DirMeta{0755, 0, 0, timespec{0, 0}});
       fd = openat(cur.get(), p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
     if (fd < 0) {
@@ -318,6 +322,9 @@ Status Extractor::FinishDirs() {
 Status Extractor::Run(archive* a, const std::string& tar_path) {
   archive_entry* e = nullptr;
   std::string last = "(start of archive)";
+  // The root unless the tar has a "./" entry: 0755 root:root, mtime 0
+  // (deterministic conversion, as for the dirs OpenParent makes).
+  dirs_.try_emplace(std::vector<std::string>{}, DirMeta{0755, 0, 0, timespec{0, 0}});
   for (size_t count = 0;; ++count) {
     if (count >= kMaxEntries) return Bad(last, "too many entries");
     int r = archive_read_next_header(a, &e);

@@ -26,6 +26,9 @@ class ImageLayerProvider final : public LayerProvider {
   StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) override {
     return store_->BuildFromTar(name, tar_path);
   }
+  StatusOr<image::LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) override {
+    return store_->BuildMerged(name, digests);
+  }
   Status Remove(const std::string& ref) override { return store_->Remove(ref); }
   std::string TmpDir() const override { return store_->dir() + "/tmp"; }
   std::string BlobPath(const std::string& digest) const override { return store_->BlobPath(digest); }

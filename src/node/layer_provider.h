@@ -30,6 +30,12 @@ class LayerProvider {
   // (never pristine), holes kept.
   virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) = 0;
   virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
+  // One layer equal to a stack of layers (image::LayerStore::BuildMerged).
+  virtual StatusOr<image::LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) {
+    (void)name;
+    (void)digests;
+    return absl::UnimplementedError("this layer provider cannot merge layers");
+  }
   // Removes a name (the caller has checked the layer is not in use).
   virtual Status Remove(const std::string& ref) = 0;
   // A directory on the store's file system for spooling uploads.

@@ -10,7 +10,7 @@ Errors are the exception hierarchy of warren.errors, mapped one-to-one from
 gRPC status codes.
 """
 
-from ._images import Image, ImageConfig, ImageLayer, ImageProgress
+from ._images import Image, ImageConfig, ImageLayer, ImageProgress, PruneResult
 from .aio import AsyncClient, AsyncSandbox
 from .client import CHUNK_SIZE, DEFAULT_ADDR, Client, Files, Images, Layers, Sandbox
 from .errors import (
@@ -39,7 +39,7 @@ from .types import ExecResult, FileInfo, Layer, NodeStatus, Resources, SandboxIn
 __version__ = "0.1.0"
 
 __all__ = [
-    "Image", "ImageConfig", "ImageLayer", "ImageProgress", "Images",
+    "Image", "ImageConfig", "ImageLayer", "ImageProgress", "Images", "PruneResult",
     "Client", "AsyncClient", "AsyncSandbox", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE",
     "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "Resources", "SandboxInfo",
     "WarrenError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",

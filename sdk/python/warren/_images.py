@@ -47,7 +47,9 @@ class ImageLayer:
 class Image:
     """An image of the node: name "name:tag", digest of its manifest, layers
     bottom first, config, created_at_ns, source (ref or path), in_use
-    (sandboxes using one of its layers)."""
+    (sandboxes using one of its layers). merged (after images.merge()): one
+    layer equal to layers[:merged_count] stacked; `stack` is what a create
+    from the image stacks."""
 
     name: str
     digest: str
@@ -56,15 +58,28 @@ class Image:
     created_at_ns: int
     source: str
     in_use: int
+    merged: Optional[ImageLayer] = None
+    merged_count: int = 0
+
+    @property
+    def stack(self) -> Tuple[ImageLayer, ...]:
+        """The layers a create from this image stacks, bottom first."""
+        if self.merged is None:
+            return self.layers
+        return (self.merged, *self.layers[self.merged_count:])
 
     @classmethod
     def _from_pb(cls, m: ipb.Image) -> Image:
         c = m.config
+        merged = None
+        if m.merged_count:
+            x = m.merged
+            merged = ImageLayer(x.digest, x.layer, x.layer_name, x.size_bytes)
         return cls(m.name, m.digest,
                    tuple(ImageLayer(x.digest, x.layer, x.layer_name, x.size_bytes) for x in m.layers),
                    ImageConfig(tuple(c.env), c.workdir, c.user, tuple(c.entrypoint), tuple(c.cmd),
                                tuple(c.exposed_ports)),
-                   m.created_at_ns, m.source, m.in_use)
+                   m.created_at_ns, m.source, m.in_use, merged, m.merged_count)
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,15 @@ class ImageProgress:
 
 
 ProgressFn = Callable[[ImageProgress], Any]
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """Layers the layer GC removed (names) and the bytes their EROFS images
+    held."""
+
+    removed: Tuple[str, ...]
+    bytes_freed: int
 
 
 class ImagesCore:
@@ -165,3 +189,23 @@ class ImagesCore:
         """Removes the image and its layers no other image uses.
         FailedPrecondition while a sandbox uses one of its layers."""
         yield Rpc(self._stub.Remove, ipb.RemoveImageRequest(name=name), self._client._metadata)
+
+    @op
+    def merge(self, name: str, *, include_top: bool = False, max_bytes: Optional[int] = None,
+              progress: Optional[ProgressFn] = None, timeout: Optional[float] = None) -> Gen[Image]:
+        """Merges the image's layers offline into one EROFS layer (verified
+        against the stacked layers) used by later creates from the image:
+        all but the top layer (which stays the image's own layer: a task
+        image's workspace), or all with include_top. Images with the same
+        lower layers share the merged layer. FailedPrecondition when there
+        is nothing to merge or the layers exceed max_bytes (default 3 GiB)."""
+        req = ipb.MergeImageRequest(name=name, include_top=include_top, max_bytes=max_bytes or 0)
+        return (yield from self._follow(self._stub.Merge, req, progress, timeout))
+
+    @op
+    def prune(self) -> Gen[PruneResult]:
+        """Layer GC: removes the image layers no image lists and no
+        sandbox, pull, merge or create uses (e.g. those an image rm had to
+        leave to a create using them)."""
+        r = yield Rpc(self._stub.Prune, ipb.PruneImagesRequest(), self._client._metadata)
+        return PruneResult(tuple(r.removed), r.bytes_freed)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/file_util.h"
 #include "image/fs_util.h"
@@ -37,6 +38,13 @@ std::string RecordToJson(const ImageRecord& r) {
   json j{{"name", r.name},     {"digest", r.digest},
          {"source", r.source}, {"created_at_ns", r.created_at_ns},
          {"layers", layers},   {"config", ConfigJson(r.config)}};
+  if (r.merged_count > 0) {
+    j["merged"] = {{"oci_digest", r.merged.oci_digest},
+                   {"layer_digest", r.merged.layer_digest},
+                   {"layer_name", r.merged.layer_name},
+                   {"size", r.merged.size_bytes},
+                   {"count", r.merged_count}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -52,6 +60,16 @@ StatusOr<ImageRecord> RecordFromJson(const std::string& s) {
     for (const json& l : j.at("layers")) {
       r.layers.push_back({l.at("oci_digest").get<std::string>(), l.at("layer_digest").get<std::string>(),
                           l.at("layer_name").get<std::string>(), l.value("size", uint64_t{0})});
+    }
+    if (j.contains("merged")) {
+      const json& m = j.at("merged");
+      r.merged = {m.at("oci_digest").get<std::string>(), m.at("layer_digest").get<std::string>(),
+                  m.at("layer_name").get<std::string>(), m.value("size", uint64_t{0})};
+      r.merged_count = m.at("count").get<uint32_t>();
+      if (r.merged_count < 2 || r.merged_count > r.layers.size()) {
+        return absl::DataLossError("image record: merged count " + std::to_string(r.merged_count) + " of " +
+                                   std::to_string(r.layers.size()) + " layers");
+      }
     }
     const json& c = j.at("config");
     r.config.env = c.value("env", std::vector<std::string>{});
@@ -109,22 +127,23 @@ StatusOr<ImageLayerRef> ImageStore::EnsureLayer(ImageSource& src, const Descript
     return ImageLayerRef{d.digest, li.digest, lname, li.size_bytes};
   };
   // One conversion of a digest at a time in this process: a second add of
-  // the same layer waits and then finds it.
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return converting_.count(d.digest) == 0; });
-    converting_[d.digest] = 1;
-  }
-  struct Unlatch {
+  // the same layer waits and then finds it. The layer is held (before the
+  // latch opens) until the add wrote its record or rolled back, so that a
+  // concurrent add's rollback or a remove never takes it away.
+  Latch(d.digest);
+  struct Unlatcher {
     ImageStore* s;
-    std::string digest;
-    ~Unlatch() {
-      std::lock_guard<std::mutex> lock(s->mu_);
-      s->converting_.erase(digest);
-      s->cv_.notify_all();
-    }
+    std::string key;
+    ~Unlatcher() { s->Unlatch(key); }
   } unlatch{this, d.digest};
-  if (StatusOr<LayerInfo> li = layers_->Resolve(lname); li.ok()) return done(*li, "exists");
+  auto hold = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    Hold(lname);
+  };
+  if (StatusOr<LayerInfo> li = layers_->Resolve(lname); li.ok()) {
+    hold();
+    return done(*li, "exists");
+  }
   RETURN_IF_ERROR(CheckLayerMediaType(d.media_type, d.digest));
   const std::string scratch = tmp_dir_ + "/pull-" + UniqueSuffix();
   UnlinkGuard remove_scratch(scratch);
@@ -143,6 +162,7 @@ StatusOr<ImageLayerRef> ImageStore::EnsureLayer(ImageSource& src, const Descript
                   "layer " + d.digest + " of " + src.Describe() + ": " + std::string(li.status().message()));
   }
   *created = true;
+  hold();
   return done(*li, "done");
 }
 
@@ -159,8 +179,19 @@ StatusOr<ImageRecord> ImageStore::Add(ImageSource& src, const std::string& name,
   rec.source = src.Describe();
   rec.config = img.config;
   std::vector<std::string> created;
-  auto rollback = [&] {
-    for (const std::string& n : created) (void)layers_->Remove(n);
+  std::vector<std::string> held;
+  // Unholds what this add holds; on failure removes the layers it created
+  // unless a record lists them or another pull/merge/create holds them (an
+  // add that found the layer this one built uses it).
+  auto finish = [&](bool failed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& n : held) {
+      if (--holds_[n] <= 0) holds_.erase(n);
+    }
+    if (!failed) return;
+    for (const std::string& n : created) {
+      if (!Held(n) && !Listed(n, "")) (void)layers_->Remove(n);
+    }
   };
   const uint32_t count = static_cast<uint32_t>(img.manifest.layers.size());
   for (uint32_t i = 0; i < count; ++i) {
@@ -168,19 +199,23 @@ StatusOr<ImageRecord> ImageStore::Add(ImageSource& src, const std::string& name,
     PullProgress p{d.digest, i, count, "", 0, static_cast<uint64_t>(std::max<int64_t>(d.size, 0))};
     bool made = false;
     StatusOr<ImageLayerRef> l = EnsureLayer(src, d, p, progress, &made);
+    if (l.ok() || made) held.push_back(LayerNameFor(d.digest));  // EnsureLayer held it
     if (!l.ok()) {
-      rollback();
+      if (made) created.push_back(LayerNameFor(d.digest));
+      finish(/*failed=*/true);
       return l.status();
     }
     if (made) created.push_back(l->layer_name);
     rec.layers.push_back(*l);
   }
   rec.created_at_ns = NowRealtimeNs();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (Status s = WriteFileAtomic(RecordPath(norm), RecordToJson(rec)); !s.ok()) {
-    rollback();
-    return s;
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = WriteFileAtomic(RecordPath(norm), RecordToJson(rec));
   }
+  finish(/*failed=*/!s.ok());
+  if (!s.ok()) return s;
   return rec;
 }
 
@@ -209,9 +244,11 @@ std::vector<ImageRecord> ImageStore::List() const {
 }
 
 Status ImageStore::Remove(const std::string& name, const std::function<bool(const std::string&)>& in_use) {
-  ASSIGN_OR_RETURN(ImageRecord rec, Get(name));
   std::lock_guard<std::mutex> lock(mu_);
-  for (const ImageLayerRef& l : rec.layers) {
+  ASSIGN_OR_RETURN(ImageRecord rec, Get(name));
+  std::vector<ImageLayerRef> all = rec.layers;
+  if (rec.merged_count > 0) all.push_back(rec.merged);
+  for (const ImageLayerRef& l : all) {
     if (in_use(l.layer_digest)) {
       return absl::FailedPreconditionError("image " + rec.name + " is in use: a sandbox uses its layer " +
                                            l.layer_name);
@@ -219,17 +256,165 @@ Status ImageStore::Remove(const std::string& name, const std::function<bool(cons
   }
   const std::string path = RecordPath(rec.name);
   if (::unlink(path.c_str()) != 0) return ErrnoToStatus(errno, "unlink(" + path + ")");
-  std::vector<ImageRecord> others = List();
-  for (const ImageLayerRef& l : rec.layers) {
-    bool shared = std::any_of(others.begin(), others.end(), [&](const ImageRecord& o) {
-      return std::any_of(o.layers.begin(), o.layers.end(),
-                         [&](const ImageLayerRef& ol) { return ol.layer_name == l.layer_name; });
-    });
-    if (shared) continue;
+  // A layer another image lists stays; so does one a pull, merge or create
+  // holds right now (CollectGarbage reclaims it once nothing does).
+  for (const ImageLayerRef& l : all) {
+    if (Listed(l.layer_name, rec.name) || Held(l.layer_name)) continue;
     Status s = layers_->Remove(l.layer_name);
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }
   return absl::OkStatus();
+}
+
+std::vector<ImageLayerRef> ImageRecord::Stack() const {
+  if (merged_count == 0) return layers;
+  std::vector<ImageLayerRef> out{merged};
+  out.insert(out.end(), layers.begin() + merged_count, layers.end());
+  return out;
+}
+
+void ImageStore::Hold(const std::string& layer_name) { ++holds_[layer_name]; }
+
+void ImageStore::Unhold(const std::string& layer_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = holds_.find(layer_name);
+  if (it != holds_.end() && --it->second <= 0) holds_.erase(it);
+}
+
+bool ImageStore::Listed(const std::string& layer_name, const std::string& except) const {
+  for (const ImageRecord& r : List()) {
+    if (r.name == except) continue;
+    if (r.merged_count > 0 && r.merged.layer_name == layer_name) return true;
+    for (const ImageLayerRef& l : r.layers) {
+      if (l.layer_name == layer_name) return true;
+    }
+  }
+  return false;
+}
+
+void ImageStore::Latch(const std::string& key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return converting_.count(key) == 0; });
+  converting_[key] = 1;
+}
+
+void ImageStore::Unlatch(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  converting_.erase(key);
+  cv_.notify_all();
+}
+
+ImageUse::~ImageUse() {
+  for (const ImageLayerRef& l : rec_.Stack()) s_->Unhold(l.layer_name);
+}
+
+StatusOr<std::unique_ptr<ImageUse>> ImageStore::Use(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);  // against Remove between the read and the holds
+  ASSIGN_OR_RETURN(ImageRecord rec, Get(name));
+  for (const ImageLayerRef& l : rec.Stack()) Hold(l.layer_name);
+  return std::unique_ptr<ImageUse>(new ImageUse(this, std::move(rec)));
+}
+
+StatusOr<ImageRecord> ImageStore::Merge(const std::string& name, bool include_top, uint64_t max_bytes,
+                                        const PullProgressFn& progress) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ImageUse> use, Use(name));
+  const ImageRecord& rec = use->record();
+  const size_t n = include_top ? rec.layers.size() : (rec.layers.empty() ? 0 : rec.layers.size() - 1);
+  if (n < 2) {
+    return absl::FailedPreconditionError("image " + rec.name + " has " + std::to_string(rec.layers.size()) +
+                                         " layers: nothing to merge" +
+                                         (include_top ? "" : " below its top layer (include_top merges all)"));
+  }
+  if (rec.merged_count == n) return rec;
+  // The merged layers' own holds: the ImageUse holds the current stack.
+  std::vector<std::string> digests;
+  std::string chain;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    digests.push_back(rec.layers[i].layer_digest);
+    chain += rec.layers[i].oci_digest + "\n";
+    total += rec.layers[i].size_bytes;
+  }
+  if (max_bytes != 0 && total > max_bytes) {
+    return absl::FailedPreconditionError("image " + rec.name + ": the " + std::to_string(n) + " layers to merge hold " +
+                                         std::to_string(total) + " bytes, over the merge cap of " +
+                                         std::to_string(max_bytes));
+  }
+  const std::string hex = Sha256Hex(chain);
+  const std::string lname = "base/oci-chain@" + hex;
+  PullProgress p{"chain:sha256:" + hex, 0, 1, "merging", 0, total};
+  if (progress && !progress(p)) return absl::CancelledError("merge cancelled");
+  bool created = false;
+  LayerInfo li;
+  {
+    Latch(lname);
+    struct Unlatcher {
+      ImageStore* s;
+      std::string key;
+      ~Unlatcher() { s->Unlatch(key); }
+    } unlatch{this, lname};
+    StatusOr<LayerInfo> found = layers_->Resolve(lname);
+    if (!found.ok()) {
+      found = layers_->BuildMerged(lname, digests);
+      if (!found.ok()) {
+        return Status(found.status().code(),
+                      "merging image " + rec.name + ": " + std::string(found.status().message()));
+      }
+      created = true;
+    }
+    li = *found;
+    std::lock_guard<std::mutex> lock(mu_);
+    Hold(lname);
+  }
+  struct Unholder {
+    ImageStore* s;
+    std::string name;
+    ~Unholder() { s->Unhold(name); }
+  } unhold{this, lname};
+  std::lock_guard<std::mutex> lock(mu_);
+  // The record may have been replaced or removed meanwhile: merge into the
+  // current one only if it is still this image.
+  StatusOr<ImageRecord> cur = Get(rec.name);
+  Status s;
+  if (!cur.ok()) {
+    s = cur.status();
+  } else if (cur->digest != rec.digest) {
+    s = absl::AbortedError("image " + rec.name + " was replaced while it was merged; merge again");
+  } else {
+    cur->merged = ImageLayerRef{"chain:sha256:" + hex, li.digest, lname, li.size_bytes};
+    cur->merged_count = static_cast<uint32_t>(n);
+    s = WriteFileAtomic(RecordPath(rec.name), RecordToJson(*cur));
+  }
+  if (!s.ok()) {
+    if (created && holds_[lname] <= 1 && !Listed(lname, "")) (void)layers_->Remove(lname);
+    return s;
+  }
+  p.phase = "done";
+  p.bytes_done = total;
+  if (progress) (void)progress(p);
+  return *cur;
+}
+
+StatusOr<ImageStore::GcResult> ImageStore::CollectGarbage(const std::function<bool(const std::string&)>& in_use) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> listed;
+  for (const ImageRecord& r : List()) {
+    for (const ImageLayerRef& l : r.layers) listed.insert(l.layer_name);
+    if (r.merged_count > 0) listed.insert(r.merged.layer_name);
+  }
+  GcResult out;
+  for (const LayerInfo& li : layers_->List()) {
+    if (li.name.rfind("base/oci-sha256@", 0) != 0 && li.name.rfind("base/oci-chain@", 0) != 0) continue;
+    // A pull converting a layer latches its OCI digest until it holds it.
+    const std::string latch = li.name.rfind("base/oci-sha256@", 0) == 0 ? "sha256:" + li.name.substr(16) : li.name;
+    if (listed.count(li.name) > 0 || Held(li.name) || converting_.count(latch) > 0 || in_use(li.digest)) continue;
+    Status s = layers_->Remove(li.name);
+    if (absl::IsNotFound(s) || absl::IsFailedPrecondition(s)) continue;  // gone, or taken meanwhile
+    RETURN_IF_ERROR(s);
+    out.removed.push_back(li.name);
+    out.bytes += li.size_bytes;
+  }
+  return out;
 }
 
 }  // namespace warren::image::oci

@@ -43,6 +43,13 @@ struct ImageRecord {
   int64_t created_at_ns = 0;
   std::vector<ImageLayerRef> layers;  // bottom first
   ImageConfig config;
+  // Set by ImageStore::Merge: one layer equal to layers[0, merged_count)
+  // stacked ("base/oci-chain@<chain hex>", oci_digest "chain:sha256:<hex>").
+  // A create then stacks `merged` and layers[merged_count...].
+  ImageLayerRef merged;
+  uint32_t merged_count = 0;
+  // The layers a create from this image stacks, bottom first.
+  std::vector<ImageLayerRef> Stack() const;
 };
 
 // What the image store needs of the layer store.
@@ -52,9 +59,18 @@ class LayerBackend {
   virtual StatusOr<LayerInfo> Resolve(const std::string& ref) const = 0;
   // Converts a layer tar (plain/gz/zstd) with OCI whiteouts (LayerStore::BuildFromTar).
   virtual StatusOr<LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
+  // One layer equal to the stack of `layer_digests` (LayerStore::BuildMerged).
+  virtual StatusOr<LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& layer_digests) = 0;
   // Removes a layer name; FailedPrecondition if a sandbox uses it.
   virtual Status Remove(const std::string& ref) = 0;
+  // Every layer name (LayerStore::List), for the garbage collector.
+  virtual std::vector<LayerInfo> List() const = 0;
 };
+
+// The layers of an image a create is using, held from the record's lookup
+// until the sandbox holds the layers itself: while held, Remove and
+// CollectGarbage leave the image's layers alone.
+class ImageUse;
 
 struct PullProgress {
   std::string layer_digest;
@@ -92,6 +108,28 @@ class ImageStore {
   // layers no other image lists.
   Status Remove(const std::string& name, const std::function<bool(const std::string&)>& in_use);
 
+  // Merges the image's layers offline into one layer (BuildMerged: checked
+  // against the stacked layers) and records it: all but the top layer
+  // (the top is the image's own, e.g. a task's workspace; needs >= 3
+  // layers), or all of them with include_top (needs >= 2). Images with the
+  // same lower layers share the merged layer (named by their chain).
+  // FailedPrecondition when there is nothing to merge or the layers to merge
+  // exceed max_bytes (their EROFS sizes summed; 0 = no cap).
+  StatusOr<ImageRecord> Merge(const std::string& name, bool include_top, uint64_t max_bytes,
+                              const PullProgressFn& progress);
+
+  // The image's record, its layers held until the ImageUse is destroyed.
+  StatusOr<std::unique_ptr<ImageUse>> Use(const std::string& name);
+
+  struct GcResult {
+    std::vector<std::string> removed;  // layer names
+    uint64_t bytes = 0;                // their EROFS sizes
+  };
+  // Removes the image layers ("base/oci-sha256@*", "base/oci-chain@*") no
+  // record lists, that no pull, merge or create holds and for which
+  // `in_use(layer_digest)` is false (a sandbox uses it).
+  StatusOr<GcResult> CollectGarbage(const std::function<bool(const std::string&)>& in_use);
+
  private:
   ImageStore(std::string dir, std::string tmp_dir, LayerBackend* layers)
       : dir_(std::move(dir)), tmp_dir_(std::move(tmp_dir)), layers_(layers) {}
@@ -100,12 +138,39 @@ class ImageStore {
   StatusOr<ImageLayerRef> EnsureLayer(ImageSource& src, const Descriptor& d, PullProgress p,
                                       const PullProgressFn& progress, bool* created);
 
+  friend class ImageUse;
+  void Hold(const std::string& layer_name);                                                // mu_ held
+  void Unhold(const std::string& layer_name);                                              // takes mu_
+  bool Held(const std::string& layer_name) const { return holds_.count(layer_name) > 0; }  // mu_ held
+  // mu_ held: a record other than `except` lists the layer (as a layer or merged).
+  bool Listed(const std::string& layer_name, const std::string& except) const;
+  // Waits for and takes the per-key conversion latch (see EnsureLayer).
+  void Latch(const std::string& key);
+  void Unlatch(const std::string& key);
+
   const std::string dir_;
   const std::string tmp_dir_;
   LayerBackend* const layers_;
   mutable std::mutex mu_;  // guards converting_ and record writes/removals
   std::condition_variable cv_;
   std::map<std::string, int> converting_;  // OCI digest -> in progress here
+  // Layer name -> holders: pulls that produced or found it (until their
+  // record is written or they rolled back), merges, creates (ImageUse).
+  std::map<std::string, int> holds_;
+};
+
+class ImageUse {
+ public:
+  ~ImageUse();
+  ImageUse(const ImageUse&) = delete;
+  ImageUse& operator=(const ImageUse&) = delete;
+  const ImageRecord& record() const { return rec_; }
+
+ private:
+  friend class ImageStore;
+  ImageUse(ImageStore* s, ImageRecord rec) : s_(s), rec_(std::move(rec)) {}
+  ImageStore* s_;
+  ImageRecord rec_;
 };
 
 // Record (de)serialization (JSON), exposed for tests.

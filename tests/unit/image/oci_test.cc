@@ -1,11 +1,20 @@
 // image/oci: refs, index/manifest/config parsing, platform selection, and
 // the image store over a real layer store (mkfs.erofs, root).
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "common/unique_fd.h"
 #include "gtest/gtest.h"
+#include "image/erofs.h"
+#include "image/fs_util.h"
 #include "image/layer_store.h"
 #include "image/oci/digest.h"
 #include "image/oci/image_store.h"
@@ -138,8 +147,14 @@ class StoreBackend final : public LayerBackend {
     ++builds;
     return s_->BuildFromTar(name, tar);
   }
+  StatusOr<LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) override {
+    ++merges;
+    return s_->BuildMerged(name, digests);
+  }
   Status Remove(const std::string& ref) override { return s_->Remove(ref); }
+  std::vector<LayerInfo> List() const override { return s_->List(); }
   int builds = 0;
+  int merges = 0;
 
  private:
   LayerStore* s_;
@@ -221,6 +236,241 @@ TEST(ImageStoreTest, SharedLayerConvertedOnceAndTamperLeavesNothing) {
   EXPECT_EQ(layers->List().size(), before);
   EXPECT_EQ(images->List().size(), 1u);
   EXPECT_EQ(testing::ListDir(dir + "/store/tmp"), std::vector<std::string>{});
+  ASSERT_OK(RemoveTree(dir));
+}
+
+// Mounts a layer of the store and returns the fd of its root (the mount goes
+// away with the fd's mount fd, kept in `mnt`).
+UniqueFd OpenLayerRoot(LayerStore* layers, const std::string& digest, UniqueFd* mnt) {
+  StatusOr<UniqueFd> m = MountErofs(layers->BlobPath(digest));
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return UniqueFd();
+  *mnt = std::move(*m);
+  return UniqueFd(openat(mnt->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+std::string ReadAt(int dir, const std::string& path) {
+  UniqueFd f(openat(dir, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!f.valid()) return "<" + std::string(strerror(errno)) + ">";
+  std::string out(4096, '\0');
+  ssize_t n = read(f.get(), out.data(), out.size());
+  out.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  return out;
+}
+
+bool Exists(int dir, const std::string& path) {
+  struct stat st;
+  return fstatat(dir, path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+TEST(ImageStoreTest, MergeAppliesWhiteoutsAndOpaqueDirsAndIsSharedByChain) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (mounts EROFS and overlayfs)";
+  std::string dir = MakeTempDir();
+  ASSERT_OK_AND_ASSIGN(auto layers, LayerStore::Open(dir + "/store"));
+  StoreBackend backend(layers.get());
+  ASSERT_OK_AND_ASSIGN(auto images, ImageStore::Open(dir + "/store/images", dir + "/store/tmp", &backend));
+  WriteTar(dir + "/l1.tar",
+           {TarEntry{.path = "d", .type = AE_IFDIR, .perm = 0755}, TarEntry{.path = "d/a", .data = "a1"},
+            TarEntry{.path = "d/keep", .data = "k"}, TarEntry{.path = "h1", .data = "h"},
+            TarEntry{.path = "h2", .hardlink = "h1"}, TarEntry{.path = "opq", .type = AE_IFDIR, .perm = 0755},
+            TarEntry{.path = "opq/x", .data = "x"}, TarEntry{.path = "gone", .data = "g"},
+            TarEntry{.path = "xa", .data = "v", .xattrs = {{"user.k", "v1"}}},
+            TarEntry{.path = "suid", .perm = 04755, .data = "s", .uid = 1000, .gid = 1000}});
+  WriteTar(dir + "/l2.tar", {TarEntry{.path = ".wh.gone"}, TarEntry{.path = "opq", .type = AE_IFDIR, .perm = 0700},
+                             TarEntry{.path = "opq/.wh..wh..opq"}, TarEntry{.path = "opq/y", .data = "y"},
+                             TarEntry{.path = "d/a", .data = "a2"}});
+  WriteTar(dir + "/l3.tar", {TarEntry{.path = "top", .data = "t"}});
+  WriteTar(dir + "/l4.tar", {TarEntry{.path = "top", .data = "other"}});
+  LayoutWriter w(dir + "/oci");
+  w.Image("one", {dir + "/l1.tar", dir + "/l2.tar", dir + "/l3.tar"});
+  w.Image("two", {dir + "/l1.tar", dir + "/l2.tar", dir + "/l4.tar"});
+  w.Image("single", {dir + "/l1.tar"});
+  ASSERT_OK_AND_ASSIGN(auto src1, NewLayoutSource(dir + "/oci", "one"));
+  ASSERT_OK_AND_ASSIGN(ImageRecord one, images->Add(*src1, "img:one", "", nullptr));
+  EXPECT_EQ(one.Stack().size(), 3u);
+
+  // Over the cap: refused, nothing built.
+  EXPECT_EQ(images->Merge("img:one", false, 1, nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backend.merges, 0);
+  ASSERT_OK_AND_ASSIGN(ImageRecord merged, images->Merge("img:one", false, 0, nullptr));
+  EXPECT_EQ(backend.merges, 1);
+  EXPECT_EQ(merged.merged_count, 2u);
+  EXPECT_EQ(merged.merged.layer_name.rfind("base/oci-chain@", 0), 0u) << merged.merged.layer_name;
+  ASSERT_EQ(merged.Stack().size(), 2u);
+  EXPECT_EQ(merged.Stack()[0].layer_name, merged.merged.layer_name);
+  EXPECT_EQ(merged.Stack()[1].layer_name, one.layers[2].layer_name);  // the top stays its own layer
+  ASSERT_OK_AND_ASSIGN(ImageRecord got, images->Get("img:one"));
+  EXPECT_EQ(got.merged_count, 2u);
+  EXPECT_EQ(got.merged.layer_digest, merged.merged.layer_digest);
+
+  {
+    UniqueFd mnt;
+    UniqueFd root = OpenLayerRoot(layers.get(), merged.merged.layer_digest, &mnt);
+    ASSERT_TRUE(root.valid());
+    // The whiteout and the opaque dir are applied, not copied.
+    EXPECT_FALSE(Exists(root.get(), "gone"));
+    EXPECT_FALSE(Exists(root.get(), ".wh.gone"));
+    EXPECT_FALSE(Exists(root.get(), "opq/x"));
+    EXPECT_FALSE(Exists(root.get(), "opq/.wh..wh..opq"));
+    EXPECT_EQ(ReadAt(root.get(), "opq/y"), "y");
+    EXPECT_EQ(ReadAt(root.get(), "d/a"), "a2");
+    EXPECT_EQ(ReadAt(root.get(), "d/keep"), "k");
+    EXPECT_FALSE(Exists(root.get(), "top"));
+    struct stat a, b, opq, su;
+    ASSERT_EQ(fstatat(root.get(), "h1", &a, AT_SYMLINK_NOFOLLOW), 0);
+    ASSERT_EQ(fstatat(root.get(), "h2", &b, AT_SYMLINK_NOFOLLOW), 0);
+    EXPECT_EQ(a.st_ino, b.st_ino);  // still one inode
+    ASSERT_EQ(fstatat(root.get(), "opq", &opq, AT_SYMLINK_NOFOLLOW), 0);
+    EXPECT_EQ(opq.st_mode & 07777, 0700u);  // the upper dir's mode
+    char v[16] = {};
+    UniqueFd xa(openat(root.get(), "xa", O_RDONLY | O_CLOEXEC));
+    EXPECT_EQ(fgetxattr(xa.get(), "user.k", v, sizeof(v)), 2);
+    EXPECT_STREQ(v, "v1");
+    EXPECT_LT(fgetxattr(xa.get(), "trusted.overlay.opaque", v, sizeof(v)), 0);
+    ASSERT_EQ(fstatat(root.get(), "suid", &su, AT_SYMLINK_NOFOLLOW), 0);
+    EXPECT_EQ(su.st_mode & 07777, 04755u);
+    EXPECT_EQ(su.st_uid, 1000u);
+  }
+
+  // Again: nothing to do. "two" has the same lower layers: the same merged layer, not built again.
+  ASSERT_OK(images->Merge("img:one", false, 0, nullptr).status());
+  ASSERT_OK_AND_ASSIGN(auto src2, NewLayoutSource(dir + "/oci", "two"));
+  ASSERT_OK(images->Add(*src2, "img:two", "", nullptr).status());
+  ASSERT_OK_AND_ASSIGN(ImageRecord two, images->Merge("img:two", false, 0, nullptr));
+  EXPECT_EQ(backend.merges, 1);
+  EXPECT_EQ(two.merged.layer_digest, merged.merged.layer_digest);
+  // A one-layer image has nothing to merge.
+  ASSERT_OK_AND_ASSIGN(auto src3, NewLayoutSource(dir + "/oci", "single"));
+  ASSERT_OK(images->Add(*src3, "img:single", "", nullptr).status());
+  EXPECT_EQ(images->Merge("img:single", true, 0, nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // The merged layer goes with the last image listing it.
+  auto unused = [](const std::string&) { return false; };
+  ASSERT_OK(images->Remove("img:one", unused));
+  EXPECT_TRUE(layers->Resolve(merged.merged.layer_name).ok());
+  ASSERT_OK(images->Remove("img:two", unused));
+  EXPECT_EQ(layers->Resolve(merged.merged.layer_name).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_OK(images->Remove("img:single", unused));
+  EXPECT_EQ(layers->List().size(), 0u);
+  ASSERT_OK(RemoveTree(dir));
+}
+
+// Blocks LayerFile of one digest until opened, telling when it got there.
+class GatedSource final : public ImageSource {
+ public:
+  GatedSource(std::unique_ptr<ImageSource> inner, std::string digest)
+      : inner_(std::move(inner)), digest_(std::move(digest)) {}
+  StatusOr<ResolvedImage> Resolve(const std::string& p) override { return inner_->Resolve(p); }
+  StatusOr<std::string> LayerFile(const Descriptor& d, const std::string& scratch, const ProgressFn& pr) override {
+    if (d.digest == digest_) {
+      std::unique_lock<std::mutex> lock(mu_);
+      arrived_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+    }
+    return inner_->LayerFile(d, scratch, pr);
+  }
+  std::string Describe() const override { return inner_->Describe(); }
+  void WaitArrived() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return arrived_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::unique_ptr<ImageSource> inner_;
+  std::string digest_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool arrived_ = false, open_ = false;
+};
+
+TEST(ImageStoreTest, RollbackKeepsALayerAConcurrentPullFound) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (mounts EROFS to verify builds)";
+  std::string dir = MakeTempDir();
+  ASSERT_OK_AND_ASSIGN(auto layers, LayerStore::Open(dir + "/store"));
+  StoreBackend backend(layers.get());
+  ASSERT_OK_AND_ASSIGN(auto images, ImageStore::Open(dir + "/store/images", dir + "/store/tmp", &backend));
+  WriteTar(dir + "/l1.tar", {TarEntry{.path = "shared", .data = "1"}});
+  WriteTar(dir + "/l2.tar", {TarEntry{.path = "good", .data = "2"}});
+  WriteTar(dir + "/l5.tar", {TarEntry{.path = "bad", .data = "5"}});
+  LayoutWriter w(dir + "/oci");
+  w.Image("bad", {dir + "/l1.tar", dir + "/l5.tar"});
+  w.Image("good", {dir + "/l1.tar", dir + "/l2.tar"});
+  // Tamper with l5's blob: "bad" fails on its second layer and rolls back.
+  WriteFile(dir + "/oci/blobs/sha256/" + Sha256Hex(ReadFile(dir + "/l5.tar")), ReadFile(dir + "/l2.tar"));
+  const std::string l1 = "sha256:" + Sha256Hex(ReadFile(dir + "/l1.tar"));
+  const std::string l2 = "sha256:" + Sha256Hex(ReadFile(dir + "/l2.tar"));
+  const std::string l5 = "sha256:" + Sha256Hex(ReadFile(dir + "/l5.tar"));
+
+  ASSERT_OK_AND_ASSIGN(auto bad_inner, NewLayoutSource(dir + "/oci", "bad"));
+  GatedSource bad(std::move(bad_inner), l5);
+  ASSERT_OK_AND_ASSIGN(auto good_inner, NewLayoutSource(dir + "/oci", "good"));
+  GatedSource good(std::move(good_inner), l2);
+  Status bad_status;
+  std::thread a([&] { bad_status = images->Add(bad, "img:bad", "", nullptr).status(); });
+  bad.WaitArrived();  // "bad" converted l1 and now fetches l5
+  StatusOr<ImageRecord> good_rec = absl::UnknownError("unset");
+  std::thread b([&] { good_rec = images->Add(good, "img:good", "", nullptr); });
+  good.WaitArrived();  // "good" found l1 (converted by "bad") and now fetches l2
+  bad.Open();
+  a.join();
+  EXPECT_EQ(bad_status.code(), absl::StatusCode::kDataLoss) << bad_status;
+  good.Open();
+  b.join();
+  ASSERT_OK(good_rec.status());
+  EXPECT_EQ(backend.builds, 2);  // l1 once, l2
+  // "good"'s layers are all there: the rollback left l1 to it.
+  for (const ImageLayerRef& l : good_rec->layers) EXPECT_OK(layers->Resolve(l.layer_name).status()) << l.layer_name;
+  EXPECT_EQ(layers->Resolve(ImageStore::LayerNameFor(l5)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(good_rec->layers[0].oci_digest, l1);
+  ASSERT_OK(RemoveTree(dir));
+}
+
+TEST(ImageStoreTest, RemoveDuringACreateKeepsTheLayersUntilGc) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (mounts EROFS to verify builds)";
+  std::string dir = MakeTempDir();
+  ASSERT_OK_AND_ASSIGN(auto layers, LayerStore::Open(dir + "/store"));
+  StoreBackend backend(layers.get());
+  ASSERT_OK_AND_ASSIGN(auto images, ImageStore::Open(dir + "/store/images", dir + "/store/tmp", &backend));
+  WriteTar(dir + "/l1.tar", {TarEntry{.path = "a", .data = "1"}});
+  WriteTar(dir + "/l2.tar", {TarEntry{.path = "b", .data = "2"}});
+  LayoutWriter w(dir + "/oci");
+  w.Image("one", {dir + "/l1.tar", dir + "/l2.tar"});
+  w.Image("two", {dir + "/l1.tar"});
+  ASSERT_OK_AND_ASSIGN(auto src, NewLayoutSource(dir + "/oci", "one"));
+  ASSERT_OK_AND_ASSIGN(ImageRecord one, images->Add(*src, "img:one", "", nullptr));
+  ASSERT_OK_AND_ASSIGN(auto src2, NewLayoutSource(dir + "/oci", "two"));
+  ASSERT_OK(images->Add(*src2, "img:two", "", nullptr).status());
+  auto unused = [](const std::string&) { return false; };
+  ASSERT_OK_AND_ASSIGN(ImageStore::GcResult none, images->CollectGarbage(unused));
+  EXPECT_TRUE(none.removed.empty());
+
+  {
+    // A create resolved "one" and has not mounted its layers yet: the
+    // image goes, its layers stay for the create.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ImageUse> use, images->Use("img:one"));
+    ASSERT_OK(images->Remove("img:one", unused));
+    EXPECT_EQ(images->Get("img:one").status().code(), absl::StatusCode::kNotFound);
+    for (const ImageLayerRef& l : use->record().Stack()) EXPECT_OK(layers->Resolve(l.layer_name).status());
+    ASSERT_OK_AND_ASSIGN(ImageStore::GcResult held, images->CollectGarbage(unused));
+    EXPECT_TRUE(held.removed.empty());
+  }
+  // The create is done and a sandbox uses l2: still kept.
+  const std::string l2_digest = one.layers[1].layer_digest;
+  ASSERT_OK_AND_ASSIGN(ImageStore::GcResult used,
+                       images->CollectGarbage([&](const std::string& d) { return d == l2_digest; }));
+  EXPECT_TRUE(used.removed.empty());
+  // The sandbox is gone: l2 is reclaimed, l1 stays ("two" lists it).
+  ASSERT_OK_AND_ASSIGN(ImageStore::GcResult gc, images->CollectGarbage(unused));
+  EXPECT_EQ(gc.removed, std::vector<std::string>{one.layers[1].layer_name});
+  EXPECT_EQ(gc.bytes, one.layers[1].size_bytes);
+  EXPECT_OK(layers->Resolve(one.layers[0].layer_name).status());
+  EXPECT_EQ(layers->Resolve(one.layers[1].layer_name).status().code(), absl::StatusCode::kNotFound);
   ASSERT_OK(RemoveTree(dir));
 }
 

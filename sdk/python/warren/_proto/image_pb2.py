@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import warren_pb2 as warren_dot_v1_dot_warren__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15warren/v1/image.proto\x12\twarren.v1\x1a\x16warren/v1/warren.proto\"H\n\x0cRegistryAuth\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12\x14\n\x0c\x62\x65\x61rer_token\x18\x03 \x01(\t\"\xa4\x01\n\x10PullImageRequest\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12%\n\x04\x61uth\x18\x03 \x01(\x0b\x32\x17.warren.v1.RegistryAuth\x12\x12\n\nplain_http\x18\x04 \x01(\x08\x12\x0f\n\x07\x63\x61_file\x18\x05 \x01(\t\x12\x10\n\x08platform\x18\x06 \x01(\t\x12\x17\n\x0fstall_timeout_s\x18\x07 \x01(\r\"T\n\x12ImportImageRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08ref_name\x18\x03 \x01(\t\x12\x10\n\x08platform\x18\x04 \x01(\t\"q\n\x0bImageConfig\x12\x0b\n\x03\x65nv\x18\x01 \x03(\t\x12\x0f\n\x07workdir\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x12\n\nentrypoint\x18\x04 \x03(\t\x12\x0b\n\x03\x63md\x18\x05 \x03(\t\x12\x15\n\rexposed_ports\x18\x06 \x03(\t\"S\n\nImageLayer\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\t\x12\x12\n\nlayer_name\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\"\xab\x01\n\x05Image\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12%\n\x06layers\x18\x03 \x03(\x0b\x32\x15.warren.v1.ImageLayer\x12&\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x16.warren.v1.ImageConfig\x12\x15\n\rcreated_at_ns\x18\x05 \x01(\x03\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\x0e\n\x06in_use\x18\x07 \x01(\r\"\xa8\x01\n\rImageProgress\x12\x14\n\x0clayer_digest\x18\x01 \x01(\t\x12\x13\n\x0blayer_index\x18\x02 \x01(\r\x12\x13\n\x0blayer_count\x18\x03 \x01(\r\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x12\n\nbytes_done\x18\x05 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x06 \x01(\x04\x12\x1f\n\x05image\x18\x07 \x01(\x0b\x32\x10.warren.v1.Image\"\x1f\n\x0fGetImageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x13\n\x11ListImagesRequest\"6\n\x12ListImagesResponse\x12 \n\x06images\x18\x01 \x03(\x0b\x32\x10.warren.v1.Image\"\"\n\x12RemoveImageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xc3\x02\n\x06Images\x12?\n\x04Pull\x12\x1b.warren.v1.PullImageRequest\x1a\x18.warren.v1.ImageProgress0\x01\x12\x43\n\x06Import\x12\x1d.warren.v1.ImportImageRequest\x1a\x18.warren.v1.ImageProgress0\x01\x12\x33\n\x03Get\x12\x1a.warren.v1.GetImageRequest\x1a\x10.warren.v1.Image\x12\x43\n\x04List\x12\x1c.warren.v1.ListImagesRequest\x1a\x1d.warren.v1.ListImagesResponse\x12\x39\n\x06Remove\x12\x1d.warren.v1.RemoveImageRequest\x1a\x10.warren.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15warren/v1/image.proto\x12\twarren.v1\x1a\x16warren/v1/warren.proto\"H\n\x0cRegistryAuth\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12\x14\n\x0c\x62\x65\x61rer_token\x18\x03 \x01(\t\"\xa4\x01\n\x10PullImageRequest\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12%\n\x04\x61uth\x18\x03 \x01(\x0b\x32\x17.warren.v1.RegistryAuth\x12\x12\n\nplain_http\x18\x04 \x01(\x08\x12\x0f\n\x07\x63\x61_file\x18\x05 \x01(\t\x12\x10\n\x08platform\x18\x06 \x01(\t\x12\x17\n\x0fstall_timeout_s\x18\x07 \x01(\r\"T\n\x12ImportImageRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08ref_name\x18\x03 \x01(\t\x12\x10\n\x08platform\x18\x04 \x01(\t\"q\n\x0bImageConfig\x12\x0b\n\x03\x65nv\x18\x01 \x03(\t\x12\x0f\n\x07workdir\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x12\n\nentrypoint\x18\x04 \x03(\t\x12\x0b\n\x03\x63md\x18\x05 \x03(\t\x12\x15\n\rexposed_ports\x18\x06 \x03(\t\"S\n\nImageLayer\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\t\x12\x12\n\nlayer_name\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\"\xe8\x01\n\x05Image\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12%\n\x06layers\x18\x03 \x03(\x0b\x32\x15.warren.v1.ImageLayer\x12&\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x16.warren.v1.ImageConfig\x12\x15\n\rcreated_at_ns\x18\x05 \x01(\x03\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\x0e\n\x06in_use\x18\x07 \x01(\r\x12%\n\x06merged\x18\x08 \x01(\x0b\x32\x15.warren.v1.ImageLayer\x12\x14\n\x0cmerged_count\x18\t \x01(\r\"\xa8\x01\n\rImageProgress\x12\x14\n\x0clayer_digest\x18\x01 \x01(\t\x12\x13\n\x0blayer_index\x18\x02 \x01(\r\x12\x13\n\x0blayer_count\x18\x03 \x01(\r\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x12\n\nbytes_done\x18\x05 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x06 \x01(\x04\x12\x1f\n\x05image\x18\x07 \x01(\x0b\x32\x10.warren.v1.Image\"\x1f\n\x0fGetImageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x13\n\x11ListImagesRequest\"6\n\x12ListImagesResponse\x12 \n\x06images\x18\x01 \x03(\x0b\x32\x10.warren.v1.Image\"\"\n\x12RemoveImageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"I\n\x11MergeImageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0binclude_top\x18\x02 \x01(\x08\x12\x11\n\tmax_bytes\x18\x03 \x01(\x04\"\x14\n\x12PruneImagesRequest\";\n\x13PruneImagesResponse\x12\x0f\n\x07removed\x18\x01 \x03(\t\x12\x13\n\x0b\x62ytes_freed\x18\x02 \x01(\x04\x32\xce\x03\n\x06Images\x12?\n\x04Pull\x12\x1b.warren.v1.PullImageRequest\x1a\x18.warren.v1.ImageProgress0\x01\x12\x43\n\x06Import\x12\x1d.warren.v1.ImportImageRequest\x1a\x18.warren.v1.ImageProgress0\x01\x12\x33\n\x03Get\x12\x1a.warren.v1.GetImageRequest\x1a\x10.warren.v1.Image\x12\x43\n\x04List\x12\x1c.warren.v1.ListImagesRequest\x1a\x1d.warren.v1.ListImagesResponse\x12\x39\n\x06Remove\x12\x1d.warren.v1.RemoveImageRequest\x1a\x10.warren.v1.Empty\x12\x41\n\x05Merge\x12\x1c.warren.v1.MergeImageRequest\x1a\x18.warren.v1.ImageProgress0\x01\x12\x46\n\x05Prune\x12\x1d.warren.v1.PruneImagesRequest\x1a\x1e.warren.v1.PruneImagesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,17 +43,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMAGELAYER']._serialized_start=502
   _globals['_IMAGELAYER']._serialized_end=585
   _globals['_IMAGE']._serialized_start=588
-  _globals['_IMAGE']._serialized_end=759
-  _globals['_IMAGEPROGRESS']._serialized_start=762
-  _globals['_IMAGEPROGRESS']._serialized_end=930
-  _globals['_GETIMAGEREQUEST']._serialized_start=932
-  _globals['_GETIMAGEREQUEST']._serialized_end=963
-  _globals['_LISTIMAGESREQUEST']._serialized_start=965
-  _globals['_LISTIMAGESREQUEST']._serialized_end=984
-  _globals['_LISTIMAGESRESPONSE']._serialized_start=986
-  _globals['_LISTIMAGESRESPONSE']._serialized_end=1040
-  _globals['_REMOVEIMAGEREQUEST']._serialized_start=1042
-  _globals['_REMOVEIMAGEREQUEST']._serialized_end=1076
-  _globals['_IMAGES']._serialized_start=1079
-  _globals['_IMAGES']._serialized_end=1402
+  _globals['_IMAGE']._serialized_end=820
+  _globals['_IMAGEPROGRESS']._serialized_start=823
+  _globals['_IMAGEPROGRESS']._serialized_end=991
+  _globals['_GETIMAGEREQUEST']._serialized_start=993
+  _globals['_GETIMAGEREQUEST']._serialized_end=1024
+  _globals['_LISTIMAGESREQUEST']._serialized_start=1026
+  _globals['_LISTIMAGESREQUEST']._serialized_end=1045
+  _globals['_LISTIMAGESRESPONSE']._serialized_start=1047
+  _globals['_LISTIMAGESRESPONSE']._serialized_end=1101
+  _globals['_REMOVEIMAGEREQUEST']._serialized_start=1103
+  _globals['_REMOVEIMAGEREQUEST']._serialized_end=1137
+  _globals['_MERGEIMAGEREQUEST']._serialized_start=1139
+  _globals['_MERGEIMAGEREQUEST']._serialized_end=1212
+  _globals['_PRUNEIMAGESREQUEST']._serialized_start=1214
+  _globals['_PRUNEIMAGESREQUEST']._serialized_end=1234
+  _globals['_PRUNEIMAGESRESPONSE']._serialized_start=1236
+  _globals['_PRUNEIMAGESRESPONSE']._serialized_end=1295
+  _globals['_IMAGES']._serialized_start=1298
+  _globals['_IMAGES']._serialized_end=1760
 # @@protoc_insertion_point(module_scope)

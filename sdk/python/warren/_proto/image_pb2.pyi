@@ -76,7 +76,7 @@ class ImageLayer(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., layer: _Optional[str] = ..., layer_name: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class Image(_message.Message):
-    __slots__ = ("name", "digest", "layers", "config", "created_at_ns", "source", "in_use")
+    __slots__ = ("name", "digest", "layers", "config", "created_at_ns", "source", "in_use", "merged", "merged_count")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,8 @@ class Image(_message.Message):
     CREATED_AT_NS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     IN_USE_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    MERGED_COUNT_FIELD_NUMBER: _ClassVar[int]
     name: str
     digest: str
     layers: _containers.RepeatedCompositeFieldContainer[ImageLayer]
@@ -91,7 +93,9 @@ class Image(_message.Message):
     created_at_ns: int
     source: str
     in_use: int
-    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[ImageLayer, _Mapping]]] = ..., config: _Optional[_Union[ImageConfig, _Mapping]] = ..., created_at_ns: _Optional[int] = ..., source: _Optional[str] = ..., in_use: _Optional[int] = ...) -> None: ...
+    merged: ImageLayer
+    merged_count: int
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[ImageLayer, _Mapping]]] = ..., config: _Optional[_Union[ImageConfig, _Mapping]] = ..., created_at_ns: _Optional[int] = ..., source: _Optional[str] = ..., in_use: _Optional[int] = ..., merged: _Optional[_Union[ImageLayer, _Mapping]] = ..., merged_count: _Optional[int] = ...) -> None: ...
 
 class ImageProgress(_message.Message):
     __slots__ = ("layer_digest", "layer_index", "layer_count", "phase", "bytes_done", "bytes_total", "image")
@@ -132,3 +136,25 @@ class RemoveImageRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class MergeImageRequest(_message.Message):
+    __slots__ = ("name", "include_top", "max_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_TOP_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    include_top: bool
+    max_bytes: int
+    def __init__(self, name: _Optional[str] = ..., include_top: _Optional[bool] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class PruneImagesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PruneImagesResponse(_message.Message):
+    __slots__ = ("removed", "bytes_freed")
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FREED_FIELD_NUMBER: _ClassVar[int]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    bytes_freed: int
+    def __init__(self, removed: _Optional[_Iterable[str]] = ..., bytes_freed: _Optional[int] = ...) -> None: ...

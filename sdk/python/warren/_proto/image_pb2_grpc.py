@@ -60,6 +60,16 @@ class ImagesStub:
                 request_serializer=warren_dot_v1_dot_image__pb2.RemoveImageRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_warren__pb2.Empty.FromString,
                 _registered_method=True)
+        self.Merge = channel.unary_stream(
+                '/warren.v1.Images/Merge',
+                request_serializer=warren_dot_v1_dot_image__pb2.MergeImageRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_image__pb2.ImageProgress.FromString,
+                _registered_method=True)
+        self.Prune = channel.unary_unary(
+                '/warren.v1.Images/Prune',
+                request_serializer=warren_dot_v1_dot_image__pb2.PruneImagesRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_image__pb2.PruneImagesResponse.FromString,
+                _registered_method=True)
 
 
 class ImagesServicer:
@@ -97,6 +107,22 @@ class ImagesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Merge(self, request, context):
+        """Merges the image's layers offline into one EROFS layer, verified
+        against the stacked layers; progress as for a pull ("merging", "done"),
+        the last message carries the image.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prune(self, request, context):
+        """Layer GC: see PruneImagesResponse.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ImagesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +150,16 @@ def add_ImagesServicer_to_server(servicer, server):
                     servicer.Remove,
                     request_deserializer=warren_dot_v1_dot_image__pb2.RemoveImageRequest.FromString,
                     response_serializer=warren_dot_v1_dot_warren__pb2.Empty.SerializeToString,
+            ),
+            'Merge': grpc.unary_stream_rpc_method_handler(
+                    servicer.Merge,
+                    request_deserializer=warren_dot_v1_dot_image__pb2.MergeImageRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_image__pb2.ImageProgress.SerializeToString,
+            ),
+            'Prune': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prune,
+                    request_deserializer=warren_dot_v1_dot_image__pb2.PruneImagesRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_image__pb2.PruneImagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +297,60 @@ class Images:
             '/warren.v1.Images/Remove',
             warren_dot_v1_dot_image__pb2.RemoveImageRequest.SerializeToString,
             warren_dot_v1_dot_warren__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Merge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/warren.v1.Images/Merge',
+            warren_dot_v1_dot_image__pb2.MergeImageRequest.SerializeToString,
+            warren_dot_v1_dot_image__pb2.ImageProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Images/Prune',
+            warren_dot_v1_dot_image__pb2.PruneImagesRequest.SerializeToString,
+            warren_dot_v1_dot_image__pb2.PruneImagesResponse.FromString,
             options,
             channel_credentials,
             insecure,
