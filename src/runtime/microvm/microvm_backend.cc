@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -67,7 +68,7 @@ class MicrovmBackend : public Backend {
   }
 
   std::string name() const override { return "microvm"; }
-  Capabilities capabilities() const override { return {}; }
+  Capabilities capabilities() const override { return {Capability::kPause, Capability::kSuspend}; }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));
@@ -161,17 +162,19 @@ class MicrovmBackend : public Backend {
     vm.console_log = spec.dir + "/console.log";
     vm.agent_listen_fd = kAgentFd;
     std::vector<std::pair<int, int>> fds = {{listener.get(), kAgentFd}};
-    UniqueFd qmp_listener;
+    // Every VM has its monitor (pause, suspend; a clone's restore).
     const std::string qmp_path = microvm::SocketPath(spec.dir, dir.get(), "qmp.sock");
+    ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
+    vm.qmp_listen_fd = kQmpFd;
+    fds.push_back({qmp_listener.get(), kQmpFd});
     if (tmpl != nullptr) {
-      ASSIGN_OR_RETURN(qmp_listener, microvm::ListenUnix(qmp_path));
-      vm.qmp_listen_fd = kQmpFd;
       vm.ram_fd = kRamFd;
       vm.ram_shared = false;  // MAP_PRIVATE: the template's pages, copied on write
       vm.restore = true;
-      fds.push_back({qmp_listener.get(), kQmpFd});
       fds.push_back({tmpl->ram.get(), kRamFd});
     }
+    for (const std::string& f : vm.layer_files) rec.add_layer_files(f);
+    rec.set_ram_named(tmpl != nullptr);
     std::vector<int> procs_fds;
     procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
@@ -187,7 +190,6 @@ class MicrovmBackend : public Backend {
     microvm::proto::Hello setup;
     if (tmpl != nullptr) {
       Status s = microvm::RestoreClone(qmp_path, *tmpl, deadline);
-      ::unlink(qmp_path.c_str());  // the monitor is not for anyone else
       if (!s.ok()) return Status(s.code(), std::string(s.message()) + microvm::LogTails(spec.dir));
       setup.setup_root = true;
       setup.layers = vm.layer_files.size();
@@ -219,7 +221,7 @@ class MicrovmBackend : public Backend {
     parts.pidfd = std::move(q.pidfd);
     parts.cgroup = std::move(cgroup);
     parts.channel = std::move(*ch);
-    parts.exec_slack = o_.exec_slack;
+    FillRestore(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
@@ -227,20 +229,49 @@ class MicrovmBackend : public Backend {
  public:
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
     microvm::record::Microvm rec;
-    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.qemu_pid() <= 0) {
+    // qemu_pid is 0 in the record of a suspended VM.
+    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.disk().empty() || rec.qemu_pid() < 0) {
       return absl::InvalidArgumentError("sandbox " + spec.id + ": not a microvm record");
     }
-    pid_t pid = rec.qemu_pid();
-    auto gone = [&] {
-      return absl::NotFoundError("sandbox " + spec.id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
-    };
-    if (microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
-    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-    // Checked again with the pidfd held: the pid cannot be reused now.
-    if (!pidfd.valid() || microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
     StatusOr<std::unique_ptr<jail::Cgroup>> cgroup = cgroups_->Open(rec.cgroup());
+    MicrovmSandbox::Parts parts;
+    parts.spec = spec;
+    // A saved state file is the VM (suspended): a QEMU in its cgroup is one
+    // whose restore a crash cut short (the file goes only once a restore
+    // finished), killed here.
+    const std::string state = microvm::StateFilePath(rec.disk());
+    if (::access(state.c_str(), F_OK) == 0) {
+      if (!cgroup.ok()) return cgroup.status();
+      if (!(*cgroup)->Empty()) {
+        RETURN_IF_ERROR((*cgroup)->SignalAll(SIGKILL));
+        for (int i = 0; i < 500 && !(*cgroup)->Empty(); ++i) ::usleep(10000);
+        if (!(*cgroup)->Empty()) return absl::InternalError("sandbox " + spec.id + ": its cgroup did not empty");
+      }
+      rec.set_qemu_pid(0);
+      rec.set_qemu_start_time(0);
+      parts.record = rec;
+      parts.cgroup = std::move(*cgroup);
+      parts.suspended = true;
+      parts.paused = true;
+      FillRestore(&parts);
+      return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+    }
+    ASSIGN_OR_RETURN(UniqueFd pidfd, FindQemu(spec.id, &rec, cgroup.ok() ? cgroup->get() : nullptr));
     UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
+    // A VM stopped by Pause is let run for the hello (its agent answers
+    // only then); the node pauses it again after Adopt if its record says
+    // so.
+    {
+      StatusOr<microvm::Qmp> qmp = microvm::Qmp::Connect(microvm::SocketPath(spec.dir, dir.get(), "qmp.sock"),
+                                                         microvm::Qmp::Clock::now() + std::chrono::seconds(10));
+      if (qmp.ok()) {
+        StatusOr<std::string> st = qmp->Command(R"({"execute":"query-status"})");
+        if (st.ok() && st->find("\"running\": true") == std::string::npos) {
+          (void)qmp->Command(R"({"execute":"cont"})");  // the hello needs the guest running
+        }
+      }
+    }
     microvm::proto::HelloReply hello;
     int fd = pidfd.get();
     ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
@@ -251,13 +282,11 @@ class MicrovmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
                                            ", recorded " + rec.boot_id() + ")");
     }
-    MicrovmSandbox::Parts parts;
-    parts.spec = spec;
     parts.record = rec;
     parts.pidfd = std::move(pidfd);
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
-    parts.exec_slack = o_.exec_slack;
+    FillRestore(&parts);
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
 
@@ -289,6 +318,51 @@ class MicrovmBackend : public Backend {
   }
 
  private:
+  // What a sandbox needs to restore itself after a suspend.
+  void FillRestore(MicrovmSandbox::Parts* parts) const {
+    const SandboxSpec& spec = parts->spec;
+    const microvm::record::Microvm& rec = parts->record;
+    microvm::VmConfig vm;
+    vm.accel = rec.accel().empty() ? Accel() : rec.accel();
+    vm.memory_mb = spec.resources.memory_mb;
+    vm.cpus = o_.cpus;
+    vm.layer_files.assign(rec.layer_files().begin(), rec.layer_files().end());
+    vm.disk = rec.disk();
+    vm.console_log = spec.dir + "/console.log";
+    vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
+    vm.ram_named = rec.ram_named();
+    vm.restore = true;
+    parts->restore_vm = std::move(vm);
+    parts->qemu = o_.qemu;
+    parts->exec_slack = o_.exec_slack;
+    parts->boot_timeout = o_.boot_timeout;
+  }
+
+  // The VM's QEMU: the recorded pid when it is still that process, else
+  // the one process in the VM's cgroup (a QEMU restored after a suspend has
+  // another pid than the node's record of the create). *rec gets its pid.
+  StatusOr<UniqueFd> FindQemu(const std::string& id, microvm::record::Microvm* rec, jail::Cgroup* cgroup) {
+    pid_t pid = rec->qemu_pid();
+    if (pid > 0 && microvm::ProcessStartTime(pid) == rec->qemu_start_time()) {
+      UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+      // Checked again with the pidfd held: the pid cannot be reused now.
+      if (pidfd.valid() && microvm::ProcessStartTime(pid) == rec->qemu_start_time()) return pidfd;
+    }
+    if (cgroup != nullptr) {
+      std::vector<pid_t> pids = cgroup->Pids(false);
+      if (pids.size() == 1) {
+        UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pids[0], 0)));
+        std::vector<pid_t> again = cgroup->Pids(false);
+        if (pidfd.valid() && again.size() == 1 && again[0] == pids[0]) {
+          rec->set_qemu_pid(pids[0]);
+          rec->set_qemu_start_time(microvm::ProcessStartTime(pids[0]));
+          return pidfd;
+        }
+      }
+    }
+    return absl::NotFoundError("sandbox " + id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
+  }
+
   // The configured accelerator, or the probe's answer for "auto".
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 

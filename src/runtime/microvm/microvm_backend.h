@@ -29,8 +29,15 @@
 //   template for its shape (template.h) and falls back to a cold boot, with
 //   the reason in the log, when there is no template or the restore fails
 //   before the guest answered.
-// * Capabilities: none yet (pause/suspend/processes/export_changes answer
-//   Unimplemented through runtime::Require); files(): Unimplemented.
+// * Files: also <spec.dir>/qmp.sock (QEMU's monitor, every VM) and, while
+//   suspended, <disk_dir>/<id>.vmstate (the saved VM).
+// * Capabilities: pause (QMP stop/cont) and suspend (the stopped VM saved to
+//   its state file and its QEMU ended; restored on resume): sandbox.h.
+//   processes/export_changes answer Unimplemented through runtime::Require;
+//   files(): Unimplemented.
+// * Adopt: a VM with a state file is suspended (a QEMU in its cgroup then is
+//   a restore cut short, killed); else its QEMU is the recorded pid or the
+//   one process in its cgroup (a restore after a suspend gave it a new pid).
 // * Hostname: spec.hostname goes on the kernel command line; only
 //   [A-Za-z0-9.-] is accepted.
 #pragma once

@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,12 +16,127 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "common/file_util.h"
 
 extern char** environ;
 
 namespace warren::runtime::microvm {
+
+namespace {
+constexpr size_t kMaxQmpLine = 1 << 20;
+}  // namespace
+
+StatusOr<Qmp> Qmp::Connect(const std::string& path, Clock::time_point deadline) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return absl::InvalidArgumentError("QMP socket path too long: " + path);
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    return ErrnoToStatus(errno, "connect(" + path + ")");
+  }
+  Qmp q(std::move(fd), deadline);
+  ASSIGN_OR_RETURN(std::string greeting, q.ReadLine());
+  if (greeting.find("\"QMP\"") == std::string::npos) return absl::InternalError("QMP: no greeting: " + greeting);
+  RETURN_IF_ERROR(q.Command(R"({"execute":"qmp_capabilities"})").status());
+  return q;
+}
+
+StatusOr<std::string> Qmp::Command(const std::string& json, int pass_fd) {
+  std::string line = json + "\n";
+  iovec iov{line.data(), line.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  if (::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    return ErrnoToStatus(errno, "sendmsg(QMP)");
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(std::string answer, ReadLine());
+    if (answer.find("\"return\"") != std::string::npos) return answer;
+    if (answer.find("\"error\"") != std::string::npos) return absl::InternalError("QMP " + json + ": " + answer);
+  }
+}
+
+StatusOr<std::string> Qmp::ReadLine() {
+  while (true) {
+    size_t nl = buf_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buf_.substr(0, nl);
+      buf_.erase(0, nl + 1);
+      return line;
+    }
+    if (buf_.size() > kMaxQmpLine) return absl::InternalError("QMP: line over 1 MiB");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    if (left <= 0) return absl::DeadlineExceededError("QMP: no answer in time");
+    pollfd p{fd_.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(QMP)");
+    if (n <= 0) continue;
+    char chunk[4096];
+    ssize_t r = ::recv(fd_.get(), chunk, sizeof chunk, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoToStatus(errno, "recv(QMP)");
+    if (r == 0) return absl::UnavailableError("QMP: QEMU closed its monitor (exited?)");
+    buf_.append(chunk, static_cast<size_t>(r));
+  }
+}
+
+Status SetIgnoreShared(Qmp& qmp, bool on) {
+  return qmp
+      .Command(std::string(R"({"execute":"migrate-set-capabilities","arguments":{"capabilities":[)") +
+               R"({"capability":"x-ignore-shared","state":)" + (on ? "true" : "false") + "}]}}")
+      .status();
+}
+
+Status MigrateToFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline) {
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", fd).status());
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"migrate","arguments":{"uri":"fd:state"}})").status());
+  while (true) {
+    ASSIGN_OR_RETURN(std::string st, qmp.Command(R"({"execute":"query-migrate"})"));
+    if (st.find("\"completed\"") != std::string::npos) return absl::OkStatus();
+    if (st.find("\"failed\"") != std::string::npos || st.find("\"cancelled\"") != std::string::npos) {
+      return absl::InternalError("saving the VM's state failed: " + st);
+    }
+    if (Qmp::Clock::now() > deadline)
+      return absl::DeadlineExceededError("saving the VM's state did not complete in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Status MigrateFromFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline, bool* running) {
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", fd).status());
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"migrate-incoming","arguments":{"uri":"fd:state"}})").status());
+  // Polled until QEMU left "inmigrate". A failed load makes QEMU exit:
+  // Command() then fails (monitor closed).
+  while (true) {
+    ASSIGN_OR_RETURN(std::string st, qmp.Command(R"({"execute":"query-status"})"));
+    if (st.find("\"running\": true") != std::string::npos) {
+      *running = true;
+      return absl::OkStatus();
+    }
+    if (st.find("\"inmigrate\"") == std::string::npos) {
+      *running = false;
+      return absl::OkStatus();
+    }
+    if (Qmp::Clock::now() > deadline)
+      return absl::DeadlineExceededError("restoring the VM's state did not finish in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
 
 std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   std::string append =
@@ -31,7 +149,7 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   if (c.pids != 0 && !c.template_boot) append += " warren.pids=" + std::to_string(c.pids);
   if (c.template_boot) append += " warren.template=1";
   std::string machine = "microvm,x-option-roms=off,rtc=on";
-  if (c.ram_fd >= 0) machine += ",memory-backend=ram0";
+  if (c.ram_fd >= 0 || c.ram_named) machine += ",memory-backend=ram0";
   std::vector<std::string> a = {
       qemu,
       "-M",
@@ -66,6 +184,8 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
     a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(c.memory_mb) +
                                       "M,mem-path=/proc/self/fd/" + std::to_string(c.ram_fd) +
                                       ",share=" + (c.ram_shared ? "on" : "off")});
+  } else if (c.ram_named) {
+    a.insert(a.end(), {"-object", "memory-backend-ram,id=ram0,size=" + std::to_string(c.memory_mb) + "M"});
   }
   if (c.qmp_listen_fd >= 0) {
     a.insert(a.end(), {"-chardev", "socket,id=qmp,fd=" + std::to_string(c.qmp_listen_fd) + ",server=on,wait=off",

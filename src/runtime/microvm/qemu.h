@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,12 +54,55 @@ struct VmConfig {
   // shared (the template writes it) or private (a clone: copy-on-write).
   int ram_fd = -1;
   bool ram_shared = false;
+  // Without ram_fd: the RAM is still the named backend "ram0" (anonymous
+  // memory), so that the state of a clone (whose RAM block is "ram0") can be
+  // restored into it after a suspend.
+  bool ram_named = false;
   int qmp_listen_fd = -1;      // QMP monitor on this listening socket when >= 0
   bool template_boot = false;  // warren.template=1: the agent holds its disks
   // A clone: no kernel boot (the RAM holds the running guest), -incoming
   // defer (the state comes over QMP).
   bool restore = false;
 };
+
+// A QMP client on QEMU's monitor socket, line by line (QEMU ends every
+// message with \r\n). Answers are found by their "return"/"error" member;
+// events in between are skipped. Every read is bounded by the deadline
+// given to Connect. One command at a time; not thread-safe.
+class Qmp {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Connects to `path` (a path that fits sun_path, see SocketPath), reads
+  // the greeting and negotiates capabilities.
+  static StatusOr<Qmp> Connect(const std::string& path, Clock::time_point deadline);
+  // Sends `json` (with `pass_fd` as SCM_RIGHTS when >= 0) and returns the
+  // answer's line; an "error" answer is an error naming the command.
+  StatusOr<std::string> Command(const std::string& json, int pass_fd = -1);
+
+ private:
+  Qmp(UniqueFd fd, Clock::time_point deadline) : fd_(std::move(fd)), deadline_(deadline) {}
+  StatusOr<std::string> ReadLine();
+
+  UniqueFd fd_;
+  Clock::time_point deadline_;
+  std::string buf_;
+};
+
+// x-ignore-shared on (`on`: the template's RAM stays out of the stream) or
+// off (a suspend: all of the guest's RAM goes into it).
+Status SetIgnoreShared(Qmp& qmp, bool on);
+
+// Saves the VM's state (device state and, unless x-ignore-shared leaves it
+// out, its RAM) with QMP `migrate` into the open file `fd`, and waits until
+// the migration completed. The run state goes into the stream: a VM saved
+// while stopped is restored stopped.
+Status MigrateToFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline);
+
+// Loads a state saved by MigrateToFd into a QEMU started with `-incoming
+// defer` (and the same devices), from the open file `fd`, and waits until
+// the load finished: OK with *running telling whether the guest runs (the
+// state was saved running) or stays paused (saved stopped).
+Status MigrateFromFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline, bool* running);
 
 std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& config);
 
