@@ -250,3 +250,75 @@ def test_a_suspended_vm_survives_a_daemon_restart(
         d.stop()
     if sid:
         assert _leftovers(d, sid) == []
+
+
+def _status(pid: int) -> dict[str, str]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+def _limit(dirs: dict[str, Path], v1: tuple[str, str], v2: str) -> str:
+    """A cgroup file of the QEMU's cgroup: v1 (controller, file) or v2 file."""
+    if "unified" in dirs and (dirs["unified"] / v2).exists():
+        return (dirs["unified"] / v2).read_text().strip()
+    for key, d in dirs.items():
+        if v1[0] in key.split(","):
+            return (d / v1[1]).read_text().strip()
+    raise AssertionError(f"no {v1} or {v2} in {dirs}")
+
+
+def test_qemu_runs_jailed(mvm: Daemon, base_layer: str) -> None:
+    sbs = [_create(mvm, base_layer) for _ in range(2)]
+    try:
+        uids = set()
+        for sb in sbs:
+            qemu = _one_qemu(sb.id)
+            st = _status(qemu)
+            # Its own unprivileged uid and gid, no groups, no capabilities.
+            ruid, euid, suid, fsuid = (int(x) for x in st["Uid"].split())
+            assert ruid == euid == suid == fsuid and ruid >= 1_000_000, st["Uid"]
+            assert [int(x) for x in st["Gid"].split()] == [ruid] * 4, st["Gid"]
+            assert st["Groups"] == ""
+            assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0
+            uids.add(ruid)
+            # QEMU's seccomp filter (-sandbox on), no_new_privs.
+            assert st["Seccomp"] == "2" and st["NoNewPrivs"] == "1", st
+            # stdin /dev/null; no file of the host reachable by path is
+            # needed: the disks and console are open fds.
+            assert os.readlink(f"/proc/{qemu}/fd/0") == "/dev/null"
+            cmdline = Path(f"/proc/{qemu}/cmdline").read_bytes().split(b"\0")
+            assert b"-sandbox" in cmdline
+            # Its own cgroup under the daemon's, with the VM's limits:
+            # memory = 256 MiB of guest + QEMU's overhead, pids, cpu.
+            dirs = cgroup_dirs(qemu)
+            # v1: the memory, pids and cpu hierarchies; v2: the unified one.
+            keys = [k for k in dirs if {"memory", "pids", "cpu"} & set(k.split(","))]
+            for key, d in dirs.items():
+                if key in (keys or ["unified"]):
+                    assert d.name == sb.id and d.parent.name == "warren-microvm", (
+                        key,
+                        d,
+                    )
+                    assert str(d.parent.parent).startswith(
+                        str(cgroup_dirs(mvm.pid)[key])
+                    ), (
+                        key,
+                        d,
+                    )
+            mem = int(_limit(dirs, ("memory", "memory.limit_in_bytes"), "memory.max"))
+            assert mem == (256 + 128) << 20, mem
+            assert _limit(dirs, ("pids", "pids.max"), "pids.max") == "64"
+            cpu = _limit(dirs, ("cpu", "cpu.cfs_quota_us"), "cpu.max").split()[0]
+            assert cpu not in ("-1", "max"), cpu
+        assert len(uids) == 2, "each VM has its own uid"
+        # The guest works under all of it.
+        r = sbs[0].exec("echo ok > /root/f && cat /root/f", timeout=60)
+        assert r.exit_code == 0 and r.stdout == b"ok\n", r
+    finally:
+        for sb in sbs:
+            sb.destroy(timeout=60)
+    for sb in sbs:
+        assert _leftovers(mvm, sb.id) == []

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
+#include "runtime/container/uid_slots.h"
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/kvm_probe.h"
 #include "runtime/microvm/qemu.h"
@@ -29,6 +30,9 @@ namespace warren::runtime {
 namespace {
 
 using microvm::AgentChannel;
+using microvm::kAgentFd;
+using microvm::kQmpFd;
+using microvm::kRamFd;
 using microvm::MicrovmSandbox;
 
 // Below this the guest kernel and the agent do not fit (the kernel alone
@@ -36,7 +40,6 @@ using microvm::MicrovmSandbox;
 constexpr uint32_t kMinMemoryMb = 128;
 // QEMU's threads (vCPUs, RCU, I/O workers) with room.
 constexpr uint32_t kQemuPids = 64;
-constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
 
 bool PidfdAlive(int pidfd) {
@@ -54,8 +57,8 @@ Status CheckFile(const std::string& path, const std::string& what) {
 
 class MicrovmBackend : public Backend {
  public:
-  MicrovmBackend(MicrovmOptions o, std::unique_ptr<jail::CgroupManager> cgroups)
-      : o_(std::move(o)), cgroups_(std::move(cgroups)) {
+  MicrovmBackend(MicrovmOptions o, std::unique_ptr<jail::CgroupManager> cgroups, std::unique_ptr<UidSlots> uids)
+      : o_(std::move(o)), cgroups_(std::move(cgroups)), uids_(std::move(uids)) {
     if (!o_.template_dir.empty()) {
       microvm::TemplateOptions t;
       t.qemu = o_.qemu;
@@ -63,6 +66,7 @@ class MicrovmBackend : public Backend {
       t.initrd = o_.initrd;
       t.dir = o_.template_dir;
       t.boot_timeout = o_.boot_timeout;
+      t.identity = {o_.uid_base + o_.max_vms, o_.uid_base + o_.max_vms};
       templates_ = std::make_unique<microvm::TemplateCache>(std::move(t));
     }
   }
@@ -129,6 +133,9 @@ class MicrovmBackend : public Backend {
 
     RETURN_IF_ERROR(microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
+    ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
+    rec.set_uid_slot(slot);
+    rb.Add([this, slot] { uids_->Release(slot); });
 
     jail::CgroupLimits limits;
     limits.cpu_millis = spec.resources.cpu_millis;
@@ -160,8 +167,11 @@ class MicrovmBackend : public Backend {
     microvm::VmConfig vm = BaseConfig(spec);
     vm.disk = rec.disk();
     vm.console_log = spec.dir + "/console.log";
+    vm.name = "warren:" + spec.id;
     vm.agent_listen_fd = kAgentFd;
     std::vector<std::pair<int, int>> fds = {{listener.get(), kAgentFd}};
+    std::vector<UniqueFd> files;
+    RETURN_IF_ERROR(microvm::OpenVmFiles(&vm, microvm::kFirstFileFd, &files, &fds));
     // Every VM has its monitor (pause, suspend; a clone's restore).
     const std::string qmp_path = microvm::SocketPath(spec.dir, dir.get(), "qmp.sock");
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
@@ -178,8 +188,10 @@ class MicrovmBackend : public Backend {
     std::vector<int> procs_fds;
     procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-    ASSIGN_OR_RETURN(q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, spec.dir + "/qemu.log", procs_fds));
+    ASSIGN_OR_RETURN(
+        q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
     listener.reset();  // QEMU holds it now
+    files.clear();
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
@@ -236,6 +248,12 @@ class MicrovmBackend : public Backend {
     StatusOr<std::unique_ptr<jail::Cgroup>> cgroup = cgroups_->Open(rec.cgroup());
     MicrovmSandbox::Parts parts;
     parts.spec = spec;
+    if (rec.has_uid_slot() && !uids_->TakeSpecific(rec.uid_slot())) {
+      return absl::FailedPreconditionError("sandbox " + spec.id + ": its uid slot " + std::to_string(rec.uid_slot()) +
+                                           " is held by another sandbox or daemon");
+    }
+    Rollback rb;
+    if (rec.has_uid_slot()) rb.Add([this, &rec] { uids_->Release(rec.uid_slot()); });
     // A saved state file is the VM (suspended): a QEMU in its cgroup is one
     // whose restore a crash cut short (the file goes only once a restore
     // finished), killed here.
@@ -254,6 +272,7 @@ class MicrovmBackend : public Backend {
       parts.suspended = true;
       parts.paused = true;
       FillRestore(&parts);
+      rb.Commit();
       return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
     }
     ASSIGN_OR_RETURN(UniqueFd pidfd, FindQemu(spec.id, &rec, cgroup.ok() ? cgroup->get() : nullptr));
@@ -287,6 +306,7 @@ class MicrovmBackend : public Backend {
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
     FillRestore(&parts);
+    rb.Commit();
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
 
@@ -314,6 +334,7 @@ class MicrovmBackend : public Backend {
       if (!s.ok()) first = s;
     }
     Status s = microvm::RemoveVmFiles(spec.dir, disk);
+    if (rec.has_uid_slot()) uids_->Release(rec.uid_slot());
     return first.ok() ? s : first;
   }
 
@@ -331,9 +352,15 @@ class MicrovmBackend : public Backend {
     vm.console_log = spec.dir + "/console.log";
     vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
     vm.ram_named = rec.ram_named();
+    vm.name = "warren:" + spec.id;
     vm.restore = true;
     parts->restore_vm = std::move(vm);
     parts->qemu = o_.qemu;
+    if (rec.has_uid_slot()) {
+      const uint32_t slot = rec.uid_slot();
+      parts->identity = Identity(slot);
+      parts->release_uid = [this, slot] { uids_->Release(slot); };
+    }
     parts->exec_slack = o_.exec_slack;
     parts->boot_timeout = o_.boot_timeout;
   }
@@ -361,6 +388,11 @@ class MicrovmBackend : public Backend {
       }
     }
     return absl::NotFoundError("sandbox " + id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
+  }
+
+  microvm::QemuIdentity Identity(uint32_t slot) const {
+    const uid_t id = uids_->HostUid(slot);
+    return {id, id};
   }
 
   // The configured accelerator, or the probe's answer for "auto".
@@ -391,6 +423,7 @@ class MicrovmBackend : public Backend {
 
   const MicrovmOptions o_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
+  std::unique_ptr<UidSlots> uids_;
   std::unique_ptr<microvm::TemplateCache> templates_;  // warm starts; null: every create boots cold
   std::mutex log_mu_;
   std::string last_template_error_;
@@ -442,7 +475,12 @@ StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& optio
     RETURN_IF_ERROR(RemoveTree(options.template_dir));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));
-  return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups)));
+  if (options.max_vms == 0 || uint64_t{options.uid_base} + options.max_vms >= 0xfffffffeu) {
+    return absl::InvalidArgumentError("microvm: uid_base + max_vms must stay below 4294967294");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<UidSlots> uids,
+                   UidSlots::Open(options.uid_lock_dir, options.disk_dir, options.max_vms, options.uid_base, 1));
+  return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups), std::move(uids)));
 }
 
 }  // namespace warren::runtime

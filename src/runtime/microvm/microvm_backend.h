@@ -10,9 +10,12 @@
 //   console.log (the guest's serial console), qemu.log (QEMU's own
 //   messages); the writable disk <disk_dir>/<id>.img (sparse, on the node's
 //   disk rather than the run dir's tmpfs). Destroy and Cleanup remove them all.
-// * QEMU runs in its own cgroup <daemon's cgroup>/<cgroup_name>/<id> (memory
-//   = memory_mb + qemu.h's kQemuOverheadMb, pids, cpu = cpu_millis), joined
-//   before exec, in its own session: it survives a daemon restart and is
+// * QEMU runs jailed: its own cgroup <daemon's cgroup>/<cgroup_name>/<id>
+//   (memory = memory_mb + qemu.h's kQemuOverheadMb, pids, cpu = cpu_millis;
+//   v1 or v2), joined before exec; its own unprivileged uid/gid (no
+//   capabilities; every file it uses is passed as an open fd); QEMU's
+//   seccomp filter (-sandbox on, every deny option); stdin /dev/null; its
+//   own session: it survives a daemon restart and is
 //   re-adopted by pid (checked against its recorded start time) and socket.
 //   Cleanup kills whatever is in that cgroup, so a VM of a create that a
 //   crash interrupted is found without a record.
@@ -75,6 +78,12 @@ struct MicrovmOptions {
   // start and at the backend's end); empty: every create boots cold.
   std::string template_dir;
   std::string cgroup_name = "warren-microvm";
+  // Each VM's QEMU runs as its own uid = gid = uid_base + slot, slots
+  // claimed host-wide in uid_lock_dir (runtime/container/uid_slots.h) in the
+  // name of disk_dir; a template's QEMU as uid_base + max_vms.
+  std::string uid_lock_dir = "/run/warren/uid-slots";
+  uint32_t uid_base = 2200000000;
+  uint32_t max_vms = 4096;
   std::chrono::milliseconds boot_timeout{60000};
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;  // vCPUs per VM

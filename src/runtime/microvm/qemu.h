@@ -45,6 +45,7 @@ struct VmConfig {
   std::vector<std::string> layer_files;  // EROFS images, bottom first
   std::string disk;                      // the writable disk (ext4)
   std::string console_log;
+  std::string name;  // -name: what names the VM in `ps` (a sandbox id, a template's dir)
   std::string hostname;
   uint32_t shm_mb = 64;
   uint32_t pids = 0;        // the sandbox's task limit inside the guest (0: none)
@@ -63,6 +64,27 @@ struct VmConfig {
   // A clone: no kernel boot (the RAM holds the running guest), -incoming
   // defer (the state comes over QMP).
   bool restore = false;
+  // Files QEMU gets as open fds (its uid may not reach the paths): when
+  // set (>= 0), the fd number in QEMU of each layer file, the disk and the
+  // console log; QEMU opens them as /dev/fdset/<n> (-add-fd). OpenVmFiles
+  // fills them.
+  std::vector<int> layer_fds;
+  int disk_fd = -1;     // read-write; the set also holds disk_ro_fd:
+  int disk_ro_fd = -1;  // QEMU opens a read-write disk read-only first
+  int console_fd = -1;
+};
+
+// The VM's files opened for QEMU (layers read-only, the disk read-write,
+// the console log appended to), numbered from `first_target` on in QEMU;
+// sets vm->layer_fds/disk_fd/console_fd. `fds` gets (fd here, fd in QEMU)
+// pairs for LaunchQemu; `owned` keeps the fds open until QEMU started.
+Status OpenVmFiles(VmConfig* vm, int first_target, std::vector<UniqueFd>* owned, std::vector<std::pair<int, int>>* fds);
+
+// The identity QEMU runs as: an unprivileged uid/gid of its own (no
+// supplementary groups); 0/0 keeps the daemon's (root).
+struct QemuIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
 };
 
 // A QMP client on QEMU's monitor socket, line by line (QEMU ends every
@@ -113,15 +135,17 @@ struct LaunchedQemu {
 };
 
 // Starts QEMU as a child of this process in a new session (it outlives the
-// daemon: nothing ties it to the daemon's lifetime), with `listen_fd` as fd
-// `config.agent_listen_fd`, stdin /dev/null, stdout+stderr appended to
-// `log_path`, and its cgroup joined (writes to `procs_fds`) before exec.
-StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
-                                  const std::string& log_path, const std::vector<int>& procs_fds);
-// The same with several fds: each (fd in this process, its number in QEMU);
-// target numbers are >= 3 and distinct.
+// daemon: nothing ties it to the daemon's lifetime), with `fds` (each: fd
+// in this process, its number in QEMU; numbers 3..kMaxQemuFd, distinct),
+// stdin /dev/null, stdout+stderr appended to `log_path`. The child joins its
+// cgroup (writes to `procs_fds`), then drops to `id` (setgroups to none,
+// setresgid, setresuid: no capabilities left), then execs.
+constexpr int kMaxQemuFd = 90;
+// The fd numbers in QEMU: the agent's and the monitor's sockets, the
+// template's RAM, then the files of OpenVmFiles.
+constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5, kFirstFileFd = 10;
 StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const std::vector<std::pair<int, int>>& fds,
-                                  const std::string& log_path, const std::vector<int>& procs_fds);
+                                  const std::string& log_path, const std::vector<int>& procs_fds, QemuIdentity id = {});
 
 // /proc/<pid>/stat field 22 (start time in clock ticks), 0 if gone.
 uint64_t ProcessStartTime(pid_t pid);

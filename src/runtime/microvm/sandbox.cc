@@ -21,7 +21,6 @@ namespace warren::runtime::microvm {
 
 namespace {
 
-constexpr int kAgentFd = 3, kQmpFd = 4;
 constexpr std::chrono::milliseconds kQmpTimeout{10000};
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -352,6 +351,7 @@ Status MicrovmSandbox::Destroy() {
   }
   Status s = RemoveVmFiles(p_.spec.dir, p_.record.disk());
   if (first.ok()) first = s;
+  if (p_.release_uid) p_.release_uid();
   return first;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,6 +64,8 @@ class MicrovmSandbox : public Sandbox, public Pausable, public Suspendable {
     std::chrono::milliseconds boot_timeout{60000};  // bounds a save and a restore
     std::string qemu;                               // the binary
     VmConfig restore_vm;                            // the VM as QemuArgv starts it for a restore (restore = true)
+    QemuIdentity identity;                          // QEMU's uid/gid
+    std::function<void()> release_uid;              // gives QEMU's uid back (Destroy)
     bool suspended = false;
     bool paused = false;
   };

@@ -25,7 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5;
 // Placeholder disks of a template: the template never binds its disks, so
 // their size and content do not matter.
 constexpr off_t kPlaceholderBytes = 1 << 20;
@@ -77,7 +76,7 @@ int KillTemplateQemus(const std::string& qemu, const std::string& dir) {
   int killed = 0;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return 0;
-  const std::string needle = dir + "/";
+  const std::string needle = dir;
   while (dirent* e = ::readdir(proc)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
@@ -191,6 +190,7 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
     }
   }
   c.console_log = dir + "/console.log";
+  c.name = "warren-template:" + dir;
   c.hostname = "template";
   c.agent_listen_fd = kAgentFd;
   c.qmp_listen_fd = kQmpFd;
@@ -210,12 +210,14 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
   const std::string qmp_path = SocketPath(dir, dir_fd.get(), "qmp.sock");
   ASSIGN_OR_RETURN(UniqueFd agent_listener, ListenUnix(agent_path));
   ASSIGN_OR_RETURN(UniqueFd qmp_listener, ListenUnix(qmp_path));
-  ASSIGN_OR_RETURN(LaunchedQemu q,
-                   LaunchQemu(QemuArgv(o_.qemu, c),
-                              {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), kRamFd}},
-                              dir + "/qemu.log", {}));
+  std::vector<std::pair<int, int>> fds = {
+      {agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), kRamFd}};
+  std::vector<UniqueFd> files;
+  RETURN_IF_ERROR(OpenVmFiles(&c, kFirstFileFd, &files, &fds));
+  ASSIGN_OR_RETURN(LaunchedQemu q, LaunchQemu(QemuArgv(o_.qemu, c), fds, dir + "/qemu.log", {}, o_.identity));
   agent_listener.reset();
   qmp_listener.reset();
+  files.clear();
   Rollback rb;
   rb.Add([&] { KillQemu(std::move(q.pidfd)); });
   auto fail = [&](const Status& s) { return Status(s.code(), std::string(s.message()) + LogTails(dir)); };
