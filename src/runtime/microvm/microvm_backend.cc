@@ -435,6 +435,14 @@ Status CheckMicrovmHost(const MicrovmOptions& o) {
   RETURN_IF_ERROR(CheckFile(o.qemu, "QEMU"));
   RETURN_IF_ERROR(CheckFile(o.kernel, "guest kernel"));
   RETURN_IF_ERROR(CheckFile(o.initrd, "guest initramfs"));
+  // QEMU runs as an unprivileged uid of its own and opens them itself.
+  for (const auto& [path, what] : {std::pair{o.kernel, "guest kernel"}, std::pair{o.initrd, "guest initramfs"}}) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) == 0) {
+      return absl::FailedPreconditionError(std::string("microvm: ") + what + " " + path +
+                                           " must be readable by all (QEMU runs as an unprivileged uid): chmod o+r");
+    }
+  }
   if (o.accel != "tcg" && o.accel != "kvm" && o.accel != "auto") {
     return absl::InvalidArgumentError("microvm: accel must be tcg, kvm or auto, not \"" + o.accel + "\"");
   }

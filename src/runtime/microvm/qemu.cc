@@ -188,7 +188,11 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "-device",
       "virtserialport,chardev=agent,name=warren.agent",
   };
-  if (!c.restore) a.insert(a.end(), {"-kernel", c.kernel, "-initrd", c.initrd, "-append", append});
+  if (!c.restore) {
+    auto by_fd = [](int fd, const std::string& path) { return fd >= 0 ? "/proc/self/fd/" + std::to_string(fd) : path; };
+    a.insert(a.end(),
+             {"-kernel", by_fd(c.kernel_fd, c.kernel), "-initrd", by_fd(c.initrd_fd, c.initrd), "-append", append});
+  }
   if (c.ram_fd >= 0) {
     a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(c.memory_mb) +
                                       "M,mem-path=/proc/self/fd/" + std::to_string(c.ram_fd) +
@@ -265,6 +269,10 @@ Status OpenVmFiles(VmConfig* vm, int first_target, std::vector<UniqueFd>* owned,
   RETURN_IF_ERROR(add(vm->disk, O_RDWR, &vm->disk_fd));
   RETURN_IF_ERROR(add(vm->disk, O_RDONLY, &vm->disk_ro_fd));
   RETURN_IF_ERROR(add(vm->console_log, O_WRONLY | O_CREAT | O_APPEND, &vm->console_fd));
+  if (!vm->restore) {
+    RETURN_IF_ERROR(add(vm->kernel, O_RDONLY, &vm->kernel_fd));
+    RETURN_IF_ERROR(add(vm->initrd, O_RDONLY, &vm->initrd_fd));
+  }
   return absl::OkStatus();
 }
 

@@ -72,6 +72,11 @@ struct VmConfig {
   int disk_fd = -1;     // read-write; the set also holds disk_ro_fd:
   int disk_ro_fd = -1;  // QEMU opens a read-write disk read-only first
   int console_fd = -1;
+  // The kernel and initramfs (a boot) as /proc/self/fd/<n>: QEMU reads them
+  // by path, which skips the directories it could not search; the files
+  // themselves must be readable by all (CheckMicrovmHost).
+  int kernel_fd = -1;
+  int initrd_fd = -1;
 };
 
 // The VM's files opened for QEMU (layers read-only, the disk read-write,
