@@ -69,6 +69,27 @@ def qemu_pss_kib(ids: list[str]) -> tuple[int, int]:
     return pss, rss
 
 
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def qemu_cpu_ticks(ids: list[str]) -> int:
+    """Summed utime+stime (ticks) of the QEMUs named warren:<id>."""
+    want = {f"warren:{i}".encode() for i in ids}
+    total = 0
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            if not set(Path(f"/proc/{e}/cmdline").read_bytes().split(b"\0")) & want:
+                continue
+            f = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(f[11]) + int(f[12])
+        except OSError:
+            continue
+    return total
+
+
 def floors(runs: int) -> dict:
     out = tempfile.mktemp(suffix=".json", prefix="mvm-floors-")
     try:
@@ -118,6 +139,12 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=20, help="warm creates")
     ap.add_argument("--cold", type=int, default=5, help="cold creates")
     ap.add_argument("--density", type=int, default=100, help="idle VMs up at once")
+    ap.add_argument(
+        "--density-budget",
+        type=float,
+        default=600,
+        help="stop creating idle VMs after this many s",
+    )
     ap.add_argument("--rate-vm", type=int, default=16, help="microvm cycles at c8")
     ap.add_argument("--rate-ct", type=int, default=48, help="container cycles at c8")
     ap.add_argument("--guest", type=Path, default=Path("/var/cache/warren/microvm"))
@@ -130,6 +157,9 @@ def main() -> int:
         res["floor_cold_answer_s"] = f["cold_answer_s"]
         res["floor_warm_answer_s"] = f["warm_answer_s"]
         res["floor_warm_restored_s"] = f["warm_restored_s"]
+        say(
+            f"floors: cold {ms(res['floor_cold_answer_s'])}, warm {ms(res['floor_warm_answer_s'])}"
+        )
 
     root = Path(tempfile.mkdtemp(prefix="microvm-mustshow-", dir="/var/tmp"))
     layer = "base/debian-12@1"
@@ -138,12 +168,16 @@ def main() -> int:
         try:
             d.client.layers.build(layer, dir=str(W.ROOTFS), timeout=900)
             res["cold_s"] = [W.create_to_exec(d.client, layer) for _ in range(a.cold)]
+            say(f"cold: {ms(res['cold_s'])} {res['cold_s']}")
         finally:
             d.stop()
         d = W.Daemon(root, "warm", a.guest, [])
         try:
             res["template_first_s"] = W.create_to_exec(d.client, layer)
             res["warm_s"] = [W.create_to_exec(d.client, layer) for _ in range(a.n)]
+            say(
+                f"warm: {ms(res['warm_s'])} (template + first clone {res['template_first_s']:.2f} s)"
+            )
 
             if a.density > 0:
                 before = mem_available_kib()
@@ -151,6 +185,8 @@ def main() -> int:
                 t0 = time.monotonic()
                 try:
                     for _ in range(a.density):
+                        if time.monotonic() - t0 > a.density_budget:
+                            break
                         sbs.append(
                             d.client.create(
                                 backend="microvm",
@@ -163,9 +199,17 @@ def main() -> int:
                     ok = sum(
                         1 for sb in sbs if sb.exec(["true"], timeout=120).exit_code == 0
                     )
-                    time.sleep(5)  # idle
+                    ids = [sb.id for sb in sbs]
+                    c0 = qemu_cpu_ticks(ids)
+                    time.sleep(10)  # idle
+                    idle_cpu = (
+                        (qemu_cpu_ticks(ids) - c0)
+                        / os.sysconf("SC_CLK_TCK")
+                        / 10
+                        / len(sbs)
+                    )
                     after = mem_available_kib()
-                    pss, rss = qemu_pss_kib([sb.id for sb in sbs])
+                    pss, rss = qemu_pss_kib(ids)
                     res["density"] = {
                         "vms": len(sbs),
                         "answered": ok,
@@ -173,14 +217,18 @@ def main() -> int:
                         "per_vm_host_mib": (before - after) / 1024 / len(sbs),
                         "qemu_pss_per_vm_mib": pss / 1024 / len(sbs),
                         "qemu_rss_per_vm_mib": rss / 1024 / len(sbs),
+                        "idle_cpu_per_vm": idle_cpu,
                         "load": os.getloadavg()[0],
                     }
+                    say(f"density: {res['density']}")
                 finally:
                     with ThreadPoolExecutor(4) as ex:
                         list(ex.map(lambda sb: sb.destroy(timeout=120), sbs))
 
             r_vm, lat_vm = rate(d.client, "microvm", layer, a.rate_vm)
+            say(f"c8 microvm: {r_vm:.2f}/s")
             r_ct, lat_ct = rate(d.client, "container", layer, a.rate_ct)
+            say(f"c8 container: {r_ct:.2f}/s")
             res["rate_c8"] = {
                 "microvm_per_s": r_vm,
                 "container_per_s": r_ct,
@@ -214,7 +262,7 @@ def main() -> int:
         print(
             f"density: {dn['vms']} idle VMs up ({dn['answered']} answered) in {res['density_create_s']:.0f} s; host memory "
             f"{dn['per_vm_host_mib']:.1f} MiB/VM (MemAvailable), QEMU Pss {dn['qemu_pss_per_vm_mib']:.1f} MiB/VM, "
-            f"Rss {dn['qemu_rss_per_vm_mib']:.1f} MiB/VM"
+            f"Rss {dn['qemu_rss_per_vm_mib']:.1f} MiB/VM; idle CPU {dn['idle_cpu_per_vm'] * 100:.1f} % of a core per VM"
         )
     rc = res["rate_c8"]
     print(
