@@ -62,6 +62,9 @@ class Daemon:
             + extra,
             stdout=open(self.log, "wb"),  # noqa: SIM115 (the daemon's lifetime)
             stderr=subprocess.STDOUT,
+            # Its own session: a Ctrl-C of the bench must not stop it before
+            # the bench destroyed its VMs (they outlive the daemon).
+            start_new_session=True,
         )
         self.client = warren.Client(f"unix:{self.sock}")
         for _ in range(300):

@@ -36,7 +36,7 @@ FileInfo FromWire(proto::WireFileInfo w) {
 // hold beyond decoding (false + why: a protocol violation).
 class Caller {
  public:
-  Caller(AgentChannel* ch, Ms timeout) : ch_(ch), timeout_(timeout) {}
+  Caller(ChannelSource ch, Ms timeout) : ch_(std::move(ch)), timeout_(timeout) {}
 
   StatusOr<proto::FileReply> Call(const proto::FileRequest& req,
                                   const std::function<bool(const proto::FileReply&, std::string*)>& check = nullptr) {
@@ -45,17 +45,17 @@ class Caller {
       if (!proto::Decode(payload, &r, why)) return false;
       return !check || check(r, why);
     };
+    ASSIGN_OR_RETURN(std::shared_ptr<AgentChannel> ch, ch_());
     ASSIGN_OR_RETURN(std::string payload,
-                     ch_->Request(FrameType::kFileRequest, proto::Encode(req), FrameType::kFileReply, timeout_, valid));
+                     ch->Request(FrameType::kFileRequest, proto::Encode(req), FrameType::kFileReply, timeout_, valid));
     proto::FileReply r;
     std::string why;
     (void)proto::Decode(payload, &r, &why);  // validated on delivery
     return r;
   }
-  AgentChannel* channel() const { return ch_; }
 
  private:
-  AgentChannel* ch_;
+  ChannelSource ch_;
   Ms timeout_;
 };
 
@@ -143,7 +143,7 @@ bool HasHandle(const proto::FileReply& r, std::string* why) {
 
 class MicrovmFiles : public SandboxFiles {
  public:
-  MicrovmFiles(AgentChannel* ch, Ms timeout) : c_(ch, timeout) {}
+  MicrovmFiles(ChannelSource ch, Ms timeout, std::string id) : c_(std::move(ch), timeout), id_(std::move(id)) {}
 
   StatusOr<std::unique_ptr<FileWriter>> OpenWrite(const std::string& path, uint32_t mode, bool make_parents) override {
     proto::FileRequest req;
@@ -201,7 +201,7 @@ class MicrovmFiles : public SandboxFiles {
       for (proto::WireFileInfo& i : r.infos) out.push_back(FromWire(std::move(i)));
       if (!r.more) break;
       if (r.infos.empty()) {
-        return absl::UnavailableError("sandbox " + c_.channel()->sandbox_id() + ": list(" + path +
+        return absl::UnavailableError("sandbox " + id_ + ": list(" + path +
                                       "): the guest announced more entries but sent none");
       }
       if (out.size() > kMaxListEntries) {
@@ -253,12 +253,14 @@ class MicrovmFiles : public SandboxFiles {
   }
 
   Caller c_;
+  std::string id_;
 };
 
 }  // namespace
 
-std::unique_ptr<SandboxFiles> NewMicrovmFiles(AgentChannel* channel, std::chrono::milliseconds timeout) {
-  return std::make_unique<MicrovmFiles>(channel, timeout);
+std::unique_ptr<SandboxFiles> NewMicrovmFiles(std::string sandbox_id, ChannelSource channel,
+                                             std::chrono::milliseconds timeout) {
+  return std::make_unique<MicrovmFiles>(std::move(channel), timeout, std::move(sandbox_id));
 }
 
 }  // namespace warren::runtime::microvm

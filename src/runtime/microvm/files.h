@@ -11,7 +11,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "runtime/backend.h"
 #include "runtime/microvm/channel.h"
@@ -20,6 +22,10 @@ namespace warren::runtime::microvm {
 
 // `timeout`: how long one request may take in the guest (a recursive remove
 // of a large tree is one request).
-std::unique_ptr<SandboxFiles> NewMicrovmFiles(AgentChannel* channel, std::chrono::milliseconds timeout);
+// `channel` yields the sandbox's live channel for each call (an error while
+// the VM is suspended or gone: that call fails with it).
+using ChannelSource = std::function<StatusOr<std::shared_ptr<AgentChannel>>()>;
+std::unique_ptr<SandboxFiles> NewMicrovmFiles(std::string sandbox_id, ChannelSource channel,
+                                             std::chrono::milliseconds timeout);
 
 }  // namespace warren::runtime::microvm

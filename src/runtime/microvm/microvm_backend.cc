@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,6 +18,7 @@
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
+#include "runtime/container/uid_slots.h"
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/kvm_probe.h"
 #include "runtime/microvm/qemu.h"
@@ -28,6 +30,9 @@ namespace warren::runtime {
 namespace {
 
 using microvm::AgentChannel;
+using microvm::kAgentFd;
+using microvm::kQmpFd;
+using microvm::kRamFd;
 using microvm::MicrovmSandbox;
 
 // Below this the guest kernel and the agent do not fit (the kernel alone
@@ -35,7 +40,6 @@ using microvm::MicrovmSandbox;
 constexpr uint32_t kMinMemoryMb = 128;
 // QEMU's threads (vCPUs, RCU, I/O workers) with room.
 constexpr uint32_t kQemuPids = 64;
-constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
 
 bool PidfdAlive(int pidfd) {
@@ -53,8 +57,8 @@ Status CheckFile(const std::string& path, const std::string& what) {
 
 class MicrovmBackend : public Backend {
  public:
-  MicrovmBackend(MicrovmOptions o, std::unique_ptr<jail::CgroupManager> cgroups)
-      : o_(std::move(o)), cgroups_(std::move(cgroups)) {
+  MicrovmBackend(MicrovmOptions o, std::unique_ptr<jail::CgroupManager> cgroups, std::unique_ptr<UidSlots> uids)
+      : o_(std::move(o)), cgroups_(std::move(cgroups)), uids_(std::move(uids)) {
     if (!o_.template_dir.empty()) {
       microvm::TemplateOptions t;
       t.qemu = o_.qemu;
@@ -62,12 +66,15 @@ class MicrovmBackend : public Backend {
       t.initrd = o_.initrd;
       t.dir = o_.template_dir;
       t.boot_timeout = o_.boot_timeout;
+      t.identity = {o_.uid_base + o_.max_vms, o_.uid_base + o_.max_vms};
       templates_ = std::make_unique<microvm::TemplateCache>(std::move(t));
     }
   }
 
   std::string name() const override { return "microvm"; }
-  Capabilities capabilities() const override { return {Capability::kProcesses}; }
+  Capabilities capabilities() const override {
+    return {Capability::kProcesses, Capability::kPause, Capability::kSuspend};
+  }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));
@@ -128,6 +135,9 @@ class MicrovmBackend : public Backend {
 
     RETURN_IF_ERROR(microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
+    ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
+    rec.set_uid_slot(slot);
+    rb.Add([this, slot] { uids_->Release(slot); });
 
     jail::CgroupLimits limits;
     limits.cpu_millis = spec.resources.cpu_millis;
@@ -159,24 +169,31 @@ class MicrovmBackend : public Backend {
     microvm::VmConfig vm = BaseConfig(spec);
     vm.disk = rec.disk();
     vm.console_log = spec.dir + "/console.log";
+    vm.name = "warren:" + spec.id;
     vm.agent_listen_fd = kAgentFd;
     std::vector<std::pair<int, int>> fds = {{listener.get(), kAgentFd}};
-    UniqueFd qmp_listener;
+    std::vector<UniqueFd> files;
+    RETURN_IF_ERROR(microvm::OpenVmFiles(&vm, microvm::kFirstFileFd, &files, &fds));
+    // Every VM has its monitor (pause, suspend; a clone's restore).
     const std::string qmp_path = microvm::SocketPath(spec.dir, dir.get(), "qmp.sock");
+    ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
+    vm.qmp_listen_fd = kQmpFd;
+    fds.push_back({qmp_listener.get(), kQmpFd});
     if (tmpl != nullptr) {
-      ASSIGN_OR_RETURN(qmp_listener, microvm::ListenUnix(qmp_path));
-      vm.qmp_listen_fd = kQmpFd;
       vm.ram_fd = kRamFd;
       vm.ram_shared = false;  // MAP_PRIVATE: the template's pages, copied on write
       vm.restore = true;
-      fds.push_back({qmp_listener.get(), kQmpFd});
       fds.push_back({tmpl->ram.get(), kRamFd});
     }
+    for (const std::string& f : vm.layer_files) rec.add_layer_files(f);
+    rec.set_ram_named(tmpl != nullptr);
     std::vector<int> procs_fds;
     procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-    ASSIGN_OR_RETURN(q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, spec.dir + "/qemu.log", procs_fds));
+    ASSIGN_OR_RETURN(
+        q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
     listener.reset();  // QEMU holds it now
+    files.clear();
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
@@ -187,7 +204,6 @@ class MicrovmBackend : public Backend {
     microvm::proto::Hello setup;
     if (tmpl != nullptr) {
       Status s = microvm::RestoreClone(qmp_path, *tmpl, deadline);
-      ::unlink(qmp_path.c_str());  // the monitor is not for anyone else
       if (!s.ok()) return Status(s.code(), std::string(s.message()) + microvm::LogTails(spec.dir));
       setup.setup_root = true;
       setup.layers = vm.layer_files.size();
@@ -219,7 +235,7 @@ class MicrovmBackend : public Backend {
     parts.pidfd = std::move(q.pidfd);
     parts.cgroup = std::move(cgroup);
     parts.channel = std::move(*ch);
-    parts.exec_slack = o_.exec_slack;
+    FillRestore(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
@@ -227,20 +243,56 @@ class MicrovmBackend : public Backend {
  public:
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
     microvm::record::Microvm rec;
-    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.qemu_pid() <= 0) {
+    // qemu_pid is 0 in the record of a suspended VM.
+    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.disk().empty() || rec.qemu_pid() < 0) {
       return absl::InvalidArgumentError("sandbox " + spec.id + ": not a microvm record");
     }
-    pid_t pid = rec.qemu_pid();
-    auto gone = [&] {
-      return absl::NotFoundError("sandbox " + spec.id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
-    };
-    if (microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
-    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-    // Checked again with the pidfd held: the pid cannot be reused now.
-    if (!pidfd.valid() || microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
     StatusOr<std::unique_ptr<jail::Cgroup>> cgroup = cgroups_->Open(rec.cgroup());
+    MicrovmSandbox::Parts parts;
+    parts.spec = spec;
+    if (rec.has_uid_slot() && !uids_->TakeSpecific(rec.uid_slot())) {
+      return absl::FailedPreconditionError("sandbox " + spec.id + ": its uid slot " + std::to_string(rec.uid_slot()) +
+                                           " is held by another sandbox or daemon");
+    }
+    Rollback rb;
+    if (rec.has_uid_slot()) rb.Add([this, &rec] { uids_->Release(rec.uid_slot()); });
+    // A saved state file is the VM (suspended): a QEMU in its cgroup is one
+    // whose restore a crash cut short (the file goes only once a restore
+    // finished), killed here.
+    const std::string state = microvm::StateFilePath(rec.disk());
+    if (::access(state.c_str(), F_OK) == 0) {
+      if (!cgroup.ok()) return cgroup.status();
+      if (!(*cgroup)->Empty()) {
+        RETURN_IF_ERROR((*cgroup)->SignalAll(SIGKILL));
+        for (int i = 0; i < 500 && !(*cgroup)->Empty(); ++i) ::usleep(10000);
+        if (!(*cgroup)->Empty()) return absl::InternalError("sandbox " + spec.id + ": its cgroup did not empty");
+      }
+      rec.set_qemu_pid(0);
+      rec.set_qemu_start_time(0);
+      parts.record = rec;
+      parts.cgroup = std::move(*cgroup);
+      parts.suspended = true;
+      parts.paused = true;
+      FillRestore(&parts);
+      rb.Commit();
+      return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+    }
+    ASSIGN_OR_RETURN(UniqueFd pidfd, FindQemu(spec.id, &rec, cgroup.ok() ? cgroup->get() : nullptr));
     UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
+    // A VM stopped by Pause is let run for the hello (its agent answers
+    // only then); the node pauses it again after Adopt if its record says
+    // so.
+    {
+      StatusOr<microvm::Qmp> qmp = microvm::Qmp::Connect(microvm::SocketPath(spec.dir, dir.get(), "qmp.sock"),
+                                                         microvm::Qmp::Clock::now() + std::chrono::seconds(10));
+      if (qmp.ok()) {
+        StatusOr<std::string> st = qmp->Command(R"({"execute":"query-status"})");
+        if (st.ok() && st->find("\"running\": true") == std::string::npos) {
+          (void)qmp->Command(R"({"execute":"cont"})");  // the hello needs the guest running
+        }
+      }
+    }
     microvm::proto::HelloReply hello;
     int fd = pidfd.get();
     ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
@@ -251,13 +303,12 @@ class MicrovmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
                                            ", recorded " + rec.boot_id() + ")");
     }
-    MicrovmSandbox::Parts parts;
-    parts.spec = spec;
     parts.record = rec;
     parts.pidfd = std::move(pidfd);
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
-    parts.exec_slack = o_.exec_slack;
+    FillRestore(&parts);
+    rb.Commit();
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
 
@@ -285,10 +336,67 @@ class MicrovmBackend : public Backend {
       if (!s.ok()) first = s;
     }
     Status s = microvm::RemoveVmFiles(spec.dir, disk);
+    if (rec.has_uid_slot()) uids_->Release(rec.uid_slot());
     return first.ok() ? s : first;
   }
 
  private:
+  // What a sandbox needs to restore itself after a suspend.
+  void FillRestore(MicrovmSandbox::Parts* parts) const {
+    const SandboxSpec& spec = parts->spec;
+    const microvm::record::Microvm& rec = parts->record;
+    microvm::VmConfig vm;
+    vm.accel = rec.accel().empty() ? Accel() : rec.accel();
+    vm.memory_mb = spec.resources.memory_mb;
+    vm.cpus = o_.cpus;
+    vm.layer_files.assign(rec.layer_files().begin(), rec.layer_files().end());
+    vm.disk = rec.disk();
+    vm.console_log = spec.dir + "/console.log";
+    vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
+    vm.ram_named = rec.ram_named();
+    vm.name = "warren:" + spec.id;
+    vm.restore = true;
+    parts->restore_vm = std::move(vm);
+    parts->qemu = o_.qemu;
+    if (rec.has_uid_slot()) {
+      const uint32_t slot = rec.uid_slot();
+      parts->identity = Identity(slot);
+      parts->release_uid = [this, slot] { uids_->Release(slot); };
+    }
+    parts->exec_slack = o_.exec_slack;
+    parts->boot_timeout = o_.boot_timeout;
+  }
+
+  // The VM's QEMU: the recorded pid when it is still that process, else
+  // the one process in the VM's cgroup (a QEMU restored after a suspend has
+  // another pid than the node's record of the create). *rec gets its pid.
+  StatusOr<UniqueFd> FindQemu(const std::string& id, microvm::record::Microvm* rec, jail::Cgroup* cgroup) {
+    pid_t pid = rec->qemu_pid();
+    if (pid > 0 && microvm::ProcessStartTime(pid) == rec->qemu_start_time()) {
+      UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+      // Checked again with the pidfd held: the pid cannot be reused now.
+      if (pidfd.valid() && microvm::ProcessStartTime(pid) == rec->qemu_start_time()) return pidfd;
+    }
+    if (cgroup != nullptr) {
+      std::vector<pid_t> pids = cgroup->Pids(false);
+      if (pids.size() == 1) {
+        UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pids[0], 0)));
+        std::vector<pid_t> again = cgroup->Pids(false);
+        if (pidfd.valid() && again.size() == 1 && again[0] == pids[0]) {
+          rec->set_qemu_pid(pids[0]);
+          rec->set_qemu_start_time(microvm::ProcessStartTime(pids[0]));
+          return pidfd;
+        }
+      }
+    }
+    return absl::NotFoundError("sandbox " + id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
+  }
+
+  microvm::QemuIdentity Identity(uint32_t slot) const {
+    const uid_t id = uids_->HostUid(slot);
+    return {id, id};
+  }
+
   // The configured accelerator, or the probe's answer for "auto".
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
@@ -317,6 +425,7 @@ class MicrovmBackend : public Backend {
 
   const MicrovmOptions o_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
+  std::unique_ptr<UidSlots> uids_;
   std::unique_ptr<microvm::TemplateCache> templates_;  // warm starts; null: every create boots cold
   std::mutex log_mu_;
   std::string last_template_error_;
@@ -328,6 +437,14 @@ Status CheckMicrovmHost(const MicrovmOptions& o) {
   RETURN_IF_ERROR(CheckFile(o.qemu, "QEMU"));
   RETURN_IF_ERROR(CheckFile(o.kernel, "guest kernel"));
   RETURN_IF_ERROR(CheckFile(o.initrd, "guest initramfs"));
+  // QEMU runs as an unprivileged uid of its own and opens them itself.
+  for (const auto& [path, what] : {std::pair{o.kernel, "guest kernel"}, std::pair{o.initrd, "guest initramfs"}}) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) == 0) {
+      return absl::FailedPreconditionError(std::string("microvm: ") + what + " " + path +
+                                           " must be readable by all (QEMU runs as an unprivileged uid): chmod o+r");
+    }
+  }
   if (o.accel != "tcg" && o.accel != "kvm" && o.accel != "auto") {
     return absl::InvalidArgumentError("microvm: accel must be tcg, kvm or auto, not \"" + o.accel + "\"");
   }
@@ -368,7 +485,12 @@ StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& optio
     RETURN_IF_ERROR(RemoveTree(options.template_dir));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));
-  return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups)));
+  if (options.max_vms == 0 || uint64_t{options.uid_base} + options.max_vms >= 0xfffffffeu) {
+    return absl::InvalidArgumentError("microvm: uid_base + max_vms must stay below 4294967294");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<UidSlots> uids,
+                   UidSlots::Open(options.uid_lock_dir, options.disk_dir, options.max_vms, options.uid_base, 1));
+  return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups), std::move(uids)));
 }
 
 }  // namespace warren::runtime

@@ -10,9 +10,12 @@
 //   console.log (the guest's serial console), qemu.log (QEMU's own
 //   messages); the writable disk <disk_dir>/<id>.img (sparse, on the node's
 //   disk rather than the run dir's tmpfs). Destroy and Cleanup remove them all.
-// * QEMU runs in its own cgroup <daemon's cgroup>/<cgroup_name>/<id> (memory
-//   = memory_mb + qemu.h's kQemuOverheadMb, pids, cpu = cpu_millis), joined
-//   before exec, in its own session: it survives a daemon restart and is
+// * QEMU runs jailed: its own cgroup <daemon's cgroup>/<cgroup_name>/<id>
+//   (memory = memory_mb + qemu.h's kQemuOverheadMb, pids, cpu = cpu_millis;
+//   v1 or v2), joined before exec; its own unprivileged uid/gid (no
+//   capabilities; every file it uses is passed as an open fd); QEMU's
+//   seccomp filter (-sandbox on, every deny option); stdin /dev/null; its
+//   own session: it survives a daemon restart and is
 //   re-adopted by pid (checked against its recorded start time) and socket.
 //   Cleanup kills whatever is in that cgroup, so a VM of a create that a
 //   crash interrupted is found without a record.
@@ -29,8 +32,15 @@
 //   template for its shape (template.h) and falls back to a cold boot, with
 //   the reason in the log, when there is no template or the restore fails
 //   before the guest answered.
-// * Capabilities: none yet (pause/suspend/processes/export_changes answer
-//   Unimplemented through runtime::Require); files(): Unimplemented.
+// * Files: also <spec.dir>/qmp.sock (QEMU's monitor, every VM) and, while
+//   suspended, <disk_dir>/<id>.vmstate (the saved VM).
+// * Capabilities: pause (QMP stop/cont) and suspend (the stopped VM saved to
+//   its state file and its QEMU ended; restored on resume): sandbox.h.
+//   processes/export_changes answer Unimplemented through runtime::Require;
+//   files(): Unimplemented.
+// * Adopt: a VM with a state file is suspended (a QEMU in its cgroup then is
+//   a restore cut short, killed); else its QEMU is the recorded pid or the
+//   one process in its cgroup (a restore after a suspend gave it a new pid).
 // * Hostname: spec.hostname goes on the kernel command line; only
 //   [A-Za-z0-9.-] is accepted.
 #pragma once
@@ -68,6 +78,12 @@ struct MicrovmOptions {
   // start and at the backend's end); empty: every create boots cold.
   std::string template_dir;
   std::string cgroup_name = "warren-microvm";
+  // Each VM's QEMU runs as its own uid = gid = uid_base + slot, slots
+  // claimed host-wide in uid_lock_dir (runtime/container/uid_slots.h) in the
+  // name of disk_dir; a template's QEMU as uid_base + max_vms.
+  std::string uid_lock_dir = "/run/warren/uid-slots";
+  uint32_t uid_base = 2200000000;
+  uint32_t max_vms = 4096;
   std::chrono::milliseconds boot_timeout{60000};
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;  // vCPUs per VM

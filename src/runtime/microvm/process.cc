@@ -30,7 +30,7 @@ void Signal1(int eventfd) {
 
 class MicrovmProcess : public Process {
  public:
-  MicrovmProcess(AgentChannel* ch, const StartOptions& o) : ch_(ch), pty_(o.pty), control_(o.control_fd) {}
+  MicrovmProcess(std::shared_ptr<AgentChannel> ch, const StartOptions& o) : ch_(std::move(ch)), pty_(o.pty), control_(o.control_fd) {}
 
   ~MicrovmProcess() override {
     {
@@ -318,7 +318,7 @@ class MicrovmProcess : public Process {
     }
   }
 
-  AgentChannel* const ch_;
+  const std::shared_ptr<AgentChannel> ch_;  // kept alive while the process is (a suspend closes it)
   const bool pty_, control_;
   uint64_t id_ = 0;
   pid_t pid_ = 0;
@@ -343,9 +343,9 @@ class MicrovmProcess : public Process {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Process>> StartProcess(AgentChannel* channel, const proto::ExecRequest& request,
+StatusOr<std::unique_ptr<Process>> StartProcess(std::shared_ptr<AgentChannel> channel, const proto::ExecRequest& request,
                                                 const StartOptions& options, std::chrono::milliseconds timeout) {
-  auto p = std::make_unique<MicrovmProcess>(channel, options);
+  auto p = std::make_unique<MicrovmProcess>(std::move(channel), options);
   RETURN_IF_ERROR(p->Init(request, timeout));
   return std::unique_ptr<Process>(std::move(p));
 }

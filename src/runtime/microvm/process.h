@@ -22,8 +22,9 @@ namespace warren::runtime::microvm {
 
 // Starts `request` (argv/shell, env, cwd, user already resolved against the
 // sandbox's defaults) in the guest. Errors as Exec's (bad cwd/user: the
-// guest's error). The Process must not outlive `channel`.
-StatusOr<std::unique_ptr<Process>> StartProcess(AgentChannel* channel, const proto::ExecRequest& request,
+// guest's error). The Process keeps `channel` alive; once it closes (the
+// sandbox suspended or destroyed) the process reads as ended.
+StatusOr<std::unique_ptr<Process>> StartProcess(std::shared_ptr<AgentChannel> channel, const proto::ExecRequest& request,
                                                 const StartOptions& options, std::chrono::milliseconds timeout);
 
 }  // namespace warren::runtime::microvm

@@ -1,9 +1,13 @@
 #include "runtime/microvm/qemu.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,12 +17,127 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "common/file_util.h"
 
 extern char** environ;
 
 namespace warren::runtime::microvm {
+
+namespace {
+constexpr size_t kMaxQmpLine = 1 << 20;
+}  // namespace
+
+StatusOr<Qmp> Qmp::Connect(const std::string& path, Clock::time_point deadline) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return absl::InvalidArgumentError("QMP socket path too long: " + path);
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    return ErrnoToStatus(errno, "connect(" + path + ")");
+  }
+  Qmp q(std::move(fd), deadline);
+  ASSIGN_OR_RETURN(std::string greeting, q.ReadLine());
+  if (greeting.find("\"QMP\"") == std::string::npos) return absl::InternalError("QMP: no greeting: " + greeting);
+  RETURN_IF_ERROR(q.Command(R"({"execute":"qmp_capabilities"})").status());
+  return q;
+}
+
+StatusOr<std::string> Qmp::Command(const std::string& json, int pass_fd) {
+  std::string line = json + "\n";
+  iovec iov{line.data(), line.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  if (::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    return ErrnoToStatus(errno, "sendmsg(QMP)");
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(std::string answer, ReadLine());
+    if (answer.find("\"return\"") != std::string::npos) return answer;
+    if (answer.find("\"error\"") != std::string::npos) return absl::InternalError("QMP " + json + ": " + answer);
+  }
+}
+
+StatusOr<std::string> Qmp::ReadLine() {
+  while (true) {
+    size_t nl = buf_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buf_.substr(0, nl);
+      buf_.erase(0, nl + 1);
+      return line;
+    }
+    if (buf_.size() > kMaxQmpLine) return absl::InternalError("QMP: line over 1 MiB");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    if (left <= 0) return absl::DeadlineExceededError("QMP: no answer in time");
+    pollfd p{fd_.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(QMP)");
+    if (n <= 0) continue;
+    char chunk[4096];
+    ssize_t r = ::recv(fd_.get(), chunk, sizeof chunk, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoToStatus(errno, "recv(QMP)");
+    if (r == 0) return absl::UnavailableError("QMP: QEMU closed its monitor (exited?)");
+    buf_.append(chunk, static_cast<size_t>(r));
+  }
+}
+
+Status SetIgnoreShared(Qmp& qmp, bool on) {
+  return qmp
+      .Command(std::string(R"({"execute":"migrate-set-capabilities","arguments":{"capabilities":[)") +
+               R"({"capability":"x-ignore-shared","state":)" + (on ? "true" : "false") + "}]}}")
+      .status();
+}
+
+Status MigrateToFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline) {
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", fd).status());
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"migrate","arguments":{"uri":"fd:state"}})").status());
+  while (true) {
+    ASSIGN_OR_RETURN(std::string st, qmp.Command(R"({"execute":"query-migrate"})"));
+    if (st.find("\"completed\"") != std::string::npos) return absl::OkStatus();
+    if (st.find("\"failed\"") != std::string::npos || st.find("\"cancelled\"") != std::string::npos) {
+      return absl::InternalError("saving the VM's state failed: " + st);
+    }
+    if (Qmp::Clock::now() > deadline)
+      return absl::DeadlineExceededError("saving the VM's state did not complete in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Status MigrateFromFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline, bool* running) {
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", fd).status());
+  RETURN_IF_ERROR(qmp.Command(R"({"execute":"migrate-incoming","arguments":{"uri":"fd:state"}})").status());
+  // Polled until QEMU left "inmigrate". A failed load makes QEMU exit:
+  // Command() then fails (monitor closed).
+  while (true) {
+    ASSIGN_OR_RETURN(std::string st, qmp.Command(R"({"execute":"query-status"})"));
+    if (st.find("\"running\": true") != std::string::npos) {
+      *running = true;
+      return absl::OkStatus();
+    }
+    if (st.find("\"inmigrate\"") == std::string::npos) {
+      *running = false;
+      return absl::OkStatus();
+    }
+    if (Qmp::Clock::now() > deadline)
+      return absl::DeadlineExceededError("restoring the VM's state did not finish in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
 
 std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   std::string append =
@@ -30,8 +149,16 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   append += " warren.shm_mb=" + std::to_string(c.shm_mb);
   if (c.pids != 0 && !c.template_boot) append += " warren.pids=" + std::to_string(c.pids);
   if (c.template_boot) append += " warren.template=1";
+  // A file passed as an open fd: its fd set (-add-fd; processed before any
+  // device, wherever it stands).
+  std::vector<std::string> fdsets;
+  auto fdset = [&fdsets](int fd) {
+    fdsets.insert(fdsets.end(), {"-add-fd", "fd=" + std::to_string(fd) + ",set=" + std::to_string(fd)});
+    return "/dev/fdset/" + std::to_string(fd);
+  };
+  const std::string console = c.console_fd >= 0 ? fdset(c.console_fd) : c.console_log;
   std::string machine = "microvm,x-option-roms=off,rtc=on";
-  if (c.ram_fd >= 0) machine += ",memory-backend=ram0";
+  if (c.ram_fd >= 0 || c.ram_named) machine += ",memory-backend=ram0";
   std::vector<std::string> a = {
       qemu,
       "-M",
@@ -51,7 +178,7 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "-sandbox",
       "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
       "-chardev",
-      "file,id=console,path=" + c.console_log,
+      "file,id=console,path=" + console,
       "-serial",
       "chardev:console",
       "-device",
@@ -61,31 +188,52 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "-device",
       "virtserialport,chardev=agent,name=warren.agent",
   };
-  if (!c.restore) a.insert(a.end(), {"-kernel", c.kernel, "-initrd", c.initrd, "-append", append});
+  if (!c.restore) {
+    auto by_fd = [](int fd, const std::string& path) { return fd >= 0 ? "/proc/self/fd/" + std::to_string(fd) : path; };
+    a.insert(a.end(),
+             {"-kernel", by_fd(c.kernel_fd, c.kernel), "-initrd", by_fd(c.initrd_fd, c.initrd), "-append", append});
+  }
   if (c.ram_fd >= 0) {
     a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(c.memory_mb) +
                                       "M,mem-path=/proc/self/fd/" + std::to_string(c.ram_fd) +
                                       ",share=" + (c.ram_shared ? "on" : "off")});
+  } else if (c.ram_named) {
+    a.insert(a.end(), {"-object", "memory-backend-ram,id=ram0,size=" + std::to_string(c.memory_mb) + "M"});
   }
   if (c.qmp_listen_fd >= 0) {
     a.insert(a.end(), {"-chardev", "socket,id=qmp,fd=" + std::to_string(c.qmp_listen_fd) + ",server=on,wait=off",
                        "-mon", "chardev=qmp,mode=control"});
   }
   if (c.restore) a.insert(a.end(), {"-incoming", "defer"});
+  if (!c.name.empty()) {
+    std::string name;
+    for (char ch : c.name) name += ch == ',' ? std::string(",,") : std::string(1, ch);
+    a.insert(a.end(), {"-name", name});
+  }
   // Devices from here on, in one order for template and clone (the
   // migration stream names virtio-mmio devices by creation order).
   for (size_t i = 0; i < c.layer_files.size(); ++i) {
     std::string id = "l" + std::to_string(i);
     // QEMU's -drive option parser splits at ','; a path with one is doubled.
     std::string file;
-    for (char ch : c.layer_files[i]) file += ch == ',' ? std::string(",,") : std::string(1, ch);
+    const std::string path = i < c.layer_fds.size() && c.layer_fds[i] >= 0 ? fdset(c.layer_fds[i]) : c.layer_files[i];
+    for (char ch : path) file += ch == ',' ? std::string(",,") : std::string(1, ch);
     a.insert(a.end(), {"-drive", "file=" + file + ",if=none,id=" + id + ",format=raw,readonly=on", "-device",
                        "virtio-blk-device,drive=" + id + ",serial=wl" + std::to_string(i)});
   }
   std::string disk;
-  for (char ch : c.disk) disk += ch == ',' ? std::string(",,") : std::string(1, ch);
+  std::string disk_path = c.disk;
+  if (c.disk_fd >= 0) {
+    disk_path = fdset(c.disk_fd);
+    if (c.disk_ro_fd >= 0) {
+      fdsets.insert(fdsets.end(),
+                    {"-add-fd", "fd=" + std::to_string(c.disk_ro_fd) + ",set=" + std::to_string(c.disk_fd)});
+    }
+  }
+  for (char ch : disk_path) disk += ch == ',' ? std::string(",,") : std::string(1, ch);
   a.insert(a.end(), {"-drive", "file=" + disk + ",if=none,id=wdisk,format=raw,cache=unsafe,discard=unmap", "-device",
                      "virtio-blk-device,drive=wdisk,serial=wdisk", "-device", "virtio-rng-device"});
+  a.insert(a.end(), fdsets.begin(), fdsets.end());
   return a;
 }
 
@@ -104,18 +252,37 @@ uint64_t ProcessStartTime(pid_t pid) {
   return std::strtoull(stat->c_str() + pos, nullptr, 10);
 }
 
-StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
-                                  const std::string& log_path, const std::vector<int>& procs_fds) {
-  return LaunchQemu(argv, {{listen_fd, target_fd}}, log_path, procs_fds);
+Status OpenVmFiles(VmConfig* vm, int first_target, std::vector<UniqueFd>* owned,
+                   std::vector<std::pair<int, int>>* fds) {
+  int next = first_target;
+  auto add = [&](const std::string& path, int flags, int* target) -> Status {
+    UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, 0600));
+    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+    *target = next++;
+    fds->push_back({fd.get(), *target});
+    owned->push_back(std::move(fd));
+    return absl::OkStatus();
+  };
+  vm->layer_fds.assign(vm->layer_files.size(), -1);
+  for (size_t i = 0; i < vm->layer_files.size(); ++i)
+    RETURN_IF_ERROR(add(vm->layer_files[i], O_RDONLY, &vm->layer_fds[i]));
+  RETURN_IF_ERROR(add(vm->disk, O_RDWR, &vm->disk_fd));
+  RETURN_IF_ERROR(add(vm->disk, O_RDONLY, &vm->disk_ro_fd));
+  RETURN_IF_ERROR(add(vm->console_log, O_WRONLY | O_CREAT | O_APPEND, &vm->console_fd));
+  if (!vm->restore) {
+    RETURN_IF_ERROR(add(vm->kernel, O_RDONLY, &vm->kernel_fd));
+    RETURN_IF_ERROR(add(vm->initrd, O_RDONLY, &vm->initrd_fd));
+  }
+  return absl::OkStatus();
 }
 
 StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const std::vector<std::pair<int, int>>& fds,
-                                  const std::string& log_path, const std::vector<int>& procs_fds) {
-  constexpr size_t kMaxFds = 8;
-  if (fds.empty() || fds.size() > kMaxFds) return absl::InvalidArgumentError("LaunchQemu: 1..8 fds");
+                                  const std::string& log_path, const std::vector<int>& procs_fds, QemuIdentity id) {
+  constexpr size_t kMaxFds = kMaxQemuFd - 2;
+  if (fds.empty() || fds.size() > kMaxFds) return absl::InvalidArgumentError("LaunchQemu: too many fds");
   int max_target = 2;
   for (const auto& [src, target] : fds) {
-    if (target < 3 || target >= 10) return absl::InvalidArgumentError("LaunchQemu: fd targets must be 3..9");
+    if (target < 3 || target > kMaxQemuFd) return absl::InvalidArgumentError("LaunchQemu: fd targets must be 3..90");
     max_target = std::max(max_target, target);
   }
   UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -134,9 +301,9 @@ StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const st
   if (pid < 0) return ErrnoToStatus(errno, "fork (qemu)");
   if (pid == 0) {
     // Async-signal-safe only: the daemon is multi-threaded. The report
-    // pipe and the socket move above fd 10 first, so that filling 0-2 and
-    // `target_fd` cannot overwrite them.
-    int rep_fd = ::fcntl(rep_w.get(), F_DUPFD_CLOEXEC, 10);
+    // pipe and the fds move above every target first, so that filling 0-2
+    // and the targets cannot overwrite them.
+    int rep_fd = ::fcntl(rep_w.get(), F_DUPFD_CLOEXEC, kMaxQemuFd + 1);
     auto fail = [&](int step) {
       int msg[2] = {step, errno};
       ssize_t ignored = ::write(rep_fd, msg, sizeof msg);
@@ -145,7 +312,7 @@ StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const st
     };
     int moved[kMaxFds];
     for (size_t i = 0; i < fds.size(); ++i) {
-      moved[i] = ::fcntl(fds[i].first, F_DUPFD_CLOEXEC, 10);
+      moved[i] = ::fcntl(fds[i].first, F_DUPFD_CLOEXEC, kMaxQemuFd + 1);
       if (moved[i] < 0) fail(3);
     }
     if (rep_fd < 0) fail(3);
@@ -159,6 +326,13 @@ StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const st
     }
     // Nothing else goes to QEMU (CLOSE_RANGE_CLOEXEC: Linux 5.11).
     if (::syscall(SYS_close_range, max_target + 1, ~0U, CLOSE_RANGE_CLOEXEC) != 0) fail(3);
+    // Its own ids last (the cgroup files and fds above needed root): with
+    // every uid non-zero the kernel clears all capabilities.
+    if (id.uid != 0 || id.gid != 0) {
+      if (::setgroups(0, nullptr) != 0) fail(5);
+      if (::setresgid(id.gid, id.gid, id.gid) != 0) fail(5);
+      if (::setresuid(id.uid, id.uid, id.uid) != 0) fail(5);
+    }
     ::execve(args[0], args.data(), environ);
     fail(4);
   }
@@ -174,6 +348,7 @@ StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const st
     const char* step = msg[0] == 1   ? "joining the VM's cgroup"
                        : msg[0] == 2 ? "setsid"
                        : msg[0] == 3 ? "dup2"
+                       : msg[0] == 5 ? "setgroups/setresgid/setresuid"
                                      : "execve";
     return ErrnoToStatus(msg[1], std::string("starting ") + argv[0] + ": " + step);
   }

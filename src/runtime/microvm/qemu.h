@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@ struct VmConfig {
   std::vector<std::string> layer_files;  // EROFS images, bottom first
   std::string disk;                      // the writable disk (ext4)
   std::string console_log;
+  std::string name;  // -name: what names the VM in `ps` (a sandbox id, a template's dir)
   std::string hostname;
   uint32_t shm_mb = 64;
   uint32_t pids = 0;        // the sandbox's task limit inside the guest (0: none)
@@ -53,12 +55,81 @@ struct VmConfig {
   // shared (the template writes it) or private (a clone: copy-on-write).
   int ram_fd = -1;
   bool ram_shared = false;
+  // Without ram_fd: the RAM is still the named backend "ram0" (anonymous
+  // memory), so that the state of a clone (whose RAM block is "ram0") can be
+  // restored into it after a suspend.
+  bool ram_named = false;
   int qmp_listen_fd = -1;      // QMP monitor on this listening socket when >= 0
   bool template_boot = false;  // warren.template=1: the agent holds its disks
   // A clone: no kernel boot (the RAM holds the running guest), -incoming
   // defer (the state comes over QMP).
   bool restore = false;
+  // Files QEMU gets as open fds (its uid may not reach the paths): when
+  // set (>= 0), the fd number in QEMU of each layer file, the disk and the
+  // console log; QEMU opens them as /dev/fdset/<n> (-add-fd). OpenVmFiles
+  // fills them.
+  std::vector<int> layer_fds;
+  int disk_fd = -1;     // read-write; the set also holds disk_ro_fd:
+  int disk_ro_fd = -1;  // QEMU opens a read-write disk read-only first
+  int console_fd = -1;
+  // The kernel and initramfs (a boot) as /proc/self/fd/<n>: QEMU reads them
+  // by path, which skips the directories it could not search; the files
+  // themselves must be readable by all (CheckMicrovmHost).
+  int kernel_fd = -1;
+  int initrd_fd = -1;
 };
+
+// The VM's files opened for QEMU (layers read-only, the disk read-write,
+// the console log appended to), numbered from `first_target` on in QEMU;
+// sets vm->layer_fds/disk_fd/console_fd. `fds` gets (fd here, fd in QEMU)
+// pairs for LaunchQemu; `owned` keeps the fds open until QEMU started.
+Status OpenVmFiles(VmConfig* vm, int first_target, std::vector<UniqueFd>* owned, std::vector<std::pair<int, int>>* fds);
+
+// The identity QEMU runs as: an unprivileged uid/gid of its own (no
+// supplementary groups); 0/0 keeps the daemon's (root).
+struct QemuIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// A QMP client on QEMU's monitor socket, line by line (QEMU ends every
+// message with \r\n). Answers are found by their "return"/"error" member;
+// events in between are skipped. Every read is bounded by the deadline
+// given to Connect. One command at a time; not thread-safe.
+class Qmp {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Connects to `path` (a path that fits sun_path, see SocketPath), reads
+  // the greeting and negotiates capabilities.
+  static StatusOr<Qmp> Connect(const std::string& path, Clock::time_point deadline);
+  // Sends `json` (with `pass_fd` as SCM_RIGHTS when >= 0) and returns the
+  // answer's line; an "error" answer is an error naming the command.
+  StatusOr<std::string> Command(const std::string& json, int pass_fd = -1);
+
+ private:
+  Qmp(UniqueFd fd, Clock::time_point deadline) : fd_(std::move(fd)), deadline_(deadline) {}
+  StatusOr<std::string> ReadLine();
+
+  UniqueFd fd_;
+  Clock::time_point deadline_;
+  std::string buf_;
+};
+
+// x-ignore-shared on (`on`: the template's RAM stays out of the stream) or
+// off (a suspend: all of the guest's RAM goes into it).
+Status SetIgnoreShared(Qmp& qmp, bool on);
+
+// Saves the VM's state (device state and, unless x-ignore-shared leaves it
+// out, its RAM) with QMP `migrate` into the open file `fd`, and waits until
+// the migration completed. The run state goes into the stream: a VM saved
+// while stopped is restored stopped.
+Status MigrateToFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline);
+
+// Loads a state saved by MigrateToFd into a QEMU started with `-incoming
+// defer` (and the same devices), from the open file `fd`, and waits until
+// the load finished: OK with *running telling whether the guest runs (the
+// state was saved running) or stays paused (saved stopped).
+Status MigrateFromFd(Qmp& qmp, int fd, Qmp::Clock::time_point deadline, bool* running);
 
 std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& config);
 
@@ -69,15 +140,17 @@ struct LaunchedQemu {
 };
 
 // Starts QEMU as a child of this process in a new session (it outlives the
-// daemon: nothing ties it to the daemon's lifetime), with `listen_fd` as fd
-// `config.agent_listen_fd`, stdin /dev/null, stdout+stderr appended to
-// `log_path`, and its cgroup joined (writes to `procs_fds`) before exec.
-StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, int listen_fd, int target_fd,
-                                  const std::string& log_path, const std::vector<int>& procs_fds);
-// The same with several fds: each (fd in this process, its number in QEMU);
-// target numbers are >= 3 and distinct.
+// daemon: nothing ties it to the daemon's lifetime), with `fds` (each: fd
+// in this process, its number in QEMU; numbers 3..kMaxQemuFd, distinct),
+// stdin /dev/null, stdout+stderr appended to `log_path`. The child joins its
+// cgroup (writes to `procs_fds`), then drops to `id` (setgroups to none,
+// setresgid, setresuid: no capabilities left), then execs.
+constexpr int kMaxQemuFd = 90;
+// The fd numbers in QEMU: the agent's and the monitor's sockets, the
+// template's RAM, then the files of OpenVmFiles.
+constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5, kFirstFileFd = 10;
 StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const std::vector<std::pair<int, int>>& fds,
-                                  const std::string& log_path, const std::vector<int>& procs_fds);
+                                  const std::string& log_path, const std::vector<int>& procs_fds, QemuIdentity id = {});
 
 // /proc/<pid>/stat field 22 (start time in clock ticks), 0 if gone.
 uint64_t ProcessStartTime(pid_t pid);

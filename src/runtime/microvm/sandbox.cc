@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,13 +14,16 @@
 #include "common/child_reaper.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/rollback.h"
 #include "runtime/microvm/files.h"
 #include "runtime/microvm/process.h"
+#include "runtime/microvm/template.h"
 
 namespace warren::runtime::microvm {
 
 namespace {
 
+constexpr std::chrono::milliseconds kQmpTimeout{10000};
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 std::string Tail(const std::string& path, size_t max) {
@@ -47,10 +51,19 @@ std::string LogTails(const std::string& dir) {
   return out;
 }
 
+std::string StateFilePath(const std::string& disk) {
+  std::string base = disk;
+  if (base.size() > 4 && base.compare(base.size() - 4, 4, ".img") == 0) base.resize(base.size() - 4);
+  return base + ".vmstate";
+}
+
 Status RemoveVmFiles(const std::string& dir, const std::string& disk) {
   Status first;
-  if (!disk.empty() && ::unlink(disk.c_str()) != 0 && errno != ENOENT)
-    first = ErrnoToStatus(errno, "unlink(" + disk + ")");
+  std::vector<std::string> files;
+  if (!disk.empty()) files = {disk, StateFilePath(disk), StateFilePath(disk) + ".part"};
+  for (const std::string& f : files) {
+    if (::unlink(f.c_str()) != 0 && errno != ENOENT && first.ok()) first = ErrnoToStatus(errno, "unlink(" + f + ")");
+  }
   if (!dir.empty() && ::access(dir.c_str(), F_OK) == 0) {
     Status s = RemoveTree(dir);
     if (first.ok()) first = s;
@@ -70,7 +83,7 @@ void KillQemu(UniqueFd pidfd) {
 }
 
 MicrovmSandbox::~MicrovmSandbox() {
-  if (p_.channel) p_.channel->Close();
+  if (channel_) channel_->Close();
 }
 
 // A file call's bound in the guest (a recursive remove of a big tree is
@@ -80,11 +93,32 @@ constexpr std::chrono::milliseconds kFileCallTimeout{120000};
 constexpr std::chrono::milliseconds kProcessStartTimeout{60000};
 
 MicrovmSandbox::MicrovmSandbox(Parts parts)
-    : p_(std::move(parts)), files_(NewMicrovmFiles(p_.channel.get(), kFileCallTimeout)) {}
+    : p_(std::move(parts)),
+      files_(NewMicrovmFiles(p_.spec.id, [this] { return Channel(); }, kFileCallTimeout)),
+      dir_fd_(::open(p_.spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
+      channel_(std::move(p_.channel)) {}
+
+StatusOr<std::shared_ptr<AgentChannel>> MicrovmSandbox::Channel() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " was destroyed");
+  if (!channel_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is suspended (resume it first)");
+  return channel_;
+}
 
 SandboxFiles& MicrovmSandbox::files() { return *files_; }
 
+std::string MicrovmSandbox::Record() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return p_.record.SerializeAsString();
+}
+
+pid_t MicrovmSandbox::init_pid() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return p_.pidfd.valid() ? p_.record.qemu_pid() : 0;
+}
+
 StatusOr<ExecOutcome> MicrovmSandbox::Exec(const ExecSpec& es) {
+  std::shared_ptr<AgentChannel> ch;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (destroyed_) {
@@ -93,18 +127,17 @@ StatusOr<ExecOutcome> MicrovmSandbox::Exec(const ExecSpec& es) {
       out.exit_code = 128 + SIGKILL;
       return out;
     }
+    ch = channel_;
   }
+  if (!ch) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is suspended (resume it first)");
   proto::ExecRequest req = Request(es);
   std::chrono::milliseconds bound{0};
   if (es.timeout.count() > 0) bound = es.timeout + es.kill_grace + p_.exec_slack;
-  return p_.channel->Exec(req, es.stdin_data, bound);
+  return ch->Exec(req, es.stdin_data, bound);
 }
 
 StatusOr<std::unique_ptr<Process>> MicrovmSandbox::Start(const ExecSpec& es, const StartOptions& options) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " was destroyed");
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<AgentChannel> ch, Channel());
   proto::ExecRequest req = Request(es);
   req.stdin_follows = false;
   req.timeout_ms = 0;
@@ -112,7 +145,7 @@ StatusOr<std::unique_ptr<Process>> MicrovmSandbox::Start(const ExecSpec& es, con
   req.rows = options.rows;
   req.cols = options.cols;
   req.control_fd = options.control_fd;
-  return StartProcess(p_.channel.get(), req, options, kProcessStartTimeout);
+  return StartProcess(std::move(ch), req, options, kProcessStartTimeout);
 }
 
 proto::ExecRequest MicrovmSandbox::Request(const ExecSpec& es) const {
@@ -132,15 +165,196 @@ proto::ExecRequest MicrovmSandbox::Request(const ExecSpec& es) const {
   return req;
 }
 
-Status MicrovmSandbox::Destroy() {
+StatusOr<Qmp> MicrovmSandbox::ConnectQmp(std::chrono::milliseconds timeout) const {
+  if (!dir_fd_.valid()) return absl::FailedPreconditionError("sandbox " + p_.spec.id + ": its dir is gone");
+  return Qmp::Connect(SocketPath(p_.spec.dir, dir_fd_.get(), "qmp.sock"), Qmp::Clock::now() + timeout);
+}
+
+Status MicrovmSandbox::Pause() {
+  std::lock_guard<std::mutex> lk(life_mu_);
+  if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is destroyed");
+  if (p_.suspended || p_.paused) return absl::OkStatus();  // a suspended VM does not run either
+  ASSIGN_OR_RETURN(Qmp qmp, ConnectQmp(kQmpTimeout));
+  Status s = qmp.Command(R"({"execute":"stop"})").status();
+  if (!s.ok()) return Status(s.code(), "sandbox " + p_.spec.id + ": pause: " + std::string(s.message()));
+  p_.paused = true;
+  return absl::OkStatus();
+}
+
+Status MicrovmSandbox::Resume() {
+  std::lock_guard<std::mutex> lk(life_mu_);
+  if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is destroyed");
+  if (p_.suspended) RETURN_IF_ERROR(RestoreLocked().status());
+  if (p_.paused) {
+    ASSIGN_OR_RETURN(Qmp qmp, ConnectQmp(kQmpTimeout));
+    Status s = qmp.Command(R"({"execute":"cont"})").status();
+    if (!s.ok()) return Status(s.code(), "sandbox " + p_.spec.id + ": resume: " + std::string(s.message()));
+    p_.paused = false;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (channel_) return absl::OkStatus();
+  }
+  // Restored from a suspend: the agent gets a fresh hello (its clock set
+  // to the host's) on the new QEMU's port.
+  int pidfd;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pidfd = p_.pidfd.get();
+  }
+  proto::HelloReply hello;
+  ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
+                   AgentChannel::Connect(
+                       p_.spec.id, SocketPath(p_.spec.dir, dir_fd_.get(), "agent.sock"),
+                       AgentChannel::Clock::now() + p_.boot_timeout,
+                       [pidfd] {
+                         pollfd p{pidfd, POLLIN, 0};
+                         return ::poll(&p, 1, 0) == 0;
+                       },
+                       &hello));
+  if (hello.boot_id != p_.record.boot_id()) {
+    return absl::InternalError("sandbox " + p_.spec.id + ": the restored guest has another boot id (" + hello.boot_id +
+                               ", saved " + p_.record.boot_id() + ")");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  channel_ = std::move(ch);
+  return absl::OkStatus();
+}
+
+StatusOr<uint64_t> MicrovmSandbox::MemoryUsage() const {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!p_.pidfd.valid()) return 0;  // suspended: no process
+  }
+  if (!p_.cgroup) return absl::FailedPreconditionError("sandbox " + p_.spec.id + ": its cgroup is gone");
+  return p_.cgroup->MemoryUsage();
+}
+
+uint64_t MicrovmSandbox::SwapUsage() const { return p_.cgroup ? p_.cgroup->SwapUsage() : 0; }
+
+Status MicrovmSandbox::ReclaimMemory() {
+  std::lock_guard<std::mutex> lk(life_mu_);
+  if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is destroyed");
+  if (p_.suspended) return absl::OkStatus();
+  if (!p_.paused) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is not paused");
+  const auto deadline = Qmp::Clock::now() + p_.boot_timeout;
+  const std::string state = StateFilePath(p_.record.disk());
+  const std::string part = state + ".part";
+  ASSIGN_OR_RETURN(Qmp qmp, ConnectQmp(p_.boot_timeout));
+  // x-ignore-shared off: a clone's RAM (private pages over the template's)
+  // goes into the file as well; the restore does not need the template.
+  RETURN_IF_ERROR(SetIgnoreShared(qmp, false));
+  {
+    UniqueFd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + part + ")");
+    Status s = MigrateToFd(qmp, fd.get(), deadline);
+    if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoToStatus(errno, "fsync(" + part + ")");
+    if (!s.ok()) {
+      ::unlink(part.c_str());
+      // A failed migration leaves the source as it was (stopped).
+      return Status(s.code(), "sandbox " + p_.spec.id + ": saving its state: " + std::string(s.message()));
+    }
+  }
+  if (::rename(part.c_str(), state.c_str()) != 0) {
+    Status s = ErrnoToStatus(errno, "rename(" + part + ", " + state + ")");
+    ::unlink(part.c_str());
+    // QEMU ran `migrate` to completion: it is in "postmigrate" and `cont`
+    // works again.
+    return s;
+  }
+  // From here the file is the VM (Adopt restores from it if the daemon
+  // dies now).
+  std::shared_ptr<AgentChannel> ch;
   UniqueFd pidfd;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ch = std::move(channel_);
+    pidfd = std::move(p_.pidfd);
+    p_.suspended = true;
+  }
+  if (ch) ch->Close();
+  KillQemu(std::move(pidfd));
+  for (const char* f : {"/agent.sock", "/qmp.sock"}) ::unlink((p_.spec.dir + f).c_str());
+  return absl::OkStatus();
+}
+
+StatusOr<uint64_t> MicrovmSandbox::EndSuspend(bool /*prefetch: the whole RAM comes back from the file*/) {
+  std::lock_guard<std::mutex> lk(life_mu_);
+  if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is destroyed");
+  if (!p_.suspended) return 0;
+  return RestoreLocked();
+}
+
+StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
+  const auto deadline = Qmp::Clock::now() + p_.boot_timeout;
+  const std::string state = StateFilePath(p_.record.disk());
+  UniqueFd state_fd(::open(state.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!state_fd.valid()) return ErrnoToStatus(errno, "sandbox " + p_.spec.id + ": open(" + state + ")");
+  struct stat st;
+  if (::fstat(state_fd.get(), &st) != 0) return ErrnoToStatus(errno, "fstat(" + state + ")");
+  if (!p_.cgroup) return absl::FailedPreconditionError("sandbox " + p_.spec.id + ": its cgroup is gone");
+  if (!dir_fd_.valid()) return absl::FailedPreconditionError("sandbox " + p_.spec.id + ": its dir is gone");
+  // Leftovers of a restore a crash cut short.
+  for (const char* f : {"/agent.sock", "/qmp.sock"}) ::unlink((p_.spec.dir + f).c_str());
+  const std::string agent_path = SocketPath(p_.spec.dir, dir_fd_.get(), "agent.sock");
+  const std::string qmp_path = SocketPath(p_.spec.dir, dir_fd_.get(), "qmp.sock");
+  ASSIGN_OR_RETURN(UniqueFd agent_listener, ListenUnix(agent_path));
+  ASSIGN_OR_RETURN(UniqueFd qmp_listener, ListenUnix(qmp_path));
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> procs, p_.cgroup->OpenProcsFds());
+  std::vector<int> procs_fds;
+  for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
+  VmConfig vm = p_.restore_vm;
+  vm.restore = true;
+  vm.ram_fd = -1;
+  vm.agent_listen_fd = kAgentFd;
+  vm.qmp_listen_fd = kQmpFd;
+  ASSIGN_OR_RETURN(LaunchedQemu q,
+                   LaunchQemu(QemuArgv(p_.qemu, vm), {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}},
+                              p_.spec.dir + "/qemu.log", procs_fds));
+  agent_listener.reset();
+  qmp_listener.reset();
+  Rollback rb;
+  rb.Add([&] { KillQemu(std::move(q.pidfd)); });
+  bool running = true;
+  {
+    StatusOr<Qmp> qmp = Qmp::Connect(qmp_path, deadline);
+    Status s = qmp.ok() ? SetIgnoreShared(*qmp, false) : qmp.status();
+    if (s.ok()) s = MigrateFromFd(*qmp, state_fd.get(), deadline, &running);
+    if (!s.ok()) {
+      return Status(s.code(), "sandbox " + p_.spec.id + ": restoring its saved state: " + std::string(s.message()) +
+                                  LogTails(p_.spec.dir));
+    }
+  }
+  rb.Commit();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    p_.record.set_qemu_pid(q.pid);
+    p_.record.set_qemu_start_time(q.start_time);
+    p_.pidfd = std::move(q.pidfd);
+    p_.suspended = false;
+    p_.paused = !running;  // saved while stopped: stays stopped until Resume
+  }
+  // The restored QEMU is the VM now: the file goes last, so a crash before
+  // this line finds the file (and kills the QEMU in the cgroup).
+  if (::unlink(state.c_str()) != 0) {
+    Log(spdlog::level::warn, "removing a restored VM's state file failed",
+        {{"sandbox", p_.spec.id}, {"error", std::strerror(errno)}});
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Status MicrovmSandbox::Destroy() {
+  std::lock_guard<std::mutex> lk(life_mu_);
+  UniqueFd pidfd;
+  std::shared_ptr<AgentChannel> ch;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;
     pidfd = std::move(p_.pidfd);
+    ch = channel_;
   }
-  p_.channel->Close();
+  if (ch) ch->Close();
   KillQemu(std::move(pidfd));
   Status first;
   if (p_.cgroup) {
@@ -149,6 +363,7 @@ Status MicrovmSandbox::Destroy() {
   }
   Status s = RemoveVmFiles(p_.spec.dir, p_.record.disk());
   if (first.ok()) first = s;
+  if (p_.release_uid) p_.release_uid();
   return first;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,6 +13,7 @@
 #include "jail/cgroup.h"
 #include "runtime/backend.h"
 #include "runtime/microvm/channel.h"
+#include "runtime/microvm/qemu.h"
 #include "runtime/microvm/record.pb.h"
 
 namespace warren::runtime::microvm {
@@ -24,23 +26,52 @@ std::string SocketPath(const std::string& dir, int dir_fd, const std::string& na
 // The tail of the VM's console and QEMU logs, for errors ("" when empty).
 std::string LogTails(const std::string& dir);
 
+// Where a suspended VM's state lives, beside its writable disk `disk`
+// ("<dir>/<id>.img" -> "<dir>/<id>.vmstate"; ".part" while being written).
+std::string StateFilePath(const std::string& disk);
+
 // Removes what a VM leaves on the host besides its process and cgroup: the
-// disk image and the runtime dir. Idempotent (gone is fine).
+// disk image, a suspended VM's state file and the runtime dir. Idempotent
+// (gone is fine).
 Status RemoveVmFiles(const std::string& dir, const std::string& disk);
 
 // Kills the QEMU behind `pidfd` and waits (bounded by 5 s) until it
 // exited; reaps it when it is a child of this process.
 void KillQemu(UniqueFd pidfd);
 
-class MicrovmSandbox : public Sandbox, public ProcessStarter {
+// Pause: QMP `stop`/`cont` on the VM's monitor (<spec.dir>/qmp.sock); the
+// vCPUs stop, QEMU's memory stays.
+//
+// Suspend (ReclaimMemory of a paused VM): QMP `migrate` of the stopped VM
+// (device state and all of its RAM; zero pages cost a few bytes) into
+// StateFilePath(disk), then QEMU is killed: nothing of the VM runs and its
+// cgroup is empty, its memory charge 0. EndSuspend (or Resume) restores it
+// on this node: a new QEMU with the same devices (the record's layer files,
+// the same disk) and `-incoming defer` loads the file and stays stopped;
+// Resume `cont`s it and reconnects the agent (a fresh hello: the guest's
+// clock is set to the host's). The state file is removed once the restored
+// QEMU runs, so a crash at any point leaves either a live QEMU or the file
+// (Adopt tells which).
+//
+// Files and processes go over the current agent channel: a call while the
+// VM is suspended fails FailedPrecondition (the node resumes first); a
+// process started before a suspend ends with its channel.
+class MicrovmSandbox : public Sandbox, public ProcessStarter, public Pausable, public Suspendable {
  public:
   struct Parts {
     SandboxSpec spec;
     record::Microvm record;
-    UniqueFd pidfd;
+    UniqueFd pidfd;  // invalid when suspended
     std::unique_ptr<jail::Cgroup> cgroup;
-    std::unique_ptr<AgentChannel> channel;
+    std::unique_ptr<AgentChannel> channel;  // null when suspended
     std::chrono::milliseconds exec_slack{30000};
+    std::chrono::milliseconds boot_timeout{60000};  // bounds a save and a restore
+    std::string qemu;                               // the binary
+    VmConfig restore_vm;                            // the VM as QemuArgv starts it for a restore (restore = true)
+    QemuIdentity identity;                          // QEMU's uid/gid
+    std::function<void()> release_uid;              // gives QEMU's uid back (Destroy)
+    bool suspended = false;
+    bool paused = false;
   };
   explicit MicrovmSandbox(Parts parts);
   ~MicrovmSandbox() override;  // closes the channel; the VM keeps running
@@ -49,19 +80,35 @@ class MicrovmSandbox : public Sandbox, public ProcessStarter {
   StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override;
   SandboxFiles& files() override;
   Status Destroy() override;
-  std::string Record() const override { return p_.record.SerializeAsString(); }
-  pid_t init_pid() const override { return p_.record.qemu_pid(); }
+  std::string Record() const override;
+  pid_t init_pid() const override;
   std::string_view backend_name() const override { return "microvm"; }
+
+  Status Pause() override;
+  Status Resume() override;
+  StatusOr<uint64_t> MemoryUsage() const override;
+  uint64_t SwapUsage() const override;
+  Status ReclaimMemory() override;
+  StatusOr<uint64_t> EndSuspend(bool prefetch) override;
+
   // ProcessStarter (process.h).
   StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override;
 
  private:
   // The guest's request for `es`, with the sandbox's env, cwd and user.
   proto::ExecRequest Request(const ExecSpec& es) const;
+  // The live channel, or FailedPrecondition while suspended / once destroyed.
+  StatusOr<std::shared_ptr<AgentChannel>> Channel() const;
+  // Both with life_mu_ held.
+  StatusOr<uint64_t> RestoreLocked();
+  StatusOr<Qmp> ConnectQmp(std::chrono::milliseconds timeout) const;
 
   Parts p_;
   std::unique_ptr<SandboxFiles> files_;
-  std::mutex mu_;  // destroyed_ and the channel's and pidfd's release
+  UniqueFd dir_fd_;                        // O_PATH of spec.dir: socket paths longer than sun_path go through it
+  std::mutex life_mu_;                     // serializes pause/resume/suspend/restore/destroy
+  mutable std::mutex mu_;                  // destroyed_, channel_, p_.pidfd, p_.record
+  std::shared_ptr<AgentChannel> channel_;  // null while suspended
   bool destroyed_ = false;
 };
 

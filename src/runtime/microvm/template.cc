@@ -25,97 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5;
 // Placeholder disks of a template: the template never binds its disks, so
 // their size and content do not matter.
 constexpr off_t kPlaceholderBytes = 1 << 20;
-constexpr size_t kMaxQmpLine = 1 << 20;
-
-// QMP, line by line (QEMU ends every message with \r\n). Answers are found
-// by their "return"/"error" member; events in between are skipped.
-class Qmp {
- public:
-  static StatusOr<Qmp> Connect(const std::string& path, Clock::time_point deadline) {
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (path.size() >= sizeof sa.sun_path) return absl::InvalidArgumentError("QMP socket path too long: " + path);
-    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      return ErrnoToStatus(errno, "connect(" + path + ")");
-    }
-    Qmp q(std::move(fd), deadline);
-    ASSIGN_OR_RETURN(std::string greeting, q.ReadLine());
-    if (greeting.find("\"QMP\"") == std::string::npos) return absl::InternalError("QMP: no greeting: " + greeting);
-    RETURN_IF_ERROR(q.Command(R"({"execute":"qmp_capabilities"})").status());
-    return q;
-  }
-
-  // Sends `json` (with `pass_fd` as SCM_RIGHTS when >= 0) and returns the
-  // answer's line; an "error" answer is an error naming the command.
-  StatusOr<std::string> Command(const std::string& json, int pass_fd = -1) {
-    std::string line = json + "\n";
-    iovec iov{line.data(), line.size()};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (pass_fd >= 0) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-    }
-    if (::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
-      return ErrnoToStatus(errno, "sendmsg(QMP)");
-    }
-    while (true) {
-      ASSIGN_OR_RETURN(std::string answer, ReadLine());
-      if (answer.find("\"return\"") != std::string::npos) return answer;
-      if (answer.find("\"error\"") != std::string::npos) {
-        return absl::InternalError("QMP " + json + ": " + answer);
-      }
-    }
-  }
-
- private:
-  Qmp(UniqueFd fd, Clock::time_point deadline) : fd_(std::move(fd)), deadline_(deadline) {}
-
-  StatusOr<std::string> ReadLine() {
-    while (true) {
-      size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      if (buf_.size() > kMaxQmpLine) return absl::InternalError("QMP: line over 1 MiB");
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-      if (left <= 0) return absl::DeadlineExceededError("QMP: no answer in time");
-      pollfd p{fd_.get(), POLLIN, 0};
-      int n = ::poll(&p, 1, static_cast<int>(left));
-      if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(QMP)");
-      if (n <= 0) continue;
-      char chunk[4096];
-      ssize_t r = ::recv(fd_.get(), chunk, sizeof chunk, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return ErrnoToStatus(errno, "recv(QMP)");
-      if (r == 0) return absl::UnavailableError("QMP: QEMU closed its monitor (exited?)");
-      buf_.append(chunk, static_cast<size_t>(r));
-    }
-  }
-
-  UniqueFd fd_;
-  Clock::time_point deadline_;
-  std::string buf_;
-};
-
-constexpr char kIgnoreShared[] =
-    R"({"execute":"migrate-set-capabilities","arguments":{"capabilities":[{"capability":"x-ignore-shared","state":true}]}})";
 
 // FNV-1a 64 over a file's bytes, into `h`.
 Status HashFile(const std::string& path, uint64_t* h) {
@@ -164,7 +76,7 @@ int KillTemplateQemus(const std::string& qemu, const std::string& dir) {
   int killed = 0;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return 0;
-  const std::string needle = dir + "/";
+  const std::string needle = dir;
   while (dirent* e = ::readdir(proc)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
@@ -278,6 +190,7 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
     }
   }
   c.console_log = dir + "/console.log";
+  c.name = "warren-template:" + dir;
   c.hostname = "template";
   c.agent_listen_fd = kAgentFd;
   c.qmp_listen_fd = kQmpFd;
@@ -297,12 +210,14 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
   const std::string qmp_path = SocketPath(dir, dir_fd.get(), "qmp.sock");
   ASSIGN_OR_RETURN(UniqueFd agent_listener, ListenUnix(agent_path));
   ASSIGN_OR_RETURN(UniqueFd qmp_listener, ListenUnix(qmp_path));
-  ASSIGN_OR_RETURN(LaunchedQemu q,
-                   LaunchQemu(QemuArgv(o_.qemu, c),
-                              {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), kRamFd}},
-                              dir + "/qemu.log", {}));
+  std::vector<std::pair<int, int>> fds = {
+      {agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), kRamFd}};
+  std::vector<UniqueFd> files;
+  RETURN_IF_ERROR(OpenVmFiles(&c, kFirstFileFd, &files, &fds));
+  ASSIGN_OR_RETURN(LaunchedQemu q, LaunchQemu(QemuArgv(o_.qemu, c), fds, dir + "/qemu.log", {}, o_.identity));
   agent_listener.reset();
   qmp_listener.reset();
+  files.clear();
   Rollback rb;
   rb.Add([&] { KillQemu(std::move(q.pidfd)); });
   auto fail = [&](const Status& s) { return Status(s.code(), std::string(s.message()) + LogTails(dir)); };
@@ -326,23 +241,14 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
   }
   StatusOr<Qmp> qmp = Qmp::Connect(qmp_path, deadline);
   if (!qmp.ok()) return fail(qmp.status());
-  RETURN_IF_ERROR(qmp->Command(kIgnoreShared).status());
+  RETURN_IF_ERROR(SetIgnoreShared(*qmp, true));
   {
     UniqueFd state(::open(t->state_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!state.valid()) return ErrnoToStatus(errno, "open(" + t->state_file + ")");
-    RETURN_IF_ERROR(qmp->Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", state.get()).status());
-  }
-  // Not `stop` first: the stream records the run state, clones of a stopped
-  // template would stay paused.
-  RETURN_IF_ERROR(qmp->Command(R"({"execute":"migrate","arguments":{"uri":"fd:state"}})").status());
-  while (true) {
-    ASSIGN_OR_RETURN(std::string st, qmp->Command(R"({"execute":"query-migrate"})"));
-    if (st.find("\"completed\"") != std::string::npos) break;
-    if (st.find("\"failed\"") != std::string::npos || st.find("\"cancelled\"") != std::string::npos) {
-      return fail(absl::InternalError("saving the template failed: " + st));
-    }
-    if (Clock::now() > deadline) return absl::DeadlineExceededError("saving the template did not complete in time");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Not `stop` first: the stream records the run state, clones of a
+    // stopped template would stay paused.
+    Status s = MigrateToFd(*qmp, state.get(), deadline);
+    if (!s.ok()) return fail(s);
   }
   rb.Commit();
   KillQemu(std::move(q.pidfd));  // QEMU gone: no shared writable mapping is left, so sealing works
@@ -357,20 +263,15 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
 
 Status RestoreClone(const std::string& qmp_path, const Template& t, Clock::time_point deadline) {
   ASSIGN_OR_RETURN(Qmp qmp, Qmp::Connect(qmp_path, deadline));
-  RETURN_IF_ERROR(qmp.Command(kIgnoreShared).status());
+  RETURN_IF_ERROR(SetIgnoreShared(qmp, true));
   UniqueFd state(::open(t.state_file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!state.valid()) return ErrnoToStatus(errno, "open(" + t.state_file + ")");
-  RETURN_IF_ERROR(qmp.Command(R"({"execute":"getfd","arguments":{"fdname":"state"}})", state.get()).status());
-  RETURN_IF_ERROR(qmp.Command(R"({"execute":"migrate-incoming","arguments":{"uri":"fd:state"}})").status());
   // The agent is spoken to once the guest runs: bytes sent to the port
   // while the device state is still loading could be dropped.
-  while (true) {
-    ASSIGN_OR_RETURN(std::string st, qmp.Command(R"({"execute":"query-status"})"));
-    if (st.find("\"running\": true") != std::string::npos) return absl::OkStatus();
-    // A failed load makes QEMU exit: Command() then fails (monitor closed).
-    if (Clock::now() > deadline) return absl::DeadlineExceededError("restoring the clone did not finish in time");
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  bool running = false;
+  RETURN_IF_ERROR(MigrateFromFd(qmp, state.get(), deadline, &running));
+  if (!running) return absl::InternalError("the restored clone is not running");
+  return absl::OkStatus();
 }
 
 }  // namespace warren::runtime::microvm

@@ -60,6 +60,7 @@ struct TemplateOptions {
   std::string qemu, kernel, initrd;
   std::string dir;  // parent of the templates' dirs (created if missing)
   std::chrono::milliseconds boot_timeout{60000};
+  QemuIdentity identity;  // the template QEMU's uid/gid
 };
 
 class TemplateCache {
@@ -95,7 +96,8 @@ class TemplateCache {
 // the guest runs.
 Status RestoreClone(const std::string& qmp_path, const Template& t, std::chrono::steady_clock::time_point deadline);
 
-// Kills the QEMUs (`qemu` binary) whose arguments name a file under `dir`:
+// Kills the QEMUs (`qemu` binary) whose arguments name `dir` (a template's
+// -name is "warren-template:<its dir>"):
 // template builds a killed daemon left running (a template QEMU lives only
 // while its template is saved, outside any sandbox's cgroup). Returns how
 // many were killed.

@@ -284,6 +284,14 @@ class FakeGuest {
   std::thread thread_;
 };
 
+// A non-owning shared handle on a test's channel (the test keeps it alive).
+std::shared_ptr<AgentChannel> Shared(const std::unique_ptr<AgentChannel>& c) {
+  return std::shared_ptr<AgentChannel>(c.get(), [](AgentChannel*) {});
+}
+ChannelSource Source(const std::unique_ptr<AgentChannel>& c) {
+  return [p = Shared(c)]() -> StatusOr<std::shared_ptr<AgentChannel>> { return p; };
+}
+
 void WriteAll(int fd, const std::string& s) {
   ASSERT_EQ(::write(fd, s.data(), s.size()), static_cast<ssize_t>(s.size()));
 }
@@ -524,7 +532,7 @@ TEST(AgentChannelTest, FileCallsCarryTheGuestsCodeAndErrno) {
     WriteAll(fd, proto::EncodeFrame(FrameType::kError, 0, id, proto::Encode(e)));
   });
   ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
-  auto files = NewMicrovmFiles(ch.get(), std::chrono::seconds(10));
+  auto files = NewMicrovmFiles("t", Source(ch), std::chrono::seconds(10));
   StatusOr<FileInfo> st = files->Stat("/nope");
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound, HasSubstr("stat(/nope)")));
   EXPECT_EQ(StatusErrno(st.status()), ENOENT);
@@ -568,19 +576,19 @@ TEST(AgentChannelTest, AMalformedOrOversizedFileReplyBreaksOnlyItsChannel) {
   ASSERT_OK_AND_ASSIGN(auto good_ch, Connect(good));
   auto violation = StatusIs(absl::StatusCode::kUnavailable, HasSubstr("protocol violation by the guest"));
 
-  EXPECT_THAT(NewMicrovmFiles(two_ch.get(), std::chrono::seconds(10))->Stat("/x"), violation);
+  EXPECT_THAT(NewMicrovmFiles("t", Source(two_ch), std::chrono::seconds(10))->Stat("/x"), violation);
   EXPECT_THAT(two_ch->Ping(std::chrono::seconds(5)), StatusIs(absl::StatusCode::kUnavailable));
 
-  auto greedy_files = NewMicrovmFiles(greedy_ch.get(), std::chrono::seconds(10));
+  auto greedy_files = NewMicrovmFiles("t", Source(greedy_ch), std::chrono::seconds(10));
   ASSERT_OK_AND_ASSIGN(auto reader, greedy_files->OpenRead("/x", 0, 0));
   EXPECT_THAT(reader->Read(10), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("100 bytes for 10 asked")));
   reader.reset();
 
-  auto huge_files = NewMicrovmFiles(huge_ch.get(), std::chrono::seconds(10));
+  auto huge_files = NewMicrovmFiles("t", Source(huge_ch), std::chrono::seconds(10));
   EXPECT_THAT(huge_files->Mkdir("/d", 0755, false), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("exceeds")));
   EXPECT_LT(huge_ch->bytes_received(), 1024u);
 
-  ASSERT_OK_AND_ASSIGN(FileInfo ok, NewMicrovmFiles(good_ch.get(), std::chrono::seconds(10))->Stat("/ok"));
+  ASSERT_OK_AND_ASSIGN(FileInfo ok, NewMicrovmFiles("t", Source(good_ch), std::chrono::seconds(10))->Stat("/ok"));
   EXPECT_EQ(ok.size, 42u);
   for (auto* c : {two_ch.get(), greedy_ch.get(), huge_ch.get(), good_ch.get()}) c->Close();
 }
@@ -623,7 +631,7 @@ TEST(AgentChannelTest, ProcessStreamsRelayAndAcknowledgeOutput) {
   });
   ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
   proto::ExecRequest req = Echo();
-  ASSERT_OK_AND_ASSIGN(auto p, StartProcess(ch.get(), req, StartOptions{}, std::chrono::seconds(10)));
+  ASSERT_OK_AND_ASSIGN(auto p, StartProcess(Shared(ch), req, StartOptions{}, std::chrono::seconds(10)));
   EXPECT_EQ(p->pid(), 42);
   UniqueFd out = p->TakeStdout(), err = p->TakeStderr();
   EXPECT_EQ(ReadAllFd(out.get()), std::string("o\0ut", 4));
@@ -657,7 +665,7 @@ TEST(AgentChannelTest, OutputBeyondTheCreditBreaksTheChannelAndEndsTheProcessAsK
   ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
   // Nobody reads stdout: the host holds at most the credit, then the guest
   // that ignores it is cut off.
-  ASSERT_OK_AND_ASSIGN(auto p, StartProcess(ch.get(), Echo(), StartOptions{}, std::chrono::seconds(10)));
+  ASSERT_OK_AND_ASSIGN(auto p, StartProcess(Shared(ch), Echo(), StartOptions{}, std::chrono::seconds(10)));
   pollfd pf{p->pidfd(), POLLIN, 0};
   ASSERT_EQ(::poll(&pf, 1, 10000), 1);
   ExecOutcome o;
@@ -678,7 +686,7 @@ TEST(AgentChannelTest, AProcessThatCannotStartReturnsTheGuestsError) {
     WriteAll(fd, proto::EncodeFrame(FrameType::kError, 0, id, proto::Encode(e)));
   });
   ASSERT_OK_AND_ASSIGN(auto ch, Connect(g));
-  EXPECT_THAT(StartProcess(ch.get(), Echo(), StartOptions{}, std::chrono::seconds(10)),
+  EXPECT_THAT(StartProcess(Shared(ch), Echo(), StartOptions{}, std::chrono::seconds(10)),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("chdir /nope")));
   ch->Close();
 }
