@@ -34,20 +34,25 @@ def msa():
 
 
 @pytest.fixture()
-def env(msa, client, base_layer):
+def env(msa, daemon, base_layer):
     from warren.integrations.minisweagent import WarrenEnvironment
 
     e = WarrenEnvironment(layers=[base_layer], cwd="/root", timeout=10, env={"GREETING": "hi"},
-                          create={"labels": {"test": "1"}})
+                          addr="unix:" + str(daemon.socket), create={"labels": {"test": "1"}})
     yield e
     e.cleanup()
 
 
 def test_execute_contract(env):
+    # The harness's Protocol (not runtime-checkable): its members, same signature.
+    import inspect
+
     from minisweagent import Environment
     from minisweagent.exceptions import Submitted
-
-    assert isinstance(env, Environment)  # the harness's Protocol
+    for name in ("execute", "get_template_vars", "serialize", "config"):
+        assert hasattr(env, name), name
+    assert list(inspect.signature(env.execute).parameters)[:2] == \
+        list(inspect.signature(Environment.execute).parameters)[1:3] == ["action", "cwd"]
     out = env.execute({"command": "echo out; echo err >&2; echo $GREETING; exit 3"})
     assert out == {"output": "out\nerr\nhi\n", "returncode": 3, "exception_info": ""}
     # cwd argument, and the login shell's HOME.
@@ -89,7 +94,7 @@ def test_scripted_trajectory_to_submit(env, tmp_path):
 
     # And built from a config the way `mini` does it (environment_class path).
     e2 = get_environment({"environment_class": "warren.integrations.minisweagent.WarrenEnvironment",
-                          "layers": env.config.layers})
+                          "layers": env.config.layers, "addr": env.config.addr})
     try:
         assert e2.execute({"command": "echo ok"})["output"] == "ok\n"
     finally:

@@ -35,7 +35,7 @@ def swerex():
     return swerex
 
 
-def test_session_commands_and_files(swerex, client, base_layer, tmp_path):
+def test_session_commands_and_files(swerex, daemon, client, base_layer, tmp_path):
     from swerex.exceptions import (
         BashIncorrectSyntaxError,
         CommandTimeoutError,
@@ -61,7 +61,8 @@ def test_session_commands_and_files(swerex, client, base_layer, tmp_path):
     (tmp_path / "single.txt").write_text("one file\n")
 
     async def main():
-        dep = WarrenDeploymentConfig(layers=[base_layer], create={"labels": {"test": "1"}}).get_deployment()
+        dep = WarrenDeploymentConfig(layers=[base_layer], addr="unix:" + str(daemon.socket),
+                                     create={"labels": {"test": "1"}}).get_deployment()
         steps = []
         dep.add_hook(type("H", (), {"on_custom_step": lambda self, m: steps.append(m)})())
         await dep.start()
