@@ -68,7 +68,7 @@ def test_execute_contract(env):
     assert env.get_template_vars()["cwd"] == "/root"
 
 
-def test_scripted_trajectory_to_submit(env, tmp_path):
+def test_scripted_trajectory_to_submit(env, client, tmp_path):
     import yaml
     from minisweagent.agents.default import AgentConfig, DefaultAgent
     from minisweagent.config import builtin_config_dir
@@ -98,8 +98,8 @@ def test_scripted_trajectory_to_submit(env, tmp_path):
     try:
         assert e2.execute({"command": "echo ok"})["output"] == "ok\n"
     finally:
-        sb = e2.sandbox
+        sid = e2.sandbox.id
         e2.cleanup()
         import warren
         with pytest.raises(warren.NotFound):
-            sb.info()
+            client.get(sid)
