@@ -117,6 +117,7 @@ grpc::Status ToExecSpec(const v1::ExecRequest& req, runtime::ExecSpec* out) {
                    std::to_string(kMaxOutputCap));
   }
   spec.output_cap_bytes = cap;
+  spec.merge_stderr = req.merge_stderr();
   return grpc::Status::OK;
 }
 

@@ -137,6 +137,8 @@ grpc::Status SandboxesService::Exec(grpc::ServerContext* ctx, const v1::ExecRequ
   WARREN_FORWARD_UNARY(deps_, ctx, req->sandbox_id(), v1::Sandboxes, Exec, *req, resp);
   runtime::ExecSpec spec;
   RETURN_IF_GRPC_ERROR(ToExecSpec(*req, &spec));
+  // A client that went away (disconnect, its deadline) takes its command with it.
+  spec.cancelled = [ctx] { return ctx->IsCancelled(); };
   ASSIGN_OR_RETURN_GRPC(runtime::ExecOutcome out, deps_.manager->Exec(req->sandbox_id(), spec, req->request_id()));
   ToProto(std::move(out), resp);
   return grpc::Status::OK;

@@ -2,10 +2,13 @@
 
 #include <arpa/inet.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -18,6 +21,9 @@ namespace warren::http {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr int kWorkers = 128;         // verl's default concurrency is 64-128
+constexpr int kListenBacklog = 4096;  // capped by net.core.somaxconn
 
 // A time-out field in seconds: the default when absent, not a number or not
 // positive (SandboxFusion's clients send -1 for "default"), else at most
@@ -115,16 +121,68 @@ json Error(const std::string& msg) {
               {"executor_pod_name", nullptr}, {"files", json::object()}};
 }
 
+// SandboxFusion's Language literal (sandbox_fusion.models.Language) plus the
+// aliases warren accepted before ("python3", "c++", "c"). Which of them this
+// node runs is the fncall backend's business (SandboxError otherwise).
+constexpr const char* kLanguages[] = {
+    "python", "python2",    "cpp",    "nodejs", "go",    "go_test",       "java", "php",     "csharp",
+    "bash",   "typescript", "sql",    "rust",   "cuda",  "lua",           "R",    "perl",    "D_ut",
+    "ruby",   "scala",      "julia",  "pytest", "junit", "kotlin_script", "jest", "verilog", "python_gpu",
+    "lean",   "swift",      "racket", "gtest",  "react", "python3",       "c++",  "c"};
+
+// SandboxFusion's RunCodeRequest schema (a FastAPI/pydantic model there):
+// the first field that does not fit, as a 422 body {"detail": [{loc, msg,
+// type}]}; nullopt when the request fits.
+std::optional<json> SchemaError(const json& req) {
+  auto detail = [](json loc, const std::string& msg, const std::string& type) {
+    json l = json::array({"body"});
+    for (auto& x : loc) l.push_back(x);
+    return json{{"detail", json::array({json{{"loc", l}, {"msg", msg}, {"type", type}}})}};
+  };
+  if (!req.is_object()) return detail(json::array(), "Input should be a valid dictionary", "model_attributes_type");
+  for (const char* k : {"code", "language"}) {
+    if (!req.contains(k)) return detail(json::array({k}), "Field required", "missing");
+    if (!req[k].is_string()) return detail(json::array({k}), "Input should be a valid string", "string_type");
+  }
+  const std::string lang = req["language"].get<std::string>();
+  if (std::find(std::begin(kLanguages), std::end(kLanguages), lang) == std::end(kLanguages))
+    return detail(json::array({"language"}), "Input should be one of SandboxFusion's languages", "literal_error");
+  for (const char* k : {"compile_timeout", "run_timeout"}) {
+    if (req.contains(k) && !req[k].is_number())
+      return detail(json::array({k}), "Input should be a valid number", "float_type");
+  }
+  if (req.contains("memory_limit_MB") && !req["memory_limit_MB"].is_number_integer())
+    return detail(json::array({"memory_limit_MB"}), "Input should be a valid integer", "int_type");
+  if (req.contains("stdin") && !req["stdin"].is_null() && !req["stdin"].is_string())
+    return detail(json::array({"stdin"}), "Input should be a valid string", "string_type");
+  if (req.contains("files")) {
+    if (!req["files"].is_object())
+      return detail(json::array({"files"}), "Input should be a valid dictionary", "dict_type");
+    for (const auto& [path, v] : req["files"].items()) {
+      if (!v.is_null() && !v.is_string())
+        return detail(json::array({"files", path}), "Input should be a valid string", "string_type");
+    }
+  }
+  if (req.contains("fetch_files")) {
+    if (!req["fetch_files"].is_array())
+      return detail(json::array({"fetch_files"}), "Input should be a valid list", "list_type");
+    for (size_t i = 0; i < req["fetch_files"].size(); ++i) {
+      if (!req["fetch_files"][i].is_string())
+        return detail(json::array({"fetch_files", i}), "Input should be a valid string", "string_type");
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
   auto bad = [](const Status& s) {
     return RunCodeReply{s.code() == absl::StatusCode::kPermissionDenied ? 403 : 400, Error(std::string(s.message()))};
   };
-  if (!req.is_object() || !req.contains("code") || !req["code"].is_string())
-    return bad(absl::InvalidArgumentError("request must be a JSON object with a string 'code'"));
+  if (std::optional<json> e = SchemaError(req)) return RunCodeReply{422, std::move(*e)};
   runtime::FnCallRequest q;
-  q.language = req.value("language", std::string("python"));
+  q.language = req["language"].get<std::string>();
   if (q.language == "python3") q.language = "python";
   if (q.language == "c++") q.language = "cpp";
   q.code = req["code"].get<std::string>();
@@ -135,7 +193,12 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
   if (!compile.ok()) return bad(compile.status());
   q.run_timeout = *run;
   q.compile_timeout = *compile;
-  if (req.contains("memory_limit_MB") && req["memory_limit_MB"].is_number_unsigned()) {
+  // SandboxFusion: memory_limit_MB > 0 limits the call; absent, -1 (its
+  // default) or any other value <= 0 sets no limit of the call's own: here
+  // the node's maximum for /run_code.
+  q.memory_mb = options.max_memory_mb;
+  if (req.contains("memory_limit_MB") && req["memory_limit_MB"].is_number_unsigned() &&
+      req["memory_limit_MB"].get<uint64_t>() > 0) {
     const uint64_t mb = req["memory_limit_MB"].get<uint64_t>();
     if (mb > options.max_memory_mb) {
       return bad(absl::InvalidArgumentError(
@@ -143,18 +206,17 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
     }
     q.memory_mb = static_cast<uint32_t>(mb);
   }
-  if (req.contains("files") && req["files"].is_object()) {
+  if (req.contains("files")) {
     for (const auto& [path, b64] : req["files"].items()) {
+      if (b64.is_null()) continue;
       std::string data;
-      if (!b64.is_string() || !absl::Base64Unescape(b64.get<std::string>(), &data))
+      if (!absl::Base64Unescape(b64.get<std::string>(), &data))
         return bad(absl::InvalidArgumentError("files['" + path + "'] is not base64"));
       q.files[path] = data;
     }
   }
-  if (req.contains("fetch_files") && req["fetch_files"].is_array()) {
-    for (const auto& f : req["fetch_files"]) {
-      if (f.is_string()) q.fetch_files.push_back(f.get<std::string>());
-    }
+  if (req.contains("fetch_files")) {
+    for (const auto& f : req["fetch_files"]) q.fetch_files.push_back(f.get<std::string>());
   }
   std::vector<std::string> layers;
   if (req.contains("layers") && !req["layers"].is_null()) {
@@ -250,7 +312,20 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(node::FnCallFronte
   }
   std::unique_ptr<RunCodeServer> s(new RunCodeServer());
   s->server_ = std::make_unique<httplib::Server>();
-  s->server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // One thread per connection being served (blocked in the call); accepted
+  // connections beyond that wait in the pool's queue, never refused.
+  s->server_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  // cpp-httplib listens with a backlog of 5 (compiled into Debian's
+  // library): a burst of verl's 64-128 concurrent connects overflows it and
+  // the kernel drops or resets the excess. The socket is taken here (the
+  // option hook runs before bind) and re-listened with kListenBacklog below
+  // (listen(2) on a listening socket only changes its backlog).
+  auto listen_fd = std::make_shared<int>(-1);
+  s->server_->set_socket_options([listen_fd](int sock) {
+    int yes = 1;
+    (void)::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *listen_fd = sock;
+  });
   s->server_->Get("/v1/ping", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("\"pong\"", "application/json");
   });
@@ -277,6 +352,8 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(node::FnCallFronte
   } else if (!s->server_->bind_to_port(host, port)) {
     return absl::UnavailableError("cannot bind HTTP " + listen);
   }
+  if (*listen_fd < 0 || ::listen(*listen_fd, kListenBacklog) != 0)
+    return ErrnoToStatus(*listen_fd < 0 ? EBADF : errno, "listen(HTTP " + listen + ", backlog)");
   s->port_ = port;
   httplib::Server* raw = s->server_.get();
   s->thread_ = std::thread([raw] { raw->listen_after_bind(); });

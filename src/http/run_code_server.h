@@ -4,12 +4,22 @@
 //
 // Request JSON: code, language, stdin, compile_timeout, run_timeout (seconds,
 // float), memory_limit_MB, files {path: base64}, fetch_files [path], and
-// warren's own layers [layer name] (the layers of this call).
+// warren's own layers [layer name] (the layers of this call). A request that
+// does not fit SandboxFusion's schema (code and language required strings,
+// language one of SandboxFusion's, the other fields of their types) is a 422
+// with FastAPI's body {"detail": [{"loc": ["body", field...], "msg", "type"}]};
+// a body that is not JSON at all is a 400. memory_limit_MB absent or <= 0
+// (SandboxFusion's -1) sets no limit of the call's own: the node's maximum.
+// compile_result.execution_time is the compile stage's own time, run_result's
+// the run's.
 // Response JSON: status Success | Failed | SandboxError, message,
 // compile_result / run_result (null or {status Finished | Error |
 // TimeLimitExceeded, execution_time (s), return_code, stdout, stderr}),
 // files {path: base64}. Success = the run finished with return code 0.
-// Served with cpp-httplib (Debian libcpp-httplib-dev), plain HTTP.
+// Served with cpp-httplib (Debian libcpp-httplib-dev), plain HTTP: one
+// thread per connection in service (128, verl's highest default
+// concurrency), more connections wait accepted in the pool's queue, and the
+// listen backlog is 4096, so bursts of connects are never dropped or reset.
 //
 // Who may call (RunCodeOptions): a POST must be `Content-Type:
 // application/json` (415 otherwise: a web page can send a cross-origin

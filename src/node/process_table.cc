@@ -20,6 +20,14 @@ constexpr size_t kReadChunk = 64 << 10;  // the pump's read size
 
 }  // namespace
 
+Status CheckMergeStderr(const runtime::Sandbox& sb, const runtime::ExecSpec& spec) {
+  // Only the container backend hands the command one pipe for fds 1 and 2.
+  if (spec.merge_stderr && sb.backend_name() != "container")
+    return absl::InvalidArgumentError("merge_stderr is not supported by the " + std::string(sb.backend_name()) +
+                                      " backend");
+  return absl::OkStatus();
+}
+
 StatusOr<std::shared_ptr<ManagedProcess>> ManagedProcess::Start(std::shared_ptr<runtime::Sandbox> sb,
                                                                 std::string sandbox_id, std::string process_id,
                                                                 const runtime::ExecSpec& spec,
@@ -28,6 +36,7 @@ StatusOr<std::shared_ptr<ManagedProcess>> ManagedProcess::Start(std::shared_ptr<
     return absl::InvalidArgumentError("buffer_bytes=" + std::to_string(options.buffer_bytes) + " must be in [1, " +
                                       std::to_string(kMaxProcessBufferBytes) + "]");
   ASSIGN_OR_RETURN(runtime::ProcessStarter * starter, runtime::Require<runtime::ProcessStarter>(*sb));
+  RETURN_IF_ERROR(CheckMergeStderr(*sb, spec));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Process> proc, starter->Start(spec, options.start));
   std::shared_ptr<ManagedProcess> mp(new ManagedProcess(std::move(sb), std::move(proc), std::move(sandbox_id),
                                                         std::move(process_id), spec, options, std::move(on_exit)));

@@ -60,6 +60,10 @@ constexpr size_t kDefaultProcessBufferBytes = 1 << 20;  // per stream
 constexpr size_t kMaxProcessBufferBytes = 64 << 20;
 constexpr size_t kMaxProcessesPerSandbox = 64;
 
+// InvalidArgument when `spec` asks for merge_stderr on a backend that cannot
+// give the command one pipe for stdout and stderr.
+Status CheckMergeStderr(const runtime::Sandbox& sb, const runtime::ExecSpec& spec);
+
 enum class ProcStream : int { kStdout = 0, kStderr = 1, kControl = 2 };
 
 struct ProcessOptions {

@@ -179,6 +179,7 @@ StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const
   StatusOr<RecordedCall> rc = calls_->Run(id, request_id, [&]() -> StatusOr<RecordedCall> {
     ran = true;
     ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, table_->Use(id));
+    RETURN_IF_ERROR(CheckMergeStderr(*sb, spec));
     table_->Touch(id, +1);
     StatusOr<runtime::ExecOutcome> out = sb->Exec(spec);
     table_->Touch(id, -1);

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -79,6 +80,13 @@ struct ExecSpec {
   std::chrono::milliseconds timeout{0};    // 0 = none
   std::chrono::milliseconds kill_grace{500};
   uint64_t output_cap_bytes = 16u << 20;  // kept per stream
+  // stderr is the stdout pipe (fd 2 a dup of fd 1): one stream in write
+  // order, stderr_data empty. Backends without it refuse it (InvalidArgument).
+  bool merge_stderr = false;
+  // Optional; polled (at least once a second) while the command runs: true
+  // kills the command's whole tree and the exec ends with Cancelled (the
+  // caller went away: a unary exec's client disconnected).
+  std::function<bool()> cancelled;
 };
 
 struct ExecOutcome {

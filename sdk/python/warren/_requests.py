@@ -114,11 +114,11 @@ def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, by
                   env: Optional[Mapping[str, Union[str, bytes]]] = None, cwd: Optional[str] = None,
                   user: Optional[str] = None, stdin: Optional[Union[bytes, str]] = None,
                   timeout: Optional[float] = None, output_cap: Optional[int] = None,
-                  kill_grace: Optional[float] = None,
-                  request_id: Optional[str] = None) -> Tuple[pb.ExecRequest, Optional[float]]:
+                  kill_grace: Optional[float] = None, request_id: Optional[str] = None,
+                  merge_stderr: bool = False) -> Tuple[pb.ExecRequest, Optional[float]]:
     """The ExecRequest of Sandbox.exec and its RPC deadline (shared with warren.aio)."""
     req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "",
-                         user=user or "", request_id=request_id or "")
+                         user=user or "", request_id=request_id or "", merge_stderr=merge_stderr)
     if isinstance(cmd, (str, bytes)):
         req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
     else:
@@ -201,9 +201,11 @@ def _u32_or_u64(name: str, value: int) -> int:
 # Process requests (streaming exec, spawn): the ExecRequest without output_cap/request_id.
 def _proc_request(sandbox_id: str, cmd: Cmd, env: Optional[Mapping[str, Union[str, bytes]]],
                   cwd: Optional[str], user: Optional[str], stdin: Optional[Union[bytes, str]],
-                  timeout: Optional[float], kill_grace: Optional[float]) -> pb.ExecRequest:
+                  timeout: Optional[float], kill_grace: Optional[float],
+                  merge_stderr: bool = False) -> pb.ExecRequest:
     """The ExecRequest of a command (same rules as Sandbox.exec)."""
-    req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "", user=user or "")
+    req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "", user=user or "",
+                         merge_stderr=merge_stderr)
     if isinstance(cmd, (str, bytes)):
         req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
     else:

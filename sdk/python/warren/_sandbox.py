@@ -203,6 +203,81 @@ class FilesCore:
         yield Rpc(self._stub.Rename, req, self._md())
 
     @op
+    def upload_dir(self, local_dir: str, path: PathLike, user: Optional[str] = None,
+                   timeout: Optional[float] = None) -> Gen[int]:
+        """Copies the contents of the local directory local_dir into the
+        sandbox directory path (created with its parents) as one tar stream:
+        packed here with tarfile, unpacked by ``tar`` inside the sandbox
+        (owned by user, default the sandbox user; symlinks kept as links).
+        Returns the tar's size in bytes. Raises InvalidArgument (local_dir not
+        a directory), FailedPrecondition (tar failed in the sandbox: its
+        message names the entry; the sandbox needs GNU tar)."""
+        from ._tardir import UNPACK_SH, pack
+        f = pack(local_dir)
+        try:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(0)
+            tmp = "/tmp/.warren-upload-" + _new_request_id() + ".tar"
+            # Readable by the unpacking user; removed below whatever happens.
+            yield from FilesCore.write.fn(self, tmp, f, mode=0o644, make_parents=True, timeout=timeout)
+        finally:
+            f.close()
+        try:
+            r = yield from SandboxCore.exec.fn(self._sb, ["/bin/sh", "-c", UNPACK_SH, "sh", _path_bytes(path), tmp],
+                                               user=user, timeout=timeout)
+        except errors.WarrenError:
+            yield from self._remove_quietly(tmp)
+            raise
+        yield from self._remove_quietly(tmp)
+        if r.exit_code != 0:
+            raise errors.FailedPrecondition(
+                f"upload_dir to {os.fsdecode(_path_bytes(path))!r}: tar in the sandbox exited {r.exit_code}: "
+                + r.stderr.decode("utf-8", "replace").strip())
+        return size
+
+    def _remove_quietly(self, path: str) -> Gen[None]:
+        try:
+            yield from FilesCore.remove.fn(self, path)
+        except errors.NotFound:
+            pass
+
+    @op
+    def download_dir(self, path: PathLike, local_dir: str, timeout: Optional[float] = None) -> Gen[int]:
+        """Copies the contents of the sandbox directory path into the local
+        directory local_dir (created) as one tar stream: packed by ``tar``
+        inside the sandbox, checked entry by entry and unpacked here (an
+        entry with an absolute name, "..", a link leaving local_dir, or a
+        device/FIFO is refused with InvalidArgument naming it, before
+        anything is written). Returns the number of entries. Raises
+        NotFound/FailedPrecondition when tar cannot read path in the sandbox."""
+        import tempfile
+
+        from ._tardir import PACK_SH, unpack
+        tmp = "/tmp/.warren-download-" + _new_request_id() + ".tar"
+        p = _path_bytes(path)
+        yield from FilesCore.mkdir.fn(self, "/tmp", parents=True, mode=0o1777)
+        r = yield from SandboxCore.exec.fn(self._sb, ["/bin/sh", "-c", PACK_SH, "sh", p, tmp], timeout=timeout)
+        if r.exit_code != 0:
+            yield from self._remove_quietly(tmp)
+            msg = r.stderr.decode("utf-8", "replace").strip()
+            cls = errors.NotFound if "No such file" in msg or "can't cd" in msg else errors.FailedPrecondition
+            raise cls(f"download_dir of {os.fsdecode(p)!r}: tar in the sandbox exited {r.exit_code}: {msg}")
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as f:
+            try:
+                req = pb.ReadFileRequest(sandbox_id=self._sb.id, path=tmp.encode())
+                st = yield Open(self._stub.Read, req, self._md(), timeout)
+                while True:
+                    chunk = yield Next(st)
+                    if chunk is END:
+                        break
+                    f.write(chunk.data)
+            except errors.WarrenError:
+                yield from self._remove_quietly(tmp)
+                raise
+            yield from self._remove_quietly(tmp)
+            return unpack(f, local_dir)  # type: ignore[arg-type]
+
+    @op
     def exists(self, path: PathLike) -> Gen[bool]:
         """True if path exists (a dangling symlink counts as existing)."""
         try:
@@ -267,7 +342,8 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
              stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
              output_cap: Optional[int] = None, kill_grace: Optional[float] = None,
              request_id: Optional[str] = None, on_stdout: Optional[Callable[[bytes], Any]] = None,
-             on_stderr: Optional[Callable[[bytes], Any]] = None) -> Gen[ExecResult]:
+             on_stderr: Optional[Callable[[bytes], Any]] = None,
+             merge_stderr: bool = False) -> Gen[ExecResult]:
         """Runs a command in the sandbox and waits for it.
 
         cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
@@ -292,6 +368,10 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         produces it (streaming exec; request_id is then not supported); the
         result is the same ExecResult, its stdout/stderr capped at output_cap.
         On the async side they may also be coroutine functions.
+
+        merge_stderr: the command's stderr goes to its stdout pipe, so
+        result.stdout holds both in the order written (stderr empty), as
+        ``2>&1`` would (container backend; InvalidArgument elsewhere).
         """
         if on_stdout is not None or on_stderr is not None:
             if request_id:
@@ -299,7 +379,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
             from ._process import ExecStreamCore, next_emit
             cap = output_cap if output_cap is not None else 16 << 20
             st = self._client._exec_stream_cls(self._client, self._exec_stream_first(
-                cmd, env, cwd, user, stdin, timeout, kill_grace, False, None, None), cap)
+                cmd, env, cwd, user, stdin, timeout, kill_grace, False, None, None, merge_stderr), cap)
             yield from st._open()
             try:
                 yield from ExecStreamCore.close_stdin.fn(st)  # as exec: EOF after the stdin bytes
@@ -319,21 +399,22 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
             assert result is not None
             return result
         req, deadline = _exec_request(self.id, cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
-                                      output_cap=output_cap, kill_grace=kill_grace, request_id=request_id)
+                                      output_cap=output_cap, kill_grace=kill_grace, request_id=request_id,
+                                      merge_stderr=merge_stderr)
         r = yield Rpc(self._client._sandboxes.Exec, req, self._client._metadata, deadline)
         return ExecResult._from_pb(r)
 
     def _exec_stream_first(self, cmd: Cmd, env: Env, cwd: Optional[str], user: Optional[str],
                            stdin: Optional[Union[bytes, str]], timeout: Optional[float],
                            kill_grace: Optional[float], pty: bool, rows: Optional[int],
-                           cols: Optional[int]) -> ppb.ExecStreamRequest:
-        req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+                           cols: Optional[int], merge_stderr: bool = False) -> ppb.ExecStreamRequest:
+        req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace, merge_stderr)
         return ppb.ExecStreamRequest(exec=req, options=_start_options(pty, rows, cols))
 
     def exec_stream(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
                     stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
                     kill_grace: Optional[float] = None, pty: bool = False, rows: Optional[int] = None,
-                    cols: Optional[int] = None) -> XS:
+                    cols: Optional[int] = None, merge_stderr: bool = False) -> XS:
         """Starts cmd (as exec) and returns its ExecStream at once (not a
         coroutine on the async side): iterate it for OutputChunk(stream,
         data, offset) as produced, then read .result (ExecResult). stdin:
@@ -341,8 +422,10 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         send_stdin(), EOF with close_stdin() (or when the stream is closed).
         pty: run on a terminal of rows x cols (default 24 x 80; stderr merged
         into stdout). Closing the stream or the client going away kills the
-        command's whole tree. Errors as exec (raised when iterating)."""
-        first = self._exec_stream_first(cmd, env, cwd, user, stdin, timeout, kill_grace, pty, rows, cols)
+        command's whole tree. merge_stderr: as exec (only stdout chunks).
+        Errors as exec (raised when iterating)."""
+        first = self._exec_stream_first(cmd, env, cwd, user, stdin, timeout, kill_grace, pty, rows, cols,
+                                        merge_stderr)
         st = self._client._exec_stream_cls(self._client, first, 0)
         st._kick(st._open())
         return st  # type: ignore[no-any-return]
@@ -352,7 +435,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
               stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
               kill_grace: Optional[float] = None, pty: bool = False, rows: Optional[int] = None,
               cols: Optional[int] = None, buffer_bytes: Optional[int] = None,
-              control_fd: bool = False) -> Gen[PR]:
+              control_fd: bool = False, merge_stderr: bool = False) -> Gen[PR]:
         """Starts cmd in the background and returns its Process handle (wait,
         kill, output, stream, send_stdin, close_stdin, resize). The process
         lives in the daemon, survives this client, and dies with the
@@ -360,10 +443,10 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         timeout: seconds, then the whole tree gets SIGTERM, SIGKILL after
         kill_grace. buffer_bytes: ring buffer per stream (default 1 MiB, max
         64 MiB). control_fd: a pipe on fd 3 (stream "control").
-        Raises ResourceExhausted when the sandbox already runs 64 background
-        processes, else as exec."""
+        merge_stderr: as exec. Raises ResourceExhausted when the sandbox
+        already runs 64 background processes, else as exec."""
         from .process import ProcessInfo
-        req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace)
+        req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace, merge_stderr)
         opts = _start_options(pty, rows, cols, control_fd, buffer_bytes)
         r = yield Rpc(self._client._processes.Spawn, ppb.SpawnRequest(exec=req, options=opts),
                       self._client._metadata)
@@ -387,12 +470,16 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         return [ProcessInfo._from_pb(p) for p in r.processes]
 
     @op
-    def session(self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None) -> Gen[SE]:
+    def session(self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None,
+                merge_stderr: bool = False) -> Gen[SE]:
         """A persistent bash session (warren.process.Session): session.run(cmd,
-        timeout) keeps cwd, env and shell variables between commands."""
+        timeout) keeps cwd, env and shell variables between commands.
+        merge_stderr: the shell's stderr is its stdout pipe, so each result's
+        stdout holds both in the order written (as on a terminal)."""
         from ._process import _SESSION_ARGV, SESSION_BUFFER_BYTES, SessionCore, _session_env
         p = yield from SandboxCore.spawn.fn(self, _SESSION_ARGV, env=_session_env(env), cwd=cwd, user=user,
-                                            control_fd=True, buffer_bytes=SESSION_BUFFER_BYTES)
+                                            control_fd=True, buffer_bytes=SESSION_BUFFER_BYTES,
+                                            merge_stderr=merge_stderr)
         s = self._client._session_cls(p)
         yield from SessionCore._start(s)
         return s  # type: ignore[no-any-return]

@@ -39,7 +39,7 @@ StatusOr<std::vector<UniqueFd>> JoinFds(jail::Cgroup& sb, jail::Cgroup& child) {
 }
 
 Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>& sandbox_env, const char* op,
-                   bool default_term, SpawnRequest* req) {
+                   bool default_term, const std::string& home, SpawnRequest* req) {
   SpawnRequest& plan = *req;
   if (es.shell) {
     plan.argv = {"/bin/sh", "-c", *es.shell};
@@ -54,6 +54,7 @@ Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>&
   std::map<std::string, std::string> env = sandbox_env;
   for (const auto& [k, v] : es.env) env[k] = v;
   if (!env.count("PATH")) env["PATH"] = kDefaultPath;
+  if (!env.count("HOME") && !home.empty()) env["HOME"] = home;
   if (default_term && !env.count("TERM")) env["TERM"] = "xterm";
   for (const auto& [k, v] : env) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
@@ -109,34 +110,33 @@ std::optional<std::string> ReadInRoot(int root_fd, const char* rel) {
 
 StatusOr<UserIds> ResolveUser(const std::string& user, int root_fd, uint32_t range) {
   UserIds ids;
-  if (user.empty() || user == "root") return ids;
+  if (user.empty() || user == "root") {
+    ids.home = "/root";
+    return ids;
+  }
   std::vector<std::string> parts = absl::StrSplit(user, absl::MaxSplits(':', 1));
-  uint32_t u, g;
-  if (absl::SimpleAtoi(parts[0], &u)) {
-    ids.uid = u;
-    ids.gid = u;
-    if (parts.size() == 2) {
-      if (!absl::SimpleAtoi(parts[1], &g)) return absl::InvalidArgumentError("bad gid in user '" + user + "'");
+  const bool numeric = absl::SimpleAtoi(parts[0], &ids.uid);
+  // passwd fields: name:password:uid:gid:gecos:home:shell
+  bool found = false;
+  if (auto passwd = ReadInRoot(root_fd, "/etc/passwd")) {
+    for (absl::string_view line : absl::StrSplit(*passwd, '\n')) {
+      std::vector<std::string> f = absl::StrSplit(line, ':');
+      uint32_t u, g;
+      if (f.size() < 4 || !absl::SimpleAtoi(f[2], &u) || !absl::SimpleAtoi(f[3], &g)) continue;
+      if (numeric ? u != ids.uid : f[0] != parts[0]) continue;
+      ids.uid = u;
       ids.gid = g;
+      if (f.size() >= 6 && !f[5].empty()) ids.home = f[5];
+      found = true;
+      break;
     }
-  } else {
-    auto passwd = ReadInRoot(root_fd, "/etc/passwd");
-    bool found = false;
-    if (passwd) {
-      for (absl::string_view line : absl::StrSplit(*passwd, '\n')) {
-        std::vector<std::string> f = absl::StrSplit(line, ':');
-        if (f.size() >= 4 && f[0] == parts[0] && absl::SimpleAtoi(f[2], &u) && absl::SimpleAtoi(f[3], &g)) {
-          ids.uid = u;
-          ids.gid = g;
-          found = true;
-          break;
-        }
-      }
-    }
-    if (!found) return absl::NotFoundError("user '" + parts[0] + "' not found in the sandbox's /etc/passwd");
-    if (parts.size() == 2 && !absl::SimpleAtoi(parts[1], &g))
-      return absl::InvalidArgumentError("bad gid in user '" + user + "'");
-    if (parts.size() == 2) ids.gid = g;
+  }
+  if (!numeric && !found) return absl::NotFoundError("user '" + parts[0] + "' not found in the sandbox's /etc/passwd");
+  if (numeric) ids.gid = ids.uid;  // "uid" alone: gid = uid
+  if (parts.size() == 2) {
+    uint32_t g;
+    if (!absl::SimpleAtoi(parts[1], &g)) return absl::InvalidArgumentError("bad gid in user '" + user + "'");
+    ids.gid = g;
   }
   if (ids.uid >= range || ids.gid >= range)
     return absl::InvalidArgumentError("user '" + user + "' is outside the sandbox's id range");

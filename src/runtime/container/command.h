@@ -29,19 +29,22 @@ StatusOr<std::vector<UniqueFd>> JoinFds(jail::Cgroup& sb, jail::Cgroup& child);
 // argv and envp of an exec or a background process, exact: the sandbox's
 // env, then the command's over it, PATH defaulted (TERM too for a PTY); the
 // paths to try for argv[0] (PATH search done by the daemon: the grandchild
-// only execs). `op` names the call in errors ("exec", "start").
+// only execs). HOME defaults to `home` (the user's, as a login sets it).
+// `op` names the call in errors ("exec", "start").
 Status FillCommand(const ExecSpec& es, const std::map<std::string, std::string>& sandbox_env, const char* op,
-                   bool default_term, SpawnRequest* req);
+                   bool default_term, const std::string& home, SpawnRequest* req);
 
 std::vector<jail::RlimitSetting> SandboxRlimits(const Resources& r);
 
 struct UserIds {
   uid_t uid = 0;
   gid_t gid = 0;
+  std::string home = "/";  // HOME a login would set: the passwd entry's, "/root" for root
 };
 
 // "root", a name from the sandbox's /etc/passwd (read through `root_fd`, the
-// sandbox's root), or "uid[:gid]"; ids must be below `range`.
+// sandbox's root), or "uid[:gid]"; ids must be below `range`. home: root's is
+// "/root" (passwd not read); a uid's is its passwd entry's if it has one, else "/".
 StatusOr<UserIds> ResolveUser(const std::string& user, int root_fd, uint32_t range);
 
 // Makes a pipe; `big`: with a 1 MiB buffer (throughput of huge outputs;

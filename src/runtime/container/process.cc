@@ -139,7 +139,7 @@ StatusOr<std::unique_ptr<Process>> ContainerSandbox::Start(const ExecSpec& es, c
     RETURN_IF_ERROR(MakePipe(err_r, err_w, /*big=*/true));
     plan.stdin_fd = in_r.get();
     plan.stdout_fd = out_w.get();
-    plan.stderr_fd = err_w.get();
+    plan.stderr_fd = es.merge_stderr ? out_w.get() : err_w.get();
   }
   if (so.control_fd) {
     RETURN_IF_ERROR(MakePipe(ctl_r, ctl_w));

@@ -34,6 +34,7 @@ StatusOr<SpawnRequest> ContainerSandbox::PrepareSpawn(const ExecSpec& es, const 
   req.caps = jail::DefaultCapabilityMask();
   req.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
   req.rlimits = SandboxRlimits(spec_.resources);
+  std::string home;
   {
     std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";
     UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -43,9 +44,10 @@ StatusOr<SpawnRequest> ContainerSandbox::PrepareSpawn(const ExecSpec& es, const 
                      ResolveUser(es.user.empty() ? spec_.user : es.user, root.get(), st_->options.uid_range));
     req.uid = ids.uid;
     req.gid = ids.gid;
+    home = std::move(ids.home);
   }
   req.cwd = es.cwd.empty() ? (spec_.workdir.empty() ? "/" : spec_.workdir) : es.cwd;
-  RETURN_IF_ERROR(FillCommand(es, spec_.env, op, default_term, &req));
+  RETURN_IF_ERROR(FillCommand(es, spec_.env, op, default_term, home, &req));
   return req;
 }
 
@@ -108,7 +110,7 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   RETURN_IF_ERROR(MakePipe(err_r, err_w, /*big=*/true));
   req.stdin_fd = in_r.get();
   req.stdout_fd = out_w.get();
-  req.stderr_fd = err_w.get();
+  req.stderr_fd = es.merge_stderr ? out_w.get() : err_w.get();
 
   // The timeout counts running time only: time the sandbox spends paused
   // moves the deadline (no burst of timeouts after a resume). It bounds the
@@ -170,6 +172,7 @@ StatusOr<ExecOutcome> ContainerSandbox::Exec(const ExecSpec& es) {
   po.kill = [&ecg](int sig) { (void)ecg->SignalAll(sig); };
   po.kill_grace = es.kill_grace;
   po.what = "exec";
+  po.cancelled = es.cancelled;
   StatusOr<PumpResult> pumped = PumpOutput(po, {&so, &se});
   if (!pumped.ok()) {
     // Never leave the command behind: killed, its tree too, and reaped

@@ -217,10 +217,12 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     deadline = t_send + req.run_timeout;
   }
   bool run_clock_started = !compiled;
+  Clock::time_point compile_end = t_send;  // compiled languages: the compile stage's record came
   st.on_data = [&](std::string_view) {
     if (run_clock_started) return;
     run_clock_started = true;
-    deadline = req.run_timeout.count() > 0 ? Clock::now() + req.run_timeout : kNever;
+    compile_end = Clock::now();
+    deadline = req.run_timeout.count() > 0 ? compile_end + req.run_timeout : kNever;
   };
   std::optional<ZygoteMsg> exited;
   Status exit_error;
@@ -306,7 +308,8 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
       cstatus = int_of(stage["compile"], "status");
       ctimed_out = stage["compile"].value("timed_out", false);
     }
-    res.compile = MakeOutcome(cstatus, ctimed_out, &cout, &cerr, run_ns);
+    // Each stage's own time: compile until its record, the run after it.
+    res.compile = MakeOutcome(cstatus, ctimed_out, &cout, &cerr, run_clock_started ? compile_end - t_send : run_ns);
     if (!cstatus || ctimed_out || *cstatus != 0) run_stage = false;
   }
   if (run_stage) {
@@ -322,7 +325,7 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
         if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 128 + sig && sig > 0 && sig < 64) status = sig;
       }
     }
-    res.run = MakeOutcome(status, timed_out, &out, &err, run_ns);
+    res.run = MakeOutcome(status, timed_out, &out, &err, compiled ? run_ns - (compile_end - t_send) : run_ns);
   }
   const uint64_t oom_after = oom_kills();
   if (oom_after > oom_before) {

@@ -385,7 +385,9 @@ TEST_F(ContainerTest, ExecEnvCwdUser) {
   e.env = {{"B", "over"}, {"C", "\xff"}};
   auto r = sb->Exec(e);
   ASSERT_OK(r);
-  EXPECT_EQ(r->stdout_data, "A=1\nB=over\nC=\xff\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
+  // HOME: the user's, as a login sets it.
+  EXPECT_EQ(r->stdout_data,
+            "A=1\nB=over\nC=\xff\nHOME=/root\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
   EXPECT_EQ(Run(sb, "pwd").stdout_data, "/w\n");
   // A workdir missing from the image is created, owned by the sandbox's root.
   SandboxSpec s2 = Spec("workdir");

@@ -182,7 +182,7 @@ class DestroySandboxResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ExecRequest(_message.Message):
-    __slots__ = ("sandbox_id", "argv", "shell", "env", "cwd", "user", "stdin", "timeout_ms", "output_cap_bytes", "kill_grace_ms", "request_id")
+    __slots__ = ("sandbox_id", "argv", "shell", "env", "cwd", "user", "stdin", "timeout_ms", "output_cap_bytes", "kill_grace_ms", "request_id", "merge_stderr")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class ExecRequest(_message.Message):
     OUTPUT_CAP_BYTES_FIELD_NUMBER: _ClassVar[int]
     KILL_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MERGE_STDERR_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     argv: _containers.RepeatedScalarFieldContainer[bytes]
     shell: bytes
@@ -212,7 +213,8 @@ class ExecRequest(_message.Message):
     output_cap_bytes: int
     kill_grace_ms: int
     request_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[bytes]] = ..., shell: _Optional[bytes] = ..., env: _Optional[_Mapping[str, bytes]] = ..., cwd: _Optional[str] = ..., user: _Optional[str] = ..., stdin: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., output_cap_bytes: _Optional[int] = ..., kill_grace_ms: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    merge_stderr: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[bytes]] = ..., shell: _Optional[bytes] = ..., env: _Optional[_Mapping[str, bytes]] = ..., cwd: _Optional[str] = ..., user: _Optional[str] = ..., stdin: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., output_cap_bytes: _Optional[int] = ..., kill_grace_ms: _Optional[int] = ..., request_id: _Optional[str] = ..., merge_stderr: _Optional[bool] = ...) -> None: ...
 
 class ExecResult(_message.Message):
     __slots__ = ("exit_code", "signal", "oom_killed", "timed_out", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "stdout_total_bytes", "stderr_total_bytes", "duration_ns")
