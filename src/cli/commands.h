@@ -170,7 +170,7 @@ void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);
 void AddNetworkCommand(CLI::App& root, Invocation& inv);  // network ID --allow/--deny (network.cc)
-void AddEvalCommand(CLI::App& root, Invocation& inv);  // eval: execs python -m warren.eval
+void AddEvalCommand(CLI::App& root, Invocation& inv);     // eval: execs python -m warren.eval
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);

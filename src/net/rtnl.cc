@@ -1,11 +1,11 @@
 #include "net/rtnl.h"
 
 #include <arpa/inet.h>
-#include <net/if.h>
 #include <libmnl/libmnl.h>
 #include <linux/if_link.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
+#include <net/if.h>
 #include <sched.h>
 
 #include <memory>

@@ -66,8 +66,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOpti
   cmds += "add rule " + t + " input iifname " + links + " ct state established,related accept\n";
   cmds += "add rule " + t + " input iifname " + links + " goto " + kRefuse + "\n";
   cmds += "add chain " + t + " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n";
-  cmds += "add rule " + t + " postrouting ip saddr " + n->range_.ToString() + " oifname != " + links +
-          " masquerade\n";
+  cmds += "add rule " + t + " postrouting ip saddr " + n->range_.ToString() + " oifname != " + links + " masquerade\n";
   RETURN_IF_ERROR(n->nft_->Run(cmds));
   return n;
 }

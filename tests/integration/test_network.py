@@ -14,11 +14,10 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, List
 
 import pytest
-
 import warren
 from conftest import NODE_PREFIX, Daemon
 
@@ -79,7 +78,7 @@ def internet(test_root: Path) -> Iterable[str]:
         deadline = time.monotonic() + 10
         while True:
             r = subprocess.run(["python3", "-c", PROBE, METADATA, str(PORT), "1"], capture_output=True, text=True,
-                               timeout=10)
+                               timeout=10, check=False)
             if r.stdout.strip() == "open":
                 break
             assert time.monotonic() < deadline, f"test internet's server did not come up: {r.stdout}"
@@ -105,7 +104,7 @@ def table_of(d: Daemon) -> str:
     return m.group(1)
 
 
-def links_with(prefix: str) -> List[str]:
+def links_with(prefix: str) -> list[str]:
     out = ip("-o", "link", "show").stdout
     return [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if f" {prefix}" in ln]
 
@@ -142,15 +141,17 @@ def probe(sb: warren.Sandbox, addr: str, port: int = PORT, timeout_s: float = 2.
 
 
 def http_get(sb: warren.Sandbox, addr: str) -> str:
-    r = sb.exec(["python3", "-c", "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen("
-                 f"'http://{addr}:{PORT}/hello', timeout=5).read().decode())"], timeout=30)
+    code = ("import urllib.request,sys; sys.stdout.write(urllib.request.urlopen("
+            f"'http://{addr}:{PORT}/hello', timeout=5).read().decode())")
+    r = sb.exec(["python3", "-c", code], timeout=30)
     assert r.exit_code == 0, r.stderr
     return r.stdout.decode()
 
 
 def own_addr(sb: warren.Sandbox) -> str:
-    r = sb.exec(["python3", "-c", "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                 "s.connect(('203.0.113.1', 9)); print(s.getsockname()[0])"], timeout=20)
+    code = ("import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "s.connect(('203.0.113.1', 9)); print(s.getsockname()[0])")
+    r = sb.exec(["python3", "-c", code], timeout=20)
     assert r.exit_code == 0, r.stderr
     return r.stdout.decode().strip()
 
@@ -184,7 +185,8 @@ def test_policy_allow_deny_protected(netd: Daemon, base_layer: str) -> None:
         assert probe(sb, DENIED) == "refused"  # deny wins over the allowed /24
         assert probe(sb, METADATA) == "refused"  # 0.0.0.0/0 does not open link-local
         assert probe(sb, TRANSIT_HOST) == "refused"  # the node's own address
-        assert probe(sb, own_addr(sb).rsplit(".", 1)[0] + ".1") == "refused"  # its gateway = the node
+        a, b, c, dd = own_addr(sb).split(".")
+        assert probe(sb, f"{a}.{b}.{c}.{int(dd) - 1}") == "refused"  # its gateway: the node's end of its link
     with netd.client.create(layers=[base_layer], network={"allow": ["tcp:203.0.113.10:8080"]}) as sb:
         assert probe(sb, ALLOWED) == "open"
         assert probe(sb, OTHER) == "refused"  # not allowed
@@ -216,7 +218,7 @@ def test_set_network_flips_within_100ms(netd: Daemon, base_layer: str) -> None:
     with netd.client.create(layers=[base_layer], network={"allow": []}) as sb:
         assert probe(sb, ALLOWED) == "refused"
         # A connection the sandbox holds open, to see what a change does to it.
-        sb.exec(["sh", "-c", "nohup python3 -c \"import socket,time\ns=socket.socket(); s.settimeout(1)\n"
+        held_code = ("nohup python3 -c \"import socket,time\ns=socket.socket(); s.settimeout(1)\n"
                  "for i in range(200):\n"
                  "    try: s.connect(('203.0.113.10', 8080)); break\n"
                  "    except OSError: s.close(); s=socket.socket(); s.settimeout(1); time.sleep(0.05)\n"
@@ -226,7 +228,8 @@ def test_set_network_flips_within_100ms(netd: Daemon, base_layer: str) -> None:
                  "    s.sendall(b'GET /hello HTTP/1.0\\\\r\\\\n\\\\r\\\\n'); d=s.recv(100)\n"
                  "    open('/tmp/held','w').write('alive' if d else 'eof')\n"
                  "except OSError as e: open('/tmp/held','w').write('reset %d' % e.errno)\n"
-                 "\" >/dev/null 2>&1 &"], timeout=20)
+                 "\" >/dev/null 2>&1 &")
+        sb.exec(["sh", "-c", held_code], timeout=20)
         t0 = time.monotonic()
         got = sb.set_network({"allow": ["203.0.113.0/24"]})
         elapsed = time.monotonic() - t0

@@ -443,8 +443,8 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         are reset (TCP) or refused on their next packet. Returns the policy
         in force, entries canonical. FailedPrecondition when the sandbox was
         created without a network."""
-        r = yield Rpc(self._client._sandboxes.SetNetwork, pb.SetNetworkRequest(id=self.id, network=_network_pb(network)),
-                      self._client._metadata)
+        req = pb.SetNetworkRequest(id=self.id, network=_network_pb(network))
+        r = yield Rpc(self._client._sandboxes.SetNetwork, req, self._client._metadata)
         return {"allow": list(r.allow), "deny": list(r.deny)}
 
     @op
