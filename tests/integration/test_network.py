@@ -26,7 +26,7 @@ DENIED = "198.51.100.10"  # inside an allowed range, but denied
 OTHER = "198.51.100.20"  # never allowed
 METADATA = "169.254.169.254"
 PORT = 8080
-TRANSIT_HOST, TRANSIT_NS = "192.0.2.1", "192.0.2.2"
+TRANSIT_HOST, TRANSIT_NS = "198.18.213.1", "198.18.213.2"
 ROUTED = [f"{ALLOWED}/32", "198.51.100.0/24", f"{METADATA}/32"]
 
 # In the sandbox: "open", "refused", "timeout" or "err <errno>" for a TCP connect.
@@ -52,6 +52,14 @@ def nft(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def internet(test_root: Path) -> Iterable[str]:
     """The tests' internet: netns + veth + routes + an HTTP server."""
+    # Never take over addresses the host uses (its own network may sit in a
+    # documentation range): every prefix we add must be unrouted but for the default.
+    for prefix in [f"{TRANSIT_HOST}/30", *ROUTED]:
+        used = [ln for ln in ip("-4", "route", "show", "match", prefix).stdout.splitlines()
+                if not ln.startswith("default")]
+        addrs = ip("-4", "-o", "addr", "show").stdout
+        if used or prefix.split("/")[0] in addrs:
+            pytest.skip(f"{prefix} is in use on this host ({used}): the test internet would shadow it")
     name = "wnt-" + uuid.uuid4().hex[:8]
     host_if = "wnth" + name[4:10]
     ip("netns", "add", name)
