@@ -268,9 +268,8 @@ class Capabilities {
   // Names joined by ",", in enum order ("" when none).
   std::string ToString() const {
     std::string out;
-    for (Capability c :
-         {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges,
-          Capability::kNetwork}) {
+    for (Capability c : {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges,
+                         Capability::kNetwork}) {
       if (!has(c)) continue;
       if (!out.empty()) out += ",";
       out += CapabilityName(c);

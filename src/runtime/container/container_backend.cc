@@ -326,8 +326,7 @@ Status ContainerBackend::Cleanup(const SandboxSpec& spec, const std::string& bac
   if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT) return Errno("rmdir(" + rootfs + ")");
   if (::rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
     return Errno("rmdir(" + dir + ")");
-  if (have_record && r.network() && st_->options.network != nullptr &&
-      !st_->options.network->InUse(r.network_index()))
+  if (have_record && r.network() && st_->options.network != nullptr && !st_->options.network->InUse(r.network_index()))
     RETURN_IF_ERROR(st_->options.network->Release(r.network_index()));
   if (have_record) st_->ReleaseSlot(r.slot());
   return absl::OkStatus();
