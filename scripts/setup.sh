@@ -24,6 +24,7 @@ pkgs=(
   libcpp-httplib-dev
   libcurl4-openssl-dev  # registry pulls (image/oci)
   docker-registry skopeo umoci  # image tests: a loopback registry, pushes, the reference unpack
+  nftables libnftables-dev libmnl-dev  # sandbox network (src/net): nft for tests, the libraries warrend links
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
   qemu-system-x86 cpio e2fsprogs  # the microvm backend: QEMU, the guest initramfs (scripts/microvm), mke2fs
   openssl  # image tests: a TLS registry with its own CA

@@ -62,6 +62,11 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
   }
   r.cancelled = [ctx] { return ctx->IsCancelled(); };
   r.request_id = req->request_id();
+  if (req->has_network()) {
+    r.network.enabled = true;
+    r.network.allow.assign(req->network().allow().begin(), req->network().allow().end());
+    r.network.deny.assign(req->network().deny().begin(), req->network().deny().end());
+  }
   StatusOr<node::SandboxInfo> info = deps_.manager->Create(r);
   if (!info.ok()) return ToGrpcStatus(info.status());
   // Nobody will ever learn this id if the client gave up: do not leak the
@@ -141,6 +146,20 @@ grpc::Status SandboxesService::Exec(grpc::ServerContext* ctx, const v1::ExecRequ
   spec.cancelled = [ctx] { return ctx->IsCancelled(); };
   ASSIGN_OR_RETURN_GRPC(runtime::ExecOutcome out, deps_.manager->Exec(req->sandbox_id(), spec, req->request_id()));
   ToProto(std::move(out), resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status SandboxesService::SetNetwork(grpc::ServerContext* ctx, const v1::SetNetworkRequest* req,
+                                          v1::NetworkPolicy* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  runtime::NetworkSpec n;
+  n.enabled = true;
+  n.allow.assign(req->network().allow().begin(), req->network().allow().end());
+  n.deny.assign(req->network().deny().begin(), req->network().deny().end());
+  ASSIGN_OR_RETURN_GRPC(runtime::NetworkSpec got, deps_.manager->SetNetwork(req->id(), n));
+  for (const std::string& a : got.allow) resp->add_allow(a);
+  for (const std::string& d : got.deny) resp->add_deny(d);
   return grpc::Status::OK;
 }
 

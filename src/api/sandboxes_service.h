@@ -26,6 +26,8 @@ class SandboxesService final : public warren::v1::Sandboxes::Service {
                        warren::v1::DestroySandboxResponse* resp) override;
   grpc::Status Exec(grpc::ServerContext* ctx, const warren::v1::ExecRequest* req,
                     warren::v1::ExecResult* resp) override;
+  grpc::Status SetNetwork(grpc::ServerContext* ctx, const warren::v1::SetNetworkRequest* req,
+                          warren::v1::NetworkPolicy* resp) override;
 
  private:
   // Create on this node, without placement.

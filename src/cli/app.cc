@@ -52,6 +52,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddJobCommand(*app, inv);
   AddLogsCommand(*app, inv);
   AddEvalCommand(*app, inv);
+  AddNetworkCommand(*app, inv);
   return app;
 }
 

@@ -55,6 +55,9 @@ struct CreateArgs {
   uint32_t ttl_s = 0;
   std::string job;
   std::string image;  // name:tag; its layers go below `layers`
+  // Network: enabled by --network or any --net-allow/--net-deny.
+  bool network = false;
+  std::vector<std::string> net_allow, net_deny;
 };
 
 struct ExecArgs {
@@ -142,6 +145,10 @@ struct Invocation {
   // audit, pause, resume (lifecycle.cc): the sandbox id.
   std::string lifecycle_id;
   RlArgs rl;
+  struct {
+    std::string id;
+    std::vector<std::string> allow, deny;
+  } network;
   // eval (eval.cc): the words after "eval", passed to the Python runner.
   std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
@@ -164,7 +171,8 @@ void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|hear
 void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);
-void AddEvalCommand(CLI::App& root, Invocation& inv);  // eval: execs python -m warren.eval
+void AddNetworkCommand(CLI::App& root, Invocation& inv);  // network ID --allow/--deny (network.cc)
+void AddEvalCommand(CLI::App& root, Invocation& inv);     // eval: execs python -m warren.eval
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);

@@ -119,6 +119,10 @@ std::vector<SandboxInfo> SandboxManager::List(const std::map<std::string, std::s
   return table_->List(labels, job);
 }
 StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::string& id) { return table_->Use(id); }
+StatusOr<runtime::NetworkSpec> SandboxManager::SetNetwork(const std::string& id, const runtime::NetworkSpec& network) {
+  return table_->SetNetwork(id, network);
+}
+
 StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t ttl_s) {
   return table_->ExtendTtl(id, ttl_s);
 }

@@ -101,6 +101,8 @@ class SandboxManager {
                                     const std::function<StatusOr<RecordedCall>()>& run);
   // Sets the TTL to `ttl_s` seconds from now (0 = no TTL). Persisted.
   StatusOr<SandboxInfo> ExtendTtl(const std::string& id, uint32_t ttl_s);
+  // Replaces the sandbox's egress policy (see SandboxTable::SetNetwork).
+  StatusOr<runtime::NetworkSpec> SetNetwork(const std::string& id, const runtime::NetworkSpec& network);
   // Freezes every process (state kPaused, persisted). Any exec or file call
   // (Running()) resumes it first. Idempotent.
   Status Pause(const std::string& id);

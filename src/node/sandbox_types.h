@@ -43,6 +43,7 @@ struct CreateRequest {
   std::function<bool()> cancelled;
   // Idempotency key (see SandboxManager::AbandonCreate); empty = none.
   std::string request_id;
+  runtime::NetworkSpec network;  // not enabled: loopback only
 };
 
 // A snapshot of one table entry.

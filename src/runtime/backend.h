@@ -56,6 +56,13 @@ struct Resources {
   uint32_t tmpfs_mb = 256;     // cap of /dev/shm (tmpfs)
 };
 
+// The sandbox's network (see net/policy.h for the entry syntax and
+// semantics). Not enabled: loopback only, nothing outside reachable.
+struct NetworkSpec {
+  bool enabled = false;
+  std::vector<std::string> allow, deny;
+};
+
 struct SandboxSpec {
   std::string id;                       // [a-z0-9-]{1,63}, unique on the node
   std::string dir;                      // private runtime dir, created by the caller, empty
@@ -68,6 +75,7 @@ struct SandboxSpec {
   std::string workdir = "/";
   std::string user = "root";
   std::string hostname;  // default: id (truncated to 63)
+  NetworkSpec network;
 };
 
 struct ExecSpec {
@@ -240,6 +248,7 @@ enum class Capability : uint32_t {
   kSuspend = 1u << 1,        // Suspendable
   kProcesses = 1u << 2,      // ProcessStarter
   kExportChanges = 1u << 3,  // ChangeExporter (snapshot, fork, grade)
+  kNetwork = 1u << 4,        // NetworkConfigurable
 };
 
 // "pause", "suspend", "processes", "export_changes".
@@ -249,6 +258,7 @@ constexpr std::string_view CapabilityName(Capability c) {
     case Capability::kSuspend: return "suspend";
     case Capability::kProcesses: return "processes";
     case Capability::kExportChanges: return "export_changes";
+    case Capability::kNetwork: return "network";
   }
   return "unknown";
 }
@@ -266,8 +276,8 @@ class Capabilities {
   // Names joined by ",", in enum order ("" when none).
   std::string ToString() const {
     std::string out;
-    for (Capability c :
-         {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges}) {
+    for (Capability c : {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges,
+                         Capability::kNetwork}) {
       if (!has(c)) continue;
       if (!out.empty()) out += ",";
       out += CapabilityName(c);
@@ -380,6 +390,21 @@ class ChangeExporter {
     uint32_t id_range = 0;
   };
   virtual StatusOr<ChangeView> OpenChanges() = 0;
+};
+
+// A network outside the sandbox, its egress policy replaced at any time.
+// A replaced policy applies to the next packet (connections it no longer
+// allows are refused on their next packet). FailedPrecondition for a
+// sandbox created without a network. container: a veth pair into the
+// node's SandboxNetwork (net/sandbox_network.h), reported only when the
+// node has one (--sandbox-net). microVM: a tap device into the same.
+class NetworkConfigurable {
+ public:
+  static constexpr Capability kCapability = Capability::kNetwork;
+  virtual ~NetworkConfigurable() = default;
+  virtual Status SetNetwork(const NetworkSpec& network) = 0;
+  // The policy in force, entries canonical.
+  virtual NetworkSpec Network() const = 0;
 };
 
 // The capability C of `sb`, or nullptr.

@@ -29,6 +29,7 @@
 #include "common/unique_fd.h"
 #include "http/run_code_server.h"
 #include "jail/lxcfs.h"
+#include "net/sandbox_network.h"
 #include "node/fncall_frontend.h"
 #include "node/image_layer_provider.h"
 #include "node/run_dir.h"
@@ -83,6 +84,14 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
     return ErrnoToStatus(errno, "realpath(" + flags.state_dir + ")");
   }
   copt.uid_owner = real;
+  if (!flags.sandbox_net.empty()) {
+    net::NetworkOptions nopt;
+    nopt.range = flags.sandbox_net;
+    nopt.state_dir = real;
+    ASSIGN_OR_RETURN(std::unique_ptr<net::SandboxNetwork> nw, net::SandboxNetwork::Open(nopt));
+    Log(spdlog::level::info, "sandbox network", {{"range", flags.sandbox_net}, {"nft_table", nw->table()}});
+    copt.network = std::move(nw);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> container, runtime::NewContainerBackend(copt));
   std::vector<std::unique_ptr<runtime::Backend>> backends;
   backends.push_back(std::move(container));

@@ -30,6 +30,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "container: keep this many pre-spawned sandbox shells (namespaces + cgroup, waiting for a "
                  "rootfs) so that a create skips the fork and cgroup attach (-1 = 2 x cpus, 0 = off)")
       ->capture_default_str();
+  app.add_option("--sandbox-net", flags.sandbox_net,
+                 "IPv4 range (e.g. 10.213.0.0/16) of the sandboxes that ask for a network: a routed /30 and a "
+                 "veth pair each, NAT'ed, filtered by nftables (table inet warren_<tag>); sets "
+                 "net.ipv4.ip_forward=1. Empty = no sandbox network");
   app.add_option("--recycled-cgroups", flags.recycled_cgroups,
                  "container (cgroup v1): keep up to this many emptied sandbox cgroups for new sandboxes "
                  "instead of removing and creating them (only those whose sandbox left < 1 MiB charged; 0 = off)")

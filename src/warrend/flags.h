@@ -29,6 +29,9 @@ struct Flags {
   // Container backend.
   int32_t warm_shells = -1;  // -1 = 2 x cpus
   uint32_t recycled_cgroups = 64;
+  // Sandbox network (net/sandbox_network.h): IPv4 range, a /30 per sandbox
+  // with a network; "" = none (creates asking for a network fail).
+  std::string sandbox_net;
   int64_t mount_grace_ms = 60000;
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.

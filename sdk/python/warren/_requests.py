@@ -149,6 +149,23 @@ def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, by
     return req, deadline
 
 
+def _network_pb(network: Mapping[str, Sequence[str]]) -> pb.NetworkPolicy:
+    """A NetworkPolicy from {"allow": [...], "deny": [...]} (both optional);
+    the entries are checked by the node (warren.proto NetworkPolicy)."""
+    if not isinstance(network, Mapping):
+        raise errors.InvalidArgument(f"network must be a mapping with 'allow'/'deny' lists, got {network!r}")
+    extra = set(network) - {"allow", "deny"}
+    if extra:
+        raise errors.InvalidArgument(f"network: unknown keys {sorted(extra)} (only 'allow' and 'deny')")
+    lists = {}
+    for key in ("allow", "deny"):
+        v = network.get(key, ())
+        if isinstance(v, (str, bytes)) or not all(isinstance(e, str) for e in v):
+            raise errors.InvalidArgument(f"network.{key} must be a list of strings, got {v!r}")
+        lists[key] = list(v)
+    return pb.NetworkPolicy(allow=lists["allow"], deny=lists["deny"])
+
+
 def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float] = None,
                     memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
                     pids: Optional[int] = None, open_files: Optional[int] = None,
@@ -159,7 +176,8 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
                     ttl_s: Optional[int] = None, job: Optional[str] = None,
                     idle_timeout_s: Optional[int] = None,
                     request_id: Optional[str] = None,
-                    image: Optional[str] = None) -> pb.CreateSandboxRequest:
+                    image: Optional[str] = None,
+                    network: Optional[Mapping[str, Sequence[str]]] = None) -> pb.CreateSandboxRequest:
     """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
     res = pb.Resources(
         memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
@@ -176,6 +194,8 @@ def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float]
         labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
         idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s), request_id=request_id or "",
         image=image or "")
+    if network is not None:
+        req.network.CopyFrom(_network_pb(network))
     return req
 
 

@@ -59,6 +59,7 @@ from ._requests import (
     _chunks,
     _create_request,
     _exec_request,
+    _network_pb,
     _new_request_id,
     _path_bytes,
     _proc_request,
@@ -522,6 +523,18 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         return self._info
 
     @op
+    def set_network(self, network: Mapping[str, Sequence[str]]) -> Gen[Dict[str, List[str]]]:
+        """Replaces the sandbox's egress policy: {"allow": [...], "deny": [...]}
+        (entries as in create(network=...)). Applies to the next packet:
+        new connections follow it, and existing ones it no longer allows
+        are reset (TCP) or refused on their next packet. Returns the policy
+        in force, entries canonical. FailedPrecondition when the sandbox was
+        created without a network."""
+        req = pb.SetNetworkRequest(id=self.id, network=_network_pb(network))
+        r = yield Rpc(self._client._sandboxes.SetNetwork, req, self._client._metadata)
+        return {"allow": list(r.allow), "deny": list(r.deny)}
+
+    @op
     def snapshot(self, name: Optional[str] = None, exclude: Sequence[str] = (), pause: bool = True,
                  timeout: Optional[float] = None) -> Gen[Snapshot]:
         """Packs the sandbox's changes into a layer (pack_diff); exclude:
@@ -731,7 +744,8 @@ class ClientCore(Generic[SB, JB]):
                hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
                ttl_s: Optional[int] = None, job: Optional[str] = None, timeout: Optional[float] = None,
                idle_timeout_s: Optional[int] = None, request_id: Optional[str] = None,
-               retries: int = 0, image: Optional[str] = None) -> Gen[SB]:
+               retries: int = 0, image: Optional[str] = None,
+               network: Optional[Mapping[str, Sequence[str]]] = None) -> Gen[SB]:
         """Creates a sandbox and returns it running.
 
         layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
@@ -739,6 +753,13 @@ class ClientCore(Generic[SB, JB]):
         layers go below `layers` (e.g. toolset layers on top of it), and its
         config's Env, WorkingDir and User are defaults that env (per key),
         workdir and user override.
+        network: None = loopback only. {"allow": [...], "deny": [...]} = a
+        routed, NAT'ed link filtered by that policy; entries
+        "[tcp:|udp:|icmp:]CIDR[:PORT[-PORT]]" ("203.0.113.0/24",
+        "tcp:198.51.100.7:443"). Deny wins; private, link-local
+        (169.254.169.254), loopback, multicast ranges and other sandboxes
+        only through an allow entry inside them; the node never. Needs
+        warrend --sandbox-net (else FailedPrecondition). See set_network.
         cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
         tmpfs_mb: /dev/shm cap in MiB (/tmp is in the upper, capped by
         disk_mb); pids: max tasks;
@@ -772,7 +793,7 @@ class ClientCore(Generic[SB, JB]):
                               open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
                               hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
                               idle_timeout_s=idle_timeout_s, request_id=request_id or _new_request_id(),
-                              image=image)
+                              image=image, network=network)
         own_key = request_id is None
         delay = _RETRY_FIRST_S
         attempt = 0

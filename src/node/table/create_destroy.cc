@@ -129,6 +129,7 @@ StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
   bspec.workdir = spec.workdir;
   bspec.user = spec.user;
   bspec.hostname = e->info.hostname;
+  bspec.network = spec.network;
 
   // Cleanup is idempotent and covers a backend that broke its "nothing left
   // behind" promise; it runs before the dir removal registered above.

@@ -189,6 +189,20 @@ StatusOr<SandboxInfo> SandboxTable::ExtendTtl(const std::string& id, uint32_t tt
   return info;
 }
 
+StatusOr<runtime::NetworkSpec> SandboxTable::SetNetwork(const std::string& id, const runtime::NetworkSpec& network) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Live(id));
+  ASSIGN_OR_RETURN(runtime::NetworkConfigurable * n, runtime::Require<runtime::NetworkConfigurable>(*e->sandbox));
+  RETURN_IF_ERROR(n->SetNetwork(network));
+  SandboxState state;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    e->backend_record = e->sandbox->Record();
+    state = e->info.state;
+  }
+  RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, state)));
+  return n->Network();
+}
+
 void SandboxTable::SetPausedState(Entry& e, SandboxState to, const std::string& reason) {
   {
     std::lock_guard<std::mutex> l(mu_);

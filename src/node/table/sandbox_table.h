@@ -97,6 +97,9 @@ class SandboxTable {
   // Marks activity (an exec/file call starting: +1, ending: -1).
   void Touch(const std::string& id, int delta_inflight);
   StatusOr<SandboxInfo> ExtendTtl(const std::string& id, uint32_t ttl_s);
+  // Replaces the egress policy (runtime::NetworkConfigurable); persisted
+  // with the backend's record. Returns the policy in force.
+  StatusOr<runtime::NetworkSpec> SetNetwork(const std::string& id, const runtime::NetworkSpec& network);
   Status Pause(const std::string& id);
   Status Resume(const std::string& id, bool prefetch);
   Status Suspend(const std::string& id);

@@ -47,6 +47,7 @@
 #include "jail/contain.h"
 #include "jail/plan.h"
 #include "jail/plan_builder.h"
+#include "net/sandbox_network.h"
 #include "runtime/container/init.h"
 #include "runtime/container/record.pb.h"
 #include "runtime/container/rootfs.h"
@@ -92,6 +93,9 @@ class ContainerBackend : public Backend {
   }
   std::string name() const override { return std::string(kBackendName); }
   Capabilities capabilities() const override {
+    if (st_->options.network != nullptr)
+      return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges,
+              Capability::kNetwork};
     return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges};
   }
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override;
@@ -215,6 +219,10 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   sb->set_upper(std::move(upper_fd));
   sh->released = true;
   rb.Commit();
+  if (Status ns = sb->AttachNetwork(); !ns.ok()) {
+    (void)sb->Destroy();
+    return ns;
+  }
   // Like a container WORKDIR: the default cwd of every exec must exist.
   if (!spec.workdir.empty() && spec.workdir != "/") {
     Status ws = sb->files().Mkdir(spec.workdir, 0755, true);
@@ -280,6 +288,8 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::Adopt(const SandboxSpec& sp
   auto sb = std::make_unique<ContainerSandbox>(st_, spec, slot, pid, start, std::move(pidfd), std::move(cg));
   // Not fatal: the sandbox runs; only snapshot/grade/fork are refused (OpenUpper says why).
   (void)sb->ReattachUpper(r.upper_dev(), r.upper_ino());
+  // Its policy re-applied (the restarted node's table starts empty).
+  RETURN_IF_ERROR(sb->AdoptNetwork(r));
   return std::unique_ptr<Sandbox>(std::move(sb));
 }
 
@@ -316,6 +326,8 @@ Status ContainerBackend::Cleanup(const SandboxSpec& spec, const std::string& bac
   if (::rmdir(rootfs.c_str()) != 0 && errno != ENOENT) return Errno("rmdir(" + rootfs + ")");
   if (::rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
     return Errno("rmdir(" + dir + ")");
+  if (have_record && r.network() && st_->options.network != nullptr && !st_->options.network->InUse(r.network_index()))
+    RETURN_IF_ERROR(st_->options.network->Release(r.network_index()));
   if (have_record) st_->ReleaseSlot(r.slot());
   return absl::OkStatus();
 }

@@ -70,6 +70,10 @@
 
 #include "runtime/backend.h"
 
+namespace warren::net {
+class SandboxNetwork;  // net/sandbox_network.h
+}  // namespace warren::net
+
 namespace warren::runtime {
 
 struct ContainerOptions {
@@ -115,6 +119,9 @@ struct ContainerOptions {
   // more the more superblocks the host has ever had (one shrinker slot per
   // superblock in every memcg). At most this many wait; 0 = off.
   uint32_t recycled_cgroups = 0;
+  // The node's network for sandboxes; null: a create asking for a network
+  // fails (FailedPrecondition), the capability `network` is not reported.
+  std::shared_ptr<net::SandboxNetwork> network;
 };
 
 // What the host kernel offers, probed once (kernel feature probing, not

@@ -262,6 +262,9 @@ Status ContainerSandbox::Destroy() {
       ChildReaper::Get().Adopt(std::move(dup));
     }
   }
+  // Its netns dies with its processes, and the veth pair with it; the
+  // node's side (link, filter, address) goes now, not when the kernel gets to it.
+  Status ns = ReleaseNetwork();
   // Emptied, the cgroup is recycled for a later shell when it can be (see
   // ContainerOptions::recycled_cgroups), else removed.
   lingering_.clear();  // exec cgroups: removed with the children below
@@ -277,6 +280,7 @@ Status ContainerSandbox::Destroy() {
   // The runtime dir goes too when empty (the caller may keep its own files there).
   if (::rmdir(spec_.dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST && cs.ok())
     cs = Errno("rmdir(" + spec_.dir + ")");
+  if (cs.ok()) cs = ns;
   if (cs.ok()) {
     destroy_done_ = true;
     st_->ReleaseSlot(slot_);

@@ -32,7 +32,8 @@ class ContainerSandbox : public Sandbox,
                          public Pausable,
                          public Suspendable,
                          public ProcessStarter,
-                         public ChangeExporter {
+                         public ChangeExporter,
+                         public NetworkConfigurable {
  public:
   ContainerSandbox(std::shared_ptr<BackendState> st, SandboxSpec spec, uint32_t slot, pid_t init_pid,
                    uint64_t start_time, UniqueFd pidfd, std::unique_ptr<jail::Cgroup> cg)
@@ -82,11 +83,19 @@ class ContainerSandbox : public Sandbox,
     for (const std::string& d : cgroup_->dirs()) r.add_cgroup_dirs(d);
     r.set_upper_dev(upper_dev_);
     r.set_upper_ino(upper_ino_);
+    RecordNetwork(&r);
     return r.SerializeAsString();
   }
 
   StatusOr<ExecOutcome> Exec(const ExecSpec& es) override;
   Status Destroy() override;
+
+  // Network (network.cc). AttachNetwork: at create, when spec.network is
+  // enabled; AdoptNetwork: after a restart, from the record.
+  Status AttachNetwork();
+  Status AdoptNetwork(const container::record::Container& r);
+  Status SetNetwork(const NetworkSpec& network) override;
+  NetworkSpec Network() const override;
 
   // Destroy sets destroyed_ under pause_mu_: a pause can never freeze the
   // cgroup after Destroy thawed it (the cgroup may be recycled).
@@ -268,6 +277,12 @@ class ContainerSandbox : public Sandbox,
   std::mutex pause_mu_;
   std::atomic<int64_t> paused_since_ns_{0};  // steady ns of the pause in effect, 0 = running
   std::atomic<int64_t> paused_total_ns_{0};
+  void RecordNetwork(container::record::Container* r) const;
+  Status ReleaseNetwork();  // after init died; idempotent
+  mutable std::mutex net_mu_;
+  bool has_network_ = false;  // guarded by net_mu_
+  uint32_t net_index_ = 0;
+  NetworkSpec network_;  // canonical entries
 };
 
 }  // namespace warren::runtime::container

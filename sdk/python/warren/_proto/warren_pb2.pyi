@@ -53,8 +53,24 @@ class Resources(_message.Message):
     tmpfs_mb: int
     def __init__(self, cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., disk_mb: _Optional[int] = ..., pids: _Optional[int] = ..., open_files: _Optional[int] = ..., tmpfs_mb: _Optional[int] = ...) -> None: ...
 
+class NetworkPolicy(_message.Message):
+    __slots__ = ("allow", "deny")
+    ALLOW_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    allow: _containers.RepeatedScalarFieldContainer[str]
+    deny: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allow: _Optional[_Iterable[str]] = ..., deny: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetNetworkRequest(_message.Message):
+    __slots__ = ("id", "network")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    network: NetworkPolicy
+    def __init__(self, id: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
+
 class CreateSandboxRequest(_message.Message):
-    __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image")
+    __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image", "network")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +98,7 @@ class CreateSandboxRequest(_message.Message):
     IDLE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     backend: str
     layers: _containers.RepeatedScalarFieldContainer[str]
     resources: Resources
@@ -95,7 +112,8 @@ class CreateSandboxRequest(_message.Message):
     idle_timeout_s: int
     request_id: str
     image: str
-    def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
+    network: NetworkPolicy
+    def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
     __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes")

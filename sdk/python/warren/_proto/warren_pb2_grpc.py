@@ -59,6 +59,11 @@ class SandboxesStub:
                 request_serializer=warren_dot_v1_dot_warren__pb2.ExecRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_warren__pb2.ExecResult.FromString,
                 _registered_method=True)
+        self.SetNetwork = channel.unary_unary(
+                '/warren.v1.Sandboxes/SetNetwork',
+                request_serializer=warren_dot_v1_dot_warren__pb2.SetNetworkRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.NetworkPolicy.FromString,
+                _registered_method=True)
 
 
 class SandboxesServicer:
@@ -94,6 +99,16 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNetwork(self, request, context):
+        """Replaces the sandbox's policy; applies to the next packet (connections
+        the new policy refuses are reset on their next packet). Returns the
+        policy in force, entries canonical. FAILED_PRECONDITION for a sandbox
+        created without a network.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +136,11 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Exec,
                     request_deserializer=warren_dot_v1_dot_warren__pb2.ExecRequest.FromString,
                     response_serializer=warren_dot_v1_dot_warren__pb2.ExecResult.SerializeToString,
+            ),
+            'SetNetwork': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNetwork,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.SetNetworkRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.NetworkPolicy.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +278,33 @@ class Sandboxes:
             '/warren.v1.Sandboxes/Exec',
             warren_dot_v1_dot_warren__pb2.ExecRequest.SerializeToString,
             warren_dot_v1_dot_warren__pb2.ExecResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNetwork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Sandboxes/SetNetwork',
+            warren_dot_v1_dot_warren__pb2.SetNetworkRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.NetworkPolicy.FromString,
             options,
             channel_credentials,
             insecure,

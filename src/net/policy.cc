@@ -1,0 +1,174 @@
+#include "net/policy.h"
+
+#include <arpa/inet.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+namespace warren::net {
+
+namespace {
+
+uint32_t Mask(uint8_t len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len); }
+
+StatusOr<uint16_t> ParsePort(const std::string& s, const std::string& entry) {
+  uint32_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v == 0 || v > 65535)
+    return absl::InvalidArgumentError("bad port '" + s + "' in '" + entry + "' (1..65535)");
+  return static_cast<uint16_t>(v);
+}
+
+const char* ProtoName(Rule::Proto p) {
+  switch (p) {
+    case Rule::Proto::kTcp: return "tcp";
+    case Rule::Proto::kUdp: return "udp";
+    case Rule::Proto::kIcmp: return "icmp";
+    case Rule::Proto::kAny: break;
+  }
+  return "";
+}
+
+// nft match of one rule, without verdict.
+std::string Match(const Rule& r) {
+  std::string m = "ip daddr " + r.dst.ToString();
+  std::string ports;
+  if (r.port_lo != 0) {
+    ports = std::to_string(r.port_lo);
+    if (r.port_hi != r.port_lo) ports += "-" + std::to_string(r.port_hi);
+  }
+  switch (r.proto) {
+    case Rule::Proto::kTcp: return m + (ports.empty() ? " meta l4proto tcp" : " tcp dport " + ports);
+    case Rule::Proto::kUdp: return m + (ports.empty() ? " meta l4proto udp" : " udp dport " + ports);
+    case Rule::Proto::kIcmp: return m + " meta l4proto icmp";
+    case Rule::Proto::kAny: return m + (ports.empty() ? "" : " th dport " + ports);
+  }
+  return m;
+}
+
+}  // namespace
+
+bool Cidr::Contains(const Cidr& o) const { return o.len >= len && (o.addr & Mask(len)) == addr; }
+
+std::string Ipv4ToString(uint32_t addr) {
+  in_addr a{htonl(addr)};
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+std::string Cidr::ToString() const { return Ipv4ToString(addr) + "/" + std::to_string(len); }
+
+StatusOr<Cidr> ParseCidr(const std::string& text) {
+  std::string ip = text;
+  uint32_t len = 32;
+  if (size_t slash = text.find('/'); slash != std::string::npos) {
+    ip = text.substr(0, slash);
+    if (!absl::SimpleAtoi(text.substr(slash + 1), &len) || len > 32)
+      return absl::InvalidArgumentError("bad prefix length in '" + text + "' (0..32)");
+  }
+  in_addr a{};
+  if (inet_pton(AF_INET, ip.c_str(), &a) != 1) {
+    bool name = !ip.empty() && ip.find_first_not_of("0123456789.") != std::string::npos;
+    return absl::InvalidArgumentError("'" + text + "' is not an IPv4 address or CIDR" +
+                                      (name ? " (host names are not supported yet)" : ""));
+  }
+  Cidr c{ntohl(a.s_addr), static_cast<uint8_t>(len)};
+  if ((c.addr & ~Mask(c.len)) != 0)
+    return absl::InvalidArgumentError("'" + text + "' has host bits set (did you mean " +
+                                      Cidr{c.addr & Mask(c.len), c.len}.ToString() + "?)");
+  return c;
+}
+
+StatusOr<Rule> ParseRule(const std::string& text) {
+  Rule r;
+  std::string rest = text;
+  for (auto [name, proto] : {std::pair{"tcp:", Rule::Proto::kTcp}, std::pair{"udp:", Rule::Proto::kUdp},
+                             std::pair{"icmp:", Rule::Proto::kIcmp}}) {
+    if (rest.rfind(name, 0) == 0) {
+      r.proto = proto;
+      rest = rest.substr(std::string(name).size());
+      break;
+    }
+  }
+  std::string cidr = rest;
+  if (size_t colon = rest.find(':'); colon != std::string::npos) {
+    cidr = rest.substr(0, colon);
+    std::string ports = rest.substr(colon + 1);
+    if (r.proto == Rule::Proto::kIcmp) return absl::InvalidArgumentError("icmp has no ports: '" + text + "'");
+    std::vector<std::string> lh = absl::StrSplit(ports, absl::MaxSplits('-', 1));
+    ASSIGN_OR_RETURN(r.port_lo, ParsePort(lh[0], text));
+    r.port_hi = r.port_lo;
+    if (lh.size() == 2) {
+      ASSIGN_OR_RETURN(r.port_hi, ParsePort(lh[1], text));
+      if (r.port_hi < r.port_lo) return absl::InvalidArgumentError("port range reversed in '" + text + "'");
+    }
+  }
+  StatusOr<Cidr> c = ParseCidr(cidr);
+  if (!c.ok()) return c.status();
+  r.dst = *c;
+  r.text = std::string(ProtoName(r.proto)) + (r.proto == Rule::Proto::kAny ? "" : ":") + r.dst.ToString();
+  if (r.port_lo != 0)
+    r.text += ":" + std::to_string(r.port_lo) + (r.port_hi != r.port_lo ? "-" + std::to_string(r.port_hi) : "");
+  return r;
+}
+
+StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny) {
+  NetworkPolicy p;
+  for (auto [list, out, name] : {std::tuple{&allow, &p.allow, "allow"}, std::tuple{&deny, &p.deny, "deny"}}) {
+    if (list->size() > 256) return absl::InvalidArgumentError(std::string("network.") + name + ": over 256 entries");
+    for (size_t i = 0; i < list->size(); ++i) {
+      StatusOr<Rule> r = ParseRule((*list)[i]);
+      if (!r.ok())
+        return absl::InvalidArgumentError("network." + std::string(name) + "[" + std::to_string(i) +
+                                          "]: " + std::string(r.status().message()));
+      out->push_back(*r);
+    }
+  }
+  return p;
+}
+
+std::vector<std::string> NetworkPolicy::AllowText() const {
+  std::vector<std::string> v;
+  for (const Rule& r : allow) v.push_back(r.text);
+  return v;
+}
+
+std::vector<std::string> NetworkPolicy::DenyText() const {
+  std::vector<std::string> v;
+  for (const Rule& r : deny) v.push_back(r.text);
+  return v;
+}
+
+std::vector<Cidr> ProtectedRanges(const Cidr& sandbox_range) {
+  std::vector<Cidr> v;
+  for (const char* s : {"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+                        "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/3"}) {
+    v.push_back(*ParseCidr(s));
+  }
+  v.push_back(sandbox_range);
+  return v;
+}
+
+std::vector<std::string> CompileChain(const NetworkPolicy& p, uint32_t sandbox_addr, const Cidr& sandbox_range,
+                                      const std::string& protected_set, const std::string& refuse_chain) {
+  std::vector<std::string> out;
+  // Root inside has no CAP_NET_ADMIN/NET_RAW, but a forged source would
+  // dodge the per-sandbox accounting: drop it.
+  out.push_back("ip saddr != " + Ipv4ToString(sandbox_addr) + " drop");
+  out.push_back("meta nfproto ipv6 goto " + refuse_chain);
+  for (const Rule& r : p.deny) out.push_back(Match(r) + " goto " + refuse_chain);
+  const std::vector<Cidr> prot = ProtectedRanges(sandbox_range);
+  auto inside_protected = [&](const Cidr& c) {
+    for (const Cidr& pr : prot)
+      if (pr.Contains(c)) return true;
+    return false;
+  };
+  for (const Rule& r : p.allow)
+    if (inside_protected(r.dst)) out.push_back(Match(r) + " accept");
+  out.push_back("ip daddr @" + protected_set + " goto " + refuse_chain);
+  for (const Rule& r : p.allow)
+    if (!inside_protected(r.dst)) out.push_back(Match(r) + " accept");
+  out.push_back("goto " + refuse_chain);
+  return out;
+}
+
+}  // namespace warren::net
