@@ -63,39 +63,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ ! -f $out/rootfs.stamp || $(cat "$out/rootfs.stamp") != "$rootfs_key" ]]; then
-  rm -f "$out/rootfs.stamp" "$out/disk.stamp"
-  if [[ -e $rootfs ]]; then
-    if grep -q " $rootfs/" /proc/self/mountinfo; then
-      echo "$0: mounts below $rootfs; unmount them first" >&2
-      exit 1
-    fi
-    rm -rf --one-file-system "$rootfs"
-  fi
-  echo "build-guest: debootstrap into $rootfs"
-  debootstrap --variant=minbase bookworm "$rootfs" "$mirror"
-  # Only the modules that find and mount the root go into the initramfs
-  # (small: TCG decompresses and loads it slowly); the rest come from the
-  # root via udev.
-  mkdir -p "$rootfs/etc/initramfs-tools/conf.d"
-  echo "MODULES=list" >"$rootfs/etc/initramfs-tools/conf.d/warren.conf"
-  echo "COMPRESS=zstd" >>"$rootfs/etc/initramfs-tools/conf.d/warren.conf"
-  printf '%s\n' virtio_pci virtio_blk ext4 >>"$rootfs/etc/initramfs-tools/modules"
-  printf 'do_symlinks = no\n' >"$rootfs/etc/kernel-img.conf"
-  mount -t proc proc "$rootfs/proc" && mounted+=("$rootfs/proc")
-  echo "deb $mirror bookworm main" >"$rootfs/etc/apt/sources.list"
-  chroot "$rootfs" apt-get update -q
-  DEBIAN_FRONTEND=noninteractive chroot "$rootfs" apt-get install -y -q --no-install-recommends "${packages[@]}"
-  chroot "$rootfs" apt-get clean
-  umount "$rootfs/proc"; mounted=()
-  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/log/apt/*
-
+# The configuration of the root, applied at every disk build (cheap; the
+# packages stay in DIR/rootfs).
+configure_root() {
   # The system: root on the first virtio disk, no password logins, no
   # timers or gettys that compete with the sandbox for a TCG vCPU.
   echo "/dev/vda / ext4 defaults,noatime 0 1" >"$rootfs/etc/fstab"
   echo sandbox >"$rootfs/etc/hostname"
   for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
-           man-db.timer getty@tty1.service serial-getty@ttyS0.service systemd-timesyncd.service; do
+           man-db.timer getty@tty1.service getty-static.service serial-getty@ttyS0.service systemd-timesyncd.service; do
     ln -sf /dev/null "$rootfs/etc/systemd/system/$u"
   done
   ln -sf /lib/systemd/system/multi-user.target "$rootfs/etc/systemd/system/default.target"
@@ -123,6 +99,12 @@ UNIT
   mkdir -p "$rootfs/etc/warren"
   cat >"$rootfs/etc/warren/xsession" <<'XS'
 #!/bin/sh
+# The session's messages (the desktop service's journal has X's).
+exec >/tmp/xsession.log 2>&1
+# The screen size the host asked for (warren.screen=WxH on the kernel
+# command line); X otherwise takes the display's preferred mode.
+size=$(sed -n 's/.*warren\.screen=\([0-9]*x[0-9]*\).*/\1/p' /proc/cmdline)
+[ -n "$size" ] && xrandr -s "$size"
 xsetroot -solid '#204060'
 matchbox-window-manager -use_titlebar no -use_cursor yes &
 exec xterm -bg white -fg black -fn 10x20 -e /bin/bash -l
@@ -144,13 +126,44 @@ RestartSec=1
 WantedBy=multi-user.target
 UNIT
   ln -sf /etc/systemd/system/warren-desktop.service "$rootfs/etc/systemd/system/multi-user.target.wants/warren-desktop.service"
+}
+
+if [[ ! -f $out/rootfs.stamp || $(cat "$out/rootfs.stamp") != "$rootfs_key" ]]; then
+  rm -f "$out/rootfs.stamp" "$out/disk.stamp"
+  if [[ -e $rootfs ]]; then
+    if grep -q " $rootfs/" /proc/self/mountinfo; then
+      echo "$0: mounts below $rootfs; unmount them first" >&2
+      exit 1
+    fi
+    rm -rf --one-file-system "$rootfs"
+  fi
+  echo "build-guest: debootstrap into $rootfs"
+  debootstrap --variant=minbase bookworm "$rootfs" "$mirror"
+  # Only the modules that find and mount the root go into the initramfs
+  # (small: TCG decompresses and loads it slowly); the rest come from the
+  # root via udev.
+  mkdir -p "$rootfs/etc/initramfs-tools/conf.d"
+  echo "MODULES=list" >"$rootfs/etc/initramfs-tools/conf.d/warren.conf"
+  echo "COMPRESS=zstd" >>"$rootfs/etc/initramfs-tools/conf.d/warren.conf"
+  printf '%s\n' virtio_pci virtio_blk ext4 >>"$rootfs/etc/initramfs-tools/modules"
+  printf 'do_symlinks = no\n' >"$rootfs/etc/kernel-img.conf"
+  mount -t proc proc "$rootfs/proc" && mounted+=("$rootfs/proc")
+  echo "deb $mirror bookworm main" >"$rootfs/etc/apt/sources.list"
+  chroot "$rootfs" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive chroot "$rootfs" apt-get install -y -q --no-install-recommends "${packages[@]}"
+  chroot "$rootfs" apt-get clean
+  umount "$rootfs/proc"; mounted=()
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/log/apt/*
+
   echo "$rootfs_key" >"$out/rootfs.stamp"
 fi
 
 release=$(basename "$(ls -d "$rootfs"/lib/modules/*/ | head -1)")
-disk_key=$( (cat "$out/rootfs.stamp"; sha256sum "$agent") | sha256sum | cut -c1-16)
+# The disk's inputs: the rootfs, the agent and this script (configure_root).
+disk_key=$( (cat "$out/rootfs.stamp"; sha256sum "$agent" "$0" | cut -d' ' -f1) | sha256sum | cut -c1-16)
 if [[ ! -f $out/disk.stamp || $(cat "$out/disk.stamp") != "$disk_key" || ! -f $out/disk.img ]]; then
   rm -f "$out/disk.stamp"
+  configure_root
   install -m 755 "$agent" "$rootfs/usr/local/sbin/warren-agent"
   cp "$rootfs/boot/vmlinuz-$release" "$out/vmlinuz.tmp" && mv "$out/vmlinuz.tmp" "$out/vmlinuz"
   cp "$rootfs/boot/initrd.img-$release" "$out/initrd.img.tmp" && mv "$out/initrd.img.tmp" "$out/initrd.img"

@@ -45,8 +45,7 @@ WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
   return {&holder_->sandboxes, &holder_->files,     &holder_->layers, &holder_->node,
-          &holder_->lifecycle, &holder_->processes, &holder_->images,
-          &holder_->desktop};
+          &holder_->lifecycle, &holder_->processes, &holder_->images, &holder_->desktop};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, WarrenServices& services,

@@ -30,8 +30,8 @@ import grpc.aio
 from ._core import Async, AsyncContext, AsyncIterable
 from ._images import ImagesCore
 from ._process import ExecStreamCore, ProcessCore, ProcessStreamCore, SessionCore
-from .desktop import InputCore
 from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
+from .desktop import InputCore
 from .lifecycle import JobCore
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncLayers", "AsyncImages", "AsyncProcess",

@@ -37,8 +37,8 @@ from ._requests import (  # noqa: F401
     _u32,
     _u32_or_u64,
 )
-from .desktop import InputCore
 from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
+from .desktop import InputCore
 from .lifecycle import Job
 from .process import ExecStream, Process, Session
 

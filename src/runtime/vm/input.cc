@@ -32,18 +32,41 @@ json BtnEvent(const std::string& button, bool down) {
 // is needed.
 bool CharKey(char c, std::string* code, bool* shift) {
   static const std::map<char, std::pair<const char*, bool>> kPunct = {
-      {' ', {"spc", false}},           {'\n', {"ret", false}},          {'\t', {"tab", false}},
-      {'-', {"minus", false}},         {'_', {"minus", true}},          {'=', {"equal", false}},
-      {'+', {"equal", true}},          {'[', {"bracket_left", false}},  {'{', {"bracket_left", true}},
-      {']', {"bracket_right", false}}, {'}', {"bracket_right", true}},  {'\\', {"backslash", false}},
-      {'|', {"backslash", true}},      {';', {"semicolon", false}},     {':', {"semicolon", true}},
-      {'\'', {"apostrophe", false}},   {'"', {"apostrophe", true}},     {'`', {"grave_accent", false}},
-      {'~', {"grave_accent", true}},   {',', {"comma", false}},         {'<', {"comma", true}},
-      {'.', {"dot", false}},           {'>', {"dot", true}},            {'/', {"slash", false}},
-      {'?', {"slash", true}},          {'!', {"1", true}},              {'@', {"2", true}},
-      {'#', {"3", true}},              {'$', {"4", true}},              {'%', {"5", true}},
-      {'^', {"6", true}},              {'&', {"7", true}},              {'*', {"8", true}},
-      {'(', {"9", true}},              {')', {"0", true}},
+      {' ', {"spc", false}},
+      {'\n', {"ret", false}},
+      {'\t', {"tab", false}},
+      {'-', {"minus", false}},
+      {'_', {"minus", true}},
+      {'=', {"equal", false}},
+      {'+', {"equal", true}},
+      {'[', {"bracket_left", false}},
+      {'{', {"bracket_left", true}},
+      {']', {"bracket_right", false}},
+      {'}', {"bracket_right", true}},
+      {'\\', {"backslash", false}},
+      {'|', {"backslash", true}},
+      {';', {"semicolon", false}},
+      {':', {"semicolon", true}},
+      {'\'', {"apostrophe", false}},
+      {'"', {"apostrophe", true}},
+      {'`', {"grave_accent", false}},
+      {'~', {"grave_accent", true}},
+      {',', {"comma", false}},
+      {'<', {"comma", true}},
+      {'.', {"dot", false}},
+      {'>', {"dot", true}},
+      {'/', {"slash", false}},
+      {'?', {"slash", true}},
+      {'!', {"1", true}},
+      {'@', {"2", true}},
+      {'#', {"3", true}},
+      {'$', {"4", true}},
+      {'%', {"5", true}},
+      {'^', {"6", true}},
+      {'&', {"7", true}},
+      {'*', {"8", true}},
+      {'(', {"9", true}},
+      {')', {"0", true}},
   };
   if (c >= 'a' && c <= 'z') {
     *code = std::string(1, c);
@@ -71,42 +94,20 @@ bool CharKey(char c, std::string* code, bool* shift) {
 
 std::string KeyCode(const std::string& name) {
   static const std::map<std::string, std::string> kAlias = {
-      {"return", "ret"},
-      {"enter", "ret"},
-      {"space", "spc"},
-      {"escape", "esc"},
-      {"backspace", "backspace"},
-      {"control", "ctrl"},
-      {"control_l", "ctrl"},
-      {"control_r", "ctrl_r"},
-      {"ctrl_l", "ctrl"},
-      {"shift_l", "shift"},
-      {"alt_l", "alt"},
-      {"super", "meta_l"},
-      {"super_l", "meta_l"},
-      {"meta", "meta_l"},
-      {"win", "meta_l"},
-      {"cmd", "meta_l"},
-      {"page_up", "pgup"},
-      {"pageup", "pgup"},
-      {"prior", "pgup"},
-      {"page_down", "pgdn"},
-      {"pagedown", "pgdn"},
-      {"next", "pgdn"},
-      {"del", "delete"},
-      {"ins", "insert"},
-      {"minus", "minus"},
-      {"plus", "equal"},
-      {"period", "dot"},
-      {"print", "print"},
+      {"return", "ret"},          {"enter", "ret"},     {"space", "spc"},      {"escape", "esc"},
+      {"backspace", "backspace"}, {"control", "ctrl"},  {"control_l", "ctrl"}, {"control_r", "ctrl_r"},
+      {"ctrl_l", "ctrl"},         {"shift_l", "shift"}, {"alt_l", "alt"},      {"super", "meta_l"},
+      {"super_l", "meta_l"},      {"meta", "meta_l"},   {"win", "meta_l"},     {"cmd", "meta_l"},
+      {"page_up", "pgup"},        {"pageup", "pgup"},   {"prior", "pgup"},     {"page_down", "pgdn"},
+      {"pagedown", "pgdn"},       {"next", "pgdn"},     {"del", "delete"},     {"ins", "insert"},
+      {"minus", "minus"},         {"plus", "equal"},    {"period", "dot"},     {"print", "print"},
   };
   static const char* const kQcodes[] = {
-      "shift",     "shift_r",      "alt",       "alt_r",     "ctrl",       "ctrl_r",  "menu",
-      "esc",       "minus",        "equal",     "backspace", "tab",        "ret",     "spc",
-      "caps_lock", "bracket_left", "semicolon", "apostrophe", "grave_accent", "backslash", "comma",
-      "dot",       "slash",        "home",      "end",       "pgup",       "pgdn",    "up",
-      "down",      "left",         "right",     "insert",    "delete",     "meta_l",  "meta_r",
-      "print",     "pause",        "bracket_right"};
+      "shift",     "shift_r",    "alt",          "alt_r",     "ctrl",  "ctrl_r",       "menu",      "esc",
+      "minus",     "equal",      "backspace",    "tab",       "ret",   "spc",          "caps_lock", "bracket_left",
+      "semicolon", "apostrophe", "grave_accent", "backslash", "comma", "dot",          "slash",     "home",
+      "end",       "pgup",       "pgdn",         "up",        "down",  "left",         "right",     "insert",
+      "delete",    "meta_l",     "meta_r",       "print",     "pause", "bracket_right"};
   std::string n = Lower(name);
   if (n.size() == 1 && (std::isalnum(static_cast<unsigned char>(n[0])) != 0)) return n;
   if (n.size() >= 2 && n.size() <= 3 && n[0] == 'f') {
@@ -163,13 +164,12 @@ StatusOr<std::vector<std::string>> TextEvents(const std::string& text) {
   return out;
 }
 
-StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t width, uint32_t height, MouseButton button,
-                                  MouseAction action) {
+StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t width, uint32_t height,
+                                               MouseButton button, MouseAction action) {
   if (width == 0 || height == 0) return absl::FailedPreconditionError("the screen has no size yet (display not up)");
   if (x < 0 || y < 0 || static_cast<uint32_t>(x) >= width || static_cast<uint32_t>(y) >= height) {
-    return absl::InvalidArgumentError("mouse: (" + std::to_string(x) + ", " + std::to_string(y) +
-                                      ") is outside the " + std::to_string(width) + "x" + std::to_string(height) +
-                                      " screen");
+    return absl::InvalidArgumentError("mouse: (" + std::to_string(x) + ", " + std::to_string(y) + ") is outside the " +
+                                      std::to_string(width) + "x" + std::to_string(height) + " screen");
   }
   if (action != MouseAction::kMove && button == MouseButton::kNone) {
     return absl::InvalidArgumentError("mouse: click, down and up need a button (left, middle or right)");
@@ -182,13 +182,16 @@ StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t wi
   json events = json::array();
   events.push_back({{"type", "abs"}, {"data", {{"axis", "x"}, {"value", scale(x, width)}}}});
   events.push_back({{"type", "abs"}, {"data", {{"axis", "y"}, {"value", scale(y, height)}}}});
-  const char* b = button == MouseButton::kLeft     ? "left"
-                  : button == MouseButton::kMiddle ? "middle"
-                                                   : "right";
-  if (action == MouseAction::kDown || action == MouseAction::kClick) events.push_back(BtnEvent(b, true));
-  if (action == MouseAction::kUp) events.push_back(BtnEvent(b, false));
+  const char* b = button == MouseButton::kLeft ? "left" : button == MouseButton::kMiddle ? "middle" : "right";
+  // The move first and each button change on its own, as a real pointer
+  // reports them: X applications see the press at the new position.
   std::vector<std::string> batches = {events.dump()};
-  if (action == MouseAction::kClick) batches.push_back(json::array({BtnEvent(b, false)}).dump());
+  if (action == MouseAction::kDown || action == MouseAction::kClick) {
+    batches.push_back(json::array({BtnEvent(b, true)}).dump());
+  }
+  if (action == MouseAction::kUp || action == MouseAction::kClick) {
+    batches.push_back(json::array({BtnEvent(b, false)}).dump());
+  }
   return batches;
 }
 

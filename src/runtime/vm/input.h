@@ -33,12 +33,12 @@ StatusOr<std::string> ComboEvents(const std::string& combo);
 StatusOr<std::vector<std::string>> TextEvents(const std::string& text);
 
 // The event batches that move the pointer to (x, y) of a width x height
-// screen and do `action` with `button`, each batch to be sent (and synced)
-// on its own: a USB tablet reports one state per sync, so a press and its
-// release in one batch would cancel out. InvalidArgument for a point
+// screen and do `action` with `button`: the move, then each button change,
+// every batch to be sent (and synced) on its own (a USB tablet reports one
+// state per sync, so a press and its release in one batch would cancel out). InvalidArgument for a point
 // outside the screen or a click/down/up without a button.
-StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t width, uint32_t height, MouseButton button,
-                                  MouseAction action);
+StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t width, uint32_t height,
+                                               MouseButton button, MouseAction action);
 
 // Wheel clicks (press and release of wheel-up/down/left/right): |dy| then
 // |dx| of them. InvalidArgument when both are 0 or either exceeds 100.

@@ -86,7 +86,8 @@ Status RunTool(const std::vector<std::string>& argv) {
 
 class VmBackend : public Backend {
  public:
-  VmBackend(VmOptions o, std::unique_ptr<jail::CgroupManager> cgroups) : o_(std::move(o)), cgroups_(std::move(cgroups)) {}
+  VmBackend(VmOptions o, std::unique_ptr<jail::CgroupManager> cgroups)
+      : o_(std::move(o)), cgroups_(std::move(cgroups)) {}
 
   std::string name() const override { return "vm"; }
   Capabilities capabilities() const override { return {}; }
@@ -106,8 +107,8 @@ class VmBackend : public Backend {
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".qcow2");
 
     // Copy-on-write over the shared base; QEMU opens the base read-only.
-    RETURN_IF_ERROR(RunTool({o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
-                             o_.guest_dir + "/disk.img", rec.disk()}));
+    RETURN_IF_ERROR(RunTool(
+        {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", rec.disk()}));
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
 
     jail::CgroupLimits limits;
@@ -135,8 +136,9 @@ class VmBackend : public Backend {
 
     std::vector<int> procs_fds;
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-    ASSIGN_OR_RETURN(q, microvm::LaunchQemu(Argv(spec, rec), {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}},
-                                            spec.dir + "/qemu.log", procs_fds));
+    ASSIGN_OR_RETURN(
+        q, microvm::LaunchQemu(Argv(spec, rec), {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}},
+                               spec.dir + "/qemu.log", procs_fds));
     agent_listener.reset();  // QEMU holds them now
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
@@ -168,8 +170,8 @@ class VmBackend : public Backend {
     parts.channel = std::move(*ch);
     parts.exec_slack = o_.exec_slack;
     rb.Commit();
-    return std::unique_ptr<Sandbox>(new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)),
-                                                      std::move(qmp), spec.dir));
+    return std::unique_ptr<Sandbox>(
+        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp), spec.dir));
   }
 
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -193,8 +195,9 @@ class VmBackend : public Backend {
     microvm::proto::HelloReply hello;
     int fd = pidfd.get();
     ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
-                     AgentChannel::Connect(spec.id, microvm::SocketPath(spec.dir, dir.get(), "agent.sock"), deadline,
-                                           [fd] { return PidfdAlive(fd); }, &hello));
+                     AgentChannel::Connect(
+                         spec.id, microvm::SocketPath(spec.dir, dir.get(), "agent.sock"), deadline,
+                         [fd] { return PidfdAlive(fd); }, &hello));
     if (hello.boot_id != rec.boot_id()) {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
                                            ", recorded " + rec.boot_id() + ")");
@@ -206,8 +209,8 @@ class VmBackend : public Backend {
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
     parts.exec_slack = o_.exec_slack;
-    return std::unique_ptr<Sandbox>(new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)),
-                                                      std::move(qmp), spec.dir));
+    return std::unique_ptr<Sandbox>(
+        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp), spec.dir));
   }
 
   Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -242,10 +245,10 @@ class VmBackend : public Backend {
 
   std::vector<std::string> Argv(const SandboxSpec& spec, const microvm::record::Microvm& rec) const {
     const std::string accel = rec.accel();
-    // The guest's first mode (bochs-drm honours video=); no serial getty,
-    // systemd's status on the console for the boot's log.
+    // warren.screen: the size the guest's X session sets (xrandr); systemd's
+    // status on the console for the boot's log.
     std::string append = "root=/dev/vda rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
-                         std::string("video=Virtual-1:") + std::to_string(o_.screen_width) + "x" +
+                         std::string("warren.screen=") + std::to_string(o_.screen_width) + "x" +
                          std::to_string(o_.screen_height);
     return {
         o_.qemu,

@@ -44,7 +44,7 @@ namespace warren::runtime {
 struct VmOptions {
   std::string qemu = "/usr/bin/qemu-system-x86_64";
   std::string qemu_img = "/usr/bin/qemu-img";
-  std::string guest_dir;  // build-guest.sh's --out: disk.img, vmlinuz, initrd.img
+  std::string guest_dir;      // build-guest.sh's --out: disk.img, vmlinuz, initrd.img
   std::string accel = "tcg";  // "tcg", "kvm", "auto" (accel_choice's answer)
   std::shared_future<AccelChoice> accel_choice;
   std::string disk_dir;  // the overlay disks (created if missing)
@@ -52,7 +52,8 @@ struct VmOptions {
   std::chrono::milliseconds boot_timeout{300000};
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;
-  // The screen the guest's display starts with (kernel video= mode).
+  // The screen size the guest's X session sets (warren.screen= on the
+  // kernel command line, applied with xrandr by build-guest.sh's session).
   uint32_t screen_width = 1024, screen_height = 768;
 };
 

@@ -19,8 +19,9 @@ constexpr uint64_t kMaxPngBytes = 64u << 20;
 // The screen size the pointer is scaled by is re-read after this (the guest
 // may change its mode).
 constexpr std::chrono::seconds kSizeTtl{2};
-// Between typed characters: QEMU's PS/2 queue holds 256 bytes and the
-// guest drains it at its own pace.
+// Between typed characters (QEMU's PS/2 queue holds 256 bytes and the
+// guest drains it at its own pace) and between a pointer's move and its
+// button changes (a USB tablet's reports are polled by the guest).
 constexpr std::chrono::milliseconds kTypeGap{8};
 }  // namespace
 
@@ -102,7 +103,10 @@ Status VmSandbox::Mouse(int32_t x, int32_t y, MouseButton button, MouseAction ac
     h = s.height;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> batches, MouseEvents(x, y, w, h, button, action));
-  for (const std::string& b : batches) RETURN_IF_ERROR(Send(b));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (i > 0) std::this_thread::sleep_for(kTypeGap);
+    RETURN_IF_ERROR(Send(batches[i]));
+  }
   return absl::OkStatus();
 }
 

@@ -43,8 +43,7 @@ TEST(KeyCode, NamesAndAliases) {
 TEST(ComboEvents, PressInOrderReleaseInReverse) {
   auto ev = ComboEvents("ctrl+shift+t");
   ASSERT_TRUE(ev.ok()) << ev.status();
-  EXPECT_THAT(Summary(*ev),
-              testing::ElementsAre("down:ctrl", "down:shift", "down:t", "up:t", "up:shift", "up:ctrl"));
+  EXPECT_THAT(Summary(*ev), testing::ElementsAre("down:ctrl", "down:shift", "down:t", "up:t", "up:shift", "up:ctrl"));
   auto plus = ComboEvents("ctrl++");
   ASSERT_TRUE(plus.ok()) << plus.status();
   EXPECT_THAT(Summary(*plus), testing::ElementsAre("down:ctrl", "down:equal", "up:equal", "up:ctrl"));
@@ -77,10 +76,15 @@ TEST(TextEvents, NonAsciiRejectedWithItsOffset) {
 TEST(MouseEvents, ScalesToTheAbsoluteAxisAndSplitsTheClick) {
   auto ev = MouseEvents(0, 767, 1024, 768, MouseButton::kLeft, MouseAction::kClick);
   ASSERT_TRUE(ev.ok()) << ev.status();
-  ASSERT_EQ(ev->size(), 2u);
+  ASSERT_EQ(ev->size(), 3u);
   // Each pixel maps inside its own cell of the 0..0x7fff axis.
-  EXPECT_THAT(Summary((*ev)[0]), testing::ElementsAre("abs:x=16", "abs:y=32746", "btn-down:left"));
-  EXPECT_THAT(Summary((*ev)[1]), testing::ElementsAre("btn-up:left"));
+  EXPECT_THAT(Summary((*ev)[0]), testing::ElementsAre("abs:x=16", "abs:y=32746"));
+  EXPECT_THAT(Summary((*ev)[1]), testing::ElementsAre("btn-down:left"));
+  EXPECT_THAT(Summary((*ev)[2]), testing::ElementsAre("btn-up:left"));
+  auto up = MouseEvents(5, 5, 1024, 768, MouseButton::kRight, MouseAction::kUp);
+  ASSERT_TRUE(up.ok());
+  ASSERT_EQ(up->size(), 2u);
+  EXPECT_THAT(Summary(up->at(1)), testing::ElementsAre("btn-up:right"));
   auto move = MouseEvents(512, 384, 1024, 768, MouseButton::kNone, MouseAction::kMove);
   ASSERT_TRUE(move.ok());
   EXPECT_THAT(Summary(move->at(0)), testing::ElementsAre("abs:x=16400", "abs:y=16405"));
