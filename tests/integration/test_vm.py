@@ -192,13 +192,14 @@ def test_clicks_reach_the_app(desktop: warren.Sandbox) -> None:
     desktop.exec("rm -f /tmp/clicked", timeout=30)
     desktop.input.key("ctrl+l")
     _stable_shot(desktop)
-    desktop.input.type("echo clicked_word\n")  # row 1 (y 20..39) shows clicked_word
+    # Row 1 (y 20..39, 10x20 font) shows it; cells 0..11 hold "clicked_word".
+    desktop.input.type("echo clicked_word_and_more\n")
     _stable_shot(desktop)
     desktop.input.mouse(1, 30, button="left", action="down")
     _stable_shot(desktop)
-    desktop.input.mouse(200, 30)  # past the word's end: the selection stops at it
+    desktop.input.mouse(125, 30)  # into cell 12: the selection ends before it
     _stable_shot(desktop)
-    desktop.input.mouse(200, 30, button="left", action="up")
+    desktop.input.mouse(125, 30, button="left", action="up")
     _stable_shot(desktop)
     desktop.input.type("echo ")
     _stable_shot(desktop)
