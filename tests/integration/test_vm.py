@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import warren
-from conftest import Daemon, cgroup_dirs, qemu_pids, running
+from conftest import CLI, Daemon, cgroup_dirs, qemu_pids, running
 
 QEMU = shutil.which("qemu-system-x86_64")
 QEMU_IMG = shutil.which("qemu-img")
 VM_DIR = Path(os.environ.get("WARREN_VM_DIR", "/var/cache/warren/vm"))
-_missing = [str(VM_DIR / f) for f in ("disk.img", "vmlinuz", "initrd.img") if not (VM_DIR / f).exists()]
+_missing = [
+    str(VM_DIR / f)
+    for f in ("disk.img", "vmlinuz", "initrd.img")
+    if not (VM_DIR / f).exists()
+]
 if QEMU is None:
     _missing.insert(0, "qemu-system-x86_64 (apt-get install qemu-system-x86)")
 if QEMU_IMG is None:
@@ -32,7 +37,9 @@ if QEMU_IMG is None:
 pytestmark = [
     pytest.mark.skipif(
         bool(_missing),
-        reason="vm: missing " + ", ".join(_missing) + " (run scripts/vm/build-guest.sh)",
+        reason="vm: missing "
+        + ", ".join(_missing)
+        + " (run scripts/vm/build-guest.sh)",
     ),
     pytest.mark.timeout(900),
 ]
@@ -43,7 +50,11 @@ PNG_SIG = b"\x89PNG\r\n\x1a\n"
 
 
 def _vm_cgroups(sandbox_id: str) -> list[Path]:
-    return [p for d in cgroup_dirs().values() if (p := d / "warren-vm" / sandbox_id).exists()]
+    return [
+        p
+        for d in cgroup_dirs().values()
+        if (p := d / "warren-vm" / sandbox_id).exists()
+    ]
 
 
 def _wait(pred, timeout: float, what: str, step: float = 1.0):
@@ -74,7 +85,9 @@ def _stable_shot(sb: warren.Sandbox, timeout: float = 60) -> warren.desktop.Scre
 @pytest.fixture(scope="module")
 def vm(client: warren.Client, base_layer: str):
     t0 = time.monotonic()
-    sb = client.create(backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT)
+    sb = client.create(
+        backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT
+    )
     r = sb.exec("cat /proc/1/comm", timeout=60)
     boot_s = time.monotonic() - t0
     print(f"\nvm: create to first exec {boot_s:.1f} s (TCG, systemd boot)")
@@ -92,7 +105,9 @@ def desktop(vm: warren.Sandbox) -> warren.Sandbox:
     t0 = time.monotonic()
 
     def up() -> bool:
-        r = vm.exec("test -S /tmp/.X11-unix/X0 && grep -qx xterm /proc/[0-9]*/comm", timeout=30)
+        r = vm.exec(
+            "test -S /tmp/.X11-unix/X0 && grep -qx xterm /proc/[0-9]*/comm", timeout=30
+        )
         return r.exit_code == 0
 
     _wait(up, DESKTOP_TIMEOUT, "X and xterm up in the guest", step=2)
@@ -103,7 +118,12 @@ def desktop(vm: warren.Sandbox) -> warren.Sandbox:
     while True:
         vm.input.type("touch /tmp/ready\n")
         try:
-            _wait(lambda: vm.exec("test -e /tmp/ready", timeout=30).exit_code == 0, 15, "ready", step=1)
+            _wait(
+                lambda: vm.exec("test -e /tmp/ready", timeout=30).exit_code == 0,
+                15,
+                "ready",
+                step=1,
+            )
             break
         except pytest.fail.Exception:
             if time.monotonic() > deadline:
@@ -137,7 +157,9 @@ def test_screenshot_is_a_png_of_the_screen(desktop: warren.Sandbox) -> None:
     n = 5
     for _ in range(n):
         desktop.screenshot(timeout=30)
-    print(f"\nvm: screenshot round trip {(time.monotonic() - t0) / n * 1000:.0f} ms (mean of {n})")
+    print(
+        f"\nvm: screenshot round trip {(time.monotonic() - t0) / n * 1000:.0f} ms (mean of {n})"
+    )
 
 
 def test_typing_reaches_the_app_and_changes_the_screen(desktop: warren.Sandbox) -> None:
@@ -214,8 +236,44 @@ def test_clicks_reach_the_app(desktop: warren.Sandbox) -> None:
     _wait(pasted, 60, "the word selected and pasted with the pointer")
 
 
+def test_cli_screenshot_and_input(
+    desktop: warren.Sandbox, daemon: Daemon, tmp_path: Path
+) -> None:
+    def warren_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(CLI), "--addr", f"unix:{daemon.socket}", *args],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+    desktop.exec("rm -f /tmp/cli-typed", timeout=30)
+    out = tmp_path / "screen.png"
+    p = warren_cli("screenshot", desktop.id, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes().startswith(PNG_SIG)
+    assert p.stdout.decode().split() == [str(out), "1024x768"]
+    assert (
+        warren_cli(
+            "input", desktop.id, "type", "echo via-cli > /tmp/cli-typed"
+        ).returncode
+        == 0
+    )
+    assert warren_cli("input", desktop.id, "key", "Return").returncode == 0
+    _wait(
+        lambda: desktop.exec("cat /tmp/cli-typed", timeout=30).stdout == b"via-cli\n",
+        60,
+        "the CLI's typing",
+    )
+    assert warren_cli("input", desktop.id, "mouse", "20", "20").returncode == 0
+    p = warren_cli("input", desktop.id, "mouse", "5000", "20")
+    assert p.returncode == 1 and b"outside the 1024x768 screen" in p.stderr, p.stderr
+    p = warren_cli("input", desktop.id, "key", "ctrl+hyper")
+    assert p.returncode == 1 and b"INVALID_ARGUMENT" in p.stderr, p.stderr
+
+
 def test_bad_input_is_refused_with_the_reason(desktop: warren.Sandbox) -> None:
-    with pytest.raises(warren.InvalidArgument, match="unknown key \"hyper\""):
+    with pytest.raises(warren.InvalidArgument, match='unknown key "hyper"'):
         desktop.input.key("ctrl+hyper")
     with pytest.raises(warren.InvalidArgument, match="outside the 1024x768 screen"):
         desktop.input.mouse(1024, 10)
@@ -236,7 +294,9 @@ def test_container_has_no_desktop(sandbox: warren.Sandbox) -> None:
         sandbox.input.key("a")
 
 
-def test_destroy_leaves_no_process_disk_socket_or_cgroup(vm: warren.Sandbox, daemon: Daemon) -> None:
+def test_destroy_leaves_no_process_disk_socket_or_cgroup(
+    vm: warren.Sandbox, daemon: Daemon
+) -> None:
     pids = qemu_pids(vm.id)
     assert len(pids) == 1
     disk = daemon.state_dir / "vm-disks" / f"{vm.id}.qcow2"

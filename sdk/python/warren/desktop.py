@@ -24,15 +24,25 @@ from ._proto import desktop_pb2 as dpb
 
 __all__ = ["ScreenImage", "InputCore"]
 
-_BUTTONS = {None: dpb.MOUSE_BUTTON_NONE, "none": dpb.MOUSE_BUTTON_NONE, "left": dpb.MOUSE_BUTTON_LEFT,
-            "middle": dpb.MOUSE_BUTTON_MIDDLE, "right": dpb.MOUSE_BUTTON_RIGHT}
-_ACTIONS = {"move": dpb.MOUSE_ACTION_MOVE, "click": dpb.MOUSE_ACTION_CLICK, "down": dpb.MOUSE_ACTION_DOWN,
-            "up": dpb.MOUSE_ACTION_UP}
+_BUTTONS = {
+    None: dpb.MOUSE_BUTTON_NONE,
+    "none": dpb.MOUSE_BUTTON_NONE,
+    "left": dpb.MOUSE_BUTTON_LEFT,
+    "middle": dpb.MOUSE_BUTTON_MIDDLE,
+    "right": dpb.MOUSE_BUTTON_RIGHT,
+}
+_ACTIONS = {
+    "move": dpb.MOUSE_ACTION_MOVE,
+    "click": dpb.MOUSE_ACTION_CLICK,
+    "down": dpb.MOUSE_ACTION_DOWN,
+    "up": dpb.MOUSE_ACTION_UP,
+}
 
 
 @dataclass(frozen=True)
 class ScreenImage:
     """One screenshot: the whole screen as PNG bytes and its size in pixels."""
+
     png: bytes
     width: int
     height: int
@@ -67,8 +77,9 @@ class InputCore:
         yield self._send(dpb.InputRequest(type=dpb.TypeInput(text=text)), timeout)
 
     @op
-    def mouse(self, x: int, y: int, button: Optional[str] = None, action: str = "move",
-              timeout: Optional[float] = None) -> Gen[None]:
+    def mouse(
+        self, x: int, y: int, button: Optional[str] = None, action: str = "move", timeout: Optional[float] = None
+    ) -> Gen[None]:
         """Moves the pointer to (x, y) (pixels, 0-based), then action:
         "move" (default), "click", "down" or "up" with button "left",
         "middle" or "right" (required but for "move")."""
