@@ -27,6 +27,7 @@ pkgs=(
   nftables libnftables-dev libmnl-dev  # sandbox network (src/net): nft for tests, the libraries warrend links
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
   qemu-system-x86 cpio e2fsprogs  # the microvm backend: QEMU, the guest initramfs (scripts/microvm), mke2fs
+  qemu-utils  # the vm backend: qemu-img (each VM's copy-on-write disk)
   openssl  # image tests: a TLS registry with its own CA
   etcd-server etcd-client  # cluster membership (src/cluster); its tests start their own etcd
   glusterfs-server glusterfs-client  # image tests: a shared layer store on a one-node GlusterFS volume (FUSE)
@@ -51,6 +52,16 @@ cmake --build build -j2
 
 echo "setup: microvm guest kernel and initramfs (/var/cache/warren/microvm)"
 scripts/microvm/build-guest.sh --agent build/src/guest/agent/warren-agent --out /var/cache/warren/microvm
+
+# The vm backend's desktop guest (a full Debian with systemd and X): ~10 min
+# and ~1 GiB, so built only when asked (WARREN_SETUP_VM=1); tests/integration/
+# test_vm.py skips with the reason without it.
+if [[ ${WARREN_SETUP_VM:-0} == 1 ]]; then
+  echo "setup: vm desktop guest (/var/cache/warren/vm)"
+  scripts/vm/build-guest.sh --agent build/src/guest/agent/warren-agent --out /var/cache/warren/vm
+else
+  echo "setup: vm desktop guest skipped (WARREN_SETUP_VM=1 builds it: scripts/vm/build-guest.sh)"
+fi
 
 echo "setup: Python venv"
 py=/usr/bin/python3

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "api/desktop_service.h"
 #include "api/files_service.h"
 #include "api/image_service.h"
 #include "api/layers_service.h"
@@ -23,7 +24,8 @@ struct WarrenServices::Holder {
         node(ServiceDeps{m, &auth, nullptr, o.forward}, std::move(o.facts), std::move(o.extra_backends)),
         lifecycle(ServiceDeps{m, &auth, nullptr, o.forward}),
         processes(ServiceDeps{m, &auth, nullptr, o.forward}),
-        images(ServiceDeps{m, &auth, nullptr, o.forward}, &node_images) {}
+        images(ServiceDeps{m, &auth, nullptr, o.forward}, &node_images),
+        desktop(ServiceDeps{m, &auth, nullptr, o.forward}) {}
   const Authorizer auth;   // before the services, which borrow it
   NodeImages node_images;  // likewise
   SandboxesService sandboxes;
@@ -33,6 +35,7 @@ struct WarrenServices::Holder {
   LifecycleService lifecycle;
   ProcessesService processes;
   ImagesService images;
+  DesktopService desktop;
 };
 
 WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions options)
@@ -42,7 +45,7 @@ WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
   return {&holder_->sandboxes, &holder_->files,     &holder_->layers, &holder_->node,
-          &holder_->lifecycle, &holder_->processes, &holder_->images};
+          &holder_->lifecycle, &holder_->processes, &holder_->images, &holder_->desktop};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, WarrenServices& services,

@@ -127,6 +127,17 @@ struct ImageArgs {
   uint64_t max_bytes = 0;    // merge: cap (0 = the daemon's default, 3 GiB)
 };
 
+// screenshot, input (desktop.cc).
+struct DesktopArgs {
+  std::string id;
+  std::string out;   // screenshot: the PNG's path ("-": stdout)
+  std::string kind;  // input: key, type, mouse, scroll
+  std::string text;  // key: the combination; type: the text
+  int32_t x = 0, y = 0;
+  std::string button;  // mouse: left, middle, right ("" = none)
+  std::string action = "move";
+};
+
 struct Invocation {
   GlobalOptions global;
   CreateArgs create;
@@ -149,6 +160,7 @@ struct Invocation {
     std::string id;
     std::vector<std::string> allow, deny;
   } network;
+  DesktopArgs desktop;
   // eval (eval.cc): the words after "eval", passed to the Python runner.
   std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
@@ -166,6 +178,7 @@ void AddLayerCommand(CLI::App& root, Invocation& inv);
 void AddImageCommand(CLI::App& root, Invocation& inv);
 void AddStatusCommands(CLI::App& root, Invocation& inv);     // status, version
 void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, resume, suspend, ttl
+void AddDesktopCommands(CLI::App& root, Invocation& inv);    // screenshot, input
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
 void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
 void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)

@@ -36,6 +36,7 @@
 #include "node/sandbox_manager.h"
 #include "runtime/container/container_backend.h"
 #include "runtime/microvm/microvm_backend.h"
+#include "runtime/vm/vm_backend.h"
 #include "warrend/host_setup.h"
 
 namespace warren::warrend {
@@ -119,6 +120,24 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> microvm, runtime::NewMicrovmBackend(vopt));
     Log(spdlog::level::info, "microvm backend offered", {{"dir", flags.microvm_dir}, {"accel", vopt.accel}});
     backends.push_back(std::move(microvm));
+  }
+  // The vm backend: full VMs with a display, on the microvm's accelerator choice.
+  runtime::VmOptions wopt;
+  wopt.guest_dir = flags.vm_dir;
+  wopt.disk_dir = flags.state_dir + "/vm-disks";
+  wopt.boot_timeout = std::chrono::milliseconds(flags.vm_boot_timeout_ms);
+  if (Status s = runtime::CheckVmHost(wopt); !s.ok()) {
+    Log(spdlog::level::info, "vm backend not offered", {{"reason", s.ToString()}});
+  } else {
+    wopt.accel = flags.microvm_accel;
+    if (accel->valid()) {
+      wopt.accel_choice = *accel;
+    } else {
+      ASSIGN_OR_RETURN(wopt.accel_choice, runtime::ChooseAccel(flags.microvm_accel));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> vm, runtime::NewVmBackend(wopt));
+    Log(spdlog::level::info, "vm backend offered", {{"dir", flags.vm_dir}});
+    backends.push_back(std::move(vm));
   }
 
   std::string store_dir = flags.layer_store.empty() ? flags.state_dir + "/layers" : flags.layer_store;

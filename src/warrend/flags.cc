@@ -58,6 +58,14 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "microvm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not "
                  "answered this long after QEMU started")
       ->capture_default_str();
+  app.add_option("--vm-dir", flags.vm_dir,
+                 "vm: dir of the desktop guest (disk.img, vmlinuz, initrd.img: scripts/vm/build-guest.sh); the "
+                 "backend is offered only when they, QEMU and qemu-img exist; it runs on --microvm-accel's choice")
+      ->capture_default_str();
+  app.add_option("--vm-boot-timeout-ms", flags.vm_boot_timeout_ms,
+                 "vm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not answered this "
+                 "long after QEMU started (a full systemd boot under TCG takes tens of seconds)")
+      ->capture_default_str();
   app.add_option("--http-listen", flags.http_listen,
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
   app.add_option("--http-token-file", flags.http_token_file,

@@ -39,6 +39,10 @@ struct Flags {
   std::string microvm_accel = "auto";
   uint32_t microvm_boot_timeout_ms = 60000;
   bool microvm_templates = true;
+  // vm backend: offered when QEMU and <vm_dir>/{disk.img,vmlinuz,initrd.img}
+  // (scripts/vm/build-guest.sh) exist; its accelerator is --microvm-accel's.
+  std::string vm_dir = "/var/cache/warren/vm";
+  uint32_t vm_boot_timeout_ms = 600000;
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;

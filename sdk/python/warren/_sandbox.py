@@ -42,6 +42,7 @@ from ._core import (
     op,
     streaming,
 )
+from ._proto import desktop_pb2_grpc as dpb_grpc
 from ._proto import fncall_pb2 as fpb
 from ._proto import fncall_pb2_grpc as fpb_grpc
 from ._proto import process_pb2 as ppb
@@ -68,6 +69,7 @@ from ._requests import (
     _u32,
     _u32_or_u64,
 )
+from .desktop import ScreenImage, _screenshot
 from .fncall import FnCallRequest, FnCallResult
 from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
 from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
@@ -304,6 +306,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         self._info = info
         self.id: str = info.id
         self.files = client._files_cls(self)
+        self.input = client._input_cls(self)  # the display's keyboard and pointer (warren.desktop)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.id!r})"
@@ -487,6 +490,18 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
 
     # request_id on exec()/files.write(): a retry with the same id returns the
     # first call's recorded result instead of running again (see warren.proto).
+
+    @op
+    def screenshot(self, timeout: Optional[float] = None) -> Gen[ScreenImage]:
+        """The whole screen of a sandbox with a display (backend="vm") as a
+        ScreenImage (png, width, height); see warren.desktop."""
+        return (yield from _screenshot(self, timeout))
+
+    @op
+    def screen_size(self, timeout: Optional[float] = None) -> Gen[Tuple[int, int]]:
+        """(width, height) of the screen in pixels."""
+        shot = yield from _screenshot(self, timeout)
+        return (shot.width, shot.height)
 
     @op
     def pause(self) -> Gen[SandboxInfo]:
@@ -675,6 +690,7 @@ class ClientCore(Generic[SB, JB]):
     _sandbox_cls: Callable[..., SB]
     _job_cls: Callable[..., JB]
     _files_cls: Callable[..., Any]
+    _input_cls: Callable[..., Any]
     _layers_cls: Callable[..., Any]
     _images_cls: Callable[..., Any]
     _process_cls: Callable[..., Any]
@@ -695,6 +711,7 @@ class ClientCore(Generic[SB, JB]):
         self._lifecycle = pb_grpc.LifecycleStub(self._channel)
         self._processes = ppb_grpc.ProcessesStub(self._channel)
         self._fncall = fpb_grpc.FnCallStub(self._channel)
+        self._desktop = dpb_grpc.DesktopStub(self._channel)
         self._init_background()
         self.layers = self._layers_cls(self)
         self.images = self._images_cls(self)

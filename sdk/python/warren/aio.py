@@ -31,6 +31,7 @@ from ._core import Async, AsyncContext, AsyncIterable
 from ._images import ImagesCore
 from ._process import ExecStreamCore, ProcessCore, ProcessStreamCore, SessionCore
 from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
+from .desktop import InputCore
 from .lifecycle import JobCore
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncLayers", "AsyncImages", "AsyncProcess",
@@ -59,6 +60,10 @@ class AsyncFiles(FilesCore, Async):
     __doc__ = FilesCore.__doc__
 
 
+class AsyncInput(InputCore, Async):
+    __doc__ = InputCore.__doc__
+
+
 class AsyncLayers(LayersCore, Async):
     __doc__ = LayersCore.__doc__
 
@@ -70,6 +75,7 @@ class AsyncImages(ImagesCore, Async):
 class AsyncSandbox(SandboxCore["AsyncSandbox", AsyncProcess, AsyncExecStream, AsyncSession], AsyncContext):
     __doc__ = SandboxCore.__doc__
     files: AsyncFiles
+    input: AsyncInput
 
 
 class AsyncJob(JobCore[AsyncSandbox], Async):
@@ -83,6 +89,7 @@ class AsyncClient(ClientCore[AsyncSandbox, AsyncJob], AsyncContext):
     _sandbox_cls = AsyncSandbox
     _job_cls = AsyncJob
     _files_cls = AsyncFiles
+    _input_cls = AsyncInput
     _layers_cls = AsyncLayers
     _images_cls = AsyncImages
     _process_cls = AsyncProcess

@@ -38,6 +38,7 @@ from ._requests import (  # noqa: F401
     _u32_or_u64,
 )
 from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
+from .desktop import InputCore
 from .lifecycle import Job
 from .process import ExecStream, Process, Session
 
@@ -69,6 +70,10 @@ class Files(FilesCore, Sync):
     __doc__ = FilesCore.__doc__
 
 
+class Input(InputCore, Sync):
+    __doc__ = InputCore.__doc__
+
+
 class Layers(LayersCore, Sync):
     __doc__ = LayersCore.__doc__
 
@@ -80,6 +85,7 @@ class Images(ImagesCore, Sync):
 class Sandbox(SandboxCore["Sandbox", Process, ExecStream, Session], SyncContext):
     __doc__ = SandboxCore.__doc__
     files: Files
+    input: Input
 
 
 class Client(ClientCore[Sandbox, Job], SyncContext):
@@ -89,6 +95,7 @@ class Client(ClientCore[Sandbox, Job], SyncContext):
     _sandbox_cls = Sandbox
     _job_cls = Job
     _files_cls = Files
+    _input_cls = Input
     _layers_cls = Layers
     _images_cls = Images
     _process_cls = Process

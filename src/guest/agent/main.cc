@@ -1,4 +1,6 @@
-// warren-agent: PID 1 of a microvm sandbox's guest (boot.h, agent.h).
+// warren-agent: PID 1 of a microvm sandbox's guest (boot.h, agent.h), or,
+// with --service, a service of a full guest system (the vm backend: its
+// init mounted the root and cgroup2 already; the agent only serves).
 #include <sys/reboot.h>
 #include <unistd.h>
 
@@ -7,8 +9,16 @@
 #include "guest/agent/agent.h"
 #include "guest/agent/boot.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace warren::guest;
+  if (argc == 2 && std::string(argv[1]) == "--service") {
+    std::string port = FindPort("warren.agent");
+    if (port.empty()) {
+      LogLine("no virtio-serial port named warren.agent");
+      return 1;  // the service manager restarts it
+    }
+    Serve(port, "", /*root_pending=*/false);
+  }
   if (::getpid() != 1) {
     LogLine("must run as PID 1 of the guest");
     return 2;

@@ -1,0 +1,218 @@
+#include "runtime/vm/input.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+
+namespace warren::runtime::vm {
+
+namespace {
+
+using nlohmann::json;
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+json KeyEvent(const std::string& code, bool down) {
+  return {{"type", "key"}, {"data", {{"down", down}, {"key", {{"type", "qcode"}, {"data", code}}}}}};
+}
+
+json BtnEvent(const std::string& button, bool down) {
+  return {{"type", "btn"}, {"data", {{"down", down}, {"button", button}}}};
+}
+
+// The unshifted key of each character of the US layout, and whether shift
+// is needed.
+bool CharKey(char c, std::string* code, bool* shift) {
+  static const std::map<char, std::pair<const char*, bool>> kPunct = {
+      {' ', {"spc", false}},
+      {'\n', {"ret", false}},
+      {'\t', {"tab", false}},
+      {'-', {"minus", false}},
+      {'_', {"minus", true}},
+      {'=', {"equal", false}},
+      {'+', {"equal", true}},
+      {'[', {"bracket_left", false}},
+      {'{', {"bracket_left", true}},
+      {']', {"bracket_right", false}},
+      {'}', {"bracket_right", true}},
+      {'\\', {"backslash", false}},
+      {'|', {"backslash", true}},
+      {';', {"semicolon", false}},
+      {':', {"semicolon", true}},
+      {'\'', {"apostrophe", false}},
+      {'"', {"apostrophe", true}},
+      {'`', {"grave_accent", false}},
+      {'~', {"grave_accent", true}},
+      {',', {"comma", false}},
+      {'<', {"comma", true}},
+      {'.', {"dot", false}},
+      {'>', {"dot", true}},
+      {'/', {"slash", false}},
+      {'?', {"slash", true}},
+      {'!', {"1", true}},
+      {'@', {"2", true}},
+      {'#', {"3", true}},
+      {'$', {"4", true}},
+      {'%', {"5", true}},
+      {'^', {"6", true}},
+      {'&', {"7", true}},
+      {'*', {"8", true}},
+      {'(', {"9", true}},
+      {')', {"0", true}},
+  };
+  if (c >= 'a' && c <= 'z') {
+    *code = std::string(1, c);
+    *shift = false;
+    return true;
+  }
+  if (c >= 'A' && c <= 'Z') {
+    *code = std::string(1, static_cast<char>(c - 'A' + 'a'));
+    *shift = true;
+    return true;
+  }
+  if (c >= '0' && c <= '9') {
+    *code = std::string(1, c);
+    *shift = false;
+    return true;
+  }
+  auto it = kPunct.find(c);
+  if (it == kPunct.end()) return false;
+  *code = it->second.first;
+  *shift = it->second.second;
+  return true;
+}
+
+}  // namespace
+
+std::string KeyCode(const std::string& name) {
+  static const std::map<std::string, std::string> kAlias = {
+      {"return", "ret"},          {"enter", "ret"},     {"space", "spc"},      {"escape", "esc"},
+      {"backspace", "backspace"}, {"control", "ctrl"},  {"control_l", "ctrl"}, {"control_r", "ctrl_r"},
+      {"ctrl_l", "ctrl"},         {"shift_l", "shift"}, {"alt_l", "alt"},      {"super", "meta_l"},
+      {"super_l", "meta_l"},      {"meta", "meta_l"},   {"win", "meta_l"},     {"cmd", "meta_l"},
+      {"page_up", "pgup"},        {"pageup", "pgup"},   {"prior", "pgup"},     {"page_down", "pgdn"},
+      {"pagedown", "pgdn"},       {"next", "pgdn"},     {"del", "delete"},     {"ins", "insert"},
+      {"minus", "minus"},         {"plus", "equal"},    {"period", "dot"},     {"print", "print"},
+  };
+  static const char* const kQcodes[] = {
+      "shift",     "shift_r",    "alt",          "alt_r",     "ctrl",  "ctrl_r",       "menu",      "esc",
+      "minus",     "equal",      "backspace",    "tab",       "ret",   "spc",          "caps_lock", "bracket_left",
+      "semicolon", "apostrophe", "grave_accent", "backslash", "comma", "dot",          "slash",     "home",
+      "end",       "pgup",       "pgdn",         "up",        "down",  "left",         "right",     "insert",
+      "delete",    "meta_l",     "meta_r",       "print",     "pause", "bracket_right"};
+  std::string n = Lower(name);
+  if (n.size() == 1 && (std::isalnum(static_cast<unsigned char>(n[0])) != 0)) return n;
+  if (n.size() >= 2 && n.size() <= 3 && n[0] == 'f') {
+    int f = std::atoi(n.c_str() + 1);
+    if (f >= 1 && f <= 12 && std::to_string(f) == n.substr(1)) return n;
+  }
+  if (auto it = kAlias.find(n); it != kAlias.end()) return it->second;
+  for (const char* q : kQcodes) {
+    if (n == q) return n;
+  }
+  return "";
+}
+
+StatusOr<std::string> ComboEvents(const std::string& combo) {
+  std::vector<std::string> codes;
+  size_t start = 0;
+  while (true) {
+    size_t plus = combo.find('+', start);
+    std::string name = combo.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    // "ctrl++" presses ctrl and '+' (the last part is the key itself).
+    if (name.empty() && plus != std::string::npos && plus + 1 == combo.size()) name = "plus";
+    if (name.empty()) return absl::InvalidArgumentError("key combination \"" + combo + "\" has an empty key");
+    std::string code = KeyCode(name);
+    if (code.empty()) return absl::InvalidArgumentError("unknown key \"" + name + "\" in \"" + combo + "\"");
+    codes.push_back(code);
+    if (plus == std::string::npos || plus + 1 == combo.size()) break;
+    start = plus + 1;
+  }
+  if (codes.size() > 8) return absl::InvalidArgumentError("key combination \"" + combo + "\" has over 8 keys");
+  json events = json::array();
+  for (const std::string& c : codes) events.push_back(KeyEvent(c, true));
+  for (auto it = codes.rbegin(); it != codes.rend(); ++it) events.push_back(KeyEvent(*it, false));
+  return events.dump();
+}
+
+StatusOr<std::vector<std::string>> TextEvents(const std::string& text) {
+  std::vector<std::string> out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    std::string code;
+    bool shift = false;
+    if (!CharKey(text[i], &code, &shift)) {
+      return absl::InvalidArgumentError("text: byte " + std::to_string(i) + " (0x" +
+                                        absl::StrFormat("%02x", static_cast<unsigned char>(text[i])) +
+                                        ") is not printable ASCII, \\n or \\t (use key() for other keys)");
+    }
+    json events = json::array();
+    if (shift) events.push_back(KeyEvent("shift", true));
+    events.push_back(KeyEvent(code, true));
+    events.push_back(KeyEvent(code, false));
+    if (shift) events.push_back(KeyEvent("shift", false));
+    out.push_back(events.dump());
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t width, uint32_t height,
+                                               MouseButton button, MouseAction action) {
+  if (width == 0 || height == 0) return absl::FailedPreconditionError("the screen has no size yet (display not up)");
+  if (x < 0 || y < 0 || static_cast<uint32_t>(x) >= width || static_cast<uint32_t>(y) >= height) {
+    return absl::InvalidArgumentError("mouse: (" + std::to_string(x) + ", " + std::to_string(y) + ") is outside the " +
+                                      std::to_string(width) + "x" + std::to_string(height) + " screen");
+  }
+  if (action != MouseAction::kMove && button == MouseButton::kNone) {
+    return absl::InvalidArgumentError("mouse: click, down and up need a button (left, middle or right)");
+  }
+  // Pixel p maps to the start of its cell of the 0..kAbsRange-1 axis, the
+  // way QEMU's console scales absolute coordinates back.
+  auto scale = [](int32_t p, uint32_t size) {
+    return static_cast<int64_t>(p) * kAbsRange / size + kAbsRange / size / 2;
+  };
+  json events = json::array();
+  events.push_back({{"type", "abs"}, {"data", {{"axis", "x"}, {"value", scale(x, width)}}}});
+  events.push_back({{"type", "abs"}, {"data", {{"axis", "y"}, {"value", scale(y, height)}}}});
+  const char* b = button == MouseButton::kLeft ? "left" : button == MouseButton::kMiddle ? "middle" : "right";
+  // The move first and each button change on its own, as a real pointer
+  // reports them: X applications see the press at the new position.
+  std::vector<std::string> batches = {events.dump()};
+  if (action == MouseAction::kDown || action == MouseAction::kClick) {
+    batches.push_back(json::array({BtnEvent(b, true)}).dump());
+  }
+  if (action == MouseAction::kUp || action == MouseAction::kClick) {
+    batches.push_back(json::array({BtnEvent(b, false)}).dump());
+  }
+  return batches;
+}
+
+StatusOr<std::string> ScrollEvents(int32_t dx, int32_t dy) {
+  if (dx == 0 && dy == 0) return absl::InvalidArgumentError("scroll: dx and dy are both 0");
+  if (std::abs(dx) > 100 || std::abs(dy) > 100) {
+    return absl::InvalidArgumentError("scroll: at most 100 wheel clicks per call, not (" + std::to_string(dx) + ", " +
+                                      std::to_string(dy) + ")");
+  }
+  json events = json::array();
+  for (int i = 0; i < std::abs(dy); ++i) {
+    const char* b = dy > 0 ? "wheel-down" : "wheel-up";
+    events.push_back(BtnEvent(b, true));
+    events.push_back(BtnEvent(b, false));
+  }
+  for (int i = 0; i < std::abs(dx); ++i) {
+    const char* b = dx > 0 ? "wheel-right" : "wheel-left";
+    events.push_back(BtnEvent(b, true));
+    events.push_back(BtnEvent(b, false));
+  }
+  return events.dump();
+}
+
+}  // namespace warren::runtime::vm

@@ -1,0 +1,66 @@
+// The `vm` backend: each sandbox is a full QEMU virtual machine (machine
+// q35, SeaBIOS from Debian's seabios package, Debian's generic kernel booted
+// directly, systemd as its init) with a display adapter (`-vga std`: the
+// guest's bochs-drm), a USB tablet and the PS/2 keyboard, for computer-use
+// agents (runtime/desktop.h: screenshots and input through QMP).
+//
+// The guest is what scripts/vm/build-guest.sh builds into one dir:
+// <dir>/disk.img (raw ext4 root with systemd, Xorg, a window manager and
+// the guest agent as a systemd service), <dir>/vmlinuz, <dir>/initrd.img.
+// Each VM boots a qcow2 overlay of disk.img (<disk_dir>/<id>.qcow2,
+// copy-on-write: the base is never written); destroy removes it.
+//
+// Reused from the microvm backend (runtime/microvm): the QEMU launch into
+// its own cgroup and session (qemu.h), the agent channel and its wire
+// protocol (channel.h, protocol.h: exec goes to the guest agent over the
+// virtio-serial port "warren.agent"), the sandbox's exec/destroy
+// (MicrovmSandbox, wrapped) and its record, the accelerator choice
+// (ChooseAccel: KVM only where it runs a stock guest, TCG otherwise).
+//
+// Files of a sandbox: <spec.dir>/agent.sock, qmp.sock (QEMU listens on
+// both), console.log (the guest's serial console), qemu.log, screen.png
+// (while a screenshot is taken). Destroy and Cleanup remove them, the
+// overlay disk, the QEMU process and its cgroup.
+//
+// Create waits for the guest agent's hello at most boot_timeout (a full
+// systemd boot under TCG takes tens of seconds): DeadlineExceeded then,
+// with everything removed and the console's tail in the message.
+// Capabilities: none beyond Sandbox and Desktop (pause, suspend,
+// processes and export_changes answer Unimplemented); files():
+// Unimplemented (as microvm). The layers of the sandbox's image are not
+// used yet: the root is disk.img's.
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/microvm/microvm_backend.h"
+
+namespace warren::runtime {
+
+struct VmOptions {
+  std::string qemu = "/usr/bin/qemu-system-x86_64";
+  std::string qemu_img = "/usr/bin/qemu-img";
+  std::string guest_dir;      // build-guest.sh's --out: disk.img, vmlinuz, initrd.img
+  std::string accel = "tcg";  // "tcg", "kvm", "auto" (accel_choice's answer)
+  std::shared_future<AccelChoice> accel_choice;
+  std::string disk_dir;  // the overlay disks (created if missing)
+  std::string cgroup_name = "warren-vm";
+  std::chrono::milliseconds boot_timeout{300000};
+  std::chrono::milliseconds exec_slack{30000};
+  uint32_t cpus = 1;
+  // The screen size the guest's X session sets (warren.screen= on the
+  // kernel command line, applied with xrandr by build-guest.sh's session).
+  uint32_t screen_width = 1024, screen_height = 768;
+};
+
+// OK when QEMU, qemu-img and the guest's files exist; NotFound or
+// FailedPrecondition naming the missing one.
+Status CheckVmHost(const VmOptions& options);
+
+StatusOr<std::unique_ptr<Backend>> NewVmBackend(const VmOptions& options);
+
+}  // namespace warren::runtime
