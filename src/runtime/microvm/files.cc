@@ -259,7 +259,7 @@ class MicrovmFiles : public SandboxFiles {
 }  // namespace
 
 std::unique_ptr<SandboxFiles> NewMicrovmFiles(std::string sandbox_id, ChannelSource channel,
-                                             std::chrono::milliseconds timeout) {
+                                              std::chrono::milliseconds timeout) {
   return std::make_unique<MicrovmFiles>(std::move(channel), timeout, std::move(sandbox_id));
 }
 

@@ -26,6 +26,6 @@ namespace warren::runtime::microvm {
 // the VM is suspended or gone: that call fails with it).
 using ChannelSource = std::function<StatusOr<std::shared_ptr<AgentChannel>>()>;
 std::unique_ptr<SandboxFiles> NewMicrovmFiles(std::string sandbox_id, ChannelSource channel,
-                                             std::chrono::milliseconds timeout);
+                                              std::chrono::milliseconds timeout);
 
 }  // namespace warren::runtime::microvm

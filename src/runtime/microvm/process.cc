@@ -30,7 +30,8 @@ void Signal1(int eventfd) {
 
 class MicrovmProcess : public Process {
  public:
-  MicrovmProcess(std::shared_ptr<AgentChannel> ch, const StartOptions& o) : ch_(std::move(ch)), pty_(o.pty), control_(o.control_fd) {}
+  MicrovmProcess(std::shared_ptr<AgentChannel> ch, const StartOptions& o)
+      : ch_(std::move(ch)), pty_(o.pty), control_(o.control_fd) {}
 
   ~MicrovmProcess() override {
     {
@@ -343,8 +344,9 @@ class MicrovmProcess : public Process {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Process>> StartProcess(std::shared_ptr<AgentChannel> channel, const proto::ExecRequest& request,
-                                                const StartOptions& options, std::chrono::milliseconds timeout) {
+StatusOr<std::unique_ptr<Process>> StartProcess(std::shared_ptr<AgentChannel> channel,
+                                                const proto::ExecRequest& request, const StartOptions& options,
+                                                std::chrono::milliseconds timeout) {
   auto p = std::make_unique<MicrovmProcess>(std::move(channel), options);
   RETURN_IF_ERROR(p->Init(request, timeout));
   return std::unique_ptr<Process>(std::move(p));

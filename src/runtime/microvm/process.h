@@ -24,7 +24,8 @@ namespace warren::runtime::microvm {
 // sandbox's defaults) in the guest. Errors as Exec's (bad cwd/user: the
 // guest's error). The Process keeps `channel` alive; once it closes (the
 // sandbox suspended or destroyed) the process reads as ended.
-StatusOr<std::unique_ptr<Process>> StartProcess(std::shared_ptr<AgentChannel> channel, const proto::ExecRequest& request,
-                                                const StartOptions& options, std::chrono::milliseconds timeout);
+StatusOr<std::unique_ptr<Process>> StartProcess(std::shared_ptr<AgentChannel> channel,
+                                                const proto::ExecRequest& request, const StartOptions& options,
+                                                std::chrono::milliseconds timeout);
 
 }  // namespace warren::runtime::microvm

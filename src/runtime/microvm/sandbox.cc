@@ -94,7 +94,8 @@ constexpr std::chrono::milliseconds kProcessStartTimeout{60000};
 
 MicrovmSandbox::MicrovmSandbox(Parts parts)
     : p_(std::move(parts)),
-      files_(NewMicrovmFiles(p_.spec.id, [this] { return Channel(); }, kFileCallTimeout)),
+      files_(NewMicrovmFiles(
+          p_.spec.id, [this] { return Channel(); }, kFileCallTimeout)),
       dir_fd_(::open(p_.spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
       channel_(std::move(p_.channel)) {}
 
