@@ -9,6 +9,10 @@
 #   scripts/lint.sh                 both steps
 #   scripts/lint.sh format|py|tidy  one step (py: ruff + mypy on the SDK)
 #   scripts/lint.sh tidy PATH...    clang-tidy on the units at or under some paths only
+#   scripts/lint.sh tidy --since REV  clang-tidy on the units (.c/.cc of src/ and tests/) changed
+#                                   since commit REV, committed or not (CI: REV = .ci/tidy-base,
+#                                   the last commit whose whole tree passed; headers are checked
+#                                   through those units)
 #
 # Environment: WARREN_LINT_JOBS (clang-tidy processes, default: nproc),
 # WARREN_LINT_TIMEOUT (seconds for the clang-tidy step, default 1800),
@@ -35,6 +39,14 @@ unbounded_dataflow_tus=(src/runtime/fncall/call.cc)
 # Our translation units in the compile database (src/ and tests/, not build/gen's generated code),
 # relative to the root, one a line; with arguments, those under (or equal to) one of them.
 tidy_units() {
+  if [[ ${1:-} == --since ]]; then
+    local rev=${2:?--since REV}
+    local -a changed
+    mapfile -t changed < <({ git diff --name-only "$rev" -- 'src/*.c' 'src/*.cc' 'tests/*.c' 'tests/*.cc'
+      git ls-files --others --exclude-standard -- 'src/*.c' 'src/*.cc' 'tests/*.c' 'tests/*.cc'; } | sort -u)
+    ((${#changed[@]})) || return 0
+    set -- "${changed[@]}"
+  fi
   python3 - "$root" "$build/compile_commands.json" "$@" <<'PY'
 import json, os, sys
 root, db, picks = sys.argv[1], sys.argv[2], [p.rstrip("/") for p in sys.argv[3:]]
@@ -73,6 +85,10 @@ lint_tidy() {
   local jobs=${WARREN_LINT_JOBS:-$(nproc)}
   local units=() full=() bounded=() u
   mapfile -t units < <(tidy_units "$@")
+  if ((${#units[@]} == 0)) && [[ ${1:-} == --since ]]; then
+    echo "lint: clang-tidy: no translation unit changed since $2"
+    return 0
+  fi
   if ((${#units[@]} == 0)); then
     echo "lint: no translation unit of $build/compile_commands.json matches: $*" >&2
     return 1

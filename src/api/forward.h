@@ -186,5 +186,5 @@ grpc::Status FanOut(Forwarder* f, const grpc::ServerContext& ctx, std::vector<Re
   if ((deps).forward != nullptr) {                                                           \
     StatusOr<std::shared_ptr<grpc::Channel>> var##_or = (deps).forward->Owner(*(ctx), (id)); \
     if (!var##_or.ok()) return ToGrpcStatus(var##_or.status());                              \
-    var = *std::move(var##_or);                                                              \
+    (var) = *std::move(var##_or);                                                            \
   }
