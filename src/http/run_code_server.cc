@@ -134,9 +134,9 @@ constexpr const char* kLanguages[] = {
 // the first field that does not fit, as a 422 body {"detail": [{loc, msg,
 // type}]}; nullopt when the request fits.
 std::optional<json> SchemaError(const json& req) {
-  auto detail = [](json loc, const std::string& msg, const std::string& type) {
+  auto detail = [](const json& loc, const std::string& msg, const std::string& type) {
     json l = json::array({"body"});
-    for (auto& x : loc) l.push_back(x);
+    for (const auto& x : loc) l.push_back(x);
     return json{{"detail", json::array({json{{"loc", l}, {"msg", msg}, {"type", type}}})}};
   };
   if (!req.is_object()) return detail(json::array(), "Input should be a valid dictionary", "model_attributes_type");

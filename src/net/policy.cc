@@ -128,12 +128,14 @@ StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const
 
 std::vector<std::string> NetworkPolicy::AllowText() const {
   std::vector<std::string> v;
+  v.reserve(allow.size());
   for (const Rule& r : allow) v.push_back(r.text);
   return v;
 }
 
 std::vector<std::string> NetworkPolicy::DenyText() const {
   std::vector<std::string> v;
+  v.reserve(deny.size());
   for (const Rule& r : deny) v.push_back(r.text);
   return v;
 }

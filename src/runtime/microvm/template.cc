@@ -76,7 +76,7 @@ int KillTemplateQemus(const std::string& qemu, const std::string& dir) {
   int killed = 0;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return 0;
-  const std::string needle = dir;
+  const std::string& needle = dir;
   while (dirent* e = ::readdir(proc)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
