@@ -25,7 +25,7 @@ EtcdClient::~EtcdClient() = default;
 
 StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::New(EtcdOptions options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoint given");
-  std::unique_ptr<EtcdClient> c(new EtcdClient(options));
+  std::unique_ptr<EtcdClient> c(new EtcdClient(std::move(options)));
   std::shared_ptr<grpc::ChannelCredentials> tls;
   for (const std::string& url : options.endpoints) {
     std::string hostport = url;

@@ -61,7 +61,7 @@ class Caller {
 
 class MicrovmWriter : public FileWriter {
  public:
-  MicrovmWriter(Caller c, uint64_t handle, std::string path) : c_(c), handle_(handle), path_(std::move(path)) {}
+  MicrovmWriter(Caller c, uint64_t handle, std::string path) : c_(std::move(c)), handle_(handle), path_(std::move(path)) {}
   ~MicrovmWriter() override {
     if (handle_ == 0) return;
     proto::FileRequest req;
@@ -104,7 +104,7 @@ class MicrovmWriter : public FileWriter {
 
 class MicrovmReader : public FileReader {
  public:
-  MicrovmReader(Caller c, uint64_t handle) : c_(c), handle_(handle) {}
+  MicrovmReader(Caller c, uint64_t handle) : c_(std::move(c)), handle_(handle) {}
   ~MicrovmReader() override {
     if (handle_ == 0) return;
     proto::FileRequest req;

@@ -303,6 +303,7 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
   ASSIGN_OR_RETURN(UniqueFd qmp_listener, ListenUnix(qmp_path));
   ASSIGN_OR_RETURN(std::vector<UniqueFd> procs, p_.cgroup->OpenProcsFds());
   std::vector<int> procs_fds;
+  procs_fds.reserve(procs.size());
   for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
   VmConfig vm = p_.restore_vm;
   vm.restore = true;

@@ -63,6 +63,7 @@ std::string QemuPath(const std::string& p) {
 // exit status.
 Status RunTool(const std::vector<std::string>& argv) {
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t fa;
@@ -135,6 +136,7 @@ class VmBackend : public Backend {
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
 
     std::vector<int> procs_fds;
+    procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
     ASSIGN_OR_RETURN(
         q, microvm::LaunchQemu(Argv(spec, rec), {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}},
@@ -244,7 +246,7 @@ class VmBackend : public Backend {
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
   std::vector<std::string> Argv(const SandboxSpec& spec, const microvm::record::Microvm& rec) const {
-    const std::string accel = rec.accel();
+    const std::string& accel = rec.accel();
     // warren.screen: the size the guest's X session sets (xrandr); systemd's
     // status on the console for the boot's log.
     std::string append = "root=/dev/vda rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +

@@ -58,6 +58,7 @@ TEST(PlacementTest, RecentPlacementsCountAgainstFreeSlots) {
 
 TEST(PlacementTest, EveryCandidateIsListedOnceBestDrawnFirst) {
   std::vector<NodeRecord> nodes;
+  nodes.reserve(8);
   for (int i = 0; i < 8; ++i) nodes.push_back(Node("n" + std::to_string(i), 10 + i));
   std::mt19937_64 rng(3);
   for (int i = 0; i < 50; ++i) {
@@ -87,6 +88,7 @@ TEST(PlacementTest, LayerHolderWinsTies) {
 TEST(PlacementTest, SpreadAndSpeedOver160Nodes) {
   constexpr int kNodes = 160, kCreates = 10000, kRefreshEvery = 100;
   std::vector<NodeRecord> nodes;
+  nodes.reserve(kNodes);
   for (int i = 0; i < kNodes; ++i) nodes.push_back(Node("n" + std::to_string(i), 1000));
   std::map<std::string, uint32_t> recent;
   std::map<std::string, int> placed;
