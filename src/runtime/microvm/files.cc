@@ -61,7 +61,8 @@ class Caller {
 
 class MicrovmWriter : public FileWriter {
  public:
-  MicrovmWriter(Caller c, uint64_t handle, std::string path) : c_(std::move(c)), handle_(handle), path_(std::move(path)) {}
+  MicrovmWriter(Caller c, uint64_t handle, std::string path)
+      : c_(std::move(c)), handle_(handle), path_(std::move(path)) {}
   ~MicrovmWriter() override {
     if (handle_ == 0) return;
     proto::FileRequest req;
