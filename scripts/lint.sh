@@ -87,6 +87,10 @@ lint_tidy() {
   fi
   local jobs=${WARREN_LINT_JOBS:-$(nproc)}
   local units=() full=() bounded=() u
+  if [[ ${1:-} == --since ]] && ! git cat-file -e "${2:-}^{commit}" 2>/dev/null; then
+    echo "lint: clang-tidy --since ${2:-}: no such commit in this clone (a shallow clone? fetch it)" >&2
+    return 1
+  fi
   mapfile -t units < <(tidy_units "$@")
   if ((${#units[@]} == 0)) && [[ ${1:-} == --since ]]; then
     echo "lint: clang-tidy: no translation unit changed since $2"
