@@ -26,8 +26,9 @@ EtcdClient::~EtcdClient() = default;
 StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::New(EtcdOptions options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoint given");
   std::unique_ptr<EtcdClient> c(new EtcdClient(std::move(options)));
+  const EtcdOptions& opts = c->options_;  // `options` is moved from: read the client's own copy
   std::shared_ptr<grpc::ChannelCredentials> tls;
-  for (const std::string& url : options.endpoints) {
+  for (const std::string& url : opts.endpoints) {
     std::string hostport = url;
     bool https = false;
     if (url.rfind("http://", 0) == 0) {
@@ -46,14 +47,14 @@ StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::New(EtcdOptions options) {
     if (https) {
       if (tls == nullptr) {
         grpc::SslCredentialsOptions so;
-        if (!options.ca_file.empty()) {
-          ASSIGN_OR_RETURN(so.pem_root_certs, ReadSmallFile(options.ca_file));
+        if (!opts.ca_file.empty()) {
+          ASSIGN_OR_RETURN(so.pem_root_certs, ReadSmallFile(opts.ca_file));
         }
-        if (!options.cert_file.empty()) {
-          ASSIGN_OR_RETURN(so.pem_cert_chain, ReadSmallFile(options.cert_file));
+        if (!opts.cert_file.empty()) {
+          ASSIGN_OR_RETURN(so.pem_cert_chain, ReadSmallFile(opts.cert_file));
         }
-        if (!options.key_file.empty()) {
-          ASSIGN_OR_RETURN(so.pem_private_key, ReadSmallFile(options.key_file));
+        if (!opts.key_file.empty()) {
+          ASSIGN_OR_RETURN(so.pem_private_key, ReadSmallFile(opts.key_file));
         }
         tls = grpc::SslCredentials(so);
       }
@@ -67,7 +68,7 @@ StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::New(EtcdOptions options) {
     e->auth = pb::Auth::NewStub(e->channel);
     c->endpoints_.push_back(std::move(e));
   }
-  if (!options.user.empty()) RETURN_IF_ERROR(c->Authenticate());
+  if (!opts.user.empty()) RETURN_IF_ERROR(c->Authenticate());
   return c;
 }
 
@@ -78,7 +79,8 @@ void EtcdClient::PrepareContext(grpc::ClientContext* ctx) const {
 
 template <typename Call>
 grpc::Status EtcdClient::WithFailover(Call call) {
-  grpc::Status st;
+  // No endpoint would otherwise "succeed" with empty answers (Grant → lease 0).
+  grpc::Status st(grpc::StatusCode::UNAVAILABLE, "no etcd endpoint configured");
   const size_t start = current_.load();
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t at = (start + i) % endpoints_.size();
