@@ -9,10 +9,11 @@
 #   scripts/lint.sh                 both steps
 #   scripts/lint.sh format|py|tidy  one step (py: ruff + mypy on the SDK)
 #   scripts/lint.sh tidy PATH...    clang-tidy on the units at or under some paths only
-#   scripts/lint.sh tidy --since REV  clang-tidy on the units (.c/.cc of src/ and tests/) changed
-#                                   since commit REV, committed or not (CI: REV = .ci/tidy-base,
-#                                   the last commit whose whole tree passed; headers are checked
-#                                   through those units)
+#   scripts/lint.sh tidy --changed  clang-tidy on the units whose inputs (source, our headers,
+#                                   compile command, .clang-tidy, clang-tidy's version) changed
+#                                   since they last passed: .ci/tidy-clean (scripts/tidy_cache.py)
+#   scripts/lint.sh tidy --record [--changed|PATH...]  the same, and when clang-tidy passes, add
+#                                   the units it checked to .ci/tidy-clean (commit that file)
 #
 # Environment: WARREN_LINT_JOBS (clang-tidy processes, default: nproc),
 # WARREN_LINT_TIMEOUT (seconds for the clang-tidy step, default 1800),
@@ -23,6 +24,7 @@ cd "$root"
 clang_format=${CLANG_FORMAT:-clang-format-15}
 clang_tidy=${CLANG_TIDY:-clang-tidy-15}
 build=${WARREN_BUILD_DIR:-build}
+tidy_clean=$root/.ci/tidy-clean
 
 sources() {  # tracked and new (not ignored) C/C++ files, NUL-separated
   git ls-files -z --cached --others --exclude-standard -- \
@@ -42,13 +44,9 @@ unbounded_dataflow_tus=(src/runtime/fncall/call.cc src/runtime/microvm/files.cc 
 # Our translation units in the compile database (src/ and tests/, not build/gen's generated code),
 # relative to the root, one a line; with arguments, those under (or equal to) one of them.
 tidy_units() {
-  if [[ ${1:-} == --since ]]; then
-    local rev=${2:?--since REV}
-    local -a changed
-    mapfile -t changed < <({ git diff --name-only "$rev" -- 'src/*.c' 'src/*.cc' 'tests/*.c' 'tests/*.cc'
-      git ls-files --others --exclude-standard -- 'src/*.c' 'src/*.cc' 'tests/*.c' 'tests/*.cc'; } | sort -u)
-    ((${#changed[@]})) || return 0
-    set -- "${changed[@]}"
+  if [[ ${1:-} == --changed ]]; then
+    python3 "$root/scripts/tidy_cache.py" units "$build" "$tidy_clean"
+    return
   fi
   python3 - "$root" "$build/compile_commands.json" "$@" <<'PY'
 import json, os, sys
@@ -87,13 +85,16 @@ lint_tidy() {
   fi
   local jobs=${WARREN_LINT_JOBS:-$(nproc)}
   local units=() full=() bounded=() u
-  if [[ ${1:-} == --since ]] && ! git cat-file -e "${2:-}^{commit}" 2>/dev/null; then
-    echo "lint: clang-tidy --since ${2:-}: no such commit in this clone (a shallow clone? fetch it)" >&2
-    return 1
+  local record=0
+  if [[ ${1:-} == --record ]]; then
+    record=1
+    shift
   fi
-  mapfile -t units < <(tidy_units "$@")
-  if ((${#units[@]} == 0)) && [[ ${1:-} == --since ]]; then
-    echo "lint: clang-tidy: no translation unit changed since $2"
+  local listed
+  listed=$(tidy_units "$@") || return 1
+  mapfile -t units < <(grep . <<<"$listed")
+  if ((${#units[@]} == 0)) && [[ ${1:-} == --changed ]]; then
+    echo "lint: clang-tidy: every unit passed before at its present inputs ($tidy_clean)"
     return 0
   fi
   if ((${#units[@]} == 0)); then
@@ -133,6 +134,7 @@ lint_tidy() {
     return 1
   fi
   echo "lint: clang-tidy: ok"
+  if ((record)); then python3 "$root/scripts/tidy_cache.py" record "$build" "$tidy_clean" "${units[@]}" || return 1; fi
 }
 
 # The Python SDK: ruff and mypy (strict on warren/, generated _proto left
@@ -157,5 +159,5 @@ case ${1:-all} in
     lint_tidy || rc=1
     exit $rc
     ;;
-  *) echo "usage: $0 [format|py|tidy [PATH...]]" >&2; exit 2 ;;
+  *) echo "usage: $0 [format|py|tidy [--record] [--changed|PATH...]]" >&2; exit 2 ;;
 esac

@@ -34,15 +34,16 @@ step lint-format scripts/lint.sh format
 step lint-py scripts/lint.sh py
 # clang-tidy (.clang-tidy) over the release build's compile database and its
 # generated protobuf headers, so after setup.sh's build. The whole tree takes
-# more than 30 min on 2 cores now, so CI (WARREN_TIDY=1, set by .ci/run) checks
-# the units changed since .ci/tidy-base, the last commit whose whole tree
-# passed (headers through the units that include them); WARREN_TIDY=all
-# checks the whole tree (then move .ci/tidy-base to the commit it passed on).
-# A finding fails the run.
+# more than 30 min on 2 cores, so CI (WARREN_TIDY=1, set by .ci/run) checks the
+# units whose inputs changed since they last passed (.ci/tidy-clean, keyed on
+# the unit's source, our headers it includes, its compile command, .clang-tidy
+# and clang-tidy's version: scripts/tidy_cache.py); WARREN_TIDY=all checks the
+# whole tree. Record a clean check with `scripts/lint.sh tidy --record --changed`
+# and commit .ci/tidy-clean. A finding fails the run.
 if [[ ${WARREN_TIDY:-0} == all ]]; then
   step lint-tidy scripts/lint.sh tidy
 elif [[ ${WARREN_TIDY:-0} == 1 ]]; then
-  step lint-tidy scripts/lint.sh tidy --since "$(cat .ci/tidy-base)"
+  step lint-tidy scripts/lint.sh tidy --changed
 fi
 step unit ctest --test-dir build --output-on-failure -j2 --timeout 600
 step sdk .venv/bin/python -m pytest -q sdk/python/tests
