@@ -34,6 +34,11 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rmdir /sys/fs/cgroup/cpuacct/warren-ab-A/* /sys/fs/cgroup/cpuacct/warren-ab-B/* 2>/dev/null || true
+  rmdir /sys/fs/cgroup/cpuacct/warren-ab-A /sys/fs/cgroup/cpuacct/warren-ab-B 2>/dev/null || true
+}
+cpu_ns() {  # CPU used so far by daemon $1 and its sandboxes (ns; 0 without cpuacct)
+  cat "/sys/fs/cgroup/cpuacct/warren-ab-$1/cpuacct.usage" 2>/dev/null || echo 0
 }
 trap cleanup EXIT
 start() {  # name binary
@@ -41,9 +46,17 @@ start() {  # name binary
   local -a extra
   read -r -a extra <<<"${!extra_var:-}"
   mkdir -p "$work/$n"
+  # Each daemon starts in a cpuacct cgroup of its own (its sandboxes' cgroups
+  # nest under it), so the CPU a create->exec->destroy cycle costs is read
+  # from it: less disturbed by background load than the rate.
+  local acct=/sys/fs/cgroup/cpuacct/warren-ab-$n
+  if [ -d /sys/fs/cgroup/cpuacct ] && mkdir -p "$acct" 2>/dev/null; then
+    echo $$ >"$acct/cgroup.procs"
+  fi
   "$bin" "${extra[@]}" --state-dir "$work/$n/state" --socket "$work/$n.sock" --layer-store "$work/layers" \
     --node-id "ab$(echo $n | tr A-Z a-z)" >"$work/$n.log" 2>&1 </dev/null &
   pids+=($!)
+  [ -d "$acct" ] && echo $$ >/sys/fs/cgroup/cpuacct/cgroup.procs
   PYTHONPATH=$root/sdk/python "$py" - "$work/$n.sock" "$rootfs" <<'EOF'
 import sys, time, warren
 c = warren.Client("unix:" + sys.argv[1])
@@ -64,16 +77,20 @@ echo "A=$a"
 echo "B=$b"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 density_n=${WARREN_AB_DENSITY_N:-300}
-declare -A exec_p50 loop_rate fncall_rate idle_kib
+declare -A exec_p50 loop_rate loop_cpu fncall_rate idle_kib
 for r in $(seq 1 "$rounds"); do
   for n in A B; do
     out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/exec/bench.py" --addr "unix:$work/$n.sock" \
       --iterations "$iters" --rounds 1 --max-seconds 60 | grep -E '^\| warren_exec' | awk -F'|' '{print $4}' | tr -d ' ')
     exec_p50[$n]+="$out "
+    c0=$(cpu_ns $n)
     out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/warren_loop.py" --addr "unix:$work/$n.sock" \
       --layer base/debian-12@1 --concurrency 64 --iterations "$iters" --max-seconds 60 | tail -1)
+    c1=$(cpu_ns $n)
     rate=$(printf '%s' "$out" | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(round(d.get("rate_per_s", d.get("rate", 0)),1))')
+    done_n=$(printf '%s' "$out" | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(d.get("completed", d.get("iterations", 0)))')
     loop_rate[$n]+="$rate "
+    ((c1 > 0 && done_n > 0)) && loop_cpu[$n]+="$(echo "($c1 - $c0) / 1000000 / $done_n" | bc -l | xargs printf '%.2f') "
     rate=$(PYTHONPATH=$root/sdk/python "$py" - "unix:$work/$n.sock" <<'EOF'
 import sys, time, warren
 c = warren.Client(sys.argv[1])
@@ -99,12 +116,14 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 med() { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 printf '| row | A per round | B per round | A median | B median | B/A |\n| --- | --- | --- | ---: | ---: | ---: |\n'
 rows=(exec_p50_ms c64_rate_per_s fncall_calls_per_s)
+[[ -n ${loop_cpu[A]:-} ]] && rows+=(c64_cpu_ms_per_cycle)
 ((density_n > 0)) && rows+=(idle_kib_per_sandbox)
 for row in "${rows[@]}"; do
   case $row in
     exec_p50_ms) va=${exec_p50[A]}; vb=${exec_p50[B]} ;;
     c64_rate_per_s) va=${loop_rate[A]}; vb=${loop_rate[B]} ;;
     fncall_calls_per_s) va=${fncall_rate[A]}; vb=${fncall_rate[B]} ;;
+    c64_cpu_ms_per_cycle) va=${loop_cpu[A]}; vb=${loop_cpu[B]} ;;
     idle_kib_per_sandbox) va=${idle_kib[A]}; vb=${idle_kib[B]} ;;
   esac
   ma=$(med "$va"); mb=$(med "$vb")
