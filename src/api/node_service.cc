@@ -26,6 +26,11 @@ uint64_t MemAvailableBytes() {
   return 0;
 }
 
+grpc::Status NotInCluster() {
+  return {grpc::StatusCode::FAILED_PRECONDITION,
+          "this node is not in a cluster (start warrend with --cluster etcd=URL, README \"Run a cluster\")"};
+}
+
 }  // namespace
 
 grpc::Status NodeService::Status(grpc::ServerContext* ctx, const v1::NodeStatusRequest*, v1::NodeStatus* resp) {
@@ -60,6 +65,36 @@ grpc::Status NodeService::Status(grpc::ServerContext* ctx, const v1::NodeStatusR
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status NodeService::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*,
+                                    v1::ListNodesResponse* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (members_ == nullptr) return NotInCluster();
+  for (v1::ClusterNode& n : members_->Nodes()) *resp->add_nodes() = std::move(n);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req, v1::ClusterNode* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  if (members_ == nullptr) return NotInCluster();
+  const std::string& id = req->node_id();
+  if (id.empty() || id == members_->Self() || IsForwarded(*ctx)) {
+    if (!id.empty() && id != members_->Self()) {
+      return {grpc::StatusCode::NOT_FOUND, "node " + id + " is not this node (" + members_->Self() + ")"};
+    }
+    StatusOr<v1::ClusterNode> n = members_->SetDrain(req->drain());
+    if (!n.ok()) return ToGrpcStatus(n.status());
+    *resp = *std::move(n);
+    return grpc::Status::OK;
+  }
+  StatusOr<std::shared_ptr<grpc::Channel>> ch = members_->NodeChannel(id);
+  if (!ch.ok()) return ToGrpcStatus(ch.status());
+  if (deps_.forward == nullptr) return {grpc::StatusCode::INTERNAL, "cluster members without a forwarder"};
+  std::unique_ptr<grpc::ClientContext> cc = deps_.forward->Context(*ctx);
+  grpc::Status st = v1::Node::NewStub(*ch)->Drain(cc.get(), *req, resp);
+  resp->set_self(false);  // relative to the node the client asked, not the one that drained
+  return st;
 }
 
 }  // namespace warren::api

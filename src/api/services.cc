@@ -21,7 +21,7 @@ struct WarrenServices::Holder {
         sandboxes(ServiceDeps{m, &auth, &node_images, o.forward}),
         files(ServiceDeps{m, &auth, nullptr, o.forward}),
         layers(ServiceDeps{m, &auth, nullptr, o.forward}),
-        node(ServiceDeps{m, &auth, nullptr, o.forward}, std::move(o.facts), std::move(o.extra_backends)),
+        node(ServiceDeps{m, &auth, nullptr, o.forward}, std::move(o.facts), std::move(o.extra_backends), o.members),
         lifecycle(ServiceDeps{m, &auth, nullptr, o.forward}),
         processes(ServiceDeps{m, &auth, nullptr, o.forward}),
         images(ServiceDeps{m, &auth, nullptr, o.forward}, &node_images),

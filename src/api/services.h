@@ -34,6 +34,8 @@ struct ServiceOptions {
   std::vector<std::string> extra_backends;
   // Cluster routing (api/forward.h), borrowed; null = a single node.
   Forwarder* forward = nullptr;
+  // Cluster membership (api/cluster_members.h), borrowed; null = a single node.
+  ClusterMembers* members = nullptr;
 };
 
 // Owns the service objects (and their Authorizer); register them all with a

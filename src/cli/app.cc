@@ -47,6 +47,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddLayerCommand(*app, inv);
   AddImageCommand(*app, inv);
   AddStatusCommands(*app, inv);
+  AddNodeCommands(*app, inv);
   AddLifecycleCommands(*app, inv);
   AddDesktopCommands(*app, inv);
   AddSnapshotCommands(*app, inv);

@@ -161,6 +161,7 @@ struct Invocation {
     std::vector<std::string> allow, deny;
   } network;
   DesktopArgs desktop;
+  std::string node_id;  // node drain / undrain (node.cc)
   // eval (eval.cc): the words after "eval", passed to the Python runner.
   std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
@@ -181,6 +182,7 @@ void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, re
 void AddDesktopCommands(CLI::App& root, Invocation& inv);    // screenshot, input
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
 void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
+void AddNodeCommands(CLI::App& root, Invocation& inv);       // node ls|drain|undrain (node.cc)
 void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);

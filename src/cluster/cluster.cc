@@ -1,11 +1,15 @@
 #include "cluster/cluster.h"
 
+#include <algorithm>
+
 #include "cluster/local_record.h"
 #include "common/file_util.h"
 #include "common/log.h"
 
 namespace warren::cluster {
 namespace {
+
+namespace v1 = ::warren::v1;
 
 constexpr char kPrefix[] = "/warren/nodes/";
 
@@ -25,6 +29,27 @@ Status CheckAdvertise(const std::string& a) {
                                       "\" is a wildcard; give --cluster-advertise HOST:PORT the others can reach");
   }
   return absl::OkStatus();
+}
+
+v1::ClusterNode ToProto(const NodeRecord& r, const std::string& self) {
+  v1::ClusterNode n;
+  n.set_id(r.id);
+  n.set_address(r.address);
+  n.set_version(r.version);
+  for (const std::string& b : r.backends) n.add_backends(b);
+  n.set_cpus(r.cpus);
+  n.set_memory_mb(r.memory_mb);
+  n.set_max_sandboxes(r.max_sandboxes);
+  n.set_sandboxes(r.sandboxes);
+  n.set_free_slots(r.free_slots);
+  n.set_free_cpu_millis(r.free_cpu_millis);
+  n.set_free_memory_mb(r.free_memory_mb);
+  n.set_available_memory_mb(r.available_memory_mb);
+  n.set_load1(r.load1);
+  n.set_drain(r.drain);
+  n.set_updated_ns(r.updated_ns);
+  n.set_self(r.id == self);
+  return n;
 }
 
 }  // namespace
@@ -76,6 +101,9 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Join(const ClusterFlags& flags, node
     }
   }
 
+  c->self_ = self;
+  c->drain_->store(flags.drain);
+  c->refresh_ = std::chrono::milliseconds(flags.refresh_ms);
   LocalNode ln;
   ln.address = flags.advertise;
   ln.version = "0.1.0";
@@ -85,8 +113,10 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Join(const ClusterFlags& flags, node
   mo.prefix = kPrefix;
   mo.lease_s = flags.lease_s;
   mo.refresh = std::chrono::milliseconds(flags.refresh_ms);
-  ASSIGN_OR_RETURN(c->membership_,
-                   Membership::Join(c->etcd_.get(), mo, [manager, ln] { return LocalRecord(*manager, ln); }));
+  ASSIGN_OR_RETURN(c->membership_, Membership::Join(c->etcd_.get(), mo, [manager, ln, drain = c->drain_]() mutable {
+                     ln.drain = drain->load();
+                     return LocalRecord(*manager, ln);
+                   }));
   RouterOptions ro;
   ro.self = self;
   ro.token = flags.token;
@@ -94,12 +124,43 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Join(const ClusterFlags& flags, node
   Log(spdlog::level::info, "cluster: joined",
       {{"node", self},
        {"address", flags.advertise},
-       {"etcd", flags.spec},
+       {"etcd", flags.spec.substr(5)},
        {"nodes", std::to_string(c->membership_->Nodes()->size())}});
   return c;
 }
 
 Cluster::~Cluster() { Leave(); }
+
+std::vector<v1::ClusterNode> Cluster::Nodes() {
+  std::vector<v1::ClusterNode> out;
+  auto view = membership_->Nodes();
+  out.reserve(view->size());
+  for (const NodeRecord& r : *view) out.push_back(ToProto(r, self_));
+  std::sort(out.begin(), out.end(), [](const v1::ClusterNode& a, const v1::ClusterNode& b) { return a.id() < b.id(); });
+  return out;
+}
+
+StatusOr<v1::ClusterNode> Cluster::SetDrain(bool drain) {
+  const bool was = drain_->exchange(drain);
+  if (was != drain) {
+    Log(spdlog::level::info, drain ? "cluster: draining (no new sandboxes)" : "cluster: taking new sandboxes again",
+        {{"node", self_}});
+  }
+  // Published at once: placement everywhere sees it from their next refresh.
+  RETURN_IF_ERROR(membership_->RefreshNow(std::max<std::chrono::milliseconds>(4 * refresh_, std::chrono::seconds(5))));
+  for (const v1::ClusterNode& n : Nodes()) {
+    if (n.id() == self_) return n;
+  }
+  return absl::UnavailableError("cluster: this node's record is not in its view (lease lost?)");
+}
+
+StatusOr<std::shared_ptr<grpc::Channel>> Cluster::NodeChannel(const std::string& id) {
+  auto view = membership_->Nodes();
+  for (const NodeRecord& r : *view) {
+    if (r.id == id) return router_->ChannelTo(r.address);
+  }
+  return absl::NotFoundError("node " + id + " is not in the cluster (unknown, or its lease expired)");
+}
 
 void Cluster::Leave() {
   if (membership_) membership_->Leave();

@@ -2,10 +2,12 @@
 // its router, from warrend's --cluster flags. Owns all three.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "api/cluster_members.h"
 #include "api/forward.h"
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
@@ -25,21 +27,31 @@ struct ClusterFlags {
   std::vector<std::string> extra_backends;
 };
 
-class Cluster {
+class Cluster final : public api::ClusterMembers {
  public:
   // Registers this node. Errors: InvalidArgument naming a bad flag;
   // AlreadyExists when another live node (another address) has this node
   // id; UNAVAILABLE when etcd cannot be reached (nothing left registered).
   // `manager` is borrowed and must outlive this.
   static StatusOr<std::unique_ptr<Cluster>> Join(const ClusterFlags& flags, node::SandboxManager* manager);
-  ~Cluster();
+  ~Cluster() override;
 
   // Withdraws this node (idempotent); routing keeps working on the last view.
   void Leave();
   api::Forwarder* forwarder() { return router_.get(); }
 
+  // api::ClusterMembers
+  std::string Self() const override { return self_; }
+  std::vector<warren::v1::ClusterNode> Nodes() override;
+  StatusOr<warren::v1::ClusterNode> SetDrain(bool drain) override;
+  StatusOr<std::shared_ptr<grpc::Channel>> NodeChannel(const std::string& id) override;
+
  private:
   Cluster() = default;
+  std::string self_;
+  // This node's drain flag, read by its record's facts on every refresh.
+  std::shared_ptr<std::atomic<bool>> drain_ = std::make_shared<std::atomic<bool>>(false);
+  std::chrono::milliseconds refresh_{2000};
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<Router> router_;

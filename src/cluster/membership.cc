@@ -74,7 +74,11 @@ Status Membership::Refresh() {
 void Membership::Loop() {
   bool failing = false;
   std::unique_lock<std::mutex> l(mu_);
-  while (!cv_.wait_for(l, options_.refresh, [this] { return stop_; })) {
+  while (true) {
+    cv_.wait_for(l, options_.refresh, [this] { return stop_ || poked_; });
+    if (stop_) break;
+    poked_ = false;
+    ++started_;
     l.unlock();
     Status s = Refresh();
     if (!s.ok() && !failing) {
@@ -84,7 +88,26 @@ void Membership::Loop() {
     }
     failing = !s.ok();
     l.lock();
+    last_ = s;
+    ++finished_;
+    done_cv_.notify_all();
   }
+  done_cv_.notify_all();
+}
+
+Status Membership::RefreshNow(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (stop_) return absl::UnavailableError("cluster: this node has left");
+  // The refresh to wait for is the next one to begin: one already running
+  // may have read this node's facts before the caller changed them.
+  const uint64_t want = started_ + 1;
+  poked_ = true;
+  cv_.notify_all();
+  if (!done_cv_.wait_for(l, timeout, [&] { return stop_ || finished_ >= want; })) {
+    return absl::DeadlineExceededError("cluster: no refresh within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (finished_ < want) return absl::UnavailableError("cluster: this node has left");
+  return last_;
 }
 
 void Membership::Leave() {

@@ -43,6 +43,11 @@ class Membership {
   // Stops refreshing and withdraws the record (revokes the lease). Idempotent.
   void Leave();
 
+  // Runs a refresh (this node's record, then the view) on the membership
+  // thread now and waits for it, at most `timeout`. Its status;
+  // DeadlineExceeded when it did not finish in time, Unavailable after Leave.
+  Status RefreshNow(std::chrono::milliseconds timeout);
+
   // The last view of every registered node, this one included (shared,
   // immutable: a new view replaces it).
   std::shared_ptr<const std::vector<NodeRecord>> Nodes() const;
@@ -64,6 +69,11 @@ class Membership {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool poked_ = false;     // RefreshNow wants a refresh before the period ends
+  uint64_t started_ = 0;   // refreshes begun
+  uint64_t finished_ = 0;  // refreshes ended; last_ is the latest one's status
+  Status last_;
+  std::condition_variable done_cv_;
   std::shared_ptr<const std::vector<NodeRecord>> view_ = std::make_shared<std::vector<NodeRecord>>();
   std::thread thread_;
 };

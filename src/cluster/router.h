@@ -42,6 +42,9 @@ class Router final : public api::Forwarder {
   // The node id a sandbox id names ("" when it names none).
   static std::string NodeOf(const std::string& sandbox_id);
 
+  // The (cached) channel to a node's HOST:PORT.
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) { return Channel(address); }
+
  private:
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
   // Counts a create sent to `node`; a count belongs to the record revision

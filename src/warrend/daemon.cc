@@ -363,6 +363,7 @@ int Run(const Flags& flags) {
   api::ServiceOptions sopt;
   sopt.token = token;
   sopt.forward = cluster ? cluster->forwarder() : nullptr;
+  sopt.members = cluster.get();
   sopt.facts = ProbeFacts();
   sopt.facts.microvm_accel = microvm_accel;
   sopt.extra_backends.push_back("fncall");  // the pool below is always on

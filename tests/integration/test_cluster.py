@@ -27,7 +27,7 @@ import pytest
 import warren
 from warren._proto import warren_pb2, warren_pb2_grpc
 
-from conftest import NODE_PREFIX, Daemon
+from conftest import CLI, NODE_PREFIX, Daemon
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
@@ -268,6 +268,61 @@ def test_unknown_node_in_id_is_not_found(nodes: List[Node]) -> None:
     with pytest.raises(warren.NotFound) as ei:
         nodes[0].client.get("nosuchnode-0123456789abcdef").exec("true", timeout=10)
     assert "nosuchnode" in ei.value.details and "not in the cluster" in ei.value.details, ei.value.details
+
+
+def test_node_ls_and_drain_steer_placement(nodes: List[Node], etcd: Etcd, base_layer: str) -> None:
+    entry, drained = nodes[0], nodes[1]
+    listed = entry.client.nodes()
+    assert [n.id for n in listed] == sorted(n.node_id for n in nodes)
+    assert [n.id for n in listed if n.is_self] == [entry.node_id]
+    assert all(n.address == f"127.0.0.1:{m.port}" and not n.drain for n, m in
+               zip(listed, sorted(nodes, key=lambda m: m.node_id)))
+
+    # Drained through another node (forwarded to it): published at once.
+    got = entry.client.drain(drained.node_id)
+    assert got.id == drained.node_id and got.drain and got.is_self is False
+    assert etcd.nodes()[drained.node_id]["drain"] is True
+    wait_until(lambda: all(next(x for x in n.client.nodes() if x.id == drained.node_id).drain for n in nodes),
+               4 * REFRESH_MS / 1000 + 5, "every node to see the drain")
+    out = subprocess.run([str(CLI), "--addr", "unix:" + str(entry.socket), "node", "ls"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith(drained.node_id))
+    assert "draining" in row.split(), out.stdout
+
+    sbs = []
+    try:
+        # Placement skips it: nothing lands there (it would get ~1/3 otherwise).
+        sbs = [entry.client.create(layers=[base_layer], labels={"cluster": "drain"}, timeout=120) for _ in range(6)]
+        assert drained.node_id not in {owner(sb.id) for sb in sbs}, [sb.id for sb in sbs]
+        # A draining node's running sandboxes stay served.
+        assert all(sb.exec("true", timeout=60).exit_code == 0 for sb in sbs)
+
+        # Undrained by the CLI on the node itself: it takes creates again, and
+        # being the emptiest it wins every draw it is in (2 of 3 nodes drawn).
+        out = subprocess.run([str(CLI), "--addr", "unix:" + str(drained.socket), "--json", "node", "undrain",
+                              drained.node_id], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["drain"] is False and json.loads(out.stdout)["self"] is True
+        wait_until(lambda: not next(x for x in entry.client.nodes() if x.id == drained.node_id).drain,
+                   4 * REFRESH_MS / 1000 + 5, "the entry to see the undrain")
+        more = [entry.client.create(layers=[base_layer], labels={"cluster": "drain"}, timeout=120) for _ in range(8)]
+        sbs += more
+        assert drained.node_id in {owner(sb.id) for sb in more}, [sb.id for sb in more]
+    finally:
+        for sb in sbs:
+            sb.destroy(timeout=60)
+
+    with pytest.raises(warren.NotFound) as ei:
+        entry.client.drain("nosuchnode")
+    assert "nosuchnode" in ei.value.details and "not in the cluster" in ei.value.details, ei.value.details
+
+
+def test_node_calls_outside_a_cluster_say_so(daemon) -> None:
+    for call in (lambda: daemon.client.nodes(), lambda: daemon.client.drain("")):
+        with pytest.raises(warren.FailedPrecondition) as ei:
+            call()
+        assert "not in a cluster" in ei.value.details and "--cluster" in ei.value.details, ei.value.details
 
 
 def test_a_full_node_refuses_and_placement_moves_on(test_root, layer_store, base_layer, token_file) -> None:

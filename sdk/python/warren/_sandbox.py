@@ -72,7 +72,7 @@ from ._requests import (
 from .desktop import ScreenImage, _screenshot
 from .fncall import FnCallRequest, FnCallResult
 from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
-from .types import ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
+from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
 
 if TYPE_CHECKING:
     from .process import ProcessInfo
@@ -913,3 +913,19 @@ class ClientCore(Generic[SB, JB]):
         """Status of the node. Unavailable if the daemon is not reachable."""
         r = yield Rpc(self._node.Status, pb.NodeStatusRequest(), self._metadata, timeout)
         return NodeStatus._from_pb(r)
+
+    @op
+    def nodes(self, timeout: Optional[float] = None) -> Gen[List[ClusterNode]]:
+        """The cluster's nodes by id, as the node this client talks to sees
+        them. FailedPrecondition on a node that is not in a cluster."""
+        r = yield Rpc(self._node.ListNodes, pb.ListNodesRequest(), self._metadata, timeout)
+        return [ClusterNode._from_pb(n) for n in r.nodes]
+
+    @op
+    def drain(self, node_id: str = "", drain: bool = True, timeout: Optional[float] = None) -> Gen[ClusterNode]:
+        """Stops (drain=True) or resumes (False) placing new sandboxes on node
+        `node_id` ("" = the node this client talks to); its running sandboxes
+        stay. Returns that node as it now publishes itself. NotFound for a
+        node not in the cluster; FailedPrecondition outside a cluster."""
+        r = yield Rpc(self._node.Drain, pb.DrainRequest(node_id=node_id, drain=drain), self._metadata, timeout)
+        return ClusterNode._from_pb(r)

@@ -8,7 +8,7 @@ from typing import Dict, List
 
 from ._proto import warren_pb2 as pb
 
-__all__ = ["ExecResult", "FileInfo", "Layer", "SandboxInfo", "NodeStatus", "Resources"]
+__all__ = ["ClusterNode", "ExecResult", "FileInfo", "Layer", "SandboxInfo", "NodeStatus", "Resources"]
 
 _STATES = {
     pb.SANDBOX_STATE_UNSPECIFIED: "unspecified",
@@ -277,4 +277,39 @@ class NodeStatus:
             memory_total_bytes=n.memory_total_bytes,
             memory_available_bytes=n.memory_available_bytes,
             microvm_accel=n.microvm_accel, microvm_accel_reason=n.microvm_accel_reason,
+        )
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """A node of the cluster as the answering node sees it (its last view of
+    etcd). memory in MiB, free_cpu_millis/free_memory_mb below 0 when
+    over-committed, updated_ns the node's last write (Unix ns), is_self the
+    node that answered, drain: takes no new sandboxes (running ones stay)."""
+
+    id: str
+    address: str
+    version: str
+    backends: List[str]
+    cpus: int
+    memory_mb: int
+    max_sandboxes: int
+    sandboxes: int
+    free_slots: int
+    free_cpu_millis: int
+    free_memory_mb: int
+    available_memory_mb: int
+    load1: float
+    drain: bool
+    updated_ns: int
+    is_self: bool
+
+    @classmethod
+    def _from_pb(cls, n: pb.ClusterNode) -> ClusterNode:
+        return cls(
+            id=n.id, address=n.address, version=n.version, backends=list(n.backends), cpus=n.cpus,
+            memory_mb=n.memory_mb, max_sandboxes=n.max_sandboxes, sandboxes=n.sandboxes,
+            free_slots=n.free_slots, free_cpu_millis=n.free_cpu_millis, free_memory_mb=n.free_memory_mb,
+            available_memory_mb=n.available_memory_mb, load1=n.load1, drain=n.drain,
+            updated_ns=n.updated_ns, is_self=n.self,
         )

@@ -469,6 +469,60 @@ class NodeStatus(_message.Message):
     microvm_accel_reason: str
     def __init__(self, node_id: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., sandboxes: _Optional[int] = ..., layers: _Optional[int] = ..., layers_mounted: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_parent: _Optional[str] = ..., idmapped_mounts: _Optional[bool] = ..., file_backed_erofs: _Optional[bool] = ..., state_dir: _Optional[str] = ..., started_at_ns: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., microvm_accel: _Optional[str] = ..., microvm_accel_reason: _Optional[str] = ...) -> None: ...
 
+class ClusterNode(_message.Message):
+    __slots__ = ("id", "address", "version", "backends", "cpus", "memory_mb", "max_sandboxes", "sandboxes", "free_slots", "free_cpu_millis", "free_memory_mb", "available_memory_mb", "load1", "drain", "updated_ns", "self")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    MAX_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    FREE_CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    FREE_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    LOAD1_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_NS_FIELD_NUMBER: _ClassVar[int]
+    SELF_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    version: str
+    backends: _containers.RepeatedScalarFieldContainer[str]
+    cpus: int
+    memory_mb: int
+    max_sandboxes: int
+    sandboxes: int
+    free_slots: int
+    free_cpu_millis: int
+    free_memory_mb: int
+    available_memory_mb: int
+    load1: float
+    drain: bool
+    updated_ns: int
+    self: bool
+    def __init__(self_, id: _Optional[str] = ..., address: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., cpus: _Optional[int] = ..., memory_mb: _Optional[int] = ..., max_sandboxes: _Optional[int] = ..., sandboxes: _Optional[int] = ..., free_slots: _Optional[int] = ..., free_cpu_millis: _Optional[int] = ..., free_memory_mb: _Optional[int] = ..., available_memory_mb: _Optional[int] = ..., load1: _Optional[float] = ..., drain: _Optional[bool] = ..., updated_ns: _Optional[int] = ..., self: _Optional[bool] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[ClusterNode]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[ClusterNode, _Mapping]]] = ...) -> None: ...
+
+class DrainRequest(_message.Message):
+    __slots__ = ("node_id", "drain")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    drain: bool
+    def __init__(self, node_id: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
+
 class ExtendTtlRequest(_message.Message):
     __slots__ = ("id", "ttl_s")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -861,6 +861,16 @@ class NodeStub:
                 request_serializer=warren_dot_v1_dot_warren__pb2.NodeStatusRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_warren__pb2.NodeStatus.FromString,
                 _registered_method=True)
+        self.ListNodes = channel.unary_unary(
+                '/warren.v1.Node/ListNodes',
+                request_serializer=warren_dot_v1_dot_warren__pb2.ListNodesRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.ListNodesResponse.FromString,
+                _registered_method=True)
+        self.Drain = channel.unary_unary(
+                '/warren.v1.Node/Drain',
+                request_serializer=warren_dot_v1_dot_warren__pb2.DrainRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.ClusterNode.FromString,
+                _registered_method=True)
 
 
 class NodeServicer:
@@ -872,6 +882,23 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListNodes(self, request, context):
+        """The cluster's nodes. FAILED_PRECONDITION on a node not in a cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Drain(self, request, context):
+        """Sets a node's drain flag (forwarded to that node); placement skips a
+        draining node from its next refresh on. Returns the node as it now
+        publishes itself. NOT_FOUND for a node id not in the cluster,
+        FAILED_PRECONDITION on a node not in a cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -879,6 +906,16 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=warren_dot_v1_dot_warren__pb2.NodeStatusRequest.FromString,
                     response_serializer=warren_dot_v1_dot_warren__pb2.NodeStatus.SerializeToString,
+            ),
+            'ListNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNodes,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.ListNodesRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'Drain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drain,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.DrainRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.ClusterNode.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -908,6 +945,60 @@ class Node:
             '/warren.v1.Node/Status',
             warren_dot_v1_dot_warren__pb2.NodeStatusRequest.SerializeToString,
             warren_dot_v1_dot_warren__pb2.NodeStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Node/ListNodes',
+            warren_dot_v1_dot_warren__pb2.ListNodesRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Node/Drain',
+            warren_dot_v1_dot_warren__pb2.DrainRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.ClusterNode.FromString,
             options,
             channel_credentials,
             insecure,
