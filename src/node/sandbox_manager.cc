@@ -168,7 +168,15 @@ NodeCounters SandboxManager::Counters() const {
 
 NodeGauges SandboxManager::Gauges() const {
   NodeGauges g;
-  g.sandboxes = table_->StateCounts();
+  // Every (backend, state) pair, zeros included: a state empty now is a
+  // series at 0, not a gap.
+  for (const auto& [name, b] : backends_) {
+    for (SandboxState st : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kPaused,
+                            SandboxState::kSuspended, SandboxState::kDestroying}) {
+      g.sandboxes[{name, SandboxStateName(st)}] = 0;
+    }
+  }
+  for (const auto& [key, n] : table_->StateCounts()) g.sandboxes[key] = n;
   g.creates_in_flight = admission_->in_flight();
   g.creates_queued = admission_->queued();
   g.layer_mounts = layers_->MountedCount();

@@ -168,8 +168,9 @@ class SandboxManager {
 
   std::vector<std::string> BackendNames() const;
   NodeCounters Counters() const;
-  // The node's scrape-time gauges (the table's states, admission, layer
-  // mounts; not fncall, which the manager does not own).
+  // The node's scrape-time gauges: sandboxes by (backend, state) for every
+  // backend and state (0 included), admission, layer mounts; not fncall,
+  // which the manager does not own.
   NodeGauges Gauges() const;
   const ManagerOptions& options() const { return options_; }
 

@@ -113,6 +113,11 @@ def test_counters_and_histograms_move_by_exactly_the_workload(
         == CREATES_OK - 1
     )
     assert mid.get("warren_sandboxes", backend="container", state="paused") == 1
+    # A state with no sandbox is a series at 0, not a gap.
+    assert (
+        "warren_sandboxes",
+        (("backend", "container"), ("state", "suspended")),
+    ) in mid.samples
     assert mid.get("warren_creates_in_flight") == 0
     assert mid.get("warren_create_queue_depth") == 0
     sbs[0].resume()
