@@ -25,6 +25,7 @@ pkgs=(
   libcurl4-openssl-dev  # registry pulls (image/oci)
   docker-registry skopeo umoci  # image tests: a loopback registry, pushes, the reference unpack
   nftables libnftables-dev libmnl-dev  # sandbox network (src/net): nft for tests, the libraries warrend links
+  prometheus-cpp-dev  # warrend --metrics-listen: /metrics (src/metrics)
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
   qemu-system-x86 cpio e2fsprogs  # the microvm backend: QEMU, the guest initramfs (scripts/microvm), mke2fs
   qemu-utils  # the vm backend: qemu-img (each VM's copy-on-write disk)
@@ -73,7 +74,8 @@ if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import sys' 2>/dev/null
   "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2" "ruff==0.17.6" "mypy==2.4.1"
+.venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2" "ruff==0.17.6" "mypy==2.4.1" \
+  "prometheus-client==0.21.1"  # tests/integration/test_metrics.py parses /metrics with it
 
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12

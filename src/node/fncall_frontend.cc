@@ -7,8 +7,11 @@
 namespace warren::node {
 
 FnCallFrontend::FnCallFrontend(runtime::FnCallPool* pool, LayerProvider* layers,
-                               std::vector<std::string> default_layers)
-    : pool_(pool), layers_(layers), default_layers_(std::move(default_layers)) {}
+                               std::vector<std::string> default_layers, Metrics* metrics)
+    : pool_(pool),
+      layers_(layers),
+      default_layers_(std::move(default_layers)),
+      metrics_(metrics != nullptr ? *metrics : NullMetrics()) {}
 
 FnCallFrontend::~FnCallFrontend() { ReleaseLayers(); }
 
@@ -45,8 +48,12 @@ StatusOr<std::vector<std::string>> FnCallFrontend::LowerDirs(const std::vector<s
 
 StatusOr<runtime::FnCallResult> FnCallFrontend::Run(const std::vector<std::string>& layer_refs,
                                                     const runtime::FnCallRequest& request) {
-  ASSIGN_OR_RETURN(std::vector<std::string> dirs, LowerDirs(layer_refs));
-  return pool_->Call(dirs, request);
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<std::vector<std::string>> dirs = LowerDirs(layer_refs);
+  StatusOr<runtime::FnCallResult> r = dirs.ok() ? pool_->Call(*dirs, request) : dirs.status();
+  const std::string outcome = r.ok() && !r->sandbox_error.empty() ? "sandbox_error" : OutcomeLabel(r.status());
+  metrics_.OnFnCall(outcome, std::chrono::steady_clock::now() - start);
+  return r;
 }
 
 std::vector<StatusOr<runtime::FnCallResult>> FnCallFrontend::RunBatch(

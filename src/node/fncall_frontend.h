@@ -16,14 +16,17 @@
 
 #include "common/status.h"
 #include "node/layer_provider.h"
+#include "node/metrics.h"
 #include "runtime/fncall/fncall.h"
 
 namespace warren::node {
 
 class FnCallFrontend {
  public:
-  // `default_layers` serve requests that name none.
-  FnCallFrontend(runtime::FnCallPool* pool, LayerProvider* layers, std::vector<std::string> default_layers);
+  // `default_layers` serve requests that name none. `metrics` (borrowed;
+  // nullptr = none) counts every call.
+  FnCallFrontend(runtime::FnCallPool* pool, LayerProvider* layers, std::vector<std::string> default_layers,
+                 Metrics* metrics = nullptr);
   ~FnCallFrontend();
   // Resolves `layer_refs` (or the defaults), acquires their mounts once, runs
   // the call. NotFound / InvalidArgument for bad refs.
@@ -43,6 +46,7 @@ class FnCallFrontend {
   runtime::FnCallPool* const pool_;
   LayerProvider* const layers_;
   const std::vector<std::string> default_layers_;
+  Metrics& metrics_;
   std::mutex mu_;
   std::map<std::string, std::string> acquired_;  // digest -> mount path
 };

@@ -62,7 +62,8 @@ SandboxManager::SandboxManager(ManagerOptions options, SandboxTable::Backends ba
       backends_(std::move(backends)),
       layers_(std::move(layers)),
       records_(std::move(records)),
-      started_at_ns_(WallNowNs()) {
+      started_at_ns_(WallNowNs()),
+      metrics_(options_.metrics != nullptr ? *options_.metrics : NullMetrics()) {
   admission_ = std::make_unique<Admission>(options_.limits, [this] { return table_->size(); });
   SandboxTable::Hooks hooks;
   hooks.destroyed = [this](const std::string& id) {
@@ -165,6 +166,23 @@ NodeCounters SandboxManager::Counters() const {
   return c;
 }
 
+NodeGauges SandboxManager::Gauges() const {
+  NodeGauges g;
+  // Every (backend, state) pair, zeros included: a state empty now is a
+  // series at 0, not a gap.
+  for (const auto& [name, b] : backends_) {
+    for (SandboxState st : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kPaused,
+                            SandboxState::kSuspended, SandboxState::kDestroying}) {
+      g.sandboxes[{name, SandboxStateName(st)}] = 0;
+    }
+  }
+  for (const auto& [key, n] : table_->StateCounts()) g.sandboxes[key] = n;
+  g.creates_in_flight = admission_->in_flight();
+  g.creates_queued = admission_->queued();
+  g.layer_mounts = layers_->MountedCount();
+  return g;
+}
+
 // ---------------------------------------------------------------- calls
 
 StatusOr<RecordedCall> SandboxManager::Idempotent(const std::string& id, const std::string& request_id,
@@ -185,7 +203,11 @@ StatusOr<runtime::ExecOutcome> SandboxManager::Exec(const std::string& id, const
     ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, table_->Use(id));
     RETURN_IF_ERROR(CheckMergeStderr(*sb, spec));
     table_->Touch(id, +1);
+    const auto exec_start = std::chrono::steady_clock::now();
     StatusOr<runtime::ExecOutcome> out = sb->Exec(spec);
+    metrics_.OnExec(sb->backend_name(),
+                    ExecOutcomeLabel(out.status(), out.ok() && out->timed_out, out.ok() && out->oom_killed),
+                    std::chrono::steady_clock::now() - exec_start);
     table_->Touch(id, -1);
     if (!out.ok()) return out.status();
     RecordedCall r;

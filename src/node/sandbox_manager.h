@@ -38,6 +38,7 @@
 #include "node/idempotency/create_keys.h"
 #include "node/jobs/jobs.h"
 #include "node/layer_provider.h"
+#include "node/metrics.h"
 #include "node/process_table.h"
 #include "node/reaper/reaper.h"
 #include "node/records/record_store.h"
@@ -167,6 +168,10 @@ class SandboxManager {
 
   std::vector<std::string> BackendNames() const;
   NodeCounters Counters() const;
+  // The node's scrape-time gauges: sandboxes by (backend, state) for every
+  // backend and state (0 included), admission, layer mounts; not fncall,
+  // which the manager does not own.
+  NodeGauges Gauges() const;
   const ManagerOptions& options() const { return options_; }
 
   // Validates and fills defaults (exposed for tests and the API's dry checks).
@@ -183,6 +188,7 @@ class SandboxManager {
   const std::unique_ptr<LayerProvider> layers_;
   const RecordStore records_;
   const int64_t started_at_ns_;
+  Metrics& metrics_;
   std::atomic<uint64_t> staging_used_{0};  // bytes in snapshot/grade staging now
 
   // The rooms, in dependency order (each borrows those declared before it).

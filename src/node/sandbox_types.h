@@ -14,6 +14,8 @@
 
 namespace warren::node {
 
+class Metrics;  // node/metrics.h
+
 // kSuspended: paused with its memory reclaimed into swap.
 enum class SandboxState { kCreating, kRunning, kDestroying, kPaused, kSuspended };
 const char* SandboxStateName(SandboxState s);
@@ -155,6 +157,9 @@ struct ManagerOptions {
   // the layers built from them) hold at once; 0 = none. Each sandbox is
   // bounded by its own disk limit as well (see Snapshot).
   uint64_t max_staging_bytes = 0;
+  // Hooks counting the node's events (node/metrics.h); borrowed, must
+  // outlive the manager. nullptr = none.
+  Metrics* metrics = nullptr;
 };
 
 // Memory of one sandbox, read from its memory cgroup now.

@@ -29,6 +29,7 @@
 #include "common/unique_fd.h"
 #include "http/run_code_server.h"
 #include "jail/lxcfs.h"
+#include "metrics/prometheus_metrics.h"
 #include "net/sandbox_network.h"
 #include "node/fncall_frontend.h"
 #include "node/image_layer_provider.h"
@@ -70,7 +71,8 @@ void InstallShutdownHandler() {
 // `accel` is set to the microvm backend's accelerator choice when it is offered.
 StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags, const std::string& init,
                                                              const std::string& run_dir, const std::string& lxcfs_dir,
-                                                             std::shared_future<runtime::AccelChoice>* accel) {
+                                                             std::shared_future<runtime::AccelChoice>* accel,
+                                                             node::Metrics* metrics) {
   runtime::ContainerOptions copt;
   copt.init_path = init;
   copt.lxcfs_dir = lxcfs_dir;
@@ -153,6 +155,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   mopt.limits.max_create_queue = flags.max_create_queue;
   mopt.suspend_prefetch = flags.suspend_prefetch;
   mopt.max_staging_bytes = flags.max_staging_mb << 20;
+  mopt.metrics = metrics;
   SetUpSuspendSwap(flags.suspend_swap, flags.zram_size_mb);
   ASSIGN_OR_RETURN(std::unique_ptr<node::SandboxManager> manager,
                    node::SandboxManager::New(mopt, std::move(backends), std::move(layers)));
@@ -277,6 +280,17 @@ int Run(const Flags& flags) {
   StatusOr<UniqueFd> lock = LockStateDir(flags.state_dir);
   if (!lock.ok()) return fail(lock.status());
   if (Status s = PrepareSocket(flags.socket); !s.ok()) return fail(s);
+  // --metrics-listen: bound before anything slow, so that a bad address fails the start at once.
+  std::shared_ptr<metrics::PrometheusMetrics> prom;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (!flags.metrics_listen.empty()) {
+    prom = std::make_shared<metrics::PrometheusMetrics>();
+    StatusOr<std::unique_ptr<metrics::MetricsServer>> m = metrics::MetricsServer::Start(flags.metrics_listen, prom);
+    if (!m.ok()) return fail(m.status());
+    metrics_server = std::move(*m);
+    std::fprintf(stderr, "warrend /metrics on http://%s/metrics (port %d)\n", flags.metrics_listen.c_str(),
+                 metrics_server->port());
+  }
   StatusOr<std::string> init = FindInit(flags.init_path);
   if (!init.ok()) return fail(init.status());
   StatusOr<std::string> run_dir =
@@ -333,7 +347,7 @@ int Run(const Flags& flags) {
 
   std::shared_future<runtime::AccelChoice> microvm_accel;
   StatusOr<std::unique_ptr<node::SandboxManager>> manager =
-      StartManager(flags, *init, *run_dir, lxcfs_dir, &microvm_accel);
+      StartManager(flags, *init, *run_dir, lxcfs_dir, &microvm_accel, prom.get());
   if (!manager.ok()) return fail(manager.status());
 
   // Cluster: joined before serving; a node others cannot reach yet refuses
@@ -376,7 +390,18 @@ int Run(const Flags& flags) {
       flags.fncall_max_workers ? flags.fncall_max_workers : std::max(4u, 4 * std::thread::hardware_concurrency());
   StatusOr<std::unique_ptr<runtime::FnCallPool>> fncall_pool = runtime::NewFnCallPool(fopt);
   if (!fncall_pool.ok()) return fail(fncall_pool.status());
-  node::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers);
+  node::FnCallFrontend fncall_frontend(fncall_pool->get(), &(*manager)->layers(), flags.fncall_layers, prom.get());
+  std::shared_ptr<void> metrics_watch;  // scrape-time gauges; withdrawn before the manager and the pool go
+  if (metrics_server) {
+    metrics_watch = metrics_server->Watch([m = manager->get(), pool = fncall_pool->get()] {
+      node::NodeGauges g = m->Gauges();
+      const runtime::FnCallStats s = pool->Stats();
+      g.fncall = true;
+      g.fncall_workers_busy = s.busy;
+      g.fncall_workers_idle = s.idle;
+      return g;
+    });
+  }
   api::FnCallServiceImpl fncall_service(&fncall_frontend, token);
   std::unique_ptr<http::RunCodeServer> http_server;
   if (!flags.http_listen.empty()) {
@@ -409,6 +434,7 @@ int Run(const Flags& flags) {
   (*server)->Wait();
   signal_thread.join();
   ::unlink(flags.socket.c_str());
+  metrics_watch.reset();
   server->reset();
   if (http_server) http_server->Stop();
   fncall_pool->reset();  // fncall workers go before the layer mounts they use

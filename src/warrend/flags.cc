@@ -124,6 +124,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--cluster-etcd-cert", flags.cluster_etcd_cert, "cluster: client certificate (PEM) for etcd");
   app.add_option("--cluster-etcd-key", flags.cluster_etcd_key, "cluster: client key (PEM) for etcd");
   app.add_option("--cluster-etcd-user", flags.cluster_etcd_user, "cluster: etcd user (etcd auth)");
+  app.add_option("--metrics-listen", flags.metrics_listen,
+                 "serve Prometheus metrics on http://HOST:PORT/metrics (IPv4 or [IPv6] address; plain HTTP, no "
+                 "token: bind it to an address only the monitoring can reach); default: off");
   app.add_option("--cluster-etcd-password-file", flags.cluster_etcd_password_file,
                  "cluster: file holding the etcd user's password");
 }

@@ -68,6 +68,8 @@ struct Flags {
   bool cluster_drain = false;
   std::string cluster_etcd_ca, cluster_etcd_cert, cluster_etcd_key;
   std::string cluster_etcd_user, cluster_etcd_password_file;
+  // Prometheus /metrics (src/metrics) on HOST:PORT; "" = off.
+  std::string metrics_listen;
 };
 
 // Defines every flag on `app`, bound to the fields of `flags` (which must

@@ -35,6 +35,16 @@ std::string SandboxTable::NewId() {
 }
 
 StatusOr<SandboxInfo> SandboxTable::Create(const CreateRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<SandboxInfo> info = CreateSteps(request);
+  // The label is one of this node's backends (never a client's free text).
+  const std::string asked = request.backend.empty() ? "container" : request.backend;
+  metrics_.OnCreate(backends_.count(asked) ? asked : "unknown", info.status(),
+                    std::chrono::steady_clock::now() - start);
+  return info;
+}
+
+StatusOr<SandboxInfo> SandboxTable::CreateSteps(const CreateRequest& request) {
   ASSIGN_OR_RETURN(CreateRequest spec, Normalize(request));
   Rollback rollback;
   RETURN_IF_ERROR(admission_.Admit(spec));
@@ -222,6 +232,7 @@ Status SandboxTable::Destroy(const std::string& id, const std::string& reason) {
   cv_.notify_all();
   if (hooks_.destroyed) hooks_.destroyed(id);
   gone_.Remember(id, reason);
+  metrics_.OnDestroy(e->info.backend, reason);
   Log(spdlog::level::info, "sandbox destroyed", {{"sandbox", id}, {"reason", reason}});
   return absl::OkStatus();
 }

@@ -15,7 +15,8 @@ SandboxTable::SandboxTable(const ManagerOptions& options, const Backends& backen
       layers_(layers),
       records_(records),
       admission_(admission),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)),
+      metrics_(options.metrics != nullptr ? *options.metrics : NullMetrics()) {}
 
 StatusOr<CreateRequest> SandboxTable::Normalize(const CreateRequest& request) const {
   std::vector<std::string> names;
@@ -70,6 +71,13 @@ std::vector<SandboxInfo> SandboxTable::List(const std::map<std::string, std::str
 size_t SandboxTable::size() const {
   std::lock_guard<std::mutex> l(mu_);
   return table_.size();
+}
+
+std::map<std::pair<std::string, std::string>, uint32_t> SandboxTable::StateCounts() const {
+  std::map<std::pair<std::string, std::string>, uint32_t> out;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, e] : table_) ++out[{e->info.backend, SandboxStateName(e->info.state)}];
+  return out;
 }
 
 bool SandboxTable::Contains(const std::string& id) const {
@@ -234,6 +242,7 @@ Status SandboxTable::Pause(const std::string& id) {
   ASSIGN_OR_RETURN(runtime::Pausable * pausable, runtime::Require<runtime::Pausable>(*e->sandbox));
   RETURN_IF_ERROR(pausable->Pause());
   SetPausedState(*e, SandboxState::kPaused, "pause requested");
+  metrics_.OnPause(e->info.backend);
   Log(spdlog::level::info, "sandbox paused", {{"sandbox", id}});
   return absl::OkStatus();
 }
@@ -267,6 +276,7 @@ Status SandboxTable::Resume(const std::string& id, bool prefetch) {
   }
   RETURN_IF_ERROR(pausable->Resume());
   SetPausedState(*e, SandboxState::kRunning, "resumed");
+  metrics_.OnResume(e->info.backend, suspended, prefetched);
   Log(spdlog::level::info, "sandbox resumed",
       {{"sandbox", id},
        {"from", suspended ? "suspended" : "paused"},
@@ -307,12 +317,14 @@ Status SandboxTable::Suspend(const std::string& id) {
     return Status(rs.code(), "suspend of " + id + ": " + std::string(rs.message()));
   }
   const uint64_t after = suspendable->MemoryUsage().value_or(0);
+  const uint64_t swapped = suspendable->SwapUsage();
   SetPausedState(*e, SandboxState::kSuspended, "suspend requested");
+  metrics_.OnSuspend(e->info.backend, swapped);
   Log(spdlog::level::info, "sandbox suspended",
       {{"sandbox", id},
        {"memory_before_bytes", std::to_string(before)},
        {"memory_after_bytes", std::to_string(after)},
-       {"swap_bytes", std::to_string(suspendable->SwapUsage())},
+       {"swap_bytes", std::to_string(swapped)},
        {"ms", std::to_string((WallNowNs() - t0) / 1000000)}});
   return absl::OkStatus();
 }

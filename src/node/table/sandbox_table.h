@@ -39,6 +39,7 @@
 #include "common/status.h"
 #include "node/admission/admission.h"
 #include "node/layer_provider.h"
+#include "node/metrics.h"
 #include "node/records/record_store.h"
 #include "node/sandbox_types.h"
 #include "node/table/entry.h"
@@ -74,6 +75,8 @@ class SandboxTable {
   // Sandboxes carrying all `labels` and, if `job` is non-empty, of that job.
   std::vector<SandboxInfo> List(const std::map<std::string, std::string>& labels, const std::string& job) const;
   size_t size() const;
+  // (backend, state name) -> sandboxes in the table (metrics, at scrape time).
+  std::map<std::pair<std::string, std::string>, uint32_t> StateCounts() const;
   bool Contains(const std::string& id) const;
   uint32_t LayerUsers(const std::string& digest) const;
   StatusOr<SandboxMemory> Memory(const std::string& id) const;
@@ -111,7 +114,8 @@ class SandboxTable {
  private:
   std::string RunDir(const std::string& id) const { return options_.run_dir + "/run/" + id; }
   std::string NewId();
-  SandboxInfo InfoOf(const Entry& e) const;  // mu_ held
+  StatusOr<SandboxInfo> CreateSteps(const CreateRequest& request);  // Create without its metrics
+  SandboxInfo InfoOf(const Entry& e) const;                         // mu_ held
   StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
   // Pause/resume/suspend bookkeeping after the backend call succeeded: sets
   // the state, records the transition and persists the record; a failed
@@ -127,6 +131,7 @@ class SandboxTable {
   const RecordStore& records_;
   Admission& admission_;
   const Hooks hooks_;
+  Metrics& metrics_;
   GoneMemory gone_;
 
   mutable std::shared_mutex layer_mu_;
