@@ -1,0 +1,186 @@
+"""The unmodified `e2b` SDK from PyPI (pinned below) against warrend's
+E2B-compatible front end (--e2b-listen, src/e2b): sandbox lifecycle over
+E2B's REST API and commands over envd's Connect process service, with the
+SDK configured only through its documented environment variables
+(E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable
+
+import pytest
+from conftest import NODE_PREFIX, Daemon
+
+E2B_PIN = "e2b==2.63.0"
+API_KEY = "e2b_warren_test_key_0123456789"
+
+
+def _ensure_e2b() -> None:
+    """Installs the pinned SDK into this venv when missing; skips (with the
+    reason) only when PyPI cannot be reached."""
+    try:
+        import e2b  # noqa: F401
+        from importlib.metadata import version
+
+        if version("e2b") == E2B_PIN.split("==")[1]:
+            return
+    except ImportError:
+        pass
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", E2B_PIN],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        out = r.stdout + r.stderr
+        if any(s in out for s in ("Could not find a version", "NewConnectionError", "Temporary failure",
+                                  "Network is unreachable", "Max retries exceeded")):
+            pytest.skip(f"PyPI unreachable, cannot install {E2B_PIN}: {out.strip()[-300:]}")
+        pytest.fail(f"pip install {E2B_PIN} failed:\n{out}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[Daemon]:
+    _ensure_e2b()
+    port = _free_port()
+    keys = test_root / "e2b-keys"
+    keys.write_text(f"# test keys\n{API_KEY}\n")
+    templates = test_root / "e2b-templates.json"
+    templates.write_text(json.dumps({"base": [base_layer], "debian": [base_layer]}))
+    d = Daemon(test_root, "e2b", layer_store, NODE_PREFIX + "e",
+               extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
+                           "--e2b-templates", str(templates)]).start()
+    d.e2b_url = f"http://127.0.0.1:{port}"
+    yield d
+    assert d.stop() == 0, d.log_tail()
+
+
+@pytest.fixture()
+def e2b_env(e2b_daemon: Daemon, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("E2B_API_URL", e2b_daemon.e2b_url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", e2b_daemon.e2b_url)
+    monkeypatch.setenv("E2B_API_KEY", API_KEY)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    import e2b
+
+    return e2b
+
+
+@pytest.fixture()
+def sbx(e2b_env):
+    sb = e2b_env.Sandbox.create(timeout=120, metadata={"suite": "e2b"})
+    yield sb
+    try:
+        sb.kill()
+    except Exception:
+        pass
+
+
+def test_create_is_a_warren_sandbox_and_kill_removes_it(e2b_env, e2b_daemon: Daemon):
+    sb = e2b_env.Sandbox.create(timeout=60, metadata={"owner": "t1"})
+    info = e2b_daemon.client.get(sb.sandbox_id).info()
+    assert info.labels["e2b.template"] == "base"
+    assert info.labels["e2b.meta.owner"] == "t1"
+    assert 0 < info.expires_at_ns / 1e9 - time.time() <= 61
+    got = sb.get_info()
+    assert got.sandbox_id == sb.sandbox_id and got.metadata == {"owner": "t1"} and got.template_id == "base"
+    assert sb.kill() is True
+    assert all(s.id != sb.sandbox_id for s in e2b_daemon.client.list())
+    assert e2b_env.Sandbox.kill(sb.sandbox_id) is False  # gone: E2B's 404
+
+
+def test_commands_run_output_exit_env_cwd(sbx, e2b_env):
+    r = sbx.commands.run("printf 'out\\n'; printf 'err' >&2")
+    assert (r.stdout, r.stderr, r.exit_code) == ("out\n", "err", 0)
+    with pytest.raises(e2b_env.CommandExitException) as ei:
+        sbx.commands.run("echo nope >&2; exit 7")
+    assert ei.value.exit_code == 7 and ei.value.stderr == "nope\n"
+    assert sbx.commands.run("echo $FOO", envs={"FOO": "bar baz"}).stdout == "bar baz\n"
+    sbx.commands.run("mkdir -p /tmp/wd")
+    assert sbx.commands.run("pwd", cwd="/tmp/wd").stdout == "/tmp/wd\n"
+    # Bytes beyond one data event, exactly.
+    big = sbx.commands.run("head -c 600000 /dev/zero | tr '\\0' x").stdout
+    assert big == "x" * 600000
+
+
+def test_create_env_vars_reach_commands(e2b_env):
+    sb = e2b_env.Sandbox.create(envs={"FROM_CREATE": "yes"}, timeout=60)
+    try:
+        assert sb.commands.run("echo $FROM_CREATE").stdout == "yes\n"
+    finally:
+        sb.kill()
+
+
+def test_command_timeout_kills_it(sbx, e2b_env):
+    t0 = time.monotonic()
+    with pytest.raises(e2b_env.TimeoutException):
+        sbx.commands.run("sleep 30", timeout=1)
+    assert time.monotonic() - t0 < 10
+    # warren killed it too (not only the client giving up).
+    deadline = time.monotonic() + 10
+    while any("sleep 30" in " ".join(p.args) for p in sbx.commands.list()):
+        assert time.monotonic() < deadline, "the timed-out command still runs"
+        time.sleep(0.2)
+
+
+def test_background_list_and_kill(sbx):
+    h = sbx.commands.run("sleep 300", background=True)
+    assert h.pid > 0
+    procs = sbx.commands.list()
+    assert any(p.pid == h.pid and "sleep 300" in " ".join(p.args) for p in procs)
+    assert sbx.commands.kill(h.pid) is True
+    deadline = time.monotonic() + 10
+    while any(p.pid == h.pid for p in sbx.commands.list()):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert sbx.commands.kill(h.pid) is False  # not found any more
+
+
+def test_list_by_metadata_and_set_timeout(e2b_env, e2b_daemon: Daemon):
+    a = e2b_env.Sandbox.create(timeout=60, metadata={"grp": "a"})
+    b = e2b_env.Sandbox.create(timeout=60, metadata={"grp": "b"})
+    try:
+        found = e2b_env.Sandbox.list(query=e2b_env.SandboxQuery(metadata={"grp": "a"})).next_items()
+        assert [s.sandbox_id for s in found] == [a.sandbox_id]
+        a.set_timeout(600)
+        exp = e2b_daemon.client.get(a.sandbox_id).info().expires_at_ns / 1e9
+        assert 590 < exp - time.time() <= 601
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_wrong_api_key_is_401(e2b_env):
+    with pytest.raises(e2b_env.AuthenticationException) as ei:
+        e2b_env.Sandbox.create(api_key="e2b_wrong_key")
+    assert "401" in str(ei.value)
+
+
+def test_unknown_template_names_it(e2b_env):
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("no-such-template")
+    assert "no-such-template" in str(ei.value) and "--e2b-templates" in str(ei.value)
+
+
+def test_envd_call_needs_the_sandbox_access_token(sbx, e2b_env):
+    """Another sandbox's token (or none) does not reach this sandbox."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        os.environ["E2B_SANDBOX_URL"] + "/process.Process/List", data=b"{}", method="POST",
+        headers={"Content-Type": "application/json", "E2b-Sandbox-Id": sbx.sandbox_id,
+                 "X-Access-Token": "0" * 48})
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(req, timeout=10)
+    assert ei.value.code == 401
+    assert json.loads(ei.value.read())["code"] == "unauthenticated"
