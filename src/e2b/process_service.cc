@@ -26,16 +26,6 @@ constexpr size_t kChunk = 256 << 10;                         // bytes of output 
 constexpr size_t kBuffer = 4 << 20;                          // per stream, kept for a slow reader
 constexpr auto kReadSlice = std::chrono::milliseconds(200);  // between checks that the client is there
 
-// The sandbox a request addresses (E2b-Sandbox-Id), checked against its
-// access token (X-Access-Token).
-StatusOr<std::string> Addressed(const E2bState& st, const httplib::Request& req) {
-  const std::string id = req.get_header_value("E2b-Sandbox-Id");
-  if (id.empty()) return absl::InvalidArgumentError("missing E2b-Sandbox-Id header");
-  if (!st.AccessOk(id, req.get_header_value("X-Access-Token")))
-    return absl::UnauthenticatedError("no such sandbox or wrong X-Access-Token for sandbox \"" + id + "\"");
-  return id;
-}
-
 // The user of `Authorization: Basic base64("<user>:")`; "" = the sandbox's.
 std::string User(const httplib::Request& req) {
   const std::string auth = req.get_header_value("Authorization");
@@ -179,23 +169,6 @@ void Connect(E2bState& st, const httplib::Request& req, httplib::Response& res) 
   StreamProcess(res, *std::move(mp), *pid, {info.totals[0], info.totals[1], 0});
 }
 
-// A unary call: its JSON request, the handler's JSON answer or Connect error.
-void Unary(E2bState& st, const httplib::Request& req, httplib::Response& res,
-           StatusOr<json> (*f)(E2bState&, const std::string&, const json&)) {
-  StatusOr<json> out = [&]() -> StatusOr<json> {
-    ASSIGN_OR_RETURN(std::string id, Addressed(st, req));
-    json msg = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
-    if (msg.is_discarded() || !msg.is_object()) return absl::InvalidArgumentError("request is not a JSON object");
-    return f(st, id, msg);
-  }();
-  if (!out.ok()) {
-    res.status = HttpStatus(out.status().code());
-    res.set_content(ErrorJson(out.status()).dump(), "application/json");
-    return;
-  }
-  res.set_content(out->dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
 StatusOr<json> List(E2bState& st, const std::string& id, const json&) {
   ASSIGN_OR_RETURN(std::vector<node::ProcessStatus> all, st.manager().Processes(id));
   json procs = json::array();
@@ -254,7 +227,7 @@ void AddProcessRoutes(httplib::Server& server, std::shared_ptr<E2bState> state) 
   server.Post("/process.Process/Connect",
               [state](const httplib::Request& req, httplib::Response& res) { Connect(*state, req, res); });
   auto unary = [state](StatusOr<json> (*f)(E2bState&, const std::string&, const json&)) {
-    return [state, f](const httplib::Request& req, httplib::Response& res) { Unary(*state, req, res, f); };
+    return [state, f](const httplib::Request& req, httplib::Response& res) { ConnectUnary(*state, req, res, f); };
   };
   server.Post("/process.Process/List", unary(List));
   server.Post("/process.Process/SendSignal", unary(SendSignal));

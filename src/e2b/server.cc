@@ -13,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "common/file_util.h"
 #include "common/secret.h"
+#include "e2b/connect.h"
 
 namespace warren::e2b {
 namespace {
@@ -92,6 +93,30 @@ void E2bState::Forget(const std::string& id) {
   tokens_.erase(id);
 }
 
+StatusOr<std::string> Addressed(const E2bState& st, const httplib::Request& req) {
+  const std::string id = req.get_header_value("E2b-Sandbox-Id");
+  if (id.empty()) return absl::InvalidArgumentError("missing E2b-Sandbox-Id header");
+  if (!st.AccessOk(id, req.get_header_value("X-Access-Token")))
+    return absl::UnauthenticatedError("no such sandbox or wrong X-Access-Token for sandbox \"" + id + "\"");
+  return id;
+}
+
+void ConnectUnary(E2bState& st, const httplib::Request& req, httplib::Response& res, UnaryFn f) {
+  using json = nlohmann::json;
+  StatusOr<json> out = [&]() -> StatusOr<json> {
+    ASSIGN_OR_RETURN(std::string id, Addressed(st, req));
+    json msg = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
+    if (msg.is_discarded() || !msg.is_object()) return absl::InvalidArgumentError("request is not a JSON object");
+    return f(st, id, msg);
+  }();
+  if (!out.ok()) {
+    res.status = HttpStatus(out.status().code());
+    res.set_content(ErrorJson(out.status()).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+  res.set_content(out->dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
 E2bServer::~E2bServer() { Stop(); }
 
 void E2bServer::Stop() {
@@ -120,6 +145,8 @@ StatusOr<std::unique_ptr<E2bServer>> E2bServer::Start(node::SandboxManager* mana
   auto state = std::make_shared<E2bState>(manager, std::move(options));
   AddLifecycleRoutes(*s->server_, state);
   AddProcessRoutes(*s->server_, state);
+  AddFilesystemRoutes(*s->server_, state);
+  AddFileTransferRoutes(*s->server_, state);
   if (port == 0) {
     port = s->server_->bind_to_any_port(host);
     if (port < 0) return absl::UnavailableError("cannot bind --e2b-listen " + listen);

@@ -25,9 +25,13 @@
 #include "common/status.h"
 #include "node/sandbox_manager.h"
 
+#include <nlohmann/json.hpp>
+
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace warren::e2b {
 
@@ -67,9 +71,20 @@ class E2bState {
   std::map<std::string, std::string> tokens_;  // sandbox id -> envd access token
 };
 
+// The sandbox an envd request addresses (header E2b-Sandbox-Id), checked
+// against its access token (X-Access-Token): Unauthenticated otherwise.
+StatusOr<std::string> Addressed(const E2bState& st, const httplib::Request& req);
+// A unary Connect call: the JSON request handed to `f` with the addressed
+// sandbox; its answer, or its error as Connect's {code, message} with the
+// matching HTTP status.
+using UnaryFn = StatusOr<nlohmann::json> (*)(E2bState&, const std::string& sandbox_id, const nlohmann::json& request);
+void ConnectUnary(E2bState& st, const httplib::Request& req, httplib::Response& res, UnaryFn f);
+
 // Route registration, one file each.
 void AddLifecycleRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
 void AddProcessRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
+void AddFilesystemRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
+void AddFileTransferRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
 
 class E2bServer {
  public:
