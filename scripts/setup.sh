@@ -74,6 +74,8 @@ if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import sys' 2>/dev/null
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2" "ruff==0.17.6" "mypy==2.4.1"
+# The E2B SDK the E2B front end is tested against (tests/integration/test_e2b.py).
+.venv/bin/python -m pip install -q "e2b==2.63.0"
 
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12

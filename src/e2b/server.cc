@@ -136,6 +136,10 @@ StatusOr<std::unique_ptr<E2bServer>> E2bServer::Start(node::SandboxManager* mana
   std::unique_ptr<E2bServer> s(new E2bServer());
   s->server_ = std::make_unique<httplib::Server>();
   s->server_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  // Answers go out as several writes (headers, body, stream chunks): without
+  // TCP_NODELAY each small one after the first waits for the client's
+  // delayed ACK (~40 ms on Linux).
+  s->server_->set_tcp_nodelay(true);
   auto listen_fd = std::make_shared<int>(-1);
   s->server_->set_socket_options([listen_fd](int sock) {
     int yes = 1;
