@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_split.h"
+#include "common/time.h"
 #include "e2b/server.h"
 
 namespace warren::e2b {
@@ -81,6 +82,16 @@ json Detail(const node::SandboxInfo& info) {
               {"diskSizeMB", info.resources.disk_mb},
               {"state", paused ? "paused" : "running"},
               {"metadata", Metadata(info)}};
+}
+
+// The `Sandbox` answer of create, connect and resume.
+json SandboxJson(const node::SandboxInfo& info, const std::string& token) {
+  const auto tmpl = info.labels.find(kTemplateLabel);
+  return json{{"templateID", tmpl == info.labels.end() ? "" : tmpl->second},
+              {"sandboxID", info.id},
+              {"clientID", "warren"},
+              {"envdVersion", kEnvdVersion},
+              {"envdAccessToken", token}};
 }
 
 // The request's API key, or the 401 E2B answers.
@@ -163,15 +174,8 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   }
   StatusOr<node::SandboxInfo> info = st.manager().Create(r);
   if (!info.ok()) return ReplyStatus(res, info.status());
-  const std::string token = st.NewAccessToken(info->id);
   res.status = 201;
-  res.set_content(json{{"templateID", tmpl},
-                       {"sandboxID", info->id},
-                       {"clientID", "warren"},
-                       {"envdVersion", kEnvdVersion},
-                       {"envdAccessToken", token}}
-                      .dump(),
-                  "application/json");
+  res.set_content(SandboxJson(*info, st.NewAccessToken(info->id)).dump(), "application/json");
 }
 
 void List(E2bState& st, const httplib::Request& req, httplib::Response& res) {
@@ -231,9 +235,38 @@ void SetTimeout(E2bState& st, const httplib::Request& req, httplib::Response& re
 void Pause(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (!Authorized(st, req, res)) return;
   const std::string id = req.matches[1];
-  if (StatusOr<node::SandboxInfo> info = Find(st, id); !info.ok()) return ReplyStatus(res, info.status());
+  StatusOr<node::SandboxInfo> info = Find(st, id);
+  if (!info.ok()) return ReplyStatus(res, info.status());
+  if (info->state == node::SandboxState::kPaused || info->state == node::SandboxState::kSuspended)
+    return Reply(res, 409, "sandbox \"" + id + "\" is already paused");
   if (Status s = st.manager().Pause(id); !s.ok()) return ReplyStatus(res, s);
   res.status = 204;
+}
+
+// POST /sandboxes/{id}/resume (201) and /[v2/]sandboxes/{id}/connect (200):
+// the sandbox runs again (a no-op when it runs), with {"timeout": s} its TTL
+// from now; the answer carries its envd access token.
+void Resume(E2bState& st, const httplib::Request& req, httplib::Response& res, int ok_status) {
+  if (!Authorized(st, req, res)) return;
+  json body;
+  if (!Body(req, res, &body)) return;
+  uint32_t s = 0;
+  if (!Seconds(body, "timeout", 0, res, &s)) return;
+  const std::string id = req.matches[1];
+  StatusOr<node::SandboxInfo> before = Find(st, id);
+  if (!before.ok()) return ReplyStatus(res, before.status());
+  if (Status r = st.manager().Resume(id); !r.ok()) return ReplyStatus(res, r);
+  // A running sandbox's end only moves later (E2B's connect).
+  const int64_t asked_end = WallNowNs() + int64_t{s} * 1000000000;
+  const bool was_running = before->state == node::SandboxState::kRunning;
+  if (s != 0 && !(was_running && (before->expires_at_ns == 0 || before->expires_at_ns >= asked_end))) {
+    if (StatusOr<node::SandboxInfo> info = st.manager().ExtendTtl(id, s); !info.ok())
+      return ReplyStatus(res, info.status());
+  }
+  StatusOr<node::SandboxInfo> info = Find(st, id);
+  if (!info.ok()) return ReplyStatus(res, info.status());
+  res.status = ok_status;
+  res.set_content(SandboxJson(*info, st.AccessToken(id)).dump(), "application/json");
 }
 
 }  // namespace
@@ -255,6 +288,10 @@ void AddLifecycleRoutes(httplib::Server& server, std::shared_ptr<E2bState> state
     SetTimeout(*state, req, res, "duration");
   });
   server.Post(R"(/sandboxes/([^/]+)/pause)", h(Pause));
+  server.Post(R"(/sandboxes/([^/]+)/resume)",
+              [state](const httplib::Request& req, httplib::Response& res) { Resume(*state, req, res, 201); });
+  server.Post(R"((?:/v2)?/sandboxes/([^/]+)/connect)",
+              [state](const httplib::Request& req, httplib::Response& res) { Resume(*state, req, res, 200); });
 }
 
 }  // namespace warren::e2b

@@ -82,6 +82,15 @@ std::string E2bState::NewAccessToken(const std::string& id) {
   return token;
 }
 
+std::string E2bState::AccessToken(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tokens_.find(id);
+    if (it != tokens_.end()) return it->second;
+  }
+  return NewAccessToken(id);
+}
+
 bool E2bState::AccessOk(const std::string& id, const std::string& token) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tokens_.find(id);

@@ -60,6 +60,9 @@ class E2bState {
   bool ApiKeyOk(const std::string& key) const;
   // A fresh envd access token for sandbox `id`.
   std::string NewAccessToken(const std::string& id);
+  // Sandbox `id`'s token; a fresh one when it has none (created before a
+  // daemon restart).
+  std::string AccessToken(const std::string& id);
   // Whether `token` is sandbox `id`'s (constant-time compare).
   bool AccessOk(const std::string& id, const std::string& token) const;
   void Forget(const std::string& id);

@@ -225,3 +225,16 @@ def test_file_paths_stay_inside_the_sandbox(sbx, test_root: Path):
     sbx.commands.run(f"ln -s {host_file.parent} /tmp/up")
     assert sbx.files.read(f"/tmp/up/{host_file.name}") == "written from the sandbox"
     assert "host only" not in sbx.files.read(f"/../{host_file}")
+
+
+def test_pause_then_connect_resumes(sbx, e2b_env, e2b_daemon: Daemon):
+    sbx.commands.run("echo kept > /tmp/state")
+    assert sbx.pause() is True
+    assert e2b_daemon.client.get(sbx.sandbox_id).info().state == "paused"
+    assert sbx.get_info().state == e2b_env.SandboxState.PAUSED
+    assert sbx.pause() is False  # already paused
+    again = e2b_env.Sandbox.connect(sbx.sandbox_id, timeout=300)
+    assert e2b_daemon.client.get(sbx.sandbox_id).info().state == "running"
+    assert again.commands.run("cat /tmp/state").stdout == "kept\n"
+    exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
+    assert 290 < exp - time.time() <= 301
