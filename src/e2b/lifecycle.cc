@@ -17,9 +17,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// envd version the SDK gates features on (e2b/envd/versions.py): with
-// 0.4.0+ it sends no user when none is asked (the sandbox's own applies).
-constexpr const char* kEnvdVersion = "0.4.0";
+// envd version the SDK gates features on (e2b/envd/versions.py): 0.4.0+
+// sends no user when none is asked (the sandbox's own applies), 0.5.2+ may
+// close stdin; below 0.5.7 uploads are multipart (no octet-stream, no gzip).
+constexpr const char* kEnvdVersion = "0.5.2";
 constexpr const char* kTemplateLabel = "e2b.template";
 constexpr const char* kMetaPrefix = "e2b.meta.";
 constexpr uint32_t kDefaultTimeoutS = 300;  // the SDK's and E2B's default

@@ -238,3 +238,15 @@ def test_pause_then_connect_resumes(sbx, e2b_env, e2b_daemon: Daemon):
     assert again.commands.run("cat /tmp/state").stdout == "kept\n"
     exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
     assert 290 < exp - time.time() <= 301
+
+
+def test_stdin_connect_and_user(sbx):
+    h = sbx.commands.run("cat; echo done", background=True, stdin=True)
+    sbx.commands.send_stdin(h.pid, "line one\n")
+    sbx.commands.close_stdin(h.pid)
+    r = h.wait()
+    assert r.stdout == "line one\ndone\n" and r.exit_code == 0
+    bg = sbx.commands.run("sleep 1; echo late", background=True)
+    again = sbx.commands.connect(bg.pid)
+    assert again.wait().stdout == "late\n"
+    assert sbx.commands.run("whoami", user="root").stdout == "root\n"
