@@ -67,7 +67,9 @@ json Event(json inner) { return json{{"event", std::move(inner)}}; }
 
 // Streams mp's events from `offsets` on as a Connect server stream: a start
 // event, data events, then an end event (a timed-out command ends the
-// stream with deadline_exceeded instead).
+// stream with deadline_exceeded instead, output lost to a reader more than
+// kBuffer behind with data_loss). The process is not stopped when the
+// client goes away (E2B's background commands outlive their stream).
 void StreamProcess(httplib::Response& res, std::shared_ptr<node::ManagedProcess> mp, uint32_t pid,
                    std::array<uint64_t, 3> offsets) {
   struct Stream {
@@ -89,6 +91,13 @@ void StreamProcess(httplib::Response& res, std::shared_ptr<node::ManagedProcess>
       const int i = static_cast<int>(d.stream);
       s->offsets[i] = d.offset + d.data.size();
       if (d.stream == node::ProcStream::kControl) continue;
+      if (d.dropped != 0) {  // the reader fell more than kBuffer behind: say so, never pass a gap off as output
+        (void)write(
+            EndStream(absl::DataLossError(std::to_string(d.dropped) + " bytes of the command's output were "
+                                                                      "dropped while the client read too slowly")));
+        sink.done();
+        return true;
+      }
       const char* key = d.stream == node::ProcStream::kStdout ? "stdout" : "stderr";
       if (!write(Envelope(Event({{"data", {{key, absl::Base64Escape(d.data)}}}})))) return false;
     }
@@ -143,6 +152,9 @@ void Start(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (req.has_header("Connect-Timeout-Ms") &&
       !absl::SimpleAtoi(req.get_header_value("Connect-Timeout-Ms"), &timeout_ms))
     return StreamError(res, absl::InvalidArgumentError("Connect-Timeout-Ms is not an integer"));
+  // The command's `timeout` (the call's Connect deadline) bounds the command
+  // itself: warren kills its tree when it passes, as envd ends it with the
+  // stream; 0 or absent = none.
   node::ProcessOptions opts;
   opts.buffer_bytes = kBuffer;
   opts.timeout = spec.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));

@@ -250,3 +250,14 @@ def test_stdin_connect_and_user(sbx):
     again = sbx.commands.connect(bg.pid)
     assert again.wait().stdout == "late\n"
     assert sbx.commands.run("whoami", user="root").stdout == "root\n"
+
+
+def test_output_lost_to_a_slow_reader_is_an_error(sbx, e2b_env):
+    """More output than the 4 MiB buffer while the client reads slowly: the
+    stream ends with an error naming the dropped bytes, never with a gap."""
+    def slow(_chunk: str) -> None:
+        time.sleep(0.05)
+
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.commands.run("head -c 48000000 /dev/zero | tr '\\0' y", on_stdout=slow, timeout=120)
+    assert "dropped" in str(ei.value)
