@@ -119,7 +119,7 @@ void Upload(E2bState& st, const httplib::Request& req, httplib::Response& res) {
 
 }  // namespace
 
-void AddFileTransferRoutes(httplib::Server& server, std::shared_ptr<E2bState> state) {
+void AddFileTransferRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
   server.Get("/files", [state](const httplib::Request& req, httplib::Response& res) { Download(*state, req, res); });
   server.Post("/files", [state](const httplib::Request& req, httplib::Response& res) { Upload(*state, req, res); });
 }

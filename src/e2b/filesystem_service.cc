@@ -150,7 +150,7 @@ StatusOr<json> Remove(E2bState& st, const std::string& id, const json& msg) {
 
 }  // namespace
 
-void AddFilesystemRoutes(httplib::Server& server, std::shared_ptr<E2bState> state) {
+void AddFilesystemRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
   auto unary = [state](UnaryFn f) {
     return [state, f](const httplib::Request& req, httplib::Response& res) { ConnectUnary(*state, req, res, f); };
   };

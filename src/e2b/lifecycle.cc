@@ -272,7 +272,7 @@ void Resume(E2bState& st, const httplib::Request& req, httplib::Response& res, i
 
 }  // namespace
 
-void AddLifecycleRoutes(httplib::Server& server, std::shared_ptr<E2bState> state) {
+void AddLifecycleRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
   auto h = [state](void (*f)(E2bState&, const httplib::Request&, httplib::Response&)) {
     return [state, f](const httplib::Request& req, httplib::Response& res) { f(*state, req, res); };
   };

@@ -233,7 +233,7 @@ StatusOr<json> CloseStdin(E2bState& st, const std::string& id, const json& msg) 
 
 }  // namespace
 
-void AddProcessRoutes(httplib::Server& server, std::shared_ptr<E2bState> state) {
+void AddProcessRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
   server.Post("/process.Process/Start",
               [state](const httplib::Request& req, httplib::Response& res) { Start(*state, req, res); });
   server.Post("/process.Process/Connect",

@@ -22,6 +22,7 @@ namespace {
 // one for as long as it runs.
 constexpr int kWorkers = 128;
 constexpr int kListenBacklog = 1024;
+constexpr uint64_t kPruneEvery = 256;
 
 }  // namespace
 
@@ -79,6 +80,13 @@ std::string E2bState::NewAccessToken(const std::string& id) {
   std::string token = absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(buf), sizeof buf));
   std::lock_guard<std::mutex> lock(mu_);
   tokens_[id] = token;
+  // Sandboxes also end without this front end (TTL, warren's own API): their
+  // tokens are dropped every kPruneEvery new tokens.
+  if (++issued_ % kPruneEvery == 0) {
+    for (auto it = tokens_.begin(); it != tokens_.end();) {
+      it = manager_->Get(it->first).ok() ? std::next(it) : tokens_.erase(it);
+    }
+  }
   return token;
 }
 

@@ -11,10 +11,11 @@
 // Who may call: REST calls need `X-API-KEY` equal (constant-time) to one of
 // --e2b-api-keys (401 otherwise, as E2B answers). Sandbox (envd) calls need
 // the `X-Access-Token` handed out in that sandbox's create answer
-// (envdAccessToken); tokens live in memory, so sandboxes created before a
-// daemon restart are no longer reachable through this front end.
+// (envdAccessToken); tokens live in memory: after a daemon restart a
+// sandbox's envd calls need a new one, which Sandbox.connect hands out.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,10 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "node/sandbox_manager.h"
-
-#include <nlohmann/json.hpp>
 
 namespace httplib {
 class Server;
@@ -72,6 +73,7 @@ class E2bState {
   const E2bOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::string> tokens_;  // sandbox id -> envd access token
+  uint64_t issued_ = 0;
 };
 
 // The sandbox an envd request addresses (header E2b-Sandbox-Id), checked
@@ -84,10 +86,10 @@ using UnaryFn = StatusOr<nlohmann::json> (*)(E2bState&, const std::string& sandb
 void ConnectUnary(E2bState& st, const httplib::Request& req, httplib::Response& res, UnaryFn f);
 
 // Route registration, one file each.
-void AddLifecycleRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
-void AddProcessRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
-void AddFilesystemRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
-void AddFileTransferRoutes(httplib::Server& server, std::shared_ptr<E2bState> state);
+void AddLifecycleRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state);
+void AddProcessRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state);
+void AddFilesystemRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state);
+void AddFileTransferRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state);
 
 class E2bServer {
  public:
