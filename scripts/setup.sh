@@ -76,6 +76,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e sdk/python "pytest>=7" "pytest-timeout>=2" "ruff==0.17.6" "mypy==2.4.1" \
   "prometheus-client==0.21.1"  # tests/integration/test_metrics.py parses /metrics with it
+# The E2B SDK the E2B front end is tested against (tests/integration/test_e2b.py).
+.venv/bin/python -m pip install -q "e2b==2.63.0"
 
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12

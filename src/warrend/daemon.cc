@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "e2b/server.h"
 #include "http/run_code_server.h"
 #include "jail/lxcfs.h"
 #include "metrics/prometheus_metrics.h"
@@ -216,6 +217,26 @@ StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, 
   }
   ASSIGN_OR_RETURN(std::unique_ptr<http::RunCodeServer> server, http::RunCodeServer::Start(frontend, std::move(ho)));
   std::fprintf(stderr, "warrend /run_code on http://%s (port %d)\n", flags.http_listen.c_str(), server->port());
+  return server;
+}
+
+// The E2B-compatible front end over `manager`, as --e2b-listen and the
+// --e2b-* flags ask.
+StatusOr<std::unique_ptr<e2b::E2bServer>> StartE2b(const Flags& flags, node::SandboxManager* manager) {
+  e2b::E2bOptions eo;
+  eo.listen = flags.e2b_listen;
+  if (flags.e2b_api_keys.empty()) return absl::InvalidArgumentError("--e2b-listen needs --e2b-api-keys FILE");
+  ASSIGN_OR_RETURN(eo.api_keys, e2b::ReadApiKeys(flags.e2b_api_keys));
+  std::vector<std::string> base;
+  for (const std::string& l : flags.fncall_layers) {
+    std::stringstream ss(l);
+    for (std::string part; std::getline(ss, part, ',');) {
+      if (!part.empty() && part[0] != '/') base.push_back(part);
+    }
+  }
+  ASSIGN_OR_RETURN(eo.templates, e2b::ReadTemplates(flags.e2b_templates, base));
+  ASSIGN_OR_RETURN(std::unique_ptr<e2b::E2bServer> server, e2b::E2bServer::Start(manager, std::move(eo)));
+  std::fprintf(stderr, "warrend E2B API on http://%s (port %d)\n", flags.e2b_listen.c_str(), server->port());
   return server;
 }
 
@@ -409,6 +430,12 @@ int Run(const Flags& flags) {
     if (!h.ok()) return fail(h.status());
     http_server = std::move(*h);
   }
+  std::unique_ptr<e2b::E2bServer> e2b_server;
+  if (!flags.e2b_listen.empty()) {
+    StatusOr<std::unique_ptr<e2b::E2bServer>> e = StartE2b(flags, manager->get());
+    if (!e.ok()) return fail(e.status());
+    e2b_server = std::move(*e);
+  }
   api::ServerOptions server_opt;
   server_opt.unix_socket = flags.socket;
   server_opt.tcp_listen = flags.listen;
@@ -437,6 +464,7 @@ int Run(const Flags& flags) {
   metrics_watch.reset();
   server->reset();
   if (http_server) http_server->Stop();
+  if (e2b_server) e2b_server->Stop();
   fncall_pool->reset();  // fncall workers go before the layer mounts they use
   fncall_frontend.ReleaseLayers();
   manager->reset();

@@ -83,6 +83,13 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--run-code-max-timeout-s", flags.run_code_max_timeout_s,
                  "/run_code: largest run_timeout / compile_timeout accepted, in seconds")
       ->capture_default_str();
+  app.add_option("--e2b-listen", flags.e2b_listen,
+                 "serve an E2B-compatible API (REST lifecycle + envd process service) on HOST:PORT (plain HTTP); "
+                 "the e2b SDK's E2B_API_URL and E2B_SANDBOX_URL both point here (needs --e2b-api-keys)");
+  app.add_option("--e2b-api-keys", flags.e2b_api_keys,
+                 "E2B: file of accepted API keys (X-API-KEY / E2B_API_KEY), one a line");
+  app.add_option("--e2b-templates", flags.e2b_templates,
+                 "E2B: JSON file {template id: [layer, ...]}; template \"base\" defaults to --fncall-layers");
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", flags.fncall_layers, "fncall: default layers of calls that name none")
       ->capture_default_str();

@@ -53,6 +53,10 @@ struct Flags {
   std::string http_token_file;          // "" = --token-file's token, if any
   uint32_t run_code_max_memory_mb = 0;  // 0 = min(4096, RAM/2)
   double run_code_max_timeout_s = 300;
+  // E2B-compatible front end (src/e2b/server.h); "" = off.
+  std::string e2b_listen;
+  std::string e2b_api_keys;   // file: one key a line
+  std::string e2b_templates;  // file: JSON {template id: [layer, ...]}
   // Suspend.
   std::string suspend_swap = "auto";
   std::string limit_views = "auto";  // auto | on | off (lxcfs)

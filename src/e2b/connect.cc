@@ -1,0 +1,87 @@
+#include "e2b/connect.h"
+
+#include <cstdint>
+
+namespace warren::e2b {
+
+using json = nlohmann::json;
+
+std::string Envelope(const json& message, unsigned char flags) {
+  const std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  const auto n = static_cast<uint32_t>(body.size());
+  std::string out;
+  out.reserve(5 + body.size());
+  out.push_back(static_cast<char>(flags));
+  out.push_back(static_cast<char>((n >> 24) & 0xff));
+  out.push_back(static_cast<char>((n >> 16) & 0xff));
+  out.push_back(static_cast<char>((n >> 8) & 0xff));
+  out.push_back(static_cast<char>(n & 0xff));
+  out += body;
+  return out;
+}
+
+std::string EndStream(const Status& status) {
+  if (status.ok()) return Envelope(json::object(), kEndStreamFlag);
+  return Envelope(json{{"error", ErrorJson(status)}}, kEndStreamFlag);
+}
+
+StatusOr<json> FirstMessage(std::string_view body) {
+  if (body.size() < 5) return absl::InvalidArgumentError("Connect stream request: no message envelope");
+  if ((static_cast<unsigned char>(body[0]) & 0x01) != 0)
+    return absl::InvalidArgumentError("Connect stream request: compressed messages are not accepted");
+  const uint32_t n = (static_cast<uint32_t>(static_cast<unsigned char>(body[1])) << 24) |
+                     (static_cast<uint32_t>(static_cast<unsigned char>(body[2])) << 16) |
+                     (static_cast<uint32_t>(static_cast<unsigned char>(body[3])) << 8) |
+                     static_cast<uint32_t>(static_cast<unsigned char>(body[4]));
+  if (body.size() - 5 < n) return absl::InvalidArgumentError("Connect stream request: envelope longer than the body");
+  json j = json::parse(body.substr(5, n), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return absl::InvalidArgumentError("Connect stream request: the message is not a JSON object");
+  return j;
+}
+
+const char* CodeName(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kCancelled: return "canceled";
+    case absl::StatusCode::kInvalidArgument: return "invalid_argument";
+    case absl::StatusCode::kDeadlineExceeded: return "deadline_exceeded";
+    case absl::StatusCode::kNotFound: return "not_found";
+    case absl::StatusCode::kAlreadyExists: return "already_exists";
+    case absl::StatusCode::kPermissionDenied: return "permission_denied";
+    case absl::StatusCode::kResourceExhausted: return "resource_exhausted";
+    case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
+    case absl::StatusCode::kAborted: return "aborted";
+    case absl::StatusCode::kOutOfRange: return "out_of_range";
+    case absl::StatusCode::kUnimplemented: return "unimplemented";
+    case absl::StatusCode::kInternal: return "internal";
+    case absl::StatusCode::kUnavailable: return "unavailable";
+    case absl::StatusCode::kDataLoss: return "data_loss";
+    case absl::StatusCode::kUnauthenticated: return "unauthenticated";
+    default: return "unknown";
+  }
+}
+
+int HttpStatus(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kCancelled: return 499;
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAlreadyExists: return 409;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kFailedPrecondition: return 400;
+    case absl::StatusCode::kAborted: return 409;
+    case absl::StatusCode::kOutOfRange: return 400;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    default: return 500;
+  }
+}
+
+json ErrorJson(const Status& status) {
+  return json{{"code", CodeName(status.code())}, {"message", std::string(status.message())}};
+}
+
+}  // namespace warren::e2b

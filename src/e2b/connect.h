@@ -1,0 +1,36 @@
+// Connect protocol (connectrpc.com/docs/protocol) over HTTP/1.1 with the JSON
+// codec, as E2B's SDK speaks it to envd: unary calls are `application/json`
+// bodies; server-streaming calls send one enveloped request message
+// (`application/connect+json`) and get enveloped messages back, the last one
+// flagged end-of-stream and carrying the error, if any.
+//
+// Envelope: 1 flag byte (0x02 = end of stream), 4 bytes big-endian length,
+// then the message.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace warren::e2b {
+
+constexpr unsigned char kEndStreamFlag = 0x02;
+
+// One framed message.
+std::string Envelope(const nlohmann::json& message, unsigned char flags = 0);
+// The end-of-stream message: `{}` when `status` is OK, else its error.
+std::string EndStream(const Status& status);
+// The first enveloped message of a streaming request body, parsed as JSON.
+StatusOr<nlohmann::json> FirstMessage(std::string_view body);
+
+// Connect's error code name for a status ("not_found", ...).
+const char* CodeName(absl::StatusCode code);
+// The HTTP status a unary Connect error is sent with.
+int HttpStatus(absl::StatusCode code);
+// The unary error body {"code", "message"}.
+nlohmann::json ErrorJson(const Status& status);
+
+}  // namespace warren::e2b

@@ -1,0 +1,250 @@
+// envd's process service (process.proto, package `process`, service
+// `Process`) over the node's process table: Start and Connect stream
+// ProcessEvents (start, data, end) as Connect server streams; List,
+// SendInput, SendSignal and CloseStdin are unary. An E2B pid is the number of
+// warren's process id "p<n>".
+#include <httplib.h>
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "e2b/connect.h"
+#include "e2b/server.h"
+
+namespace warren::e2b {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kChunk = 256 << 10;                         // bytes of output per data event
+constexpr size_t kBuffer = 4 << 20;                          // per stream, kept for a slow reader
+constexpr auto kReadSlice = std::chrono::milliseconds(200);  // between checks that the client is there
+
+// The user of `Authorization: Basic base64("<user>:")`; "" = the sandbox's.
+std::string User(const httplib::Request& req) {
+  const std::string auth = req.get_header_value("Authorization");
+  if (auth.rfind("Basic ", 0) != 0) return "";
+  std::string decoded;
+  if (!absl::Base64Unescape(auth.substr(6), &decoded)) return "";
+  return decoded.substr(0, decoded.find(':'));
+}
+
+std::string WarrenId(uint32_t pid) { return "p" + std::to_string(pid); }
+
+StatusOr<uint32_t> Pid(const json& msg) {
+  const json* sel = msg.contains("process") ? &msg["process"] : nullptr;
+  if (sel == nullptr || !sel->is_object()) return absl::InvalidArgumentError("process selector is missing");
+  if (sel->contains("tag")) return absl::UnimplementedError("selecting a process by tag is not supported");
+  if (!sel->contains("pid") || !(*sel)["pid"].is_number_unsigned())
+    return absl::InvalidArgumentError("process.pid is missing or not an unsigned integer");
+  return (*sel)["pid"].get<uint32_t>();
+}
+
+StatusOr<std::shared_ptr<node::ManagedProcess>> FindRunning(E2bState& st, const std::string& id, uint32_t pid) {
+  StatusOr<std::shared_ptr<node::ManagedProcess>> mp = st.manager().FindProcess(id, WarrenId(pid));
+  if (!mp.ok() || !(*mp)->Info().running)
+    return absl::NotFoundError("process with pid " + std::to_string(pid) + " not found");
+  return mp;
+}
+
+// Go's os.ProcessState.String(), which envd reports as `status`.
+std::string GoStatus(const runtime::ExecOutcome& o) {
+  if (o.signal != 0) {
+    std::string name = strsignal(o.signal);
+    if (!name.empty()) name[0] = static_cast<char>(absl::ascii_tolower(static_cast<unsigned char>(name[0])));
+    return "signal: " + name;
+  }
+  return "exit status " + std::to_string(o.exit_code);
+}
+
+json Event(json inner) { return json{{"event", std::move(inner)}}; }
+
+// Streams mp's events from `offsets` on as a Connect server stream: a start
+// event, data events, then an end event (a timed-out command ends the
+// stream with deadline_exceeded instead, output lost to a reader more than
+// kBuffer behind with data_loss). The process is not stopped when the
+// client goes away (E2B's background commands outlive their stream).
+void StreamProcess(httplib::Response& res, std::shared_ptr<node::ManagedProcess> mp, uint32_t pid,
+                   std::array<uint64_t, 3> offsets) {
+  struct Stream {
+    std::shared_ptr<node::ManagedProcess> mp;
+    uint32_t pid;
+    std::array<uint64_t, 3> offsets;
+    bool started = false;
+  };
+  auto s = std::make_shared<Stream>(Stream{std::move(mp), pid, offsets});
+  res.set_chunked_content_provider("application/connect+json", [s](size_t, httplib::DataSink& sink) {
+    auto write = [&sink](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); };
+    if (!s->started) {
+      s->started = true;
+      return write(Envelope(Event({{"start", {{"pid", s->pid}}}})));
+    }
+    node::ManagedProcess::ReadResult r =
+        s->mp->Read(s->offsets, kChunk, node::ManagedProcess::Clock::now() + kReadSlice);
+    for (node::OutputData& d : r.chunks) {
+      const int i = static_cast<int>(d.stream);
+      s->offsets[i] = d.offset + d.data.size();
+      if (d.stream == node::ProcStream::kControl) continue;
+      if (d.dropped != 0) {  // the reader fell more than kBuffer behind: say so, never pass a gap off as output
+        (void)write(
+            EndStream(absl::DataLossError(std::to_string(d.dropped) + " bytes of the command's output were "
+                                                                      "dropped while the client read too slowly")));
+        sink.done();
+        return true;
+      }
+      const char* key = d.stream == node::ProcStream::kStdout ? "stdout" : "stderr";
+      if (!write(Envelope(Event({{"data", {{key, absl::Base64Escape(d.data)}}}})))) return false;
+    }
+    if (!r.chunks.empty() || !r.finished) return sink.is_writable();
+    const runtime::ExecOutcome o = s->mp->Info().outcome;
+    if (o.timed_out) {
+      if (!write(EndStream(absl::DeadlineExceededError("the command's timeout passed; it was killed")))) return false;
+    } else {
+      const bool exited = o.signal == 0;
+      json end = {{"exitCode", exited ? o.exit_code : -1}, {"exited", exited}, {"status", GoStatus(o)}};
+      if (!write(Envelope(Event({{"end", end}})))) return false;
+      if (!write(EndStream(absl::OkStatus()))) return false;
+    }
+    sink.done();
+    return true;
+  });
+}
+
+void StreamError(httplib::Response& res, const Status& s) {
+  res.status = 200;
+  res.set_content(EndStream(s), "application/connect+json");
+}
+
+void Start(E2bState& st, const httplib::Request& req, httplib::Response& res) {
+  StatusOr<std::string> id = Addressed(st, req);
+  if (!id.ok()) return StreamError(res, id.status());
+  StatusOr<json> msg = FirstMessage(req.body);
+  if (!msg.ok()) return StreamError(res, msg.status());
+  const json& cfg = (*msg)["process"];
+  if (!cfg.is_object() || !cfg.contains("cmd") || !cfg["cmd"].is_string() || cfg["cmd"].get<std::string>().empty())
+    return StreamError(res, absl::InvalidArgumentError("process.cmd is missing"));
+  if (msg->contains("pty") && !(*msg)["pty"].is_null())
+    return StreamError(res, absl::UnimplementedError("PTY processes are not supported by warren's E2B front end"));
+  runtime::ExecSpec spec;
+  spec.argv.push_back(cfg["cmd"].get<std::string>());
+  if (cfg.contains("args")) {
+    for (const json& a : cfg["args"]) {
+      if (!a.is_string()) return StreamError(res, absl::InvalidArgumentError("process.args holds a non-string"));
+      spec.argv.push_back(a.get<std::string>());
+    }
+  }
+  if (cfg.contains("envs") && cfg["envs"].is_object()) {
+    for (const auto& [k, v] : cfg["envs"].items()) {
+      if (!v.is_string())
+        return StreamError(res, absl::InvalidArgumentError("process.envs[" + k + "] is not a string"));
+      spec.env[k] = v.get<std::string>();
+    }
+  }
+  if (cfg.contains("cwd") && cfg["cwd"].is_string()) spec.cwd = cfg["cwd"].get<std::string>();
+  spec.user = User(req);
+  int64_t timeout_ms = 0;
+  if (req.has_header("Connect-Timeout-Ms") &&
+      !absl::SimpleAtoi(req.get_header_value("Connect-Timeout-Ms"), &timeout_ms))
+    return StreamError(res, absl::InvalidArgumentError("Connect-Timeout-Ms is not an integer"));
+  // The command's `timeout` (the call's Connect deadline) bounds the command
+  // itself: warren kills its tree when it passes, as envd ends it with the
+  // stream; 0 or absent = none.
+  node::ProcessOptions opts;
+  opts.buffer_bytes = kBuffer;
+  opts.timeout = spec.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+  StatusOr<std::shared_ptr<node::ManagedProcess>> mp = st.manager().Spawn(*id, spec, opts);
+  if (!mp.ok()) return StreamError(res, mp.status());
+  const bool keep_stdin = msg->contains("stdin") && (*msg)["stdin"].is_boolean() && (*msg)["stdin"].get<bool>();
+  if (!keep_stdin) (void)(*mp)->Write("", true);
+  uint32_t pid = 0;
+  if (!absl::SimpleAtoi((*mp)->id().substr(1), &pid))
+    return StreamError(res, absl::InternalError("process id \"" + (*mp)->id() + "\" is not p<n>"));
+  StreamProcess(res, *std::move(mp), pid, {0, 0, 0});
+}
+
+void Connect(E2bState& st, const httplib::Request& req, httplib::Response& res) {
+  StatusOr<std::string> id = Addressed(st, req);
+  if (!id.ok()) return StreamError(res, id.status());
+  StatusOr<json> msg = FirstMessage(req.body);
+  if (!msg.ok()) return StreamError(res, msg.status());
+  StatusOr<uint32_t> pid = Pid(*msg);
+  if (!pid.ok()) return StreamError(res, pid.status());
+  StatusOr<std::shared_ptr<node::ManagedProcess>> mp = FindRunning(st, *id, *pid);
+  if (!mp.ok()) return StreamError(res, mp.status());
+  const node::ProcessStatus info = (*mp)->Info();
+  StreamProcess(res, *std::move(mp), *pid, {info.totals[0], info.totals[1], 0});
+}
+
+StatusOr<json> List(E2bState& st, const std::string& id, const json&) {
+  ASSIGN_OR_RETURN(std::vector<node::ProcessStatus> all, st.manager().Processes(id));
+  json procs = json::array();
+  for (const node::ProcessStatus& p : all) {
+    uint32_t pid = 0;
+    if (!p.running || !absl::SimpleAtoi(p.process_id.substr(1), &pid)) continue;
+    json cfg = {{"cmd", p.argv.empty() ? "/bin/sh" : p.argv[0]}, {"args", json::array()}, {"envs", json::object()}};
+    for (size_t i = 1; i < p.argv.size(); ++i) cfg["args"].push_back(p.argv[i]);
+    if (p.shell) cfg["args"] = json::array({"-c", *p.shell});
+    procs.push_back({{"config", cfg}, {"pid", pid}});
+  }
+  return json{{"processes", procs}};
+}
+
+StatusOr<json> SendSignal(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
+  const json sig = msg.contains("signal") ? msg["signal"] : json();
+  int n = 0;
+  if (sig == "SIGNAL_SIGKILL" || sig == 9) {
+    n = SIGKILL;
+  } else if (sig == "SIGNAL_SIGTERM" || sig == 15) {
+    n = SIGTERM;
+  } else {
+    return absl::InvalidArgumentError("signal " + sig.dump() + " is not SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  RETURN_IF_ERROR(mp->Signal(n, /*whole_tree=*/true));
+  return json::object();
+}
+
+StatusOr<json> SendInput(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
+  if (!msg.contains("input") || !msg["input"].is_object()) return absl::InvalidArgumentError("input is missing");
+  if (msg["input"].contains("pty")) return absl::UnimplementedError("PTY input is not supported");
+  std::string data;
+  if (msg["input"].contains("stdin") &&
+      (!msg["input"]["stdin"].is_string() || !absl::Base64Unescape(msg["input"]["stdin"].get<std::string>(), &data)))
+    return absl::InvalidArgumentError("input.stdin is not base64");
+  ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  RETURN_IF_ERROR(mp->Write(std::move(data), false));
+  return json::object();
+}
+
+StatusOr<json> CloseStdin(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
+  ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  RETURN_IF_ERROR(mp->Write("", true));
+  return json::object();
+}
+
+}  // namespace
+
+void AddProcessRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
+  server.Post("/process.Process/Start",
+              [state](const httplib::Request& req, httplib::Response& res) { Start(*state, req, res); });
+  server.Post("/process.Process/Connect",
+              [state](const httplib::Request& req, httplib::Response& res) { Connect(*state, req, res); });
+  auto unary = [state](StatusOr<json> (*f)(E2bState&, const std::string&, const json&)) {
+    return [state, f](const httplib::Request& req, httplib::Response& res) { ConnectUnary(*state, req, res, f); };
+  };
+  server.Post("/process.Process/List", unary(List));
+  server.Post("/process.Process/SendSignal", unary(SendSignal));
+  server.Post("/process.Process/SendInput", unary(SendInput));
+  server.Post("/process.Process/CloseStdin", unary(CloseStdin));
+}
+
+}  // namespace warren::e2b

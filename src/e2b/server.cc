@@ -1,0 +1,185 @@
+#include "e2b/server.h"
+
+#include <httplib.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "common/file_util.h"
+#include "common/secret.h"
+#include "e2b/connect.h"
+
+namespace warren::e2b {
+namespace {
+
+// One thread per connection in service: a running command's stream holds
+// one for as long as it runs.
+constexpr int kWorkers = 128;
+constexpr int kListenBacklog = 1024;
+constexpr uint64_t kPruneEvery = 256;
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
+  std::vector<std::string> keys;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::string key(absl::StripAsciiWhitespace(line));
+    if (key.empty() || key[0] == '#') continue;
+    keys.push_back(key);
+  }
+  if (keys.empty()) return absl::InvalidArgumentError("--e2b-api-keys " + path + " holds no key");
+  return keys;
+}
+
+StatusOr<std::map<std::string, std::vector<std::string>>> ReadTemplates(const std::string& path,
+                                                                        const std::vector<std::string>& base_layers) {
+  std::map<std::string, std::vector<std::string>> out;
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return absl::InvalidArgumentError("--e2b-templates " + path + ": not a JSON object {template: [layer, ...]}");
+    for (const auto& [id, layers] : j.items()) {
+      if (id.empty()) return absl::InvalidArgumentError("--e2b-templates " + path + ": an empty template id");
+      if (!layers.is_array() || layers.empty())
+        return absl::InvalidArgumentError("--e2b-templates " + path + ": template \"" + id +
+                                          "\" must map to a non-empty list of layers");
+      for (const auto& l : layers) {
+        if (!l.is_string() || l.get<std::string>().empty())
+          return absl::InvalidArgumentError("--e2b-templates " + path + ": template \"" + id +
+                                            "\" has a layer that is not a non-empty string");
+        out[id].push_back(l.get<std::string>());
+      }
+    }
+  }
+  if (out.count("base") == 0 && !base_layers.empty()) out["base"] = base_layers;
+  return out;
+}
+
+bool E2bState::ApiKeyOk(const std::string& key) const {
+  bool ok = false;
+  for (const std::string& k : options_.api_keys) ok |= SameSecret(key, k);  // every key compared: no early exit
+  return ok;
+}
+
+std::string E2bState::NewAccessToken(const std::string& id) {
+  unsigned char buf[24];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    const ssize_t n = ::getrandom(buf + got, sizeof buf - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  std::string token = absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(buf), sizeof buf));
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_[id] = token;
+  // Sandboxes also end without this front end (TTL, warren's own API): their
+  // tokens are dropped every kPruneEvery new tokens.
+  if (++issued_ % kPruneEvery == 0) {
+    for (auto it = tokens_.begin(); it != tokens_.end();) {
+      it = manager_->Get(it->first).ok() ? std::next(it) : tokens_.erase(it);
+    }
+  }
+  return token;
+}
+
+std::string E2bState::AccessToken(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tokens_.find(id);
+    if (it != tokens_.end()) return it->second;
+  }
+  return NewAccessToken(id);
+}
+
+bool E2bState::AccessOk(const std::string& id, const std::string& token) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tokens_.find(id);
+  return it != tokens_.end() && SameSecret(token, it->second);
+}
+
+void E2bState::Forget(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_.erase(id);
+}
+
+StatusOr<std::string> Addressed(const E2bState& st, const httplib::Request& req) {
+  const std::string id = req.get_header_value("E2b-Sandbox-Id");
+  if (id.empty()) return absl::InvalidArgumentError("missing E2b-Sandbox-Id header");
+  if (!st.AccessOk(id, req.get_header_value("X-Access-Token")))
+    return absl::UnauthenticatedError("no such sandbox or wrong X-Access-Token for sandbox \"" + id + "\"");
+  return id;
+}
+
+void ConnectUnary(E2bState& st, const httplib::Request& req, httplib::Response& res, UnaryFn f) {
+  using json = nlohmann::json;
+  StatusOr<json> out = [&]() -> StatusOr<json> {
+    ASSIGN_OR_RETURN(std::string id, Addressed(st, req));
+    json msg = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
+    if (msg.is_discarded() || !msg.is_object()) return absl::InvalidArgumentError("request is not a JSON object");
+    return f(st, id, msg);
+  }();
+  if (!out.ok()) {
+    res.status = HttpStatus(out.status().code());
+    res.set_content(ErrorJson(out.status()).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+  res.set_content(out->dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+E2bServer::~E2bServer() { Stop(); }
+
+void E2bServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+StatusOr<std::unique_ptr<E2bServer>> E2bServer::Start(node::SandboxManager* manager, E2bOptions options) {
+  const std::string listen = options.listen;
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return absl::InvalidArgumentError("--e2b-listen wants HOST:PORT, got " + listen);
+  const std::string host = listen.substr(0, colon);
+  int port = 0;
+  if (!absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 || port > 65535)
+    return absl::InvalidArgumentError("--e2b-listen: bad port in " + listen);
+  if (options.api_keys.empty()) return absl::InvalidArgumentError("--e2b-listen needs --e2b-api-keys");
+  std::unique_ptr<E2bServer> s(new E2bServer());
+  s->server_ = std::make_unique<httplib::Server>();
+  s->server_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  // Answers go out as several writes (headers, body, stream chunks): without
+  // TCP_NODELAY each small one after the first waits for the client's
+  // delayed ACK (~40 ms on Linux).
+  s->server_->set_tcp_nodelay(true);
+  auto listen_fd = std::make_shared<int>(-1);
+  s->server_->set_socket_options([listen_fd](int sock) {
+    int yes = 1;
+    (void)::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *listen_fd = sock;
+  });
+  auto state = std::make_shared<E2bState>(manager, std::move(options));
+  AddLifecycleRoutes(*s->server_, state);
+  AddProcessRoutes(*s->server_, state);
+  AddFilesystemRoutes(*s->server_, state);
+  AddFileTransferRoutes(*s->server_, state);
+  if (port == 0) {
+    port = s->server_->bind_to_any_port(host);
+    if (port < 0) return absl::UnavailableError("cannot bind --e2b-listen " + listen);
+  } else if (!s->server_->bind_to_port(host, port)) {
+    return absl::UnavailableError("cannot bind --e2b-listen " + listen);
+  }
+  if (*listen_fd < 0 || ::listen(*listen_fd, kListenBacklog) != 0)
+    return ErrnoToStatus(*listen_fd < 0 ? EBADF : errno, "listen(--e2b-listen " + listen + ", backlog)");
+  s->port_ = port;
+  httplib::Server* raw = s->server_.get();
+  s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  return s;
+}
+
+}  // namespace warren::e2b
