@@ -315,6 +315,10 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(node::FnCallFronte
   // One thread per connection being served (blocked in the call); accepted
   // connections beyond that wait in the pool's queue, never refused.
   s->server_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  // An answer goes out in several small writes (status line and headers,
+  // body): with Nagle on, each after the first waits for the client's
+  // delayed ACK (~40 ms on Linux) on a keep-alive connection.
+  s->server_->set_tcp_nodelay(true);
   // cpp-httplib listens with a backlog of 5 (compiled into Debian's
   // library): a burst of verl's 64-128 concurrent connects overflows it and
   // the kernel drops or resets the excess. The socket is taken here (the
