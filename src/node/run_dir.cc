@@ -171,6 +171,21 @@ void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_d
     (void)::rmdir(target.c_str());  // only when empty
   }
   (void)::rmdir(run_dir.c_str());
+  // The last daemon out takes down the tmpfs EnsureTmpfs mounted on the run
+  // root (a mount of its own, not /run's): under the same lock, only when
+  // empty, and never lazily (busy = someone uses it = it stays).
+  const std::string root = Dirname(run_dir), parent = Dirname(root);
+  struct stat rs {
+  }, ps{};
+  if (::stat(root.c_str(), &rs) != 0 || ::stat(parent.c_str(), &ps) != 0 || rs.st_dev == ps.st_dev || !OnTmpfs(root) ||
+      OnTmpfs(parent)) {
+    return;
+  }
+  const std::string lock_path = parent + "/.runtime.lock";
+  int lock = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+  if (lock < 0) return;
+  if (::flock(lock, LOCK_EX) == 0 && CountEntries(root) == 0) (void)::umount2(root.c_str(), UMOUNT_NOFOLLOW);
+  ::close(lock);
 }
 
 }  // namespace warren::node

@@ -27,8 +27,8 @@ namespace warren::node {
 //     state dir is itself on a tmpfs: the state dir;
 //   * `run_root`'s parent (/run/warren) is a tmpfs, or run_root is one, or
 //     `mount_tmpfs` and a tmpfs could be mounted on run_root (hosts without
-//     a tmpfs /run: the mount stays, like /run itself, until reboot; taken
-//     under a lock file next to it): <run_root>/<16 hex digits of a hash of
+//     a tmpfs /run: taken under a lock file next to it; the last daemon to
+//     stop cleanly unmounts it, RemoveRunDirIfUnused): <run_root>/<16 hex digits of a hash of
 //     state_dir>, one per state dir;
 //   * otherwise the state dir.
 StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::string& requested,
@@ -43,7 +43,9 @@ Status LinkRunDir(const std::string& state_dir, const std::string& run_dir);
 
 // At a clean shutdown: when run_dir is not the state dir and holds no
 // record, removes the symlinks, the (empty) subdirectories and run_dir.
-// Anything non-empty stays (the next daemon adopts it). Best effort.
+// Anything non-empty stays (the next daemon adopts it). Then, when the run
+// root is a tmpfs ResolveRunDir mounted (its parent is no tmpfs) and nothing
+// is left in it, unmounts it (the next daemon mounts it again). Best effort.
 void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_dir);
 
 }  // namespace warren::node
