@@ -4,7 +4,7 @@
 # throughput (fncall_batch of 500 trivial python calls, 4 batches) and idle
 # density (bench/density/bench.py: host MemAvailable drop per idle sandbox,
 # WARREN_AB_DENSITY_N sandboxes, default 300; 0 skips the row), in
-# interleaved rounds so that load changes hit both alike.
+# interleaved rounds (ABBA order) so that load changes hit both alike.
 #
 # Usage: bench/ab_warrend.sh A_WARREND B_WARREND [rounds] [iterations]
 #   WARREN_AB_A_ARGS / WARREN_AB_B_ARGS: extra warrend flags of one side
@@ -79,7 +79,13 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 density_n=${WARREN_AB_DENSITY_N:-300}
 declare -A exec_p50 loop_rate loop_cpu fncall_rate idle_kib
 for r in $(seq 1 "$rounds"); do
-  for n in A B; do
+  # ABBA: odd rounds run A first, even rounds B first, so that what one side
+  # leaves running (the kernel's deferred teardown of 400 sandboxes: network
+  # namespaces, mounts, cgroups) weighs on both alike. With a fixed order an
+  # A/B of one binary against itself read c64 0.93 and CPU per cycle 1.08.
+  order="A B"
+  ((r % 2 == 0)) && order="B A"
+  for n in $order; do
     out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/exec/bench.py" --addr "unix:$work/$n.sock" \
       --iterations "$iters" --rounds 1 --max-seconds 60 | grep -E '^\| warren_exec' | awk -F'|' '{print $4}' | tr -d ' ')
     exec_p50[$n]+="$out "

@@ -1,5 +1,7 @@
 #include "jail/cgroup.h"
 
+#include "jail/cgroup_path.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -25,7 +27,7 @@ namespace {
 constexpr int64_t kCfsPeriodUs = 100000;
 
 Status WriteFile(const std::string& path, const std::string& value) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  UniqueFd fd(CgOpen(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
   ssize_t n = ::write(fd.get(), value.data(), value.size());
   if (n < 0) return ErrnoToStatus(errno, "write(" + path + ", " + value + ")");
@@ -33,7 +35,7 @@ Status WriteFile(const std::string& path, const std::string& value) {
 }
 
 std::optional<std::string> ReadFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(CgOpen(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return std::nullopt;
   std::string out;
   char buf[4096];
@@ -46,7 +48,7 @@ std::optional<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
-bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool Exists(const std::string& path) { return CgAccess(path.c_str()) == 0; }
 
 std::vector<pid_t> ReadPids(const std::string& dir, bool recursive, int depth = 0) {
   std::vector<pid_t> pids;
@@ -58,7 +60,7 @@ std::vector<pid_t> ReadPids(const std::string& dir, bool recursive, int depth = 
     }
   }
   if (recursive && depth < 8) {
-    UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd d(CgOpen(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!d.valid()) return pids;
     DIR* dp = ::fdopendir(d.release());
     if (!dp) return pids;
@@ -75,7 +77,7 @@ std::vector<pid_t> ReadPids(const std::string& dir, bool recursive, int depth = 
 // Removes `dir`'s sub-directories (depth first) then `dir`. ENOENT ignored.
 Status RemoveTree(const std::string& dir, int depth = 0) {
   if (depth < 8) {
-    UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd d(CgOpen(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!d.valid()) {
       if (errno == ENOENT) return absl::OkStatus();
       return ErrnoToStatus(errno, "open(" + dir + ")");
@@ -89,7 +91,7 @@ Status RemoveTree(const std::string& dir, int depth = 0) {
     }
     for (const auto& s : subs) RETURN_IF_ERROR(RemoveTree(dir + "/" + s, depth + 1));
   }
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "rmdir(" + dir + ")");
+  if (CgRmdir(dir.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, "rmdir(" + dir + ")");
   return absl::OkStatus();
 }
 
@@ -100,7 +102,7 @@ Status WriteTree(const std::string& dir, const char* file, const std::string& va
   Status first;
   const std::string path = dir + "/" + file;
   if (self) {
-    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    UniqueFd fd(CgOpen(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd.valid()) {
       if (errno == ENOENT) return first;
       first = ErrnoToStatus(errno, "open(" + path + ")");
@@ -109,7 +111,7 @@ Status WriteTree(const std::string& dir, const char* file, const std::string& va
     }
   }
   if (depth >= 8) return first;
-  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd d(CgOpen(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!d.valid()) return first;
   std::vector<std::string> subs;
   if (DIR* dp = ::fdopendir(d.release())) {
@@ -129,7 +131,7 @@ Status WriteTree(const std::string& dir, const char* file, const std::string& va
 // process is still in it) ignored.
 void RemoveEmptyBelow(const std::string& dir, int depth = 0) {
   if (depth >= 8) return;
-  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd d(CgOpen(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!d.valid()) return;
   std::vector<std::string> subs;
   if (DIR* dp = ::fdopendir(d.release())) {
@@ -140,7 +142,7 @@ void RemoveEmptyBelow(const std::string& dir, int depth = 0) {
   }
   for (const auto& sub : subs) {
     RemoveEmptyBelow(dir + "/" + sub, depth + 1);
-    (void)::rmdir((dir + "/" + sub).c_str());
+    (void)CgRmdir((dir + "/" + sub).c_str());
   }
 }
 
@@ -277,7 +279,7 @@ class CgroupV1 : public Cgroup {
     std::vector<UniqueFd> fds;
     for (const auto& [c, d] : hiers_) {
       std::string p = d + "/cgroup.procs";
-      UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
+      UniqueFd fd(CgOpen(p.c_str(), O_WRONLY | O_CLOEXEC));
       if (!fd.valid()) return ErrnoToStatus(errno, "open(" + p + ")");
       fds.push_back(std::move(fd));
     }
@@ -298,9 +300,9 @@ class CgroupV1 : public Cgroup {
       auto it = hiers_.find(c);
       if (it == hiers_.end()) continue;
       std::string d = it->second + "/" + name;
-      if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
+      if (CgMkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
         Status st = ErrnoToStatus(errno, "mkdir(" + d + ")");
-        for (auto& [cc, dd] : sub) ::rmdir(dd.c_str());
+        for (auto& [cc, dd] : sub) CgRmdir(dd.c_str());
         return st;
       }
       sub[c] = d;
@@ -431,7 +433,8 @@ class CgroupV1 : public Cgroup {
 
 class CgroupManagerV1 : public CgroupManager {
  public:
-  explicit CgroupManagerV1(std::map<std::string, std::string> bases) : bases_(std::move(bases)) {}
+  CgroupManagerV1(std::map<std::string, std::string> bases, bool view_hierarchies)
+      : bases_(std::move(bases)), view_hierarchies_(view_hierarchies) {}
   int version() const override { return 1; }
   std::string parent() const override { return parent_; }
   void set_parent(std::string p) { parent_ = std::move(p); }
@@ -440,16 +443,17 @@ class CgroupManagerV1 : public CgroupManager {
     std::map<std::string, std::string> made;
     std::vector<std::string> created;  // for rollback, deepest last
     auto rollback = [&] {
-      for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+      for (auto it = created.rbegin(); it != created.rend(); ++it) CgRmdir(it->c_str());
     };
     for (const auto& [c, base] : bases_) {
+      if (!view_hierarchies_ && IsViewHierarchy(c)) continue;
       std::string path = base;
       // Create the base and each component of rel.
       std::vector<std::string> comps = {""};
       for (absl::string_view s : absl::StrSplit(rel, '/', absl::SkipEmpty())) comps.emplace_back(s);
       for (const auto& comp : comps) {
         if (!comp.empty()) path += "/" + comp;
-        const bool made_now = ::mkdir(path.c_str(), 0755) == 0;
+        const bool made_now = CgMkdir(path.c_str(), 0755) == 0;
         if (made_now) {
           created.push_back(path);
         } else if (errno != EEXIST) {
@@ -511,19 +515,22 @@ class CgroupManagerV1 : public CgroupManager {
     std::vector<std::string> done;  // bases renamed so far
     for (const auto& [c, base] : bases_) {
       const std::string a = base + "/" + from, b = base + "/" + to;
-      if (::rename(a.c_str(), b.c_str()) == 0) {
+      if (CgRename(a.c_str(), b.c_str()) == 0) {
         done.push_back(base);
         continue;
       }
+      if (errno == ENOENT && IsViewHierarchy(c)) continue;  // made without the view hierarchies
       Status st = ErrnoToStatus(errno, "rename(" + a + ", " + b + ")");
-      for (const auto& d : done) (void)::rename((d + "/" + to).c_str(), (d + "/" + from).c_str());
+      for (const auto& d : done) (void)CgRename((d + "/" + to).c_str(), (d + "/" + from).c_str());
       return st;
     }
     return absl::OkStatus();
   }
 
  private:
+  static bool IsViewHierarchy(const std::string& c) { return c == "cpuset" || c == "cpuacct"; }
   std::map<std::string, std::string> bases_;  // controller -> <mnt><own>/<name>
+  bool view_hierarchies_;
   std::string parent_;
 };
 
@@ -553,7 +560,7 @@ class CgroupV2 : public Cgroup {
 
   StatusOr<std::vector<UniqueFd>> OpenProcsFds() override {
     std::string p = dir_ + "/cgroup.procs";
-    UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
+    UniqueFd fd(CgOpen(p.c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd.valid()) return ErrnoToStatus(errno, "open(" + p + ")");
     std::vector<UniqueFd> v;
     v.push_back(std::move(fd));
@@ -564,7 +571,7 @@ class CgroupV2 : public Cgroup {
 
   StatusOr<std::unique_ptr<Cgroup>> CreateChild(const std::string& name) override {
     std::string d = dir_ + "/" + name;
-    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + d + ")");
+    if (CgMkdir(d.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir(" + d + ")");
     return std::unique_ptr<Cgroup>(new CgroupV2(Join(rel_, name), d));
   }
 
@@ -649,7 +656,7 @@ class CgroupManagerV2 : public CgroupManager {
   StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& rel, const CgroupLimits& limits) override {
     std::vector<std::string> created;
     auto rollback = [&] {
-      for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+      for (auto it = created.rbegin(); it != created.rend(); ++it) CgRmdir(it->c_str());
     };
     std::string path = base_;
     // Best effort: delegate the controllers from the daemon's own cgroup down
@@ -660,7 +667,7 @@ class CgroupManagerV2 : public CgroupManager {
     for (absl::string_view s : absl::StrSplit(rel, '/', absl::SkipEmpty())) comps.emplace_back(s);
     for (size_t i = 0; i < comps.size(); ++i) {
       if (!comps[i].empty()) path += "/" + comps[i];
-      if (::mkdir(path.c_str(), 0755) == 0) {
+      if (CgMkdir(path.c_str(), 0755) == 0) {
         created.push_back(path);
       } else if (errno != EEXIST) {
         Status st = ErrnoToStatus(errno, "mkdir(" + path + ")");
@@ -730,7 +737,7 @@ void Cgroup::RemoveEmptyDescendants() {
 
 Status Cgroup::RemoveChildren() {
   for (const std::string& d : dirs()) {
-    DIR* dp = ::opendir(d.c_str());
+    DIR* dp = CgOpendir(d.c_str());
     if (dp == nullptr) {
       if (errno == ENOENT) continue;
       return ErrnoToStatus(errno, "opendir(" + d + ")");
@@ -770,7 +777,7 @@ StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::OpenV2(const std::string
 
 std::string CgroupManager::FindCgroup2Mount() { return FindMounts().v2; }
 
-StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const std::string& name) {
+StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const std::string& name, bool view_hierarchies) {
   Mounts m = FindMounts();
   auto own = OwnCgroups();
   if (m.v2_at_root && Exists(m.v2 + "/cgroup.controllers")) {
@@ -790,7 +797,7 @@ StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const std::string
     std::string ownp = own.count(c) ? own[c] : "/";
     bases[c] = mp + (ownp == "/" ? "" : ownp) + "/" + name;
   }
-  auto mgr = std::make_unique<CgroupManagerV1>(bases);
+  auto mgr = std::make_unique<CgroupManagerV1>(bases, view_hierarchies);
   std::string ownmem = own.count("memory") ? own["memory"] : "/";
   mgr->set_parent((ownmem == "/" ? "" : ownmem) + "/" + name);
   return std::unique_ptr<CgroupManager>(std::move(mgr));

@@ -40,6 +40,12 @@ struct CgroupLimits {
   uint32_t pids = 0;          // pids.max. 0 = unset
 };
 
+// open(2) of a file in a cgroup file system (e.g. a cgroup.procs outside the
+// Cgroup objects), with the path walk started at the hierarchy's mount point
+// as every call of this file does (see cgroup.cc's CgPath). Returns the fd or
+// -1 with errno set.
+int OpenCgroupFile(const std::string& path, int flags);
+
 class Cgroup {
  public:
   virtual ~Cgroup() = default;
@@ -140,7 +146,12 @@ class CgroupManager {
   // Probes the host: v2 if /sys/fs/cgroup is a cgroup2 mount with the
   // memory controller available, else v1 (memory, pids, freezer required;
   // cpu optional). FailedPrecondition if neither works.
-  static StatusOr<std::unique_ptr<CgroupManager>> Detect(const std::string& name);
+  // `view_hierarchies` (v1): Create also makes the cgroup in the cpuset and
+  // cpuacct hierarchies, which set no limit of ours but through which lxcfs
+  // computes a reader's cpus and cpu usage (jail/lxcfs.h); without lxcfs
+  // views they are two more mkdir/rmdir/join per sandbox for nothing. Open,
+  // Rename and removal find a cgroup in every hierarchy either way.
+  static StatusOr<std::unique_ptr<CgroupManager>> Detect(const std::string& name, bool view_hierarchies = true);
   // The v2 implementation on the cgroup2 file system mounted at `mount`,
   // subtree <mount><own "0::" cgroup>/<name>, whatever Detect would pick
   // (tests exercise the v2 paths on a hybrid host's /sys/fs/cgroup/unified,

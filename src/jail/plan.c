@@ -56,6 +56,14 @@ const char* warren_jail_step_name(int step) {
   return step > 0 && step < WARREN_JAIL_STEP_COUNT ? kNames[step] : "?";
 }
 
+int warren_jail_plan_uses_slot(const struct WarrenJailPlan* p, int slot) {
+  for (uint32_t i = 0; i < p->n_mounts && i < WARREN_JAIL_MAX_MOUNTS; ++i) {
+    const struct WarrenJailMount* m = &p->mounts[i];
+    if ((m->op == WARREN_JAIL_MOVE_FD || m->op == WARREN_JAIL_MASK_DIR) && m->fd_slot == slot) return 1;
+  }
+  return 0;
+}
+
 int warren_jail_plan_check(const struct WarrenJailPlan* p) {
   if (p->magic != WARREN_JAIL_PLAN_MAGIC || p->size != sizeof *p || p->n_mounts > WARREN_JAIL_MAX_MOUNTS ||
       p->creds.n_rlimits > WARREN_JAIL_MAX_RLIMITS || p->creds.n_filters > BPF_MAXINSNS ||

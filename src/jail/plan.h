@@ -46,7 +46,7 @@ extern "C" {
 
 #define WARREN_JAIL_MAX_MOUNTS 96
 #define WARREN_JAIL_MAX_RLIMITS 16
-#define WARREN_JAIL_MAX_FD_SLOTS 4
+#define WARREN_JAIL_MAX_FD_SLOTS 5
 #define WARREN_JAIL_ROOT_MAX 1024
 
 /* Mount operations; paths are relative to the new root (the cwd after
@@ -159,6 +159,10 @@ const char* warren_jail_step_name(int step);
 
 /* Checks magic, size and counts. 0 or -EPROTO. */
 int warren_jail_plan_check(const struct WarrenJailPlan* plan);
+
+/* 1 if a mount op of the plan takes the fd of `slot` (so the sender sends
+ * it), else 0. */
+int warren_jail_plan_uses_slot(const struct WarrenJailPlan* plan, int slot);
 
 /* A plan received as bytes (struct, then creds.n_filters sock_filters):
  * checks it and points creds.filter at the program. `len` is the whole

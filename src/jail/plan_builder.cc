@@ -274,7 +274,11 @@ StatusOr<WarrenJailPlan> SandboxInitPlan(const SandboxPlanOptions& o) {
         .Bind(o.lxcfs_dir + "/sys/devices/system/cpu/online", "sys/devices/system/cpu/online", 0,
               WARREN_JAIL_IF_EXISTS);
   }
-  if (!o.cgroup_dirs.empty()) b.CgroupView("sys/fs/cgroup", o.cgroup_dirs);
+  if (o.cgroup_view_fd) {
+    b.MoveFd(kSlotCgroupView, "sys/fs/cgroup");
+  } else if (!o.cgroup_dirs.empty()) {
+    b.CgroupView("sys/fs/cgroup", o.cgroup_dirs);
+  }
   b.Rlimit(RLIMIT_NOFILE, o.nofile, o.nofile)
       .Rlimit(RLIMIT_CORE, 0, 0)
       .Capabilities(0, o.last_cap)

@@ -108,7 +108,7 @@ class PlanBuilder {
 
 // A container sandbox's first process (its init): what the daemon knows at
 // Start. The shell receives the plan with the fds of its slots.
-enum SandboxFdSlot : int { kSlotRootfs = 0, kSlotDev = 1, kSlotSysfs = 2, kSlotMask = 3 };
+enum SandboxFdSlot : int { kSlotRootfs = 0, kSlotDev = 1, kSlotSysfs = 2, kSlotMask = 3, kSlotCgroupView = 4 };
 struct SandboxPlanOptions {
   std::string root;                      // where the rootfs mount is attached (spec.dir/rootfs)
   std::string hostname;                  // at most 63 bytes
@@ -117,6 +117,7 @@ struct SandboxPlanOptions {
   bool shared_sysfs = false;             // a read-only sysfs arrives in kSlotSysfs (else mounted here)
   bool shared_mask = false;              // an empty read-only tmpfs for masked dirs arrives in kSlotMask
   std::vector<std::string> cgroup_dirs;  // the sandbox's cgroup, shown at /sys/fs/cgroup
+  bool cgroup_view_fd = false;           // that view arrives built in kSlotCgroupView (jail/cgroup_view.h)
   std::string lxcfs_dir;                 // jail/lxcfs.h mount; "" = none
   uint64_t nofile = 0;
   int last_cap = 40;

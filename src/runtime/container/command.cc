@@ -28,7 +28,7 @@ StatusOr<std::vector<UniqueFd>> JoinFds(jail::Cgroup& sb, jail::Cgroup& child) {
       const std::string prefix = d + "/";
       if (std::any_of(sub.begin(), sub.end(), [&](const std::string& c) { return c.rfind(prefix, 0) == 0; })) continue;
       const std::string p = prefix + "cgroup.procs";
-      UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CLOEXEC));
+      UniqueFd fd(jail::OpenCgroupFile(p, O_WRONLY | O_CLOEXEC));
       if (!fd.valid()) return Errno("open(" + p + ")");
       out.push_back(std::move(fd));
     }

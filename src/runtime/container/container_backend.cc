@@ -43,7 +43,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
+#include "common/log.h"
 #include "common/rollback.h"
+#include "jail/cgroup_view.h"
 #include "jail/contain.h"
 #include "jail/plan.h"
 #include "jail/plan_builder.h"
@@ -179,6 +181,16 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   po.shared_sysfs = st_->sysfs_mnt.valid();
   po.shared_mask = st_->mask_mnt.valid();
   po.cgroup_dirs = sh->cg->dirs();
+  UniqueFd cgroup_view;
+  if (!po.cgroup_dirs.empty() && st_->detached_cgroup_view.load(std::memory_order_relaxed)) {
+    if (StatusOr<UniqueFd> v = jail::DetachedCgroupView(po.cgroup_dirs); v.ok()) {
+      cgroup_view = std::move(*v);
+      po.cgroup_view_fd = true;
+    } else if (st_->detached_cgroup_view.exchange(false)) {
+      Log(spdlog::level::warn, "sandboxes build their cgroup view themselves (slower creates)",
+          {{"reason", v.status().ToString()}});
+    }
+  }
   po.lxcfs_dir = st_->options.lxcfs_dir;
   po.nofile = spec.resources.open_files;
   po.last_cap = st_->last_cap;
@@ -192,6 +204,10 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
     return ErrnoToStatus(-r, "sendmsg(sandbox params, rootfs and upper fds)");
   }
   RETURN_IF_ERROR(SendSharedMounts(*st_, sh->sock.get(), std::move(dev_mnt)));
+  if (cgroup_view.valid()) {
+    if (int r = jail::SendFd(sh->sock.get(), cgroup_view.get()); r != 0)
+      return ErrnoToStatus(-r, "sendmsg(cgroup view fd)");
+  }
   rootfs_mnt.reset();
   sh->sock.reset();
 
@@ -389,7 +405,7 @@ StatusOr<std::unique_ptr<Backend>> NewContainerBackend(const ContainerOptions& o
     return absl::InvalidArgumentError("uid_range and max_sandboxes must be > 0");
   ASSIGN_OR_RETURN(st->uid_slots, UidSlots::Open(options.uid_lock_dir, options.uid_owner, options.max_sandboxes,
                                                  options.uid_base, options.uid_range));
-  ASSIGN_OR_RETURN(st->cgroups, jail::CgroupManager::Detect(options.cgroup_name));
+  ASSIGN_OR_RETURN(st->cgroups, jail::CgroupManager::Detect(options.cgroup_name, !options.lxcfs_dir.empty()));
   st->init_exe.reset(::open(options.init_path.c_str(), O_PATH | O_CLOEXEC));
   if (!st->init_exe.valid()) return Errno("open(" + options.init_path + ")");
   st->spawn_path = options.spawn_path;

@@ -18,6 +18,7 @@
 
 #include "jail/contain.h"
 #include "jail/plan.h"
+#include "jail/plan_builder.h"
 #include "jail/syscalls.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -38,7 +39,7 @@ const char* StepName(int32_t s) {
                                        "stdio",
                                        "execve",
                                        "fcntl(upper fd, F_SETFD)",
-                                       "recvmsg(dev/sysfs/mask mount fd)"};
+                                       "recvmsg(dev/sysfs/mask/cgroup view mount fd)"};
   return s > 0 && s < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[s] : "?";
 }
 
@@ -127,6 +128,10 @@ int SendInitPlan(int sock, const WarrenJailPlan& p, int rootfs, int upper) {
   if (p.shared_sysfs && sysfs < 0) jail::ChildFail(e, kStepRecvShared, -sysfs);
   const int mask = p.shared_mask ? jail::RecvFd(p.sock) : -1;
   if (p.shared_mask && mask < 0) jail::ChildFail(e, kStepRecvShared, -mask);
+  // The cgroup view, built by the daemon (jail/cgroup_view.h), when the plan mounts it.
+  const bool has_view = warren_jail_plan_uses_slot(&plan, jail::kSlotCgroupView) != 0;
+  const int cgroup_view = has_view ? jail::RecvFd(p.sock) : -1;
+  if (has_view && cgroup_view < 0) jail::ChildFail(e, kStepRecvShared, -cgroup_view);
   ::close(p.sock);
   // 2. Namespaces: the cgroup namespace is created only now, after the
   // parent placed us in the sandbox cgroup, so that it is rooted there.
@@ -134,7 +139,7 @@ int SendInitPlan(int sock, const WarrenJailPlan& p, int rootfs, int upper) {
   // 3. The plan: hostname, rootfs, the sandbox's root ids, mounts, masks,
   // pivot_root (jail/plan.h; raw syscalls: a warm shell shares errno with
   // the daemon thread that cloned it, see jail::RawSyscall).
-  const int fds[WARREN_JAIL_MAX_FD_SLOTS] = {rootfs, dev, sysfs, mask};
+  const int fds[WARREN_JAIL_MAX_FD_SLOTS] = {rootfs, dev, sysfs, mask, cgroup_view};
   int step = 0;
   if (int rc = warren_jail_enter_root(&plan, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);
   if (int rc = warren_jail_mount(&plan, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -51,6 +52,9 @@ struct BackendState {
   // Density (see MakeSharedMounts): detached, read-only mounts every sandbox
   // gets a clone of; invalid = each sandbox mounts its own (as before).
   UniqueFd sysfs_mnt, mask_mnt;
+  // The cgroup view is built here per sandbox (jail/cgroup_view.h) until the
+  // kernel refuses (before Linux 6.15): then each sandbox builds its own.
+  std::atomic<bool> detached_cgroup_view{true};
   std::mutex mu;
   std::unique_ptr<UidSlots> uid_slots;  // host-wide (ContainerOptions::uid_lock_dir)
 

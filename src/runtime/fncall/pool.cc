@@ -330,7 +330,7 @@ StatusOr<std::unique_ptr<FnCallPool>> NewFnCallPool(const FnCallOptions& options
   if (::mkdir(o.mount_point.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir(" + o.mount_point + ")");
   if (o.max_workers == 0) o.max_workers = 1;
   if (o.uid_count == 0) o.uid_count = 1;
-  ASSIGN_OR_RETURN(auto cg, jail::CgroupManager::Detect(o.cgroup_name));
+  ASSIGN_OR_RETURN(auto cg, jail::CgroupManager::Detect(o.cgroup_name, !o.lxcfs_dir.empty()));
   RemoveStaleWorkerCgroups(*cg);
   std::optional<jail::SeccompProgram> sc;
   auto prog = jail::CompileSeccompProfile(o.seccomp_profile.empty() ? jail::DefaultSeccompProfile() : o.seccomp_profile,

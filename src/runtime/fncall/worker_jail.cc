@@ -121,7 +121,7 @@ StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompPr
   // there before sending the root): /proc/self/cgroup names "/", matching
   // the view at /sys/fs/cgroup.
   if (::unshare(CLONE_NEWCGROUP) != 0) jail::ChildFail(e, kStepCgroupNs, errno);
-  const int fds[WARREN_JAIL_MAX_FD_SLOTS] = {rootfs, -1, -1, -1};
+  const int fds[WARREN_JAIL_MAX_FD_SLOTS] = {rootfs, -1, -1, -1, -1};
   int step = 0;
   if (int rc = warren_jail_enter_root(p.jail, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);
   if (int rc = warren_jail_mount(p.jail, fds, &step); rc != 0) jail::ChildFail(e, kJailStep0 + step, -rc);

@@ -188,7 +188,7 @@ static int move_fd(int from, int to, int cloexec) {
 static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, struct warren_call_in* out) {
   const int s = (int)a->sock;
   if (a->after_fork_child != 0) a->after_fork_child();
-  static const int kNoFds[WARREN_JAIL_MAX_FD_SLOTS] = {-1, -1, -1, -1};
+  static const int kNoFds[WARREN_JAIL_MAX_FD_SLOTS] = {-1, -1, -1, -1, -1};
   int step = 0;
   long r = warren_jail_mount(a->plan, kNoFds, &step);
   if (r < 0) child_fail(s, serial, kJailStep0 + step, r);

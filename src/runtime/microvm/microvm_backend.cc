@@ -484,7 +484,8 @@ StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& optio
     microvm::KillTemplateQemus(options.qemu, options.template_dir);
     RETURN_IF_ERROR(RemoveTree(options.template_dir));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups,
+                   jail::CgroupManager::Detect(options.cgroup_name, /*view_hierarchies=*/false));
   if (options.max_vms == 0 || uint64_t{options.uid_base} + options.max_vms >= 0xfffffffeu) {
     return absl::InvalidArgumentError("microvm: uid_base + max_vms must stay below 4294967294");
   }

@@ -331,7 +331,8 @@ StatusOr<std::unique_ptr<Backend>> NewVmBackend(const VmOptions& options) {
   RETURN_IF_ERROR(CheckVmHost(options));
   if (options.disk_dir.empty()) return absl::InvalidArgumentError("vm: disk_dir is required");
   RETURN_IF_ERROR(MkdirAll(options.disk_dir, 0700));
-  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups, jail::CgroupManager::Detect(options.cgroup_name));
+  ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups,
+                   jail::CgroupManager::Detect(options.cgroup_name, /*view_hierarchies=*/false));
   return std::unique_ptr<Backend>(new VmBackend(options, std::move(cgroups)));
 }
 
