@@ -177,13 +177,18 @@ StatusOr<UniqueFd> FsMountErofs(const std::string& source, const std::string& wh
 }  // namespace
 
 StatusOr<UniqueFd> MountErofs(const std::string& image, ErofsSource how) {
-  if (how == ErofsSource::kAuto) {
-    how = ErofsFileBackedSupported() ? ErofsSource::kFile : ErofsSource::kLoop;
-  }
+  const bool chosen = how == ErofsSource::kAuto;
+  if (chosen) how = ErofsFileBackedSupported() ? ErofsSource::kFile : ErofsSource::kLoop;
   struct stat st;
   if (stat(image.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + image + ")");
   if (!S_ISREG(st.st_mode)) return ErrnoToStatus(EINVAL, "EROFS image " + image);
-  if (how == ErofsSource::kFile) return FsMountErofs(image, image);
+  if (how == ErofsSource::kFile) {
+    StatusOr<UniqueFd> m = FsMountErofs(image, image);
+    // The kernel backs EROFS only by files whose file system reads folios
+    // through its address space; on others (tmpfs) it answers ENOTBLK:
+    // a loop device reads them through read_iter.
+    if (m.ok() || !chosen || StatusErrno(m.status()) != ENOTBLK) return m;
+  }
   std::string dev;
   ASSIGN_OR_RETURN(UniqueFd loop, SetupLoop(image, &dev));
   // The mount holds the device; closing `loop` leaves autoclear to free it
