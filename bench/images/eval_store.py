@@ -15,7 +15,7 @@ the image's size (its EROFS layers). Cold creates: fresh nodes, each on a
 fresh FUSE mount (its own page cache), one create -> `true` each; warm: n
 more creates on node B.
 
-  .venv/bin/python bench/images/eval_store.py [--bugs 2] [-n 4] [-c 2] [--warm 10] [--cold 3]
+  .venv/bin/python bench/images/eval_store.py [--bugs 2] [-n 4] [-c 2] [--warm 10] [--cold 3] [--no-read-ahead]
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=2, help="eval concurrency")
     ap.add_argument("--warm", type=int, default=10)
     ap.add_argument("--cold", type=int, default=3)
+    ap.add_argument("--no-read-ahead", action="store_true",
+                    help="the nodes' mounts read what is asked: GlusterFS read-ahead and io-cache off, the FUSE "
+                         "mounts' kernel read-ahead 0")
     a = ap.parse_args()
     for name, _ in LAYERS:
         if not (ROOTFS / (name + ".complete")).exists():
@@ -105,9 +108,20 @@ def main() -> None:
     daemons: list[Daemon] = []
     try:
         g.start()
+        if a.no_read_ahead:
+            for opt in ("performance.read-ahead", "performance.io-cache"):
+                g.cli("volume", "set", g.volume, opt, "off")
 
         def node(name: str) -> Daemon:
-            store = g.mount(root / f"mnt-{name}") / "layers"
+            mnt = g.mount(root / f"mnt-{name}")
+            if a.no_read_ahead:
+                dev = os.stat(mnt).st_dev
+                ra = Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
+                if ra.exists():
+                    ra.write_text("0")
+                else:
+                    print(f"note: no {ra}: the kernel's read-ahead of {mnt} stays")
+            store = mnt / "layers"
             store.mkdir(exist_ok=True)
             d = Daemon(root, name, store, f"es{name}{os.getpid()}").start()
             daemons.append(d)
