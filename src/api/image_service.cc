@@ -31,8 +31,9 @@ NodeImages::NodeImages(node::SandboxManager* manager)
 }
 
 StatusOr<image::LayerInfo> NodeImages::Resolve(const std::string& ref) const { return manager_->layers().Resolve(ref); }
-StatusOr<image::LayerInfo> NodeImages::BuildFromTar(const std::string& name, const std::string& tar_path) {
-  return manager_->layers().BuildFromTar(name, tar_path);
+StatusOr<image::LayerInfo> NodeImages::BuildFromTar(const std::string& name, const std::string& tar_path,
+                                                    const image::TarProgressFn& progress) {
+  return manager_->layers().BuildFromTarWithProgress(name, tar_path, progress);
 }
 StatusOr<image::LayerInfo> NodeImages::BuildMerged(const std::string& name, const std::vector<std::string>& digests) {
   return manager_->layers().BuildMerged(name, digests);

@@ -24,7 +24,8 @@ class NodeImages final : public image::oci::LayerBackend {
   explicit NodeImages(node::SandboxManager* manager);
 
   StatusOr<image::LayerInfo> Resolve(const std::string& ref) const override;
-  StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) override;
+  StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path,
+                                          const image::TarProgressFn& progress) override;
   StatusOr<image::LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) override;
   Status Remove(const std::string& ref) override;
   std::vector<image::LayerInfo> List() const override;

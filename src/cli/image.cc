@@ -1,9 +1,11 @@
 // warren image pull|import|ls|inspect|rm|merge|prune: the node's images
 // (api/warren/v1/image.proto). pull and import print one progress line per
-// layer step on stderr (redrawn in place on a terminal) and the image's name
-// and digest on stdout.
+// layer step on stderr (on a terminal redrawn in place, with a bar for the
+// blob's bytes fetched and converted) and the image's name and digest on
+// stdout.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -55,14 +57,25 @@ uint64_t ImageSize(const v1::Image& img) {
   return n;
 }
 
+// "[#########...............]  38%" of done/total (total > 0).
+std::string Bar(uint64_t done, uint64_t total) {
+  constexpr uint64_t kCells = 24;
+  const uint64_t d = std::min(done, total);
+  const uint64_t filled = d * kCells / total;
+  std::string pct = std::to_string(d * 100 / total);
+  return "[" + std::string(filled, '#') + std::string(kCells - filled, '.') + "] " +
+         std::string(3 - std::min<size_t>(3, pct.size()), ' ') + pct + "%";
+}
+
 // Reads the progress stream; prints progress on stderr unless quiet, and
-// the image at the end.
+// the image at the end. Off a terminal, one line per layer and phase.
 int FollowProgress(Invocation& inv, grpc::ClientContext& ctx, grpc::ClientReader<v1::ImageProgress>& reader) {
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   v1::ImageProgress m;
   v1::Image image;
   bool have_image = false;
   bool open_line = false;  // a redrawn line is on the terminal
+  std::string last_step;   // layer and phase of the last line (off a terminal)
   while (reader.Read(&m)) {
     if (m.has_image()) {
       image = m.image();
@@ -72,14 +85,18 @@ int FollowProgress(Invocation& inv, grpc::ClientContext& ctx, grpc::ClientReader
     if (inv.image.quiet || inv.global.json) continue;
     std::string line = absl::StrCat("[", m.layer_index() + 1, "/", m.layer_count(), "] ", ShortDigest(m.layer_digest()),
                                     " ", m.phase());
-    if (m.phase() == "fetching" && m.bytes_total() > 0) {
-      absl::StrAppend(&line, " ", FormatBytes(m.bytes_done()), " / ", FormatBytes(m.bytes_total()));
-    }
+    const bool measured = (m.phase() == "fetching" || m.phase() == "converting") && m.bytes_total() > 0;
     const bool final = m.phase() == "done" || m.phase() == "exists";
     if (tty) {
+      if (measured) {
+        absl::StrAppend(&line, " ", Bar(m.bytes_done(), m.bytes_total()), " ", FormatBytes(m.bytes_done()), " / ",
+                        FormatBytes(m.bytes_total()));
+      }
       std::cerr << "\r\033[K" << line << (final ? "\n" : "") << std::flush;
       open_line = !final;
-    } else if (m.phase() != "fetching" || m.bytes_done() == 0) {
+    } else if (std::string step = absl::StrCat(m.layer_index(), " ", m.phase()); step != last_step) {
+      last_step = step;
+      if (measured) absl::StrAppend(&line, " ", FormatBytes(m.bytes_total()));
       std::cerr << line << "\n";
     }
   }

@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@ namespace warren::image {
 namespace {
 
 constexpr size_t kMaxStderr = size_t{16} * 1024;
+// Free bytes below which a failed mkfs.erofs is taken to have run out of space.
+constexpr uint64_t kFullBytes = uint64_t{1} << 20;
 
 // Reads `fd` to EOF, keeping at most kMaxStderr bytes.
 std::string Drain(int fd) {
@@ -109,6 +112,16 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
   if (!errors.empty()) err = errors;
   std::string how = WIFEXITED(wstatus) ? "exit status " + std::to_string(WEXITSTATUS(wstatus))
                                        : "signal " + std::to_string(WTERMSIG(wstatus));
+  // A full file system under the image is the caller's to act on (free
+  // space, retry elsewhere), not an internal error. mkfs.erofs reports
+  // ENOSPC in words (or only as a failed write), so ask the file system:
+  // the partial image is still there, so it is still full.
+  const std::string dir = image.substr(0, image.rfind('/') + 1);
+  struct statvfs vfs;
+  const bool full =
+      err.find(strerror(ENOSPC)) != std::string::npos ||
+      (statvfs(dir.c_str(), &vfs) == 0 && static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < kFullBytes);
+  if (full) return ErrnoToStatus(ENOSPC, "mkfs.erofs " + image + " " + src_dir + " (" + how + ": " + err + ")");
   return absl::InternalError("mkfs.erofs " + image + " " + src_dir + " failed (" + how + "): " + err);
 }
 
@@ -164,13 +177,18 @@ StatusOr<UniqueFd> FsMountErofs(const std::string& source, const std::string& wh
 }  // namespace
 
 StatusOr<UniqueFd> MountErofs(const std::string& image, ErofsSource how) {
-  if (how == ErofsSource::kAuto) {
-    how = ErofsFileBackedSupported() ? ErofsSource::kFile : ErofsSource::kLoop;
-  }
+  const bool chosen = how == ErofsSource::kAuto;
+  if (chosen) how = ErofsFileBackedSupported() ? ErofsSource::kFile : ErofsSource::kLoop;
   struct stat st;
   if (stat(image.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + image + ")");
   if (!S_ISREG(st.st_mode)) return ErrnoToStatus(EINVAL, "EROFS image " + image);
-  if (how == ErofsSource::kFile) return FsMountErofs(image, image);
+  if (how == ErofsSource::kFile) {
+    StatusOr<UniqueFd> m = FsMountErofs(image, image);
+    // The kernel backs EROFS only by files whose file system reads folios
+    // through its address space; on others (tmpfs) it answers ENOTBLK:
+    // a loop device reads them through read_iter.
+    if (m.ok() || !chosen || StatusErrno(m.status()) != ENOTBLK) return m;
+  }
   std::string dev;
   ASSIGN_OR_RETURN(UniqueFd loop, SetupLoop(image, &dev));
   // The mount holds the device; closing `loop` leaves autoclear to free it

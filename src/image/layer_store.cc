@@ -145,7 +145,8 @@ StatusOr<LayerInfo> LayerStore::BuildFromSandboxDir(std::string_view name, const
   return BuildImage(n, dir, /*from_sandbox=*/true);
 }
 
-StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::string& tar_path) {
+StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::string& tar_path,
+                                             const TarProgressFn& progress) {
   ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(name));
   if (n.version.empty()) {
     return absl::InvalidArgumentError("layer name \"" + std::string(name) +
@@ -156,7 +157,7 @@ StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::s
   RemoveGuard remove_stage(stage);  // always: the staging tree is never kept
   // mkdir applied the umask; the root of a layer without a "./" entry is 0755.
   if (chmod(stage.c_str(), 0755) != 0) return ErrnoToStatus(errno, "chmod(" + stage + ")");
-  RETURN_IF_ERROR(ExtractTar(tar_path, stage));
+  RETURN_IF_ERROR(ExtractTar(tar_path, stage, progress));
   return BuildImage(n, stage);
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "image/tar_extract.h"
 
 namespace warren::image {
 
@@ -72,8 +73,10 @@ class LayerStore {
   // whiteouts ".wh.<name>" become overlayfs whiteouts (0:0 char devices) and
   // ".wh..wh..opq" an opaque dir (trusted.overlay.opaque=y). Rejected with
   // InvalidArgument naming the entry: absolute or ".." paths, device nodes
-  // other than whiteouts, links pointing outside the tree.
-  StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path);
+  // other than whiteouts, links pointing outside the tree. `progress`: as
+  // ExtractTar's (bytes of the tar read), during the extraction.
+  StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path,
+                                   const TarProgressFn& progress = nullptr);
   // One layer equal to the stack of `digests` (bottom first, >= 2) as a
   // sandbox sees it: the layers stacked in a read-only overlayfs, the image
   // built from that view and verified against it (CompareTrees). Whiteouts

@@ -23,6 +23,8 @@ constexpr size_t kMaxEntries = 10'000'000;
 constexpr size_t kMaxDepth = 1024;
 constexpr char kWhiteoutPrefix[] = ".wh.";
 constexpr char kOpaqueMarker[] = ".wh..wh..opq";
+// Progress is reported at least every this many bytes of one file's data.
+constexpr size_t kProgressEvery = size_t{4} << 20;
 
 std::string ErrStr(archive* a) {
   const char* s = archive_error_string(a);
@@ -60,7 +62,8 @@ struct DirMeta {
 
 class Extractor {
  public:
-  Extractor(std::string dest, int root) : dest_(std::move(dest)), root_(root) {}
+  Extractor(std::string dest, int root, const TarProgressFn& progress)
+      : dest_(std::move(dest)), root_(root), progress_(progress) {}
   Status Run(archive* a, const std::string& tar_path);
 
  private:
@@ -75,9 +78,12 @@ class Extractor {
   Status MakeRoom(int parent, const std::string& name, bool new_is_dir, const std::string& entry, bool* is_dir);
   Status WriteData(archive* a, int fd, const std::string& entry, int64_t size);
   Status FinishDirs();
+  // Reports the archive's bytes read so far to progress_ (if any).
+  Status Report(archive* a) const;
 
   std::string dest_;
   int root_;
+  const TarProgressFn& progress_;
   // Directory metadata applied last (children change mtimes), keyed by path
   // components so deeper ones are applied first.
   std::map<std::vector<std::string>, DirMeta> dirs_;
@@ -153,11 +159,17 @@ Status Extractor::WriteData(archive* a, int fd, const std::string& entry, int64_
   const void* buf;
   size_t len;
   la_int64_t off;
+  size_t since_report = 0;
   for (;;) {
     int r = archive_read_data_block(a, &buf, &len, &off);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN) {
       return Bad(entry, std::string("reading data: ") + ErrStr(a));
+    }
+    since_report += len;
+    if (since_report >= kProgressEvery) {
+      since_report = 0;
+      RETURN_IF_ERROR(Report(a));
     }
     size_t done = 0;
     while (done < len) {
@@ -319,6 +331,13 @@ Status Extractor::FinishDirs() {
   return absl::OkStatus();
 }
 
+Status Extractor::Report(archive* a) const {
+  if (!progress_) return absl::OkStatus();
+  const la_int64_t n = archive_filter_bytes(a, -1);
+  if (!progress_(n > 0 ? static_cast<uint64_t>(n) : 0)) return absl::CancelledError("tar extraction cancelled");
+  return absl::OkStatus();
+}
+
 Status Extractor::Run(archive* a, const std::string& tar_path) {
   archive_entry* e = nullptr;
   std::string last = "(start of archive)";
@@ -336,13 +355,14 @@ Status Extractor::Run(archive* a, const std::string& tar_path) {
     const char* p = archive_entry_pathname(e);
     last = p ? p : "?";
     RETURN_IF_ERROR(Extract(a, e));
+    RETURN_IF_ERROR(Report(a));
   }
   return FinishDirs();
 }
 
 }  // namespace
 
-Status ExtractTar(const std::string& tar_path, const std::string& dest) {
+Status ExtractTar(const std::string& tar_path, const std::string& dest, const TarProgressFn& progress) {
   UniqueFd root(open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root.valid()) return ErrnoToStatus(errno, "open(" + dest + ")");
   std::unique_ptr<archive, decltype(&archive_read_free)> a(archive_read_new(), &archive_read_free);
@@ -353,7 +373,7 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest) {
   if (archive_read_open_filename(a.get(), tar_path.c_str(), 1 << 16) != ARCHIVE_OK) {
     return absl::InvalidArgumentError("tar " + tar_path + ": " + ErrStr(a.get()));
   }
-  Extractor x(dest, root.get());
+  Extractor x(dest, root.get(), progress);
   return x.Run(a.get(), tar_path);
 }
 

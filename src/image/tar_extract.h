@@ -1,6 +1,8 @@
 // Safe tar extraction into a layer staging directory.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -19,6 +21,10 @@ namespace warren::image {
 // path through a symlink or a non-directory, hardlinks to missing or outside
 // targets, char/block devices, an unreadable or truncated archive. On error
 // `dest` holds a partial tree that the caller removes.
-Status ExtractTar(const std::string& tar_path, const std::string& dest);
+// `progress` (optional) is called with the bytes of the tar file read so far
+// (as stored, i.e. compressed) after each entry and every few MiB of a
+// file's data; returning false stops the extraction (Cancelled).
+using TarProgressFn = std::function<bool(uint64_t bytes_read)>;
+Status ExtractTar(const std::string& tar_path, const std::string& dest, const TarProgressFn& progress = nullptr);
 
 }  // namespace warren::image

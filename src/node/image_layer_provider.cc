@@ -26,6 +26,10 @@ class ImageLayerProvider final : public LayerProvider {
   StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) override {
     return store_->BuildFromTar(name, tar_path);
   }
+  StatusOr<image::LayerInfo> BuildFromTarWithProgress(const std::string& name, const std::string& tar_path,
+                                                      const image::TarProgressFn& progress) override {
+    return store_->BuildFromTar(name, tar_path, progress);
+  }
   StatusOr<image::LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) override {
     return store_->BuildMerged(name, digests);
   }

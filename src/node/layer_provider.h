@@ -30,6 +30,13 @@ class LayerProvider {
   // (never pristine), holes kept.
   virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) = 0;
   virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
+  // BuildFromTar reporting the bytes of the tar read during the extraction
+  // (image::TarProgressFn; false cancels). By default without reports.
+  virtual StatusOr<image::LayerInfo> BuildFromTarWithProgress(const std::string& name, const std::string& tar_path,
+                                                              const image::TarProgressFn& progress) {
+    (void)progress;
+    return BuildFromTar(name, tar_path);
+  }
   // One layer equal to a stack of layers (image::LayerStore::BuildMerged).
   virtual StatusOr<image::LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) {
     (void)name;

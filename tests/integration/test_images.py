@@ -507,9 +507,11 @@ def _blob(layout: Path, data: bytes) -> Dict:
     return {"digest": "sha256:" + h, "size": len(data)}
 
 
-def make_layout(dest: Path, layer_tars: List[bytes], platforms: List[str] = ("linux/amd64",)) -> Path:
+def make_layout(dest: Path, layer_tars: List[bytes], platforms: List[str] = ("linux/amd64",),
+                gz: bool = True) -> Path:
     """A hand-made OCI layout: one manifest per platform over the same
-    layers, in an image index that index.json names "bad"."""
+    layers, in an image index that index.json names "bad". The layers are
+    gzip media type: gz=False takes layer_tars as the (compressed) blobs."""
     (dest / "blobs/sha256").mkdir(parents=True)
     (dest / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     manifests = []
@@ -517,7 +519,8 @@ def make_layout(dest: Path, layer_tars: List[bytes], platforms: List[str] = ("li
         os_, arch = p.split("/")
         cfg = _blob(dest, json.dumps({"os": os_, "architecture": arch, "config": {},
                                       "rootfs": {"type": "layers", "diff_ids": []}}).encode())
-        layers = [dict(_blob(dest, gzip.compress(t, mtime=0)), mediaType="application/vnd.oci.image.layer.v1.tar+gzip")
+        layers = [dict(_blob(dest, gzip.compress(t, mtime=0) if gz else t),
+                       mediaType="application/vnd.oci.image.layer.v1.tar+gzip")
                   for t in layer_tars]
         man = _blob(dest, json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                                       "config": dict(cfg, mediaType="application/vnd.oci.image.config.v1+json"),
@@ -572,13 +575,37 @@ def test_tampered_blob_is_rejected(client, registry, layout, work, nothing_left)
     ([_ti("dev/null", tarfile.CHRTYPE, 0o666)], "dev/null"),
     ([_ti("target", data=b"t"), (lambda t: (setattr(t[0], "linkname", "../../etc/passwd"), t)[1])(
         _ti("hl", tarfile.LNKTYPE))], "hl"),
+    ([_ti("/etc/evil", data=b"x")], "/etc/evil"),
+    ([_ti("abshl", tarfile.LNKTYPE, 0o644)], "abshl"),  # linkname set below: /etc/passwd
+    ([_ti("lnk", tarfile.SYMTYPE, 0o777), _ti("lnk/evil", data=b"x")], "lnk/evil"),  # lnk -> /etc
+    ([_ti("dev/sda", tarfile.BLKTYPE, 0o660)], "dev/sda"),
 ])
 def test_malicious_layer_is_rejected(client, work, members, named, nothing_left):
+    for ti, _ in members:
+        if ti.name == "abshl":
+            ti.linkname = "/etc/passwd"
+        elif ti.name == "lnk":
+            ti.linkname = "/etc"
     lay = make_layout(work / f"evil-{time.monotonic_ns()}", [tar_bytes([_ti("fine", data=b"ok")]),
                                                               tar_bytes(members)])
     with pytest.raises(warren.InvalidArgument) as ei:
         client.images.import_(str(lay), name="evil:1", timeout=120)
     assert named in ei.value.details
+
+
+@pytest.mark.parametrize("cut", ["tar", "gzip"])
+def test_truncated_layer_is_rejected(client, work, cut, nothing_left):
+    """A layer cut short: its tar ends inside a file's data (in a whole
+    gzip stream), or its gzip stream ends early (the blob's digest is of the
+    cut bytes, so only the conversion can tell)."""
+    tar = tar_bytes([_ti("whole", data=b"w"), _ti("big", data=os.urandom(300_000))])
+    blob = gzip.compress(tar[:len(tar) // 2], mtime=0) if cut == "tar" else gzip.compress(tar, mtime=0)[:200_000]
+    lay = make_layout(work / f"trunc-{cut}", [gzip.compress(tar_bytes([_ti("fine", data=b"ok")]), mtime=0), blob],
+                      gz=False)
+    with pytest.raises(warren.InvalidArgument) as ei:
+        client.images.import_(str(lay), name="trunc:1", timeout=120)
+    assert "truncated" in ei.value.details.lower(), ei.value.details
+    assert '"big"' in ei.value.details or cut == "gzip", ei.value.details
 
 
 def test_other_platform_only(client, registry, work, nothing_left):

@@ -43,11 +43,12 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import errors
+from ._eval_images import layers_from_images
 from .client import Client, Sandbox
 
 __all__ = [
     "EvalFormatError", "Turn", "Task", "Trajectory", "RolloutResult", "EvalReport",
-    "load_tasks", "run", "run_rollout", "percentiles", "main",
+    "load_tasks", "run", "run_rollout", "percentiles", "main", "layers_from_images",
 ]
 
 TURN_TYPES = ("exec", "write", "read", "patch")
@@ -727,6 +728,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--layer-dir", action="append", default=[], metavar="NAME=DIR",
                     help="build layer NAME from rootfs DIR (on the daemon's host) if it is missing; "
                          "repeatable")
+    ap.add_argument("--layer-image", action="append", default=[], metavar="NAME=IMAGE",
+                    help="take layer NAME of every task from IMAGE instead (its layers in NAME's place); "
+                         "IMAGE is an image of the node or a registry ref pulled if the node lacks it; "
+                         "repeatable")
     ap.add_argument("--addr", help="daemon address (default: WARREN_ADDR)")
     ap.add_argument("--token", help="bearer token (default: WARREN_TOKEN)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -759,6 +764,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: --layer-dir wants NAME=DIR, got {spec!r}", file=sys.stderr)
             return 2
         builds.append((name, d))
+    images: Dict[str, str] = {}
+    for spec in a.layer_image:
+        name, sep, ref = spec.partition("=")
+        if not sep or not name or not ref:
+            print(f"error: --layer-image wants NAME=IMAGE, got {spec!r}", file=sys.stderr)
+            return 2
+        images[name] = ref
     try:
         with Client(a.addr, a.token) as client:
             for name, d in builds:
@@ -769,6 +781,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     client.layers.build(name, dir=d, timeout=1800)
                     print(f"built layer {name} from {d} in {time.monotonic() - t0:.1f} s",
                           file=sys.stderr)
+            if images:
+                tasks = layers_from_images(client, tasks, images, log=sys.stderr)
             prog = Progress(n, enabled=not a.no_progress)
             rep = run(client, tasks, n=n, concurrency=a.concurrency, grade=a.grade, progress=prog)
     except errors.WarrenError as e:

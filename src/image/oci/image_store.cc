@@ -154,9 +154,13 @@ StatusOr<ImageLayerRef> ImageStore::EnsureLayer(ImageSource& src, const Descript
   };
   ASSIGN_OR_RETURN(std::string file, src.LayerFile(d, scratch, fetch_progress));
   p.phase = "converting";
-  p.bytes_done = p.bytes_total;
+  p.bytes_done = 0;
   if (progress && !progress(p)) return absl::CancelledError("pull cancelled");
-  StatusOr<LayerInfo> li = layers_->BuildFromTar(lname, file);
+  TarProgressFn convert_progress = [&](uint64_t n) {
+    p.bytes_done = std::min(n, p.bytes_total);
+    return !progress || progress(p);
+  };
+  StatusOr<LayerInfo> li = layers_->BuildFromTar(lname, file, convert_progress);
   if (!li.ok()) {
     return Status(li.status().code(),
                   "layer " + d.digest + " of " + src.Describe() + ": " + std::string(li.status().message()));

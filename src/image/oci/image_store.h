@@ -57,8 +57,10 @@ class LayerBackend {
  public:
   virtual ~LayerBackend() = default;
   virtual StatusOr<LayerInfo> Resolve(const std::string& ref) const = 0;
-  // Converts a layer tar (plain/gz/zstd) with OCI whiteouts (LayerStore::BuildFromTar).
-  virtual StatusOr<LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
+  // Converts a layer tar (plain/gz/zstd) with OCI whiteouts
+  // (LayerStore::BuildFromTar), reporting the bytes of the tar read.
+  virtual StatusOr<LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path,
+                                           const TarProgressFn& progress) = 0;
   // One layer equal to the stack of `layer_digests` (LayerStore::BuildMerged).
   virtual StatusOr<LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& layer_digests) = 0;
   // Removes a layer name; FailedPrecondition if a sandbox uses it.
@@ -76,7 +78,9 @@ struct PullProgress {
   std::string layer_digest;
   uint32_t layer_index = 0;
   uint32_t layer_count = 0;
-  std::string phase;  // "fetching", "converting", "done", "exists"
+  // "fetching" (bytes_done: of the blob downloaded), "converting" (of the
+  // blob read by the conversion), "done", "exists".
+  std::string phase;
   uint64_t bytes_done = 0;
   uint64_t bytes_total = 0;
 };

@@ -7,9 +7,11 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
@@ -636,6 +638,35 @@ TEST_F(LayerStoreTest, CorruptTarsAreRejected) {
   EXPECT_THAT(r, ::testing::Not(IsOk()));
   ExpectTmpEmpty();
   EXPECT_TRUE(store_->List().empty());
+}
+
+TEST_F(LayerStoreTest, TarProgressReportsBytesReadAndCancels) {
+  // 12 MiB of data in 3 files, gzip: reports come per entry and every few
+  // MiB of a file's data, counting the compressed bytes read.
+  std::string gz = root_ + "/p.tar.gz";
+  std::string data(size_t{4} << 20, 'p');
+  ASSERT_NO_FATAL_FAILURE(
+      WriteTar(gz, {{.path = "a", .data = data}, {.path = "b", .data = data}, {.path = "c", .data = data}}, "gzip"));
+  struct stat st;
+  ASSERT_EQ(stat(gz.c_str(), &st), 0);
+  std::vector<uint64_t> seen;
+  auto info = store_->BuildFromTar("workspace/p@1", gz, [&](uint64_t n) {
+    seen.push_back(n);
+    return true;
+  });
+  ASSERT_THAT(info, IsOk());
+  ASSERT_GE(seen.size(), 3u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_GT(seen.front(), 0u);
+  EXPECT_LE(seen.back(), static_cast<uint64_t>(st.st_size));
+
+  // Returning false stops the conversion: Cancelled, nothing kept.
+  int calls = 0;
+  auto r = store_->BuildFromTar("workspace/p@2", gz, [&](uint64_t) { return ++calls < 2; });
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(calls, 2);
+  ExpectTmpEmpty();
+  EXPECT_THAT(store_->Resolve("workspace/p@2"), ::testing::Not(IsOk()));
 }
 
 }  // namespace

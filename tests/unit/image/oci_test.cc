@@ -143,9 +143,10 @@ class StoreBackend final : public LayerBackend {
  public:
   explicit StoreBackend(LayerStore* s) : s_(s) {}
   StatusOr<LayerInfo> Resolve(const std::string& ref) const override { return s_->Resolve(ref); }
-  StatusOr<LayerInfo> BuildFromTar(const std::string& name, const std::string& tar) override {
+  StatusOr<LayerInfo> BuildFromTar(const std::string& name, const std::string& tar,
+                                   const TarProgressFn& progress) override {
     ++builds;
-    return s_->BuildFromTar(name, tar);
+    return s_->BuildFromTar(name, tar, progress);
   }
   StatusOr<LayerInfo> BuildMerged(const std::string& name, const std::vector<std::string>& digests) override {
     ++merges;
