@@ -213,7 +213,18 @@ std::optional<std::string> ProjectStore::ProjectOfToken(std::string_view token) 
       auto it = by_token_.find(sha);
       if (it != by_token_.end()) return it->second;
     }
-    if (pass == 0) LoadIfStale(std::chrono::milliseconds(250));
+    // Unknown here: maybe made since the last read (on another node). Read
+    // again, at most every 250 ms for misses (a stream of bad tokens costs
+    // etcd no more).
+    if (pass == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      {
+        std::lock_guard<std::mutex> l(cache_mu_);
+        if (now - miss_load_tried_ < std::chrono::milliseconds(250)) return std::nullopt;
+        miss_load_tried_ = now;
+      }
+      if (Status s = Load(); !s.ok()) return std::nullopt;
+    }
   }
   return std::nullopt;
 }
