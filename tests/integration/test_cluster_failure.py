@@ -28,6 +28,7 @@ class EtcdCluster:
 
     def __init__(self, root: Path, name: str) -> None:
         self.root = root
+        self.name = name
         self.members = [(f"{name}{i}", free_port(), free_port()) for i in range(3)]
         self.urls = [f"http://127.0.0.1:{c}" for _, c, _ in self.members]
         self.url = ",".join(self.urls)
@@ -41,7 +42,7 @@ class EtcdCluster:
                     [ETCD, "--name", n, "--data-dir", str(self.root / n), "--listen-client-urls", url,
                      "--advertise-client-urls", url, "--listen-peer-urls", f"http://127.0.0.1:{p}",
                      "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}", "--initial-cluster", initial,
-                     "--initial-cluster-state", "new", "--initial-cluster-token", n, "--listen-metrics-urls", ""],
+                     "--initial-cluster-state", "new", "--initial-cluster-token", self.name, "--listen-metrics-urls", ""],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         wait_until(lambda: self.ctl("endpoint", "health", check=False).returncode == 0, 60, "3 healthy etcd members")
         return self
@@ -124,17 +125,18 @@ def test_kill9_mid_burst(failing, base_layer: str) -> None:
                     sb = c.create(layers=[base_layer], labels={"f": "burst"}, timeout=120)
                     with lock:
                         results.append(("ok", sb.id))
+                    if owner(sb.id) == victim.node_id:
+                        started.set()  # the victim holds a sandbox: kill it now
                 except warren.WarrenError as e:
                     with lock:
                         results.append(("err", e))
-                started.set()
         finally:
             c.close()
 
     threads = [threading.Thread(target=worker) for _ in range(6)]
     for t in threads:
         t.start()
-    assert started.wait(300)
+    assert started.wait(300), "no create landed on the victim"
     victim.kill9()  # mid-burst: the other threads are creating
     for t in threads:
         t.join(timeout=600)
@@ -145,6 +147,8 @@ def test_kill9_mid_burst(failing, base_layer: str) -> None:
     assert len(made) + len(errs) == 30 and len(made) >= 20, (len(made), errs)
     lost = [i for i in made if owner(i) == victim.node_id]
     alive = [i for i in made if owner(i) != victim.node_id]
+    assert lost and alive, made
+    assert any(k == "ok" for k, _ in results[results.index(("ok", lost[-1])) + 1:]), "the burst went on after the kill"
     # The victim leaves placement and its sandboxes answer "lost" (typed:
     # NotFound) once its lease expired; every other one works.
     wait_until(lambda: victim.node_id not in {n.id for n in entry.client.nodes()}, LEASE_S + 5,
