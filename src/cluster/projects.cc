@@ -22,6 +22,8 @@ namespace v1 = ::warren::v1;
 constexpr char kDefPrefix[] = "/warren/projects/";
 constexpr char kUsagePrefix[] = "/warren/usage/";
 constexpr size_t kMaxDepth = 8;
+// Reads of the definitions for unknown tokens, at most, per second.
+constexpr size_t kMissLoadsPerSecond = 20;
 // A create's quota transaction: tries and time before it answers Unavailable.
 constexpr int kMaxTries = 64;
 constexpr auto kAdmitBudget = std::chrono::seconds(5);
@@ -214,14 +216,15 @@ std::optional<std::string> ProjectStore::ProjectOfToken(std::string_view token) 
       if (it != by_token_.end()) return it->second;
     }
     // Unknown here: maybe made since the last read (on another node). Read
-    // again, at most every 250 ms for misses (a stream of bad tokens costs
-    // etcd no more).
+    // again, at most kMissLoadsPerSecond times a second (a stream of bad
+    // tokens costs etcd no more).
     if (pass == 0) {
       const auto now = std::chrono::steady_clock::now();
       {
         std::lock_guard<std::mutex> l(cache_mu_);
-        if (now - miss_load_tried_ < std::chrono::milliseconds(250)) return std::nullopt;
-        miss_load_tried_ = now;
+        while (!miss_loads_.empty() && now - miss_loads_.front() > std::chrono::seconds(1)) miss_loads_.pop_front();
+        if (miss_loads_.size() >= kMissLoadsPerSecond) return std::nullopt;
+        miss_loads_.push_back(now);
       }
       if (Status s = Load(); !s.ok()) return std::nullopt;
     }

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,8 +101,8 @@ class ProjectStore final : public api::Projects {
   std::map<std::string, Def> defs_;              // by path
   std::map<std::string, std::string> by_token_;  // token sha256 (hex) -> path
   std::chrono::steady_clock::time_point load_tried_{};
-  std::chrono::steady_clock::time_point miss_load_tried_{};  // reads for an unknown token
-  std::mutex load_mu_;                                       // one Load at a time
+  std::deque<std::chrono::steady_clock::time_point> miss_loads_;  // reads for unknown tokens, last second
+  std::mutex load_mu_;                                            // one Load at a time
 
   std::mutex usage_mu_;                     // this node's usage keys: Admit, Release, Reconcile
   std::map<std::string, Usage> pending_;    // admitted creates still running, by project
