@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$py" -m grpc_tools.protoc --proto_path="$root/api" \
   --python_out="$tmp" --pyi_out="$tmp" --grpc_python_out="$tmp" \
   "$root/api/warren/v1/warren.proto" "$root/api/warren/v1/fncall.proto" "$root/api/warren/v1/process.proto" "$root/api/warren/v1/image.proto" \
-  "$root/api/warren/v1/desktop.proto"
+  "$root/api/warren/v1/desktop.proto" "$root/api/warren/v1/project.proto"
 
 mkdir -p "$out"
 cp "$tmp/warren/v1/warren_pb2.py" "$tmp/warren/v1/warren_pb2.pyi" "$out/"
@@ -46,9 +46,13 @@ for f in desktop_pb2.py desktop_pb2_grpc.py; do
     "$tmp/warren/v1/$f" > "$out/$f"
 done
 cp "$tmp/warren/v1/desktop_pb2.pyi" "$out/"
+# project.proto imports nothing of warren's: only its grpc module's import.
+cp "$tmp/warren/v1/project_pb2.py" "$tmp/warren/v1/project_pb2.pyi" "$out/"
+sed -e 's/^from warren\.v1 import project_pb2 as /from . import project_pb2 as /' \
+  "$tmp/warren/v1/project_pb2_grpc.py" > "$out/project_pb2_grpc.py"
 if grep -q '^from warren\.v1' "$out/warren_pb2_grpc.py" "$out/fncall_pb2.py" "$out/fncall_pb2_grpc.py" \
     "$out/process_pb2.py" "$out/process_pb2_grpc.py" "$out/image_pb2.py" "$out/image_pb2_grpc.py" \
-    "$out/desktop_pb2.py" "$out/desktop_pb2_grpc.py"; then
+    "$out/desktop_pb2.py" "$out/desktop_pb2_grpc.py" "$out/project_pb2_grpc.py"; then
   echo "$0: import rewrite failed" >&2
   exit 1
 fi

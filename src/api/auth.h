@@ -5,6 +5,8 @@
 //   permissions (0660, root's group): no token needed.
 // * A call over TCP must carry `authorization: Bearer <token>`; without it,
 //   with a wrong one, or when the daemon has no token, PERMISSION_DENIED.
+// * In a cluster, a project's token (api/projects.h) is accepted too: the
+//   call then acts for that project (Project()), whatever the transport.
 // * A few requests lend the caller the host's file system (a layer built
 //   from a host directory, an fncall rooted at a host directory): those are
 //   for local callers only (RequireLocal), whatever token a TCP caller has.
@@ -26,14 +28,25 @@ namespace warren::api {
 // True when the call came over a unix socket.
 bool IsUnixPeer(const grpc::ServerContext& context);
 
+class Projects;  // api/projects.h
+
 class Authorizer {
  public:
   // `token`: the bearer token TCP callers must send; empty = TCP callers
-  // are always refused.
-  explicit Authorizer(std::string token) : token_(std::move(token)) {}
+  // are always refused (but for project tokens). `projects`: the cluster's
+  // projects, borrowed; null on a single node (no project tokens).
+  explicit Authorizer(std::string token, Projects* projects = nullptr)
+      : token_(std::move(token)), projects_(projects) {}
 
-  // OK for a unix-socket caller or a TCP caller with the right token.
+  // OK for a unix-socket caller or a TCP caller with the node's token or a
+  // project's.
   grpc::Status Check(const grpc::ServerContext& context) const;
+
+  // The project the call acts for; "" = every project (api/projects.h).
+  std::string Project(const grpc::ServerContext& context) const;
+
+  // The cluster's projects; null on a single node.
+  Projects* projects() const { return projects_; }
 
   // OK for a unix-socket caller only; otherwise PERMISSION_DENIED with
   // `refusal` (which names the request refused) as its message.
@@ -41,6 +54,7 @@ class Authorizer {
 
  private:
   const std::string token_;
+  Projects* const projects_;
 };
 
 }  // namespace warren::api

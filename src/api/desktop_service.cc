@@ -43,6 +43,7 @@ grpc::Status DesktopService::Screenshot(grpc::ServerContext* ctx, const v1::Scre
                                         v1::ScreenImage* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Desktop, Screenshot, *req, resp);
   std::shared_ptr<runtime::Sandbox> hold;
   ASSIGN_OR_RETURN_GRPC(runtime::Desktop * d, DesktopOf(*deps_.manager, req->id(), &hold));
   ASSIGN_OR_RETURN_GRPC(runtime::Screenshot shot, d->TakeScreenshot());
@@ -52,9 +53,10 @@ grpc::Status DesktopService::Screenshot(grpc::ServerContext* ctx, const v1::Scre
   return grpc::Status::OK;
 }
 
-grpc::Status DesktopService::Input(grpc::ServerContext* ctx, const v1::InputRequest* req, v1::Empty*) {
+grpc::Status DesktopService::Input(grpc::ServerContext* ctx, const v1::InputRequest* req, v1::Empty* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Desktop, Input, *req, resp);
   if (req->event_case() == v1::InputRequest::EVENT_NOT_SET) {
     return Invalid("input: one of key, type, mouse or scroll is required");
   }

@@ -20,6 +20,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "api/projects.h"
 #include "common/status.h"
 #include "warren/v1/warren.grpc.pb.h"
 
@@ -137,6 +138,7 @@ grpc::Status ForwardBidi(Forwarder& f, grpc::ServerContext* ctx, const std::shar
 // when there is no Forwarder or `ctx`'s call was forwarded); their answers
 // in `*out`. A node that does not answer fails the whole call with
 // UNAVAILABLE naming it (retryable): a partial answer would read as "gone".
+// A node that refuses the caller (PERMISSION_DENIED: another project's) refuses the call.
 template <typename Service, typename Resp, typename Call>
 grpc::Status FanOut(Forwarder* f, const grpc::ServerContext& ctx, std::vector<Resp>* out, Call call) {
   if (f == nullptr) return grpc::Status::OK;
@@ -154,6 +156,7 @@ grpc::Status FanOut(Forwarder* f, const grpc::ServerContext& ctx, std::vector<Re
   }
   for (std::thread& t : calls) t.join();
   for (size_t i = 0; i < peers.size(); ++i) {
+    if (statuses[i].error_code() == grpc::StatusCode::PERMISSION_DENIED) return statuses[i];
     if (!statuses[i].ok()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "node " + peers[i].first + " did not answer: " + statuses[i].error_message());
@@ -164,8 +167,10 @@ grpc::Status FanOut(Forwarder* f, const grpc::ServerContext& ctx, std::vector<Re
 
 }  // namespace warren::api
 
-// Serves the call on the owning node when that is another one. `id` is the
-// sandbox id; the rest names the stub's method and the call's shape.
+// Serves the call on the owning node when that is another one (which checks
+// the caller's project); on this node, returns PERMISSION_DENIED unless the
+// caller may touch the sandbox (api/projects.h). `id` is the sandbox id; the
+// rest names the stub's method and the call's shape.
 #define WARREN_FORWARD_UNARY(deps, ctx, id, Service, Method, req, resp)                                          \
   do {                                                                                                           \
     if ((deps).forward != nullptr) {                                                                             \
@@ -177,14 +182,20 @@ grpc::Status FanOut(Forwarder* f, const grpc::ServerContext& ctx, std::vector<Re
             [](Service::Stub& s, grpc::ClientContext* c, const auto& q, auto* p) { return s.Method(c, q, p); }); \
       }                                                                                                          \
     }                                                                                                            \
+    RETURN_IF_GRPC_ERROR(::warren::api::CheckSandboxAccess((deps), *(ctx), (id)));                               \
   } while (0)
 
 // Declares `var`, the channel to the node owning sandbox `id` when that is
-// another one (else null); returns the lookup's error from the handler.
+// another one (else null); returns the lookup's error from the handler, and
+// PERMISSION_DENIED when this node owns the sandbox and the caller may not
+// touch it (api/projects.h).
 #define WARREN_REMOTE_OWNER(deps, ctx, id, var)                                              \
   std::shared_ptr<grpc::Channel> var;                                                        \
   if ((deps).forward != nullptr) {                                                           \
     StatusOr<std::shared_ptr<grpc::Channel>> var##_or = (deps).forward->Owner(*(ctx), (id)); \
     if (!var##_or.ok()) return ToGrpcStatus(var##_or.status());                              \
     (var) = *std::move(var##_or);                                                            \
+  }                                                                                          \
+  if ((var) == nullptr) {                                                                    \
+    RETURN_IF_GRPC_ERROR(::warren::api::CheckSandboxAccess((deps), *(ctx), (id)));           \
   }

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "api/convert.h"
+#include "api/projects.h"
 #include "api/status_map.h"
 #include "common/log.h"
 #include "image/fs_util.h"
@@ -141,6 +142,7 @@ oci::PullProgressFn ImagesService::ProgressWriter(grpc::ServerContext* ctx,
 grpc::Status ImagesService::Pull(grpc::ServerContext* ctx, const v1::PullImageRequest* req,
                                  grpc::ServerWriter<v1::ImageProgress>* writer) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "image pull (images are node-wide)"));
   ASSIGN_OR_RETURN_GRPC(oci::ImageRef ref, oci::ImageRef::Parse(req->ref()));
   oci::RegistryOptions opt;
   // Loopback registries speak http:// unless a CA file asks for TLS.
@@ -160,6 +162,7 @@ grpc::Status ImagesService::Pull(grpc::ServerContext* ctx, const v1::PullImageRe
 grpc::Status ImagesService::Import(grpc::ServerContext* ctx, const v1::ImportImageRequest* req,
                                    grpc::ServerWriter<v1::ImageProgress>* writer) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "image import (images are node-wide)"));
   RETURN_IF_GRPC_ERROR(Authorizer::RequireLocal(*ctx, "image imports read the node's files: unix socket only"));
   const std::string& path = req->path();
   if (path.empty() || path[0] != '/') return Invalid("path=" + Quote(path) + " must be an absolute path");
@@ -195,6 +198,7 @@ grpc::Status ImagesService::List(grpc::ServerContext* ctx, const v1::ListImagesR
 
 grpc::Status ImagesService::Remove(grpc::ServerContext* ctx, const v1::RemoveImageRequest* req, v1::Empty*) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "image rm (images are node-wide)"));
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
   node::SandboxManager* m = deps_.manager;
   return ToGrpcStatus(store->Remove(req->name(), [m](const std::string& d) { return m->LayerUsers(d) > 0; }));
@@ -203,6 +207,7 @@ grpc::Status ImagesService::Remove(grpc::ServerContext* ctx, const v1::RemoveIma
 grpc::Status ImagesService::Merge(grpc::ServerContext* ctx, const v1::MergeImageRequest* req,
                                   grpc::ServerWriter<v1::ImageProgress>* writer) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "image merge (images are node-wide)"));
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
   const uint64_t cap = req->max_bytes() == 0 ? uint64_t{3} << 30 : req->max_bytes();
   const auto start = std::chrono::steady_clock::now();
@@ -226,6 +231,7 @@ grpc::Status ImagesService::Merge(grpc::ServerContext* ctx, const v1::MergeImage
 grpc::Status ImagesService::Prune(grpc::ServerContext* ctx, const v1::PruneImagesRequest*,
                                   v1::PruneImagesResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "image prune (images are node-wide)"));
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore * store, images_->store());
   node::SandboxManager* m = deps_.manager;
   ASSIGN_OR_RETURN_GRPC(oci::ImageStore::GcResult r,

@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "api/convert.h"
+#include "api/projects.h"
 #include "api/status_map.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -26,6 +27,7 @@ void LayersService::ToLayer(const image::LayerInfo& li, v1::Layer* out) const {
 grpc::Status LayersService::Build(grpc::ServerContext* ctx, grpc::ServerReader<v1::BuildLayerRequest>* reader,
                                   v1::Layer* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "layer build (layers are node-wide)"));
   v1::BuildLayerRequest msg;
   if (!reader->Read(&msg)) return Invalid("empty stream: the first message must carry the name");
   if (msg.name().empty()) return Invalid("name is empty");
@@ -88,6 +90,7 @@ grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersR
 
 grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLayerRequest* req, v1::Empty*) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "layer rm (layers are node-wide)"));
   if (req->ref().empty()) return Invalid("ref is empty");
   return ToGrpcStatus(deps_.manager->RemoveLayer(req->ref()));
 }

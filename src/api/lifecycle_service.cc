@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "api/convert.h"
+#include "api/projects.h"
 #include "api/status_map.h"
 
 namespace warren::api {
@@ -13,6 +14,7 @@ namespace v1 = ::warren::v1;
 grpc::Status LifecycleService::JobHeartbeat(grpc::ServerContext* ctx, const v1::JobHeartbeatRequest* req,
                                             v1::Job* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckJobAccess(deps_, *ctx, req->job()));
   ASSIGN_OR_RETURN_GRPC(node::JobInfo j, deps_.manager->JobHeartbeat(req->job(), req->lease_s(), req->grace_s()));
   ToProto(j, resp);
   // In a cluster the job's lease is kept on every node (each holds some of
@@ -27,6 +29,7 @@ grpc::Status LifecycleService::JobHeartbeat(grpc::ServerContext* ctx, const v1::
 grpc::Status LifecycleService::GetJob(grpc::ServerContext* ctx, const v1::JobRequest* req, v1::Job* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
+  RETURN_IF_GRPC_ERROR(CheckJobAccess(deps_, *ctx, req->job()));
   StatusOr<node::JobInfo> j = deps_.manager->GetJob(req->job());
   if (j.ok()) {
     ToProto(*j, resp);
@@ -57,6 +60,7 @@ grpc::Status LifecycleService::SuspendJob(grpc::ServerContext* ctx, const v1::Jo
                                           v1::JobActionResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
+  RETURN_IF_GRPC_ERROR(CheckJobAccess(deps_, *ctx, req->job()));
   resp->set_affected(deps_.manager->SuspendJob(req->job(), "job suspend requested"));
   std::vector<v1::JobActionResponse> peers;
   RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
@@ -69,6 +73,7 @@ grpc::Status LifecycleService::ResumeJob(grpc::ServerContext* ctx, const v1::Job
                                          v1::JobActionResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
+  RETURN_IF_GRPC_ERROR(CheckJobAccess(deps_, *ctx, req->job()));
   resp->set_affected(deps_.manager->ResumeJob(req->job()));
   std::vector<v1::JobActionResponse> peers;
   RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
@@ -81,6 +86,7 @@ grpc::Status LifecycleService::DestroyJob(grpc::ServerContext* ctx, const v1::Jo
                                           v1::JobActionResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->job().empty()) return Invalid("job is empty");
+  RETURN_IF_GRPC_ERROR(CheckJobAccess(deps_, *ctx, req->job()));
   resp->set_affected(deps_.manager->DestroyJob(req->job(), "job destroy requested"));
   std::vector<v1::JobActionResponse> peers;
   RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
@@ -92,7 +98,13 @@ grpc::Status LifecycleService::DestroyJob(grpc::ServerContext* ctx, const v1::Jo
 grpc::Status LifecycleService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                         v1::ListJobsResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
-  for (const node::JobInfo& j : deps_.manager->ListJobs()) ToProto(j, resp->add_jobs());
+  // A project sees the jobs whose sandboxes here are all its own.
+  const std::string project = deps_.auth->Project(*ctx);
+  for (const node::JobInfo& j : deps_.manager->ListJobs()) {
+    if (project.empty() || (!deps_.manager->List({}, j.name).empty() && CheckJobAccess(deps_, *ctx, j.name).ok())) {
+      ToProto(j, resp->add_jobs());
+    }
+  }
   // In a cluster: every node's jobs, one entry per name, sandboxes summed.
   std::vector<v1::ListJobsResponse> peers;
   RETURN_IF_GRPC_ERROR(FanOut<v1::Lifecycle>(deps_.forward, *ctx, &peers,
@@ -158,6 +170,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
                                         v1::SnapshotResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "snapshot (a layer every project sees)"));
   WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Snapshot, *req, resp);
   node::SnapshotRequest r;
   r.id = req->id();
@@ -180,6 +193,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
 grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "fork (its copies would pass the project's quota)"));
   WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Fork, *req, resp);
   node::ForkRequest r;
   r.id = req->id();

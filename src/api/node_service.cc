@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "api/projects.h"
 #include "api/status_map.h"
 #include "common/file_util.h"
 
@@ -70,6 +71,7 @@ grpc::Status NodeService::Status(grpc::ServerContext* ctx, const v1::NodeStatusR
 grpc::Status NodeService::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*,
                                     v1::ListNodesResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "node ls"));
   if (members_ == nullptr) return NotInCluster();
   for (v1::ClusterNode& n : members_->Nodes()) *resp->add_nodes() = std::move(n);
   return grpc::Status::OK;
@@ -77,6 +79,7 @@ grpc::Status NodeService::ListNodes(grpc::ServerContext* ctx, const v1::ListNode
 
 grpc::Status NodeService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req, v1::ClusterNode* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "node drain"));
   if (members_ == nullptr) return NotInCluster();
   const std::string& id = req->node_id();
   if (id.empty() || id == members_->Self() || IsForwarded(*ctx)) {

@@ -5,6 +5,7 @@
 
 #include "api/convert.h"
 #include "api/image_service.h"
+#include "api/projects.h"
 #include "api/status_map.h"
 #include "common/log.h"
 
@@ -67,6 +68,26 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
     r.network.allow.assign(req->network().allow().begin(), req->network().allow().end());
     r.network.deny.assign(req->network().deny().begin(), req->network().deny().end());
   }
+  // A project's create carries its label and holds its share of the
+  // project's quotas (cluster-wide) while it runs.
+  std::unique_ptr<QuotaHold> quota;
+  if (const std::string project = deps_.auth->Project(*ctx); !project.empty()) {
+    Projects* projects = deps_.auth->projects();
+    if (projects == nullptr) {
+      return {grpc::StatusCode::FAILED_PRECONDITION, "project " + project + ": this node is not in a cluster"};
+    }
+    r.labels[kProjectLabel] = project;
+    // As the node fills them in (validate.cc) when the request leaves them 0.
+    const uint32_t cpu = r.resources.cpu_millis != 0 ? r.resources.cpu_millis : 1000;
+    const uint32_t memory = r.resources.memory_mb != 0 ? r.resources.memory_mb : 2048;
+    StatusOr<std::unique_ptr<QuotaHold>> hold = projects->Admit(project, cpu, memory);
+    if (!hold.ok()) {
+      grpc::Status g = ToGrpcStatus(hold.status());
+      if (g.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return g;
+      return {g.error_code(), g.error_message(), kQuotaRefusalDetails};  // no other node will take it either
+    }
+    quota = *std::move(hold);
+  }
   StatusOr<node::SandboxInfo> info = deps_.manager->Create(r);
   if (!info.ok()) return ToGrpcStatus(info.status());
   // Nobody will ever learn this id if the client gave up: do not leak the
@@ -108,13 +129,24 @@ grpc::Status SandboxesService::List(grpc::ServerContext* ctx, const v1::ListSand
                                     v1::ListSandboxesResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
-  for (const node::SandboxInfo& i : deps_.manager->List(labels, req->job())) ToProto(i, resp->add_sandboxes());
+  // A project sees its own sandboxes and those of the projects below it.
+  const std::string project = deps_.auth->Project(*ctx);
+  auto visible = [&](const auto& sandbox_labels) {
+    if (project.empty()) return true;
+    auto it = sandbox_labels.find(kProjectLabel);
+    return it != sandbox_labels.end() && InProject(project, it->second);
+  };
+  for (const node::SandboxInfo& i : deps_.manager->List(labels, req->job())) {
+    if (visible(i.labels)) ToProto(i, resp->add_sandboxes());
+  }
   // In a cluster, the other nodes' sandboxes too.
   std::vector<v1::ListSandboxesResponse> parts;
   RETURN_IF_GRPC_ERROR(FanOut<v1::Sandboxes>(deps_.forward, *ctx, &parts,
                                              [&](auto& s, auto* c, auto* r) { return s.List(c, *req, r); }));
   for (v1::ListSandboxesResponse& p : parts) {
-    for (v1::Sandbox& s : *p.mutable_sandboxes()) *resp->add_sandboxes() = std::move(s);
+    for (v1::Sandbox& s : *p.mutable_sandboxes()) {
+      if (visible(s.labels())) *resp->add_sandboxes() = std::move(s);
+    }
   }
   return grpc::Status::OK;
 }
@@ -153,6 +185,7 @@ grpc::Status SandboxesService::SetNetwork(grpc::ServerContext* ctx, const v1::Se
                                           v1::NetworkPolicy* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, SetNetwork, *req, resp);
   runtime::NetworkSpec n;
   n.enabled = true;
   n.allow.assign(req->network().allow().begin(), req->network().allow().end());

@@ -10,13 +10,14 @@
 #include "api/layers_service.h"
 #include "api/lifecycle_service.h"
 #include "api/processes_service.h"
+#include "api/projects_service.h"
 #include "api/sandboxes_service.h"
 
 namespace warren::api {
 
 struct WarrenServices::Holder {
   Holder(node::SandboxManager* m, ServiceOptions o)
-      : auth(std::move(o.token)),
+      : auth(std::move(o.token), o.projects),
         node_images(m),
         sandboxes(ServiceDeps{m, &auth, &node_images, o.forward}),
         files(ServiceDeps{m, &auth, nullptr, o.forward}),
@@ -25,7 +26,8 @@ struct WarrenServices::Holder {
         lifecycle(ServiceDeps{m, &auth, nullptr, o.forward}),
         processes(ServiceDeps{m, &auth, nullptr, o.forward}),
         images(ServiceDeps{m, &auth, nullptr, o.forward}, &node_images),
-        desktop(ServiceDeps{m, &auth, nullptr, o.forward}) {}
+        desktop(ServiceDeps{m, &auth, nullptr, o.forward}),
+        projects(ServiceDeps{m, &auth, nullptr, o.forward}) {}
   const Authorizer auth;   // before the services, which borrow it
   NodeImages node_images;  // likewise
   SandboxesService sandboxes;
@@ -36,6 +38,7 @@ struct WarrenServices::Holder {
   ProcessesService processes;
   ImagesService images;
   DesktopService desktop;
+  ProjectsService projects;
 };
 
 WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions options)
@@ -44,8 +47,8 @@ WarrenServices::WarrenServices(node::SandboxManager* manager, ServiceOptions opt
 WarrenServices::~WarrenServices() = default;
 
 std::vector<grpc::Service*> WarrenServices::services() {
-  return {&holder_->sandboxes, &holder_->files,     &holder_->layers, &holder_->node,
-          &holder_->lifecycle, &holder_->processes, &holder_->images, &holder_->desktop};
+  return {&holder_->sandboxes, &holder_->files,  &holder_->layers,  &holder_->node,    &holder_->lifecycle,
+          &holder_->processes, &holder_->images, &holder_->desktop, &holder_->projects};
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options, WarrenServices& services,

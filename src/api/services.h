@@ -36,6 +36,8 @@ struct ServiceOptions {
   Forwarder* forward = nullptr;
   // Cluster membership (api/cluster_members.h), borrowed; null = a single node.
   ClusterMembers* members = nullptr;
+  // The cluster's projects (api/projects.h), borrowed; null = a single node.
+  Projects* projects = nullptr;
 };
 
 // Owns the service objects (and their Authorizer); register them all with a

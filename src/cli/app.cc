@@ -48,6 +48,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddImageCommand(*app, inv);
   AddStatusCommands(*app, inv);
   AddNodeCommands(*app, inv);
+  AddProjectCommands(*app, inv);
   AddLifecycleCommands(*app, inv);
   AddDesktopCommands(*app, inv);
   AddSnapshotCommands(*app, inv);

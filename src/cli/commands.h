@@ -138,6 +138,14 @@ struct DesktopArgs {
   std::string action = "move";
 };
 
+// project create|ls|get|rm (project.cc).
+struct ProjectArgs {
+  std::string path;
+  uint32_t sandboxes = 0;  // quotas; 0 = no limit of its own
+  uint64_t cpu_millis = 0;
+  uint64_t memory_mb = 0;
+};
+
 struct Invocation {
   GlobalOptions global;
   CreateArgs create;
@@ -162,6 +170,7 @@ struct Invocation {
   } network;
   DesktopArgs desktop;
   std::string node_id;  // node drain / undrain (node.cc)
+  ProjectArgs project;
   // eval (eval.cc): the words after "eval", passed to the Python runner.
   std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
@@ -183,6 +192,7 @@ void AddDesktopCommands(CLI::App& root, Invocation& inv);    // screenshot, inpu
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
 void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
 void AddNodeCommands(CLI::App& root, Invocation& inv);       // node ls|drain|undrain (node.cc)
+void AddProjectCommands(CLI::App& root, Invocation& inv);    // project create|ls|get|rm (project.cc)
 void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);

@@ -109,17 +109,21 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Join(const ClusterFlags& flags, node
   ln.version = "0.1.0";
   ln.drain = flags.drain;
   ln.extra_backends = flags.extra_backends;
+  c->projects_ = std::make_unique<ProjectStore>(c->etcd_.get(), self, manager);
   MembershipOptions mo;
   mo.prefix = kPrefix;
   mo.lease_s = flags.lease_s;
   mo.refresh = std::chrono::milliseconds(flags.refresh_ms);
+  mo.after_refresh = [projects = c->projects_.get()](int64_t lease) { projects->Reconcile(lease); };
   ASSIGN_OR_RETURN(c->membership_, Membership::Join(c->etcd_.get(), mo, [manager, ln, drain = c->drain_]() mutable {
                      ln.drain = drain->load();
                      return LocalRecord(*manager, ln);
                    }));
+  c->projects_->SetLease(c->membership_->lease());
   RouterOptions ro;
   ro.self = self;
   ro.token = flags.token;
+  ro.projects = c->projects_.get();
   c->router_ = std::make_unique<Router>(c->membership_.get(), ro);
   Log(spdlog::level::info, "cluster: joined",
       {{"node", self},

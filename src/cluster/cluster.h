@@ -11,6 +11,7 @@
 #include "api/forward.h"
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
+#include "cluster/projects.h"
 #include "cluster/router.h"
 #include "node/sandbox_manager.h"
 
@@ -39,6 +40,7 @@ class Cluster final : public api::ClusterMembers {
   // Withdraws this node (idempotent); routing keeps working on the last view.
   void Leave();
   api::Forwarder* forwarder() { return router_.get(); }
+  api::Projects* projects() { return projects_.get(); }
 
   // api::ClusterMembers
   std::string Self() const override { return self_; }
@@ -53,6 +55,7 @@ class Cluster final : public api::ClusterMembers {
   std::shared_ptr<std::atomic<bool>> drain_ = std::make_shared<std::atomic<bool>>(false);
   std::chrono::milliseconds refresh_{2000};
   std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<ProjectStore> projects_;  // before membership_, which calls it until it is gone
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<Router> router_;
 };

@@ -7,6 +7,20 @@ namespace warren::cluster {
 
 namespace pb = ::etcdserverpb;
 
+namespace {
+
+// The prefix with its last byte incremented: as a range end, every key
+// beginning with the prefix (etcd's "prefix" convention).
+std::string PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (end.empty()) return std::string(1, '\0');
+  end.back() = static_cast<char>(end.back() + 1);
+  return end;
+}
+
+}  // namespace
+
 struct EtcdClient::Endpoint {
   std::string url;
   std::shared_ptr<grpc::Channel> channel;
@@ -158,22 +172,14 @@ Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t
   return FromGrpc(st, "etcd Put(" + key + ")");
 }
 
-StatusOr<std::vector<EtcdKv>> EtcdClient::RangePrefix(const std::string& prefix) {
+StatusOr<std::vector<EtcdKv>> EtcdClient::RangePrefix(const std::string& prefix, int64_t* revision) {
   pb::RangeRequest req;
   req.set_key(prefix);
-  // range_end = the prefix with its last byte incremented: every key
-  // beginning with it (etcd's "prefix" convention).
-  std::string end = prefix;
-  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
-  if (end.empty()) {
-    end = std::string(1, '\0');
-  } else {
-    end.back() = static_cast<char>(end.back() + 1);
-  }
-  req.set_range_end(end);
+  req.set_range_end(PrefixEnd(prefix));
   pb::RangeResponse resp;
   grpc::Status st = WithFailover([&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Range(ctx, req, &resp); });
   RETURN_IF_ERROR(FromGrpc(st, "etcd Range(" + prefix + "*)"));
+  if (revision != nullptr) *revision = resp.header().revision();
   std::vector<EtcdKv> out;
   out.reserve(resp.kvs_size());
   for (const auto& kv : resp.kvs()) out.push_back(EtcdKv{kv.key(), kv.value(), kv.mod_revision(), kv.lease()});
@@ -187,6 +193,50 @@ Status EtcdClient::Delete(const std::string& key) {
   grpc::Status st =
       WithFailover([&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->DeleteRange(ctx, req, &resp); });
   return FromGrpc(st, "etcd DeleteRange(" + key + ")");
+}
+
+StatusOr<bool> EtcdClient::Txn(const etcdserverpb::TxnRequest& req, const std::string& what) {
+  pb::TxnResponse resp;
+  grpc::Status st = WithFailover([&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Txn(ctx, req, &resp); });
+  RETURN_IF_ERROR(FromGrpc(st, "etcd Txn(" + what + ")"));
+  return resp.succeeded();
+}
+
+StatusOr<bool> EtcdClient::PutIfUnchanged(const std::string& guard_prefix, int64_t revision, const std::string& key,
+                                          const std::string& value, int64_t lease) {
+  pb::TxnRequest req;
+  pb::Compare* c = req.add_compare();
+  c->set_result(pb::Compare::LESS);
+  c->set_target(pb::Compare::MOD);
+  c->set_key(guard_prefix);
+  c->set_range_end(PrefixEnd(guard_prefix));
+  c->set_mod_revision(revision + 1);
+  pb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  put->set_lease(lease);
+  return Txn(req, key + " if " + guard_prefix + "* unchanged since " + std::to_string(revision));
+}
+
+StatusOr<bool> EtcdClient::PutIfAbsent(const std::string& key, const std::string& value,
+                                       const std::string& must_exist) {
+  pb::TxnRequest req;
+  pb::Compare* absent = req.add_compare();
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_target(pb::Compare::CREATE);
+  absent->set_key(key);
+  absent->set_create_revision(0);
+  if (!must_exist.empty()) {
+    pb::Compare* present = req.add_compare();
+    present->set_result(pb::Compare::GREATER);
+    present->set_target(pb::Compare::CREATE);
+    present->set_key(must_exist);
+    present->set_create_revision(0);
+  }
+  pb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  return Txn(req, key + " if absent");
 }
 
 }  // namespace warren::cluster

@@ -17,6 +17,10 @@
 
 #include "common/status.h"
 
+namespace etcdserverpb {
+class TxnRequest;
+}  // namespace etcdserverpb
+
 namespace warren::cluster {
 
 struct EtcdOptions {
@@ -53,9 +57,18 @@ class EtcdClient {
   Status Revoke(int64_t lease);
   // Puts key=value attached to `lease` (0 = none).
   Status Put(const std::string& key, const std::string& value, int64_t lease);
-  // Every key starting with `prefix`, in key order.
-  StatusOr<std::vector<EtcdKv>> RangePrefix(const std::string& prefix);
+  // Every key starting with `prefix`, in key order; `revision` (if given)
+  // receives the store's revision the answer is of.
+  StatusOr<std::vector<EtcdKv>> RangePrefix(const std::string& prefix, int64_t* revision = nullptr);
   Status Delete(const std::string& key);
+  // Puts key=value (under `lease`) only when no key starting with
+  // `guard_prefix` changed after `revision` (none written or created since
+  // a RangePrefix at that revision). Whether it did.
+  StatusOr<bool> PutIfUnchanged(const std::string& guard_prefix, int64_t revision, const std::string& key,
+                                const std::string& value, int64_t lease);
+  // Creates key=value only when the key does not exist and, if
+  // `must_exist` is not empty, that key does. Whether it did.
+  StatusOr<bool> PutIfAbsent(const std::string& key, const std::string& value, const std::string& must_exist);
 
  private:
   struct Endpoint;
@@ -66,6 +79,7 @@ class EtcdClient {
   template <typename Call>
   grpc::Status WithFailover(Call call);
   Status Authenticate();
+  StatusOr<bool> Txn(const etcdserverpb::TxnRequest& req, const std::string& what);
 
   const EtcdOptions options_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;

@@ -81,6 +81,7 @@ void Membership::Loop() {
     ++started_;
     l.unlock();
     Status s = Refresh();
+    if (s.ok() && options_.after_refresh) options_.after_refresh(lease_.load());
     if (!s.ok() && !failing) {
       Log(spdlog::level::warn, "cluster: refresh failed; retrying", {{"error", s.ToString()}});
     } else if (s.ok() && failing) {

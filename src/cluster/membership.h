@@ -8,6 +8,7 @@
 // the last view and never waits for etcd.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -27,6 +28,9 @@ struct MembershipOptions {
   std::string prefix = "/warren/nodes/";
   int64_t lease_s = 10;
   std::chrono::milliseconds refresh{2000};
+  // Run on the membership thread after every refresh that reached etcd,
+  // with this node's lease (projects.h republishes its usage under it).
+  std::function<void(int64_t lease)> after_refresh;
 };
 
 class Membership {
@@ -52,6 +56,8 @@ class Membership {
   // immutable: a new view replaces it).
   std::shared_ptr<const std::vector<NodeRecord>> Nodes() const;
   const std::string& self() const { return self_; }
+  // This node's lease (it changes when the node registers again).
+  int64_t lease() const { return lease_.load(); }
 
  private:
   Membership(EtcdClient* etcd, MembershipOptions options, Facts facts);
@@ -64,7 +70,7 @@ class Membership {
   const MembershipOptions options_;
   const Facts facts_;
   std::string self_;
-  int64_t lease_ = 0;  // membership thread only (and Join/Leave, before/after it)
+  std::atomic<int64_t> lease_{0};  // written by the membership thread only (and Join/Leave, before/after it)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

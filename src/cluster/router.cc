@@ -10,8 +10,9 @@ namespace {
 namespace v1 = ::warren::v1;
 
 // A refused create (the node is full or gone) moves on; any other answer,
-// success or error, is the node's final word.
+// success or error, and a project's quota refusal are final.
 bool MovesOn(const grpc::Status& s) {
+  if (s.error_details() == api::kQuotaRefusalDetails) return false;  // a project's quota holds on every node
   return s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || s.error_code() == grpc::StatusCode::UNAVAILABLE;
 }
 
@@ -59,6 +60,10 @@ std::unique_ptr<grpc::ClientContext> Router::Context(const grpc::ServerContext& 
   std::unique_ptr<grpc::ClientContext> cc = grpc::ClientContext::FromServerContext(ctx);
   cc->AddMetadata(api::kForwardedKey, options_.self);
   if (!options_.token.empty()) cc->AddMetadata("authorization", "Bearer " + options_.token);
+  // The node token acts for every project: name the caller's.
+  if (const std::string project = api::CallerProject(ctx, options_.token, options_.projects); !project.empty()) {
+    cc->AddMetadata(api::kProjectKey, project);
+  }
   return cc;
 }
 

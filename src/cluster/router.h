@@ -24,6 +24,9 @@ namespace warren::cluster {
 struct RouterOptions {
   std::string self;   // this node's id
   std::string token;  // bearer token for the other nodes
+  // The cluster's projects: a forwarded call names the project its caller
+  // acts for (api/projects.h). Borrowed; may be null.
+  api::Projects* projects = nullptr;
   PlacementOptions placement;
 };
 

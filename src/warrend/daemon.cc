@@ -399,6 +399,7 @@ int Run(const Flags& flags) {
   sopt.token = token;
   sopt.forward = cluster ? cluster->forwarder() : nullptr;
   sopt.members = cluster.get();
+  sopt.projects = cluster ? cluster->projects() : nullptr;
   sopt.facts = ProbeFacts();
   sopt.facts.microvm_accel = microvm_accel;
   sopt.extra_backends.push_back("fncall");  // the pool below is always on

@@ -34,15 +34,15 @@ from .errors import (
 )
 from .fncall import FnCallRequest, FnCallResult
 from .process import ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput, Session
-from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, Resources, SandboxInfo
+from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, ProjectInfo, Resources, SandboxInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Image", "ImageConfig", "ImageLayer", "ImageProgress", "Images", "PruneResult",
     "Client", "AsyncClient", "AsyncSandbox", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE",
-    "ClusterNode", "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "Resources",
-    "SandboxInfo",
+    "ClusterNode", "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "ProjectInfo",
+    "Resources", "SandboxInfo",
     "WarrenError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
     "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
     "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",

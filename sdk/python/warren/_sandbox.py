@@ -47,6 +47,8 @@ from ._proto import fncall_pb2 as fpb
 from ._proto import fncall_pb2_grpc as fpb_grpc
 from ._proto import process_pb2 as ppb
 from ._proto import process_pb2_grpc as ppb_grpc
+from ._proto import project_pb2 as prj
+from ._proto import project_pb2_grpc as prj_grpc
 from ._proto import warren_pb2 as pb
 from ._proto import warren_pb2_grpc as pb_grpc
 from ._requests import (
@@ -72,7 +74,7 @@ from ._requests import (
 from .desktop import ScreenImage, _screenshot
 from .fncall import FnCallRequest, FnCallResult
 from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
-from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, SandboxInfo
+from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, ProjectInfo, SandboxInfo
 
 if TYPE_CHECKING:
     from .process import ProcessInfo
@@ -712,6 +714,7 @@ class ClientCore(Generic[SB, JB]):
         self._processes = ppb_grpc.ProcessesStub(self._channel)
         self._fncall = fpb_grpc.FnCallStub(self._channel)
         self._desktop = dpb_grpc.DesktopStub(self._channel)
+        self._projects = prj_grpc.ProjectsStub(self._channel)
         self._init_background()
         self.layers = self._layers_cls(self)
         self.images = self._images_cls(self)
@@ -929,3 +932,36 @@ class ClientCore(Generic[SB, JB]):
         node not in the cluster; FailedPrecondition outside a cluster."""
         r = yield Rpc(self._node.Drain, pb.DrainRequest(node_id=node_id, drain=drain), self._metadata, timeout)
         return ClusterNode._from_pb(r)
+
+    @op
+    def create_project(self, path: str, *, sandboxes: int = 0, cpu: Optional[float] = None,
+                       memory_mb: int = 0, timeout: Optional[float] = None) -> Gen[Tuple[ProjectInfo, str]]:
+        """Creates project `path` ("team/run-7/eval"; its parent must exist)
+        with quotas on it and everything below it, cluster-wide (0 / None =
+        no limit of its own; at most the parent's). Returns the project and
+        its bearer token (shown only now): a Client with that token acts for
+        the project. A project token may create projects below its own.
+        AlreadyExists, NotFound (no parent), InvalidArgument (bad path, a
+        quota above the parent's), FailedPrecondition outside a cluster."""
+        q = prj.ProjectQuota(sandboxes=sandboxes, cpu_millis=round((cpu or 0) * 1000), memory_mb=memory_mb)
+        r = yield Rpc(self._projects.Create, prj.CreateProjectRequest(path=path, quota=q), self._metadata, timeout)
+        return ProjectInfo._from_pb(r.project), r.token
+
+    @op
+    def projects(self, timeout: Optional[float] = None) -> Gen[List[ProjectInfo]]:
+        """The projects this client may see (all with the node token or the
+        unix socket; its own and those below it with a project token), by path."""
+        r = yield Rpc(self._projects.List, prj.ListProjectsRequest(), self._metadata, timeout)
+        return [ProjectInfo._from_pb(p) for p in r.projects]
+
+    @op
+    def project(self, path: str, timeout: Optional[float] = None) -> Gen[ProjectInfo]:
+        """Project `path` with its usage. NotFound when it does not exist."""
+        r = yield Rpc(self._projects.Get, prj.GetProjectRequest(path=path), self._metadata, timeout)
+        return ProjectInfo._from_pb(r)
+
+    @op
+    def delete_project(self, path: str, timeout: Optional[float] = None) -> Gen[None]:
+        """Deletes project `path` (none may be below it): its token stops
+        working; its running sandboxes stay."""
+        yield Rpc(self._projects.Delete, prj.DeleteProjectRequest(path=path), self._metadata, timeout)

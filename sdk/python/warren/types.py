@@ -6,9 +6,10 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List
 
+from ._proto import project_pb2 as prj
 from ._proto import warren_pb2 as pb
 
-__all__ = ["ClusterNode", "ExecResult", "FileInfo", "Layer", "SandboxInfo", "NodeStatus", "Resources"]
+__all__ = ["ClusterNode", "ExecResult", "FileInfo", "Layer", "ProjectInfo", "SandboxInfo", "NodeStatus", "Resources"]
 
 _STATES = {
     pb.SANDBOX_STATE_UNSPECIFIED: "unspecified",
@@ -312,4 +313,29 @@ class ClusterNode:
             free_slots=n.free_slots, free_cpu_millis=n.free_cpu_millis, free_memory_mb=n.free_memory_mb,
             available_memory_mb=n.available_memory_mb, load1=n.load1, drain=n.drain,
             updated_ns=n.updated_ns, is_self=n.self,
+        )
+
+
+@dataclass(frozen=True)
+class ProjectInfo:
+    """A project of the cluster (README "Projects and quotas"). Quotas of 0
+    are no limit of the project's own (its parents' still hold); usage is
+    what runs in the project and the projects below it, cluster-wide, as the
+    nodes last published it. cpu in millicpus, memory in MiB."""
+
+    path: str
+    quota_sandboxes: int
+    quota_cpu_millis: int
+    quota_memory_mb: int
+    sandboxes: int
+    cpu_millis: int
+    memory_mb: int
+    created_ns: int
+
+    @classmethod
+    def _from_pb(cls, p: prj.Project) -> ProjectInfo:
+        return cls(
+            path=p.path, quota_sandboxes=p.quota.sandboxes, quota_cpu_millis=p.quota.cpu_millis,
+            quota_memory_mb=p.quota.memory_mb, sandboxes=p.usage.sandboxes, cpu_millis=p.usage.cpu_millis,
+            memory_mb=p.usage.memory_mb, created_ns=p.created_ns,
         )

@@ -23,6 +23,7 @@
 #include "warren/v1/fncall.pb.h"
 #include "warren/v1/image.pb.h"
 #include "warren/v1/process.pb.h"
+#include "warren/v1/project.pb.h"
 #include "warren/v1/warren.pb.h"
 
 namespace warren::api {
@@ -117,12 +118,13 @@ class AuthTest : public ::testing::Test {
 };
 
 // Every method of every service the daemon serves: warren.proto,
-// process.proto, fncall.proto and image.proto.
+// process.proto, fncall.proto, image.proto and project.proto.
 std::vector<std::string> AllMethods() {
   std::vector<std::string> out;
   for (const google::protobuf::FileDescriptor* f :
        {v1::CreateSandboxRequest::descriptor()->file(), v1::ProcessEvent::descriptor()->file(),
-        v1::FnCallRequest::descriptor()->file(), v1::PullImageRequest::descriptor()->file()}) {
+        v1::FnCallRequest::descriptor()->file(), v1::PullImageRequest::descriptor()->file(),
+        v1::CreateProjectRequest::descriptor()->file()}) {
     for (int s = 0; s < f->service_count(); ++s) {
       const google::protobuf::ServiceDescriptor* svc = f->service(s);
       for (int m = 0; m < svc->method_count(); ++m) {

@@ -1,0 +1,68 @@
+#include <string_view>
+
+#include "api/auth.h"
+#include "api/projects.h"
+#include "api/service_deps.h"
+#include "common/secret.h"
+
+namespace warren::api {
+namespace {
+
+std::string ProjectLabelOf(const node::SandboxInfo& s) {
+  auto it = s.labels.find(kProjectLabel);
+  return it == s.labels.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+bool InProject(const std::string& scope, const std::string& project) {
+  if (scope.empty()) return true;
+  return project == scope || (project.size() > scope.size() && project.compare(0, scope.size(), scope) == 0 &&
+                              project[scope.size()] == '/');
+}
+
+std::string CallerProject(const grpc::ServerContext& ctx, const std::string& node_token, Projects* projects) {
+  const auto& md = ctx.client_metadata();
+  auto auth = md.find("authorization");
+  if (auth != md.end()) {
+    const std::string_view got(auth->second.data(), auth->second.size());
+    const bool node = !node_token.empty() && SameSecret(got, "Bearer " + node_token);
+    if (!node && projects != nullptr && got.substr(0, 7) == "Bearer ") {
+      if (std::optional<std::string> p = projects->ProjectOfToken(got.substr(7))) return *p;
+    }
+    // Neither the node's token nor a project's: trusted only over the unix
+    // socket (a TCP caller is refused by Authorizer::Check).
+    if (!node && !IsUnixPeer(ctx)) return "";
+  }
+  auto named = md.find(kProjectKey);
+  return named == md.end() ? std::string() : std::string(named->second.data(), named->second.size());
+}
+
+grpc::Status CheckSandboxAccess(const ServiceDeps& deps, const grpc::ServerContext& ctx, const std::string& id) {
+  const std::string project = deps.auth->Project(ctx);
+  if (project.empty()) return grpc::Status::OK;
+  StatusOr<node::SandboxInfo> info = deps.manager->Get(id);
+  if (info.ok() && InProject(project, ProjectLabelOf(*info))) return grpc::Status::OK;
+  // The same answer for another project's sandbox and for none at all.
+  return {grpc::StatusCode::PERMISSION_DENIED, "sandbox " + id + " is not in project " + project};
+}
+
+grpc::Status CheckJobAccess(const ServiceDeps& deps, const grpc::ServerContext& ctx, const std::string& job) {
+  const std::string project = deps.auth->Project(ctx);
+  if (project.empty()) return grpc::Status::OK;
+  for (const node::SandboxInfo& s : deps.manager->List({}, job)) {
+    if (!InProject(project, ProjectLabelOf(s))) {
+      return {grpc::StatusCode::PERMISSION_DENIED, "job " + job + " is not in project " + project};
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RequireEveryProject(const ServiceDeps& deps, const grpc::ServerContext& ctx, const std::string& what) {
+  const std::string project = deps.auth->Project(ctx);
+  if (project.empty()) return grpc::Status::OK;
+  return {grpc::StatusCode::PERMISSION_DENIED,
+          what + " is for the cluster's operators (the node token or the unix socket), not project " + project};
+}
+
+}  // namespace warren::api
