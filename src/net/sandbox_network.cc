@@ -131,9 +131,11 @@ bool SandboxNetwork::InUse(uint32_t index) const {
 
 StatusOr<uint32_t> SandboxNetwork::TakeIndex() {
   std::lock_guard<std::mutex> l(mu_);
-  for (size_t i = 0; i < used_.size(); ++i) {
+  for (size_t k = 0; k < used_.size(); ++k) {
+    const size_t i = (next_ + k) % used_.size();
     if (!used_[i]) {
       used_[i] = true;
+      next_ = i + 1;
       return static_cast<uint32_t>(i);
     }
   }
@@ -173,7 +175,12 @@ std::string SandboxNetwork::ChainCmds(const NetworkLease& lease, const NetworkPo
 Status SandboxNetwork::Build(const NetworkLease& lease, int netns_fd) {
   std::lock_guard<std::mutex> l(mu_);
   Rollback rb;
-  RETURN_IF_ERROR(host_->AddVeth(lease.host_link, "eth0", netns_fd));
+  Status added = host_->AddVeth(lease.host_link, "eth0", netns_fd);
+  if (StatusErrno(added) == EEXIST) {  // left by a namespace the kernel has not freed yet
+    RETURN_IF_ERROR(host_->DelLink(lease.host_link));
+    added = host_->AddVeth(lease.host_link, "eth0", netns_fd);
+  }
+  RETURN_IF_ERROR(added);
   rb.Add([this, lease] { (void)host_->DelLink(lease.host_link); });
   RETURN_IF_ERROR(host_->AddAddr(lease.host_link, lease.host_addr, 30));
   RETURN_IF_ERROR(host_->SetUp(lease.host_link));
@@ -244,26 +251,32 @@ Status SandboxNetwork::SetPolicy(const NetworkLease& lease, const NetworkPolicy&
   return absl::OkStatus();
 }
 
-Status SandboxNetwork::Release(uint32_t index) {
+Status SandboxNetwork::Release(uint32_t index, bool netns_dying) {
   const NetworkLease lease = LeaseOf(index);
   Status first;
-  {
+  if (!netns_dying) {
     std::lock_guard<std::mutex> l(mu_);
     first = host_->DelLink(lease.host_link);
   }
-  // Each object alone, referrers first: a half-made attach may lack some of them.
+  // One transaction, referrers first (each libnftables call re-reads the
+  // table's cache: one call, not six). A half-made attach may lack some of
+  // the objects, which fails the whole transaction: then each alone, and
+  // check that none is left.
   const std::string t = "inet " + table_;
   const std::string i = Hex(index);
-  (void)nft_->Run("delete element " + t + " egress { \"" + lease.host_link + "\" }");
-  (void)nft_->Run("delete chain " + t + " sb_" + i);
-  (void)nft_->Run("delete chain " + t + " rf_" + i);
-  (void)nft_->Run("delete set " + t + " names_" + i);
-  (void)nft_->Run("delete counter " + t + " conn_" + i);
-  (void)nft_->Run("delete counter " + t + " deny_" + i);
-  for (const std::string& what : {"chain " + t + " sb_" + i, "chain " + t + " rf_" + i, "counter " + t + " conn_" + i,
-                                  "counter " + t + " deny_" + i, "set " + t + " names_" + i}) {
-    if (nft_->List("list " + what).ok() && first.ok())
-      first = absl::InternalError("nftables: " + what + " still there after delete");
+  const std::vector<std::string> deletes = {"delete element " + t + " egress { \"" + lease.host_link + "\" }",
+                                            "delete chain " + t + " sb_" + i,
+                                            "delete chain " + t + " rf_" + i,
+                                            "delete set " + t + " names_" + i,
+                                            "delete counter " + t + " conn_" + i,
+                                            "delete counter " + t + " deny_" + i};
+  if (!nft_->Run(absl::StrJoin(deletes, "\n") + "\n").ok()) {
+    for (const std::string& d : deletes) (void)nft_->Run(d);
+    for (const std::string& what : {"chain " + t + " sb_" + i, "chain " + t + " rf_" + i, "counter " + t + " conn_" + i,
+                                    "counter " + t + " deny_" + i, "set " + t + " names_" + i}) {
+      if (nft_->List("list " + what).ok() && first.ok())
+        first = absl::InternalError("nftables: " + what + " still there after delete");
+    }
   }
   std::lock_guard<std::mutex> l(mu_);
   if (index < used_.size()) used_[index] = false;

@@ -45,7 +45,9 @@
 // Restart: Open() replaces the table in one transaction (stale sandbox
 // chains of a killed daemon go; links of live sandboxes stay but are
 // dropped until Adopt re-applies their policy); Adopt re-takes the index;
-// Release deletes the link, the map element and the chain.
+// Release deletes the sandbox's objects (see there). Indices are taken
+// round-robin, so a released one (whose link may still be on its way out
+// with its namespace) is not reused at once.
 //
 // Thread-safe.
 #pragma once
@@ -110,8 +112,11 @@ class SandboxNetwork {
                                const NetworkPolicy& policy);
   // Replaces the policy of a leased sandbox (one transaction).
   Status SetPolicy(const NetworkLease& lease, const NetworkPolicy& policy);
-  // Removes link, chains, counters and elements and frees the index. Idempotent.
-  Status Release(uint32_t index);
+  // Removes chains, counters, set and element, and the link unless
+  // `netns_dying` (the sandbox's processes are gone: the kernel removes the
+  // pair with its namespace, asynchronously and in batches, off the
+  // destroy's path); frees the index. Idempotent.
+  Status Release(uint32_t index, bool netns_dying = false);
   // The sandbox's counters now.
   StatusOr<NetworkCounters> Counters(const NetworkLease& lease) const;
   // A policy from entries, this node's presets expanded (policy.h);
@@ -156,6 +161,7 @@ class SandboxNetwork {
   std::unique_ptr<Rtnl> host_;  // host netns; guarded by mu_
   mutable std::mutex mu_;
   std::vector<bool> used_;             // by index; guarded by mu_
+  size_t next_ = 0;                    // where TakeIndex looks first; guarded by mu_
   std::unique_ptr<DnsForwarder> dns_;  // last: stopped first, they call back into the above
   std::unique_ptr<NflogReader> nflog_;
 };

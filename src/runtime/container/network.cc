@@ -195,7 +195,7 @@ Status ContainerSandbox::ReleaseNetwork() {
   std::lock_guard<std::mutex> l(net_mu_);
   exposed_.clear();  // nothing listens for it any more
   if (!has_network_) return absl::OkStatus();
-  RETURN_IF_ERROR(st_->options.network->Release(net_index_));
+  RETURN_IF_ERROR(st_->options.network->Release(net_index_, /*netns_dying=*/true));
   has_network_ = false;
   return absl::OkStatus();
 }
