@@ -119,7 +119,7 @@ std::string FirstNameserver(const std::string& resolv_conf) {
   for (absl::string_view line : absl::StrSplit(resolv_conf, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (!absl::ConsumePrefix(&line, "nameserver")) continue;
-    const std::string addr(absl::StripAsciiWhitespace(line));
+    std::string addr(absl::StripAsciiWhitespace(line));
     in_addr a{};
     if (inet_pton(AF_INET, addr.c_str(), &a) == 1) return addr;
   }
