@@ -109,6 +109,9 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOpti
   }
   cmds += "add rule " + t + " input iifname " + links + " iifname vmap @egress\n";
   cmds += "add rule " + t + " input iifname " + links + " goto " + kRefuse + "\n";
+  // The forwarder listens on every address (a redirected query arrives at
+  // the node end of its link); it answers sandboxes only.
+  if (n->dns_ != nullptr) cmds += "add rule " + t + " input udp dport " + std::to_string(n->dns_->port()) + " drop\n";
   cmds += "add chain " + t + " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n";
   cmds += "add rule " + t + " postrouting ip saddr " + n->range_.ToString() + " oifname != " + links + " masquerade\n";
   RETURN_IF_ERROR(n->nft_->Run(cmds));
