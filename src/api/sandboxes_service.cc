@@ -14,6 +14,18 @@ namespace {
 
 namespace v1 = ::warren::v1;
 
+void ExposedToProto(const runtime::ExposedPort& x, v1::ExposedPort* out) {
+  out->set_port(x.port);
+  out->set_address(x.address);
+  out->set_token(x.token);
+}
+
+grpc::Status CheckPort(uint32_t port) {
+  if (port == 0 || port > 65535)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "port " + std::to_string(port) + " (want 1..65535)");
+  return grpc::Status::OK;
+}
+
 // A create reply sent this close to the RPC's deadline is taken as too late
 // (see Create).
 constexpr auto kCreateReplyMargin = std::chrono::milliseconds(20);
@@ -122,6 +134,21 @@ grpc::Status SandboxesService::Get(grpc::ServerContext* ctx, const v1::GetSandbo
     resp->set_memory_bytes(m->memory_bytes);
     resp->set_swap_bytes(m->swap_bytes);
   }
+  if (StatusOr<node::NetworkView> n = deps_.manager->Network(req->id()); n.ok()) {
+    if (n->policy.enabled) {
+      for (const std::string& a : n->policy.allow) resp->mutable_network()->add_allow(a);
+      for (const std::string& d : n->policy.deny) resp->mutable_network()->add_deny(d);
+      resp->mutable_network();  // set even when empty: a link that reaches nothing
+    }
+    for (const runtime::ExposedPort& x : n->exposed) ExposedToProto(x, resp->add_exposed());
+    if (n->traffic) {
+      v1::NetworkTraffic* t = resp->mutable_traffic();
+      t->set_egress_bytes(n->traffic->egress_bytes);
+      t->set_ingress_bytes(n->traffic->ingress_bytes);
+      t->set_connections(n->traffic->connections);
+      t->set_denied(n->traffic->denied);
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -194,6 +221,24 @@ grpc::Status SandboxesService::SetNetwork(grpc::ServerContext* ctx, const v1::Se
   for (const std::string& a : got.allow) resp->add_allow(a);
   for (const std::string& d : got.deny) resp->add_deny(d);
   return grpc::Status::OK;
+}
+
+grpc::Status SandboxesService::Expose(grpc::ServerContext* ctx, const v1::ExposeRequest* req, v1::ExposedPort* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(CheckPort(req->port()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Expose, *req, resp);
+  ASSIGN_OR_RETURN_GRPC(runtime::ExposedPort x, deps_.manager->Expose(req->id(), static_cast<uint16_t>(req->port())));
+  ExposedToProto(x, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status SandboxesService::Unexpose(grpc::ServerContext* ctx, const v1::UnexposeRequest* req, v1::Empty* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  RETURN_IF_GRPC_ERROR(CheckId(req->id()));
+  RETURN_IF_GRPC_ERROR(CheckPort(req->port()));
+  WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Sandboxes, Unexpose, *req, resp);
+  return ToGrpcStatus(deps_.manager->Unexpose(req->id(), static_cast<uint16_t>(req->port())));
 }
 
 }  // namespace warren::api

@@ -28,6 +28,10 @@ class SandboxesService final : public warren::v1::Sandboxes::Service {
                     warren::v1::ExecResult* resp) override;
   grpc::Status SetNetwork(grpc::ServerContext* ctx, const warren::v1::SetNetworkRequest* req,
                           warren::v1::NetworkPolicy* resp) override;
+  grpc::Status Expose(grpc::ServerContext* ctx, const warren::v1::ExposeRequest* req,
+                      warren::v1::ExposedPort* resp) override;
+  grpc::Status Unexpose(grpc::ServerContext* ctx, const warren::v1::UnexposeRequest* req,
+                        warren::v1::Empty* resp) override;
 
  private:
   // Create on this node, without placement.

@@ -167,6 +167,8 @@ struct Invocation {
   struct {
     std::string id;
     std::vector<std::string> allow, deny;
+    uint32_t port = 0;  // expose
+    bool close = false;
   } network;
   DesktopArgs desktop;
   std::string node_id;  // node drain / undrain (node.cc)
@@ -196,7 +198,7 @@ void AddProjectCommands(CLI::App& root, Invocation& inv);    // project create|l
 void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);
-void AddNetworkCommand(CLI::App& root, Invocation& inv);  // network ID --allow/--deny (network.cc)
+void AddNetworkCommand(CLI::App& root, Invocation& inv);  // network ID --allow/--deny, expose ID PORT (network.cc)
 void AddEvalCommand(CLI::App& root, Invocation& inv);     // eval: execs python -m warren.eval
 
 // The whole command tree. `inv` must outlive the returned app.

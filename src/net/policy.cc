@@ -2,8 +2,11 @@
 
 #include <arpa/inet.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace warren::net {
 
@@ -28,9 +31,9 @@ const char* ProtoName(Rule::Proto p) {
   return "";
 }
 
-// nft match of one rule, without verdict.
-std::string Match(const Rule& r) {
-  std::string m = "ip daddr " + r.dst.ToString();
+// nft match of one rule, without verdict; `daddr` matches its address.
+std::string Match(const Rule& r, const std::string& daddr) {
+  std::string m = "ip daddr " + daddr;
   std::string ports;
   if (r.port_lo != 0) {
     ports = std::to_string(r.port_lo);
@@ -45,7 +48,49 @@ std::string Match(const Rule& r) {
   return m;
 }
 
+std::string Match(const Rule& r) { return Match(r, r.dst.ToString()); }
+
+// A host name entry: labels of [a-z0-9-] (not starting or ending in '-'),
+// at least two (a bare word is a preset's name), at most 253 characters; or
+// "*." and at least one label.
+bool ValidHost(const std::string& h) {
+  absl::string_view s = h;
+  const bool wildcard = absl::StartsWith(s, "*.");
+  if (wildcard) s.remove_prefix(2);
+  if (s.empty() || s.size() > 253 || (!wildcard && s.find('.') == absl::string_view::npos)) return false;
+  for (absl::string_view label : absl::StrSplit(s, '.')) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    if (label.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != absl::string_view::npos) return false;
+  }
+  // The last label is not all digits (that would be an IPv4 address).
+  return s.substr(s.rfind('.') + 1).find_first_not_of("0123456789") != absl::string_view::npos;
+}
+
 }  // namespace
+
+bool NameMatches(const std::string& pattern, const std::string& name) {
+  if (absl::StartsWith(pattern, "*.")) {
+    const absl::string_view suffix = absl::string_view(pattern).substr(1);  // ".example.com"
+    return name.size() > suffix.size() && absl::EndsWith(name, suffix);
+  }
+  return pattern == name;
+}
+
+bool NetworkPolicy::HasNames() const {
+  for (const Rule& r : allow)
+    if (!r.host.empty()) return true;
+  for (const Rule& r : deny)
+    if (!r.host.empty()) return true;
+  return false;
+}
+
+bool NetworkPolicy::AllowsName(const std::string& name) const {
+  for (const Rule& r : deny)
+    if (!r.host.empty() && NameMatches(r.host, name)) return false;
+  for (const Rule& r : allow)
+    if (!r.host.empty() && NameMatches(r.host, name)) return true;
+  return false;
+}
 
 bool Cidr::Contains(const Cidr& o) const { return o.len >= len && (o.addr & Mask(len)) == addr; }
 
@@ -69,7 +114,7 @@ StatusOr<Cidr> ParseCidr(const std::string& text) {
   if (inet_pton(AF_INET, ip.c_str(), &a) != 1) {
     bool name = !ip.empty() && ip.find_first_not_of("0123456789.") != std::string::npos;
     return absl::InvalidArgumentError("'" + text + "' is not an IPv4 address or CIDR" +
-                                      (name ? " (host names are not supported yet)" : ""));
+                                      (name ? " (a host name is not allowed here)" : ""));
   }
   Cidr c{ntohl(a.s_addr), static_cast<uint8_t>(len)};
   if ((c.addr & ~Mask(c.len)) != 0)
@@ -102,42 +147,81 @@ StatusOr<Rule> ParseRule(const std::string& text) {
       if (r.port_hi < r.port_lo) return absl::InvalidArgumentError("port range reversed in '" + text + "'");
     }
   }
-  StatusOr<Cidr> c = ParseCidr(cidr);
-  if (!c.ok()) return c.status();
-  r.dst = *c;
-  r.text = std::string(ProtoName(r.proto)) + (r.proto == Rule::Proto::kAny ? "" : ":") + r.dst.ToString();
+  const std::string lower = absl::AsciiStrToLower(cidr);
+  if (lower.find_first_of("abcdefghijklmnopqrstuvwxyz*") != std::string::npos) {
+    if (!ValidHost(lower))
+      return absl::InvalidArgumentError("'" + cidr + "' is neither an IPv4 address or CIDR nor a host name");
+    r.host = lower;
+  } else {
+    StatusOr<Cidr> c = ParseCidr(cidr);
+    if (!c.ok()) return c.status();
+    r.dst = *c;
+  }
+  r.text = std::string(ProtoName(r.proto)) + (r.proto == Rule::Proto::kAny ? "" : ":") +
+           (r.host.empty() ? r.dst.ToString() : r.host);
   if (r.port_lo != 0)
     r.text += ":" + std::to_string(r.port_lo) + (r.port_hi != r.port_lo ? "-" + std::to_string(r.port_hi) : "");
   return r;
 }
 
-StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny) {
+namespace {
+
+// A preset's name: [a-z][a-z0-9_-]{0,31}.
+bool PresetName(const std::string& s) {
+  if (s.empty() || s.size() > 32 || s[0] < 'a' || s[0] > 'z') return false;
+  return s.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") == std::string::npos;
+}
+
+std::string Names(const Presets& presets) {
+  std::string out;
+  for (const auto& [name, rules] : presets) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
+                                    const Presets& presets) {
   NetworkPolicy p;
-  for (auto [list, out, name] : {std::tuple{&allow, &p.allow, "allow"}, std::tuple{&deny, &p.deny, "deny"}}) {
+  for (auto [list, out, text, name] :
+       {std::tuple{&allow, &p.allow, &p.allow_text, "allow"}, std::tuple{&deny, &p.deny, &p.deny_text, "deny"}}) {
     if (list->size() > 256) return absl::InvalidArgumentError(std::string("network.") + name + ": over 256 entries");
     for (size_t i = 0; i < list->size(); ++i) {
-      StatusOr<Rule> r = ParseRule((*list)[i]);
-      if (!r.ok())
-        return absl::InvalidArgumentError("network." + std::string(name) + "[" + std::to_string(i) +
-                                          "]: " + std::string(r.status().message()));
+      const std::string& e = (*list)[i];
+      if (auto it = presets.find(e); it != presets.end()) {
+        out->insert(out->end(), it->second.begin(), it->second.end());
+        text->push_back(e);
+        continue;
+      }
+      StatusOr<Rule> r = ParseRule(e);
+      if (!r.ok()) {
+        std::string why(r.status().message());
+        if (PresetName(e)) why = "'" + e + "' is no preset of this node (its presets: " + Names(presets) + ")";
+        return absl::InvalidArgumentError("network." + std::string(name) + "[" + std::to_string(i) + "]: " + why);
+      }
       out->push_back(*r);
+      text->push_back(r->text);
     }
   }
   return p;
 }
 
-std::vector<std::string> NetworkPolicy::AllowText() const {
-  std::vector<std::string> v;
-  v.reserve(allow.size());
-  for (const Rule& r : allow) v.push_back(r.text);
-  return v;
-}
-
-std::vector<std::string> NetworkPolicy::DenyText() const {
-  std::vector<std::string> v;
-  v.reserve(deny.size());
-  for (const Rule& r : deny) v.push_back(r.text);
-  return v;
+Status ParsePreset(const std::string& flag, Presets* out) {
+  const size_t eq = flag.find('=');
+  const std::string name = flag.substr(0, eq);
+  if (eq == std::string::npos || !PresetName(name))
+    return absl::InvalidArgumentError("--net-preset '" + flag +
+                                      "': want NAME=ENTRY[,ENTRY...], NAME [a-z][a-z0-9_-]{0,31}");
+  if (out->count(name) != 0) return absl::InvalidArgumentError("--net-preset " + name + " given twice");
+  std::vector<Rule> rules;
+  for (absl::string_view e : absl::StrSplit(flag.substr(eq + 1), ',', absl::SkipEmpty())) {
+    StatusOr<Rule> r = ParseRule(std::string(e));
+    if (!r.ok()) return absl::InvalidArgumentError("--net-preset " + name + ": " + std::string(r.status().message()));
+    rules.push_back(*r);
+  }
+  if (rules.empty()) return absl::InvalidArgumentError("--net-preset " + name + ": no entries");
+  (*out)[name] = std::move(rules);
+  return absl::OkStatus();
 }
 
 std::vector<Cidr> ProtectedRanges(const Cidr& sandbox_range) {
@@ -151,13 +235,20 @@ std::vector<Cidr> ProtectedRanges(const Cidr& sandbox_range) {
 }
 
 std::vector<std::string> CompileChain(const NetworkPolicy& p, uint32_t sandbox_addr, const Cidr& sandbox_range,
-                                      const std::string& protected_set, const std::string& refuse_chain) {
+                                      const std::string& protected_set, const std::string& refuse_chain,
+                                      const std::string& conn_counter, const std::string& names_set) {
   std::vector<std::string> out;
   // Root inside has no CAP_NET_ADMIN/NET_RAW, but a forged source would
   // dodge the per-sandbox accounting: drop it.
   out.push_back("ip saddr != " + Ipv4ToString(sandbox_addr) + " drop");
+  out.push_back("ct state new counter name \"" + conn_counter + "\"");
+  // The chain also runs in the input hook: the node's own addresses are
+  // never reachable, whatever the policy allows.
+  out.push_back("fib daddr type local goto " + refuse_chain);
   out.push_back("meta nfproto ipv6 goto " + refuse_chain);
-  for (const Rule& r : p.deny) out.push_back(Match(r) + " goto " + refuse_chain);
+  // Denied names are never resolved (dns.h): no rule of their own.
+  for (const Rule& r : p.deny)
+    if (r.host.empty()) out.push_back(Match(r) + " goto " + refuse_chain);
   const std::vector<Cidr> prot = ProtectedRanges(sandbox_range);
   auto inside_protected = [&](const Cidr& c) {
     for (const Cidr& pr : prot)
@@ -165,10 +256,15 @@ std::vector<std::string> CompileChain(const NetworkPolicy& p, uint32_t sandbox_a
     return false;
   };
   for (const Rule& r : p.allow)
-    if (inside_protected(r.dst)) out.push_back(Match(r) + " accept");
+    if (r.host.empty() && inside_protected(r.dst)) out.push_back(Match(r) + " accept");
   out.push_back("ip daddr @" + protected_set + " goto " + refuse_chain);
-  for (const Rule& r : p.allow)
-    if (!inside_protected(r.dst)) out.push_back(Match(r) + " accept");
+  for (const Rule& r : p.allow) {
+    if (!r.host.empty()) {
+      out.push_back(Match(r, "@" + names_set) + " accept");
+    } else if (!inside_protected(r.dst)) {
+      out.push_back(Match(r) + " accept");
+    }
+  }
   out.push_back("goto " + refuse_chain);
   return out;
 }

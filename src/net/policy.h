@@ -6,20 +6,32 @@
 //   [PROTO:]CIDR[:PORT[-PORT]]
 //   PROTO  tcp | udp | icmp (default: any protocol; a port needs tcp or udp,
 //          or none to mean both)
-//   CIDR   IPv4 address or a.b.c.d/len (host bits must be zero)
+//   CIDR   IPv4 address or a.b.c.d/len (host bits must be zero), or a HOST
+//          name ("pypi.org", "*.pythonhosted.org": any name under it)
 //   PORT   1..65535
-// e.g. "203.0.113.0/24", "tcp:198.51.100.7:443", "udp:192.0.2.53:53",
-// "0.0.0.0/0". Host names are refused (InvalidArgument) for now.
+// e.g. "203.0.113.0/24", "tcp:198.51.100.7:443", "udp:203.0.113.53:53",
+// "0.0.0.0/0". Or the NAME of a preset the node defines (warrend
+// --net-preset pypi=ENTRY,...): the preset's entries as the node defines
+// them when the policy is applied (create, set_network, re-adoption).
+//
+// Host names go through the node's DNS forwarder (dns.h): an allowed name
+// resolves, and the addresses it answered become reachable (with the
+// entry's protocol and ports) until the policy changes; a name not allowed,
+// or denied, does not resolve (NXDOMAIN). The addresses of all allowed names
+// of a sandbox share one set: each is reachable through every name entry's
+// ports. A name never opens a protected range.
 //
 // Semantics: deny wins over allow. The PROTECTED ranges (private, shared,
 // loopback, link-local incl. 169.254.169.254, multicast and reserved, the
 // node's sandbox range) are reachable only through an allow entry whose CIDR
 // lies inside one of them (an explicit "10.1.2.0/24"), never through a wider
-// one ("0.0.0.0/0"). The node itself is never reachable (its input hook
-// refuses everything a sandbox starts).
+// one ("0.0.0.0/0"); a preset's entries follow the same rule. The node
+// itself is never reachable (its input hook refuses everything a sandbox
+// starts).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,18 +52,36 @@ struct Rule {
   Cidr dst;
   uint16_t port_lo = 0, port_hi = 0;  // 0: every port
   std::string text;                   // as written, canonical
+  std::string host;                   // a host name entry (lower case); dst unused
 };
 
+// Presets by name: what each expands to.
+using Presets = std::map<std::string, std::vector<Rule>>;
+
 struct NetworkPolicy {
-  std::vector<Rule> allow, deny;
-  // The entries, canonical (ToString of each rule): what records and info show.
-  std::vector<std::string> AllowText() const;
-  std::vector<std::string> DenyText() const;
+  std::vector<Rule> allow, deny;  // presets expanded
+  // The entries as given, canonical (a rule's text, or a preset's name):
+  // what records and info show.
+  std::vector<std::string> allow_text, deny_text;
+  const std::vector<std::string>& AllowText() const { return allow_text; }
+  const std::vector<std::string>& DenyText() const { return deny_text; }
+  bool HasNames() const;
+  // Whether `name` (lower case) may be resolved: some allow entry names it
+  // and no deny entry does.
+  bool AllowsName(const std::string& name) const;
 };
+
+// Whether `name` matches the entry `pattern`: the same name, or for
+// "*.example.com" any name under example.com. Both lower case.
+bool NameMatches(const std::string& pattern, const std::string& name);
 
 // InvalidArgument naming the entry ("network.allow[2]: ...") on bad input.
 StatusOr<Rule> ParseRule(const std::string& text);
-StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny);
+StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
+                                    const Presets& presets = {});
+// "NAME=ENTRY[,ENTRY...]" (NAME: [a-z][a-z0-9_-]{0,31}) into `out`;
+// InvalidArgument naming the flag value on bad input.
+Status ParsePreset(const std::string& flag, Presets* out);
 StatusOr<Cidr> ParseCidr(const std::string& text);
 
 // The ranges a sandbox cannot reach unless an allow entry names them
@@ -59,11 +89,17 @@ StatusOr<Cidr> ParseCidr(const std::string& text);
 std::vector<Cidr> ProtectedRanges(const Cidr& sandbox_range);
 
 // The body of one sandbox's nftables chain: one rule per line, in order
-// (anti-spoofing on `sandbox_addr`, denies, explicit allows into protected
-// ranges, the protected set, other allows, refuse). `protected_set` and
+// (anti-spoofing on `sandbox_addr`, the connection counter, the node's own
+// addresses refused, IPv6 refused,
+// denies, allows into protected ranges, the protected set, other allows,
+// refuse). `protected_set` and
 // `refuse_chain` name objects of the same table.
+// `conn_counter` names the counter object that counts the sandbox's new
+// connections (allowed or not); `refuse_chain` counts and refuses;
+// `names_set` holds the addresses its allowed names resolved to.
 std::vector<std::string> CompileChain(const NetworkPolicy& p, uint32_t sandbox_addr, const Cidr& sandbox_range,
-                                      const std::string& protected_set, const std::string& refuse_chain);
+                                      const std::string& protected_set, const std::string& refuse_chain,
+                                      const std::string& conn_counter, const std::string& names_set);
 
 std::string Ipv4ToString(uint32_t addr);  // host byte order
 

@@ -1,9 +1,11 @@
 #include "net/sandbox_network.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/log.h"
 #include "common/rollback.h"
 
 namespace warren::net {
@@ -26,6 +28,17 @@ std::string TagOf(const std::string& s) {
   return Hex((h ^ (h >> 16)) & 0xffff);
 }
 
+// "packets N bytes M" of `nft list counter`'s output: the packets.
+uint64_t PacketsOf(const std::string& listing) {
+  const size_t at = listing.find("packets ");
+  return at == std::string::npos ? 0 : std::strtoull(listing.c_str() + at + 8, nullptr, 10);
+}
+
+uint64_t LinkStat(const std::string& link, const char* name) {
+  StatusOr<std::string> v = ReadSmallFile("/sys/class/net/" + link + "/statistics/" + name, 64);
+  return v.ok() ? std::strtoull(v->c_str(), nullptr, 10) : 0;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOptions& options) {
@@ -39,10 +52,34 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOpti
   if (n->tag_.empty() || n->tag_.size() > 4 || n->tag_.find_first_not_of("0123456789abcdef") != std::string::npos)
     return absl::InvalidArgumentError("network tag '" + n->tag_ + "' must be 1..4 of [0-9a-f]");
   n->table_ = "warren_" + n->tag_;
+  n->presets_ = options.presets;
+  n->expose_host_ = options.expose_host;
   n->used_.assign(size_t{1} << (32 - n->range_.len - 2), false);
   ASSIGN_OR_RETURN(n->nft_, Nft::Open());
   ASSIGN_OR_RETURN(n->host_, Rtnl::Open());
   RETURN_IF_ERROR(WriteFile("/proc/sys/net/ipv4/ip_forward", "1"));
+  n->log_group_ = static_cast<uint16_t>(std::strtoul(n->tag_.c_str(), nullptr, 16));
+  {
+    SandboxNetwork* raw = n.get();
+    StatusOr<std::unique_ptr<NflogReader>> lr =
+        NflogReader::Open(n->log_group_, [raw](const LoggedPacket& p) { raw->OnDenied(p); });
+    if (lr.ok()) {
+      n->nflog_ = std::move(*lr);
+    } else {
+      Log(spdlog::level::warn, "refused packets are counted, not audited", {{"error", lr.status().ToString()}});
+    }
+  }
+  if (!options.dns_upstream.empty()) {
+    SandboxNetwork* raw = n.get();
+    ASSIGN_OR_RETURN(n->dns_, DnsForwarder::Open(
+                                  0, options.dns_upstream,
+                                  [raw](uint32_t src, const std::string& name, uint32_t* index) {
+                                    return raw->NameAllowed(src, name, index);
+                                  },
+                                  [raw](uint32_t index, const std::vector<uint32_t>& addrs, uint32_t) {
+                                    return raw->Pin(index, addrs);
+                                  }));
+  }
 
   std::vector<std::string> prot;
   for (const Cidr& c : ProtectedRanges(n->range_)) prot.push_back(c.ToString());
@@ -64,7 +101,17 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOpti
   cmds += "add rule " + t + " forward oifname " + links + " drop\n";
   cmds += "add chain " + t + " input { type filter hook input priority filter; policy accept; }\n";
   cmds += "add rule " + t + " input iifname " + links + " ct state established,related accept\n";
+  if (n->dns_ != nullptr) {
+    const std::string port = std::to_string(n->dns_->port());
+    cmds += "add rule " + t + " input iifname " + links + " udp dport " + port + " ct status dnat accept\n";
+    cmds += "add chain " + t + " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n";
+    cmds += "add rule " + t + " prerouting iifname " + links + " udp dport 53 redirect to :" + port + "\n";
+  }
+  cmds += "add rule " + t + " input iifname " + links + " iifname vmap @egress\n";
   cmds += "add rule " + t + " input iifname " + links + " goto " + kRefuse + "\n";
+  // The forwarder listens on every address (a redirected query arrives at
+  // the node end of its link); it answers sandboxes only.
+  if (n->dns_ != nullptr) cmds += "add rule " + t + " input udp dport " + std::to_string(n->dns_->port()) + " drop\n";
   cmds += "add chain " + t + " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n";
   cmds += "add rule " + t + " postrouting ip saddr " + n->range_.ToString() + " oifname != " + links + " masquerade\n";
   RETURN_IF_ERROR(n->nft_->Run(cmds));
@@ -87,9 +134,11 @@ bool SandboxNetwork::InUse(uint32_t index) const {
 
 StatusOr<uint32_t> SandboxNetwork::TakeIndex() {
   std::lock_guard<std::mutex> l(mu_);
-  for (size_t i = 0; i < used_.size(); ++i) {
+  for (size_t k = 0; k < used_.size(); ++k) {
+    const size_t i = (next_ + k) % used_.size();
     if (!used_[i]) {
       used_[i] = true;
+      next_ = i + 1;
       return static_cast<uint32_t>(i);
     }
   }
@@ -99,19 +148,42 @@ StatusOr<uint32_t> SandboxNetwork::TakeIndex() {
 
 std::string SandboxNetwork::ChainCmds(const NetworkLease& lease, const NetworkPolicy& policy, bool create) const {
   const std::string t = "inet " + table_;
-  const std::string chain = "sb_" + Hex(lease.index);
+  const std::string i = Hex(lease.index);
+  const std::string chain = "sb_" + i, refuse = "rf_" + i;
   std::string cmds;
-  if (create) cmds += "add chain " + t + " " + chain + "\n";
+  if (create) {
+    cmds += "add counter " + t + " conn_" + i + "\n";
+    cmds += "add counter " + t + " deny_" + i + "\n";
+    cmds += "add chain " + t + " " + refuse + "\n";
+    cmds += "flush chain " + t + " " + refuse + "\n";
+    cmds += "add rule " + t + " " + refuse + " counter name \"deny_" + i + "\"\n";
+    if (nflog_ != nullptr)
+      cmds += "add rule " + t + " " + refuse + " limit rate 20/second burst 40 packets log prefix \"" + i +
+              "\" group " + std::to_string(log_group_) + "\n";
+    cmds += "add rule " + t + " " + refuse + " goto " + kRefuse + "\n";
+    cmds += "add set " + t + " names_" + i + " { type ipv4_addr; size 65536; }\n";
+    cmds += "add chain " + t + " " + chain + "\n";
+  }
   cmds += "flush chain " + t + " " + chain + "\n";
-  for (const std::string& r : CompileChain(policy, lease.sandbox_addr, range_, kProtected, kRefuse))
+  cmds += "flush set " + t + " names_" + i + "\n";  // resolved again under the new policy
+  for (const std::string& r :
+       CompileChain(policy, lease.sandbox_addr, range_, kProtected, refuse, "conn_" + i, "names_" + i))
     cmds += "add rule " + t + " " + chain + " " + r + "\n";
+  if (create) {
+    cmds += "add element " + t + " egress { \"" + lease.host_link + "\" : jump " + chain + " }\n";
+  }
   return cmds;
 }
 
 Status SandboxNetwork::Build(const NetworkLease& lease, int netns_fd) {
   std::lock_guard<std::mutex> l(mu_);
   Rollback rb;
-  RETURN_IF_ERROR(host_->AddVeth(lease.host_link, "eth0", netns_fd));
+  Status added = host_->AddVeth(lease.host_link, "eth0", netns_fd);
+  if (StatusErrno(added) == EEXIST) {  // left by a namespace the kernel has not freed yet
+    RETURN_IF_ERROR(host_->DelLink(lease.host_link));
+    added = host_->AddVeth(lease.host_link, "eth0", netns_fd);
+  }
+  RETURN_IF_ERROR(added);
   rb.Add([this, lease] { (void)host_->DelLink(lease.host_link); });
   RETURN_IF_ERROR(host_->AddAddr(lease.host_link, lease.host_addr, 30));
   RETURN_IF_ERROR(host_->SetUp(lease.host_link));
@@ -129,12 +201,15 @@ StatusOr<NetworkLease> SandboxNetwork::Attach(const std::string& sandbox_id, int
   Rollback rb;
   rb.Add([this, index] { (void)Release(index); });
   const NetworkLease lease = LeaseOf(index);
-  // The chain and its map element first: the link never forwards unfiltered.
-  const std::string t = "inet " + table_;
-  RETURN_IF_ERROR(nft_->Run(ChainCmds(lease, policy, true) + "add element " + t + " egress { \"" + lease.host_link +
-                            "\" : jump sb_" + Hex(index) + " }\n"));
+  // The chains and map elements first: the link never forwards unfiltered.
+  RETURN_IF_ERROR(nft_->Run(ChainCmds(lease, policy, true)));
   Status s = Build(lease, netns_fd);
   if (!s.ok()) return Status(s.code(), "sandbox " + sandbox_id + " network: " + std::string(s.message()));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    policies_[index] = policy;
+    ids_[index] = sandbox_id;
+  }
   rb.Commit();
   return lease;
 }
@@ -154,40 +229,122 @@ StatusOr<NetworkLease> SandboxNetwork::Adopt(const std::string& sandbox_id, uint
   Rollback rb;
   rb.Add([this, index] { (void)Release(index); });
   const NetworkLease lease = LeaseOf(index);
-  const std::string t = "inet " + table_;
-  RETURN_IF_ERROR(nft_->Run(ChainCmds(lease, policy, true) + "add element " + t + " egress { \"" + lease.host_link +
-                            "\" : jump sb_" + Hex(index) + " }\n"));
+  RETURN_IF_ERROR(nft_->Run(ChainCmds(lease, policy, true)));
   bool have_link;
   {
     std::lock_guard<std::mutex> l(mu_);
     have_link = host_->IfIndex(lease.host_link) != 0;
   }
   if (!have_link) RETURN_IF_ERROR(Build(lease, netns_fd));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    policies_[index] = policy;
+    ids_[index] = sandbox_id;
+  }
   rb.Commit();
   return lease;
 }
 
 Status SandboxNetwork::SetPolicy(const NetworkLease& lease, const NetworkPolicy& policy) {
-  return nft_->Run(ChainCmds(lease, policy, false));
+  // The forwarder follows the new policy from the same moment: its pins of
+  // the old one are flushed in the same transaction.
+  std::lock_guard<std::mutex> l(mu_);
+  RETURN_IF_ERROR(nft_->Run(ChainCmds(lease, policy, false)));
+  policies_[lease.index] = policy;
+  return absl::OkStatus();
 }
 
-Status SandboxNetwork::Release(uint32_t index) {
+Status SandboxNetwork::Release(uint32_t index, bool netns_dying) {
   const NetworkLease lease = LeaseOf(index);
   Status first;
-  {
+  if (!netns_dying) {
     std::lock_guard<std::mutex> l(mu_);
     first = host_->DelLink(lease.host_link);
   }
-  // Each object alone: a half-made attach may lack some of them.
+  // One transaction, referrers first (each libnftables call re-reads the
+  // table's cache: one call, not six). A half-made attach may lack some of
+  // the objects, which fails the whole transaction: then each alone, and
+  // check that none is left.
   const std::string t = "inet " + table_;
-  (void)nft_->Run("delete element " + t + " egress { \"" + lease.host_link + "\" }");
-  (void)nft_->Run("delete chain " + t + " sb_" + Hex(index));
-  auto chain = nft_->List("list chain " + t + " sb_" + Hex(index));
-  if (chain.ok() && first.ok())
-    first = absl::InternalError("nftables: chain sb_" + Hex(index) + " of " + table_ + " still there after delete");
+  const std::string i = Hex(index);
+  const std::vector<std::string> deletes = {"delete element " + t + " egress { \"" + lease.host_link + "\" }",
+                                            "delete chain " + t + " sb_" + i,
+                                            "delete chain " + t + " rf_" + i,
+                                            "delete set " + t + " names_" + i,
+                                            "delete counter " + t + " conn_" + i,
+                                            "delete counter " + t + " deny_" + i};
+  if (!nft_->Run(absl::StrJoin(deletes, "\n") + "\n").ok()) {
+    for (const std::string& d : deletes) (void)nft_->Run(d);
+    for (const std::string& what : {"chain " + t + " sb_" + i, "chain " + t + " rf_" + i, "counter " + t + " conn_" + i,
+                                    "counter " + t + " deny_" + i, "set " + t + " names_" + i}) {
+      if (nft_->List("list " + what).ok() && first.ok())
+        first = absl::InternalError("nftables: " + what + " still there after delete");
+    }
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (index < used_.size()) used_[index] = false;
+  policies_.erase(index);
+  ids_.erase(index);
   return first;
+}
+
+void SandboxNetwork::SetDeniedHook(DeniedHook hook) {
+  std::lock_guard<std::mutex> l(hook_mu_);
+  hook_ = std::move(hook);
+}
+
+void SandboxNetwork::OnDenied(const LoggedPacket& p) {
+  std::string id;
+  {
+    const uint32_t index = static_cast<uint32_t>(std::strtoul(p.prefix.c_str(), nullptr, 16));
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = ids_.find(index);
+    if (it == ids_.end()) return;
+    id = it->second;
+  }
+  std::lock_guard<std::mutex> l(hook_mu_);
+  if (hook_) hook_(id, p);
+}
+
+StatusOr<NetworkPolicy> SandboxNetwork::Parse(const std::vector<std::string>& allow,
+                                              const std::vector<std::string>& deny) const {
+  ASSIGN_OR_RETURN(NetworkPolicy p, ParsePolicy(allow, deny, presets_));
+  if (p.HasNames() && dns_ == nullptr)
+    return absl::InvalidArgumentError(
+        "network: host names need the node's DNS forwarder (warrend --net-dns-upstream); "
+        "this node has none");
+  return p;
+}
+
+bool SandboxNetwork::NameAllowed(uint32_t src, const std::string& name, uint32_t* index) const {
+  if (src < range_.addr + 2) return false;
+  const uint32_t i = (src - range_.addr) / 4;
+  std::lock_guard<std::mutex> l(mu_);
+  if (i >= used_.size() || !used_[i] || LeaseOf(i).sandbox_addr != src) return false;
+  auto it = policies_.find(i);
+  if (it == policies_.end() || !it->second.AllowsName(name)) return false;
+  *index = i;
+  return true;
+}
+
+Status SandboxNetwork::Pin(uint32_t index, const std::vector<uint32_t>& addrs) {
+  std::string elems;
+  for (uint32_t a : addrs) elems += (elems.empty() ? "" : ", ") + Ipv4ToString(a);
+  return nft_->Run("add element inet " + table_ + " names_" + Hex(index) + " { " + elems + " }");
+}
+
+StatusOr<NetworkCounters> SandboxNetwork::Counters(const NetworkLease& lease) const {
+  const std::string t = "inet " + table_;
+  const std::string i = Hex(lease.index);
+  NetworkCounters c;
+  ASSIGN_OR_RETURN(std::string conn, nft_->List("list counter " + t + " conn_" + i));
+  ASSIGN_OR_RETURN(std::string deny, nft_->List("list counter " + t + " deny_" + i));
+  c.connections = PacketsOf(conn);
+  c.denied = PacketsOf(deny);
+  // The host end's receive side is what the sandbox sent.
+  c.egress_bytes = LinkStat(lease.host_link, "rx_bytes");
+  c.ingress_bytes = LinkStat(lease.host_link, "tx_bytes");
+  return c;
 }
 
 }  // namespace warren::net

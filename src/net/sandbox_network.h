@@ -11,14 +11,31 @@
 //   nft      table inet warren_<T>:
 //            set protected   ranges only explicit allows open (policy.h)
 //            map egress      ifname : jump sb_<i>, one element per sandbox
-//            chain sb_<i>    the sandbox's policy (CompileChain)
+//            chain sb_<i>    the sandbox's policy (CompileChain); anything
+//                            for the node's own addresses is refused first
+//            chain rf_<i>    counts a refused packet (counter deny_<i>),
+//                            logs it to NFLOG group <tag> (at most 20/s
+//                            per sandbox, burst 40: the denied hook), then
+//                            refuses it (chain refuse: TCP reset, else ICMP
+//                            admin-prohibited)
+//            counter conn_<i> / deny_<i>  its new connections (allowed or
+//                            not) / its refused packets: a port scan of
+//                            anything it may not reach is counted, never
+//                            silent
 //            chain forward   EVERY packet from a sandbox link goes through
 //                            its chain (so a changed policy also cuts live
 //                            connections: their next packet is refused);
 //                            a sandbox link without a map element is
 //                            dropped (fail closed); into sandbox links only
 //                            established/related
-//            chain input     the node refuses what a sandbox starts
+//            chain input     what a sandbox starts towards the node goes
+//                            through its chain too (refused and counted
+//                            there), but for DNS queries redirected to the
+//                            node's forwarder
+//            set names_<i>   addresses its allowed host names resolved to
+//                            (pinned by the forwarder; emptied by a change)
+//            chain prerouting  every UDP query to port 53 from a sandbox is
+//                            redirected to the forwarder (dns.h)
 //            chain postrouting  masquerade the sandbox range leaving the host
 //   sysctl   net.ipv4.ip_forward=1 (host-wide, left on).
 //
@@ -28,12 +45,15 @@
 // Restart: Open() replaces the table in one transaction (stale sandbox
 // chains of a killed daemon go; links of live sandboxes stay but are
 // dropped until Adopt re-applies their policy); Adopt re-takes the index;
-// Release deletes the link, the map element and the chain.
+// Release deletes the sandbox's objects (see there). Indices are taken
+// round-robin, so a released one (whose link may still be on its way out
+// with its namespace) is not reused at once.
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +61,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "net/dns.h"
+#include "net/nflog.h"
 #include "net/nft.h"
 #include "net/policy.h"
 #include "net/rtnl.h"
@@ -48,9 +70,24 @@
 namespace warren::net {
 
 struct NetworkOptions {
-  std::string range = "10.213.0.0/16";  // sandbox addresses, a /30 each
-  std::string tag;                      // 1..4 [0-9a-f]; empty: from state_dir
-  std::string state_dir;                // what the tag is derived from
+  std::string range = "10.213.0.0/16";    // sandbox addresses, a /30 each
+  std::string tag;                        // 1..4 [0-9a-f]; empty: from state_dir
+  std::string state_dir;                  // what the tag is derived from
+  Presets presets;                        // named entry lists (policy.h)
+  std::string expose_host = "127.0.0.1";  // where exposed ports listen (expose.h)
+  // Upstream of the DNS forwarder (dns.h), "a.b.c.d[:port]"; "" = none
+  // (host name entries are refused).
+  std::string dns_upstream;
+};
+
+// What a sandbox's link carried and refused since it was made (bytes from
+// the link's counters; connections and denials from nftables, which start
+// from zero again when a restarted daemon re-adopts the sandbox).
+struct NetworkCounters {
+  uint64_t egress_bytes = 0;   // sent by the sandbox (to anywhere, refused included)
+  uint64_t ingress_bytes = 0;  // received by it
+  uint64_t connections = 0;    // new connections it started, allowed or not
+  uint64_t denied = 0;         // packets of it refused (policy, the node, siblings)
 };
 
 // What a sandbox holds: persisted by its backend (index) and handed back to
@@ -75,8 +112,24 @@ class SandboxNetwork {
                                const NetworkPolicy& policy);
   // Replaces the policy of a leased sandbox (one transaction).
   Status SetPolicy(const NetworkLease& lease, const NetworkPolicy& policy);
-  // Removes link, chain and element and frees the index. Idempotent.
-  Status Release(uint32_t index);
+  // Removes chains, counters, set and element, and the link unless
+  // `netns_dying` (the sandbox's processes are gone: the kernel removes the
+  // pair with its namespace, asynchronously and in batches, off the
+  // destroy's path); frees the index. Idempotent.
+  Status Release(uint32_t index, bool netns_dying = false);
+  // The sandbox's counters now.
+  StatusOr<NetworkCounters> Counters(const NetworkLease& lease) const;
+  // A policy from entries, this node's presets expanded (policy.h);
+  // InvalidArgument for host names on a node without a DNS forwarder.
+  StatusOr<NetworkPolicy> Parse(const std::vector<std::string>& allow, const std::vector<std::string>& deny) const;
+  // Whether the node resolves host names for sandboxes.
+  bool has_dns() const { return dns_ != nullptr; }
+  // Called (on the log reader's thread) for each logged refused packet of a
+  // leased sandbox. Replacing or clearing it waits for a call in progress:
+  // after SetDeniedHook(nullptr) returns, it is never called again.
+  using DeniedHook = std::function<void(const std::string& sandbox_id, const LoggedPacket& packet)>;
+  void SetDeniedHook(DeniedHook hook);
+  const std::string& expose_host() const { return expose_host_; }
 
   // True while `index` is leased (attached or adopted, not released).
   bool InUse(uint32_t index) const;
@@ -90,12 +143,27 @@ class SandboxNetwork {
   Status Build(const NetworkLease& lease, int netns_fd);
   std::string ChainCmds(const NetworkLease& lease, const NetworkPolicy& policy, bool create) const;
 
+  // The forwarder's questions: may the sandbox at `src` resolve `name`?
+  bool NameAllowed(uint32_t src, const std::string& name, uint32_t* index) const;
+  Status Pin(uint32_t index, const std::vector<uint32_t>& addrs);
+  void OnDenied(const LoggedPacket& p);
+
   Cidr range_;
   std::string tag_, table_;
+  Presets presets_;
+  std::string expose_host_;
+  std::map<uint32_t, NetworkPolicy> policies_;  // by index; guarded by mu_
+  std::map<uint32_t, std::string> ids_;         // sandbox id by index; guarded by mu_
+  uint16_t log_group_ = 0;
+  std::mutex hook_mu_;
+  DeniedHook hook_;  // guarded by hook_mu_
   std::unique_ptr<Nft> nft_;
   std::unique_ptr<Rtnl> host_;  // host netns; guarded by mu_
   mutable std::mutex mu_;
-  std::vector<bool> used_;  // by index; guarded by mu_
+  std::vector<bool> used_;             // by index; guarded by mu_
+  size_t next_ = 0;                    // where TakeIndex looks first; guarded by mu_
+  std::unique_ptr<DnsForwarder> dns_;  // last: stopped first, they call back into the above
+  std::unique_ptr<NflogReader> nflog_;
 };
 
 }  // namespace warren::net

@@ -123,6 +123,11 @@ StatusOr<std::shared_ptr<runtime::Sandbox>> SandboxManager::Running(const std::s
 StatusOr<runtime::NetworkSpec> SandboxManager::SetNetwork(const std::string& id, const runtime::NetworkSpec& network) {
   return table_->SetNetwork(id, network);
 }
+StatusOr<runtime::ExposedPort> SandboxManager::Expose(const std::string& id, uint16_t port) {
+  return table_->Expose(id, port);
+}
+Status SandboxManager::Unexpose(const std::string& id, uint16_t port) { return table_->Unexpose(id, port); }
+StatusOr<NetworkView> SandboxManager::Network(const std::string& id) const { return table_->Network(id); }
 
 StatusOr<SandboxInfo> SandboxManager::ExtendTtl(const std::string& id, uint32_t ttl_s) {
   return table_->ExtendTtl(id, ttl_s);

@@ -104,6 +104,10 @@ class SandboxManager {
   StatusOr<SandboxInfo> ExtendTtl(const std::string& id, uint32_t ttl_s);
   // Replaces the sandbox's egress policy (see SandboxTable::SetNetwork).
   StatusOr<runtime::NetworkSpec> SetNetwork(const std::string& id, const runtime::NetworkSpec& network);
+  // Exposed ports and what Get shows of the network (see SandboxTable).
+  StatusOr<runtime::ExposedPort> Expose(const std::string& id, uint16_t port);
+  Status Unexpose(const std::string& id, uint16_t port);
+  StatusOr<NetworkView> Network(const std::string& id) const;
   // Freezes every process (state kPaused, persisted). Any exec or file call
   // (Running()) resumes it first. Idempotent.
   Status Pause(const std::string& id);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@ struct CreateRequest {
   // Idempotency key (see SandboxManager::AbandonCreate); empty = none.
   std::string request_id;
   runtime::NetworkSpec network;  // not enabled: loopback only
+};
+
+// A sandbox's network as Get shows it.
+struct NetworkView {
+  runtime::NetworkSpec policy;  // not enabled: no link
+  std::vector<runtime::ExposedPort> exposed;
+  std::optional<runtime::NetworkTraffic> traffic;  // with a link
 };
 
 // A snapshot of one table entry.

@@ -398,6 +398,20 @@ class ChangeExporter {
 // sandbox created without a network. container: a veth pair into the
 // node's SandboxNetwork (net/sandbox_network.h), reported only when the
 // node has one (--sandbox-net). microVM: a tap device into the same.
+//
+// Exposed ports: `port` of the sandbox's loopback served on the node behind a
+// token (net/expose.h), whether or not the sandbox has a link; closed with
+// the sandbox; kept in its record (a restarted node listens again, on the
+// same node port when it is free, with the same token).
+struct ExposedPort {
+  uint16_t port = 0;    // in the sandbox
+  std::string address;  // HOST:PORT on the node
+  std::string token;    // X-Warren-Token header or warren_token query parameter
+};
+// What the sandbox's link carried and refused (net::NetworkCounters).
+struct NetworkTraffic {
+  uint64_t egress_bytes = 0, ingress_bytes = 0, connections = 0, denied = 0;
+};
 class NetworkConfigurable {
  public:
   static constexpr Capability kCapability = Capability::kNetwork;
@@ -405,6 +419,14 @@ class NetworkConfigurable {
   virtual Status SetNetwork(const NetworkSpec& network) = 0;
   // The policy in force, entries canonical.
   virtual NetworkSpec Network() const = 0;
+  // The same port again: the same exposure. InvalidArgument for port 0,
+  // ResourceExhausted past the backend's bound.
+  virtual StatusOr<ExposedPort> Expose(uint16_t port) = 0;
+  // NotFound when `port` is not exposed. Its open connections end.
+  virtual Status Unexpose(uint16_t port) = 0;
+  virtual std::vector<ExposedPort> Exposed() const = 0;
+  // FailedPrecondition for a sandbox without a link.
+  virtual StatusOr<NetworkTraffic> Traffic() const = 0;
 };
 
 // The capability C of `sb`, or nullptr.

@@ -73,7 +73,8 @@ void InstallShutdownHandler() {
 StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags, const std::string& init,
                                                              const std::string& run_dir, const std::string& lxcfs_dir,
                                                              std::shared_future<runtime::AccelChoice>* accel,
-                                                             node::Metrics* metrics) {
+                                                             node::Metrics* metrics,
+                                                             std::shared_ptr<net::SandboxNetwork>* network) {
   runtime::ContainerOptions copt;
   copt.init_path = init;
   copt.lxcfs_dir = lxcfs_dir;
@@ -92,9 +93,19 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
     net::NetworkOptions nopt;
     nopt.range = flags.sandbox_net;
     nopt.state_dir = real;
+    nopt.expose_host = flags.expose_host;
+    nopt.dns_upstream = flags.net_dns_upstream;
+    if (nopt.dns_upstream.empty()) {
+      StatusOr<std::string> rc = ReadSmallFile("/etc/resolv.conf");
+      if (rc.ok()) nopt.dns_upstream = net::FirstNameserver(*rc);
+    }
+    if (nopt.dns_upstream == "none") nopt.dns_upstream.clear();
+    for (const std::string& p : flags.net_presets) RETURN_IF_ERROR(net::ParsePreset(p, &nopt.presets));
     ASSIGN_OR_RETURN(std::unique_ptr<net::SandboxNetwork> nw, net::SandboxNetwork::Open(nopt));
-    Log(spdlog::level::info, "sandbox network", {{"range", flags.sandbox_net}, {"nft_table", nw->table()}});
+    Log(spdlog::level::info, "sandbox network",
+        {{"range", flags.sandbox_net}, {"nft_table", nw->table()}, {"dns_upstream", nopt.dns_upstream}});
     copt.network = std::move(nw);
+    *network = copt.network;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Backend> container, runtime::NewContainerBackend(copt));
   std::vector<std::unique_ptr<runtime::Backend>> backends;
@@ -160,6 +171,12 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   SetUpSuspendSwap(flags.suspend_swap, flags.zram_size_mb);
   ASSIGN_OR_RETURN(std::unique_ptr<node::SandboxManager> manager,
                    node::SandboxManager::New(mopt, std::move(backends), std::move(layers)));
+  if (*network != nullptr) {
+    // Refused packets join the sandbox's audit log (op "net_denied").
+    (*network)->SetDeniedHook([m = manager.get()](const std::string& id, const net::LoggedPacket& p) {
+      m->Audit(id, {{"op", "net_denied"}, {"dst", p.dst}, {"proto", p.proto}, {"port", p.port}});
+    });
+  }
   RETURN_IF_ERROR(manager->Start());
   return manager;
 }
@@ -367,9 +384,18 @@ int Run(const Flags& flags) {
   const std::string lxcfs_dir = lxcfs ? lxcfs->mount_dir() : std::string();
 
   std::shared_future<runtime::AccelChoice> microvm_accel;
+  std::shared_ptr<net::SandboxNetwork> sandbox_net;
   StatusOr<std::unique_ptr<node::SandboxManager>> manager =
-      StartManager(flags, *init, *run_dir, lxcfs_dir, &microvm_accel, prom.get());
+      StartManager(flags, *init, *run_dir, lxcfs_dir, &microvm_accel, prom.get(), &sandbox_net);
   if (!manager.ok()) return fail(manager.status());
+  // Destroyed before the manager: the denied hook (which writes its audit
+  // log) is cleared first.
+  struct DeniedHookGuard {
+    std::shared_ptr<net::SandboxNetwork> n;
+    ~DeniedHookGuard() {
+      if (n != nullptr) n->SetDeniedHook(nullptr);
+    }
+  } denied_hook_guard{sandbox_net};
 
   // Cluster: joined before serving; a node others cannot reach yet refuses
   // their creates (UNAVAILABLE), which moves placement on.

@@ -34,6 +34,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "IPv4 range (e.g. 10.213.0.0/16) of the sandboxes that ask for a network: a routed /30 and a "
                  "veth pair each, NAT'ed, filtered by nftables (table inet warren_<tag>); sets "
                  "net.ipv4.ip_forward=1. Empty = no sandbox network");
+  app.add_option("--net-preset", flags.net_presets,
+                 "NAME=ENTRY[,ENTRY...]: a named list of network entries (e.g. pypi=tcp:203.0.113.10:443) that "
+                 "a sandbox's policy names as \"pypi\"; repeatable");
+  app.add_option("--net-dns-upstream", flags.net_dns_upstream,
+                 "IPv4[:PORT] the sandboxes' DNS forwarder asks (it answers only names a sandbox's policy allows "
+                 "and pins their addresses); default: the first nameserver of /etc/resolv.conf; none = no names");
+  app.add_option("--expose-host", flags.expose_host,
+                 "IPv4 address the exposed ports of sandboxes listen on (sb.expose)")
+      ->capture_default_str();
   app.add_option("--recycled-cgroups", flags.recycled_cgroups,
                  "container (cgroup v1): keep up to this many emptied sandbox cgroups for new sandboxes "
                  "instead of removing and creating them (only those whose sandbox left < 1 MiB charged; 0 = off)")

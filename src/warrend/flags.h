@@ -32,6 +32,9 @@ struct Flags {
   // Sandbox network (net/sandbox_network.h): IPv4 range, a /30 per sandbox
   // with a network; "" = none (creates asking for a network fail).
   std::string sandbox_net;
+  std::vector<std::string> net_presets;  // NAME=ENTRY[,ENTRY...]
+  std::string expose_host = "127.0.0.1";
+  std::string net_dns_upstream;  // "" = the host's first nameserver; "none" = no DNS for sandboxes
   int64_t mount_grace_ms = 60000;
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.

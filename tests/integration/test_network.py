@@ -3,14 +3,17 @@
 The tests build their own "internet" on this machine: a network namespace
 behind a veth pair whose addresses (documentation ranges 203.0.113.0/24,
 198.51.100.0/24, and the metadata address 169.254.169.254) are routed into
-it from the host. One HTTP server in it answers on all of them. Nothing
+it from the host. One HTTP server in it answers on all of them, and a DNS
+server (203.0.113.53) knows pypi.test, npm.test and meta.test. Nothing
 leaves the machine."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 import uuid
@@ -25,9 +28,11 @@ ALLOWED = "203.0.113.10"  # allowed by the tests' policies
 DENIED = "198.51.100.10"  # inside an allowed range, but denied
 OTHER = "198.51.100.20"  # never allowed
 METADATA = "169.254.169.254"
+DNS = "203.0.113.53"
+NAMES = {"pypi.test": ALLOWED, "npm.test": OTHER, "meta.test": METADATA}
 PORT = 8080
 TRANSIT_HOST, TRANSIT_NS = "198.18.213.1", "198.18.213.2"
-ROUTED = [f"{ALLOWED}/32", "198.51.100.0/24", f"{METADATA}/32"]
+ROUTED = [f"{ALLOWED}/32", f"{DNS}/32", "198.51.100.0/24", f"{METADATA}/32"]
 
 # In the sandbox: "open", "refused", "timeout" or "err <errno>" for a TCP connect.
 PROBE = (
@@ -38,6 +43,27 @@ PROBE = (
     "except ConnectionRefusedError: print('refused')\n"
     "except socket.timeout: print('timeout')\n"
     "except OSError as e: print('err', e.errno)\n"
+)
+
+# The test internet's DNS server: A records of NAMES, NXDOMAIN for the rest.
+DNS_SERVER = (
+    "import socket,struct,sys,json\n"
+    "names=json.loads(sys.argv[2])\n"
+    "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind((sys.argv[1],53))\n"
+    "while True:\n"
+    "    q,a=s.recvfrom(512); i=12; labels=[]\n"
+    "    while q[i]: labels.append(q[i+1:i+1+q[i]].decode()); i+=1+q[i]\n"
+    "    qtype=struct.unpack('>H',q[i+1:i+3])[0]; qend=i+5; ip=names.get('.'.join(labels).lower())\n"
+    "    if ip is None: s.sendto(q[:2]+b'\\x81\\x83'+q[4:6]+bytes(6)+q[12:qend],a); continue\n"
+    "    ans=b'\\xc0\\x0c'+struct.pack('>HHIH',1,1,60,4)+socket.inet_aton(ip) if qtype==1 else b''\n"
+    "    s.sendto(q[:2]+b'\\x81\\x80'+q[4:6]+struct.pack('>HHH',1 if ans else 0,0,0)+q[12:qend]+ans,a)\n"
+)
+
+# In the sandbox: the address a name resolves to, or "fail <error>".
+RESOLVE = (
+    "import socket,sys\n"
+    "try: print(socket.gethostbyname(sys.argv[1]))\n"
+    "except OSError as e: print('fail', e)\n"
 )
 
 
@@ -63,7 +89,7 @@ def internet(test_root: Path) -> Iterable[str]:
     name = "wnt-" + uuid.uuid4().hex[:8]
     host_if = "wnth" + name[4:10]
     ip("netns", "add", name)
-    server = None
+    server = dns = None
     try:
         ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", name)
         ip("addr", "add", f"{TRANSIT_HOST}/30", "dev", host_if)
@@ -71,7 +97,7 @@ def internet(test_root: Path) -> Iterable[str]:
         ip("-n", name, "addr", "add", f"{TRANSIT_NS}/30", "dev", "eth0")
         ip("-n", name, "link", "set", "eth0", "up")
         ip("-n", name, "link", "set", "lo", "up")
-        for a in (ALLOWED, DENIED, OTHER, METADATA):
+        for a in (ALLOWED, DENIED, OTHER, METADATA, DNS):
             ip("-n", name, "addr", "add", f"{a}/32", "dev", "lo")
         ip("-n", name, "route", "add", "default", "via", TRANSIT_HOST)
         for r in ROUTED:
@@ -82,6 +108,8 @@ def internet(test_root: Path) -> Iterable[str]:
         server = subprocess.Popen(
             ["ip", "netns", "exec", name, "python3", "-m", "http.server", str(PORT), "--bind", "0.0.0.0",
              "--directory", str(www)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dns = subprocess.Popen(["ip", "netns", "exec", name, "python3", "-c", DNS_SERVER, DNS, json.dumps(NAMES)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # The host reaches every server address (so a refusal in a sandbox is the policy's).
         deadline = time.monotonic() + 10
         while True:
@@ -93,17 +121,24 @@ def internet(test_root: Path) -> Iterable[str]:
             time.sleep(0.1)
         yield name
     finally:
-        if server is not None:
-            server.kill()
-            server.wait(timeout=10)
+        for p in (server, dns):
+            if p is not None:
+                p.kill()
+                p.wait(timeout=10)
         for r in ROUTED:
             ip("route", "del", r, check=False)
         ip("link", "del", host_if, check=False)
         ip("netns", "del", name, check=False)
 
 
+# Node presets of the tests' daemons: "pypi" is one server, by address and
+# by name, on its HTTP port; "npm" another address.
+PRESETS = ["--net-preset", f"pypi=tcp:{ALLOWED}:{PORT},tcp:pypi.test:{PORT}", "--net-preset", f"npm=tcp:{OTHER}:{PORT}"]
+
+
 def start_daemon(test_root: Path, layer_store: Path, name: str, node: str, rng: str) -> Daemon:
-    return Daemon(test_root, name, layer_store, NODE_PREFIX + node, extra_args=["--sandbox-net", rng]).start()
+    return Daemon(test_root, name, layer_store, NODE_PREFIX + node,
+                  extra_args=["--sandbox-net", rng, "--net-dns-upstream", DNS, *PRESETS]).start()
 
 
 def table_of(d: Daemon) -> str:
@@ -121,11 +156,14 @@ def leftovers(d: Daemon) -> dict:
     table = table_of(d)
     tag = table.split("_")[1]
     t = json.loads(nft("-j", "list", "table", "inet", table).stdout)["nftables"]
-    chains = [o["chain"]["name"] for o in t if "chain" in o and o["chain"]["name"].startswith("sb_")]
+    chains = [o["chain"]["name"] for o in t if "chain" in o and o["chain"]["name"].startswith(("sb_", "rf_"))]
+    counters = [o["counter"]["name"] for o in t if "counter" in o]
     elems = [o["map"].get("elem", []) for o in t if "map" in o and o["map"]["name"] == "egress"]
+    elems += [o["set"].get("elem", []) for o in t if "set" in o and o["set"]["name"].startswith("names_")]
+    sets = [o["set"]["name"] for o in t if "set" in o and o["set"]["name"].startswith("names_")]
     routes = [ln for ln in ip("-4", "route", "show").stdout.splitlines() if f"wn{tag}-" in ln]
-    return {"links": links_with(f"wn{tag}-"), "chains": chains, "elements": [e for es in elems for e in es],
-            "routes": routes}
+    return {"links": links_with(f"wn{tag}-"), "chains": chains, "counters": counters, "sets": sets,
+            "elements": [e for es in elems for e in es], "routes": routes}
 
 
 def assert_clean(d: Daemon) -> None:
@@ -265,7 +303,7 @@ def test_set_network_flips_within_100ms(netd: Daemon, base_layer: str) -> None:
 def test_bad_policy_fails_create_and_leaves_nothing(netd: Daemon, base_layer: str) -> None:
     assert netd.client is not None
     before = len(netd.client.list())
-    for bad, what in ((["pypi.org"], "host names"), (["10.0.0.1/8"], "host bits"), (["tcp:1.2.3.4:0"], "port"),
+    for bad, what in ((["bad_name.example"], "nor a host name"), (["10.0.0.1/8"], "host bits"), (["tcp:1.2.3.4:0"], "port"),
                       (["icmp:1.2.3.4:80"], "icmp")):
         with pytest.raises(warren.InvalidArgument, match=what):
             netd.client.create(layers=[base_layer], network={"allow": bad})
@@ -290,6 +328,8 @@ def test_kill9_restart_reapplies_policy_and_cleans(test_root: Path, layer_store:
         sid, gone_pid = sb.id, gone.info().init_pid
         assert probe(sb, ALLOWED) == "open"
         sb.set_network({"allow": [OTHER]})  # the record keeps the policy in force
+        serve_in(sb, 8000)
+        exposed = sb.expose(8000)
         d.kill9()
         assert len(leftovers(d)["links"]) == 2  # the sandboxes' links outlive the daemon
         os.kill(gone_pid, 9)  # one dies while no daemon runs
@@ -298,8 +338,176 @@ def test_kill9_restart_reapplies_policy_and_cleans(test_root: Path, layer_store:
         assert probe(sb, OTHER) == "open"
         assert probe(sb, ALLOWED) == "refused"
         assert [s.id for s in d.client.list()] == [sid]
+        assert sb.info().exposed == [exposed]  # listening again, same address and token
+        assert http_from_host(exposed.address, exposed.token) == (200, "hello from inside\n")
+        assert http_from_host(exposed.address)[0] == 401
         sb.destroy()
+        assert not listening(exposed.address)
         assert_clean(d)
     finally:
         d.stop()
         drop_table(d)
+
+
+def http_from_host(address: str, token: str | None = None, query: str = "") -> tuple[int, str]:
+    """(status, body) of GET /hello on an exposed address, from the host."""
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/hello" + query, headers={"X-Warren-Token": token} if token else {})
+        r = conn.getresponse()
+        return r.status, r.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def listening(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex((host, int(port))) == 0
+
+
+def serve_in(sb: warren.Sandbox, port: int, bind: str = "127.0.0.1") -> None:
+    """An HTTP server in the sandbox serving /hello on bind:port."""
+    cmd = (f"mkdir -p /srv && echo hello from inside > /srv/hello && cd /srv && "
+           f"nohup python3 -m http.server {port} --bind {bind} >/dev/null 2>&1 &")
+    sb.exec(["sh", "-c", cmd], timeout=20)
+    deadline = time.monotonic() + 10
+    while probe(sb, bind if bind != "0.0.0.0" else "127.0.0.1", port) != "open":
+        assert time.monotonic() < deadline, "the sandbox's server did not come up"
+        time.sleep(0.1)
+
+
+def test_expose_serves_with_the_token_only(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    with netd.client.create(layers=[base_layer]) as sb:  # loopback only: exposing needs no link
+        serve_in(sb, 8000)
+        e = sb.expose(8000)
+        assert e.port == 8000 and len(e.token) == 32
+        assert http_from_host(e.address, e.token) == (200, "hello from inside\n")
+        assert http_from_host(e.address, query=f"?warren_token={e.token}") == (200, "hello from inside\n")
+        status, body = http_from_host(e.address)
+        assert status == 401 and "X-Warren-Token" in body
+        assert http_from_host(e.address, "0" * 32)[0] == 401
+        assert sb.expose(8000) == e  # the same port: the same exposure
+        assert sb.info().exposed == [e]
+        # A port nothing listens on: the node answers 502, not silence.
+        e2 = sb.expose(8001)
+        status, body = http_from_host(e2.address, e2.token)
+        assert status == 502 and "refused" in body.lower(), body
+        sb.unexpose(8001)
+        assert not listening(e2.address)
+        with pytest.raises(warren.NotFound, match="8001"):
+            sb.unexpose(8001)
+        with pytest.raises(warren.InvalidArgument):
+            sb.expose(0)
+    assert not listening(e.address)  # gone with the sandbox
+    assert_clean(netd)
+
+
+def test_presets_by_name(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    with netd.client.create(layers=[base_layer], network={"allow": ["pypi"]}) as sb:
+        assert http_get(sb, ALLOWED) == "hello from the test internet\n"
+        assert probe(sb, OTHER) == "refused"
+        assert probe(sb, ALLOWED, port=8081) == "refused"
+        assert sb.info().network == {"allow": ["pypi"], "deny": []}
+        assert sb.set_network({"allow": ["npm"]}) == {"allow": ["npm"], "deny": []}
+        assert probe(sb, OTHER) == "open"
+        assert probe(sb, ALLOWED) == "refused"
+        assert sb.set_network({"allow": ["0.0.0.0/0"], "deny": ["pypi"]})["deny"] == ["pypi"]
+        assert probe(sb, ALLOWED) == "refused"
+        assert probe(sb, OTHER) == "open"
+    with pytest.raises(warren.InvalidArgument, match="no preset of this node.*npm, pypi"):
+        netd.client.create(layers=[base_layer], network={"allow": ["debian"]})
+    assert_clean(netd)
+
+
+def test_port_scan_finds_nothing_open_and_is_counted(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    scan = ("import socket,sys\n"
+            "opened=0\n"
+            "for host in sys.argv[1:]:\n"
+            "    for port in list(range(1, 101)) + [8000, 8080]:\n"
+            "        s=socket.socket(); s.settimeout(1)\n"
+            "        try: s.connect((host, port)); opened+=1; print('OPEN', host, port)\n"
+            "        except OSError: pass\n"
+            "        s.close()\n"
+            "print('opened', opened)\n")
+    with netd.client.create(layers=[base_layer], network={"allow": ["0.0.0.0/0"]}) as a, \
+            netd.client.create(layers=[base_layer], network={"allow": ["0.0.0.0/0"]}) as b:
+        serve_in(b, 8000, bind="0.0.0.0")
+        a_addr, b_addr = own_addr(a), own_addr(b)
+        x, y, z, w = a_addr.split(".")
+        gateway = f"{x}.{y}.{z}.{int(w) - 1}"  # the node's end of a's link
+        before = a.info().traffic
+        assert before is not None
+        targets = [gateway, TRANSIT_HOST, b_addr]  # the node (two of its addresses) and a sibling
+        r = a.exec(["python3", "-c", scan, *targets], timeout=120)
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout.decode().strip().splitlines()[-1] == "opened 0", r.stdout
+        after = a.info().traffic
+        probes = len(targets) * 102
+        assert after.denied - before.denied >= probes, (before, after)  # every refused SYN counted
+        assert after.connections - before.connections >= probes, (before, after)
+        assert after.egress_bytes > before.egress_bytes
+        assert b.info().traffic.denied < probes  # counted for the scanner, not the target
+        # ... and audited, rate-limited (20/s, burst 40): a scan is never silence.
+        deadline = time.monotonic() + 5
+        while True:
+            denied = [e for e in a.audit_log() if e.get("op") == "net_denied"]
+            if len(denied) >= 40 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(denied) >= 40, denied
+        seen = {(e["dst"], e["proto"], e["port"]) for e in denied}
+        assert {(gateway, "tcp", 1), (gateway, "tcp", 2)} <= seen, sorted(seen)[:10]
+    assert_clean(netd)
+
+
+def test_failed_create_after_the_link_leaves_nothing(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    before = len(netd.client.list())
+    # The workdir step runs after the network is attached: a file in its path fails it.
+    with pytest.raises(warren.WarrenError, match="workdir"):
+        netd.client.create(layers=[base_layer], network={"allow": [ALLOWED]}, workdir="/usr/bin/env/x")
+    assert len(netd.client.list()) == before
+    assert_clean(netd)
+
+
+def resolve(sb: warren.Sandbox, name: str) -> str:
+    r = sb.exec(["python3", "-c", RESOLVE, name], timeout=30)
+    assert r.exit_code == 0, r.stderr
+    return r.stdout.decode().strip()
+
+
+def test_pypi_preset_by_name_and_address_only(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    with netd.client.create(layers=[base_layer], network={"allow": ["pypi"]}) as sb:
+        assert resolve(sb, "npm.test").startswith("fail")  # a name it may not use does not resolve
+        assert resolve(sb, "meta.test").startswith("fail")
+        assert resolve(sb, "pypi.test") == ALLOWED
+        assert http_get(sb, "pypi.test") == "hello from the test internet\n"  # by name
+        assert http_get(sb, ALLOWED) == "hello from the test internet\n"  # by address
+        assert probe(sb, OTHER) == "refused"  # npm's server, by address
+        assert probe(sb, METADATA) == "refused"
+        assert probe(sb, ALLOWED, port=8081) == "refused"
+
+
+def test_names_pinned_on_resolution_and_flushed_by_a_change(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    with netd.client.create(layers=[base_layer], network={"allow": ["tcp:npm.test:8080"]}) as sb:
+        assert probe(sb, OTHER) == "refused"  # not before the name was resolved
+        assert resolve(sb, "npm.test") == OTHER
+        assert probe(sb, OTHER) == "open"  # its answer was pinned into the filter
+        assert probe(sb, OTHER, port=8081) == "refused"
+        assert sb.set_network({"allow": ["*.test"], "deny": ["npm.test"]}) == {"allow": ["*.test"],
+                                                                                "deny": ["npm.test"]}
+        assert probe(sb, OTHER) == "refused"  # the change flushed the pins
+        assert resolve(sb, "npm.test").startswith("fail")  # deny wins over the wildcard
+        assert resolve(sb, "meta.test") == METADATA
+        assert probe(sb, METADATA) == "refused"  # a name never opens a protected range
+        assert resolve(sb, "pypi.test") == ALLOWED
+        assert probe(sb, ALLOWED) == "open"
+    assert_clean(netd)

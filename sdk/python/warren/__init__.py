@@ -34,7 +34,18 @@ from .errors import (
 )
 from .fncall import FnCallRequest, FnCallResult
 from .process import ExecStream, OutputChunk, Process, ProcessInfo, ProcessOutput, Session
-from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, ProjectInfo, Resources, SandboxInfo
+from .types import (
+                     ClusterNode,
+                     ExecResult,
+                     ExposedPort,
+                     FileInfo,
+                     Layer,
+                     NetworkTraffic,
+                     NodeStatus,
+                     ProjectInfo,
+                     Resources,
+                     SandboxInfo,
+)
 
 __version__ = "0.1.0"
 
@@ -42,7 +53,7 @@ __all__ = [
     "Image", "ImageConfig", "ImageLayer", "ImageProgress", "Images", "PruneResult",
     "Client", "AsyncClient", "AsyncSandbox", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE",
     "ClusterNode", "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "ProjectInfo",
-    "Resources", "SandboxInfo",
+    "Resources", "SandboxInfo", "ExposedPort", "NetworkTraffic",
     "WarrenError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
     "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
     "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",

@@ -74,7 +74,7 @@ from ._requests import (
 from .desktop import ScreenImage, _screenshot
 from .fncall import FnCallRequest, FnCallResult
 from .lifecycle import GradeResult, JobInfo, Snapshot, _grade_request, _grade_result
-from .types import ClusterNode, ExecResult, FileInfo, Layer, NodeStatus, ProjectInfo, SandboxInfo
+from .types import ClusterNode, ExecResult, ExposedPort, FileInfo, Layer, NodeStatus, ProjectInfo, SandboxInfo
 
 if TYPE_CHECKING:
     from .process import ProcessInfo
@@ -89,6 +89,12 @@ Env = Optional[Mapping[str, Union[str, bytes]]]
 # Backoff of create(retries=N): jittered, doubling from 10 ms up to 1 s.
 _RETRY_FIRST_S = 0.01
 _RETRY_MAX_S = 1.0
+
+
+def _port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise errors.InvalidArgument(f"port must be an integer in 1..65535, got {port!r}")
+    return port
 
 
 def _channel_options() -> List[Tuple[str, int]]:
@@ -550,6 +556,26 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         req = pb.SetNetworkRequest(id=self.id, network=_network_pb(network))
         r = yield Rpc(self._client._sandboxes.SetNetwork, req, self._client._metadata)
         return {"allow": list(r.allow), "deny": list(r.deny)}
+
+    @op
+    def expose(self, port: int) -> Gen[ExposedPort]:
+        """Serves `port` of the sandbox (its loopback: a server bound to
+        127.0.0.1 or 0.0.0.0 inside) on the node behind a token. Connect to
+        .address with the header X-Warren-Token: .token (or the query
+        parameter warren_token=); without it the node answers 401. Exposing
+        the same port again returns the same exposure; it ends with the
+        sandbox or unexpose(). Listed in info().exposed. Needs a node with
+        warrend --sandbox-net (FailedPrecondition)."""
+        req = pb.ExposeRequest(id=self.id, port=_port(port))
+        r = yield Rpc(self._client._sandboxes.Expose, req, self._client._metadata)
+        return ExposedPort._from_pb(r)
+
+    @op
+    def unexpose(self, port: int) -> Gen[None]:
+        """Stops serving `port` (its open connections end). NotFound when it
+        is not exposed."""
+        req = pb.UnexposeRequest(id=self.id, port=_port(port))
+        yield Rpc(self._client._sandboxes.Unexpose, req, self._client._metadata)
 
     @op
     def snapshot(self, name: Optional[str] = None, exclude: Sequence[str] = (), pause: bool = True,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Dict, List
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
 from ._proto import project_pb2 as prj
 from ._proto import warren_pb2 as pb
 
-__all__ = ["ClusterNode", "ExecResult", "FileInfo", "Layer", "ProjectInfo", "SandboxInfo", "NodeStatus", "Resources"]
+__all__ = ["ClusterNode", "ExecResult", "ExposedPort", "FileInfo", "Layer", "NetworkTraffic", "ProjectInfo",
+           "SandboxInfo", "NodeStatus", "Resources"]
 
 _STATES = {
     pb.SANDBOX_STATE_UNSPECIFIED: "unspecified",
@@ -188,6 +189,39 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ExposedPort:
+    """A sandbox port served on the node (sb.expose): connect to address
+    ("host:port") and send token as the X-Warren-Token header (or the
+    warren_token query parameter); without it the node answers 401."""
+
+    port: int
+    address: str
+    token: str
+
+    @property
+    def url(self) -> str:
+        """http://address/ (the token still goes in the header)."""
+        return f"http://{self.address}/"
+
+    @classmethod
+    def _from_pb(cls, e: pb.ExposedPort) -> ExposedPort:
+        return cls(port=e.port, address=e.address, token=e.token)
+
+
+@dataclass(frozen=True)
+class NetworkTraffic:
+    """What a sandbox's network link carried and refused: bytes since the
+    link was made; connections (new ones it started, allowed or not) and
+    denied (its packets refused: policy, the node, other sandboxes) since
+    the node's daemon started or re-adopted it."""
+
+    egress_bytes: int
+    ingress_bytes: int
+    connections: int
+    denied: int
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """What the daemon knows about a sandbox. state is one of "creating",
     "running", "paused", "suspended" (paused, memory reclaimed into swap),
@@ -216,6 +250,11 @@ class SandboxInfo:
     ttl_s: int = 0
     memory_bytes: int = 0
     swap_bytes: int = 0
+    # Network (get()/info() only): the egress policy {"allow", "deny"} (None:
+    # no link), exposed ports, the link's traffic (None: no link).
+    network: Optional[Dict[str, List[str]]] = None
+    exposed: List[ExposedPort] = field(default_factory=list)
+    traffic: Optional[NetworkTraffic] = None
 
     @classmethod
     def _from_pb(cls, s: pb.Sandbox) -> SandboxInfo:
@@ -239,6 +278,11 @@ class SandboxInfo:
             ttl_s=s.ttl_s,
             memory_bytes=s.memory_bytes,
             swap_bytes=s.swap_bytes,
+            network=({"allow": list(s.network.allow), "deny": list(s.network.deny)}
+                     if s.HasField("network") else None),
+            exposed=[ExposedPort._from_pb(e) for e in s.exposed],
+            traffic=(NetworkTraffic(s.traffic.egress_bytes, s.traffic.ingress_bytes, s.traffic.connections,
+                                    s.traffic.denied) if s.HasField("traffic") else None),
         )
 
 

@@ -21,7 +21,14 @@ SandboxTable::SandboxTable(const ManagerOptions& options, const Backends& backen
 StatusOr<CreateRequest> SandboxTable::Normalize(const CreateRequest& request) const {
   std::vector<std::string> names;
   for (const auto& [n, b] : backends_) names.push_back(n);
-  return NormalizeCreate(request, options_.limits, names);
+  ASSIGN_OR_RETURN(CreateRequest r, NormalizeCreate(request, options_.limits, names));
+  // A network asked of a backend without one fails the create (a sandbox
+  // without the network it asked for would look like one with it).
+  if (r.network.enabled && !backends_.at(r.backend)->capabilities().has(runtime::Capability::kNetwork)) {
+    return absl::FailedPreconditionError("backend " + r.backend + " offers no network on this node" +
+                                         (r.backend == "container" ? " (warrend --sandbox-net)" : ""));
+  }
+  return r;
 }
 
 SandboxInfo SandboxTable::InfoOf(const Entry& e) const {
@@ -201,14 +208,44 @@ StatusOr<runtime::NetworkSpec> SandboxTable::SetNetwork(const std::string& id, c
   ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Live(id));
   ASSIGN_OR_RETURN(runtime::NetworkConfigurable * n, runtime::Require<runtime::NetworkConfigurable>(*e->sandbox));
   RETURN_IF_ERROR(n->SetNetwork(network));
+  RETURN_IF_ERROR(Rerecord(*e, id));
+  return n->Network();
+}
+
+Status SandboxTable::Rerecord(Entry& e, const std::string& id) {
   SandboxState state;
   {
     std::lock_guard<std::mutex> l(mu_);
-    e->backend_record = e->sandbox->Record();
-    state = e->info.state;
+    e.backend_record = e.sandbox->Record();
+    state = e.info.state;
   }
-  RETURN_IF_ERROR(records_.Put(id, MakeRecord(*e, state)));
-  return n->Network();
+  return records_.Put(id, MakeRecord(e, state));
+}
+
+StatusOr<runtime::ExposedPort> SandboxTable::Expose(const std::string& id, uint16_t port) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Live(id));
+  ASSIGN_OR_RETURN(runtime::NetworkConfigurable * n, runtime::Require<runtime::NetworkConfigurable>(*e->sandbox));
+  ASSIGN_OR_RETURN(runtime::ExposedPort x, n->Expose(port));
+  RETURN_IF_ERROR(Rerecord(*e, id));
+  return x;
+}
+
+Status SandboxTable::Unexpose(const std::string& id, uint16_t port) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Live(id));
+  ASSIGN_OR_RETURN(runtime::NetworkConfigurable * n, runtime::Require<runtime::NetworkConfigurable>(*e->sandbox));
+  RETURN_IF_ERROR(n->Unexpose(port));
+  return Rerecord(*e, id);
+}
+
+StatusOr<NetworkView> SandboxTable::Network(const std::string& id) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Live(id));
+  NetworkView v;
+  runtime::NetworkConfigurable* n = runtime::As<runtime::NetworkConfigurable>(*e->sandbox);
+  if (n == nullptr) return v;
+  v.policy = n->Network();
+  v.exposed = n->Exposed();
+  if (StatusOr<runtime::NetworkTraffic> t = n->Traffic(); t.ok()) v.traffic = *t;
+  return v;
 }
 
 void SandboxTable::SetPausedState(Entry& e, SandboxState to, const std::string& reason) {

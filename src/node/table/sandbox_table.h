@@ -103,6 +103,11 @@ class SandboxTable {
   // Replaces the egress policy (runtime::NetworkConfigurable); persisted
   // with the backend's record. Returns the policy in force.
   StatusOr<runtime::NetworkSpec> SetNetwork(const std::string& id, const runtime::NetworkSpec& network);
+  // Exposed ports (runtime::NetworkConfigurable), persisted like SetNetwork.
+  StatusOr<runtime::ExposedPort> Expose(const std::string& id, uint16_t port);
+  Status Unexpose(const std::string& id, uint16_t port);
+  // Policy, exposed ports and traffic of a live sandbox.
+  StatusOr<NetworkView> Network(const std::string& id) const;
   Status Pause(const std::string& id);
   Status Resume(const std::string& id, bool prefetch);
   Status Suspend(const std::string& id);
@@ -122,6 +127,8 @@ class SandboxTable {
   // write is logged (the sandbox is in that state either way).
   void SetPausedState(Entry& e, SandboxState to, const std::string& reason);
   void Persist(const Entry& e, SandboxState state, const char* what) const;
+  // Writes the record again with the backend's record as it is now.
+  Status Rerecord(Entry& e, const std::string& id);
   void RecoverOne(const std::string& id, const record::Sandbox& record);
   void CleanupRecord(const std::string& id, const record::Sandbox& record, const std::string& reason);
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "image/layer_tree.h"
 #include "jail/cgroup.h"
+#include "net/expose.h"
 #include "runtime/backend.h"
 #include "runtime/container/memory_prefetch.h"
 #include "runtime/container/record.pb.h"
@@ -96,6 +98,10 @@ class ContainerSandbox : public Sandbox,
   Status AdoptNetwork(const container::record::Container& r);
   Status SetNetwork(const NetworkSpec& network) override;
   NetworkSpec Network() const override;
+  StatusOr<ExposedPort> Expose(uint16_t port) override;
+  Status Unexpose(uint16_t port) override;
+  std::vector<ExposedPort> Exposed() const override;
+  StatusOr<NetworkTraffic> Traffic() const override;
 
   // Destroy sets destroyed_ under pause_mu_: a pause can never freeze the
   // cgroup after Destroy thawed it (the cgroup may be recycled).
@@ -278,11 +284,17 @@ class ContainerSandbox : public Sandbox,
   std::atomic<int64_t> paused_since_ns_{0};  // steady ns of the pause in effect, 0 = running
   std::atomic<int64_t> paused_total_ns_{0};
   void RecordNetwork(container::record::Container* r) const;
-  Status ReleaseNetwork();  // after init died; idempotent
+  Status ReleaseNetwork();  // after init died; idempotent; closes the exposed ports too
+  // A listener for `port` (0: any node port) whose connections enter this
+  // sandbox's network namespace.
+  StatusOr<std::unique_ptr<net::Exposure>> OpenExposure(uint16_t port, uint16_t listen_port, std::string token);
+  Status WriteResolvConf(uint32_t nameserver);
   mutable std::mutex net_mu_;
   bool has_network_ = false;  // guarded by net_mu_
   uint32_t net_index_ = 0;
   NetworkSpec network_;  // canonical entries
+  // Declared after pidfd_: destroyed (threads joined) before it is closed.
+  std::map<uint16_t, std::unique_ptr<net::Exposure>> exposed_;  // guarded by net_mu_
 };
 
 }  // namespace warren::runtime::container

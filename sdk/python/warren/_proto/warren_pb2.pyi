@@ -69,6 +69,44 @@ class SetNetworkRequest(_message.Message):
     network: NetworkPolicy
     def __init__(self, id: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
 
+class ExposeRequest(_message.Message):
+    __slots__ = ("id", "port")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    port: int
+    def __init__(self, id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class UnexposeRequest(_message.Message):
+    __slots__ = ("id", "port")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    port: int
+    def __init__(self, id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class ExposedPort(_message.Message):
+    __slots__ = ("port", "address", "token")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    address: str
+    token: str
+    def __init__(self, port: _Optional[int] = ..., address: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class NetworkTraffic(_message.Message):
+    __slots__ = ("egress_bytes", "ingress_bytes", "connections", "denied")
+    EGRESS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INGRESS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    DENIED_FIELD_NUMBER: _ClassVar[int]
+    egress_bytes: int
+    ingress_bytes: int
+    connections: int
+    denied: int
+    def __init__(self, egress_bytes: _Optional[int] = ..., ingress_bytes: _Optional[int] = ..., connections: _Optional[int] = ..., denied: _Optional[int] = ...) -> None: ...
+
 class CreateSandboxRequest(_message.Message):
     __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image", "network")
     class EnvEntry(_message.Message):
@@ -116,7 +154,7 @@ class CreateSandboxRequest(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes")
+    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes", "network", "exposed", "traffic")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +179,9 @@ class Sandbox(_message.Message):
     TTL_S_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     SWAP_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    EXPOSED_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     id: str
     backend: str
     state: SandboxState
@@ -158,7 +199,10 @@ class Sandbox(_message.Message):
     ttl_s: int
     memory_bytes: int
     swap_bytes: int
-    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ...) -> None: ...
+    network: NetworkPolicy
+    exposed: _containers.RepeatedCompositeFieldContainer[ExposedPort]
+    traffic: NetworkTraffic
+    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., exposed: _Optional[_Iterable[_Union[ExposedPort, _Mapping]]] = ..., traffic: _Optional[_Union[NetworkTraffic, _Mapping]] = ...) -> None: ...
 
 class GetSandboxRequest(_message.Message):
     __slots__ = ("id",)

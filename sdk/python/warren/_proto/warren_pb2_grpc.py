@@ -64,6 +64,16 @@ class SandboxesStub:
                 request_serializer=warren_dot_v1_dot_warren__pb2.SetNetworkRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_warren__pb2.NetworkPolicy.FromString,
                 _registered_method=True)
+        self.Expose = channel.unary_unary(
+                '/warren.v1.Sandboxes/Expose',
+                request_serializer=warren_dot_v1_dot_warren__pb2.ExposeRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.ExposedPort.FromString,
+                _registered_method=True)
+        self.Unexpose = channel.unary_unary(
+                '/warren.v1.Sandboxes/Unexpose',
+                request_serializer=warren_dot_v1_dot_warren__pb2.UnexposeRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_warren__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class SandboxesServicer:
@@ -109,6 +119,20 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Expose(self, request, context):
+        """Exposes a port (see ExposeRequest); the same port again returns the
+        same address and token. Unexpose: NOT_FOUND when not exposed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unexpose(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +165,16 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.SetNetwork,
                     request_deserializer=warren_dot_v1_dot_warren__pb2.SetNetworkRequest.FromString,
                     response_serializer=warren_dot_v1_dot_warren__pb2.NetworkPolicy.SerializeToString,
+            ),
+            'Expose': grpc.unary_unary_rpc_method_handler(
+                    servicer.Expose,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.ExposeRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.ExposedPort.SerializeToString,
+            ),
+            'Unexpose': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unexpose,
+                    request_deserializer=warren_dot_v1_dot_warren__pb2.UnexposeRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_warren__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -305,6 +339,60 @@ class Sandboxes:
             '/warren.v1.Sandboxes/SetNetwork',
             warren_dot_v1_dot_warren__pb2.SetNetworkRequest.SerializeToString,
             warren_dot_v1_dot_warren__pb2.NetworkPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Expose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Sandboxes/Expose',
+            warren_dot_v1_dot_warren__pb2.ExposeRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.ExposedPort.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unexpose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Sandboxes/Unexpose',
+            warren_dot_v1_dot_warren__pb2.UnexposeRequest.SerializeToString,
+            warren_dot_v1_dot_warren__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
