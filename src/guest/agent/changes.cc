@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -67,18 +68,23 @@ struct Header {
 
 std::string UstarBlock(const std::string& name, char type, uint64_t mode, uint64_t uid, uint64_t gid, uint64_t size,
                        int64_t mtime, const std::string& link, uint32_t dev_major, uint32_t dev_minor) {
+  // Fixed-width fields in a zeroed block: the ones shorter than their field
+  // end at a NUL of the block; "00" (version) has none by the format.
   std::string b(kBlock, '\0');
+  auto put = [&b](size_t at, std::string_view v, size_t max) {
+    b.replace(at, std::min(v.size(), max), v.substr(0, max));
+  };
+  put(0, name, 99);
   char* h = b.data();
-  std::memcpy(h, name.data(), std::min<size_t>(name.size(), 99));
   Octal(h + 100, 8, mode & 07777);
   Octal(h + 108, 8, uid);
   Octal(h + 116, 8, gid);
   Octal(h + 124, 12, size);
   Octal(h + 136, 12, mtime > 0 ? static_cast<uint64_t>(mtime) : 0);
   h[156] = type;
-  std::memcpy(h + 157, link.data(), std::min<size_t>(link.size(), 99));
-  std::memcpy(h + 257, "ustar", 6);
-  std::memcpy(h + 263, "00", 2);
+  put(157, link, 99);
+  put(257, "ustar", 5);
+  put(263, "00", 2);
   Octal(h + 329, 8, dev_major);
   Octal(h + 337, 8, dev_minor);
   std::memset(h + 148, ' ', 8);
