@@ -326,6 +326,8 @@ def test_vm_survives_a_kill9_of_the_daemon_and_is_readopted(
         again.destroy(timeout=60)
         assert not any(running(p) for p in pids)
         assert _vm_cgroups(sb.id) == []
+        # Nothing of it on disk either: disk image, sockets, logs, record.
+        assert not list(d.state_dir.rglob(f"*{sb.id}*"))
     finally:
         d.stop()
 
@@ -387,3 +389,32 @@ def test_a_guest_that_never_answers_fails_create_in_bounded_time(
         assert d.client.list(timeout=30) == []
     finally:
         d.stop()
+
+
+def test_a_missing_layer_is_a_clear_error_and_leaves_nothing(
+    client: warren.Client, daemon: Daemon, base_layer: str
+) -> None:
+    # A layer the node does not have.
+    with pytest.raises(warren.NotFound, match="toolset/no-such"):
+        client.create(backend="microvm", layers=[base_layer, "toolset/no-such@1"], timeout=60)
+    # A layer the node has on record whose image file is gone.
+    with client.create(layers=[base_layer]) as ct:
+        assert ct.exec("echo x > /x", timeout=60).exit_code == 0
+        snap = ct.snapshot(name="workspace/mvm-missing-blob@1")
+    blob = daemon.layer_store / "blobs" / "sha256" / snap.layer.digest.split(":", 1)[1]
+    assert blob.exists()
+    aside = blob.with_name(blob.name + ".aside")
+    blob.rename(aside)
+    before = qemu_pids(NODE_PREFIX)
+    try:
+        with pytest.raises(warren.WarrenError, match=r"layers?\[1\]") as e:
+            client.create(backend="microvm", layers=snap.layers, timeout=60)
+        assert isinstance(e.value, (warren.NotFound, warren.FailedPrecondition)), e.value
+        assert qemu_pids(NODE_PREFIX) <= before, "no QEMU of the failed create"
+        disks = daemon.state_dir / "microvm-disks"
+        live = {s.id for s in client.list(timeout=30)}
+        left = list(disks.iterdir()) if disks.exists() else []
+        assert [p for p in left if p.name.split(".")[0] not in live] == []
+    finally:
+        aside.rename(blob)
+        client.layers.remove("workspace/mvm-missing-blob@1")

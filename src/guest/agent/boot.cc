@@ -179,6 +179,12 @@ std::string FindPort(const std::string& name) {
   }
 }
 
+namespace {
+int g_upper_fd = -1;
+}  // namespace
+
+int UpperDirFd() { return g_upper_fd; }
+
 std::string SetUpRoot(const RootParams& params) {
   const int layers = params.layers;
   if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
@@ -206,6 +212,10 @@ std::string SetUpRoot(const RootParams& params) {
   if (!(err = Mount(disks["wdisk"].c_str(), "/disk", "ext4", MS_NODEV | MS_NOATIME, "")).empty()) return err;
   ::mkdir("/disk/upper", 0755);
   ::mkdir("/disk/work", 0755);
+  // Kept for the changes export (changes.h): after the switch the upper dir
+  // lies under the old root, out of every guest process's reach.
+  g_upper_fd = ::open("/disk/upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (g_upper_fd < 0) return Errno("open(/disk/upper)");
   if (!(err = Mount("overlay", "/newroot", "overlay", 0,
                     "lowerdir=" + lowerdir + ",upperdir=/disk/upper,workdir=/disk/work"))
            .empty()) {

@@ -51,6 +51,10 @@ std::string FindPort(const std::string& name);
 // root is moved over "/" and chroot'ed into). Error text or "".
 std::string SetUpRoot(const RootParams& params);
 
+// An fd of the overlay's upper dir on the writable disk (the sandbox's
+// changes), open once SetUpRoot succeeded; -1 before.
+int UpperDirFd();
+
 // "uname -r" of the running kernel, and /proc/sys/kernel/random/boot_id.
 std::string KernelRelease();
 std::string BootId();

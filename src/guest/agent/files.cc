@@ -4,6 +4,9 @@
 
 #include <cerrno>
 
+#include "guest/agent/boot.h"
+#include "guest/agent/changes.h"
+#include "guest/agent/util.h"
 #include "runtime/container/rooted_files.h"
 
 namespace warren::guest {
@@ -143,6 +146,14 @@ StatusOr<proto::FileReply> FileService::Serve(const proto::FileRequest& req) {
     case FileOp::kOpenRead: {
       ASSIGN_OR_RETURN(uint64_t h, new_handle());
       ASSIGN_OR_RETURN(std::unique_ptr<runtime::FileReader> r, files_->OpenRead(req.path, req.offset, req.length));
+      readers_[h] = std::move(r);
+      out.handle = h;
+      return out;
+    }
+    case FileOp::kOpenChanges: {
+      ASSIGN_OR_RETURN(uint64_t h, new_handle());
+      ASSIGN_OR_RETURN(std::unique_ptr<runtime::FileReader> r,
+                       OpenChangesTar(UpperDirFd(), req.flag ? kCgroupRoot : ""));
       readers_[h] = std::move(r);
       out.handle = h;
       return out;

@@ -259,6 +259,16 @@ class MicrovmFiles : public SandboxFiles {
 
 }  // namespace
 
+StatusOr<std::unique_ptr<FileReader>> OpenChangesStream(ChannelSource channel, std::chrono::milliseconds timeout,
+                                                        bool freeze) {
+  Caller c(std::move(channel), timeout);
+  proto::FileRequest req;
+  req.op = FileOp::kOpenChanges;
+  req.flag = freeze;
+  ASSIGN_OR_RETURN(proto::FileReply r, c.Call(req, HasHandle));
+  return std::unique_ptr<FileReader>(new MicrovmReader(std::move(c), r.handle));
+}
+
 std::unique_ptr<SandboxFiles> NewMicrovmFiles(std::string sandbox_id, ChannelSource channel,
                                               std::chrono::milliseconds timeout) {
   return std::make_unique<MicrovmFiles>(std::move(channel), timeout, std::move(sandbox_id));

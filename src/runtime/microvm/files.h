@@ -28,4 +28,11 @@ using ChannelSource = std::function<StatusOr<std::shared_ptr<AgentChannel>>()>;
 std::unique_ptr<SandboxFiles> NewMicrovmFiles(std::string sandbox_id, ChannelSource channel,
                                               std::chrono::milliseconds timeout);
 
+// The guest's changes as a tar stream (FileOp::kOpenChanges): read until
+// "" (the end of the archive, after which the guest dropped the handle).
+// With `freeze` the guest's commands stay frozen until the end or until
+// the reader is destroyed. The bytes are the guest's: untrusted.
+StatusOr<std::unique_ptr<FileReader>> OpenChangesStream(ChannelSource channel, std::chrono::milliseconds timeout,
+                                                        bool freeze);
+
 }  // namespace warren::runtime::microvm

@@ -73,7 +73,7 @@ class MicrovmBackend : public Backend {
 
   std::string name() const override { return "microvm"; }
   Capabilities capabilities() const override {
-    return {Capability::kProcesses, Capability::kPause, Capability::kSuspend};
+    return {Capability::kProcesses, Capability::kPause, Capability::kSuspend, Capability::kExportChanges};
   }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {

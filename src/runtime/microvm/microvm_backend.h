@@ -34,10 +34,11 @@
 //   before the guest answered.
 // * Files: also <spec.dir>/qmp.sock (QEMU's monitor, every VM) and, while
 //   suspended, <disk_dir>/<id>.vmstate (the saved VM).
-// * Capabilities: pause (QMP stop/cont) and suspend (the stopped VM saved to
-//   its state file and its QEMU ended; restored on resume): sandbox.h.
-//   processes/export_changes answer Unimplemented through runtime::Require;
-//   files(): Unimplemented.
+// * Capabilities: pause (QMP stop/cont), suspend (the stopped VM saved to
+//   its state file and its QEMU ended; restored on resume), processes (the
+//   agent's, relayed: process.h) and export_changes (the overlay upper as a
+//   tar from the agent: changes.h), all in sandbox.h; files() over the
+//   agent's file calls (files.h).
 // * Adopt: a VM with a state file is suspended (a QEMU in its cgroup then is
 //   a restore cut short, killed); else its QEMU is the recorded pid or the
 //   one process in its cgroup (a restore after a suspend gave it a new pid).

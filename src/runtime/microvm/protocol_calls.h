@@ -36,8 +36,12 @@ enum class FileOp : uint64_t {
   kOpenRead = 9,   // path, offset, length → handle
   kRead = 10,      // handle, max (at most kMaxChunk) → data ("" = end of file)
   kClose = 11,     // handle: drops a reader, or a writer with its temporary file
+  // flag = freeze the commands while open → handle, read with kRead: the
+  // sandbox's changes (the overlay's upper dir) as a pax tar stream in the
+  // OCI whiteout convention (src/guest/agent/changes.h); untrusted on the host
+  kOpenChanges = 12,
 };
-constexpr uint64_t kMaxFileOp = 11;
+constexpr uint64_t kMaxFileOp = 12;
 
 struct FileRequest {
   FileOp op = FileOp::kStat;

@@ -15,6 +15,8 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/rollback.h"
+#include "image/layer_tree.h"
+#include "runtime/microvm/changes.h"
 #include "runtime/microvm/files.h"
 #include "runtime/microvm/process.h"
 #include "runtime/microvm/template.h"
@@ -57,15 +59,26 @@ std::string StateFilePath(const std::string& disk) {
   return base + ".vmstate";
 }
 
+std::string ChangesDirPath(const std::string& disk) {
+  std::string base = disk;
+  if (base.size() > 4 && base.compare(base.size() - 4, 4, ".img") == 0) base.resize(base.size() - 4);
+  return base + ".changes";
+}
+
 Status RemoveVmFiles(const std::string& dir, const std::string& disk) {
   Status first;
-  std::vector<std::string> files;
-  if (!disk.empty()) files = {disk, StateFilePath(disk), StateFilePath(disk) + ".part"};
+  std::vector<std::string> files, trees = {dir};
+  if (!disk.empty()) {
+    const std::string changes = ChangesDirPath(disk);
+    files = {disk, StateFilePath(disk), StateFilePath(disk) + ".part", changes + ".tar"};
+    trees.insert(trees.end(), {changes, changes + ".x"});
+  }
   for (const std::string& f : files) {
     if (::unlink(f.c_str()) != 0 && errno != ENOENT && first.ok()) first = ErrnoToStatus(errno, "unlink(" + f + ")");
   }
-  if (!dir.empty() && ::access(dir.c_str(), F_OK) == 0) {
-    Status s = RemoveTree(dir);
+  for (const std::string& t : trees) {
+    if (t.empty() || ::access(t.c_str(), F_OK) != 0) continue;
+    Status s = RemoveTree(t);
     if (first.ok()) first = s;
   }
   return first;
@@ -343,6 +356,61 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
         {{"sandbox", p_.spec.id}, {"error", std::strerror(errno)}});
   }
   return static_cast<uint64_t>(st.st_size);
+}
+
+Status MicrovmSandbox::ExportChanges(const std::string& dst_dir, const ExportOptions& options) {
+  bool stop_after = false;
+  {
+    std::lock_guard<std::mutex> lk(life_mu_);
+    if (destroyed_) return absl::FailedPreconditionError("sandbox " + p_.spec.id + " is destroyed");
+    if (p_.suspended) {
+      return absl::FailedPreconditionError("sandbox " + p_.spec.id +
+                                           " is suspended: resume it before taking its changes");
+    }
+    if (p_.paused) {
+      // The agent needs the vCPUs; the guest's freezer holds the commands.
+      ASSIGN_OR_RETURN(Qmp qmp, ConnectQmp(kQmpTimeout));
+      Status s = qmp.Command(R"({"execute":"cont"})").status();
+      if (!s.ok()) return Status(s.code(), "sandbox " + p_.spec.id + ": changes: " + std::string(s.message()));
+      p_.paused = false;
+      stop_after = true;
+    }
+  }
+  Status s = ExportChangesOverChannel(
+      p_.spec.id, [this] { return Channel(); }, kFileCallTimeout, MaxChangesTarBytes(p_.spec.resources.disk_mb),
+      dst_dir, options);
+  if (stop_after) {
+    std::lock_guard<std::mutex> lk(life_mu_);
+    if (!destroyed_ && !p_.suspended && !p_.paused) {
+      StatusOr<Qmp> qmp = ConnectQmp(kQmpTimeout);
+      Status st = qmp.ok() ? qmp->Command(R"({"execute":"stop"})").status() : qmp.status();
+      if (st.ok()) {
+        p_.paused = true;
+      } else if (s.ok()) {
+        s = Status(st.code(),
+                   "sandbox " + p_.spec.id + ": pausing again after its changes: " + std::string(st.message()));
+      }
+    }
+  }
+  return s;
+}
+
+StatusOr<ChangeExporter::ChangeView> MicrovmSandbox::OpenChanges() {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    dir = ChangesDirPath(p_.record.disk());
+  }
+  if (::access(dir.c_str(), F_OK) == 0) RETURN_IF_ERROR(RemoveTree(dir));
+  const uint64_t disk = uint64_t{p_.spec.resources.disk_mb} << 20;
+  image::CopyBudget budget("sandbox " + p_.spec.id, disk + disk / 4);
+  ExportOptions o;
+  o.budget = &budget;
+  RETURN_IF_ERROR(ExportChanges(dir, o));
+  ChangeView v;
+  v.dir.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!v.dir.valid()) return ErrnoToStatus(errno, "open(" + dir + ")");
+  return v;
 }
 
 Status MicrovmSandbox::Destroy() {

@@ -30,9 +30,14 @@ std::string LogTails(const std::string& dir);
 // ("<dir>/<id>.img" -> "<dir>/<id>.vmstate"; ".part" while being written).
 std::string StateFilePath(const std::string& disk);
 
+// Where OpenChanges exports a VM's changes, beside its writable disk
+// ("<dir>/<id>.img" -> "<dir>/<id>.changes"; ".changes.tar" and
+// ".changes.x" while being made).
+std::string ChangesDirPath(const std::string& disk);
+
 // Removes what a VM leaves on the host besides its process and cgroup: the
-// disk image, a suspended VM's state file and the runtime dir. Idempotent
-// (gone is fine).
+// disk image, a suspended VM's state file, its exported changes and the
+// runtime dir. Idempotent (gone is fine).
 Status RemoveVmFiles(const std::string& dir, const std::string& disk);
 
 // Kills the QEMU behind `pidfd` and waits (bounded by 5 s) until it
@@ -56,7 +61,21 @@ void KillQemu(UniqueFd pidfd);
 // Files and processes go over the current agent channel: a call while the
 // VM is suspended fails FailedPrecondition (the node resumes first); a
 // process started before a suspend ends with its channel.
-class MicrovmSandbox : public Sandbox, public ProcessStarter, public Pausable, public Suspendable {
+//
+// ChangeExporter (changes.h): the agent streams its overlay upper; a VM
+// whose vCPUs are stopped (paused, e.g. by the node's freeze for a
+// snapshot) runs again for the export, its commands held by the guest's
+// cgroup freezer instead (from the agent's first step; they may run for
+// the moment between QMP `cont` and that step), and is stopped again
+// after. A suspended VM answers FailedPrecondition (resume it first).
+// OpenChanges exports into <disk>.changes (replaced by the next call,
+// removed with the VM) and returns it with id_base 0 (guest ids as they
+// are).
+class MicrovmSandbox : public Sandbox,
+                       public ProcessStarter,
+                       public Pausable,
+                       public Suspendable,
+                       public ChangeExporter {
  public:
   struct Parts {
     SandboxSpec spec;
@@ -93,6 +112,9 @@ class MicrovmSandbox : public Sandbox, public ProcessStarter, public Pausable, p
 
   // ProcessStarter (process.h).
   StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override;
+
+  Status ExportChanges(const std::string& dst_dir, const ExportOptions& options) override;
+  StatusOr<ChangeView> OpenChanges() override;
 
  private:
   // The guest's request for `es`, with the sandbox's env, cwd and user.
