@@ -40,6 +40,7 @@ import warren
 from conftest import Daemon
 from test_images_shared import Gluster
 from warren import eval as we
+from _cleanup import unmount_and_remove  # noqa: E402  (bench/images on sys.path as the script dir)
 
 ROOTFS = Path(os.environ.get("WARREN_ROOTFS_DIR", "/var/cache/warren/rootfs"))
 TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -171,11 +172,7 @@ def main() -> None:
         for d in reversed(daemons):
             d.stop()
         g.stop()
-        for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):
-            mp = line.split()[4]
-            if mp.startswith(str(root) + "/"):
-                subprocess.run(["umount", mp], check=False)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+        unmount_and_remove(root)
 
 
 if __name__ == "__main__":
