@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import warren
+from _cleanup import unmount_and_remove
 from pull import ROOT, blob, layer_tar, pct
-from _cleanup import unmount_and_remove  # noqa: E402  (bench/images on sys.path as the script dir)
 
 TAR = "application/vnd.oci.image.layer.v1.tar"
 

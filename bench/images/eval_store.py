@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/integration"))
 
 import warren
+from _cleanup import unmount_and_remove
 from conftest import Daemon
 from test_images_shared import Gluster
 from warren import eval as we
-from _cleanup import unmount_and_remove  # noqa: E402  (bench/images on sys.path as the script dir)
 
 ROOTFS = Path(os.environ.get("WARREN_ROOTFS_DIR", "/var/cache/warren/rootfs"))
 TAR = "application/vnd.oci.image.layer.v1.tar"

@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import warren
-from _cleanup import unmount_and_remove  # noqa: E402  (bench/images on sys.path as the script dir)
+from _cleanup import unmount_and_remove
 
 ROOT = Path(__file__).resolve().parents[2]
 TAR = "application/vnd.oci.image.layer.v1.tar"
