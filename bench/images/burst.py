@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import warren
+from _cleanup import unmount_and_remove
 from pull import ROOT, blob, layer_tar, pct
 
 TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -148,11 +149,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(30)
-        for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):
-            mp = line.split()[4]
-            if mp.startswith(str(root) + "/"):
-                subprocess.run(["umount", mp], check=False)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+        unmount_and_remove(root)
 
 
 if __name__ == "__main__":

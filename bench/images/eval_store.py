@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/integration"))
 
 import warren
+from _cleanup import unmount_and_remove
 from conftest import Daemon
 from test_images_shared import Gluster
 from warren import eval as we
@@ -171,11 +172,7 @@ def main() -> None:
         for d in reversed(daemons):
             d.stop()
         g.stop()
-        for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):
-            mp = line.split()[4]
-            if mp.startswith(str(root) + "/"):
-                subprocess.run(["umount", mp], check=False)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+        unmount_and_remove(root)
 
 
 if __name__ == "__main__":

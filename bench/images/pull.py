@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import warren
+from _cleanup import unmount_and_remove
 
 ROOT = Path(__file__).resolve().parents[2]
 TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -187,11 +188,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(30)
-        for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):
-            mp = line.split()[4]
-            if mp.startswith(str(root) + "/"):
-                subprocess.run(["umount", mp], check=False)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+        unmount_and_remove(root)
 
 
 if __name__ == "__main__":
