@@ -181,15 +181,20 @@ std::string Names(const Presets& presets) {
 }  // namespace
 
 StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
-                                    const Presets& presets) {
+                                    const Presets& presets, const Cidr& sandbox_range) {
+  const std::vector<Cidr> prot = ProtectedRanges(sandbox_range);
   NetworkPolicy p;
   for (auto [list, out, text, name] :
        {std::tuple{&allow, &p.allow, &p.allow_text, "allow"}, std::tuple{&deny, &p.deny, &p.deny_text, "deny"}}) {
     if (list->size() > 256) return absl::InvalidArgumentError(std::string("network.") + name + ": over 256 entries");
     for (size_t i = 0; i < list->size(); ++i) {
       const std::string& e = (*list)[i];
+      const std::string where = "network." + std::string(name) + "[" + std::to_string(i) + "]: ";
       if (auto it = presets.find(e); it != presets.end()) {
-        out->insert(out->end(), it->second.begin(), it->second.end());
+        for (Rule r : it->second) {
+          r.preset = true;
+          out->push_back(std::move(r));
+        }
         text->push_back(e);
         continue;
       }
@@ -197,7 +202,20 @@ StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const
       if (!r.ok()) {
         std::string why(r.status().message());
         if (PresetName(e)) why = "'" + e + "' is no preset of this node (its presets: " + Names(presets) + ")";
-        return absl::InvalidArgumentError("network." + std::string(name) + "[" + std::to_string(i) + "]: " + why);
+        return absl::InvalidArgumentError(where + why);
+      }
+      // A caller's own entry never opens a protected range: refused here
+      // rather than compiled into a rule the protected set would shadow, so
+      // the caller learns it at once. A wider entry ("0.0.0.0/0") is fine:
+      // its protected parts stay closed (CompileChain).
+      if (out == &p.allow && r->host.empty()) {
+        for (const Cidr& pr : prot) {
+          if (!pr.Contains(r->dst)) continue;
+          return absl::InvalidArgumentError(
+              where + "'" + e + "' lies inside the protected range " + pr.ToString() + " (" +
+              ProtectedRangeName(pr, sandbox_range) +
+              "); only a preset the node's operator defines (warrend --net-preset) opens it");
+        }
       }
       out->push_back(*r);
       text->push_back(r->text);
@@ -224,14 +242,39 @@ Status ParsePreset(const std::string& flag, Presets* out) {
   return absl::OkStatus();
 }
 
+namespace {
+
+struct NamedRange {
+  const char* cidr;
+  const char* what;
+};
+constexpr NamedRange kProtected[] = {
+    {"0.0.0.0/8", "this network"},
+    {"10.0.0.0/8", "private"},
+    {"100.64.0.0/10", "shared address space"},
+    {"127.0.0.0/8", "loopback"},
+    {"169.254.0.0/16", "link-local, incl. the cloud metadata address 169.254.169.254"},
+    {"172.16.0.0/12", "private"},
+    {"192.0.0.0/24", "IETF protocol assignments"},
+    {"192.168.0.0/16", "private"},
+    {"198.18.0.0/15", "benchmarking"},
+    {"224.0.0.0/3", "multicast and reserved"},
+};
+
+}  // namespace
+
 std::vector<Cidr> ProtectedRanges(const Cidr& sandbox_range) {
   std::vector<Cidr> v;
-  for (const char* s : {"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-                        "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/3"}) {
-    v.push_back(*ParseCidr(s));
-  }
+  for (const NamedRange& r : kProtected) v.push_back(*ParseCidr(r.cidr));
   v.push_back(sandbox_range);
   return v;
+}
+
+std::string ProtectedRangeName(const Cidr& range, const Cidr& sandbox_range) {
+  if (range.addr == sandbox_range.addr && range.len == sandbox_range.len) return "this node's sandboxes";
+  for (const NamedRange& r : kProtected)
+    if (range.ToString() == r.cidr) return r.what;
+  return "protected";
 }
 
 std::vector<std::string> CompileChain(const NetworkPolicy& p, uint32_t sandbox_addr, const Cidr& sandbox_range,
@@ -256,7 +299,7 @@ std::vector<std::string> CompileChain(const NetworkPolicy& p, uint32_t sandbox_a
     return false;
   };
   for (const Rule& r : p.allow)
-    if (r.host.empty() && inside_protected(r.dst)) out.push_back(Match(r) + " accept");
+    if (r.preset && r.host.empty() && inside_protected(r.dst)) out.push_back(Match(r) + " accept");
   out.push_back("ip daddr @" + protected_set + " goto " + refuse_chain);
   for (const Rule& r : p.allow) {
     if (!r.host.empty()) {

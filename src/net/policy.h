@@ -23,11 +23,14 @@
 //
 // Semantics: deny wins over allow. The PROTECTED ranges (private, shared,
 // loopback, link-local incl. 169.254.169.254, multicast and reserved, the
-// node's sandbox range) are reachable only through an allow entry whose CIDR
-// lies inside one of them (an explicit "10.1.2.0/24"), never through a wider
-// one ("0.0.0.0/0"); a preset's entries follow the same rule. The node
-// itself is never reachable (its input hook refuses everything a sandbox
-// starts).
+// node's sandbox range) are reachable only through an entry of a preset the
+// node's operator defined whose CIDR lies inside one of them (a preset
+// "meta=169.254.169.254"), never through a wider entry ("0.0.0.0/0": the
+// protected parts stay closed) and never through an API caller's own entry:
+// an allow entry written by the caller that lies inside a protected range is
+// refused (InvalidArgument naming the entry and the range). Deny entries may
+// name anything. The node itself is never reachable (its input hook refuses
+// everything a sandbox starts).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,10 @@ struct Cidr {
   std::string ToString() const;  // "a.b.c.d/len"
 };
 
+// Where no sandbox range is known (parsing without a node): 0.0.0.0/32,
+// already inside the protected 0.0.0.0/8.
+inline constexpr Cidr kNoSandboxRange{0, 32};
+
 struct Rule {
   enum class Proto { kAny, kTcp, kUdp, kIcmp };
   Proto proto = Proto::kAny;
@@ -53,6 +60,7 @@ struct Rule {
   uint16_t port_lo = 0, port_hi = 0;  // 0: every port
   std::string text;                   // as written, canonical
   std::string host;                   // a host name entry (lower case); dst unused
+  bool preset = false;                // from a node preset: may open a protected range
 };
 
 // Presets by name: what each expands to.
@@ -75,24 +83,29 @@ struct NetworkPolicy {
 // "*.example.com" any name under example.com. Both lower case.
 bool NameMatches(const std::string& pattern, const std::string& name);
 
-// InvalidArgument naming the entry ("network.allow[2]: ...") on bad input.
+// InvalidArgument naming the entry ("network.allow[2]: ...") on bad input,
+// and for an allow entry of the caller's (not a preset's) inside one of
+// ProtectedRanges(sandbox_range).
 StatusOr<Rule> ParseRule(const std::string& text);
 StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
-                                    const Presets& presets = {});
+                                    const Presets& presets = {}, const Cidr& sandbox_range = kNoSandboxRange);
 // "NAME=ENTRY[,ENTRY...]" (NAME: [a-z][a-z0-9_-]{0,31}) into `out`;
 // InvalidArgument naming the flag value on bad input.
 Status ParsePreset(const std::string& flag, Presets* out);
 StatusOr<Cidr> ParseCidr(const std::string& text);
 
-// The ranges a sandbox cannot reach unless an allow entry names them
+// The ranges a sandbox cannot reach unless a preset's allow entry names them
 // (see above); `sandbox_range` is appended.
 std::vector<Cidr> ProtectedRanges(const Cidr& sandbox_range);
+// What a protected range is, for messages ("link-local, incl. the cloud
+// metadata address 169.254.169.254").
+std::string ProtectedRangeName(const Cidr& range, const Cidr& sandbox_range);
 
 // The body of one sandbox's nftables chain: one rule per line, in order
 // (anti-spoofing on `sandbox_addr`, the connection counter, the node's own
 // addresses refused, IPv6 refused,
-// denies, allows into protected ranges, the protected set, other allows,
-// refuse). `protected_set` and
+// denies, preset allows into protected ranges, the protected set, other
+// allows, refuse). `protected_set` and
 // `refuse_chain` name objects of the same table.
 // `conn_counter` names the counter object that counts the sandbox's new
 // connections (allowed or not); `refuse_chain` counts and refuses;

@@ -308,7 +308,7 @@ void SandboxNetwork::OnDenied(const LoggedPacket& p) {
 
 StatusOr<NetworkPolicy> SandboxNetwork::Parse(const std::vector<std::string>& allow,
                                               const std::vector<std::string>& deny) const {
-  ASSIGN_OR_RETURN(NetworkPolicy p, ParsePolicy(allow, deny, presets_));
+  ASSIGN_OR_RETURN(NetworkPolicy p, ParsePolicy(allow, deny, presets_, range_));
   if (p.HasNames() && dns_ == nullptr)
     return absl::InvalidArgumentError(
         "network: host names need the node's DNS forwarder (warrend --net-dns-upstream); "

@@ -9,7 +9,7 @@
 //            /30 of the sandbox range: .1 the host end, .2 the sandbox,
 //            default route via .1. The pair dies with the sandbox's netns.
 //   nft      table inet warren_<T>:
-//            set protected   ranges only explicit allows open (policy.h)
+//            set protected   ranges only a preset's allows open (policy.h)
 //            map egress      ifname : jump sb_<i>, one element per sandbox
 //            chain sb_<i>    the sandbox's policy (CompileChain); anything
 //                            for the node's own addresses is refused first

@@ -132,8 +132,10 @@ def internet(test_root: Path) -> Iterable[str]:
 
 
 # Node presets of the tests' daemons: "pypi" is one server, by address and
-# by name, on its HTTP port; "npm" another address.
-PRESETS = ["--net-preset", f"pypi=tcp:{ALLOWED}:{PORT},tcp:pypi.test:{PORT}", "--net-preset", f"npm=tcp:{OTHER}:{PORT}"]
+# by name, on its HTTP port; "npm" another address; "meta" the metadata
+# endpoint (a protected range only an operator's preset opens).
+PRESETS = ["--net-preset", f"pypi=tcp:{ALLOWED}:{PORT},tcp:pypi.test:{PORT}", "--net-preset", f"npm=tcp:{OTHER}:{PORT}",
+           "--net-preset", f"meta=tcp:{METADATA}:{PORT}"]
 
 
 def start_daemon(test_root: Path, layer_store: Path, name: str, node: str, rng: str) -> Daemon:
@@ -240,10 +242,40 @@ def test_policy_allow_deny_protected(netd: Daemon, base_layer: str) -> None:
     assert_clean(netd)
 
 
-def test_explicit_allow_opens_a_protected_range(netd: Daemon, base_layer: str) -> None:
+def test_explicit_allow_cannot_open_a_protected_range(netd: Daemon, base_layer: str) -> None:
     assert netd.client is not None
-    with netd.client.create(layers=[base_layer], network={"allow": [f"{METADATA}/32"]}) as sb:
+    before = len(netd.client.list())
+    for entry, prot in ((f"{METADATA}/32", r"169\.254\.0\.0/16 \(link-local"),
+                        ("tcp:10.1.2.0/24:443", r"10\.0\.0\.0/8 \(private\)"),
+                        ("10.213.0.4/30", r"10\.0\.0\.0/8"),  # a sibling's link
+                        (TRANSIT_HOST, r"198\.18\.0\.0/15")):  # the node's own address there
+        with pytest.raises(warren.InvalidArgument, match=rf"network\.allow\[0\]: '{re.escape(entry)}' lies inside "
+                                                         rf"the protected range {prot}.*--net-preset"):
+            netd.client.create(layers=[base_layer], network={"allow": [entry]})
+    assert len(netd.client.list()) == before
+    with netd.client.create(layers=[base_layer], network={"allow": [ALLOWED]}) as sb:
+        with pytest.raises(warren.InvalidArgument, match="protected range 169.254.0.0/16"):
+            sb.set_network({"allow": [ALLOWED, METADATA]})
+        assert sb.info().network == {"allow": [f"{ALLOWED}/32"], "deny": []}  # unchanged
+        assert probe(sb, METADATA) == "refused"
+        assert probe(sb, ALLOWED) == "open"
+        # Wider than a protected range: allowed, its protected parts stay closed.
+        sb.set_network({"allow": ["0.0.0.0/0"]})
+        assert probe(sb, METADATA) == "refused"
+        assert probe(sb, ALLOWED) == "open"
+    assert_clean(netd)
+
+
+def test_operator_preset_opens_a_protected_range(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+    with netd.client.create(layers=[base_layer], network={"allow": ["meta"]}) as sb:
+        assert sb.info().network == {"allow": ["meta"], "deny": []}
         assert probe(sb, METADATA) == "open"
+        assert probe(sb, METADATA, port=8081) == "refused"  # the preset's port only
+        assert probe(sb, ALLOWED) == "refused"
+        assert sb.set_network({"allow": ["meta"], "deny": [METADATA]})["deny"] == [f"{METADATA}/32"]
+        assert probe(sb, METADATA) == "refused"  # deny still wins
+    assert_clean(netd)
 
 
 def test_sibling_unreachable(netd: Daemon, base_layer: str) -> None:

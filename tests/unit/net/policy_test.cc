@@ -1,5 +1,6 @@
 #include "net/policy.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@ TEST(PolicyTest, NameMatching) {
 }
 
 TEST(PolicyTest, DenyWinsForNames) {
-  ASSERT_OK_AND_ASSIGN(NetworkPolicy p, ParsePolicy({"*.test", "10.0.0.0/8"}, {"npm.test"}));
+  ASSERT_OK_AND_ASSIGN(NetworkPolicy p, ParsePolicy({"*.test", "203.0.113.0/24"}, {"npm.test"}));
   EXPECT_TRUE(p.AllowsName("pypi.test"));
   EXPECT_FALSE(p.AllowsName("npm.test"));
   EXPECT_FALSE(p.AllowsName("pypi.org"));
@@ -55,9 +56,51 @@ TEST(PolicyTest, PresetsExpandAndKeepTheirName) {
               HasSubstr("'npm' is no preset of this node (its presets: pypi)"));
 }
 
+TEST(PolicyTest, CallersEntryInsideAProtectedRangeIsRefused) {
+  const Cidr range{0xcb007100, 24};  // 203.0.113.0/24: a sandbox range outside the fixed ones
+  for (auto [entry, prot] :
+       {std::pair{"169.254.169.254", "169.254.0.0/16 (link-local, incl. the cloud metadata"},
+        std::pair{"tcp:10.1.2.0/24:443", "10.0.0.0/8 (private)"},
+        std::pair{"192.168.0.0/16", "192.168.0.0/16 (private)"}, std::pair{"127.0.0.1", "127.0.0.0/8 (loopback)"},
+        std::pair{"203.0.113.6/31", "203.0.113.0/24 (this node's sandboxes)"}}) {
+    const Status s = ParsePolicy({"198.51.100.0/24", entry}, {}, {}, range).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << entry;
+    EXPECT_THAT(s.message(),
+                HasSubstr(std::string("network.allow[1]: '") + entry + "' lies inside the protected range " + prot))
+        << entry;
+    EXPECT_THAT(s.message(), HasSubstr("--net-preset")) << entry;
+  }
+  // Wider than a protected range: accepted, the protected parts stay closed.
+  ASSERT_OK(ParsePolicy({"0.0.0.0/0", "128.0.0.0/1"}, {}, {}, range).status());
+  // Denying a protected range is always fine.
+  ASSERT_OK(ParsePolicy({}, {"169.254.169.254"}, {}, range).status());
+  // A preset the operator defined opens one.
+  Presets presets;
+  ASSERT_OK(ParsePreset("meta=tcp:169.254.169.254:80", &presets));
+  ASSERT_OK_AND_ASSIGN(NetworkPolicy p, ParsePolicy({"meta"}, {}, presets, range));
+  ASSERT_EQ(p.allow.size(), 1u);
+  EXPECT_TRUE(p.allow[0].preset);
+}
+
+TEST(PolicyTest, OnlyAPresetsRuleIsCompiledIntoAProtectedRange) {
+  // A protected rule not from a preset (as an older record could hold) is
+  // shadowed by the protected set: it gets no accept of its own.
+  ASSERT_OK_AND_ASSIGN(Rule r, ParseRule("169.254.169.254"));
+  NetworkPolicy p;
+  p.allow.push_back(r);
+  const Cidr range{0x0ad50000, 24};
+  std::vector<std::string> rules = CompileChain(p, 0x0ad50002, range, "protected", "rf_0", "conn_0", "names_0");
+  for (const std::string& rule : rules) EXPECT_THAT(rule, ::testing::Not(HasSubstr("169.254"))) << rule;
+  p.allow[0].preset = true;
+  rules = CompileChain(p, 0x0ad50002, range, "protected", "rf_0", "conn_0", "names_0");
+  EXPECT_NE(std::find(rules.begin(), rules.end(), "ip daddr 169.254.169.254/32 accept"), rules.end());
+}
+
 TEST(PolicyTest, ChainOrder) {
-  ASSERT_OK_AND_ASSIGN(NetworkPolicy p, ParsePolicy({"tcp:pypi.test:443", "169.254.169.254/32", "0.0.0.0/0"},
-                                                    {"bad.test", "203.0.113.66"}));
+  Presets presets;
+  ASSERT_OK(ParsePreset("meta=169.254.169.254", &presets));
+  ASSERT_OK_AND_ASSIGN(NetworkPolicy p,
+                       ParsePolicy({"tcp:pypi.test:443", "meta", "0.0.0.0/0"}, {"bad.test", "203.0.113.66"}, presets));
   Cidr range{0x0ad50000, 24};  // 10.213.0.0/24
   const std::vector<std::string> rules = CompileChain(p, 0x0ad50002, range, "protected", "rf_0", "conn_0", "names_0");
   const std::vector<std::string> want = {
@@ -66,7 +109,7 @@ TEST(PolicyTest, ChainOrder) {
       "fib daddr type local goto rf_0",
       "meta nfproto ipv6 goto rf_0",
       "ip daddr 203.0.113.66/32 goto rf_0",  // the denied name has no rule: it never resolves
-      "ip daddr 169.254.169.254/32 accept",  // explicit, inside a protected range
+      "ip daddr 169.254.169.254/32 accept",  // a preset's, inside a protected range
       "ip daddr @protected goto rf_0",       // before any name or wide allow
       "ip daddr @names_0 tcp dport 443 accept",
       "ip daddr 0.0.0.0/0 accept",
