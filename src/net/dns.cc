@@ -8,6 +8,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -113,6 +114,59 @@ bool AddressesOf(const std::string& m, std::vector<uint32_t>* addrs, uint32_t* t
   return true;
 }
 
+using Clock = std::chrono::steady_clock;
+
+int MsUntil(Clock::time_point deadline) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms <= 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 60000));
+}
+
+// Reads exactly `n` bytes from the non-blocking `fd`; false on EOF, an
+// error, `deadline` or `stop` (an eventfd) becoming readable.
+bool ReadFull(int fd, int stop, char* out, size_t n, Clock::time_point deadline) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, out + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0 || (errno != EAGAIN && errno != EINTR)) return false;
+    pollfd p[2] = {{fd, POLLIN, 0}, {stop, POLLIN, 0}};
+    const int timeout = MsUntil(deadline);
+    if (timeout == 0 || ::poll(p, 2, timeout) <= 0 || p[1].revents != 0) return false;
+  }
+  return true;
+}
+
+bool WriteFull(int fd, int stop, const std::string& data, Clock::time_point deadline) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t r = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (r > 0) {
+      sent += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0 || (errno != EAGAIN && errno != EINTR)) return false;
+    pollfd p[2] = {{fd, POLLOUT, 0}, {stop, POLLIN, 0}};
+    const int timeout = MsUntil(deadline);
+    if (timeout == 0 || ::poll(p, 2, timeout) <= 0 || p[1].revents != 0) return false;
+  }
+  return true;
+}
+
+// A DNS message with the 2-byte length prefix of TCP (RFC 1035 4.2.2).
+std::string Framed(const std::string& m) {
+  std::string out;
+  out += static_cast<char>(m.size() >> 8);
+  out += static_cast<char>(m.size() & 0xff);
+  return out + m;
+}
+
+bool AnswersQuery(const std::string& resp, const std::string& query) {
+  return resp.size() >= 12 && resp[0] == query[0] && resp[1] == query[1] && (static_cast<uint8_t>(resp[2]) & 0x80) != 0;
+}
+
 }  // namespace
 
 std::string FirstNameserver(const std::string& resolv_conf) {
@@ -155,9 +209,23 @@ StatusOr<std::unique_ptr<DnsForwarder>> DnsForwarder::Open(uint16_t port, const 
   if (::getsockname(f->sock_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0)
     return ErrnoToStatus(errno, "getsockname(dns)");
   f->port_ = ntohs(sa.sin_port);
+  f->listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!f->listen_.valid()) return ErrnoToStatus(errno, "socket(AF_INET, SOCK_STREAM)");
+  const int one = 1;
+  if (::setsockopt(f->listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+    return ErrnoToStatus(errno, "setsockopt(dns tcp, SO_REUSEADDR)");
+  sa.sin_port = htons(port);
+  if (::bind(f->listen_.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0)
+    return ErrnoToStatus(errno, "bind(0.0.0.0:" + std::to_string(port) + ", tcp)");
+  if (::listen(f->listen_.get(), 128) != 0) return ErrnoToStatus(errno, "listen(dns tcp)");
+  len = sizeof sa;
+  if (::getsockname(f->listen_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    return ErrnoToStatus(errno, "getsockname(dns tcp)");
+  f->tcp_port_ = ntohs(sa.sin_port);
   f->stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!f->stop_.valid()) return ErrnoToStatus(errno, "eventfd");
   for (int i = 0; i < kWorkers; ++i) f->workers_.emplace_back([p = f.get()] { p->Work(); });
+  f->workers_.emplace_back([p = f.get()] { p->Accept(); });
   return f;
 }
 
@@ -165,6 +233,61 @@ DnsForwarder::~DnsForwarder() {
   const uint64_t one = 1;
   if (stop_.valid()) (void)!::write(stop_.get(), &one, sizeof one);
   for (std::thread& t : workers_) t.join();
+  // The acceptor is gone: the list is ours. Each connection sees `stop_` too.
+  for (const std::unique_ptr<TcpClient>& c : tcp_clients_) c->thread.join();
+}
+
+void DnsForwarder::Accept() {
+  for (;;) {
+    pollfd p[2] = {{listen_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    if (::poll(p, 2, 1000) < 0 && errno != EINTR) return;
+    if (p[1].revents != 0) return;
+    for (auto it = tcp_clients_.begin(); it != tcp_clients_.end();) {
+      if ((*it)->done.load()) {
+        (*it)->thread.join();
+        it = tcp_clients_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if ((p[0].revents & POLLIN) == 0) continue;
+    sockaddr_in from{};
+    socklen_t fl = sizeof from;
+    UniqueFd conn(::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&from), &fl, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!conn.valid()) continue;
+    const uint32_t src = ntohl(from.sin_addr.s_addr);
+    const auto same = static_cast<size_t>(
+        std::count_if(tcp_clients_.begin(), tcp_clients_.end(), [src](const auto& c) { return c->src == src; }));
+    if (tcp_clients_.size() >= kTcpMax || same >= kTcpPerSource) {
+      refused_.fetch_add(1);
+      continue;  // closed: the client retries or gives up
+    }
+    auto c = std::make_unique<TcpClient>();
+    c->src = src;
+    TcpClient* raw = c.get();
+    c->thread = std::thread([this, raw, fd = conn.release()] {
+      UniqueFd own(fd);
+      ServeTcp(own.get(), raw->src);
+      own.reset();
+      raw->done.store(true);
+    });
+    tcp_clients_.push_back(std::move(c));
+  }
+}
+
+void DnsForwarder::ServeTcp(int conn, uint32_t src) {
+  for (int i = 0; i < kTcpQueries; ++i) {
+    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kTcpIdleMs);
+    char prefix[2];
+    if (!ReadFull(conn, stop_.get(), prefix, sizeof prefix, deadline)) return;
+    const size_t len = (static_cast<size_t>(static_cast<uint8_t>(prefix[0])) << 8) | static_cast<uint8_t>(prefix[1]);
+    if (len < 12) return;
+    std::string query(len, '\0');
+    if (!ReadFull(conn, stop_.get(), query.data(), len, deadline)) return;
+    const std::string answer = Answer(src, query, true);
+    if (answer.empty() || answer.size() > 65535) return;
+    if (!WriteFull(conn, stop_.get(), Framed(answer), Clock::now() + std::chrono::seconds(2))) return;
+  }
 }
 
 void DnsForwarder::Work() {
@@ -177,13 +300,57 @@ void DnsForwarder::Work() {
     socklen_t fl = sizeof from;
     ssize_t n = ::recvfrom(sock_.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl);
     if (n <= 0) continue;  // another worker took it
-    const std::string answer = Answer(ntohl(from.sin_addr.s_addr), buf.substr(0, static_cast<size_t>(n)));
+    const std::string answer = Answer(ntohl(from.sin_addr.s_addr), buf.substr(0, static_cast<size_t>(n)), false);
     if (!answer.empty())
       (void)::sendto(sock_.get(), answer.data(), answer.size(), 0, reinterpret_cast<const sockaddr*>(&from), fl);
   }
 }
 
-std::string DnsForwarder::Answer(uint32_t src, const std::string& query) {
+std::string DnsForwarder::AskUdp(const std::string& query) const {
+  UniqueFd up(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in ua{};
+  ua.sin_family = AF_INET;
+  ua.sin_port = htons(upstream_port_);
+  ua.sin_addr.s_addr = htonl(upstream_addr_);
+  timeval tv{2, 0};
+  std::string resp(kMaxPacket, '\0');
+  if (!up.valid() || ::setsockopt(up.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      ::connect(up.get(), reinterpret_cast<const sockaddr*>(&ua), sizeof ua) != 0 ||
+      ::send(up.get(), query.data(), query.size(), 0) != static_cast<ssize_t>(query.size()))
+    return "";
+  // Skip stray datagrams: the answer carries the query's id.
+  for (int i = 0; i < 4; ++i) {
+    const ssize_t n = ::recv(up.get(), resp.data(), resp.size(), 0);
+    if (n < 12) return "";
+    resp.resize(static_cast<size_t>(n));
+    if (AnswersQuery(resp, query)) return resp;
+    resp.resize(kMaxPacket);
+  }
+  return "";
+}
+
+std::string DnsForwarder::AskTcp(const std::string& query) const {
+  UniqueFd up(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in ua{};
+  ua.sin_family = AF_INET;
+  ua.sin_port = htons(upstream_port_);
+  ua.sin_addr.s_addr = htonl(upstream_addr_);
+  timeval tv{2, 0};  // SO_SNDTIMEO also bounds connect()
+  const std::string framed = Framed(query);
+  if (!up.valid() || ::setsockopt(up.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      ::setsockopt(up.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+      ::connect(up.get(), reinterpret_cast<const sockaddr*>(&ua), sizeof ua) != 0 ||
+      ::send(up.get(), framed.data(), framed.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(framed.size()))
+    return "";
+  char prefix[2];
+  if (::recv(up.get(), prefix, sizeof prefix, MSG_WAITALL) != 2) return "";
+  const size_t len = (static_cast<size_t>(static_cast<uint8_t>(prefix[0])) << 8) | static_cast<uint8_t>(prefix[1]);
+  std::string resp(len, '\0');
+  if (len < 12 || ::recv(up.get(), resp.data(), len, MSG_WAITALL) != static_cast<ssize_t>(len)) return "";
+  return AnswersQuery(resp, query) ? resp : "";
+}
+
+std::string DnsForwarder::Answer(uint32_t src, const std::string& query, bool tcp) {
   std::string name;
   uint16_t type = 0;
   size_t end = 0;
@@ -205,28 +372,17 @@ std::string DnsForwarder::Answer(uint32_t src, const std::string& query) {
     answered_.fetch_add(1);
     return Reply(query, end, kNoError);
   }
-  UniqueFd up(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  sockaddr_in ua{};
-  ua.sin_family = AF_INET;
-  ua.sin_port = htons(upstream_port_);
-  ua.sin_addr.s_addr = htonl(upstream_addr_);
-  timeval tv{2, 0};
-  std::string resp(kMaxPacket, '\0');
-  ssize_t n = -1;
-  if (up.valid() && ::setsockopt(up.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
-      ::connect(up.get(), reinterpret_cast<const sockaddr*>(&ua), sizeof ua) == 0 &&
-      ::send(up.get(), query.data(), query.size(), 0) == static_cast<ssize_t>(query.size())) {
-    // Skip stray datagrams: the answer carries the query's id.
-    for (int i = 0; i < 4; ++i) {
-      n = ::recv(up.get(), resp.data(), resp.size(), 0);
-      if (n < 12 || (resp[0] == query[0] && resp[1] == query[1] && (static_cast<uint8_t>(resp[2]) & 0x80) != 0)) break;
-    }
+  std::string resp = AskUdp(query);
+  // Truncated (TC): a TCP client gets the whole answer, asked over TCP; a
+  // UDP client gets the truncated one and retries over TCP itself.
+  if (tcp && resp.size() >= 12 && (static_cast<uint8_t>(resp[2]) & 0x02) != 0) {
+    std::string full = AskTcp(query);
+    if (!full.empty()) resp = std::move(full);
   }
-  if (n < 12) {
+  if (resp.empty()) {
     failed_.fetch_add(1);
     return Reply(query, end, kServFail);
   }
-  resp.resize(static_cast<size_t>(n));
   std::vector<uint32_t> addrs;
   uint32_t ttl = 0;
   if (!AddressesOf(resp, &addrs, &ttl)) {

@@ -103,15 +103,21 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOpti
   cmds += "add rule " + t + " input iifname " + links + " ct state established,related accept\n";
   if (n->dns_ != nullptr) {
     const std::string port = std::to_string(n->dns_->port());
+    const std::string tcp_port = std::to_string(n->dns_->tcp_port());
     cmds += "add rule " + t + " input iifname " + links + " udp dport " + port + " ct status dnat accept\n";
+    cmds += "add rule " + t + " input iifname " + links + " tcp dport " + tcp_port + " ct status dnat accept\n";
     cmds += "add chain " + t + " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n";
     cmds += "add rule " + t + " prerouting iifname " + links + " udp dport 53 redirect to :" + port + "\n";
+    cmds += "add rule " + t + " prerouting iifname " + links + " tcp dport 53 redirect to :" + tcp_port + "\n";
   }
   cmds += "add rule " + t + " input iifname " + links + " iifname vmap @egress\n";
   cmds += "add rule " + t + " input iifname " + links + " goto " + kRefuse + "\n";
   // The forwarder listens on every address (a redirected query arrives at
   // the node end of its link); it answers sandboxes only.
-  if (n->dns_ != nullptr) cmds += "add rule " + t + " input udp dport " + std::to_string(n->dns_->port()) + " drop\n";
+  if (n->dns_ != nullptr) {
+    cmds += "add rule " + t + " input udp dport " + std::to_string(n->dns_->port()) + " drop\n";
+    cmds += "add rule " + t + " input tcp dport " + std::to_string(n->dns_->tcp_port()) + " drop\n";
+  }
   cmds += "add chain " + t + " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n";
   cmds += "add rule " + t + " postrouting ip saddr " + n->range_.ToString() + " oifname != " + links + " masquerade\n";
   RETURN_IF_ERROR(n->nft_->Run(cmds));

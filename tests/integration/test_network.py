@@ -67,6 +67,22 @@ RESOLVE = (
 )
 
 
+# In the sandbox: an A query for argv[1] over TCP to argv[2]:53; prints the
+# first address, "nxdomain", or "fail <error>".
+RESOLVE_TCP = (
+    "import socket,struct,sys\n"
+    "q=struct.pack('>HHHHHH',0x4242,0x0100,1,0,0,0)+b''.join(bytes([len(x)])+x.encode() for x in sys.argv[1].split('.'))"
+    "+b'\\0'+struct.pack('>HH',1,1)\n"
+    "try:\n"
+    "    s=socket.create_connection((sys.argv[2],53),timeout=5); s.sendall(struct.pack('>H',len(q))+q)\n"
+    "    n=struct.unpack('>H',s.recv(2,socket.MSG_WAITALL))[0]; r=s.recv(n,socket.MSG_WAITALL)\n"
+    "    if r[3]&15==3: print('nxdomain')\n"
+    "    elif struct.unpack('>H',r[6:8])[0]: print(socket.inet_ntoa(r[-4:]))\n"
+    "    else: print('fail empty')\n"
+    "except OSError as e: print('fail', e)\n"
+)
+
+
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True, timeout=10)
 
@@ -542,4 +558,25 @@ def test_names_pinned_on_resolution_and_flushed_by_a_change(netd: Daemon, base_l
         assert probe(sb, METADATA) == "refused"  # a name never opens a protected range
         assert resolve(sb, "pypi.test") == ALLOWED
         assert probe(sb, ALLOWED) == "open"
+    assert_clean(netd)
+
+
+def test_dns_over_tcp_follows_the_same_rules(netd: Daemon, base_layer: str) -> None:
+    assert netd.client is not None
+
+    def resolve_tcp(sb: warren.Sandbox, name: str, server: str) -> str:
+        r = sb.exec(["python3", "-c", RESOLVE_TCP, name, server], timeout=30)
+        assert r.exit_code == 0, r.stderr
+        return r.stdout.decode().strip()
+
+    with netd.client.create(layers=[base_layer], network={"allow": ["tcp:npm.test:8080"]}) as sb:
+        assert probe(sb, OTHER) == "refused"  # not before the name was resolved
+        assert resolve_tcp(sb, "npm.test", DNS) == OTHER
+        assert probe(sb, OTHER) == "open"  # pinned by a TCP lookup too
+        assert resolve_tcp(sb, "pypi.test", DNS) == "nxdomain"  # not allowed
+        assert resolve_tcp(sb, "npm.test", ALLOWED) == OTHER  # whatever server it names: the node's forwarder
+        sb.set_network({"allow": ["*.test"], "deny": ["npm.test"]})
+        assert resolve_tcp(sb, "npm.test", DNS) == "nxdomain"  # deny wins, over TCP as over UDP
+        assert resolve_tcp(sb, "meta.test", DNS) == METADATA
+        assert probe(sb, METADATA) == "refused"  # a name never opens a protected range
     assert_clean(netd)
