@@ -181,8 +181,8 @@ std::string Names(const Presets& presets) {
 }  // namespace
 
 StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
-                                    const Presets& presets, const Cidr& sandbox_range) {
-  const std::vector<Cidr> prot = ProtectedRanges(sandbox_range);
+                                    const Presets& presets, const PolicyChecks& checks) {
+  const std::vector<Cidr> prot = ProtectedRanges(checks.sandbox_range);
   NetworkPolicy p;
   for (auto [list, out, text, name] :
        {std::tuple{&allow, &p.allow, &p.allow_text, "allow"}, std::tuple{&deny, &p.deny, &p.deny_text, "deny"}}) {
@@ -208,13 +208,20 @@ StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const
       // rather than compiled into a rule the protected set would shadow, so
       // the caller learns it at once. A wider entry ("0.0.0.0/0") is fine:
       // its protected parts stay closed (CompileChain).
-      if (out == &p.allow && r->host.empty()) {
+      if (checks.refuse && out == &p.allow && r->host.empty()) {
         for (const Cidr& pr : prot) {
           if (!pr.Contains(r->dst)) continue;
           return absl::InvalidArgumentError(
               where + "'" + e + "' lies inside the protected range " + pr.ToString() + " (" +
-              ProtectedRangeName(pr, sandbox_range) +
+              ProtectedRangeName(pr, checks.sandbox_range) +
               "); only a preset the node's operator defines (warrend --net-preset) opens it");
+        }
+        // Never reachable (the chain refuses the node's addresses first):
+        // say so rather than accept an entry that can never work.
+        for (uint32_t a : checks.node_addrs) {
+          if (r->dst.len == 32 && r->dst.addr == a)
+            return absl::InvalidArgumentError(where + "'" + e +
+                                              "' is an address of this node, which no sandbox can reach");
         }
       }
       out->push_back(*r);

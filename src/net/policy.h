@@ -83,12 +83,22 @@ struct NetworkPolicy {
 // "*.example.com" any name under example.com. Both lower case.
 bool NameMatches(const std::string& pattern, const std::string& name);
 
-// InvalidArgument naming the entry ("network.allow[2]: ...") on bad input,
-// and for an allow entry of the caller's (not a preset's) inside one of
-// ProtectedRanges(sandbox_range).
+// What ParsePolicy refuses beyond bad syntax: an allow entry of the
+// caller's (not a preset's) inside one of ProtectedRanges(sandbox_range), or
+// naming one of `node_addrs` (the node's own addresses, host byte order).
+struct PolicyChecks {
+  Cidr sandbox_range = kNoSandboxRange;
+  std::vector<uint32_t> node_addrs;
+  // False when re-reading a policy a sandbox already holds (re-adoption):
+  // such entries are kept but never open anything (CompileChain), so a
+  // sandbox of an older daemon survives with its protected parts closed.
+  bool refuse = true;
+};
+
+// InvalidArgument naming the entry ("network.allow[2]: ...") on bad input.
 StatusOr<Rule> ParseRule(const std::string& text);
 StatusOr<NetworkPolicy> ParsePolicy(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
-                                    const Presets& presets = {}, const Cidr& sandbox_range = kNoSandboxRange);
+                                    const Presets& presets = {}, const PolicyChecks& checks = {});
 // "NAME=ENTRY[,ENTRY...]" (NAME: [a-z][a-z0-9_-]{0,31}) into `out`;
 // InvalidArgument naming the flag value on bad input.
 Status ParsePreset(const std::string& flag, Presets* out);

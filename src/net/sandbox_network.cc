@@ -1,7 +1,12 @@
 #include "net/sandbox_network.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
@@ -37,6 +42,22 @@ uint64_t PacketsOf(const std::string& listing) {
 uint64_t LinkStat(const std::string& link, const char* name) {
   StatusOr<std::string> v = ReadSmallFile("/sys/class/net/" + link + "/statistics/" + name, 64);
   return v.ok() ? std::strtoull(v->c_str(), nullptr, 10) : 0;
+}
+
+// The IPv4 addresses of the node's interfaces now (host byte order); none
+// when they cannot be listed (the chain refuses them all the same).
+std::vector<uint32_t> NodeAddresses() {
+  std::vector<uint32_t> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    sockaddr_in a{};
+    std::memcpy(&a, i->ifa_addr, sizeof a);
+    out.push_back(ntohl(a.sin_addr.s_addr));
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 }  // namespace
@@ -313,8 +334,12 @@ void SandboxNetwork::OnDenied(const LoggedPacket& p) {
 }
 
 StatusOr<NetworkPolicy> SandboxNetwork::Parse(const std::vector<std::string>& allow,
-                                              const std::vector<std::string>& deny) const {
-  ASSIGN_OR_RETURN(NetworkPolicy p, ParsePolicy(allow, deny, presets_, range_));
+                                              const std::vector<std::string>& deny, bool recorded) const {
+  PolicyChecks checks;
+  checks.sandbox_range = range_;
+  checks.refuse = !recorded;
+  if (!recorded) checks.node_addrs = NodeAddresses();
+  ASSIGN_OR_RETURN(NetworkPolicy p, ParsePolicy(allow, deny, presets_, checks));
   if (p.HasNames() && dns_ == nullptr)
     return absl::InvalidArgumentError(
         "network: host names need the node's DNS forwarder (warrend --net-dns-upstream); "

@@ -120,8 +120,12 @@ class SandboxNetwork {
   // The sandbox's counters now.
   StatusOr<NetworkCounters> Counters(const NetworkLease& lease) const;
   // A policy from entries, this node's presets expanded (policy.h);
-  // InvalidArgument for host names on a node without a DNS forwarder.
-  StatusOr<NetworkPolicy> Parse(const std::vector<std::string>& allow, const std::vector<std::string>& deny) const;
+  // InvalidArgument for host names on a node without a DNS forwarder, and
+  // for a caller's allow entry inside a protected range or naming one of the
+  // node's addresses, unless `recorded` (a policy a sandbox already holds,
+  // re-read at adoption: kept, such entries open nothing).
+  StatusOr<NetworkPolicy> Parse(const std::vector<std::string>& allow, const std::vector<std::string>& deny,
+                                bool recorded = false) const;
   // Whether the node resolves host names for sandboxes.
   bool has_dns() const { return dns_ != nullptr; }
   // Called (on the log reader's thread) for each logged refused packet of a

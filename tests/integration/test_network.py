@@ -282,6 +282,27 @@ def test_explicit_allow_cannot_open_a_protected_range(netd: Daemon, base_layer: 
     assert_clean(netd)
 
 
+def test_explicit_allow_of_the_node_is_refused(netd: Daemon, base_layer: str, internet: str) -> None:
+    assert netd.client is not None
+    node_addr = "203.0.113.250"  # an address of the node outside every protected range, for this test
+    host_if = "wnth" + internet[4:10]
+    ip("addr", "add", f"{node_addr}/32", "dev", host_if)
+    try:
+        with socket.socket() as server:
+            server.bind((node_addr, 0))
+            server.listen(8)
+            port = server.getsockname()[1]
+            with pytest.raises(warren.InvalidArgument, match=rf"network\.allow\[0\]: 'tcp:{re.escape(node_addr)}:{port}' "
+                                                             "is an address of this node"):
+                netd.client.create(layers=[base_layer], network={"allow": [f"tcp:{node_addr}:{port}"]})
+            with netd.client.create(layers=[base_layer], network={"allow": ["203.0.113.0/24"]}) as sb:
+                assert probe(sb, ALLOWED) == "open"
+                assert probe(sb, node_addr, port) == "refused"  # the node's part of the range stays closed
+    finally:
+        ip("addr", "del", f"{node_addr}/32", "dev", host_if, check=False)
+    assert_clean(netd)
+
+
 def test_operator_preset_opens_a_protected_range(netd: Daemon, base_layer: str) -> None:
     assert netd.client is not None
     with netd.client.create(layers=[base_layer], network={"allow": ["meta"]}) as sb:

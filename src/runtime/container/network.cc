@@ -76,7 +76,7 @@ Status ContainerSandbox::AdoptNetwork(const container::record::Container& r) {
                                            " has a network but this daemon has none (warrend --sandbox-net)");
     std::vector<std::string> allow(r.network_allow().begin(), r.network_allow().end());
     std::vector<std::string> deny(r.network_deny().begin(), r.network_deny().end());
-    ASSIGN_OR_RETURN(net::NetworkPolicy policy, nw->Parse(allow, deny));
+    ASSIGN_OR_RETURN(net::NetworkPolicy policy, nw->Parse(allow, deny, /*recorded=*/true));
     ASSIGN_OR_RETURN(UniqueFd ns, OpenNetns(init_pid_));
     ASSIGN_OR_RETURN(net::NetworkLease lease, nw->Adopt(spec_.id, r.network_index(), ns.get(), policy));
     std::lock_guard<std::mutex> l(net_mu_);

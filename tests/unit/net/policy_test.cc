@@ -56,6 +56,12 @@ TEST(PolicyTest, PresetsExpandAndKeepTheirName) {
               HasSubstr("'npm' is no preset of this node (its presets: pypi)"));
 }
 
+PolicyChecks In(const Cidr& sandbox_range) {
+  PolicyChecks c;
+  c.sandbox_range = sandbox_range;
+  return c;
+}
+
 TEST(PolicyTest, CallersEntryInsideAProtectedRangeIsRefused) {
   const Cidr range{0xcb007100, 24};  // 203.0.113.0/24: a sandbox range outside the fixed ones
   for (auto [entry, prot] :
@@ -63,7 +69,7 @@ TEST(PolicyTest, CallersEntryInsideAProtectedRangeIsRefused) {
         std::pair{"tcp:10.1.2.0/24:443", "10.0.0.0/8 (private)"},
         std::pair{"192.168.0.0/16", "192.168.0.0/16 (private)"}, std::pair{"127.0.0.1", "127.0.0.0/8 (loopback)"},
         std::pair{"203.0.113.6/31", "203.0.113.0/24 (this node's sandboxes)"}}) {
-    const Status s = ParsePolicy({"198.51.100.0/24", entry}, {}, {}, range).status();
+    const Status s = ParsePolicy({"198.51.100.0/24", entry}, {}, {}, In(range)).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << entry;
     EXPECT_THAT(s.message(),
                 HasSubstr(std::string("network.allow[1]: '") + entry + "' lies inside the protected range " + prot))
@@ -71,15 +77,31 @@ TEST(PolicyTest, CallersEntryInsideAProtectedRangeIsRefused) {
     EXPECT_THAT(s.message(), HasSubstr("--net-preset")) << entry;
   }
   // Wider than a protected range: accepted, the protected parts stay closed.
-  ASSERT_OK(ParsePolicy({"0.0.0.0/0", "128.0.0.0/1"}, {}, {}, range).status());
+  ASSERT_OK(ParsePolicy({"0.0.0.0/0", "128.0.0.0/1"}, {}, {}, In(range)).status());
   // Denying a protected range is always fine.
-  ASSERT_OK(ParsePolicy({}, {"169.254.169.254"}, {}, range).status());
+  ASSERT_OK(ParsePolicy({}, {"169.254.169.254"}, {}, In(range)).status());
   // A preset the operator defined opens one.
   Presets presets;
   ASSERT_OK(ParsePreset("meta=tcp:169.254.169.254:80", &presets));
-  ASSERT_OK_AND_ASSIGN(NetworkPolicy p, ParsePolicy({"meta"}, {}, presets, range));
+  ASSERT_OK_AND_ASSIGN(NetworkPolicy p, ParsePolicy({"meta"}, {}, presets, In(range)));
   ASSERT_EQ(p.allow.size(), 1u);
   EXPECT_TRUE(p.allow[0].preset);
+  // A policy a sandbox already holds is re-read as it is (its protected
+  // entries then open nothing: OnlyAPresetsRuleIsCompiledIntoAProtectedRange).
+  PolicyChecks recorded = In(range);
+  recorded.refuse = false;
+  ASSERT_OK_AND_ASSIGN(NetworkPolicy old, ParsePolicy({"169.254.169.254"}, {}, {}, recorded));
+  EXPECT_FALSE(old.allow[0].preset);
+}
+
+TEST(PolicyTest, CallersEntryNamingTheNodeIsRefused) {
+  PolicyChecks checks;
+  checks.node_addrs = {0xcb0071fa};  // 203.0.113.250
+  EXPECT_THAT(ParsePolicy({"tcp:203.0.113.250:22"}, {}, {}, checks).status().message(),
+              HasSubstr("network.allow[0]: 'tcp:203.0.113.250:22' is an address of this node"));
+  // A range around it is fine: the node's part stays closed.
+  ASSERT_OK(ParsePolicy({"203.0.113.0/24"}, {}, {}, checks).status());
+  ASSERT_OK(ParsePolicy({}, {"203.0.113.250"}, {}, checks).status());
 }
 
 TEST(PolicyTest, OnlyAPresetsRuleIsCompiledIntoAProtectedRange) {
