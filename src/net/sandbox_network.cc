@@ -19,6 +19,7 @@ namespace {
 
 constexpr const char* kProtected = "protected";
 constexpr const char* kRefuse = "refuse";
+constexpr const char* kDnsTcp = "dns_tcp";
 
 std::string Hex(uint32_t v) {
   char b[16];
@@ -129,7 +130,10 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(const NetworkOpti
     cmds += "add rule " + t + " input iifname " + links + " tcp dport " + tcp_port + " ct status dnat accept\n";
     cmds += "add chain " + t + " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n";
     cmds += "add rule " + t + " prerouting iifname " + links + " udp dport 53 redirect to :" + port + "\n";
-    cmds += "add rule " + t + " prerouting iifname " + links + " tcp dport 53 redirect to :" + tcp_port + "\n";
+    // TCP only from sandboxes whose policy names hosts (set kDnsTcp): for
+    // the others, port 53 of the node stays as closed as any other port.
+    cmds += "add set " + t + " " + kDnsTcp + " { type ifname; }\n";
+    cmds += "add rule " + t + " prerouting iifname @" + kDnsTcp + " tcp dport 53 redirect to :" + tcp_port + "\n";
   }
   cmds += "add rule " + t + " input iifname " + links + " iifname vmap @egress\n";
   cmds += "add rule " + t + " input iifname " + links + " goto " + kRefuse + "\n";
@@ -198,6 +202,12 @@ std::string SandboxNetwork::ChainCmds(const NetworkLease& lease, const NetworkPo
     cmds += "add rule " + t + " " + chain + " " + r + "\n";
   if (create) {
     cmds += "add element " + t + " egress { \"" + lease.host_link + "\" : jump " + chain + " }\n";
+  }
+  if (dns_ != nullptr) {
+    // add+delete: absent afterwards whether or not it was there.
+    const std::string elem = " " + std::string(kDnsTcp) + " { \"" + lease.host_link + "\" }\n";
+    cmds += "add element " + t + elem;
+    if (!policy.HasNames()) cmds += "delete element " + t + elem;
   }
   return cmds;
 }
@@ -294,12 +304,16 @@ Status SandboxNetwork::Release(uint32_t index, bool netns_dying) {
   // check that none is left.
   const std::string t = "inet " + table_;
   const std::string i = Hex(index);
-  const std::vector<std::string> deletes = {"delete element " + t + " egress { \"" + lease.host_link + "\" }",
-                                            "delete chain " + t + " sb_" + i,
-                                            "delete chain " + t + " rf_" + i,
-                                            "delete set " + t + " names_" + i,
-                                            "delete counter " + t + " conn_" + i,
-                                            "delete counter " + t + " deny_" + i};
+  std::vector<std::string> deletes = {"delete element " + t + " egress { \"" + lease.host_link + "\" }",
+                                      "delete chain " + t + " sb_" + i,
+                                      "delete chain " + t + " rf_" + i,
+                                      "delete set " + t + " names_" + i,
+                                      "delete counter " + t + " conn_" + i,
+                                      "delete counter " + t + " deny_" + i};
+  if (dns_ != nullptr) {
+    const std::string elem = " " + std::string(kDnsTcp) + " { \"" + lease.host_link + "\" }";
+    deletes.insert(deletes.begin(), {"add element " + t + elem, "delete element " + t + elem});
+  }
   if (!nft_->Run(absl::StrJoin(deletes, "\n") + "\n").ok()) {
     for (const std::string& d : deletes) (void)nft_->Run(d);
     for (const std::string& what : {"chain " + t + " sb_" + i, "chain " + t + " rf_" + i, "counter " + t + " conn_" + i,

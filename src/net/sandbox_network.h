@@ -34,8 +34,11 @@
 //                            node's forwarder
 //            set names_<i>   addresses its allowed host names resolved to
 //                            (pinned by the forwarder; emptied by a change)
-//            chain prerouting  every query to port 53 (UDP and TCP) from a
-//                            sandbox is redirected to the forwarder (dns.h)
+//            chain prerouting  every UDP query to port 53 from a sandbox is
+//                            redirected to the forwarder (dns.h), and every
+//                            TCP one from a sandbox in set dns_tcp (those
+//                            whose policy names hosts; for the others the
+//                            node's port 53 is closed like any other)
 //            chain postrouting  masquerade the sandbox range leaving the host
 //   sysctl   net.ipv4.ip_forward=1 (host-wide, left on).
 //

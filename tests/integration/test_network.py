@@ -177,7 +177,8 @@ def leftovers(d: Daemon) -> dict:
     chains = [o["chain"]["name"] for o in t if "chain" in o and o["chain"]["name"].startswith(("sb_", "rf_"))]
     counters = [o["counter"]["name"] for o in t if "counter" in o]
     elems = [o["map"].get("elem", []) for o in t if "map" in o and o["map"]["name"] == "egress"]
-    elems += [o["set"].get("elem", []) for o in t if "set" in o and o["set"]["name"].startswith("names_")]
+    elems += [o["set"].get("elem", []) for o in t
+              if "set" in o and o["set"]["name"].startswith("names_") or o.get("set", {}).get("name") == "dns_tcp"]
     sets = [o["set"]["name"] for o in t if "set" in o and o["set"]["name"].startswith("names_")]
     routes = [ln for ln in ip("-4", "route", "show").stdout.splitlines() if f"wn{tag}-" in ln]
     return {"links": links_with(f"wn{tag}-"), "chains": chains, "counters": counters, "sets": sets,
@@ -600,4 +601,8 @@ def test_dns_over_tcp_follows_the_same_rules(netd: Daemon, base_layer: str) -> N
         assert resolve_tcp(sb, "npm.test", DNS) == "nxdomain"  # deny wins, over TCP as over UDP
         assert resolve_tcp(sb, "meta.test", DNS) == METADATA
         assert probe(sb, METADATA) == "refused"  # a name never opens a protected range
+        # A policy naming no host: the node's TCP port 53 is closed like any other.
+        sb.set_network({"allow": ["0.0.0.0/0"]})
+        a, b, c, dd = own_addr(sb).split(".")
+        assert probe(sb, f"{a}.{b}.{c}.{int(dd) - 1}", 53) == "refused"
     assert_clean(netd)
