@@ -150,3 +150,19 @@ def test_scan_of_node_sibling_and_metadata_finds_nothing(netd, base_layer: str):
         after = a.info().traffic
         assert after.denied - before.denied >= 1024 + 21 + 100 + 2, (before, after)
 
+
+
+def test_api_caller_cannot_open_metadata_private_or_sibling_ranges(netd, base_layer: str):
+    # Only an operator's --net-preset opens a protected range; this node has none.
+    for entry in ("169.254.169.254", "tcp:169.254.169.254:80", "169.254.0.0/16", "10.0.0.0/8", "127.0.0.1",
+                  "172.16.0.0/12", "192.168.1.0/24", "100.64.0.0/10", "10.213.9.0/24"):
+        with pytest.raises(warren.InvalidArgument, match="protected range"):
+            netd.client.create(layers=[base_layer], network={"allow": [entry]})
+    with netd.client.create(layers=[base_layer], network=POLICY) as sb:
+        with pytest.raises(warren.InvalidArgument, match="protected range 169.254.0.0/16"):
+            sb.set_network({"allow": ["0.0.0.0/0", "169.254.169.254/32"]})
+        assert sb.info().network == {"allow": ["0.0.0.0/0"], "deny": []}
+        before = sb.info().traffic
+        out = run(sb, SCAN, "169.254.169.254:80-80", "169.254.169.254:443-443")
+        assert out.split()[:2] == ["open", "0"], out
+        assert sb.info().traffic.denied - before.denied >= 2
