@@ -552,7 +552,8 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         new connections follow it, and existing ones it no longer allows
         are reset (TCP) or refused on their next packet. Returns the policy
         in force, entries canonical. FailedPrecondition when the sandbox was
-        created without a network."""
+        created without a network; InvalidArgument for a bad entry (the
+        policy in force stays)."""
         req = pb.SetNetworkRequest(id=self.id, network=_network_pb(network))
         r = yield Rpc(self._client._sandboxes.SetNetwork, req, self._client._metadata)
         return {"allow": list(r.allow), "deny": list(r.deny)}
@@ -802,9 +803,11 @@ class ClientCore(Generic[SB, JB]):
         network: None = loopback only. {"allow": [...], "deny": [...]} = a
         routed, NAT'ed link filtered by that policy; entries
         "[tcp:|udp:|icmp:]CIDR[:PORT[-PORT]]" ("203.0.113.0/24",
-        "tcp:198.51.100.7:443"). Deny wins; private, link-local
-        (169.254.169.254), loopback, multicast ranges and other sandboxes
-        only through an allow entry inside them; the node never. Needs
+        "tcp:198.51.100.7:443"), host names, or a node preset's name. Deny
+        wins; private, link-local (169.254.169.254), loopback, multicast
+        ranges and other sandboxes only through a node preset (warrend
+        --net-preset): an entry of yours inside one is InvalidArgument;
+        the node never. Needs
         warrend --sandbox-net (else FailedPrecondition). See set_network.
         cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
         tmpfs_mb: /dev/shm cap in MiB (/tmp is in the upper, capped by
