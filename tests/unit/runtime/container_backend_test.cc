@@ -722,17 +722,30 @@ TEST_F(ContainerTest, NonIdmappableLowerFallsBack) {
   ASSERT_OK(c);
 }
 
-// Processes on the host whose real uid falls in this backend's uid range.
-int ProcessesInUidRange(uint32_t base, uint32_t span) {
+// Processes on the host whose real uid falls in this backend's uid range and
+// whose cgroup lies under this backend's cgroup (`cgroup_name`). The cgroup
+// filter keeps the count to this test process's sandboxes: another test
+// binary run in parallel (ctest -j) can map an overlapping uid range, and a
+// sandbox's processes cannot leave its cgroup (they cannot write cgroup.procs).
+int ProcessesInUidRange(uint32_t base, uint32_t span, const std::string& cgroup_name) {
   int n = 0;
   for (const auto& e : fs::directory_iterator("/proc")) {
     std::string name = e.path().filename();
     if (name.empty() || !isdigit(static_cast<unsigned char>(name[0]))) continue;
+    bool in_range = false;
     std::ifstream st(e.path() / "status");
     for (std::string line; std::getline(st, line);) {
       if (line.rfind("Uid:", 0) == 0) {
         uint64_t uid = std::strtoull(line.c_str() + 4, nullptr, 10);
-        if (uid >= base && uid < base + uint64_t{span}) ++n;
+        in_range = uid >= base && uid < base + uint64_t{span};
+        break;
+      }
+    }
+    if (!in_range) continue;
+    std::ifstream cg(e.path() / "cgroup");
+    for (std::string line; std::getline(cg, line);) {
+      if (line.find("/" + cgroup_name + "/") != std::string::npos || line.ends_with("/" + cgroup_name)) {
+        ++n;
         break;
       }
     }
@@ -743,7 +756,7 @@ int ProcessesInUidRange(uint32_t base, uint32_t span) {
 TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
   const std::string mounts_before = HostMountsOfTestSandboxes();
   const uint32_t span = options_.uid_range * options_.max_sandboxes;
-  const int procs_before = ProcessesInUidRange(options_.uid_base, span);
+  const int procs_before = ProcessesInUidRange(options_.uid_base, span, options_.cgroup_name);
   std::atomic<int> ok{0};
   constexpr int kThreads = 4;
   std::vector<std::thread> ts;
@@ -762,6 +775,9 @@ TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
         bg.shell = "sh -c 'trap \"\" TERM; sleep 1000 & sleep 1000 & wait' &";
         auto r = (*sb)->Exec(bg);
         if (r.ok() && r->exit_code == 0) ++ok;
+        if (t == 0 && i == 0) {  // the count below sees a live sandbox's processes
+          EXPECT_GT(ProcessesInUidRange(options_.uid_base, span, options_.cgroup_name), procs_before);
+        }
         std::thread mid;
         if (i % 3 == 0) {  // destroyed mid-exec
           mid = std::thread([&sb] {
@@ -783,7 +799,7 @@ TEST_F(ContainerTest, A12A13ConcurrentCyclesLeaveNothing) {
   EXPECT_EQ(HostMountsOfTestSandboxes(), mounts_before);
   // Processes die asynchronously after SIGKILL of their pid namespace's init;
   // Destroy waited for the cgroups to be empty, so nothing may remain.
-  EXPECT_EQ(ProcessesInUidRange(options_.uid_base, span), procs_before);
+  EXPECT_EQ(ProcessesInUidRange(options_.uid_base, span, options_.cgroup_name), procs_before);
   auto mgr = jail::CgroupManager::Detect(options_.cgroup_name);
   ASSERT_OK(mgr);
   auto root = (*mgr)->Open("");
