@@ -17,6 +17,11 @@
 # kind with the per-round numbers and the B/A ratio of their medians.
 #   WARREN_AB_NICE: niceness of the whole run (default -15 as root, so that
 #   background load, e.g. a compiler, disturbs both sides less; 0 keeps it)
+#   WARREN_AB_SETTLE: seconds to wait before each row after the first of a
+#   side's round (default 0). The kernel tears down what the c64 loop leaves
+#   (mount namespaces, cgroups, network namespaces) in kworkers and RCU
+#   callbacks after the loop has returned; without a pause that work lands
+#   on the side's next row (fncall), which then measures c64's tail too.
 set -euo pipefail
 if [ "$(id -u)" = 0 ] && [ "${WARREN_AB_NICE:--15}" != 0 ]; then
   renice -n "${WARREN_AB_NICE:--15}" -p $$ >/dev/null
@@ -77,6 +82,8 @@ echo "A=$a"
 echo "B=$b"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 density_n=${WARREN_AB_DENSITY_N:-300}
+settle=${WARREN_AB_SETTLE:-0}
+echo "settle between rows: ${settle} s"
 declare -A exec_p50 loop_rate loop_cpu fncall_rate idle_kib
 for r in $(seq 1 "$rounds"); do
   # ABBA: odd rounds run A first, even rounds B first, so that what one side
@@ -93,6 +100,7 @@ for r in $(seq 1 "$rounds"); do
     out=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/warren_loop.py" --addr "unix:$work/$n.sock" \
       --layer base/debian-12@1 --concurrency 64 --iterations "$iters" --max-seconds 60 | tail -1)
     c1=$(cpu_ns $n)
+    sleep "$settle"
     rate=$(printf '%s' "$out" | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(round(d.get("rate_per_s", d.get("rate", 0)),1))')
     done_n=$(printf '%s' "$out" | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(d.get("completed", d.get("iterations", 0)))')
     loop_rate[$n]+="$rate "
@@ -112,6 +120,7 @@ EOF
 )
     fncall_rate[$n]+="$rate "
     if ((density_n > 0)); then
+      sleep "$settle"
       kib=$(PYTHONPATH=$root/sdk/python "$py" "$root/bench/density/bench.py" --addr "unix:$work/$n.sock" \
         -n "$density_n" --concurrency 8 --max-seconds 120 --min-available-gib 4 | awk -F'|' '/^\| warren_idle/ {gsub(/ /, "", $4); print $4}')
       idle_kib[$n]+="$kib "

@@ -112,6 +112,12 @@ int warren_jail_enter_root(const struct WarrenJailPlan* p, const int* fds, int* 
   return 0;
 }
 
+/* An empty read-only tmpfs of its own at `target`. */
+static long FreshMaskTmpfs(const char* target) {
+  return Sys(__NR_mount, (long)"tmpfs", (long)target, (long)"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+             (long)"size=0,mode=555");
+}
+
 /* One mount op; `first_mask` is the target of the first masked dir (or NULL). */
 static long MountOp(const struct WarrenJailMount* m, const int* fds, const char** first_mask) {
   long rc;
@@ -141,10 +147,17 @@ static long MountOp(const struct WarrenJailMount* m, const int* fds, const char*
       if (*first_mask != NULL) {
         rc = Sys(__NR_mount, (long)*first_mask, (long)m->target, 0, MS_BIND, 0);
       } else if (m->fd_slot >= 0 && m->fd_slot < WARREN_JAIL_MAX_FD_SLOTS && fds[m->fd_slot] >= 0) {
-        rc = Sys(__NR_move_mount, fds[m->fd_slot], (long)"", AT_FDCWD, (long)m->target, MOVE_MOUNT_F_EMPTY_PATH);
+        if (m->opts & WARREN_JAIL_CLONE_FD) {
+          const long c =
+              Sys(__NR_open_tree, fds[m->fd_slot], (long)"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH, 0, 0);
+          rc = c < 0 ? c : Sys(__NR_move_mount, c, (long)"", AT_FDCWD, (long)m->target, MOVE_MOUNT_F_EMPTY_PATH);
+          if (c >= 0) Sys(__NR_close, c, 0, 0, 0, 0);
+          if (rc != 0 && rc != -J_ENOENT) rc = FreshMaskTmpfs(m->target);
+        } else {
+          rc = Sys(__NR_move_mount, fds[m->fd_slot], (long)"", AT_FDCWD, (long)m->target, MOVE_MOUNT_F_EMPTY_PATH);
+        }
       } else {
-        rc = Sys(__NR_mount, (long)"tmpfs", (long)m->target, (long)"tmpfs",
-                 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, (long)"size=0,mode=555");
+        rc = FreshMaskTmpfs(m->target);
       }
       if (rc == 0 && *first_mask == NULL) *first_mask = m->target;
       return rc;

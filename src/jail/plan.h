@@ -69,6 +69,14 @@ enum WarrenJailMountOp {
 #define WARREN_JAIL_IF_EXISTS 0x1u   /* the target missing (ENOENT) skips the op: a kernel without the file */
 #define WARREN_JAIL_OR_NEXT 0x2u     /* on failure run the next op instead; on success skip it */
 #define WARREN_JAIL_BEST_EFFORT 0x4u /* a failure is ignored (a convenience the kernel may lack: mqueue) */
+/* WARREN_JAIL_MASK_DIR: the fd slot's empty tmpfs is cloned (open_tree
+ * OPEN_TREE_CLONE of the detached mount, then move_mount of the clone), not
+ * moved, so one fd serves every process that applies the plan and none
+ * makes a tmpfs superblock of its own (a superblock made and torn down per
+ * fncall call costs more than the clone). A kernel that refuses the clone
+ * (before Linux 6.15: a detached mount could not be cloned) gets a fresh
+ * tmpfs instead. */
+#define WARREN_JAIL_CLONE_FD 0x8u
 
 struct WarrenJailMount {
   uint32_t op;      /* WarrenJailMountOp */

@@ -117,10 +117,10 @@ PlanBuilder& PlanBuilder::MaskFile(const std::string& target) {
   return *this;
 }
 
-PlanBuilder& PlanBuilder::MaskDir(const std::string& target, int fd_slot) {
+PlanBuilder& PlanBuilder::MaskDir(const std::string& target, int fd_slot, bool clone_fd) {
   if (auto* m = Next(WARREN_JAIL_MASK_DIR, "", target)) {
     m->fd_slot = fd_slot;
-    m->opts = WARREN_JAIL_IF_EXISTS;
+    m->opts = WARREN_JAIL_IF_EXISTS | (clone_fd ? WARREN_JAIL_CLONE_FD : 0u);
   }
   return *this;
 }
@@ -135,17 +135,17 @@ PlanBuilder& PlanBuilder::Symlink(const std::string& target, const std::string& 
   return *this;
 }
 
-PlanBuilder& PlanBuilder::Proc(const std::string& proc, bool with_sys, int mask_fd_slot) {
+PlanBuilder& PlanBuilder::Proc(const std::string& proc, bool with_sys, int mask_fd_slot, bool clone_mask) {
   Mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
-  return ProcMasks(proc, with_sys, mask_fd_slot);
+  return ProcMasks(proc, with_sys, mask_fd_slot, clone_mask);
 }
 
-PlanBuilder& PlanBuilder::ProcMasks(const std::string& proc, bool with_sys, int mask_fd_slot) {
+PlanBuilder& PlanBuilder::ProcMasks(const std::string& proc, bool with_sys, int mask_fd_slot, bool clone_mask) {
   for (const char* f : kMaskedFiles) MaskFile(Join(proc, f));
   for (const char* d : kMaskedDirs) {
     const bool sys = strncmp(d, "sys/", 4) == 0;
     if (sys && !with_sys) continue;
-    MaskDir(sys ? Join(SysOf(proc), d + 4) : Join(proc, d), mask_fd_slot);
+    MaskDir(sys ? Join(SysOf(proc), d + 4) : Join(proc, d), mask_fd_slot, clone_mask);
   }
   for (const char* d : kReadOnlyDirs) ReadOnly(Join(proc, d), MS_NOSUID | MS_NODEV | MS_NOEXEC, WARREN_JAIL_IF_EXISTS);
   return *this;

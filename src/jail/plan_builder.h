@@ -60,17 +60,20 @@ class PlanBuilder {
   PlanBuilder& Remount(const std::string& target, uint64_t flags, const std::string& data = "");
   PlanBuilder& ReadOnly(const std::string& target, uint64_t flags, uint32_t opts = 0);
   PlanBuilder& MaskFile(const std::string& target);
-  PlanBuilder& MaskDir(const std::string& target, int fd_slot);
+  // fd_slot >= 0: the shared empty tmpfs arrives there (moved; cloned with
+  // `clone_fd`: WARREN_JAIL_CLONE_FD).
+  PlanBuilder& MaskDir(const std::string& target, int fd_slot, bool clone_fd = false);
   PlanBuilder& DevNode(const std::string& host_node, const std::string& target);
   PlanBuilder& Symlink(const std::string& target, const std::string& link);
 
   // /proc (fresh, nosuid/nodev/noexec) at `proc` ("proc" or "/proc"), then
   // its masks and read-only dirs. `with_sys`: mask /sys/firmware too (sysfs
   // is mounted). mask_fd_slot: the shared empty tmpfs for masked dirs (-1:
-  // one made by the child).
-  PlanBuilder& Proc(const std::string& proc, bool with_sys, int mask_fd_slot);
+  // one made by the child). `clone_mask`: the slot's tmpfs is cloned, not
+  // moved (one fd for every process the plan is applied in).
+  PlanBuilder& Proc(const std::string& proc, bool with_sys, int mask_fd_slot, bool clone_mask = false);
   // The masks and read-only dirs alone (the proc mount made by other ops).
-  PlanBuilder& ProcMasks(const std::string& proc, bool with_sys, int mask_fd_slot);
+  PlanBuilder& ProcMasks(const std::string& proc, bool with_sys, int mask_fd_slot, bool clone_mask = false);
   // The /dev nodes bound from the host's (when the daemon could not make
   // them itself), and the /dev symlinks.
   PlanBuilder& DevNodes(const std::string& dev, bool terminal);

@@ -68,6 +68,9 @@ StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point, const st
                                         const std::string& lxcfs);
 // A call process's containment (zygote_helper.c applies it); see worker_jail.cc.
 StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompProgram* seccomp, bool lxcfs);
+// The call plan's fd slot of the empty read-only tmpfs behind its masked
+// dirs (zygote_helper.c makes it; without it each call makes its own).
+inline constexpr int kCallMaskSlot = 0;
 // Async-signal-safe: runs between clone3 and execve of the zygote.
 [[noreturn]] void WorkerChild(const WorkerPlan& p);
 // Builds the detached, read-only root: the single layer mount cloned, or an

@@ -85,7 +85,9 @@ StatusOr<WarrenJailPlan> WorkerJailPlan(const std::string& mount_point, const st
 // into fresh mount, pid and ipc namespaces): its own /tmp (scratch, cwd) and
 // /dev/shm, a fresh /proc of its pid namespace with the same masks and limit
 // views as every sandbox, RLIMIT_CORE 0, no capability in any set,
-// no_new_privs, seccomp.
+// no_new_privs, seccomp. The masked dirs show clones of one empty read-only
+// tmpfs the zygote makes once (its fd in kCallMaskSlot): no tmpfs
+// superblock made and torn down per call.
 StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompProgram* seccomp, bool lxcfs) {
   jail::PlanBuilder b;
   WarrenJailPlan& p = b.plan();
@@ -93,7 +95,7 @@ StatusOr<WarrenJailPlan> CallJailPlan(uint32_t scratch_mb, const jail::SeccompPr
   b.Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
           "size=" + std::to_string(scratch_mb) + "m,nr_inodes=65536,mode=1777")
       .Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777")
-      .Proc("/proc", /*with_sys=*/false, -1);
+      .Proc("/proc", /*with_sys=*/false, kCallMaskSlot, /*clone_mask=*/true);
   if (lxcfs) b.LimitViews("/proc", kLxcfsInWorker);
   b.Rlimit(RLIMIT_CORE, 0, 0).Capabilities(0, jail::LastCapability()).NoNewPrivs().Seccomp(seccomp);
   RETURN_IF_ERROR(b.Finish());

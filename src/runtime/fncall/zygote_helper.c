@@ -185,12 +185,31 @@ static int move_fd(int from, int to, int cloexec) {
   return 0;
 }
 
+// The plan's fd slots (worker_jail.cc kCallMaskSlot: 0). Slot 0: an empty
+// read-only tmpfs, detached, made once by the zygote; each call's masked
+// dirs show clones of it (plan.h WARREN_JAIL_CLONE_FD). -1 if it could not
+// be made: each call then makes its own.
+static int g_fds[WARREN_JAIL_MAX_FD_SLOTS] = {-1, -1, -1, -1, -1};
+
+static void make_mask_tmpfs(void) {
+  long fs = SYS(fsopen, "tmpfs", FSOPEN_CLOEXEC, 0, 0, 0, 0);
+  if (fs < 0) return;
+  long m = -1;
+  if (SYS(fsconfig, fs, FSCONFIG_SET_STRING, "size", "0", 0, 0) == 0 &&
+      SYS(fsconfig, fs, FSCONFIG_SET_STRING, "mode", "555", 0, 0) == 0 &&
+      SYS(fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0, 0) == 0) {
+    m = SYS(fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            0, 0, 0);
+  }
+  SYS(close, fs, 0, 0, 0, 0, 0);
+  if (m >= 0) g_fds[0] = (int)m;
+}
+
 static NOINLINE int call_setup(const struct warren_loop_args* a, u32 serial, struct warren_call_in* out) {
   const int s = (int)a->sock;
   if (a->after_fork_child != 0) a->after_fork_child();
-  static const int kNoFds[WARREN_JAIL_MAX_FD_SLOTS] = {-1, -1, -1, -1, -1};
   int step = 0;
-  long r = warren_jail_mount(a->plan, kNoFds, &step);
+  long r = warren_jail_mount(a->plan, g_fds, &step);
   if (r < 0) child_fail(s, serial, kJailStep0 + step, r);
   r = SYS(chdir, "/tmp", 0, 0, 0, 0, 0);
   if (r < 0) child_fail(s, serial, kStepChdir, r);
@@ -287,6 +306,7 @@ EXPORT long warren_fncall_loop(const struct warren_loop_args* a, struct warren_c
     send_msg(s, &f, sizeof f, -1);
     return -71;
   }
+  make_mask_tmpfs();
   for (u32 serial = 1;; ++serial) {
     // PID 1 of the worker: reap anything orphaned onto us (nothing should be:
     // a call's processes die with its pid namespace).
