@@ -52,6 +52,7 @@ struct CreateArgs {
   std::string workdir;
   std::string user;
   std::string hostname;
+  std::string qos;  // "" = the node's default (latency)
   uint32_t ttl_s = 0;
   std::string job;
   std::string image;  // name:tag; its layers go below `layers`

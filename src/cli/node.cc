@@ -28,7 +28,9 @@ nlohmann::json ClusterNodeToJson(const v1::ClusterNode& n) {
           {"load1", n.load1()},
           {"drain", n.drain()},
           {"updated_ns", n.updated_ns()},
-          {"self", n.self()}};
+          {"self", n.self()},
+          {"qos", QosToJson(n.qos())},
+          {"core_scheduling", n.core_scheduling()}};
 }
 
 std::vector<std::string> NodeRow(const v1::ClusterNode& n) {
