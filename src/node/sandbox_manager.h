@@ -22,7 +22,6 @@
 // went away while it waited in the create queue.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -173,8 +172,6 @@ class SandboxManager {
 
   std::vector<std::string> BackendNames() const;
   NodeCounters Counters() const;
-  // What the sandboxes of each QoS class (index runtime::Qos) asked for.
-  std::array<ClassUsage, 2> ClassUsages() const;
   // The node's scrape-time gauges: sandboxes by (backend, state) for every
   // backend and state (0 included), admission, layer mounts; not fncall,
   // which the manager does not own.

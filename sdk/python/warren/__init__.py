@@ -43,7 +43,6 @@ from .types import (
                      NetworkTraffic,
                      NodeStatus,
                      ProjectInfo,
-                     QosClassCapacity,
                      Resources,
                      SandboxInfo,
 )
@@ -54,7 +53,7 @@ __all__ = [
     "Image", "ImageConfig", "ImageLayer", "ImageProgress", "Images", "PruneResult",
     "Client", "AsyncClient", "AsyncSandbox", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE",
     "ClusterNode", "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "ProjectInfo",
-    "QosClassCapacity", "Resources", "SandboxInfo", "ExposedPort", "NetworkTraffic",
+    "Resources", "SandboxInfo", "ExposedPort", "NetworkTraffic",
     "WarrenError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
     "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
     "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",

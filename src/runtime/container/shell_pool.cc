@@ -39,7 +39,8 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
         (limits.pids == 0 && had.pids != 0)) {
       (void)sh->cg->Remove();
       sh->cg.reset();
-    } else if (had != limits) {
+    } else if (had.cpu_millis != limits.cpu_millis || had.memory_bytes != limits.memory_bytes ||
+               had.pids != limits.pids) {
       if (Status ls = sh->cg->SetLimits(limits); !ls.ok()) {
         (void)sh->cg->Remove();
         return ls;
