@@ -23,59 +23,10 @@
 #   callbacks after the loop has returned; without a pause that work lands
 #   on the side's next row (fncall), which then measures c64's tail too.
 set -euo pipefail
-if [ "$(id -u)" = 0 ] && [ "${WARREN_AB_NICE:--15}" != 0 ]; then
-  renice -n "${WARREN_AB_NICE:--15}" -p $$ >/dev/null
-fi
 root=$(cd "$(dirname "$0")/.." && pwd)
-a=${1:?A warrend}
-b=${2:?B warrend}
-rounds=${3:-3}
 iters=${4:-600}
-py=${WARREN_PYTHON:-$root/.venv/bin/python}
-work=/var/tmp/warren-ab
-rootfs=${WARREN_BASE_ROOTFS:-/var/cache/warren/rootfs/debian-12}
-mkdir -p "$work/layers"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rmdir /sys/fs/cgroup/cpuacct/warren-ab-A/* /sys/fs/cgroup/cpuacct/warren-ab-B/* 2>/dev/null || true
-  rmdir /sys/fs/cgroup/cpuacct/warren-ab-A /sys/fs/cgroup/cpuacct/warren-ab-B 2>/dev/null || true
-}
-cpu_ns() {  # CPU used so far by daemon $1 and its sandboxes (ns; 0 without cpuacct)
-  cat "/sys/fs/cgroup/cpuacct/warren-ab-$1/cpuacct.usage" 2>/dev/null || echo 0
-}
-trap cleanup EXIT
-start() {  # name binary
-  local n=$1 bin=$2 extra_var="WARREN_AB_${1}_ARGS"
-  local -a extra
-  read -r -a extra <<<"${!extra_var:-}"
-  mkdir -p "$work/$n"
-  # Each daemon starts in a cpuacct cgroup of its own (its sandboxes' cgroups
-  # nest under it), so the CPU a create->exec->destroy cycle costs is read
-  # from it: less disturbed by background load than the rate.
-  local acct=/sys/fs/cgroup/cpuacct/warren-ab-$n
-  if [ -d /sys/fs/cgroup/cpuacct ] && mkdir -p "$acct" 2>/dev/null; then
-    echo $$ >"$acct/cgroup.procs"
-  fi
-  "$bin" "${extra[@]}" --state-dir "$work/$n/state" --socket "$work/$n.sock" --layer-store "$work/layers" \
-    --node-id "ab$(echo $n | tr A-Z a-z)" >"$work/$n.log" 2>&1 </dev/null &
-  pids+=($!)
-  [ -d "$acct" ] && echo $$ >/sys/fs/cgroup/cpuacct/cgroup.procs
-  PYTHONPATH=$root/sdk/python "$py" - "$work/$n.sock" "$rootfs" <<'EOF'
-import sys, time, warren
-c = warren.Client("unix:" + sys.argv[1])
-for _ in range(300):
-    try:
-        c.status(timeout=2); break
-    except warren.WarrenError:
-        time.sleep(0.1)
-try:
-    c.layers.get("base/debian-12@1")
-except warren.NotFound:
-    c.layers.build("base/debian-12@1", dir=sys.argv[2])
-EOF
-}
+# shellcheck source=bench/ab_common.sh
+source "$root/bench/ab_common.sh"
 start A "$a"
 start B "$b"
 echo "A=$a"

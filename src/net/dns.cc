@@ -121,20 +121,25 @@ int MsUntil(Clock::time_point deadline) {
   return ms <= 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 60000));
 }
 
+// Waits until `fd` is ready for `events`; false on `deadline` or `stop` (an
+// eventfd) becoming readable.
+bool WaitReady(int fd, int stop, short events, Clock::time_point deadline) {
+  pollfd p[2] = {{fd, events, 0}, {stop, POLLIN, 0}};
+  const int timeout = MsUntil(deadline);
+  return timeout != 0 && ::poll(p, 2, timeout) > 0 && p[1].revents == 0;
+}
+
 // Reads exactly `n` bytes from the non-blocking `fd`; false on EOF, an
-// error, `deadline` or `stop` (an eventfd) becoming readable.
+// error, `deadline` or `stop` becoming readable.
 bool ReadFull(int fd, int stop, char* out, size_t n, Clock::time_point deadline) {
   size_t got = 0;
   while (got < n) {
     const ssize_t r = ::recv(fd, out + got, n - got, 0);
     if (r > 0) {
       got += static_cast<size_t>(r);
-      continue;
+    } else if (r == 0 || (errno != EAGAIN && errno != EINTR) || !WaitReady(fd, stop, POLLIN, deadline)) {
+      return false;
     }
-    if (r == 0 || (errno != EAGAIN && errno != EINTR)) return false;
-    pollfd p[2] = {{fd, POLLIN, 0}, {stop, POLLIN, 0}};
-    const int timeout = MsUntil(deadline);
-    if (timeout == 0 || ::poll(p, 2, timeout) <= 0 || p[1].revents != 0) return false;
   }
   return true;
 }
@@ -145,12 +150,9 @@ bool WriteFull(int fd, int stop, const std::string& data, Clock::time_point dead
     const ssize_t r = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
     if (r > 0) {
       sent += static_cast<size_t>(r);
-      continue;
+    } else if (r == 0 || (errno != EAGAIN && errno != EINTR) || !WaitReady(fd, stop, POLLOUT, deadline)) {
+      return false;
     }
-    if (r == 0 || (errno != EAGAIN && errno != EINTR)) return false;
-    pollfd p[2] = {{fd, POLLOUT, 0}, {stop, POLLIN, 0}};
-    const int timeout = MsUntil(deadline);
-    if (timeout == 0 || ::poll(p, 2, timeout) <= 0 || p[1].revents != 0) return false;
   }
   return true;
 }
@@ -306,18 +308,24 @@ void DnsForwarder::Work() {
   }
 }
 
-std::string DnsForwarder::AskUdp(const std::string& query) const {
-  UniqueFd up(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+UniqueFd DnsForwarder::ConnectUpstream(int type) const {
+  UniqueFd up(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
   sockaddr_in ua{};
   ua.sin_family = AF_INET;
   ua.sin_port = htons(upstream_port_);
   ua.sin_addr.s_addr = htonl(upstream_addr_);
-  timeval tv{2, 0};
-  std::string resp(kMaxPacket, '\0');
+  timeval tv{2, 0};  // SO_SNDTIMEO also bounds a TCP connect()
   if (!up.valid() || ::setsockopt(up.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-      ::connect(up.get(), reinterpret_cast<const sockaddr*>(&ua), sizeof ua) != 0 ||
-      ::send(up.get(), query.data(), query.size(), 0) != static_cast<ssize_t>(query.size()))
-    return "";
+      ::setsockopt(up.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+      ::connect(up.get(), reinterpret_cast<const sockaddr*>(&ua), sizeof ua) != 0)
+    return UniqueFd();
+  return up;
+}
+
+std::string DnsForwarder::AskUdp(const std::string& query) const {
+  UniqueFd up = ConnectUpstream(SOCK_DGRAM);
+  std::string resp(kMaxPacket, '\0');
+  if (!up.valid() || ::send(up.get(), query.data(), query.size(), 0) != static_cast<ssize_t>(query.size())) return "";
   // Skip stray datagrams: the answer carries the query's id.
   for (int i = 0; i < 4; ++i) {
     const ssize_t n = ::recv(up.get(), resp.data(), resp.size(), 0);
@@ -330,16 +338,9 @@ std::string DnsForwarder::AskUdp(const std::string& query) const {
 }
 
 std::string DnsForwarder::AskTcp(const std::string& query) const {
-  UniqueFd up(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in ua{};
-  ua.sin_family = AF_INET;
-  ua.sin_port = htons(upstream_port_);
-  ua.sin_addr.s_addr = htonl(upstream_addr_);
-  timeval tv{2, 0};  // SO_SNDTIMEO also bounds connect()
+  UniqueFd up = ConnectUpstream(SOCK_STREAM);
   const std::string framed = Framed(query);
-  if (!up.valid() || ::setsockopt(up.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-      ::setsockopt(up.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
-      ::connect(up.get(), reinterpret_cast<const sockaddr*>(&ua), sizeof ua) != 0 ||
+  if (!up.valid() ||
       ::send(up.get(), framed.data(), framed.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(framed.size()))
     return "";
   char prefix[2];

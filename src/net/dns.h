@@ -80,6 +80,9 @@ class DnsForwarder {
   void ServeTcp(int conn, uint32_t src);
   // The answer to one query (empty: drop it); `tcp`: it came over TCP.
   std::string Answer(uint32_t src, const std::string& query, bool tcp);
+  // A socket of `type` (SOCK_DGRAM, SOCK_STREAM) connected to the upstream
+  // with 2 s send/receive timeouts; invalid on failure.
+  UniqueFd ConnectUpstream(int type) const;
   // The upstream's answer to `query` ("" when none came within 2 s).
   std::string AskUdp(const std::string& query) const;
   std::string AskTcp(const std::string& query) const;
