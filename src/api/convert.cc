@@ -143,6 +143,17 @@ void ToProto(const node::SandboxInfo& in, v1::Sandbox* out) {
   out->set_idle_timeout_s(in.idle_timeout_s);
   out->set_last_activity_ns(in.last_activity_ns);
   out->set_ttl_s(in.ttl_s);
+  out->set_qos(runtime::QosName(in.qos));
+}
+
+void ToProto(const node::ClassCapacity& in, v1::QosClassCapacity* out) {
+  out->set_qos(runtime::QosName(in.qos));
+  out->set_overcommit(in.overcommit);
+  out->set_sandboxes(in.used.sandboxes);
+  out->set_cpu_millis(in.used.cpu_millis);
+  out->set_memory_mb(in.used.memory_mb);
+  out->set_free_cpu_millis(in.free_cpu_millis);
+  out->set_free_memory_mb(in.free_memory_mb);
 }
 
 void ToProto(const runtime::FileInfo& in, v1::FileInfo* out) {

@@ -36,6 +36,7 @@ grpc::Status ToExecSpec(const warren::v1::ExecRequest& req, runtime::ExecSpec* o
 
 // Node/runtime -> proto.
 void ToProto(const node::SandboxInfo& in, warren::v1::Sandbox* out);
+void ToProto(const node::ClassCapacity& in, warren::v1::QosClassCapacity* out);
 void ToProto(const runtime::FileInfo& in, warren::v1::FileInfo* out);
 void ToProto(const runtime::ExecOutcome& in, warren::v1::ExecResult* out);
 void ToProto(runtime::ExecOutcome&& in, warren::v1::ExecResult* out);  // moves the output

@@ -2,8 +2,10 @@
 
 #include <sys/sysinfo.h>
 
+#include <array>
 #include <sstream>
 
+#include "api/convert.h"
 #include "api/projects.h"
 #include "api/status_map.h"
 #include "common/file_util.h"
@@ -55,6 +57,11 @@ grpc::Status NodeService::Status(grpc::ServerContext* ctx, const v1::NodeStatusR
   struct sysinfo si;
   if (sysinfo(&si) == 0) resp->set_memory_total_bytes(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   resp->set_memory_available_bytes(MemAvailableBytes());
+  const std::array<node::ClassUsage, 2> usage = m.ClassUsages();
+  for (runtime::Qos q : {runtime::Qos::kLatency, runtime::Qos::kBestEffort}) {
+    ToProto(node::CapacityOf(m.options().limits, q, usage[static_cast<int>(q)]), resp->add_qos());
+  }
+  resp->set_core_scheduling(node::CoreScheduling());
   if (facts_.microvm_accel.valid()) {
     // The probe is bounded (1 s) and started with the daemon: a status call
     // right after start waits for its end rather than answering "unknown".

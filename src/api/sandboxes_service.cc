@@ -60,6 +60,7 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
   r.ttl_s = req->ttl_s();
   r.job = req->job();
   r.idle_timeout_s = req->idle_timeout_s();
+  r.qos = req->qos();
   // Holds the image's layers until the sandbox holds them (an image rm
   // meanwhile leaves them to the layer GC).
   std::unique_ptr<image::oci::ImageUse> image_use;

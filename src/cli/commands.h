@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "CLI/CLI.hpp"
 #include "common/status.h"
 #include "warren/v1/warren.pb.h"
@@ -52,6 +54,7 @@ struct CreateArgs {
   std::string workdir;
   std::string user;
   std::string hostname;
+  std::string qos;  // "" = the node's default (latency)
   uint32_t ttl_s = 0;
   std::string job;
   std::string image;  // name:tag; its layers go below `layers`
@@ -193,9 +196,17 @@ void AddLifecycleCommands(CLI::App& root, Invocation& inv);  // audit, pause, re
 void AddDesktopCommands(CLI::App& root, Invocation& inv);    // screenshot, input
 void AddSnapshotCommands(CLI::App& root, Invocation& inv);   // snapshot, fork, grade
 void AddJobCommand(CLI::App& root, Invocation& inv);         // job ls|show|heartbeat|suspend|resume|rm
-void AddNodeCommands(CLI::App& root, Invocation& inv);       // node ls|drain|undrain (node.cc)
-void AddProjectCommands(CLI::App& root, Invocation& inv);    // project create|ls|get|rm (project.cc)
-void AddLogsCommand(CLI::App& root, Invocation& inv);        // logs (stream.cc)
+// `warren node ls --json`: a Prometheus-style per-node summary,
+// {"metrics": [{"name", "labels", "value"}], "nodes": [records]}: metric
+// names in Prometheus conventions (warren_node_sandboxes,
+// warren_node_cpu_free_millis, warren_node_memory_free_bytes, per class
+// warren_node_qos_*{qos=...}; base units: bytes, seconds), each labelled
+// node=<id>; "nodes" keeps every field of the records.
+nlohmann::json NodesSummaryJson(const std::vector<v1::ClusterNode>& nodes);
+
+void AddNodeCommands(CLI::App& root, Invocation& inv);     // node ls|drain|undrain (node.cc)
+void AddProjectCommands(CLI::App& root, Invocation& inv);  // project create|ls|get|rm (project.cc)
+void AddLogsCommand(CLI::App& root, Invocation& inv);      // logs (stream.cc)
 // `warren exec -t`: the streaming, PTY variant of exec (stream.cc).
 int RunExecTty(Invocation& inv);
 void AddNetworkCommand(CLI::App& root, Invocation& inv);  // network ID --allow/--deny, expose ID PORT (network.cc)

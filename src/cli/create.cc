@@ -58,6 +58,7 @@ StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a) {
   req.set_hostname(a.hostname);
   req.set_ttl_s(a.ttl_s);
   req.set_job(a.job);
+  req.set_qos(a.qos);
   if (a.network || !a.net_allow.empty() || !a.net_deny.empty()) {
     v1::NetworkPolicy* n = req.mutable_network();
     for (const std::string& e : a.net_allow) n->add_allow(e);
@@ -88,6 +89,9 @@ void AddCreateCommand(CLI::App& root, Invocation& inv) {
   sub->add_option("--label", a.labels, "K=V label; repeatable")->allow_extra_args(false);
   sub->add_option("--ttl", a.ttl_s, "seconds until the node destroys it; 0 = none");
   sub->add_option("--job", a.job, "owning job");
+  sub->add_option("--qos", a.qos,
+                  "QoS class: latency (default) or best-effort (SCHED_IDLE, lowest cpu weight, memory reclaimed "
+                  "first; admitted against warrend --overcommit's best-effort ratio)");
   sub->add_flag("--network", a.network,
                 "a network link (routed, NAT'ed) that reaches only what --net-allow allows; default: loopback only");
   sub->add_option("--net-allow", a.net_allow,

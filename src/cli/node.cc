@@ -1,6 +1,7 @@
 // warren node ls | drain ID | undrain ID: the cluster's nodes as the node
 // the client talks to sees them, and their drain flags (README "Run a
 // cluster"). FAILED_PRECONDITION from a node that is not in a cluster.
+// `node ls --json`: NodesSummaryJson (commands.h).
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -28,7 +29,14 @@ nlohmann::json ClusterNodeToJson(const v1::ClusterNode& n) {
           {"load1", n.load1()},
           {"drain", n.drain()},
           {"updated_ns", n.updated_ns()},
-          {"self", n.self()}};
+          {"self", n.self()},
+          {"qos", QosToJson(n.qos())},
+          {"core_scheduling", n.core_scheduling()}};
+}
+
+// One sample of the summary: {"name", "labels", "value"}.
+nlohmann::json Sample(const std::string& name, nlohmann::json labels, double value) {
+  return {{"name", name}, {"labels", std::move(labels)}, {"value", value}};
 }
 
 std::vector<std::string> NodeRow(const v1::ClusterNode& n) {
@@ -68,9 +76,7 @@ int RunNode(Invocation& inv, const std::string& action) {
   }
   if (inv.global.json) {
     if (action == "ls") {
-      nlohmann::json all = nlohmann::json::array();
-      for (const v1::ClusterNode& n : nodes) all.push_back(ClusterNodeToJson(n));
-      PrintJson(all);
+      PrintJson(NodesSummaryJson(nodes));
     } else {
       PrintJson(ClusterNodeToJson(nodes.at(0)));
     }
@@ -84,6 +90,49 @@ int RunNode(Invocation& inv, const std::string& action) {
 }
 
 }  // namespace
+
+nlohmann::json NodesSummaryJson(const std::vector<v1::ClusterNode>& nodes) {
+  nlohmann::json metrics = nlohmann::json::array();
+  for (const v1::ClusterNode& n : nodes) {
+    const nlohmann::json node = {{"node", n.id()}};
+    metrics.push_back(Sample("warren_node_info",
+                             {{"node", n.id()},
+                              {"address", n.address()},
+                              {"version", n.version()},
+                              {"backends", absl::StrJoin(n.backends(), ",")},
+                              {"core_scheduling", n.core_scheduling()}},
+                             1));
+    metrics.push_back(Sample("warren_node_sandboxes", node, n.sandboxes()));
+    metrics.push_back(Sample("warren_node_sandboxes_max", node, n.max_sandboxes()));
+    metrics.push_back(Sample("warren_node_free_slots", node, n.free_slots()));
+    metrics.push_back(Sample("warren_node_cpus", node, n.cpus()));
+    metrics.push_back(Sample("warren_node_cpu_free_millis", node, static_cast<double>(n.free_cpu_millis())));
+    metrics.push_back(Sample("warren_node_memory_bytes", node, static_cast<double>(n.memory_mb()) * (1 << 20)));
+    metrics.push_back(
+        Sample("warren_node_memory_free_bytes", node, static_cast<double>(n.free_memory_mb()) * (1 << 20)));
+    metrics.push_back(
+        Sample("warren_node_memory_available_bytes", node, static_cast<double>(n.available_memory_mb()) * (1 << 20)));
+    metrics.push_back(Sample("warren_node_load1", node, n.load1()));
+    metrics.push_back(Sample("warren_node_draining", node, n.drain() ? 1 : 0));
+    metrics.push_back(Sample("warren_node_updated_timestamp_seconds", node, static_cast<double>(n.updated_ns()) / 1e9));
+    for (const v1::QosClassCapacity& q : n.qos()) {
+      const nlohmann::json cls = {{"node", n.id()}, {"qos", q.qos()}};
+      metrics.push_back(Sample("warren_node_qos_sandboxes", cls, q.sandboxes()));
+      metrics.push_back(Sample("warren_node_qos_overcommit_ratio", cls, q.overcommit()));
+      metrics.push_back(Sample("warren_node_qos_cpu_requested_millis", cls, static_cast<double>(q.cpu_millis())));
+      metrics.push_back(
+          Sample("warren_node_qos_memory_requested_bytes", cls, static_cast<double>(q.memory_mb()) * (1 << 20)));
+      if (q.overcommit() > 0) {  // a class not counted has no bound to be free under
+        metrics.push_back(Sample("warren_node_qos_cpu_free_millis", cls, static_cast<double>(q.free_cpu_millis())));
+        metrics.push_back(
+            Sample("warren_node_qos_memory_free_bytes", cls, static_cast<double>(q.free_memory_mb()) * (1 << 20)));
+      }
+    }
+  }
+  nlohmann::json records = nlohmann::json::array();
+  for (const v1::ClusterNode& n : nodes) records.push_back(ClusterNodeToJson(n));
+  return {{"metrics", metrics}, {"nodes", records}};
+}
 
 void AddNodeCommands(CLI::App& root, Invocation& inv) {
   CLI::App* node = root.add_subcommand("node", "Cluster nodes: list them, drain one (no new sandboxes), undrain it.");

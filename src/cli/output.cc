@@ -59,7 +59,18 @@ nlohmann::json SandboxToJson(const v1::Sandbox& s) {
           {"expires_at_ns", s.expires_at_ns()},
           {"idle_timeout_s", s.idle_timeout_s()},
           {"memory_bytes", s.memory_bytes()},
-          {"swap_bytes", s.swap_bytes()}};
+          {"swap_bytes", s.swap_bytes()},
+          {"qos", s.qos().empty() ? "latency" : s.qos()}};
+}
+
+nlohmann::json QosToJson(const google::protobuf::RepeatedPtrField<v1::QosClassCapacity>& classes) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const v1::QosClassCapacity& q : classes) {
+    out[q.qos()] = {{"overcommit", q.overcommit()},           {"sandboxes", q.sandboxes()},
+                    {"cpu_millis", q.cpu_millis()},           {"memory_mb", q.memory_mb()},
+                    {"free_cpu_millis", q.free_cpu_millis()}, {"free_memory_mb", q.free_memory_mb()}};
+  }
+  return out;
 }
 
 nlohmann::json LayerToJson(const v1::Layer& l) {
@@ -83,7 +94,9 @@ nlohmann::json NodeStatusToJson(const v1::NodeStatus& n) {
           {"started_at_ns", n.started_at_ns()},
           {"cpus", n.cpus()},
           {"memory_total_bytes", n.memory_total_bytes()},
-          {"memory_available_bytes", n.memory_available_bytes()}};
+          {"memory_available_bytes", n.memory_available_bytes()},
+          {"qos", QosToJson(n.qos())},
+          {"core_scheduling", n.core_scheduling()}};
 }
 
 nlohmann::json ExecResultToJson(const v1::ExecResult& r) {

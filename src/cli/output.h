@@ -24,6 +24,8 @@ std::string FileTypeName(v1::FileType type);
 
 nlohmann::json ResourcesToJson(const v1::Resources& r);
 nlohmann::json SandboxToJson(const v1::Sandbox& s);
+// QoS classes by name (NodeStatus.qos, ClusterNode.qos).
+nlohmann::json QosToJson(const google::protobuf::RepeatedPtrField<v1::QosClassCapacity>& classes);
 nlohmann::json LayerToJson(const v1::Layer& l);
 nlohmann::json NodeStatusToJson(const v1::NodeStatus& n);
 // stdout/stderr both as lossy text and exact base64 (stdout_b64, stderr_b64).

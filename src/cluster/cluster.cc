@@ -49,6 +49,18 @@ v1::ClusterNode ToProto(const NodeRecord& r, const std::string& self) {
   n.set_drain(r.drain);
   n.set_updated_ns(r.updated_ns);
   n.set_self(r.id == self);
+  for (int c = 0; c < 2; ++c) {
+    const QosRecord& q = r.qos[c];
+    v1::QosClassCapacity* o = n.add_qos();
+    o->set_qos(c == 1 ? "best-effort" : "latency");
+    o->set_overcommit(q.overcommit);
+    o->set_sandboxes(q.sandboxes);
+    o->set_cpu_millis(q.cpu_millis);
+    o->set_memory_mb(q.memory_mb);
+    o->set_free_cpu_millis(q.free_cpu_millis);
+    o->set_free_memory_mb(q.free_memory_mb);
+  }
+  n.set_core_scheduling(r.core_scheduling);
   return n;
 }
 

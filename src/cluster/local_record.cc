@@ -1,9 +1,11 @@
 #include "cluster/local_record.h"
 
+#include <array>
 #include <sstream>
 
 #include "common/file_util.h"
 #include "common/time.h"
+#include "node/admission/admission.h"
 
 namespace warren::cluster {
 namespace {
@@ -60,6 +62,14 @@ NodeRecord LocalRecord(node::SandboxManager& m, const LocalNode& node) {
   for (const image::LayerInfo& l : m.layers().List()) {
     if (!l.name.empty()) r.layers.push_back(l.name);
   }
+  const std::array<node::ClassUsage, 2> usage = m.ClassUsages();
+  for (runtime::Qos qos : {runtime::Qos::kLatency, runtime::Qos::kBestEffort}) {
+    const int i = static_cast<int>(qos);
+    const node::ClassCapacity c = node::CapacityOf(o.limits, qos, usage[i]);
+    r.qos[i] = QosRecord{c.overcommit,     c.bounded,         c.used.sandboxes, c.used.cpu_millis,
+                         c.used.memory_mb, c.free_cpu_millis, c.free_memory_mb};
+  }
+  r.core_scheduling = node::CoreScheduling();
   r.drain = node.drain;
   r.updated_ns = WallNowNs();
   return r;

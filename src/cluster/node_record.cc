@@ -3,6 +3,10 @@
 #include <nlohmann/json.hpp>
 
 namespace warren::cluster {
+namespace {
+// runtime::QosName of each class, by index (this library stays free of the runtime).
+constexpr const char* kQosNames[2] = {"latency", "best-effort"};
+}  // namespace
 
 std::string ToJson(const NodeRecord& r) {
   nlohmann::json j = {{"id", r.id},
@@ -22,7 +26,15 @@ std::string ToJson(const NodeRecord& r) {
                       {"load1", r.load1},
                       {"layers", r.layers},
                       {"drain", r.drain},
-                      {"updated_ns", r.updated_ns}};
+                      {"updated_ns", r.updated_ns},
+                      {"core_scheduling", r.core_scheduling}};
+  for (int c = 0; c < 2; ++c) {
+    const QosRecord& q = r.qos[c];
+    j["qos"][kQosNames[c]] = {{"overcommit", q.overcommit},        {"bounded", q.bounded},
+                              {"sandboxes", q.sandboxes},          {"cpu_millis", q.cpu_millis},
+                              {"memory_mb", q.memory_mb},          {"free_cpu_millis", q.free_cpu_millis},
+                              {"free_memory_mb", q.free_memory_mb}};
+  }
   return j.dump();
 }
 
@@ -49,6 +61,22 @@ StatusOr<NodeRecord> NodeRecordFromJson(const std::string& json) {
     r.layers = j.value("layers", std::vector<std::string>{});
     r.drain = j.value("drain", false);
     r.updated_ns = j.value("updated_ns", int64_t{0});
+    r.core_scheduling = j.value("core_scheduling", "");
+    if (j.contains("qos")) {
+      const nlohmann::json& qj = j.at("qos");
+      for (int c = 0; c < 2; ++c) {
+        if (!qj.contains(kQosNames[c])) continue;
+        const nlohmann::json& o = qj.at(kQosNames[c]);
+        QosRecord& q = r.qos[c];
+        q.overcommit = o.value("overcommit", 0.0);
+        q.bounded = o.value("bounded", false);
+        q.sandboxes = o.value("sandboxes", 0u);
+        q.cpu_millis = o.value("cpu_millis", uint64_t{0});
+        q.memory_mb = o.value("memory_mb", uint64_t{0});
+        q.free_cpu_millis = o.value("free_cpu_millis", int64_t{0});
+        q.free_memory_mb = o.value("free_memory_mb", int64_t{0});
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(std::string("node record: ") + e.what());
   }

@@ -11,6 +11,19 @@
 
 namespace warren::cluster {
 
+// One QoS class on the node (warrend --overcommit; node/admission/admission.h
+// ClassCapacity): what its sandboxes asked for and, when the class is
+// counted (bounded), what is left under capacity x overcommit.
+struct QosRecord {
+  double overcommit = 0;  // 0: not counted
+  bool bounded = false;
+  uint32_t sandboxes = 0;
+  uint64_t cpu_millis = 0;
+  uint64_t memory_mb = 0;
+  int64_t free_cpu_millis = 0;  // bounded only
+  int64_t free_memory_mb = 0;
+};
+
 struct NodeRecord {
   std::string id;       // the node id, prefix of its sandbox ids
   std::string address;  // HOST:PORT of its warren.v1 TCP listener
@@ -28,6 +41,8 @@ struct NodeRecord {
   uint32_t creates_queued = 0;
   double load1 = 0;                 // 1-minute load average
   std::vector<std::string> layers;  // cached layers, "kind/name@version"
+  QosRecord qos[2];                 // index runtime::Qos: latency, best-effort
+  std::string core_scheduling;      // node::CoreScheduling()
   bool drain = false;               // takes no new sandboxes
   int64_t updated_ns = 0;           // wall clock of the write
 

@@ -5,6 +5,10 @@
 namespace warren::cluster {
 namespace {
 
+// What a create's 0 resources become on the node (node/admission/validate.cc).
+constexpr int64_t kDefaultCpuMillis = 1000;
+constexpr int64_t kDefaultMemoryMb = 2048;
+
 uint32_t Recent(const std::map<std::string, uint32_t>& recent, const std::string& id) {
   auto it = recent.find(id);
   return it == recent.end() ? 0 : it->second;
@@ -24,6 +28,23 @@ std::string Refusal(const NodeRecord& n, const PlacementRequest& r, const std::m
   if (EffectiveFree(n, recent) <= 0) return "no free sandbox slot";
   if (r.cpu_millis > static_cast<uint64_t>(n.cpus) * 1000) {
     return "has " + std::to_string(n.cpus) + " cpus, the request asks " + std::to_string(r.cpu_millis) + " millicpus";
+  }
+  const QosRecord& q = n.qos[r.qos == 1 ? 1 : 0];
+  if (q.bounded) {
+    // The node admits by its class's bound (node/admission): what it would
+    // refuse is filtered here, with the node defaults a 0 stands for.
+    const char* cls = r.qos == 1 ? "best-effort" : "latency";
+    const int64_t cpu = r.cpu_millis != 0 ? r.cpu_millis : kDefaultCpuMillis;
+    const int64_t mem = r.memory_mb != 0 ? r.memory_mb : kDefaultMemoryMb;
+    if (q.free_cpu_millis < cpu) {
+      return std::string("qos class ") + cls + " has " + std::to_string(q.free_cpu_millis) +
+             " millicpus free, the request asks " + std::to_string(cpu);
+    }
+    if (q.free_memory_mb < mem) {
+      return std::string("qos class ") + cls + " has " + std::to_string(q.free_memory_mb) +
+             " MiB free, the request asks " + std::to_string(mem);
+    }
+    return "";
   }
   if (r.memory_mb > 0 && n.free_memory_mb < static_cast<int64_t>(r.memory_mb)) {
     return std::to_string(n.free_memory_mb) + " MiB free, the request asks " + std::to_string(r.memory_mb);

@@ -27,6 +27,7 @@ struct PlacementRequest {
   std::string backend;  // "" = any node (its default backend)
   uint32_t cpu_millis = 0;
   uint32_t memory_mb = 0;
+  int qos = 0;                      // index of NodeRecord::qos: 0 latency, 1 best-effort
   std::vector<std::string> layers;  // as the create names them ("kind/name" or "kind/name@version")
 };
 

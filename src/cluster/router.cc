@@ -103,6 +103,7 @@ bool Router::Place(grpc::ServerContext* ctx, const v1::CreateSandboxRequest& req
   pr.backend = req.backend();
   pr.cpu_millis = req.resources().cpu_millis();
   pr.memory_mb = req.resources().memory_mb();
+  pr.qos = req.qos() == "best-effort" ? 1 : 0;
   pr.layers.assign(req.layers().begin(), req.layers().end());
   std::vector<std::string> order;
   std::map<std::string, uint32_t> recent = RecentFor(*view);

@@ -251,6 +251,8 @@ __attribute__((noreturn, used)) void SpawnMain(long* sp) {
     if ((rc = Sys(__NR_write, fd, (long)"0", 1, 0, 0)) != 1) Fail(WARREN_SPAWN_STEP_CGROUP, rc < 0 ? rc : -EIO);
     Sys(__NR_close, fd, 0, 0, 0, 0);
   }
+  int step = 0;
+  if ((rc = warren_jail_qos_oom_score(&h->creds, &step)) != 0) Fail(WARREN_SPAWN_STEP_JAIL0 + step, rc);
   if ((rc = Sys(__NR_setgroups, 0, 0, 0, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_SETGROUPS, rc);
   if ((rc = Sys(__NR_setns, WARREN_SPAWN_FD_INIT, h->ns_flags, 0, 0, 0)) != 0) Fail(WARREN_SPAWN_STEP_SETNS, rc);
   Sys(__NR_close, WARREN_SPAWN_FD_INIT, 0, 0, 0, 0);

@@ -250,8 +250,8 @@ class CgroupV1 : public Cgroup {
       if (!period || absl::StripAsciiWhitespace(*period) != std::to_string(kCfsPeriodUs))
         RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
       RETURN_IF_ERROR(WriteFile(d + "/cpu.cfs_quota_us", std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000)));
-      RETURN_IF_ERROR(
-          WriteFile(d + "/cpu.shares", std::to_string(std::max<uint64_t>(2, l.cpu_millis * 1024ull / 1000))));
+      RETURN_IF_ERROR(WriteFile(
+          d + "/cpu.shares", std::to_string(l.best_effort ? 2 : std::max<uint64_t>(2, l.cpu_millis * 1024ull / 1000))));
     }
     if (l.memory_bytes && hiers_.count("memory")) {
       const std::string& d = hiers_.at("memory");
@@ -263,6 +263,8 @@ class CgroupV1 : public Cgroup {
         RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", v));
       RETURN_IF_ERROR(WriteFile(d + "/memory.limit_in_bytes", v));
       if (memsw) RETURN_IF_ERROR(WriteFile(d + "/memory.memsw.limit_in_bytes", v));
+      // -1: no soft limit (what a new cgroup has; a recycled best-effort one may not).
+      RETURN_IF_ERROR(WriteFile(d + "/memory.soft_limit_in_bytes", l.best_effort ? "0" : "-1"));
     }
     if (l.pids && hiers_.count("pids")) {
       RETURN_IF_ERROR(WriteFile(hiers_.at("pids") + "/pids.max", std::to_string(l.pids)));
@@ -545,8 +547,8 @@ class CgroupV2 : public Cgroup {
     if (l.cpu_millis) {
       RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.max", std::to_string(int64_t{l.cpu_millis} * kCfsPeriodUs / 1000) + " " +
                                                        std::to_string(kCfsPeriodUs)));
-      RETURN_IF_ERROR(
-          WriteFile(dir_ + "/cpu.weight", std::to_string(std::clamp<uint64_t>(l.cpu_millis / 10, 1, 10000))));
+      RETURN_IF_ERROR(WriteFile(dir_ + "/cpu.weight",
+                                std::to_string(l.best_effort ? 1 : std::clamp<uint64_t>(l.cpu_millis / 10, 1, 10000))));
     }
     if (l.memory_bytes) {
       RETURN_IF_ERROR(WriteFile(dir_ + "/memory.max", std::to_string(l.memory_bytes)));

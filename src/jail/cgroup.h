@@ -38,6 +38,19 @@ struct CgroupLimits {
   uint32_t cpu_millis = 0;    // 1000 = one core of CFS quota; also sets the weight. 0 = unset
   uint64_t memory_bytes = 0;  // memory limit (v1 also memsw when present). 0 = unset
   uint32_t pids = 0;          // pids.max. 0 = unset
+  // The best-effort QoS class (with cpu_millis set): the lowest cpu weight
+  // (v1 cpu.shares 2, v2 cpu.weight 1) instead of one by cpu_millis, so a
+  // latency sandbox's runnable task wins the CPU nearly every time (the
+  // quota still caps it). With memory_bytes set, v1 memory.soft_limit_in_bytes
+  // 0 (latency: unlimited): the kernel's global reclaim (kswapd and direct
+  // reclaim, mem_cgroup_soft_limit_reclaim) takes pages from cgroups over
+  // their soft limit first. v2 has no soft limit: there the class is
+  // reclaimed first through its processes' oom_score_adj only (the sandbox
+  // init's, inherited), and memory.low is left alone (protecting latency
+  // sandboxes with it needs memory.low on every ancestor up to the root).
+  bool best_effort = false;
+
+  bool operator==(const CgroupLimits&) const = default;
 };
 
 // open(2) of a file in a cgroup file system (e.g. a cgroup.procs outside the

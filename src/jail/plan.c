@@ -51,7 +51,9 @@ const char* warren_jail_step_name(int step) {
                                                              "prctl(PR_CAP_AMBIENT)",
                                                              "capability check",
                                                              "prctl(PR_SET_NO_NEW_PRIVS)",
-                                                             "seccomp(SECCOMP_SET_MODE_FILTER)"};
+                                                             "seccomp(SECCOMP_SET_MODE_FILTER)",
+                                                             "sched_setscheduler(SCHED_IDLE)",
+                                                             "write(/proc/self/oom_score_adj)"};
   if (step >= WARREN_JAIL_STEP_MOUNT0) return "mount";
   return step > 0 && step < WARREN_JAIL_STEP_COUNT ? kNames[step] : "?";
 }
@@ -199,7 +201,26 @@ int warren_jail_rlimits(const struct WarrenJailCreds* c, int* failed_step) {
     long rc = Sys(__NR_prlimit64, 0, c->rlimits[i].resource, (long)rl, 0, 0);
     if (rc != 0) return Fail(failed_step, WARREN_JAIL_STEP_RLIMITS, rc);
   }
+  if (c->flags & WARREN_JAIL_QOS_BEST_EFFORT) {
+    /* SCHED_IDLE (linux/sched.h 5): the task runs only when no normal task
+     * of its CPU is runnable, kept at the minimum weight by CFS. */
+    const int param[1] = {0};
+    long rc = Sys(__NR_sched_setscheduler, 0, 5, (long)param, 0, 0);
+    if (rc != 0) return Fail(failed_step, WARREN_JAIL_STEP_SCHED, rc);
+  }
   return 0;
+}
+
+int warren_jail_qos_oom_score(const struct WarrenJailCreds* c, int* failed_step) {
+  if (!(c->flags & WARREN_JAIL_QOS_BEST_EFFORT)) return 0;
+  static const char kPath[] = "/proc/self/oom_score_adj";
+  static const char kValue[] = "500";
+  _Static_assert(WARREN_JAIL_QOS_BEST_EFFORT_OOM_SCORE_ADJ == 500, "kValue");
+  long fd = Sys(__NR_openat, AT_FDCWD, (long)kPath, O_WRONLY | O_CLOEXEC, 0, 0);
+  if (fd < 0) return Fail(failed_step, WARREN_JAIL_STEP_OOM_SCORE, fd);
+  long rc = Sys(__NR_write, fd, (long)kValue, sizeof kValue - 1, 0, 0);
+  Sys(__NR_close, fd, 0, 0, 0, 0);
+  return rc < 0 ? Fail(failed_step, WARREN_JAIL_STEP_OOM_SCORE, rc) : 0;
 }
 
 int warren_jail_identity(const struct WarrenJailCreds* c, int* failed_step) {

@@ -27,7 +27,8 @@
  *                           mounts are made as (mount_uid/mount_gid)
  *   warren_jail_mount       the mount list, in order, then pivot_root
  *   warren_jail_rlimits     rlimits (before the ids change: raising a hard
- *                           limit needs CAP_SYS_RESOURCE)
+ *                           limit needs CAP_SYS_RESOURCE), then the
+ *                           best-effort class's policy and oom_score_adj
  *   warren_jail_identity    gid, supplementary groups, bounding set, uid,
  *                           effective/permitted/inheritable, ambient;
  *                           checked afterwards
@@ -101,6 +102,13 @@ struct WarrenJailRlimit {
 #define WARREN_JAIL_SET_CAPS 0x2u     /* the five capability sets below */
 #define WARREN_JAIL_NO_NEW_PRIVS 0x4u /* prctl(PR_SET_NO_NEW_PRIVS) */
 #define WARREN_JAIL_SETGROUPS 0x8u    /* with SET_IDS: also setgroups(0) (needs setgroups allowed) */
+/* The best-effort QoS class: sched_setscheduler(SCHED_IDLE) with the rlimits
+ * (so every spawn path does it, and children inherit it; leaving SCHED_IDLE
+ * needs CAP_SYS_NICE in the initial user namespace or an RLIMIT_NICE the
+ * sandbox does not have), and oom_score_adj
+ * WARREN_JAIL_QOS_BEST_EFFORT_OOM_SCORE_ADJ (warren_jail_qos_oom_score). */
+#define WARREN_JAIL_QOS_BEST_EFFORT 0x10u
+#define WARREN_JAIL_QOS_BEST_EFFORT_OOM_SCORE_ADJ 500
 
 struct WarrenJailCreds {
   uint32_t flags;
@@ -157,6 +165,8 @@ enum WarrenJailStep {
   WARREN_JAIL_STEP_CAPS_CHECK,
   WARREN_JAIL_STEP_NO_NEW_PRIVS,
   WARREN_JAIL_STEP_SECCOMP,
+  WARREN_JAIL_STEP_SCHED,
+  WARREN_JAIL_STEP_OOM_SCORE,
   WARREN_JAIL_STEP_COUNT,
   WARREN_JAIL_STEP_MOUNT0 = 64 /* + index of the failing mount op */
 };
@@ -183,6 +193,13 @@ int warren_jail_mount(const struct WarrenJailPlan* plan, const int* fds, int* fa
 int warren_jail_rlimits(const struct WarrenJailCreds* creds, int* failed_step);
 int warren_jail_identity(const struct WarrenJailCreds* creds, int* failed_step);
 int warren_jail_seal(const struct WarrenJailCreds* creds, int* failed_step);
+/* oom_score_adj of the best-effort class (inherited by children): written
+ * to /proc/self/oom_score_adj, so it must run while the caller still owns
+ * that file: before it changes user namespace or ids (a non-dumpable
+ * process's /proc files belong to the root of the user namespace its mm was
+ * made in, the host's). warren-spawn's helper calls it before setns; a
+ * sandbox's init gets it from the daemon (its shell's /proc/PID file). */
+int warren_jail_qos_oom_score(const struct WarrenJailCreds* creds, int* failed_step);
 /* rlimits, identity, seal, in that order. */
 int warren_jail_lockdown(const struct WarrenJailCreds* creds, int* failed_step);
 

@@ -281,6 +281,7 @@ StatusOr<WarrenJailPlan> SandboxInitPlan(const SandboxPlanOptions& o) {
   }
   b.Rlimit(RLIMIT_NOFILE, o.nofile, o.nofile)
       .Rlimit(RLIMIT_CORE, 0, 0)
+      .BestEffort(o.best_effort)
       .Capabilities(0, o.last_cap)
       .NoNewPrivs()
       .Seccomp(o.seccomp);

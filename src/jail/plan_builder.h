@@ -101,6 +101,13 @@ class PlanBuilder {
   // (PlanBytes copies it).
   PlanBuilder& Seccomp(const SeccompProgram* prog);
 
+  // The best-effort QoS class (plan.h WARREN_JAIL_QOS_BEST_EFFORT): SCHED_IDLE
+  // and a raised oom_score_adj, applied with the rlimits.
+  PlanBuilder& BestEffort(bool on) {
+    if (on) plan_.creds.flags |= WARREN_JAIL_QOS_BEST_EFFORT;
+    return *this;
+  }
+
   Status Finish() const { return error_; }
 
  private:
@@ -125,6 +132,7 @@ struct SandboxPlanOptions {
   uint64_t nofile = 0;
   int last_cap = 40;
   const SeccompProgram* seccomp = nullptr;
+  bool best_effort = false;  // the best-effort QoS class (PlanBuilder::BestEffort)
 };
 // Mounts: rootfs attached, proc, /dev (the slot's dir: nodes, links, pts,
 // shm, mqueue), /sys, the masks, the limit views, pivot_root. Credentials:

@@ -171,6 +171,8 @@ NodeCounters SandboxManager::Counters() const {
   return c;
 }
 
+std::array<ClassUsage, 2> SandboxManager::ClassUsages() const { return table_->ClassUsages(); }
+
 NodeGauges SandboxManager::Gauges() const {
   NodeGauges g;
   // Every (backend, state) pair, zeros included: a state empty now is a

@@ -22,6 +22,7 @@
 // went away while it waited in the create queue.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -172,6 +173,8 @@ class SandboxManager {
 
   std::vector<std::string> BackendNames() const;
   NodeCounters Counters() const;
+  // What the sandboxes of each QoS class (index runtime::Qos) asked for.
+  std::array<ClassUsage, 2> ClassUsages() const;
   // The node's scrape-time gauges: sandboxes by (backend, state) for every
   // backend and state (0 included), admission, layer mounts; not fncall,
   // which the manager does not own.

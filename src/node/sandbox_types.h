@@ -30,6 +30,7 @@ struct CreateRequest {
   std::string backend;              // empty = "container"
   std::vector<std::string> layers;  // refs, bottom first
   runtime::Resources resources{0, 0, 0, 0, 0, 0};
+  std::string qos;                         // "latency" (empty = it) or "best-effort"
   std::map<std::string, std::string> env;  // values are bytes (any but NUL)
   std::string workdir;                     // empty = "/"
   std::string user;                        // empty = "root"
@@ -70,6 +71,7 @@ struct SandboxInfo {
   // Persisted in the record.
   std::vector<std::string> pristine_layers;
   runtime::Resources resources;
+  runtime::Qos qos = runtime::Qos::kLatency;
   std::map<std::string, std::string> labels;
   std::string job;
   int64_t created_at_ns = 0;
@@ -144,6 +146,19 @@ struct NodeLimits {
   // RLIMIT_NOFILE (a sandbox's limit cannot exceed what its creator holds).
   // 0 = probe (getrlimit).
   uint64_t max_open_files = 0;
+  // Over-commit per QoS class (index runtime::Qos): the node admits a
+  // create while the cpu_millis (memory_mb) its running sandboxes of the
+  // class asked for, plus the request, stay within cpus x 1000 (memory_mb)
+  // x this ratio. 0 = the class is not counted (no bound: the node takes
+  // what fits its slots). warrend --overcommit sets them.
+  double overcommit[2] = {0, 0};
+};
+
+// What the sandboxes of one QoS class asked for, summed.
+struct ClassUsage {
+  uint64_t cpu_millis = 0;
+  uint64_t memory_mb = 0;
+  uint32_t sandboxes = 0;
 };
 
 struct ManagerOptions {

@@ -63,6 +63,25 @@ struct NetworkSpec {
   std::vector<std::string> allow, deny;
 };
 
+// A sandbox's CPU/memory class. kLatency: today's behaviour (a cpu weight
+// by its cpu_millis). kBestEffort: every process runs SCHED_IDLE (runs
+// only on a CPU nothing else wants) with the lowest cgroup cpu weight, and
+// its memory is reclaimed first under host memory pressure (see
+// jail::CgroupLimits::best_effort). Unused capacity is its to take: the
+// class is for sandboxes that ask for much and use little.
+enum class Qos { kLatency, kBestEffort };
+inline const char* QosName(Qos q) { return q == Qos::kBestEffort ? "best-effort" : "latency"; }
+// "latency" / "best-effort"; false for anything else.
+inline bool ParseQos(std::string_view s, Qos* q) {
+  if (s == "latency")
+    *q = Qos::kLatency;
+  else if (s == "best-effort")
+    *q = Qos::kBestEffort;
+  else
+    return false;
+  return true;
+}
+
 struct SandboxSpec {
   std::string id;                       // [a-z0-9-]{1,63}, unique on the node
   std::string dir;                      // private runtime dir, created by the caller, empty
@@ -71,6 +90,7 @@ struct SandboxSpec {
   // them as disks: microvm); empty where the node has none.
   std::vector<std::string> layer_files;
   Resources resources;
+  Qos qos = Qos::kLatency;
   std::map<std::string, std::string> env;  // default env of every exec
   std::string workdir = "/";
   std::string user = "root";

@@ -75,6 +75,8 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
                                                              std::shared_future<runtime::AccelChoice>* accel,
                                                              node::Metrics* metrics,
                                                              std::shared_ptr<net::SandboxNetwork>* network) {
+  node::NodeLimits limits;
+  RETURN_IF_ERROR(node::ParseOvercommit(flags.overcommit, &limits));
   runtime::ContainerOptions copt;
   copt.init_path = init;
   copt.lxcfs_dir = lxcfs_dir;
@@ -162,6 +164,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   mopt.node_id = flags.node_id;
   mopt.state_dir = flags.state_dir;
   mopt.run_dir = run_dir;
+  mopt.limits = limits;
   mopt.limits.max_sandboxes = flags.max_sandboxes;
   mopt.limits.max_creates_in_flight = flags.max_creates_in_flight;
   mopt.limits.max_create_queue = flags.max_create_queue;

@@ -26,6 +26,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--max-create-queue", flags.max_create_queue,
                  "admission: creates beyond --max-creates-in-flight wait in a FIFO queue of at most this many "
                  "(until their deadline) before RESOURCE_EXHAUSTED (0 = 1024)");
+  app.add_option("--overcommit", flags.overcommit,
+                 "admission per QoS class: CLASS=RATIO[,CLASS=RATIO] (classes latency, best-effort), e.g. "
+                 "latency=1,best-effort=4: the cpu_millis (memory_mb) that a class's sandboxes ask for may add up "
+                 "to cpus x 1000 (the node's memory) x RATIO; a create past it is RESOURCE_EXHAUSTED naming the "
+                 "class. A class not named (or RATIO 0) is not counted. Default: none counted");
   app.add_option("--warm-shells", flags.warm_shells,
                  "container: keep this many pre-spawned sandbox shells (namespaces + cgroup, waiting for a "
                  "rootfs) so that a create skips the fork and cgroup attach (-1 = 2 x cpus, 0 = off)")

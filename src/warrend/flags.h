@@ -26,6 +26,7 @@ struct Flags {
   uint32_t max_sandboxes = 0;
   uint32_t max_creates_in_flight = 0;
   uint32_t max_create_queue = 0;
+  std::string overcommit;  // CLASS=RATIO[,CLASS=RATIO] (node::ParseOvercommit); "" = no class counted
   // Container backend.
   int32_t warm_shells = -1;  // -1 = 2 x cpus
   uint32_t recycled_cgroups = 64;

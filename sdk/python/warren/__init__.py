@@ -43,6 +43,7 @@ from .types import (
                      NetworkTraffic,
                      NodeStatus,
                      ProjectInfo,
+                     QosClassCapacity,
                      Resources,
                      SandboxInfo,
 )
@@ -53,7 +54,7 @@ __all__ = [
     "Image", "ImageConfig", "ImageLayer", "ImageProgress", "Images", "PruneResult",
     "Client", "AsyncClient", "AsyncSandbox", "Sandbox", "Files", "Layers", "DEFAULT_ADDR", "CHUNK_SIZE",
     "ClusterNode", "ExecResult", "FnCallRequest", "FnCallResult", "FileInfo", "Layer", "NodeStatus", "ProjectInfo",
-    "Resources", "SandboxInfo", "ExposedPort", "NetworkTraffic",
+    "QosClassCapacity", "Resources", "SandboxInfo", "ExposedPort", "NetworkTraffic",
     "WarrenError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss",
     "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
     "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",

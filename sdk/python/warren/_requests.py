@@ -74,8 +74,8 @@ def _check_data(data: Any) -> None:
         return
     if isinstance(data, Mapping) or not hasattr(data, "__iter__"):
         raise errors.InvalidArgument(
-            "data must be bytes, str, a binary file object or an iterable of bytes, "
-            f"got {type(data).__name__}")
+            f"data must be bytes, str, a binary file object or an iterable of bytes, got {type(data).__name__}"
+        )
 
 
 def _chunks(data: Data) -> Iterator[bytes]:
@@ -88,7 +88,7 @@ def _chunks(data: Data) -> Iterator[bytes]:
     if isinstance(data, (bytes, bytearray, memoryview)):
         mv = memoryview(data)
         for off in range(0, len(mv), CHUNK_SIZE):
-            yield bytes(mv[off:off + CHUNK_SIZE])
+            yield bytes(mv[off : off + CHUNK_SIZE])
         return
     if not hasattr(data, "read"):
         for piece in data:
@@ -96,10 +96,11 @@ def _chunks(data: Data) -> Iterator[bytes]:
                 piece = piece.encode("utf-8")
             if not isinstance(piece, (bytes, bytearray, memoryview)):
                 raise errors.InvalidArgument(
-                    f"data: an iterable must yield bytes or str pieces, got {type(piece).__name__}")
+                    f"data: an iterable must yield bytes or str pieces, got {type(piece).__name__}"
+                )
             mv = memoryview(piece)
             for off in range(0, len(mv), CHUNK_SIZE):
-                yield bytes(mv[off:off + CHUNK_SIZE])
+                yield bytes(mv[off : off + CHUNK_SIZE])
         return
     while True:
         chunk = data.read(CHUNK_SIZE)
@@ -110,15 +111,29 @@ def _chunks(data: Data) -> Iterator[bytes]:
         yield chunk
 
 
-def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, bytes]]], *,
-                  env: Optional[Mapping[str, Union[str, bytes]]] = None, cwd: Optional[str] = None,
-                  user: Optional[str] = None, stdin: Optional[Union[bytes, str]] = None,
-                  timeout: Optional[float] = None, output_cap: Optional[int] = None,
-                  kill_grace: Optional[float] = None, request_id: Optional[str] = None,
-                  merge_stderr: bool = False) -> Tuple[pb.ExecRequest, Optional[float]]:
+def _exec_request(
+    sandbox_id: str,
+    cmd: Union[str, bytes, Sequence[Union[str, bytes]]],
+    *,
+    env: Optional[Mapping[str, Union[str, bytes]]] = None,
+    cwd: Optional[str] = None,
+    user: Optional[str] = None,
+    stdin: Optional[Union[bytes, str]] = None,
+    timeout: Optional[float] = None,
+    output_cap: Optional[int] = None,
+    kill_grace: Optional[float] = None,
+    request_id: Optional[str] = None,
+    merge_stderr: bool = False,
+) -> Tuple[pb.ExecRequest, Optional[float]]:
     """The ExecRequest of Sandbox.exec and its RPC deadline (shared with warren.aio)."""
-    req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "",
-                         user=user or "", request_id=request_id or "", merge_stderr=merge_stderr)
+    req = pb.ExecRequest(
+        sandbox_id=sandbox_id,
+        env=_env_pb(env),
+        cwd=cwd or "",
+        user=user or "",
+        request_id=request_id or "",
+        merge_stderr=merge_stderr,
+    )
     if isinstance(cmd, (str, bytes)):
         req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
     else:
@@ -141,10 +156,8 @@ def _exec_request(sandbox_id: str, cmd: Union[str, bytes, Sequence[Union[str, by
             raise errors.InvalidArgument(f"exec: kill_grace must be >= 0, got {kill_grace}")
         req.kill_grace_ms = _u32("kill_grace (ms)", round(kill_grace * 1000))
     if output_cap is not None:
-        if isinstance(output_cap, bool) or not isinstance(output_cap, int) or \
-                not 0 < output_cap <= MAX_OUTPUT_CAP:
-            raise errors.InvalidArgument(
-                f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
+        if isinstance(output_cap, bool) or not isinstance(output_cap, int) or not 0 < output_cap <= MAX_OUTPUT_CAP:
+            raise errors.InvalidArgument(f"exec: output_cap must be in [1, {MAX_OUTPUT_CAP}] bytes, got {output_cap!r}")
         req.output_cap_bytes = output_cap
     return req, deadline
 
@@ -166,34 +179,66 @@ def _network_pb(network: Mapping[str, Sequence[str]]) -> pb.NetworkPolicy:
     return pb.NetworkPolicy(allow=lists["allow"], deny=lists["deny"])
 
 
-def _create_request(backend: str, layers: Sequence[str], *, cpu: Optional[float] = None,
-                    memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
-                    pids: Optional[int] = None, open_files: Optional[int] = None,
-                    tmpfs_mb: Optional[int] = None,
-                    env: Optional[Mapping[str, Union[str, bytes]]] = None,
-                    workdir: Optional[str] = None, user: Optional[str] = None,
-                    hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
-                    ttl_s: Optional[int] = None, job: Optional[str] = None,
-                    idle_timeout_s: Optional[int] = None,
-                    request_id: Optional[str] = None,
-                    image: Optional[str] = None,
-                    network: Optional[Mapping[str, Sequence[str]]] = None) -> pb.CreateSandboxRequest:
+def _qos(qos: Optional[str]) -> str:
+    if qos is None:
+        return ""
+    if qos not in ("latency", "best-effort"):
+        raise errors.InvalidArgument(f'qos must be "latency" or "best-effort", got {qos!r}')
+    return qos
+
+
+def _create_request(
+    backend: str,
+    layers: Sequence[str],
+    *,
+    cpu: Optional[float] = None,
+    memory_mb: Optional[int] = None,
+    disk_mb: Optional[int] = None,
+    pids: Optional[int] = None,
+    open_files: Optional[int] = None,
+    tmpfs_mb: Optional[int] = None,
+    env: Optional[Mapping[str, Union[str, bytes]]] = None,
+    workdir: Optional[str] = None,
+    user: Optional[str] = None,
+    hostname: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    ttl_s: Optional[int] = None,
+    job: Optional[str] = None,
+    idle_timeout_s: Optional[int] = None,
+    request_id: Optional[str] = None,
+    image: Optional[str] = None,
+    network: Optional[Mapping[str, Sequence[str]]] = None,
+    qos: Optional[str] = None,
+) -> pb.CreateSandboxRequest:
     """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
     res = pb.Resources(
-        memory_mb=_u32("memory_mb", memory_mb), disk_mb=_u32("disk_mb", disk_mb),
-        pids=_u32("pids", pids), open_files=_u32("open_files", open_files),
-        tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb))
+        memory_mb=_u32("memory_mb", memory_mb),
+        disk_mb=_u32("disk_mb", disk_mb),
+        pids=_u32("pids", pids),
+        open_files=_u32("open_files", open_files),
+        tmpfs_mb=_u32("tmpfs_mb", tmpfs_mb),
+    )
     if cpu is not None:
         if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
             raise errors.InvalidArgument(f"cpu must be a number of cores > 0, got {cpu!r}")
         millis = round(cpu * 1000)
         res.cpu_millis = _u32("cpu (millicores)", max(1, millis))
     req = pb.CreateSandboxRequest(
-        backend=backend, layers=list(layers), resources=res, env=_env_pb(env),
-        workdir=workdir or "", user=user or "", hostname=hostname or "",
-        labels=dict(labels or {}), ttl_s=_u32("ttl_s", ttl_s), job=job or "",
-        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s), request_id=request_id or "",
-        image=image or "")
+        backend=backend,
+        layers=list(layers),
+        resources=res,
+        env=_env_pb(env),
+        workdir=workdir or "",
+        user=user or "",
+        hostname=hostname or "",
+        labels=dict(labels or {}),
+        ttl_s=_u32("ttl_s", ttl_s),
+        job=job or "",
+        idle_timeout_s=_u32("idle_timeout_s", idle_timeout_s),
+        request_id=request_id or "",
+        image=image or "",
+        qos=_qos(qos),
+    )
     if network is not None:
         req.network.CopyFrom(_network_pb(network))
     return req
@@ -219,13 +264,21 @@ def _u32_or_u64(name: str, value: int) -> int:
 
 
 # Process requests (streaming exec, spawn): the ExecRequest without output_cap/request_id.
-def _proc_request(sandbox_id: str, cmd: Cmd, env: Optional[Mapping[str, Union[str, bytes]]],
-                  cwd: Optional[str], user: Optional[str], stdin: Optional[Union[bytes, str]],
-                  timeout: Optional[float], kill_grace: Optional[float],
-                  merge_stderr: bool = False) -> pb.ExecRequest:
+def _proc_request(
+    sandbox_id: str,
+    cmd: Cmd,
+    env: Optional[Mapping[str, Union[str, bytes]]],
+    cwd: Optional[str],
+    user: Optional[str],
+    stdin: Optional[Union[bytes, str]],
+    timeout: Optional[float],
+    kill_grace: Optional[float],
+    merge_stderr: bool = False,
+) -> pb.ExecRequest:
     """The ExecRequest of a command (same rules as Sandbox.exec)."""
-    req = pb.ExecRequest(sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "", user=user or "",
-                         merge_stderr=merge_stderr)
+    req = pb.ExecRequest(
+        sandbox_id=sandbox_id, env=_env_pb(env), cwd=cwd or "", user=user or "", merge_stderr=merge_stderr
+    )
     if isinstance(cmd, (str, bytes)):
         req.shell = cmd if isinstance(cmd, bytes) else cmd.encode("utf-8", "surrogateescape")
     else:
@@ -246,17 +299,17 @@ def _proc_request(sandbox_id: str, cmd: Cmd, env: Optional[Mapping[str, Union[st
     return req
 
 
-def _start_options(pty: bool, rows: Optional[int], cols: Optional[int], control_fd: bool = False,
-                   buffer_bytes: Optional[int] = None) -> ppb.StartOptions:
-    if buffer_bytes is not None and (isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int)
-                                     or not 0 < buffer_bytes <= MAX_BUFFER_BYTES):
-        raise errors.InvalidArgument(
-            f"buffer_bytes must be in [1, {MAX_BUFFER_BYTES}], got {buffer_bytes!r}")
-    return ppb.StartOptions(pty=pty, rows=_u32("rows", rows), cols=_u32("cols", cols),
-                            control_fd=control_fd, buffer_bytes=buffer_bytes or 0)
+def _start_options(
+    pty: bool, rows: Optional[int], cols: Optional[int], control_fd: bool = False, buffer_bytes: Optional[int] = None
+) -> ppb.StartOptions:
+    if buffer_bytes is not None and (
+        isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or not 0 < buffer_bytes <= MAX_BUFFER_BYTES
+    ):
+        raise errors.InvalidArgument(f"buffer_bytes must be in [1, {MAX_BUFFER_BYTES}], got {buffer_bytes!r}")
+    return ppb.StartOptions(
+        pty=pty, rows=_u32("rows", rows), cols=_u32("cols", cols), control_fd=control_fd, buffer_bytes=buffer_bytes or 0
+    )
 
 
 def _to_bytes(data: Union[bytes, bytearray, memoryview, str]) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else bytes(data)
-
-

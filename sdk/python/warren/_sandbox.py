@@ -79,11 +79,11 @@ from .types import ClusterNode, ExecResult, ExposedPort, FileInfo, Layer, NodeSt
 if TYPE_CHECKING:
     from .process import ProcessInfo
 
-SB = TypeVar("SB")      # the side's Sandbox
-JB = TypeVar("JB")      # the side's Job
-PR = TypeVar("PR")      # the side's Process
-XS = TypeVar("XS")      # the side's ExecStream
-SE = TypeVar("SE")      # the side's Session
+SB = TypeVar("SB")  # the side's Sandbox
+JB = TypeVar("JB")  # the side's Job
+PR = TypeVar("PR")  # the side's Process
+XS = TypeVar("XS")  # the side's ExecStream
+SE = TypeVar("SE")  # the side's Session
 Env = Optional[Mapping[str, Union[str, bytes]]]
 
 # Backoff of create(retries=N): jittered, doubling from 10 ms up to 1 s.
@@ -121,8 +121,15 @@ class FilesCore:
         return self._sb._client._metadata
 
     @op
-    def write(self, path: PathLike, data: Data, mode: int = 0o644, make_parents: bool = False,
-              timeout: Optional[float] = None, request_id: Optional[str] = None) -> Gen[int]:
+    def write(
+        self,
+        path: PathLike,
+        data: Data,
+        mode: int = 0o644,
+        make_parents: bool = False,
+        timeout: Optional[float] = None,
+        request_id: Optional[str] = None,
+    ) -> Gen[int]:
         """Creates or replaces the file at path with data (bytes, str as UTF-8,
         a binary file object read in 1 MiB chunks, or an iterable of bytes/str
         pieces; any size, streamed). Other types: InvalidArgument.
@@ -138,26 +145,38 @@ class FilesCore:
             for chunk in _chunks(data):
                 if first:
                     first = False
-                    yield pb.WriteFileRequest(sandbox_id=sid, path=p, mode=mode, make_parents=make_parents,
-                                              data=chunk, request_id=request_id or "")
+                    yield pb.WriteFileRequest(
+                        sandbox_id=sid,
+                        path=p,
+                        mode=mode,
+                        make_parents=make_parents,
+                        data=chunk,
+                        request_id=request_id or "",
+                    )
                 else:
                     yield pb.WriteFileRequest(data=chunk)
             if first:  # empty file: the header alone
-                yield pb.WriteFileRequest(sandbox_id=sid, path=p, mode=mode, make_parents=make_parents,
-                                          request_id=request_id or "")
+                yield pb.WriteFileRequest(
+                    sandbox_id=sid, path=p, mode=mode, make_parents=make_parents, request_id=request_id or ""
+                )
 
         _check_data(data)
         resp = yield RpcStreamIn(self._stub.Write, requests(), self._md(), timeout)
         return int(resp.bytes_written)
 
     @streaming(bytes)
-    def read_stream(self, path: PathLike, offset: int = 0, length: int = 0,
-                    timeout: Optional[float] = None) -> Gen[None]:
+    def read_stream(
+        self, path: PathLike, offset: int = 0, length: int = 0, timeout: Optional[float] = None
+    ) -> Gen[None]:
         """Yields the file's bytes in chunks of at most 1 MiB, from offset
         (bytes), length bytes (0 = to the end). Errors are raised while
         iterating."""
-        req = pb.ReadFileRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
-                                 offset=_u32_or_u64("offset", offset), length=_u32_or_u64("length", length))
+        req = pb.ReadFileRequest(
+            sandbox_id=self._sb.id,
+            path=_path_bytes(path),
+            offset=_u32_or_u64("offset", offset),
+            length=_u32_or_u64("length", length),
+        )
         st = yield Open(self._stub.Read, req, self._md(), timeout)
         while True:
             chunk = yield Next(st)
@@ -166,12 +185,15 @@ class FilesCore:
             yield Emit(bytes(chunk.data))
 
     @op
-    def read(self, path: PathLike, offset: int = 0, length: int = 0,
-             timeout: Optional[float] = None) -> Gen[bytes]:
+    def read(self, path: PathLike, offset: int = 0, length: int = 0, timeout: Optional[float] = None) -> Gen[bytes]:
         """Returns the file's bytes (byte-exact), see read_stream."""
         buf = io.BytesIO()
-        req = pb.ReadFileRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
-                                 offset=_u32_or_u64("offset", offset), length=_u32_or_u64("length", length))
+        req = pb.ReadFileRequest(
+            sandbox_id=self._sb.id,
+            path=_path_bytes(path),
+            offset=_u32_or_u64("offset", offset),
+            length=_u32_or_u64("length", length),
+        )
         st = yield Open(self._stub.Read, req, self._md(), timeout)
         while True:
             chunk = yield Next(st)
@@ -189,23 +211,30 @@ class FilesCore:
     @op
     def list(self, path: PathLike) -> Gen[List[FileInfo]]:
         """Returns the entries of the directory path (no "." or "..")."""
-        r = yield Rpc(self._stub.ListDir, pb.ListDirRequest(sandbox_id=self._sb.id, path=_path_bytes(path)),
-                      self._md())
+        r = yield Rpc(self._stub.ListDir, pb.ListDirRequest(sandbox_id=self._sb.id, path=_path_bytes(path)), self._md())
         return [FileInfo._from_pb(e) for e in r.entries]
 
     @op
     def mkdir(self, path: PathLike, parents: bool = False, mode: int = 0o755) -> Gen[None]:
         """Creates a directory. parents: like mkdir -p (missing parents are
         created, no error if it exists); otherwise AlreadyExists if it exists."""
-        yield Rpc(self._stub.Mkdir, pb.MkdirRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
-                                                    mode=_u32("mode", mode) & 0o7777, parents=parents), self._md())
+        yield Rpc(
+            self._stub.Mkdir,
+            pb.MkdirRequest(
+                sandbox_id=self._sb.id, path=_path_bytes(path), mode=_u32("mode", mode) & 0o7777, parents=parents
+            ),
+            self._md(),
+        )
 
     @op
     def remove(self, path: PathLike, recursive: bool = False) -> Gen[None]:
         """Removes a file, symlink or empty directory; recursive removes a
         whole tree. FailedPrecondition for a non-empty directory otherwise."""
-        yield Rpc(self._stub.Remove, pb.RemoveRequest(sandbox_id=self._sb.id, path=_path_bytes(path),
-                                                      recursive=recursive), self._md())
+        yield Rpc(
+            self._stub.Remove,
+            pb.RemoveRequest(sandbox_id=self._sb.id, path=_path_bytes(path), recursive=recursive),
+            self._md(),
+        )
 
     @op
     def rename(self, src: PathLike, dst: PathLike) -> Gen[None]:
@@ -214,8 +243,9 @@ class FilesCore:
         yield Rpc(self._stub.Rename, req, self._md())
 
     @op
-    def upload_dir(self, local_dir: str, path: PathLike, user: Optional[str] = None,
-                   timeout: Optional[float] = None) -> Gen[int]:
+    def upload_dir(
+        self, local_dir: str, path: PathLike, user: Optional[str] = None, timeout: Optional[float] = None
+    ) -> Gen[int]:
         """Copies the contents of the local directory local_dir into the
         sandbox directory path (created with its parents) as one tar stream:
         packed here with tarfile, unpacked by ``tar`` inside the sandbox
@@ -224,6 +254,7 @@ class FilesCore:
         a directory), FailedPrecondition (tar failed in the sandbox: its
         message names the entry; the sandbox needs GNU tar)."""
         from ._tardir import UNPACK_SH, pack
+
         f = pack(local_dir)
         try:
             size = f.seek(0, os.SEEK_END)
@@ -234,8 +265,9 @@ class FilesCore:
         finally:
             f.close()
         try:
-            r = yield from SandboxCore.exec.fn(self._sb, ["/bin/sh", "-c", UNPACK_SH, "sh", _path_bytes(path), tmp],
-                                               user=user, timeout=timeout)
+            r = yield from SandboxCore.exec.fn(
+                self._sb, ["/bin/sh", "-c", UNPACK_SH, "sh", _path_bytes(path), tmp], user=user, timeout=timeout
+            )
         except errors.WarrenError:
             yield from self._remove_quietly(tmp)
             raise
@@ -243,7 +275,8 @@ class FilesCore:
         if r.exit_code != 0:
             raise errors.FailedPrecondition(
                 f"upload_dir to {os.fsdecode(_path_bytes(path))!r}: tar in the sandbox exited {r.exit_code}: "
-                + r.stderr.decode("utf-8", "replace").strip())
+                + r.stderr.decode("utf-8", "replace").strip()
+            )
         return size
 
     def _remove_quietly(self, path: str) -> Gen[None]:
@@ -264,6 +297,7 @@ class FilesCore:
         import tempfile
 
         from ._tardir import PACK_SH, unpack
+
         tmp = "/tmp/.warren-download-" + _new_request_id() + ".tar"
         p = _path_bytes(path)
         yield from FilesCore.mkdir.fn(self, "/tmp", parents=True, mode=0o1777)
@@ -350,12 +384,22 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         yield from ClientCore.destroy.fn(c, self.id, timeout)
 
     @op
-    def exec(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
-             stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
-             output_cap: Optional[int] = None, kill_grace: Optional[float] = None,
-             request_id: Optional[str] = None, on_stdout: Optional[Callable[[bytes], Any]] = None,
-             on_stderr: Optional[Callable[[bytes], Any]] = None,
-             merge_stderr: bool = False) -> Gen[ExecResult]:
+    def exec(
+        self,
+        cmd: Cmd,
+        *,
+        env: Env = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Optional[Union[bytes, str]] = None,
+        timeout: Optional[float] = None,
+        output_cap: Optional[int] = None,
+        kill_grace: Optional[float] = None,
+        request_id: Optional[str] = None,
+        on_stdout: Optional[Callable[[bytes], Any]] = None,
+        on_stderr: Optional[Callable[[bytes], Any]] = None,
+        merge_stderr: bool = False,
+    ) -> Gen[ExecResult]:
         """Runs a command in the sandbox and waits for it.
 
         cmd: a str/bytes is run as a shell string (``/bin/sh -c cmd``); a list
@@ -389,9 +433,15 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
             if request_id:
                 raise errors.InvalidArgument("exec: request_id cannot be combined with on_stdout/on_stderr")
             from ._process import ExecStreamCore, next_emit
+
             cap = output_cap if output_cap is not None else 16 << 20
-            st = self._client._exec_stream_cls(self._client, self._exec_stream_first(
-                cmd, env, cwd, user, stdin, timeout, kill_grace, False, None, None, merge_stderr), cap)
+            st = self._client._exec_stream_cls(
+                self._client,
+                self._exec_stream_first(
+                    cmd, env, cwd, user, stdin, timeout, kill_grace, False, None, None, merge_stderr
+                ),
+                cap,
+            )
             yield from st._open()
             try:
                 yield from ExecStreamCore.close_stdin.fn(st)  # as exec: EOF after the stdin bytes
@@ -403,6 +453,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
                     cb = on_stdout if c.stream == "stdout" else on_stderr if c.stream == "stderr" else None
                     if cb is not None:
                         from ._core import Callback
+
                         yield Callback(cb, c.data)
             finally:
                 if st.result is None:
@@ -410,23 +461,54 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
             result: Optional[ExecResult] = st.result
             assert result is not None
             return result
-        req, deadline = _exec_request(self.id, cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
-                                      output_cap=output_cap, kill_grace=kill_grace, request_id=request_id,
-                                      merge_stderr=merge_stderr)
+        req, deadline = _exec_request(
+            self.id,
+            cmd,
+            env=env,
+            cwd=cwd,
+            user=user,
+            stdin=stdin,
+            timeout=timeout,
+            output_cap=output_cap,
+            kill_grace=kill_grace,
+            request_id=request_id,
+            merge_stderr=merge_stderr,
+        )
         r = yield Rpc(self._client._sandboxes.Exec, req, self._client._metadata, deadline)
         return ExecResult._from_pb(r)
 
-    def _exec_stream_first(self, cmd: Cmd, env: Env, cwd: Optional[str], user: Optional[str],
-                           stdin: Optional[Union[bytes, str]], timeout: Optional[float],
-                           kill_grace: Optional[float], pty: bool, rows: Optional[int],
-                           cols: Optional[int], merge_stderr: bool = False) -> ppb.ExecStreamRequest:
+    def _exec_stream_first(
+        self,
+        cmd: Cmd,
+        env: Env,
+        cwd: Optional[str],
+        user: Optional[str],
+        stdin: Optional[Union[bytes, str]],
+        timeout: Optional[float],
+        kill_grace: Optional[float],
+        pty: bool,
+        rows: Optional[int],
+        cols: Optional[int],
+        merge_stderr: bool = False,
+    ) -> ppb.ExecStreamRequest:
         req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace, merge_stderr)
         return ppb.ExecStreamRequest(exec=req, options=_start_options(pty, rows, cols))
 
-    def exec_stream(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
-                    stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
-                    kill_grace: Optional[float] = None, pty: bool = False, rows: Optional[int] = None,
-                    cols: Optional[int] = None, merge_stderr: bool = False) -> XS:
+    def exec_stream(
+        self,
+        cmd: Cmd,
+        *,
+        env: Env = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Optional[Union[bytes, str]] = None,
+        timeout: Optional[float] = None,
+        kill_grace: Optional[float] = None,
+        pty: bool = False,
+        rows: Optional[int] = None,
+        cols: Optional[int] = None,
+        merge_stderr: bool = False,
+    ) -> XS:
         """Starts cmd (as exec) and returns its ExecStream at once (not a
         coroutine on the async side): iterate it for OutputChunk(stream,
         data, offset) as produced, then read .result (ExecResult). stdin:
@@ -436,18 +518,29 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         into stdout). Closing the stream or the client going away kills the
         command's whole tree. merge_stderr: as exec (only stdout chunks).
         Errors as exec (raised when iterating)."""
-        first = self._exec_stream_first(cmd, env, cwd, user, stdin, timeout, kill_grace, pty, rows, cols,
-                                        merge_stderr)
+        first = self._exec_stream_first(cmd, env, cwd, user, stdin, timeout, kill_grace, pty, rows, cols, merge_stderr)
         st = self._client._exec_stream_cls(self._client, first, 0)
         st._kick(st._open())
         return st  # type: ignore[no-any-return]
 
     @op
-    def spawn(self, cmd: Cmd, *, env: Env = None, cwd: Optional[str] = None, user: Optional[str] = None,
-              stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
-              kill_grace: Optional[float] = None, pty: bool = False, rows: Optional[int] = None,
-              cols: Optional[int] = None, buffer_bytes: Optional[int] = None,
-              control_fd: bool = False, merge_stderr: bool = False) -> Gen[PR]:
+    def spawn(
+        self,
+        cmd: Cmd,
+        *,
+        env: Env = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Optional[Union[bytes, str]] = None,
+        timeout: Optional[float] = None,
+        kill_grace: Optional[float] = None,
+        pty: bool = False,
+        rows: Optional[int] = None,
+        cols: Optional[int] = None,
+        buffer_bytes: Optional[int] = None,
+        control_fd: bool = False,
+        merge_stderr: bool = False,
+    ) -> Gen[PR]:
         """Starts cmd in the background and returns its Process handle (wait,
         kill, output, stream, send_stdin, close_stdin, resize). The process
         lives in the daemon, survives this client, and dies with the
@@ -458,10 +551,10 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         merge_stderr: as exec. Raises ResourceExhausted when the sandbox
         already runs 64 background processes, else as exec."""
         from .process import ProcessInfo
+
         req = _proc_request(self.id, cmd, env, cwd, user, stdin, timeout, kill_grace, merge_stderr)
         opts = _start_options(pty, rows, cols, control_fd, buffer_bytes)
-        r = yield Rpc(self._client._processes.Spawn, ppb.SpawnRequest(exec=req, options=opts),
-                      self._client._metadata)
+        r = yield Rpc(self._client._processes.Spawn, ppb.SpawnRequest(exec=req, options=opts), self._client._metadata)
         info = ProcessInfo._from_pb(r)
         return self._client._process_cls(self, info.id, info)  # type: ignore[no-any-return]
 
@@ -469,6 +562,7 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
     def process(self, process_id: str) -> Gen[PR]:
         """Re-attaches to a background process by id. NotFound if unknown."""
         from ._process import ProcessCore
+
         p = self._client._process_cls(self, process_id)
         yield from ProcessCore.info.fn(p)
         return p  # type: ignore[no-any-return]
@@ -477,21 +571,32 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
     def processes(self) -> Gen[List[ProcessInfo]]:
         """The sandbox's background processes (running and exited), oldest first."""
         from .process import ProcessInfo
-        r = yield Rpc(self._client._processes.List, ppb.ListProcessesRequest(sandbox_id=self.id),
-                      self._client._metadata)
+
+        r = yield Rpc(
+            self._client._processes.List, ppb.ListProcessesRequest(sandbox_id=self.id), self._client._metadata
+        )
         return [ProcessInfo._from_pb(p) for p in r.processes]
 
     @op
-    def session(self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None,
-                merge_stderr: bool = False) -> Gen[SE]:
+    def session(
+        self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None, merge_stderr: bool = False
+    ) -> Gen[SE]:
         """A persistent bash session (warren.process.Session): session.run(cmd,
         timeout) keeps cwd, env and shell variables between commands.
         merge_stderr: the shell's stderr is its stdout pipe, so each result's
         stdout holds both in the order written (as on a terminal)."""
         from ._process import _SESSION_ARGV, SESSION_BUFFER_BYTES, SessionCore, _session_env
-        p = yield from SandboxCore.spawn.fn(self, _SESSION_ARGV, env=_session_env(env), cwd=cwd, user=user,
-                                            control_fd=True, buffer_bytes=SESSION_BUFFER_BYTES,
-                                            merge_stderr=merge_stderr)
+
+        p = yield from SandboxCore.spawn.fn(
+            self,
+            _SESSION_ARGV,
+            env=_session_env(env),
+            cwd=cwd,
+            user=user,
+            control_fd=True,
+            buffer_bytes=SESSION_BUFFER_BYTES,
+            merge_stderr=merge_stderr,
+        )
         s = self._client._session_cls(p)
         yield from SessionCore._start(s)
         return s  # type: ignore[no-any-return]
@@ -579,13 +684,21 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         yield Rpc(self._client._sandboxes.Unexpose, req, self._client._metadata)
 
     @op
-    def snapshot(self, name: Optional[str] = None, exclude: Sequence[str] = (), pause: bool = True,
-                 timeout: Optional[float] = None) -> Gen[Snapshot]:
+    def snapshot(
+        self,
+        name: Optional[str] = None,
+        exclude: Sequence[str] = (),
+        pause: bool = True,
+        timeout: Optional[float] = None,
+    ) -> Gen[Snapshot]:
         """Packs the sandbox's changes into a layer (pack_diff); exclude:
         fnmatch patterns of absolute paths dropped from it. create(layers=
         snap.layers) starts from that state."""
-        r = yield self._lc("Snapshot", pb.SnapshotRequest(id=self.id, name=name or "", exclude=list(exclude),
-                                                          no_pause=not pause), timeout)
+        r = yield self._lc(
+            "Snapshot",
+            pb.SnapshotRequest(id=self.id, name=name or "", exclude=list(exclude), no_pause=not pause),
+            timeout,
+        )
         return Snapshot(layer=Layer._from_pb(r.layer), layers=list(r.layers))
 
     @op
@@ -608,20 +721,31 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         if unknown:
             raise errors.InvalidArgument(
                 f"fork: cannot override {', '.join(unknown)} (a fork keeps the sandbox's own; "
-                f"overridable: {', '.join(_FORK_FIELDS)}, timeout)")
+                f"overridable: {', '.join(_FORK_FIELDS)}, timeout)"
+            )
         labels = overrides.get("labels")
-        req = pb.ForkRequest(id=self.id, count=_u32("fork n", n), ttl_s=_u32("ttl_s", overrides.get("ttl_s")),
-                             exclude=list(overrides.get("exclude", ())),
-                             no_pause=not overrides.get("pause", True))
+        req = pb.ForkRequest(
+            id=self.id,
+            count=_u32("fork n", n),
+            ttl_s=_u32("ttl_s", overrides.get("ttl_s")),
+            exclude=list(overrides.get("exclude", ())),
+            no_pause=not overrides.get("pause", True),
+        )
         if labels is not None:
             req.labels.update(dict(labels))
         r = yield self._lc("Fork", req, timeout)
         return [self._client._sandbox_cls(self._client, SandboxInfo._from_pb(s)) for s in r.sandboxes]
 
     @op
-    def grade(self, grader: Cmd, protected: Sequence[str] = (), timeout: Optional[float] = None,
-              env: Env = None, cwd: Optional[str] = None,
-              solution: Optional[Sequence[str]] = None) -> Gen[GradeResult]:
+    def grade(
+        self,
+        grader: Cmd,
+        protected: Sequence[str] = (),
+        timeout: Optional[float] = None,
+        env: Env = None,
+        cwd: Optional[str] = None,
+        solution: Optional[Sequence[str]] = None,
+    ) -> Gen[GradeResult]:
         """Runs grader in a FRESH sandbox built from this sandbox's pristine
         layers (those its creator gave; a fork or a sandbox created from a
         snapshot keeps the pristine layers of the sandbox snapshotted) plus
@@ -650,9 +774,13 @@ class LayersCore:
         self._stub = pb_grpc.LayersStub(client._channel)
 
     @op
-    def build(self, name: str, dir: Optional[str] = None,
-              tar: Optional[Union[str, os.PathLike[str], BinaryIO]] = None,
-              timeout: Optional[float] = None) -> Gen[Layer]:
+    def build(
+        self,
+        name: str,
+        dir: Optional[str] = None,
+        tar: Optional[Union[str, os.PathLike[str], BinaryIO]] = None,
+        timeout: Optional[float] = None,
+    ) -> Gen[Layer]:
         """Builds (and verifies) a layer and names it.
 
         Exactly one of dir (a directory on the daemon's host; root only, unix
@@ -731,8 +859,7 @@ class ClientCore(Generic[SB, JB]):
     def __init__(self, addr: Optional[str] = None, token: Optional[str] = None):
         self.addr = addr or os.environ.get("WARREN_ADDR") or DEFAULT_ADDR
         token = token if token is not None else os.environ.get("WARREN_TOKEN")
-        self._metadata: Optional[List[Tuple[str, str]]] = (
-            [("authorization", f"Bearer {token}")] if token else None)
+        self._metadata: Optional[List[Tuple[str, str]]] = [("authorization", f"Bearer {token}")] if token else None
         self._channel = self._make_channel(_target(self.addr), _channel_options())
         self._sandboxes = pb_grpc.SandboxesStub(self._channel)
         self._node = pb_grpc.NodeStub(self._channel)
@@ -772,8 +899,9 @@ class ClientCore(Generic[SB, JB]):
         delay = 0.1
         while True:
             try:
-                yield Rpc(self._sandboxes.Destroy, pb.DestroySandboxRequest(create_request_id=request_id),
-                          self._metadata, 10)
+                yield Rpc(
+                    self._sandboxes.Destroy, pb.DestroySandboxRequest(create_request_id=request_id), self._metadata, 10
+                )
                 return
             except (errors.Unavailable, errors.DeadlineExceeded):
                 if time.monotonic() + delay > end:
@@ -784,15 +912,32 @@ class ClientCore(Generic[SB, JB]):
             delay = min(2.0, delay * 2)
 
     @op
-    def create(self, backend: str = "container", layers: Sequence[str] = (), *,
-               cpu: Optional[float] = None, memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
-               pids: Optional[int] = None, open_files: Optional[int] = None, tmpfs_mb: Optional[int] = None,
-               env: Env = None, workdir: Optional[str] = None, user: Optional[str] = None,
-               hostname: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
-               ttl_s: Optional[int] = None, job: Optional[str] = None, timeout: Optional[float] = None,
-               idle_timeout_s: Optional[int] = None, request_id: Optional[str] = None,
-               retries: int = 0, image: Optional[str] = None,
-               network: Optional[Mapping[str, Sequence[str]]] = None) -> Gen[SB]:
+    def create(
+        self,
+        backend: str = "container",
+        layers: Sequence[str] = (),
+        *,
+        cpu: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        disk_mb: Optional[int] = None,
+        pids: Optional[int] = None,
+        open_files: Optional[int] = None,
+        tmpfs_mb: Optional[int] = None,
+        env: Env = None,
+        workdir: Optional[str] = None,
+        user: Optional[str] = None,
+        hostname: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        ttl_s: Optional[int] = None,
+        job: Optional[str] = None,
+        timeout: Optional[float] = None,
+        idle_timeout_s: Optional[int] = None,
+        request_id: Optional[str] = None,
+        retries: int = 0,
+        image: Optional[str] = None,
+        network: Optional[Mapping[str, Sequence[str]]] = None,
+        qos: Optional[str] = None,
+    ) -> Gen[SB]:
         """Creates a sandbox and returns it running.
 
         layers: refs bottom first ("kind/name[@version]" or "sha256:<hex>").
@@ -812,6 +957,11 @@ class ClientCore(Generic[SB, JB]):
         cpu: cores (float, e.g. 0.5); memory_mb, disk_mb (writable upper cap),
         tmpfs_mb: /dev/shm cap in MiB (/tmp is in the upper, capped by
         disk_mb); pids: max tasks;
+        qos: "latency" (None: the default, a cpu weight by its cpu) or
+        "best-effort" (container backend): its processes run SCHED_IDLE with
+        the lowest cgroup cpu weight and oom_score_adj 500, its memory is
+        reclaimed first; admitted against the node's best-effort over-commit
+        (warrend --overcommit). Shown as info().qos.
         open_files: RLIMIT_NOFILE. None = node default (cpu 1, memory_mb
         2048, disk_mb 1024, pids 1024, open_files 1024, tmpfs_mb 256). ttl_s: seconds of
         life, None = none. timeout: RPC deadline in seconds (None = none).
@@ -838,11 +988,28 @@ class ClientCore(Generic[SB, JB]):
         """
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise errors.InvalidArgument(f"retries must be an int >= 0, got {retries!r}")
-        req = _create_request(backend, layers, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb, pids=pids,
-                              open_files=open_files, tmpfs_mb=tmpfs_mb, env=env, workdir=workdir, user=user,
-                              hostname=hostname, labels=labels, ttl_s=ttl_s, job=job,
-                              idle_timeout_s=idle_timeout_s, request_id=request_id or _new_request_id(),
-                              image=image, network=network)
+        req = _create_request(
+            backend,
+            layers,
+            cpu=cpu,
+            memory_mb=memory_mb,
+            disk_mb=disk_mb,
+            pids=pids,
+            open_files=open_files,
+            tmpfs_mb=tmpfs_mb,
+            env=env,
+            workdir=workdir,
+            user=user,
+            hostname=hostname,
+            labels=labels,
+            ttl_s=ttl_s,
+            job=job,
+            idle_timeout_s=idle_timeout_s,
+            request_id=request_id or _new_request_id(),
+            image=image,
+            network=network,
+            qos=qos,
+        )
         own_key = request_id is None
         delay = _RETRY_FIRST_S
         attempt = 0
@@ -880,12 +1047,17 @@ class ClientCore(Generic[SB, JB]):
         return self._sandbox_cls(self, (yield from self._get_info(sandbox_id)))
 
     @op
-    def list(self, labels: Optional[Mapping[str, str]] = None, job: Optional[str] = None,
-             timeout: Optional[float] = None) -> Gen[List[SB]]:
+    def list(
+        self, labels: Optional[Mapping[str, str]] = None, job: Optional[str] = None, timeout: Optional[float] = None
+    ) -> Gen[List[SB]]:
         """Sandboxes carrying all of labels (and of job, if given). timeout:
         RPC deadline in seconds (None = none)."""
-        r = yield Rpc(self._sandboxes.List, pb.ListSandboxesRequest(labels=dict(labels or {}), job=job or ""),
-                      self._metadata, timeout)
+        r = yield Rpc(
+            self._sandboxes.List,
+            pb.ListSandboxesRequest(labels=dict(labels or {}), job=job or ""),
+            self._metadata,
+            timeout,
+        )
         return [self._sandbox_cls(self, SandboxInfo._from_pb(s)) for s in r.sandboxes]
 
     @op
@@ -900,21 +1072,41 @@ class ClientCore(Generic[SB, JB]):
         its sandbox is destroyed if it was made, or as soon as it is; a later
         create with that request_id is refused (Cancelled). OK when nothing
         was made."""
-        yield Rpc(self._sandboxes.Destroy, pb.DestroySandboxRequest(create_request_id=request_id),
-                  self._metadata, timeout)
+        yield Rpc(
+            self._sandboxes.Destroy, pb.DestroySandboxRequest(create_request_id=request_id), self._metadata, timeout
+        )
 
     @op
-    def fncall(self, code: Union[str, bytes], language: str = "python", *, stdin: Union[str, bytes] = b"",
-               files: Optional[Mapping[str, Union[str, bytes]]] = None, fetch_files: Sequence[str] = (),
-               env: Env = None, timeout: Optional[float] = None, compile_timeout: Optional[float] = None,
-               memory_mb: Optional[int] = None, layers: Sequence[str] = (),
-               output_cap: int = 0) -> Gen[FnCallResult]:
+    def fncall(
+        self,
+        code: Union[str, bytes],
+        language: str = "python",
+        *,
+        stdin: Union[str, bytes] = b"",
+        files: Optional[Mapping[str, Union[str, bytes]]] = None,
+        fetch_files: Sequence[str] = (),
+        env: Env = None,
+        timeout: Optional[float] = None,
+        compile_timeout: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        layers: Sequence[str] = (),
+        output_cap: int = 0,
+    ) -> Gen[FnCallResult]:
         """Runs `code` once on the fncall backend's warm pool (see warren.fncall).
         output_cap: bytes kept per stream (0 = 16 MiB); the rest is counted."""
-        req = FnCallRequest(code=code, language=language, stdin=stdin, files=dict(files or {}),
-                            fetch_files=fetch_files, env=dict(env or {}), timeout=timeout,
-                            compile_timeout=compile_timeout, memory_mb=memory_mb, layers=layers,
-                            output_cap=output_cap)
+        req = FnCallRequest(
+            code=code,
+            language=language,
+            stdin=stdin,
+            files=dict(files or {}),
+            fetch_files=fetch_files,
+            env=dict(env or {}),
+            timeout=timeout,
+            compile_timeout=compile_timeout,
+            memory_mb=memory_mb,
+            layers=layers,
+            output_cap=output_cap,
+        )
         r = yield Rpc(self._fncall.Call, req._pb(), self._metadata, req._deadline())
         return FnCallResult._from_pb(r)
 
@@ -924,9 +1116,12 @@ class ClientCore(Generic[SB, JB]):
         if not requests:
             return []
         deadline = max(r._deadline() for r in requests) * (1 + len(requests) // 16)
-        r = yield Rpc(self._fncall.CallBatch,
-                      fpb.FnCallBatchRequest(requests=[q._pb() for q in requests], concurrency=concurrency),
-                      self._metadata, deadline)
+        r = yield Rpc(
+            self._fncall.CallBatch,
+            fpb.FnCallBatchRequest(requests=[q._pb() for q in requests], concurrency=concurrency),
+            self._metadata,
+            deadline,
+        )
         return [FnCallResult._from_pb(x) for x in r.responses]
 
     def job(self, name: str) -> JB:
@@ -963,8 +1158,15 @@ class ClientCore(Generic[SB, JB]):
         return ClusterNode._from_pb(r)
 
     @op
-    def create_project(self, path: str, *, sandboxes: int = 0, cpu: Optional[float] = None,
-                       memory_mb: int = 0, timeout: Optional[float] = None) -> Gen[Tuple[ProjectInfo, str]]:
+    def create_project(
+        self,
+        path: str,
+        *,
+        sandboxes: int = 0,
+        cpu: Optional[float] = None,
+        memory_mb: int = 0,
+        timeout: Optional[float] = None,
+    ) -> Gen[Tuple[ProjectInfo, str]]:
         """Creates project `path` ("team/run-7/eval"; its parent must exist)
         with quotas on it and everything below it, cluster-wide (0 / None =
         no limit of its own; at most the parent's). Returns the project and

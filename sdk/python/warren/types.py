@@ -9,8 +9,18 @@ from typing import Dict, List, Optional
 from ._proto import project_pb2 as prj
 from ._proto import warren_pb2 as pb
 
-__all__ = ["ClusterNode", "ExecResult", "ExposedPort", "FileInfo", "Layer", "NetworkTraffic", "ProjectInfo",
-           "SandboxInfo", "NodeStatus", "Resources"]
+__all__ = [
+    "ClusterNode",
+    "ExecResult",
+    "ExposedPort",
+    "FileInfo",
+    "Layer",
+    "NetworkTraffic",
+    "ProjectInfo",
+    "SandboxInfo",
+    "NodeStatus",
+    "Resources",
+]
 
 _STATES = {
     pb.SANDBOX_STATE_UNSPECIFIED: "unspecified",
@@ -255,6 +265,7 @@ class SandboxInfo:
     network: Optional[Dict[str, List[str]]] = None
     exposed: List[ExposedPort] = field(default_factory=list)
     traffic: Optional[NetworkTraffic] = None
+    qos: str = "latency"  # "latency" or "best-effort"
 
     @classmethod
     def _from_pb(cls, s: pb.Sandbox) -> SandboxInfo:
@@ -265,8 +276,7 @@ class SandboxInfo:
             state=_STATES.get(s.state, "unspecified"),
             layers=list(s.layers),
             layer_names=list(s.layer_names),
-            resources=Resources(r.cpu_millis, r.memory_mb, r.disk_mb, r.pids,
-                                r.open_files, r.tmpfs_mb),
+            resources=Resources(r.cpu_millis, r.memory_mb, r.disk_mb, r.pids, r.open_files, r.tmpfs_mb),
             labels=dict(s.labels),
             job=s.job,
             created_at_ns=s.created_at_ns,
@@ -278,11 +288,42 @@ class SandboxInfo:
             ttl_s=s.ttl_s,
             memory_bytes=s.memory_bytes,
             swap_bytes=s.swap_bytes,
-            network=({"allow": list(s.network.allow), "deny": list(s.network.deny)}
-                     if s.HasField("network") else None),
+            network=({"allow": list(s.network.allow), "deny": list(s.network.deny)} if s.HasField("network") else None),
             exposed=[ExposedPort._from_pb(e) for e in s.exposed],
-            traffic=(NetworkTraffic(s.traffic.egress_bytes, s.traffic.ingress_bytes, s.traffic.connections,
-                                    s.traffic.denied) if s.HasField("traffic") else None),
+            traffic=(
+                NetworkTraffic(s.traffic.egress_bytes, s.traffic.ingress_bytes, s.traffic.connections, s.traffic.denied)
+                if s.HasField("traffic")
+                else None
+            ),
+            qos=s.qos or "latency",
+        )
+
+
+@dataclass(frozen=True)
+class QosClassCapacity:
+    """One QoS class on a node (warrend --overcommit): the class's sandboxes
+    may ask for up to cpus x 1000 millicpus (the node's memory) x overcommit;
+    overcommit 0 = not counted (free_* then 0). cpu_millis/memory_mb: what
+    its sandboxes asked for."""
+
+    qos: str
+    overcommit: float
+    sandboxes: int
+    cpu_millis: int
+    memory_mb: int
+    free_cpu_millis: int
+    free_memory_mb: int
+
+    @classmethod
+    def _from_pb(cls, q: pb.QosClassCapacity) -> QosClassCapacity:
+        return cls(
+            qos=q.qos,
+            overcommit=q.overcommit,
+            sandboxes=q.sandboxes,
+            cpu_millis=q.cpu_millis,
+            memory_mb=q.memory_mb,
+            free_cpu_millis=q.free_cpu_millis,
+            free_memory_mb=q.free_memory_mb,
         )
 
 
@@ -310,18 +351,33 @@ class NodeStatus:
     # not offered) and why it was chosen.
     microvm_accel: str = ""
     microvm_accel_reason: str = ""
+    # Per QoS class ("latency", "best-effort"); core scheduling: "available"
+    # or "absent: why".
+    qos: List[QosClassCapacity] = field(default_factory=list)
+    core_scheduling: str = ""
 
     @classmethod
     def _from_pb(cls, n: pb.NodeStatus) -> NodeStatus:
         return cls(
-            node_id=n.node_id, version=n.version, backends=list(n.backends),
-            sandboxes=n.sandboxes, layers=n.layers, layers_mounted=n.layers_mounted,
-            cgroup_version=n.cgroup_version, cgroup_parent=n.cgroup_parent,
-            idmapped_mounts=n.idmapped_mounts, file_backed_erofs=n.file_backed_erofs,
-            state_dir=n.state_dir, started_at_ns=n.started_at_ns, cpus=n.cpus,
+            node_id=n.node_id,
+            version=n.version,
+            backends=list(n.backends),
+            sandboxes=n.sandboxes,
+            layers=n.layers,
+            layers_mounted=n.layers_mounted,
+            cgroup_version=n.cgroup_version,
+            cgroup_parent=n.cgroup_parent,
+            idmapped_mounts=n.idmapped_mounts,
+            file_backed_erofs=n.file_backed_erofs,
+            state_dir=n.state_dir,
+            started_at_ns=n.started_at_ns,
+            cpus=n.cpus,
             memory_total_bytes=n.memory_total_bytes,
             memory_available_bytes=n.memory_available_bytes,
-            microvm_accel=n.microvm_accel, microvm_accel_reason=n.microvm_accel_reason,
+            microvm_accel=n.microvm_accel,
+            microvm_accel_reason=n.microvm_accel_reason,
+            qos=[QosClassCapacity._from_pb(q) for q in n.qos],
+            core_scheduling=n.core_scheduling,
         )
 
 
@@ -348,15 +404,30 @@ class ClusterNode:
     drain: bool
     updated_ns: int
     is_self: bool
+    qos: List[QosClassCapacity] = field(default_factory=list)
+    core_scheduling: str = ""
 
     @classmethod
     def _from_pb(cls, n: pb.ClusterNode) -> ClusterNode:
         return cls(
-            id=n.id, address=n.address, version=n.version, backends=list(n.backends), cpus=n.cpus,
-            memory_mb=n.memory_mb, max_sandboxes=n.max_sandboxes, sandboxes=n.sandboxes,
-            free_slots=n.free_slots, free_cpu_millis=n.free_cpu_millis, free_memory_mb=n.free_memory_mb,
-            available_memory_mb=n.available_memory_mb, load1=n.load1, drain=n.drain,
-            updated_ns=n.updated_ns, is_self=n.self,
+            id=n.id,
+            address=n.address,
+            version=n.version,
+            backends=list(n.backends),
+            cpus=n.cpus,
+            memory_mb=n.memory_mb,
+            max_sandboxes=n.max_sandboxes,
+            sandboxes=n.sandboxes,
+            free_slots=n.free_slots,
+            free_cpu_millis=n.free_cpu_millis,
+            free_memory_mb=n.free_memory_mb,
+            available_memory_mb=n.available_memory_mb,
+            load1=n.load1,
+            drain=n.drain,
+            updated_ns=n.updated_ns,
+            is_self=n.self,
+            qos=[QosClassCapacity._from_pb(q) for q in n.qos],
+            core_scheduling=n.core_scheduling,
         )
 
 
@@ -379,7 +450,12 @@ class ProjectInfo:
     @classmethod
     def _from_pb(cls, p: prj.Project) -> ProjectInfo:
         return cls(
-            path=p.path, quota_sandboxes=p.quota.sandboxes, quota_cpu_millis=p.quota.cpu_millis,
-            quota_memory_mb=p.quota.memory_mb, sandboxes=p.usage.sandboxes, cpu_millis=p.usage.cpu_millis,
-            memory_mb=p.usage.memory_mb, created_ns=p.created_ns,
+            path=p.path,
+            quota_sandboxes=p.quota.sandboxes,
+            quota_cpu_millis=p.quota.cpu_millis,
+            quota_memory_mb=p.quota.memory_mb,
+            sandboxes=p.usage.sandboxes,
+            cpu_millis=p.usage.cpu_millis,
+            memory_mb=p.usage.memory_mb,
+            created_ns=p.created_ns,
         )

@@ -12,6 +12,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <string>
 
 #include "common/status.h"
 #include "node/sandbox_types.h"
@@ -49,5 +50,41 @@ class Admission {
   };
   std::list<Waiter*> queue_;  // guarded by mu_
 };
+
+// The cpu millis (memory MiB) a QoS class may hold on this node: capacity x
+// limits.overcommit[class]; -1 when the class is not counted (ratio 0).
+int64_t ClassCpuBound(const NodeLimits& limits, runtime::Qos qos);
+int64_t ClassMemoryBound(const NodeLimits& limits, runtime::Qos qos);
+
+// Over-commit admission of one create (`request` normalized: resources
+// filled in) against what its class holds now (`used`, the table's entries
+// of that class, creating ones included). ResourceExhausted (retryable:
+// another node, or later) naming the class, the resource, what the class
+// holds, the request and the bound; OK when the class is not counted.
+Status AdmitClass(const NodeLimits& limits, const CreateRequest& request, const ClassUsage& used);
+
+// Parses warrend --overcommit: "CLASS=RATIO[,CLASS=RATIO]", CLASS latency
+// or best-effort (each at most once), RATIO a decimal number in [0, 1000]
+// (0 = not counted) into limits->overcommit. "" sets nothing. InvalidArgument
+// naming --overcommit and the bad entry.
+Status ParseOvercommit(const std::string& spec, NodeLimits* limits);
+
+// One QoS class on this node: its ratio, what its sandboxes hold and what
+// is left under its bound (free_* 0 and bounded false when not counted).
+struct ClassCapacity {
+  runtime::Qos qos = runtime::Qos::kLatency;
+  double overcommit = 0;
+  bool bounded = false;
+  ClassUsage used;
+  int64_t free_cpu_millis = 0;
+  int64_t free_memory_mb = 0;
+};
+ClassCapacity CapacityOf(const NodeLimits& limits, runtime::Qos qos, const ClassUsage& used);
+
+// Whether the kernel offers core scheduling (prctl PR_SCHED_CORE, 5.14+
+// with CONFIG_SCHED_CORE): "available", or "absent: <why>" (probed once by
+// asking this thread's cookie; EINVAL = not built in). Reported only: the
+// node does not tag sandboxes with cookies.
+const std::string& CoreScheduling();
 
 }  // namespace warren::node

@@ -133,6 +133,17 @@ StatusOr<CreateRequest> NormalizeCreate(const CreateRequest& in, const NodeLimit
     return absl::InvalidArgumentError("backend " + Quote(r.backend) +
                                       " is not available on this node (available: " + names + ")");
   }
+  if (r.qos.empty()) r.qos = "latency";
+  runtime::Qos qos;
+  if (!runtime::ParseQos(r.qos, &qos)) {
+    return absl::InvalidArgumentError("qos=" + Quote(r.qos) + " must be \"latency\" or \"best-effort\"");
+  }
+  // SCHED_IDLE and the cgroup weights are applied by the container backend
+  // only (a VM's vCPU threads and the fncall workers are not classed).
+  if (qos == runtime::Qos::kBestEffort && r.backend != "container") {
+    return absl::InvalidArgumentError("qos=\"best-effort\" is not available with backend " + Quote(r.backend) +
+                                      " (container only)");
+  }
   if (r.layers.empty()) {
     return absl::InvalidArgumentError("layers: at least one layer is required");
   }

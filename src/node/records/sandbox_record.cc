@@ -51,6 +51,7 @@ record::Sandbox MakeRecord(const Entry& e, SandboxState state) {
   r.set_request_id(e.spec.request_id);
   *r.mutable_transitions() = e.transitions;
   r.set_backend_record(e.backend_record);
+  if (e.info.qos != runtime::Qos::kLatency) r.set_qos(runtime::QosName(e.info.qos));
   return r;
 }
 
@@ -68,6 +69,7 @@ void ParseRecord(const record::Sandbox& r, Entry* e,
     e->info.pristine_layers = pristine_of(e->info.layer_digests);  // the same rule as Create
   }
   e->info.resources = ResourcesOf(r.resources());
+  if (!runtime::ParseQos(r.qos(), &e->info.qos)) e->info.qos = runtime::Qos::kLatency;
   e->info.labels = std::map<std::string, std::string>(r.labels().begin(), r.labels().end());
   e->info.job = r.job();
   e->info.hostname = r.hostname();
@@ -79,6 +81,7 @@ void ParseRecord(const record::Sandbox& r, Entry* e,
   e->spec.backend = r.backend();
   e->spec.layers = e->info.layer_names;
   e->spec.resources = e->info.resources;
+  e->spec.qos = runtime::QosName(e->info.qos);
   e->spec.env = std::map<std::string, std::string>(r.env().begin(), r.env().end());
   e->spec.workdir = r.workdir().empty() ? "/" : r.workdir();
   e->spec.user = r.user().empty() ? "root" : r.user();
@@ -97,6 +100,7 @@ runtime::SandboxSpec SpecOf(const record::Sandbox& r) {
   s.id = r.id();
   s.dir = r.dir();
   s.resources = ResourcesOf(r.resources());
+  if (!runtime::ParseQos(r.qos(), &s.qos)) s.qos = runtime::Qos::kLatency;
   s.env = std::map<std::string, std::string>(r.env().begin(), r.env().end());
   s.workdir = r.workdir().empty() ? "/" : r.workdir();
   s.user = r.user().empty() ? "root" : r.user();

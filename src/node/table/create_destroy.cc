@@ -66,6 +66,7 @@ StatusOr<SandboxInfo> SandboxTable::CreateSteps(const CreateRequest& request) {
   e->info.state = SandboxState::kCreating;
   e->info.layer_names = spec.layers;
   e->info.resources = spec.resources;
+  (void)runtime::ParseQos(spec.qos, &e->info.qos);  // normalized: one of the two
   e->info.labels = spec.labels;
   e->info.job = spec.job;
   e->info.created_at_ns = WallNowNs();
@@ -91,6 +92,9 @@ StatusOr<SandboxInfo> SandboxTable::CreateSteps(const CreateRequest& request) {
       if (!pristine_done) e->info.pristine_layers.push_back(li->digest);
     }
     std::lock_guard<std::mutex> l(mu_);
+    // Counted and inserted under one lock: two creates cannot both take the
+    // last share of a class.
+    RETURN_IF_ERROR(AdmitClass(options_.limits, spec, UsageLocked(e->info.qos)));
     table_[id] = e;
   }
   rollback.Add([this, id] {
@@ -135,6 +139,7 @@ StatusOr<SandboxInfo> SandboxTable::CreateSteps(const CreateRequest& request) {
     if (std::string file = layers_.BlobPath(digest); !file.empty()) bspec.layer_files.push_back(file);
   }
   bspec.resources = spec.resources;
+  bspec.qos = e->info.qos;
   bspec.env = spec.env;
   bspec.workdir = spec.workdir;
   bspec.user = spec.user;

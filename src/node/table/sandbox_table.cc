@@ -80,6 +80,22 @@ size_t SandboxTable::size() const {
   return table_.size();
 }
 
+ClassUsage SandboxTable::UsageLocked(runtime::Qos qos) const {
+  ClassUsage u;
+  for (const auto& [id, e] : table_) {
+    if (e->info.qos != qos) continue;
+    u.cpu_millis += e->info.resources.cpu_millis;
+    u.memory_mb += e->info.resources.memory_mb;
+    ++u.sandboxes;
+  }
+  return u;
+}
+
+std::array<ClassUsage, 2> SandboxTable::ClassUsages() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {UsageLocked(runtime::Qos::kLatency), UsageLocked(runtime::Qos::kBestEffort)};
+}
+
 std::map<std::pair<std::string, std::string>, uint32_t> SandboxTable::StateCounts() const {
   std::map<std::pair<std::string, std::string>, uint32_t> out;
   std::lock_guard<std::mutex> l(mu_);

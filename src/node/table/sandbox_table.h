@@ -26,6 +26,7 @@
 // never held while calling a backend, the layer provider or a hook.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -75,6 +76,9 @@ class SandboxTable {
   // Sandboxes carrying all `labels` and, if `job` is non-empty, of that job.
   std::vector<SandboxInfo> List(const std::map<std::string, std::string>& labels, const std::string& job) const;
   size_t size() const;
+  // What the sandboxes of each QoS class (index runtime::Qos) asked for,
+  // creating ones included: what over-commit admission counts.
+  std::array<ClassUsage, 2> ClassUsages() const;
   // (backend, state name) -> sandboxes in the table (metrics, at scrape time).
   std::map<std::pair<std::string, std::string>, uint32_t> StateCounts() const;
   bool Contains(const std::string& id) const;
@@ -121,6 +125,7 @@ class SandboxTable {
   std::string NewId();
   StatusOr<SandboxInfo> CreateSteps(const CreateRequest& request);  // Create without its metrics
   SandboxInfo InfoOf(const Entry& e) const;                         // mu_ held
+  ClassUsage UsageLocked(runtime::Qos qos) const;                   // mu_ held
   StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
   // Pause/resume/suspend bookkeeping after the backend call succeeded: sets
   // the state, records the transition and persists the record; a failed

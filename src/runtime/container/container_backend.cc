@@ -153,8 +153,7 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   }
   if (!limits_set) {
     const jail::CgroupLimits& had = sh->limits;
-    if (had.cpu_millis != lim.cpu_millis || had.memory_bytes != lim.memory_bytes || had.pids != lim.pids)
-      RETURN_IF_ERROR(sh->cg->SetLimits(lim));
+    if (had != lim) RETURN_IF_ERROR(sh->cg->SetLimits(lim));
     sh->limits = lim;
     // A warm shell inherited the refill thread's nice 10: its set-up is on
     // this create's critical path now, and its processes are the sandbox's.
@@ -193,6 +192,7 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   }
   po.lxcfs_dir = st_->options.lxcfs_dir;
   po.nofile = spec.resources.open_files;
+  po.best_effort = spec.qos == Qos::kBestEffort;
   po.last_cap = st_->last_cap;
   po.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
   ASSIGN_OR_RETURN(WarrenJailPlan init_plan, jail::SandboxInitPlan(po));
@@ -229,6 +229,15 @@ StatusOr<std::unique_ptr<Sandbox>> ContainerBackend::FinishShell(std::unique_ptr
   if (auto comm = ReadSmallFile("/proc/" + std::to_string(sh->pid) + "/comm");
       !comm.ok() || *comm == "warren-shell\n" || !sh->Alive())
     return absl::AbortedError("sandbox " + spec.id + ": its shell died during setup");
+  if (spec.qos == Qos::kBestEffort) {
+    // Only now: a shell shares warrend's mm until its execve, and the kernel
+    // keeps oom_score_adj equal across the processes of one mm (it would
+    // reach warrend and every waiting shell). The init itself cannot write
+    // its file after it changed ids (jail/plan.h warren_jail_qos_oom_score).
+    // Its later children inherit it; execs set their own (warren-spawn).
+    const std::string adj = "/proc/" + std::to_string(sh->pid) + "/oom_score_adj";
+    RETURN_IF_ERROR(WriteFile(adj, std::to_string(WARREN_JAIL_QOS_BEST_EFFORT_OOM_SCORE_ADJ)));
+  }
   const uint64_t start = ProcStartTime(sh->pid);
   auto sb =
       std::make_unique<ContainerSandbox>(st_, spec, sh->slot, sh->pid, start, std::move(sh->pidfd), std::move(sh->cg));

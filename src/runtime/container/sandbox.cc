@@ -34,6 +34,7 @@ StatusOr<SpawnRequest> ContainerSandbox::PrepareSpawn(const ExecSpec& es, const 
   req.caps = jail::DefaultCapabilityMask();
   req.seccomp = st_->have_seccomp ? &st_->seccomp : nullptr;
   req.rlimits = SandboxRlimits(spec_.resources);
+  req.best_effort = spec_.qos == Qos::kBestEffort;
   std::string home;
   {
     std::string root_path = "/proc/" + std::to_string(init_pid_) + "/root";

@@ -39,8 +39,7 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
         (limits.pids == 0 && had.pids != 0)) {
       (void)sh->cg->Remove();
       sh->cg.reset();
-    } else if (had.cpu_millis != limits.cpu_millis || had.memory_bytes != limits.memory_bytes ||
-               had.pids != limits.pids) {
+    } else if (had != limits) {
       if (Status ls = sh->cg->SetLimits(limits); !ls.ok()) {
         (void)sh->cg->Remove();
         return ls;

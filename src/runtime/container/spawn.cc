@@ -54,6 +54,7 @@ StatusOr<std::string> EncodePlan(const SpawnRequest& r) {
   // capabilities grant nothing at execve).
   jail::PlanBuilder b;
   for (const auto& rl : r.rlimits) b.Rlimit(rl.resource, rl.limit.rlim_cur, rl.limit.rlim_max);
+  b.BestEffort(r.best_effort);
   b.Ids(r.uid, r.gid, /*setgroups=*/false)
       .Capabilities(r.uid == 0 ? r.caps : 0, r.last_cap)
       .NoNewPrivs()

@@ -45,6 +45,7 @@ struct SpawnRequest {
   uint64_t caps = 0;  // kept for uid 0; a non-root command gets none
   int last_cap = 40;
   std::vector<jail::RlimitSetting> rlimits;
+  bool best_effort = false;                       // the sandbox's QoS class is best-effort (SCHED_IDLE, oom_score_adj)
   const jail::SeccompProgram* seccomp = nullptr;  // nullptr = none
   std::string cwd;
   std::string not_found_msg;  // written to stderr when no candidate execs

@@ -8,6 +8,7 @@ jail::CgroupLimits LimitsOf(const SandboxSpec& spec) {
   lim.cpu_millis = spec.resources.cpu_millis;
   lim.memory_bytes = uint64_t{spec.resources.memory_mb} << 20;
   lim.pids = spec.resources.pids;
+  lim.best_effort = spec.qos == Qos::kBestEffort;
   return lim;
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -863,6 +864,53 @@ TEST(ParseTest, LifecycleVerbs) {
     Invocation inv;
     EXPECT_EQ(Parse(inv, args), kExitUsage) << args[0];
   }
+}
+
+TEST(NodeSummaryTest, PrometheusStyleSamplesPerNodeAndClassBesideTheRecords) {
+  v1::ClusterNode a;
+  a.set_id("n1");
+  a.set_address("127.0.0.1:7001");
+  a.set_sandboxes(3);
+  a.set_free_cpu_millis(-500);
+  a.set_free_memory_mb(2);
+  a.set_drain(true);
+  a.set_updated_ns(1500000000);
+  v1::QosClassCapacity* be = a.add_qos();
+  be->set_qos("best-effort");
+  be->set_overcommit(4);
+  be->set_cpu_millis(3000);
+  be->set_free_cpu_millis(5000);
+  v1::QosClassCapacity* lat = a.add_qos();
+  lat->set_qos("latency");  // overcommit 0: not counted, no free_* sample
+  v1::ClusterNode b;
+  b.set_id("n2");
+  const nlohmann::json out = NodesSummaryJson({a, b});
+  auto value = [&](const std::string& name, const nlohmann::json& labels) -> std::optional<double> {
+    for (const nlohmann::json& m : out.at("metrics")) {
+      if (m.at("name") == name && m.at("labels") == labels) return m.at("value").get<double>();
+    }
+    return std::nullopt;
+  };
+  EXPECT_EQ(value("warren_node_sandboxes", {{"node", "n1"}}), 3);
+  EXPECT_EQ(value("warren_node_sandboxes", {{"node", "n2"}}), 0);
+  EXPECT_EQ(value("warren_node_cpu_free_millis", {{"node", "n1"}}), -500);
+  EXPECT_EQ(value("warren_node_memory_free_bytes", {{"node", "n1"}}), 2 << 20);
+  EXPECT_EQ(value("warren_node_draining", {{"node", "n1"}}), 1);
+  EXPECT_EQ(value("warren_node_updated_timestamp_seconds", {{"node", "n1"}}), 1.5);
+  EXPECT_EQ(value("warren_node_qos_cpu_free_millis", {{"node", "n1"}, {"qos", "best-effort"}}), 5000);
+  EXPECT_EQ(value("warren_node_qos_overcommit_ratio", {{"node", "n1"}, {"qos", "best-effort"}}), 4);
+  EXPECT_EQ(value("warren_node_qos_cpu_requested_millis", {{"node", "n1"}, {"qos", "best-effort"}}), 3000);
+  EXPECT_FALSE(value("warren_node_qos_cpu_free_millis", {{"node", "n1"}, {"qos", "latency"}}).has_value());
+  for (const nlohmann::json& m : out.at("metrics")) {
+    const std::string name = m.at("name");
+    EXPECT_EQ(name.rfind("warren_node_", 0), 0u) << name;
+    EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_"), std::string::npos) << name;
+  }
+  // The records stay, every field.
+  ASSERT_EQ(out.at("nodes").size(), 2u);
+  EXPECT_EQ(out.at("nodes")[0].at("address"), "127.0.0.1:7001");
+  EXPECT_EQ(out.at("nodes")[0].at("free_cpu_millis"), -500);
+  EXPECT_EQ(out.at("nodes")[0].at("qos").at("best-effort").at("overcommit"), 4);
 }
 
 }  // namespace

@@ -47,6 +47,55 @@ TEST(PlacementTest, FilterDropsDrainedFullWrongBackendAndTooBig) {
   EXPECT_TRUE(Place(nodes, r, {}, rng).empty());
 }
 
+TEST(PlacementTest, BoundedClassesFilterByTheirOwnFreeCapacity) {
+  // "be-full": its best-effort class is at its bound, latency has room;
+  // "lat-full" the other way round. "unbounded" counts no class.
+  std::vector<NodeRecord> nodes = {Node("be-full", 10), Node("lat-full", 10), Node("unbounded", 10)};
+  for (NodeRecord* n : {&nodes[0], &nodes[1]}) {
+    for (QosRecord& q : n->qos) {
+      q.overcommit = 1;
+      q.bounded = true;
+      q.free_cpu_millis = 2000;
+      q.free_memory_mb = 8192;
+    }
+  }
+  nodes[0].qos[1].free_cpu_millis = 500;
+  nodes[1].qos[0].free_memory_mb = 100;
+  nodes[2].free_memory_mb = -4096;  // over-committed, but no class bound: a request without memory passes
+  std::mt19937_64 rng(3);
+  PlacementRequest be;
+  be.qos = 1;
+  be.cpu_millis = 1000;
+  std::vector<std::string> order = Place(nodes, be, {}, rng);
+  std::sort(order.begin(), order.end());
+  EXPECT_EQ(order, (std::vector<std::string>{"lat-full", "unbounded"}));
+  PlacementRequest lat;  // 0 = the node defaults (1000 millicpus, 2048 MiB)
+  order = Place(nodes, lat, {}, rng);
+  std::sort(order.begin(), order.end());
+  EXPECT_EQ(order, (std::vector<std::string>{"be-full", "unbounded"}));
+  const std::string why = ExplainNoCandidate(nodes, lat, {});
+  EXPECT_NE(why.find("lat-full: qos class latency has 100 MiB free, the request asks 2048"), std::string::npos) << why;
+  EXPECT_NE(ExplainNoCandidate(nodes, be, {}).find("be-full: qos class best-effort has 500 millicpus free"),
+            std::string::npos);
+}
+
+TEST(PlacementTest, NodeRecordKeepsItsClassesThroughJson) {
+  NodeRecord n = Node("a", 4);
+  n.qos[1] = QosRecord{4, true, 3, 3000, 1536, 5000, 31232};
+  n.core_scheduling = "absent: test";
+  StatusOr<NodeRecord> back = NodeRecordFromJson(ToJson(n));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->qos[0].bounded);
+  EXPECT_EQ(back->qos[1].overcommit, 4);
+  EXPECT_TRUE(back->qos[1].bounded);
+  EXPECT_EQ(back->qos[1].sandboxes, 3u);
+  EXPECT_EQ(back->qos[1].cpu_millis, 3000u);
+  EXPECT_EQ(back->qos[1].memory_mb, 1536u);
+  EXPECT_EQ(back->qos[1].free_cpu_millis, 5000);
+  EXPECT_EQ(back->qos[1].free_memory_mb, 31232);
+  EXPECT_EQ(back->core_scheduling, "absent: test");
+}
+
 TEST(PlacementTest, RecentPlacementsCountAgainstFreeSlots) {
   std::vector<NodeRecord> nodes = {Node("a", 3), Node("b", 3)};
   std::mt19937_64 rng(7);

@@ -108,7 +108,7 @@ class NetworkTraffic(_message.Message):
     def __init__(self, egress_bytes: _Optional[int] = ..., ingress_bytes: _Optional[int] = ..., connections: _Optional[int] = ..., denied: _Optional[int] = ...) -> None: ...
 
 class CreateSandboxRequest(_message.Message):
-    __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image", "network")
+    __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image", "network", "qos")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class CreateSandboxRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     backend: str
     layers: _containers.RepeatedScalarFieldContainer[str]
     resources: Resources
@@ -151,10 +152,11 @@ class CreateSandboxRequest(_message.Message):
     request_id: str
     image: str
     network: NetworkPolicy
-    def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
+    qos: str
+    def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., qos: _Optional[str] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes", "network", "exposed", "traffic")
+    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes", "network", "exposed", "traffic", "qos")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +184,7 @@ class Sandbox(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     EXPOSED_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     id: str
     backend: str
     state: SandboxState
@@ -202,7 +205,8 @@ class Sandbox(_message.Message):
     network: NetworkPolicy
     exposed: _containers.RepeatedCompositeFieldContainer[ExposedPort]
     traffic: NetworkTraffic
-    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., exposed: _Optional[_Iterable[_Union[ExposedPort, _Mapping]]] = ..., traffic: _Optional[_Union[NetworkTraffic, _Mapping]] = ...) -> None: ...
+    qos: str
+    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., exposed: _Optional[_Iterable[_Union[ExposedPort, _Mapping]]] = ..., traffic: _Optional[_Union[NetworkTraffic, _Mapping]] = ..., qos: _Optional[str] = ...) -> None: ...
 
 class GetSandboxRequest(_message.Message):
     __slots__ = ("id",)
@@ -476,7 +480,7 @@ class NodeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "version", "backends", "sandboxes", "layers", "layers_mounted", "cgroup_version", "cgroup_parent", "idmapped_mounts", "file_backed_erofs", "state_dir", "started_at_ns", "cpus", "memory_total_bytes", "memory_available_bytes", "microvm_accel", "microvm_accel_reason")
+    __slots__ = ("node_id", "version", "backends", "sandboxes", "layers", "layers_mounted", "cgroup_version", "cgroup_parent", "idmapped_mounts", "file_backed_erofs", "state_dir", "started_at_ns", "cpus", "memory_total_bytes", "memory_available_bytes", "microvm_accel", "microvm_accel_reason", "qos", "core_scheduling")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +498,8 @@ class NodeStatus(_message.Message):
     MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MICROVM_ACCEL_FIELD_NUMBER: _ClassVar[int]
     MICROVM_ACCEL_REASON_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    CORE_SCHEDULING_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     version: str
     backends: _containers.RepeatedScalarFieldContainer[str]
@@ -511,10 +517,30 @@ class NodeStatus(_message.Message):
     memory_available_bytes: int
     microvm_accel: str
     microvm_accel_reason: str
-    def __init__(self, node_id: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., sandboxes: _Optional[int] = ..., layers: _Optional[int] = ..., layers_mounted: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_parent: _Optional[str] = ..., idmapped_mounts: _Optional[bool] = ..., file_backed_erofs: _Optional[bool] = ..., state_dir: _Optional[str] = ..., started_at_ns: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., microvm_accel: _Optional[str] = ..., microvm_accel_reason: _Optional[str] = ...) -> None: ...
+    qos: _containers.RepeatedCompositeFieldContainer[QosClassCapacity]
+    core_scheduling: str
+    def __init__(self, node_id: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., sandboxes: _Optional[int] = ..., layers: _Optional[int] = ..., layers_mounted: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_parent: _Optional[str] = ..., idmapped_mounts: _Optional[bool] = ..., file_backed_erofs: _Optional[bool] = ..., state_dir: _Optional[str] = ..., started_at_ns: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., microvm_accel: _Optional[str] = ..., microvm_accel_reason: _Optional[str] = ..., qos: _Optional[_Iterable[_Union[QosClassCapacity, _Mapping]]] = ..., core_scheduling: _Optional[str] = ...) -> None: ...
+
+class QosClassCapacity(_message.Message):
+    __slots__ = ("qos", "overcommit", "sandboxes", "cpu_millis", "memory_mb", "free_cpu_millis", "free_memory_mb")
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    OVERCOMMIT_FIELD_NUMBER: _ClassVar[int]
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    FREE_CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    FREE_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    qos: str
+    overcommit: float
+    sandboxes: int
+    cpu_millis: int
+    memory_mb: int
+    free_cpu_millis: int
+    free_memory_mb: int
+    def __init__(self, qos: _Optional[str] = ..., overcommit: _Optional[float] = ..., sandboxes: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., free_cpu_millis: _Optional[int] = ..., free_memory_mb: _Optional[int] = ...) -> None: ...
 
 class ClusterNode(_message.Message):
-    __slots__ = ("id", "address", "version", "backends", "cpus", "memory_mb", "max_sandboxes", "sandboxes", "free_slots", "free_cpu_millis", "free_memory_mb", "available_memory_mb", "load1", "drain", "updated_ns", "self")
+    __slots__ = ("id", "address", "version", "backends", "cpus", "memory_mb", "max_sandboxes", "sandboxes", "free_slots", "free_cpu_millis", "free_memory_mb", "available_memory_mb", "load1", "drain", "updated_ns", "self", "qos", "core_scheduling")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -531,6 +557,8 @@ class ClusterNode(_message.Message):
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     UPDATED_NS_FIELD_NUMBER: _ClassVar[int]
     SELF_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    CORE_SCHEDULING_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     version: str
@@ -547,7 +575,9 @@ class ClusterNode(_message.Message):
     drain: bool
     updated_ns: int
     self: bool
-    def __init__(self_, id: _Optional[str] = ..., address: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., cpus: _Optional[int] = ..., memory_mb: _Optional[int] = ..., max_sandboxes: _Optional[int] = ..., sandboxes: _Optional[int] = ..., free_slots: _Optional[int] = ..., free_cpu_millis: _Optional[int] = ..., free_memory_mb: _Optional[int] = ..., available_memory_mb: _Optional[int] = ..., load1: _Optional[float] = ..., drain: _Optional[bool] = ..., updated_ns: _Optional[int] = ..., self: _Optional[bool] = ...) -> None: ...
+    qos: _containers.RepeatedCompositeFieldContainer[QosClassCapacity]
+    core_scheduling: str
+    def __init__(self_, id: _Optional[str] = ..., address: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., cpus: _Optional[int] = ..., memory_mb: _Optional[int] = ..., max_sandboxes: _Optional[int] = ..., sandboxes: _Optional[int] = ..., free_slots: _Optional[int] = ..., free_cpu_millis: _Optional[int] = ..., free_memory_mb: _Optional[int] = ..., available_memory_mb: _Optional[int] = ..., load1: _Optional[float] = ..., drain: _Optional[bool] = ..., updated_ns: _Optional[int] = ..., self: _Optional[bool] = ..., qos: _Optional[_Iterable[_Union[QosClassCapacity, _Mapping]]] = ..., core_scheduling: _Optional[str] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()
