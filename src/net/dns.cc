@@ -267,10 +267,12 @@ void DnsForwarder::Accept() {
     auto c = std::make_unique<TcpClient>();
     c->src = src;
     TcpClient* raw = c.get();
+    tcp_live_.fetch_add(1);
     c->thread = std::thread([this, raw, fd = conn.release()] {
       UniqueFd own(fd);
       ServeTcp(own.get(), raw->src);
       own.reset();
+      tcp_live_.fetch_sub(1);
       raw->done.store(true);
     });
     tcp_clients_.push_back(std::move(c));

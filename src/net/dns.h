@@ -67,6 +67,9 @@ class DnsForwarder {
   uint16_t port() const { return port_; }          // UDP
   uint16_t tcp_port() const { return tcp_port_; }  // TCP
   Stats stats() const { return {answered_.load(), refused_.load(), failed_.load()}; }
+  // TCP connections being served now (a closed one counts until its thread
+  // has seen the close).
+  size_t tcp_connections() const { return tcp_live_.load(); }
 
  private:
   DnsForwarder() = default;
@@ -98,6 +101,7 @@ class DnsForwarder {
   // once the acceptor is joined).
   std::vector<std::unique_ptr<TcpClient>> tcp_clients_;
   std::atomic<uint64_t> answered_{0}, refused_{0}, failed_{0};
+  std::atomic<size_t> tcp_live_{0};
 };
 
 // The first `nameserver` of a resolv.conf's text (IPv4 only), or "".

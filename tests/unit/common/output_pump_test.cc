@@ -448,8 +448,8 @@ TEST(OutputPump, WhileReadableReadsWhatIsReadyWithinItsBounds) {
     auto r = PumpOutput(o, {&out});
     ASSERT_OK(r);
     EXPECT_GE(Clock::now() - t0, 400ms);  // the command's 0.1 s, then linger
-    EXPECT_LT(Clock::now() - t0, 3s);
-    EXPECT_TRUE(out.fd.valid());  // the rest stays in the pipe
+    EXPECT_LT(Clock::now() - t0, 10s);    // not until the writer ends (never): slack for a loaded machine
+    EXPECT_TRUE(out.fd.valid());          // the rest stays in the pipe
     EXPECT_GT(out.total, 4u);
   }
 }

@@ -7,6 +7,7 @@
 #include <sys/time.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -286,6 +287,11 @@ TEST(DnsForwarderTest, AnswersOverTcpUnderTheSameRules) {
   }
   {
     // At most kTcpPerSource connections per source: the next one is closed.
+    // The connections above are closed by us; wait until the forwarder has
+    // seen it, or they would still count against this source.
+    for (int i = 0; i < 500 && f->tcp_connections() != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_EQ(f->tcp_connections(), 0u);
     std::vector<UniqueFd> held;
     for (size_t i = 0; i < DnsForwarder::kTcpPerSource; ++i) held.push_back(TcpTo(f->tcp_port()));
     // The acceptor has taken them all once one answers.
