@@ -65,7 +65,7 @@ async def pause_cycle(mode: str, client: warren.AsyncClient) -> None:
         info = await (await client.get(sid)).info()
         assert info.labels["rollout"] == "7" and info.ttl_s == 600 and info.resources.memory_mb == 512, info
         r = await sb.exec("pwd; echo $A; cat f.txt")
-        assert (r.return_code, r.stdout, r.error_type) == (0, "/work\n1\nhello\n", None), r
+        assert (r.return_code, r.stdout, r.error_type) == (0, "/work\n1\nhello", None), r
         r = await sb.exec("echo e >&2; exit 4", cwd="/tmp", env={"B": "b"})
         assert (r.return_code, r.stderr) == (4, "e\n"), r
         assert (await sb.exec("id -u", user=1234)).stdout == "1234\n"

@@ -383,6 +383,9 @@ class WarrenEnvironment(BaseEnvironment):
             r = await self._sandbox.exec(["mkdir", "-p", workdir], user="root", timeout=60)
             if r.exit_code != 0:
                 raise RuntimeError(f"warren: mkdir -p {workdir} failed: {r.stderr.decode(errors='replace')}")
+        # Harbor's output dirs (/logs/agent, /logs/verifier, /logs/artifacts):
+        # made here, as every provider that does not mount them from the host.
+        await self.ensure_dirs(self._mount_targets(writable_only=True))
 
     async def stop(self, delete: bool) -> None:
         sb, self._sandbox = self._sandbox, None
@@ -487,8 +490,9 @@ class WarrenEnvironment(BaseEnvironment):
                 for k, v in _env_pairs(ins.value):
                     img.env[k] = _substitute(v, variables)
             elif kw == "WORKDIR":
-                img.workdir = posixpath.join(img.workdir or "/", _substitute(ins.value, variables))
-                await self._check(sb, ["mkdir", "-p", img.workdir], where, left, user="root")
+                workdir = posixpath.join(img.workdir or "/", _substitute(ins.value, variables))
+                await self._check(sb, ["mkdir", "-p", workdir], where, left, user="root", cwd="/")
+                img.workdir = workdir
             elif kw == "USER":
                 img.user = _substitute(ins.value, variables)
             elif kw == "SHELL":
@@ -512,8 +516,9 @@ class WarrenEnvironment(BaseEnvironment):
                 raise SandboxBuildFailedError(f"{where}: unknown or unsupported instruction")
 
     async def _check(self, sb: AsyncSandbox, argv: List[str], where: str, timeout: float,
-                     env: Optional[Dict[str, str]] = None, user: Optional[str] = None) -> None:
-        r = await sb.exec(argv, env=env or None, cwd=self._image.workdir, user=user, timeout=timeout,
+                     env: Optional[Dict[str, str]] = None, user: Optional[str] = None,
+                     cwd: Optional[str] = None) -> None:
+        r = await sb.exec(argv, env=env or None, cwd=cwd or self._image.workdir, user=user, timeout=timeout,
                           merge_stderr=True)
         if r.timed_out:
             raise SandboxBuildFailedError(f"{where}: timed out (build_timeout_sec)")
