@@ -79,6 +79,32 @@ fi
 # The E2B SDK the E2B front end is tested against (tests/integration/test_e2b.py).
 .venv/bin/python -m pip install -q "e2b==2.63.0"
 
+echo "setup: harness venv (.venv-harness: Harbor and NeMo-Gym need Python >= 3.12)"
+# The SDK and the pinned harnesses its providers are tested against
+# (tests/integration/test_providers_{harbor,nemogym}.py; the pins are also in
+# tests/integration/harness_venv.py). The newest Python >= 3.12 on PATH or
+# in pyenv; none: the provider tests skip, saying so.
+# (pyenv's shims exist for versions that are not active: each candidate must run.)
+hpy=
+for c in $(command -v python3.13 python3.12 || true) \
+  $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9].*/bin/python 2>/dev/null | sort -rV || true); do
+  if "$c" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then hpy=$c; break; fi
+done
+if [[ -n $hpy ]]; then
+  if [[ ! -x .venv-harness/bin/python ]] || ! .venv-harness/bin/python -c 'import sys' 2>/dev/null; then
+    rm -rf .venv-harness
+    "$hpy" -m venv .venv-harness
+  fi
+  .venv-harness/bin/python -m pip install -q --upgrade pip
+  .venv-harness/bin/python -m pip install -q -e sdk/python "harbor==0.26.0" "omegaconf==2.4.0"
+  # nemo-gym 0.5+ declares Requires-Python >= 3.13.14 (newer than this machine's
+  # Pythons) and pulls ray, mlflow, vllm, ... for its servers; its sandbox API
+  # (all the provider uses) runs here with omegaconf and pydantic.
+  .venv-harness/bin/python -m pip install -q --no-deps --ignore-requires-python "nemo-gym==0.7.0"
+else
+  echo "setup: no Python >= 3.12 found: the Harbor and NeMo-Gym provider tests will skip"
+fi
+
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12
 

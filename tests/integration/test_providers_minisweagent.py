@@ -2,32 +2,16 @@
 DefaultAgent with its DeterministicModel (a scripted trajectory) runs on
 warren.integrations.minisweagent.WarrenEnvironment to the submit line."""
 
-import subprocess
-import sys
-
 import pytest
+
+from harness_venv import install_pin
 
 PIN = "mini-swe-agent==2.4.6"
 
 
-def _pip_install(spec: str, module: str) -> None:
-    try:
-        __import__(module)
-        return
-    except ImportError:
-        pass
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], capture_output=True, text=True,
-                       timeout=900)
-    if r.returncode != 0:
-        if "Could not find" in r.stderr or "connection" in r.stderr.lower() or "resolve" in r.stderr.lower():
-            print(f"PyPI unreachable, cannot install {spec}: {r.stderr[-500:]}")
-            pytest.skip(f"PyPI unreachable: cannot install {spec}")
-        pytest.fail(f"pip install {spec} failed: {r.stderr[-2000:]}")
-
-
 @pytest.fixture(scope="module")
 def msa():
-    _pip_install(PIN, "minisweagent")
+    install_pin(PIN, "minisweagent")
     import minisweagent
 
     return minisweagent

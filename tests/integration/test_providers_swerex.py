@@ -4,32 +4,17 @@ errors, timeouts and exit-code checks, plain commands, file reads, writes
 and uploads, stop."""
 
 import asyncio
-import subprocess
-import sys
 
 import pytest
+
+from harness_venv import install_pin
 
 PIN = "swe-rex==1.4.0"
 
 
-def _pip_install(spec: str, module: str) -> None:
-    try:
-        __import__(module)
-        return
-    except ImportError:
-        pass
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], capture_output=True, text=True,
-                       timeout=900)
-    if r.returncode != 0:
-        if "Could not find" in r.stderr or "connection" in r.stderr.lower() or "resolve" in r.stderr.lower():
-            print(f"PyPI unreachable, cannot install {spec}: {r.stderr[-500:]}")
-            pytest.skip(f"PyPI unreachable: cannot install {spec}")
-        pytest.fail(f"pip install {spec} failed: {r.stderr[-2000:]}")
-
-
 @pytest.fixture(scope="module")
 def swerex():
-    _pip_install(PIN, "swerex")
+    install_pin(PIN, "swerex")
     import swerex
 
     return swerex

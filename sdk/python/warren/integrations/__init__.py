@@ -7,6 +7,12 @@ extra, e.g. ``pip install 'warren[minisweagent]'``):
   warren.integrations.minisweagent.WarrenEnvironment``).
 * ``warren.integrations.swerex``: a SWE-ReX deployment and runtime backed by
   warren sandboxes and sessions (no server inside the sandbox).
+* ``warren.integrations.harbor.WarrenEnvironment``: Harbor's
+  ``BaseEnvironment`` (``harbor run --env
+  warren.integrations.harbor:WarrenEnvironment``); Python >= 3.12.
+* ``warren.integrations.nemogym.WarrenProvider``: NeMo-Gym's
+  ``SandboxProvider`` with pause/resume, endpoints and connect (entry point
+  ``warren`` of ``nemo_gym.sandbox_providers``); Python >= 3.12.
 
 A module imports its harness lazily, so importing this package needs none.
 """
