@@ -23,6 +23,9 @@
 # the cloud kernel builds no DRM, no USB and no VESA framebuffer, so it has
 # no display on `-vga std` and no USB tablet; the generic one has bochs-drm,
 # xhci and usbhid.
+# Time here (2 cores, Debian's mirror): 297 s cold (debootstrap ~2.5 min,
+# 146 packages / 171 MB, the 4 GiB sparse disk.img with 968 MB used),
+# measured with a C++ build beside it; 0.4 s when current.
 # Idempotent: DIR/rootfs is built once per package list (DIR/rootfs.stamp);
 # disk.img is rebuilt when the agent or the rootfs changed (DIR/disk.stamp).
 # Must run as root (debootstrap, chroot).
@@ -165,8 +168,10 @@ if [[ ! -f $out/disk.stamp || $(cat "$out/disk.stamp") != "$disk_key" || ! -f $o
   rm -f "$out/disk.stamp"
   configure_root
   install -m 755 "$agent" "$rootfs/usr/local/sbin/warren-agent"
-  cp "$rootfs/boot/vmlinuz-$release" "$out/vmlinuz.tmp" && mv "$out/vmlinuz.tmp" "$out/vmlinuz"
-  cp "$rootfs/boot/initrd.img-$release" "$out/initrd.img.tmp" && mv "$out/initrd.img.tmp" "$out/initrd.img"
+  # Readable by all: QEMU runs as an unprivileged uid and reads them itself
+  # (the vm backend's CheckVmHost); disk.img it gets as an open fd.
+  install -m 644 "$rootfs/boot/vmlinuz-$release" "$out/vmlinuz.tmp" && mv "$out/vmlinuz.tmp" "$out/vmlinuz"
+  install -m 644 "$rootfs/boot/initrd.img-$release" "$out/initrd.img.tmp" && mv "$out/initrd.img.tmp" "$out/initrd.img"
   echo "$release" >"$out/kernel.release"
   rm -f "$out/disk.img.tmp"
   mke2fs -q -t ext4 -L warren-vm -d "$rootfs" "$out/disk.img.tmp" 4G

@@ -153,8 +153,8 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   // device, wherever it stands).
   std::vector<std::string> fdsets;
   auto fdset = [&fdsets](int fd) {
-    fdsets.insert(fdsets.end(), {"-add-fd", "fd=" + std::to_string(fd) + ",set=" + std::to_string(fd)});
-    return "/dev/fdset/" + std::to_string(fd);
+    for (std::string& arg : AddFdArgs(fd, fd)) fdsets.push_back(std::move(arg));
+    return FdSetPath(fd);
   };
   const std::string console = c.console_fd >= 0 ? fdset(c.console_fd) : c.console_log;
   std::string machine = "microvm,x-option-roms=off,rtc=on";
@@ -176,7 +176,7 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "-nographic",
       "-no-reboot",
       "-sandbox",
-      "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      kQemuSandbox,
       "-chardev",
       "file,id=console,path=" + console,
       "-serial",
@@ -189,7 +189,7 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
       "virtserialport,chardev=agent,name=warren.agent",
   };
   if (!c.restore) {
-    auto by_fd = [](int fd, const std::string& path) { return fd >= 0 ? "/proc/self/fd/" + std::to_string(fd) : path; };
+    auto by_fd = [](int fd, const std::string& path) { return fd >= 0 ? ProcFdPath(fd) : path; };
     a.insert(a.end(),
              {"-kernel", by_fd(c.kernel_fd, c.kernel), "-initrd", by_fd(c.initrd_fd, c.initrd), "-append", append});
   }
@@ -205,32 +205,24 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
                        "-mon", "chardev=qmp,mode=control"});
   }
   if (c.restore) a.insert(a.end(), {"-incoming", "defer"});
-  if (!c.name.empty()) {
-    std::string name;
-    for (char ch : c.name) name += ch == ',' ? std::string(",,") : std::string(1, ch);
-    a.insert(a.end(), {"-name", name});
-  }
+  if (!c.name.empty()) a.insert(a.end(), {"-name", QemuOptValue(c.name)});
   // Devices from here on, in one order for template and clone (the
   // migration stream names virtio-mmio devices by creation order).
   for (size_t i = 0; i < c.layer_files.size(); ++i) {
     std::string id = "l" + std::to_string(i);
-    // QEMU's -drive option parser splits at ','; a path with one is doubled.
-    std::string file;
     const std::string path = i < c.layer_fds.size() && c.layer_fds[i] >= 0 ? fdset(c.layer_fds[i]) : c.layer_files[i];
-    for (char ch : path) file += ch == ',' ? std::string(",,") : std::string(1, ch);
+    const std::string file = QemuOptValue(path);
     a.insert(a.end(), {"-drive", "file=" + file + ",if=none,id=" + id + ",format=raw,readonly=on", "-device",
                        "virtio-blk-device,drive=" + id + ",serial=wl" + std::to_string(i)});
   }
-  std::string disk;
   std::string disk_path = c.disk;
   if (c.disk_fd >= 0) {
     disk_path = fdset(c.disk_fd);
     if (c.disk_ro_fd >= 0) {
-      fdsets.insert(fdsets.end(),
-                    {"-add-fd", "fd=" + std::to_string(c.disk_ro_fd) + ",set=" + std::to_string(c.disk_fd)});
+      for (std::string& arg : AddFdArgs(c.disk_ro_fd, c.disk_fd)) fdsets.push_back(std::move(arg));
     }
   }
-  for (char ch : disk_path) disk += ch == ',' ? std::string(",,") : std::string(1, ch);
+  const std::string disk = QemuOptValue(disk_path);
   a.insert(a.end(), {"-drive", "file=" + disk + ",if=none,id=wdisk,format=raw,cache=unsafe,discard=unmap", "-device",
                      "virtio-blk-device,drive=wdisk,serial=wdisk", "-device", "virtio-rng-device"});
   a.insert(a.end(), fdsets.begin(), fdsets.end());
@@ -252,27 +244,47 @@ uint64_t ProcessStartTime(pid_t pid) {
   return std::strtoull(stat->c_str() + pos, nullptr, 10);
 }
 
+StatusOr<int> QemuFiles::Open(const std::string& path, int flags) {
+  UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
+  const int target = next_++;
+  fds_.push_back({fd.get(), target});
+  owned_.push_back(std::move(fd));
+  return target;
+}
+
+void QemuFiles::MoveTo(std::vector<UniqueFd>* owned, std::vector<std::pair<int, int>>* fds) {
+  fds->insert(fds->end(), fds_.begin(), fds_.end());
+  for (UniqueFd& fd : owned_) owned->push_back(std::move(fd));
+  fds_.clear();
+  owned_.clear();
+}
+
+std::vector<std::string> AddFdArgs(int fd, int set) {
+  return {"-add-fd", "fd=" + std::to_string(fd) + ",set=" + std::to_string(set)};
+}
+
+std::string QemuOptValue(const std::string& value) {
+  std::string out;
+  for (char c : value) out += c == ',' ? std::string(",,") : std::string(1, c);
+  return out;
+}
+
 Status OpenVmFiles(VmConfig* vm, int first_target, std::vector<UniqueFd>* owned,
                    std::vector<std::pair<int, int>>* fds) {
-  int next = first_target;
-  auto add = [&](const std::string& path, int flags, int* target) -> Status {
-    UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, 0600));
-    if (!fd.valid()) return ErrnoToStatus(errno, "open(" + path + ")");
-    *target = next++;
-    fds->push_back({fd.get(), *target});
-    owned->push_back(std::move(fd));
-    return absl::OkStatus();
-  };
+  QemuFiles files(first_target);
   vm->layer_fds.assign(vm->layer_files.size(), -1);
-  for (size_t i = 0; i < vm->layer_files.size(); ++i)
-    RETURN_IF_ERROR(add(vm->layer_files[i], O_RDONLY, &vm->layer_fds[i]));
-  RETURN_IF_ERROR(add(vm->disk, O_RDWR, &vm->disk_fd));
-  RETURN_IF_ERROR(add(vm->disk, O_RDONLY, &vm->disk_ro_fd));
-  RETURN_IF_ERROR(add(vm->console_log, O_WRONLY | O_CREAT | O_APPEND, &vm->console_fd));
-  if (!vm->restore) {
-    RETURN_IF_ERROR(add(vm->kernel, O_RDONLY, &vm->kernel_fd));
-    RETURN_IF_ERROR(add(vm->initrd, O_RDONLY, &vm->initrd_fd));
+  for (size_t i = 0; i < vm->layer_files.size(); ++i) {
+    ASSIGN_OR_RETURN(vm->layer_fds[i], files.Open(vm->layer_files[i], O_RDONLY));
   }
+  ASSIGN_OR_RETURN(vm->disk_fd, files.Open(vm->disk, O_RDWR));
+  ASSIGN_OR_RETURN(vm->disk_ro_fd, files.Open(vm->disk, O_RDONLY));
+  ASSIGN_OR_RETURN(vm->console_fd, files.Open(vm->console_log, O_WRONLY | O_CREAT | O_APPEND));
+  if (!vm->restore) {
+    ASSIGN_OR_RETURN(vm->kernel_fd, files.Open(vm->kernel, O_RDONLY));
+    ASSIGN_OR_RETURN(vm->initrd_fd, files.Open(vm->initrd, O_RDONLY));
+  }
+  files.MoveTo(owned, fds);
   return absl::OkStatus();
 }
 

@@ -79,6 +79,42 @@ struct VmConfig {
   int initrd_fd = -1;
 };
 
+// QEMU's own seccomp filter (`-sandbox`), every deny option: no obsolete
+// syscalls, no setuid/setgid/capset, no fork/exec, no setpriority or
+// affinity changes. Every QEMU warren starts (microvm, vm) runs under it.
+inline constexpr char kQemuSandbox[] = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+
+// The files a QEMU gets as open fds rather than paths (it runs as a uid of
+// its own that may not reach them), numbered in QEMU from `first_target`
+// on. Open() opens one here (O_CLOEXEC added, mode 0600 when created) and
+// returns its number in QEMU; fds() are the (fd here, fd in QEMU) pairs for
+// LaunchQemu; the fds stay open until this object goes (after the launch).
+// QEMU opens a file it got this way as /dev/fdset/<n> (AddFdArgs: an fd set
+// per file; QEMU picks the fd of the set whose access mode matches its
+// open) or, where it opens by plain path (-kernel, -initrd), as
+// /proc/self/fd/<n> (the file must then be readable by QEMU's uid).
+class QemuFiles {
+ public:
+  explicit QemuFiles(int first_target) : next_(first_target) {}
+  StatusOr<int> Open(const std::string& path, int flags);
+  const std::vector<std::pair<int, int>>& fds() const { return fds_; }
+  // Hands the fds and their pairs over (appended), leaving this empty.
+  void MoveTo(std::vector<UniqueFd>* owned, std::vector<std::pair<int, int>>* fds);
+
+ private:
+  int next_;
+  std::vector<UniqueFd> owned_;
+  std::vector<std::pair<int, int>> fds_;
+};
+
+// "-add-fd fd=<fd>,set=<set>": fd `fd` of QEMU into fd set `set`.
+std::vector<std::string> AddFdArgs(int fd, int set);
+inline std::string FdSetPath(int set) { return "/dev/fdset/" + std::to_string(set); }
+inline std::string ProcFdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+// A path (or any value) in a QEMU option list: QEMU's option parser splits
+// at ',', so one is doubled.
+std::string QemuOptValue(const std::string& value);
+
 // The VM's files opened for QEMU (layers read-only, the disk read-write,
 // the console log appended to), numbered from `first_target` on in QEMU;
 // sets vm->layer_fds/disk_fd/console_fd. `fds` gets (fd here, fd in QEMU)

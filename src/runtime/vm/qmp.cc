@@ -40,21 +40,42 @@ StatusOr<std::unique_ptr<QmpClient>> QmpClient::Connect(const std::string& path,
 }
 
 StatusOr<std::string> QmpClient::Execute(const std::string& execute, const std::string& arguments_json,
-                                         std::chrono::milliseconds timeout) {
+                                         std::chrono::milliseconds timeout, int pass_fd) {
   std::lock_guard<std::mutex> l(mu_);
   if (!broken_.ok()) return broken_;
   std::string line = R"({"execute":")" + execute + "\"";
   if (!arguments_json.empty()) line += R"(,"arguments":)" + arguments_json;
   line += "}";
-  StatusOr<std::string> r = Roundtrip(line, execute, Clock::now() + timeout);
+  StatusOr<std::string> r = Roundtrip(line, execute, Clock::now() + timeout, pass_fd);
   if (!r.ok() && r.status().code() != absl::StatusCode::kInternal) broken_ = r.status();
   return r;
 }
 
-StatusOr<std::string> QmpClient::Roundtrip(const std::string& line, const std::string& what,
-                                           Clock::time_point deadline) {
+StatusOr<std::string> QmpClient::Roundtrip(const std::string& line, const std::string& what, Clock::time_point deadline,
+                                           int pass_fd) {
   std::string out = line + "\n";
   size_t off = 0;
+  if (pass_fd >= 0) {
+    // The fd rides on the command's first bytes (QEMU takes it with them).
+    iovec iov{out.data(), out.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    ssize_t n;
+    do {
+      n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return absl::UnavailableError("QMP " + what + ": sendmsg: " + std::strerror(errno));
+    off = static_cast<size_t>(n);
+  }
   while (off < out.size()) {
     ssize_t n = ::send(fd_.get(), out.data() + off, out.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;

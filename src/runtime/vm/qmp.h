@@ -25,13 +25,15 @@ class QmpClient {
   // Runs `execute` with `arguments_json` ("" for none) and returns the
   // "return" member as JSON text; an "error" answer is InternalError naming
   // the command and QEMU's description. DeadlineExceeded past `timeout`.
+  // `pass_fd` (>= 0) goes with the command as SCM_RIGHTS (add-fd, getfd).
   StatusOr<std::string> Execute(const std::string& execute, const std::string& arguments_json,
-                                std::chrono::milliseconds timeout);
+                                std::chrono::milliseconds timeout, int pass_fd = -1);
 
  private:
   explicit QmpClient(UniqueFd fd) : fd_(std::move(fd)) {}
   StatusOr<std::string> ReadLine(Clock::time_point deadline);
-  StatusOr<std::string> Roundtrip(const std::string& line, const std::string& what, Clock::time_point deadline);
+  StatusOr<std::string> Roundtrip(const std::string& line, const std::string& what, Clock::time_point deadline,
+                                  int pass_fd = -1);
 
   std::mutex mu_;
   UniqueFd fd_;

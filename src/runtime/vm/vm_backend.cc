@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
+#include "runtime/container/uid_slots.h"
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/sandbox.h"
@@ -28,6 +30,8 @@ namespace warren::runtime {
 namespace {
 
 using microvm::AgentChannel;
+using microvm::kAgentFd;
+using microvm::kQmpFd;
 
 // systemd, udev and Xorg need this much; below it the guest swaps itself to
 // death under TCG rather than failing clearly.
@@ -36,28 +40,38 @@ constexpr uint32_t kMinMemoryMb = 384;
 // plus the VGA's 16 MiB of video RAM and the USB and PCI devices.
 constexpr uint32_t kVmOverheadMb = microvm::kQemuOverheadMb + 64;
 constexpr uint32_t kQemuPids = 64;
-constexpr int kAgentFd = 3, kQmpFd = 4;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
+// The monitor of a QEMU whose guest answered: it is up, the connect is quick.
+constexpr std::chrono::milliseconds kQmpConnectTimeout{10000};
 
 bool PidfdAlive(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) == 0;
 }
 
+// A file the backend needs: FailedPrecondition naming it (and errno's
+// reason) when it is missing or not a regular file: the host is not set up,
+// nothing the client can change.
 Status CheckFile(const std::string& path, const std::string& what) {
   struct stat st;
   if (path.empty()) return absl::FailedPreconditionError("vm: no " + what + " configured");
-  if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "vm: " + what + " " + path);
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError("vm: " + what + " " + path + ": " + std::strerror(errno));
+  }
   if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError("vm: " + what + " " + path + " is not a file");
   return absl::OkStatus();
 }
 
-// QEMU's option parser splits at ','; a path with one is doubled.
-std::string QemuPath(const std::string& p) {
-  std::string out;
-  for (char c : p) out += c == ',' ? std::string(",,") : std::string(1, c);
-  return out;
-}
+// The fd numbers in QEMU of the files a VM's QEMU gets (microvm::QemuFiles,
+// from microvm::kFirstFileFd on).
+struct VmFileFds {
+  int base = -1;     // disk.img, read-only: the overlay's backing node
+  int disk_rw = -1;  // the qcow2 overlay; one fd set with disk_ro
+  int disk_ro = -1;
+  int console = -1;  // appended to
+  int kernel = -1;   // read as /proc/self/fd/<n>
+  int initrd = -1;
+};
 
 // Runs argv (stdio on /dev/null) and waits; an error names the tool and its
 // exit status.
@@ -87,8 +101,8 @@ Status RunTool(const std::vector<std::string>& argv) {
 
 class VmBackend : public Backend {
  public:
-  VmBackend(VmOptions o, std::unique_ptr<jail::CgroupManager> cgroups)
-      : o_(std::move(o)), cgroups_(std::move(cgroups)) {}
+  VmBackend(VmOptions o, std::unique_ptr<jail::CgroupManager> cgroups, std::unique_ptr<UidSlots> uids)
+      : o_(std::move(o)), cgroups_(std::move(cgroups)), uids_(std::move(uids)) {}
 
   std::string name() const override { return "vm"; }
   Capabilities capabilities() const override { return {}; }
@@ -111,6 +125,9 @@ class VmBackend : public Backend {
     RETURN_IF_ERROR(RunTool(
         {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", rec.disk()}));
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
+    ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
+    rec.set_uid_slot(slot);
+    rb.Add([this, slot] { uids_->Release(slot); });
 
     jail::CgroupLimits limits;
     limits.cpu_millis = spec.resources.cpu_millis;
@@ -126,7 +143,7 @@ class VmBackend : public Backend {
     UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
     rb.Add([&spec] {
-      for (const char* f : {"/agent.sock", "/qmp.sock", "/console.log", "/qemu.log", "/screen.png"}) {
+      for (const char* f : {"/agent.sock", "/qmp.sock", "/console.log", "/qemu.log"}) {
         ::unlink((spec.dir + f).c_str());
       }
     });
@@ -135,20 +152,33 @@ class VmBackend : public Backend {
     ASSIGN_OR_RETURN(UniqueFd agent_listener, microvm::ListenUnix(agent_path));
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
 
-    std::vector<int> procs_fds;
-    procs_fds.reserve(procs.size());
-    for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-    ASSIGN_OR_RETURN(
-        q, microvm::LaunchQemu(Argv(spec, rec), {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}},
-                               spec.dir + "/qemu.log", procs_fds));
-    agent_listener.reset();  // QEMU holds them now
+    {
+      // Every file QEMU uses, as an open fd: its uid reaches none of them.
+      microvm::QemuFiles files(microvm::kFirstFileFd);
+      VmFileFds f;
+      ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));
+      ASSIGN_OR_RETURN(f.disk_rw, files.Open(rec.disk(), O_RDWR));
+      ASSIGN_OR_RETURN(f.disk_ro, files.Open(rec.disk(), O_RDONLY));
+      ASSIGN_OR_RETURN(f.console, files.Open(spec.dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
+      ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
+      ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+      std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
+      fds.insert(fds.end(), files.fds().begin(), files.fds().end());
+      std::vector<int> procs_fds;
+      procs_fds.reserve(procs.size());
+      for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
+      ASSIGN_OR_RETURN(q,
+                       microvm::LaunchQemu(Argv(spec, rec, f), fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
+    }  // QEMU holds the files and the sockets now
+    agent_listener.reset();
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
     rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
 
+    // The agent's hello first: its wait notices a QEMU that exited (the
+    // monitor's connect alone would retry until the deadline).
     const auto deadline = AgentChannel::Clock::now() + o_.boot_timeout;
-    ASSIGN_OR_RETURN(std::unique_ptr<vm::QmpClient> qmp, vm::QmpClient::Connect(qmp_path, deadline));
     microvm::proto::HelloReply hello;
     int pidfd = q.pidfd.get();
     StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
@@ -162,6 +192,8 @@ class VmBackend : public Backend {
     if (!hello.error.empty()) {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": the guest agent reports: " + hello.error);
     }
+    ASSIGN_OR_RETURN(std::unique_ptr<vm::QmpClient> qmp,
+                     vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + kQmpConnectTimeout));
     rec.set_kernel_release(hello.kernel_release);
     rec.set_boot_id(hello.boot_id);
     microvm::MicrovmSandbox::Parts parts;
@@ -171,9 +203,11 @@ class VmBackend : public Backend {
     parts.cgroup = std::move(cgroup);
     parts.channel = std::move(*ch);
     parts.exec_slack = o_.exec_slack;
+    parts.identity = Identity(slot);
+    parts.release_uid = [this, slot] { uids_->Release(slot); };
     rb.Commit();
     return std::unique_ptr<Sandbox>(
-        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp), spec.dir));
+        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
   }
 
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -188,6 +222,14 @@ class VmBackend : public Backend {
     if (microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
     if (!pidfd.valid() || microvm::ProcessStartTime(pid) != rec.qemu_start_time()) return gone();
+    // Its uid is this daemon's again (and no other VM's: the slot's claim
+    // names this daemon's disk dir, which the create wrote).
+    if (rec.has_uid_slot() && !uids_->TakeSpecific(rec.uid_slot())) {
+      return absl::FailedPreconditionError("sandbox " + spec.id + ": its uid slot " + std::to_string(rec.uid_slot()) +
+                                           " is held by another sandbox or daemon");
+    }
+    Rollback rb;
+    if (rec.has_uid_slot()) rb.Add([this, &rec] { uids_->Release(rec.uid_slot()); });
     StatusOr<std::unique_ptr<jail::Cgroup>> cgroup = cgroups_->Open(rec.cgroup());
     UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
@@ -211,8 +253,14 @@ class VmBackend : public Backend {
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
     parts.exec_slack = o_.exec_slack;
+    if (rec.has_uid_slot()) {
+      const uint32_t slot = rec.uid_slot();
+      parts.identity = Identity(slot);
+      parts.release_uid = [this, slot] { uids_->Release(slot); };
+    }
+    rb.Commit();
     return std::unique_ptr<Sandbox>(
-        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp), spec.dir));
+        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
   }
 
   Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -239,20 +287,28 @@ class VmBackend : public Backend {
       if (!s.ok()) first = s;
     }
     Status s = microvm::RemoveVmFiles(spec.dir, disk);
+    if (rec.has_uid_slot()) uids_->Release(rec.uid_slot());
     return first.ok() ? s : first;
   }
 
  private:
+  microvm::QemuIdentity Identity(uint32_t slot) const {
+    const uid_t id = uids_->HostUid(slot);
+    return {id, id};
+  }
+
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
-  std::vector<std::string> Argv(const SandboxSpec& spec, const microvm::record::Microvm& rec) const {
+  std::vector<std::string> Argv(const SandboxSpec& spec, const microvm::record::Microvm& rec,
+                                const VmFileFds& f) const {
+    using microvm::FdSetPath;
     const std::string& accel = rec.accel();
     // warren.screen: the size the guest's X session sets (xrandr); systemd's
     // status on the console for the boot's log.
     std::string append = "root=/dev/vda rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
                          std::string("warren.screen=") + std::to_string(o_.screen_width) + "x" +
                          std::to_string(o_.screen_height);
-    return {
+    std::vector<std::string> a = {
         o_.qemu,
         "-M",
         "q35,vmport=off,smbus=off",
@@ -264,13 +320,15 @@ class VmBackend : public Backend {
         std::to_string(spec.resources.memory_mb) + "M",
         "-smp",
         std::to_string(o_.cpus),
+        "-name",
+        microvm::QemuOptValue("warren:" + spec.id),
         "-nodefaults",
         "-no-user-config",
         "-display",
         "none",
         "-no-reboot",
         "-sandbox",
-        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+        microvm::kQemuSandbox,
         "-vga",
         "std",
         "-device",
@@ -278,17 +336,25 @@ class VmBackend : public Backend {
         "-device",
         "usb-tablet,bus=xhci.0",
         "-kernel",
-        o_.guest_dir + "/vmlinuz",
+        microvm::ProcFdPath(f.kernel),
         "-initrd",
-        o_.guest_dir + "/initrd.img",
+        microvm::ProcFdPath(f.initrd),
         "-append",
         append,
-        "-drive",
-        "file=" + QemuPath(rec.disk()) + ",if=none,id=root,format=qcow2,cache=unsafe,discard=unmap",
+        // The overlay over the guest's disk, its backing given as a node
+        // (not the path in the qcow2 header, which QEMU's uid cannot open).
+        "-blockdev",
+        "driver=file,node-name=base-file,filename=" + FdSetPath(f.base) + ",read-only=on",
+        "-blockdev",
+        "driver=raw,node-name=base,file=base-file,read-only=on",
+        "-blockdev",
+        "driver=file,node-name=root-file,filename=" + FdSetPath(f.disk_rw) + ",cache.no-flush=on,discard=unmap",
+        "-blockdev",
+        "driver=qcow2,node-name=root,file=root-file,backing=base,cache.no-flush=on,discard=unmap",
         "-device",
         "virtio-blk-pci,drive=root",
         "-chardev",
-        "file,id=console,path=" + QemuPath(spec.dir + "/console.log"),
+        "file,id=console,path=" + FdSetPath(f.console),
         "-serial",
         "chardev:console",
         "-device",
@@ -304,10 +370,18 @@ class VmBackend : public Backend {
         "-device",
         "virtio-rng-pci",
     };
+    for (int fd : {f.base, f.disk_rw, f.console}) {
+      for (std::string& arg : microvm::AddFdArgs(fd, fd)) a.push_back(std::move(arg));
+    }
+    // The overlay's read-only fd in its set too: QEMU may open a writable
+    // image read-only first (probing, reopens).
+    for (std::string& arg : microvm::AddFdArgs(f.disk_ro, f.disk_rw)) a.push_back(std::move(arg));
+    return a;
   }
 
   const VmOptions o_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
+  std::unique_ptr<UidSlots> uids_;
 };
 
 }  // namespace
@@ -317,6 +391,16 @@ Status CheckVmHost(const VmOptions& o) {
   RETURN_IF_ERROR(CheckFile(o.qemu_img, "qemu-img"));
   for (const char* f : {"disk.img", "vmlinuz", "initrd.img"}) {
     RETURN_IF_ERROR(CheckFile(o.guest_dir + "/" + f, std::string("guest ") + f + " (scripts/vm/build-guest.sh)"));
+  }
+  // QEMU's uid reads them itself (by /proc/self/fd: the file's own mode
+  // counts, not its dirs').
+  for (const char* f : {"vmlinuz", "initrd.img"}) {
+    struct stat st;
+    const std::string path = o.guest_dir + "/" + f;
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) == 0) {
+      return absl::FailedPreconditionError(std::string("vm: guest ") + f + " " + path +
+                                           " must be readable by all (QEMU runs as an unprivileged uid): chmod o+r");
+    }
   }
   if (o.accel != "tcg" && o.accel != "kvm" && o.accel != "auto") {
     return absl::InvalidArgumentError("vm: accel must be tcg, kvm or auto, not \"" + o.accel + "\"");
@@ -333,7 +417,12 @@ StatusOr<std::unique_ptr<Backend>> NewVmBackend(const VmOptions& options) {
   RETURN_IF_ERROR(MkdirAll(options.disk_dir, 0700));
   ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups,
                    jail::CgroupManager::Detect(options.cgroup_name, /*view_hierarchies=*/false));
-  return std::unique_ptr<Backend>(new VmBackend(options, std::move(cgroups)));
+  if (options.max_vms == 0 || uint64_t{options.uid_base} + options.max_vms >= 0xfffffffeu) {
+    return absl::InvalidArgumentError("vm: uid_base + max_vms must stay below 4294967294");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<UidSlots> uids,
+                   UidSlots::Open(options.uid_lock_dir, options.disk_dir, options.max_vms, options.uid_base, 1));
+  return std::unique_ptr<Backend>(new VmBackend(options, std::move(cgroups), std::move(uids)));
 }
 
 }  // namespace warren::runtime

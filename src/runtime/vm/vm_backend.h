@@ -10,6 +10,20 @@
 // Each VM boots a qcow2 overlay of disk.img (<disk_dir>/<id>.qcow2,
 // copy-on-write: the base is never written); destroy removes it.
 //
+// QEMU runs jailed as a microVM's does (runtime/microvm: the same launch,
+// LaunchQemu, and the same pool of uids): its own cgroup
+// <daemon's cgroup>/<cgroup_name>/<id> (memory = memory_mb + kVmOverheadMb,
+// pids, cpu = cpu_millis), joined before exec; its own unprivileged uid/gid
+// (a slot of the host-wide pool in uid_lock_dir, shared with the microvm
+// backend: no capabilities, no groups); QEMU's seccomp filter (-sandbox on,
+// every deny option); stdin /dev/null; its own session (it outlives the
+// daemon and is re-adopted). Every host file it uses is an open fd: the
+// guest's disk.img (read-only, the qcow2 overlay's backing node), the
+// overlay (read-write), the console log, the listening agent and QMP
+// sockets, and per screenshot a memfd it writes the PNG into (QMP add-fd);
+// the kernel and initramfs it reads as /proc/self/fd/<n>, so they must be
+// readable by all (CheckVmHost). No NIC.
+//
 // Reused from the microvm backend (runtime/microvm): the QEMU launch into
 // its own cgroup and session (qemu.h), the agent channel and its wire
 // protocol (channel.h, protocol.h: exec goes to the guest agent over the
@@ -18,9 +32,9 @@
 // (ChooseAccel: KVM only where it runs a stock guest, TCG otherwise).
 //
 // Files of a sandbox: <spec.dir>/agent.sock, qmp.sock (QEMU listens on
-// both), console.log (the guest's serial console), qemu.log, screen.png
-// (while a screenshot is taken). Destroy and Cleanup remove them, the
-// overlay disk, the QEMU process and its cgroup.
+// both), console.log (the guest's serial console), qemu.log. Destroy and
+// Cleanup remove them, the overlay disk, the QEMU process, its cgroup and
+// give its uid back; a create that fails removes them too (rollback).
 //
 // Create waits for the guest agent's hello at most boot_timeout (a full
 // systemd boot under TCG takes tens of seconds): DeadlineExceeded then,
@@ -52,13 +66,21 @@ struct VmOptions {
   std::chrono::milliseconds boot_timeout{300000};
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;
+  // QEMU's uid = gid = uid_base + slot, slots claimed host-wide in
+  // uid_lock_dir in the name of disk_dir (runtime/container/uid_slots.h):
+  // the same pool as MicrovmOptions' by default, so no two QEMUs on the
+  // host share a uid whichever backend started them.
+  std::string uid_lock_dir = "/run/warren/uid-slots";
+  uint32_t uid_base = 2200000000;
+  uint32_t max_vms = 4096;
   // The screen size the guest's X session sets (warren.screen= on the
   // kernel command line, applied with xrandr by build-guest.sh's session).
   uint32_t screen_width = 1024, screen_height = 768;
 };
 
-// OK when QEMU, qemu-img and the guest's files exist; NotFound or
-// FailedPrecondition naming the missing one.
+// OK when QEMU, qemu-img and the guest's files exist (the kernel and the
+// initramfs readable by all); NotFound or FailedPrecondition naming the
+// missing one.
 Status CheckVmHost(const VmOptions& options);
 
 StatusOr<std::unique_ptr<Backend>> NewVmBackend(const VmOptions& options);

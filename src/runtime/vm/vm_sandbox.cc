@@ -1,5 +1,8 @@
 #include "runtime/vm/vm_sandbox.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -7,13 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/file_util.h"
 #include "runtime/vm/input.h"
 
 namespace warren::runtime::vm {
 
 namespace {
-// Screenshots are read back from the file QEMU writes; the screen of a
+// Screenshots are read back from the memfd QEMU writes; the screen of a
 // 4K display in PNG stays well below.
 constexpr uint64_t kMaxPngBytes = 64u << 20;
 // The screen size the pointer is scaled by is re-read after this (the guest
@@ -39,8 +41,8 @@ Status PngSize(const std::string& png, uint32_t* width, uint32_t* height) {
   return absl::OkStatus();
 }
 
-VmSandbox::VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp, std::string dir)
-    : inner_(std::move(inner)), qmp_(std::move(qmp)), dir_(std::move(dir)) {}
+VmSandbox::VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp)
+    : inner_(std::move(inner)), qmp_(std::move(qmp)) {}
 
 Status VmSandbox::Destroy() { return inner_->Destroy(); }
 
@@ -51,19 +53,46 @@ Status VmSandbox::Named(const Status& s) const {
 
 StatusOr<Screenshot> VmSandbox::TakeScreenshot() {
   std::lock_guard<std::mutex> l(mu_);
-  const std::string path = dir_ + "/screen.png";
-  nlohmann::json args = {{"filename", path}, {"format", "png"}};
-  StatusOr<std::string> r = qmp_->Execute("screendump", args.dump(), kQmpTimeout);
-  if (!r.ok()) {
-    ::unlink(path.c_str());
-    return Named(r.status());
+  // QEMU's uid cannot create files here: it writes into a memfd of ours,
+  // passed write-only into a fresh fd set (QMP add-fd) that screendump
+  // opens as /dev/fdset/<id> (QEMU dups the set's fd whose access mode
+  // matches its O_WRONLY), removed again after.
+  UniqueFd mem(static_cast<int>(::memfd_create("warren-screen", MFD_CLOEXEC)));
+  if (!mem.valid()) return Named(ErrnoToStatus(errno, "memfd_create"));
+  UniqueFd wr(::open(("/proc/self/fd/" + std::to_string(mem.get())).c_str(), O_WRONLY | O_CLOEXEC));
+  if (!wr.valid()) return Named(ErrnoToStatus(errno, "open(memfd, O_WRONLY)"));
+  StatusOr<std::string> added = qmp_->Execute("add-fd", "", kQmpTimeout, wr.get());
+  if (!added.ok()) return Named(added.status());
+  wr.reset();
+  nlohmann::json a = nlohmann::json::parse(*added, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_object() || !a.contains("fdset-id") || !a["fdset-id"].is_number_integer()) {
+    return Named(absl::InternalError("QMP add-fd: no fdset-id in " + *added));
   }
-  StatusOr<std::string> png = ReadSmallFile(path, kMaxPngBytes);
-  ::unlink(path.c_str());
-  if (!png.ok()) return Named(png.status());
+  const int64_t set = a["fdset-id"].get<int64_t>();
+  nlohmann::json args = {{"filename", "/dev/fdset/" + std::to_string(set)}, {"format", "png"}};
+  StatusOr<std::string> r = qmp_->Execute("screendump", args.dump(), kQmpTimeout);
+  StatusOr<std::string> removed = qmp_->Execute("remove-fd", nlohmann::json{{"fdset-id", set}}.dump(), kQmpTimeout);
+  if (!r.ok()) return Named(r.status());
+  if (!removed.ok()) return Named(removed.status());
+  struct stat st;
+  if (::fstat(mem.get(), &st) != 0) return Named(ErrnoToStatus(errno, "fstat(memfd)"));
+  if (static_cast<uint64_t>(st.st_size) > kMaxPngBytes) {
+    return Named(absl::InternalError("screendump wrote " + std::to_string(st.st_size) + " bytes (limit " +
+                                     std::to_string(kMaxPngBytes) + ")"));
+  }
+  std::string png(static_cast<size_t>(st.st_size), '\0');
+  size_t off = 0;
+  while (off < png.size()) {
+    ssize_t n = ::pread(mem.get(), png.data() + off, png.size() - off, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Named(ErrnoToStatus(errno, "pread(memfd)"));
+    if (n == 0) break;
+    off += static_cast<size_t>(n);
+  }
+  png.resize(off);
   Screenshot shot;
-  RETURN_IF_ERROR(Named(PngSize(*png, &shot.width, &shot.height)));
-  shot.png = std::move(*png);
+  RETURN_IF_ERROR(Named(PngSize(png, &shot.width, &shot.height)));
+  shot.png = std::move(png);
   width_ = shot.width;
   height_ = shot.height;
   size_at_ = std::chrono::steady_clock::now();

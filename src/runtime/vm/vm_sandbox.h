@@ -19,7 +19,7 @@ Status PngSize(const std::string& png, uint32_t* width, uint32_t* height);
 
 class VmSandbox : public Sandbox, public Desktop {
  public:
-  VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp, std::string dir);
+  VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp);
 
   const std::string& id() const override { return inner_->id(); }
   StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override { return inner_->Exec(spec); }
@@ -45,8 +45,7 @@ class VmSandbox : public Sandbox, public Desktop {
 
   std::unique_ptr<microvm::MicrovmSandbox> inner_;
   std::unique_ptr<QmpClient> qmp_;
-  const std::string dir_;
-  std::mutex mu_;  // the screen size and the screendump file
+  std::mutex mu_;  // the screen size; one screendump at a time
   uint32_t width_ = 0, height_ = 0;
   std::chrono::steady_clock::time_point size_at_{};
 };
