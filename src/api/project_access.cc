@@ -6,14 +6,22 @@
 #include "common/secret.h"
 
 namespace warren::api {
-namespace {
-
-std::string ProjectLabelOf(const node::SandboxInfo& s) {
-  auto it = s.labels.find(kProjectLabel);
-  return it == s.labels.end() ? std::string() : it->second;
+std::string ProjectOf(const node::SandboxInfo& info) {
+  auto it = info.labels.find(kProjectLabel);
+  return it == info.labels.end() ? std::string() : it->second;
 }
 
-}  // namespace
+StatusOr<std::unique_ptr<QuotaHold>> AdmitCreate(Projects* projects, const std::string& project,
+                                                 node::CreateRequest* r) {
+  if (project.empty()) return std::unique_ptr<QuotaHold>();
+  if (projects == nullptr)
+    return absl::FailedPreconditionError("project " + project + ": this node is not in a cluster");
+  r->labels[kProjectLabel] = project;
+  // As the node fills them in (validate.cc) when the request leaves them 0.
+  const uint32_t cpu = r->resources.cpu_millis != 0 ? r->resources.cpu_millis : 1000;
+  const uint32_t memory = r->resources.memory_mb != 0 ? r->resources.memory_mb : 2048;
+  return projects->Admit(project, cpu, memory);
+}
 
 bool InProject(const std::string& scope, const std::string& project) {
   if (scope.empty()) return true;
@@ -42,7 +50,7 @@ grpc::Status CheckSandboxAccess(const ServiceDeps& deps, const grpc::ServerConte
   const std::string project = deps.auth->Project(ctx);
   if (project.empty()) return grpc::Status::OK;
   StatusOr<node::SandboxInfo> info = deps.manager->Get(id);
-  if (info.ok() && InProject(project, ProjectLabelOf(*info))) return grpc::Status::OK;
+  if (info.ok() && InProject(project, ProjectOf(*info))) return grpc::Status::OK;
   // The same answer for another project's sandbox and for none at all.
   return {grpc::StatusCode::PERMISSION_DENIED, "sandbox " + id + " is not in project " + project};
 }
@@ -51,7 +59,7 @@ grpc::Status CheckJobAccess(const ServiceDeps& deps, const grpc::ServerContext& 
   const std::string project = deps.auth->Project(ctx);
   if (project.empty()) return grpc::Status::OK;
   for (const node::SandboxInfo& s : deps.manager->List({}, job)) {
-    if (!InProject(project, ProjectLabelOf(s))) {
+    if (!InProject(project, ProjectOf(s))) {
       return {grpc::StatusCode::PERMISSION_DENIED, "job " + job + " is not in project " + project};
     }
   }

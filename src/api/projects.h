@@ -21,6 +21,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/status.h"
+#include "node/sandbox_types.h"
 #include "warren/v1/project.pb.h"
 
 namespace warren::api {
@@ -67,6 +68,19 @@ class Projects {
 
 // Whether `project` is `scope` or below it; every project is in scope "".
 bool InProject(const std::string& scope, const std::string& project);
+
+// The project sandbox `info` belongs to (its kProjectLabel; "" = none).
+std::string ProjectOf(const node::SandboxInfo& info);
+
+// A create on behalf of `project` ("" = a caller trusted with every
+// project: nothing to do, a null hold): labels `r` with kProjectLabel and
+// takes its share of the project's quotas (Projects::Admit, with the
+// node's defaults for resources `r` leaves 0). The hold is kept until the
+// create finished. FailedPrecondition when `projects` is null (a single
+// node has no projects); Admit's errors otherwise. Every front end that
+// creates sandboxes (warren.v1 Sandboxes, the E2B API) calls this.
+StatusOr<std::unique_ptr<QuotaHold>> AdmitCreate(Projects* projects, const std::string& project,
+                                                 node::CreateRequest* r);
 
 // The project `ctx`'s call acts for ("" = every project): a project token's
 // project, else the kProjectKey a trusted caller (the unix socket, the node

@@ -83,23 +83,11 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
   }
   // A project's create carries its label and holds its share of the
   // project's quotas (cluster-wide) while it runs.
-  std::unique_ptr<QuotaHold> quota;
-  if (const std::string project = deps_.auth->Project(*ctx); !project.empty()) {
-    Projects* projects = deps_.auth->projects();
-    if (projects == nullptr) {
-      return {grpc::StatusCode::FAILED_PRECONDITION, "project " + project + ": this node is not in a cluster"};
-    }
-    r.labels[kProjectLabel] = project;
-    // As the node fills them in (validate.cc) when the request leaves them 0.
-    const uint32_t cpu = r.resources.cpu_millis != 0 ? r.resources.cpu_millis : 1000;
-    const uint32_t memory = r.resources.memory_mb != 0 ? r.resources.memory_mb : 2048;
-    StatusOr<std::unique_ptr<QuotaHold>> hold = projects->Admit(project, cpu, memory);
-    if (!hold.ok()) {
-      grpc::Status g = ToGrpcStatus(hold.status());
-      if (g.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return g;
-      return {g.error_code(), g.error_message(), kQuotaRefusalDetails};  // no other node will take it either
-    }
-    quota = *std::move(hold);
+  StatusOr<std::unique_ptr<QuotaHold>> quota = AdmitCreate(deps_.auth->projects(), deps_.auth->Project(*ctx), &r);
+  if (!quota.ok()) {
+    grpc::Status g = ToGrpcStatus(quota.status());
+    if (g.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return g;
+    return {g.error_code(), g.error_message(), kQuotaRefusalDetails};  // no other node will take it either
   }
   StatusOr<node::SandboxInfo> info = deps_.manager->Create(r);
   if (!info.ok()) return ToGrpcStatus(info.status());

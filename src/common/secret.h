@@ -1,7 +1,11 @@
-// Comparing secrets (bearer tokens) without leaking them through timing.
+// Comparing secrets (bearer tokens) without leaking them through timing,
+// and making new ones.
 #pragma once
 
+#include <sys/random.h>
+
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace warren {
@@ -13,6 +17,26 @@ inline bool SameSecret(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+// `bytes` bytes from the kernel's CSPRNG (getrandom, which blocks only
+// until the pool is first seeded), hex-encoded: 2 * bytes characters.
+inline std::string RandomHex(size_t bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes);
+  unsigned char buf[64];
+  while (bytes > 0) {
+    const size_t want = bytes < sizeof buf ? bytes : sizeof buf;
+    const ssize_t n = ::getrandom(buf, want, 0);
+    if (n <= 0) continue;  // EINTR; getrandom does not otherwise fail for <= 256 bytes
+    for (ssize_t i = 0; i < n; ++i) {
+      out.push_back(kHex[buf[i] >> 4]);
+      out.push_back(kHex[buf[i] & 0xf]);
+    }
+    bytes -= static_cast<size_t>(n);
+  }
+  return out;
 }
 
 }  // namespace warren

@@ -1,6 +1,7 @@
 #include "e2b/connect.h"
 
 #include <cstdint>
+#include <string>
 
 namespace warren::e2b {
 
@@ -34,6 +35,9 @@ StatusOr<json> FirstMessage(std::string_view body) {
                      (static_cast<uint32_t>(static_cast<unsigned char>(body[3])) << 8) |
                      static_cast<uint32_t>(static_cast<unsigned char>(body[4]));
   if (body.size() - 5 < n) return absl::InvalidArgumentError("Connect stream request: envelope longer than the body");
+  if (body.size() - 5 > n)
+    return absl::InvalidArgumentError("Connect stream request: " + std::to_string(body.size() - 5 - n) +
+                                      " bytes after the request message (a server-streaming call takes one)");
   json j = json::parse(body.substr(5, n), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return absl::InvalidArgumentError("Connect stream request: the message is not a JSON object");

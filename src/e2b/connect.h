@@ -23,7 +23,8 @@ constexpr unsigned char kEndStreamFlag = 0x02;
 std::string Envelope(const nlohmann::json& message, unsigned char flags = 0);
 // The end-of-stream message: `{}` when `status` is OK, else its error.
 std::string EndStream(const Status& status);
-// The first enveloped message of a streaming request body, parsed as JSON.
+// The one enveloped message of a server-streaming request body, parsed as
+// JSON: InvalidArgument naming what is wrong with the envelope otherwise.
 StatusOr<nlohmann::json> FirstMessage(std::string_view body);
 
 // Connect's error code name for a status ("not_found", ...).

@@ -1,14 +1,22 @@
 // envd's filesystem service (filesystem.proto, package `filesystem`, service
 // `Filesystem`): Stat, ListDir, MakeDir, Move and Remove as unary Connect
 // calls over the sandbox's SandboxFiles, which resolves every path inside
-// the sandbox root (never on the host). Watches are not served.
+// the sandbox root (never on the host); directory watches (dir_watch.h) as
+// CreateWatcher / GetWatcherEvents / RemoveWatcher (the sync SDK's
+// files.watch_dir) and the WatchDir server stream (the async SDK's).
 #include <httplib.h>
 #include <time.h>
 
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "e2b/connect.h"
+#include "e2b/dir_watch.h"
 #include "e2b/server.h"
 
 namespace warren::e2b {
@@ -16,7 +24,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr uint32_t kMaxDepth = 16;  // ListDir depth bound
+constexpr uint32_t kMaxDepth = 16;                                // ListDir depth bound
+constexpr auto kWatchPollEvery = std::chrono::milliseconds(250);  // WatchDir stream
 
 const char* TypeName(runtime::FileType t) {
   switch (t) {
@@ -148,6 +157,136 @@ StatusOr<json> Remove(E2bState& st, const std::string& id, const json& msg) {
   return json::object();
 }
 
+json EventJson(const WatchEvent& e, bool include_entry) {
+  json j = {{"name", e.name}, {"type", WatchEventTypeName(e.type)}};
+  if (include_entry && e.type != WatchEventType::kRemove) j["entry"] = Entry(e.info);
+  return j;
+}
+
+// CreateWatcherRequest / WatchDirRequest {path, recursive, include_entry,
+// allow_network_mounts}: the watch, its baseline listed.
+StatusOr<std::unique_ptr<DirWatch>> StartWatch(E2bState& st, const std::string& id, const json& msg,
+                                               bool* include_entry) {
+  ASSIGN_OR_RETURN(std::string path, PathField(msg, "path"));
+  for (const char* key : {"recursive", "includeEntry", "allowNetworkMounts"}) {
+    if (msg.contains(key) && !msg[key].is_null() && !msg[key].is_boolean())
+      return absl::InvalidArgumentError(std::string(key) + " must be a boolean");
+  }
+  const bool recursive = msg.value("recursive", false);
+  *include_entry = msg.value("includeEntry", false);
+  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Sandbox(st, id));
+  StatusOr<std::unique_ptr<DirWatch>> w = DirWatch::Start(sb->files(), path, recursive);
+  Audit(st, id, "watch", path, w.status());
+  return w;
+}
+
+StatusOr<std::string> WatcherId(const json& msg) {
+  if (!msg.contains("watcherId") || !msg["watcherId"].is_string() || msg["watcherId"].get<std::string>().empty())
+    return absl::InvalidArgumentError("watcherId is missing or empty");
+  return msg["watcherId"].get<std::string>();
+}
+
+StatusOr<json> CreateWatcher(E2bState& st, const std::string& id, const json& msg) {
+  auto w = std::make_shared<WatcherTable::Watcher>();
+  ASSIGN_OR_RETURN(w->watch, StartWatch(st, id, msg, &w->include_entry));
+  ASSIGN_OR_RETURN(std::string watcher, st.watchers().Add(id, std::move(w)));
+  return json{{"watcherId", watcher}};
+}
+
+// The changes since the previous call (or the watcher's creation). A
+// watch that failed (its directory removed) answers its error, and is over.
+StatusOr<json> GetWatcherEvents(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(std::string watcher, WatcherId(msg));
+  ASSIGN_OR_RETURN(std::shared_ptr<WatcherTable::Watcher> w, st.watchers().Find(id, watcher));
+  ASSIGN_OR_RETURN(std::shared_ptr<runtime::Sandbox> sb, Sandbox(st, id));
+  std::lock_guard<std::mutex> lock(w->mu);
+  StatusOr<std::vector<WatchEvent>> events = w->watch->Poll(sb->files());
+  if (!events.ok()) {
+    (void)st.watchers().Remove(id, watcher);
+    return events.status();
+  }
+  json out = json::array();
+  for (const WatchEvent& e : *events) out.push_back(EventJson(e, w->include_entry));
+  return json{{"events", out}};
+}
+
+StatusOr<json> RemoveWatcher(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(std::string watcher, WatcherId(msg));
+  RETURN_IF_ERROR(st.watchers().Remove(id, watcher));
+  return json::object();
+}
+
+// WatchDir: a start event, then the changes as `filesystem` events, polled
+// every kWatchPollEvery while the sandbox runs (a paused sandbox is neither
+// resumed nor polled); keepalives as the client asks (Keepalive-Ping-Interval).
+// Ends with the watch's error (its directory removed, the sandbox gone).
+void WatchDir(E2bState& st, const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+  auto fail = [&res](const Status& s) {
+    res.status = 200;
+    res.set_content(EndStream(s), "application/connect+json");
+  };
+  StatusOr<std::string> body = ReadBody(reader, res, st.options().max_body_bytes);
+  if (!body.ok()) return fail(body.status());
+  StatusOr<std::string> id = Addressed(st, req);
+  if (!id.ok()) return fail(id.status());
+  StatusOr<json> msg = FirstMessage(*body);
+  if (!msg.ok()) return fail(msg.status());
+  StatusOr<std::chrono::seconds> keepalive = KeepaliveInterval(req);
+  if (!keepalive.ok()) return fail(keepalive.status());
+  struct Stream {
+    E2bState* st;
+    std::string id;
+    std::unique_ptr<DirWatch> watch;
+    std::shared_ptr<runtime::Sandbox> sb;
+    bool include_entry = false;
+    bool started = false;
+    std::chrono::seconds keepalive;
+    std::chrono::steady_clock::time_point last_event{};
+  };
+  auto s = std::make_shared<Stream>();
+  s->st = &st;
+  s->id = *id;
+  s->keepalive = *keepalive;
+  StatusOr<std::unique_ptr<DirWatch>> w = StartWatch(st, *id, *msg, &s->include_entry);
+  if (!w.ok()) return fail(w.status());
+  s->watch = *std::move(w);
+  StatusOr<std::shared_ptr<runtime::Sandbox>> sb = Sandbox(st, *id);
+  if (!sb.ok()) return fail(sb.status());
+  s->sb = *std::move(sb);
+  res.set_chunked_content_provider("application/connect+json", [s](size_t, httplib::DataSink& sink) {
+    auto write = [&sink, &s](const std::string& bytes) {
+      s->last_event = std::chrono::steady_clock::now();
+      return sink.write(bytes.data(), bytes.size());
+    };
+    if (!s->started) {
+      s->started = true;
+      return write(Envelope(json{{"start", json::object()}}));
+    }
+    std::this_thread::sleep_for(kWatchPollEvery);
+    if (!sink.is_writable()) return false;
+    StatusOr<node::SandboxInfo> info = s->st->manager().Get(s->id);
+    if (!info.ok()) {
+      (void)write(EndStream(absl::NotFoundError("sandbox " + s->id + " is gone")));
+      sink.done();
+      return true;
+    }
+    if (info->state == node::SandboxState::kRunning) {
+      StatusOr<std::vector<WatchEvent>> events = s->watch->Poll(s->sb->files());
+      if (!events.ok()) {
+        (void)write(EndStream(events.status()));
+        sink.done();
+        return true;
+      }
+      for (const WatchEvent& e : *events) {
+        if (!write(Envelope(json{{"filesystem", EventJson(e, s->include_entry)}}))) return false;
+      }
+    }
+    if (s->keepalive.count() > 0 && std::chrono::steady_clock::now() - s->last_event >= s->keepalive)
+      return write(Envelope(json{{"keepalive", json::object()}}));
+    return true;
+  });
+}
+
 }  // namespace
 
 void AddFilesystemRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
@@ -159,6 +298,13 @@ void AddFilesystemRoutes(httplib::Server& server, const std::shared_ptr<E2bState
   server.Post("/filesystem.Filesystem/MakeDir", unary(MakeDir));
   server.Post("/filesystem.Filesystem/Move", unary(Move));
   server.Post("/filesystem.Filesystem/Remove", unary(Remove));
+  server.Post("/filesystem.Filesystem/CreateWatcher", unary(CreateWatcher));
+  server.Post("/filesystem.Filesystem/GetWatcherEvents", unary(GetWatcherEvents));
+  server.Post("/filesystem.Filesystem/RemoveWatcher", unary(RemoveWatcher));
+  server.Post("/filesystem.Filesystem/WatchDir",  // a streaming call: its request comes chunked (StreamsBody)
+              [state](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                WatchDir(*state, req, res, reader);
+              });
 }
 
 }  // namespace warren::e2b

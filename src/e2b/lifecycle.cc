@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_split.h"
+#include "api/projects.h"
 #include "common/time.h"
 #include "e2b/server.h"
 
@@ -95,16 +96,19 @@ json SandboxJson(const node::SandboxInfo& info, const std::string& token) {
               {"envdAccessToken", token}};
 }
 
-// The request's API key, or the 401 E2B answers.
-bool Authorized(const E2bState& st, const httplib::Request& req, httplib::Response& res) {
+// The project the request's API key acts for ("" = every project), in
+// *project; false after answering the 401 E2B answers.
+bool Authorized(const E2bState& st, const httplib::Request& req, httplib::Response& res, std::string* project) {
   if (!req.has_header("X-API-KEY")) {
     Reply(res, 401, "missing X-API-KEY header (E2B_API_KEY)");
     return false;
   }
-  if (!st.ApiKeyOk(req.get_header_value("X-API-KEY"))) {
-    Reply(res, 401, "invalid API key");
+  StatusOr<std::string> p = st.KeyProject(req.get_header_value("X-API-KEY"));
+  if (!p.ok()) {
+    Reply(res, 401, std::string(p.status().message()));
     return false;
   }
+  *project = *std::move(p);
   return true;
 }
 
@@ -132,15 +136,23 @@ bool Seconds(const json& body, const char* key, uint32_t dflt, httplib::Response
   return true;
 }
 
-// An E2B sandbox of this node: NotFound for any other id.
-StatusOr<node::SandboxInfo> Find(E2bState& st, const std::string& id) {
+// Whether a caller acting for `project` sees `info`: an E2B sandbox of
+// that project or one below it.
+bool Visible(const node::SandboxInfo& info, const std::string& project) {
+  return IsE2b(info) && api::InProject(project, api::ProjectOf(info));
+}
+
+// An E2B sandbox of this node that `project` sees: NotFound for any other
+// id (the same answer whether it exists in another project or not at all).
+StatusOr<node::SandboxInfo> Find(E2bState& st, const std::string& id, const std::string& project) {
   StatusOr<node::SandboxInfo> info = st.manager().Get(id);
-  if (!info.ok() || !IsE2b(*info)) return absl::NotFoundError("sandbox \"" + id + "\" not found");
+  if (!info.ok() || !Visible(*info, project)) return absl::NotFoundError("sandbox \"" + id + "\" not found");
   return info;
 }
 
 void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
-  if (!Authorized(st, req, res)) return;
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
   json body;
   if (!Body(req, res, &body)) return;
   if (!body.contains("templateID") || !body["templateID"].is_string())
@@ -173,6 +185,15 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
       }
     }
   }
+  // A project's create carries its label and holds its share of the
+  // project's quotas (cluster-wide) while it runs, as warren.v1's.
+  StatusOr<std::unique_ptr<api::QuotaHold>> quota = api::AdmitCreate(st.options().projects, project, &r);
+  if (!quota.ok()) {
+    // A quota holds until one of the project's sandboxes goes: the SDK,
+    // which retries a bare 429, is told not to (E2B's Should-Retry header).
+    if (quota.status().code() == absl::StatusCode::kResourceExhausted) res.set_header("Should-Retry", "false");
+    return ReplyStatus(res, quota.status());
+  }
   StatusOr<node::SandboxInfo> info = st.manager().Create(r);
   if (!info.ok()) return ReplyStatus(res, info.status());
   res.status = 201;
@@ -180,7 +201,8 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
 }
 
 void List(E2bState& st, const httplib::Request& req, httplib::Response& res) {
-  if (!Authorized(st, req, res)) return;
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
   // metadata filter: "k1=v1&k2=v2" (URL-encoded once more as a query value).
   std::map<std::string, std::string> labels;
   const std::string meta = req.has_param("metadata") ? req.get_param_value("metadata") : "";
@@ -193,7 +215,7 @@ void List(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   const std::string states = req.has_param("state") ? req.get_param_value("state") : "";
   json out = json::array();
   for (const node::SandboxInfo& info : st.manager().List(labels, "")) {
-    if (!IsE2b(info)) continue;
+    if (!Visible(info, project)) continue;
     json d = Detail(info);
     if (!states.empty() && states.find(d["state"].get<std::string>()) == std::string::npos) continue;
     out.push_back(std::move(d));
@@ -202,16 +224,18 @@ void List(E2bState& st, const httplib::Request& req, httplib::Response& res) {
 }
 
 void Get(E2bState& st, const httplib::Request& req, httplib::Response& res) {
-  if (!Authorized(st, req, res)) return;
-  StatusOr<node::SandboxInfo> info = Find(st, req.matches[1]);
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
+  StatusOr<node::SandboxInfo> info = Find(st, req.matches[1], project);
   if (!info.ok()) return ReplyStatus(res, info.status());
   res.set_content(Detail(*info).dump(), "application/json");
 }
 
 void Kill(E2bState& st, const httplib::Request& req, httplib::Response& res) {
-  if (!Authorized(st, req, res)) return;
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
   const std::string id = req.matches[1];
-  if (StatusOr<node::SandboxInfo> info = Find(st, id); !info.ok()) return ReplyStatus(res, info.status());
+  if (StatusOr<node::SandboxInfo> info = Find(st, id, project); !info.ok()) return ReplyStatus(res, info.status());
   if (Status s = st.manager().Destroy(id); !s.ok()) return ReplyStatus(res, s);
   st.Forget(id);
   res.status = 204;
@@ -220,13 +244,14 @@ void Kill(E2bState& st, const httplib::Request& req, httplib::Response& res) {
 // POST /sandboxes/{id}/timeout {"timeout": s} and /refreshes {"duration": s}:
 // the sandbox now ends that many seconds from now.
 void SetTimeout(E2bState& st, const httplib::Request& req, httplib::Response& res, const char* field) {
-  if (!Authorized(st, req, res)) return;
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
   json body;
   if (!Body(req, res, &body)) return;
   uint32_t s = 0;
   if (!Seconds(body, field, kDefaultTimeoutS, res, &s)) return;
   const std::string id = req.matches[1];
-  if (StatusOr<node::SandboxInfo> info = Find(st, id); !info.ok()) return ReplyStatus(res, info.status());
+  if (StatusOr<node::SandboxInfo> info = Find(st, id, project); !info.ok()) return ReplyStatus(res, info.status());
   // 0 would mean "no TTL" to warren; to E2B it is "end now", the shortest TTL.
   if (StatusOr<node::SandboxInfo> info = st.manager().ExtendTtl(id, s == 0 ? 1 : s); !info.ok())
     return ReplyStatus(res, info.status());
@@ -234,9 +259,10 @@ void SetTimeout(E2bState& st, const httplib::Request& req, httplib::Response& re
 }
 
 void Pause(E2bState& st, const httplib::Request& req, httplib::Response& res) {
-  if (!Authorized(st, req, res)) return;
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
   const std::string id = req.matches[1];
-  StatusOr<node::SandboxInfo> info = Find(st, id);
+  StatusOr<node::SandboxInfo> info = Find(st, id, project);
   if (!info.ok()) return ReplyStatus(res, info.status());
   if (info->state == node::SandboxState::kPaused || info->state == node::SandboxState::kSuspended)
     return Reply(res, 409, "sandbox \"" + id + "\" is already paused");
@@ -248,13 +274,14 @@ void Pause(E2bState& st, const httplib::Request& req, httplib::Response& res) {
 // the sandbox runs again (a no-op when it runs), with {"timeout": s} its TTL
 // from now; the answer carries its envd access token.
 void Resume(E2bState& st, const httplib::Request& req, httplib::Response& res, int ok_status) {
-  if (!Authorized(st, req, res)) return;
+  std::string project;
+  if (!Authorized(st, req, res, &project)) return;
   json body;
   if (!Body(req, res, &body)) return;
   uint32_t s = 0;
   if (!Seconds(body, "timeout", 0, res, &s)) return;
   const std::string id = req.matches[1];
-  StatusOr<node::SandboxInfo> before = Find(st, id);
+  StatusOr<node::SandboxInfo> before = Find(st, id, project);
   if (!before.ok()) return ReplyStatus(res, before.status());
   if (Status r = st.manager().Resume(id); !r.ok()) return ReplyStatus(res, r);
   // A running sandbox's end only moves later (E2B's connect).
@@ -264,7 +291,7 @@ void Resume(E2bState& st, const httplib::Request& req, httplib::Response& res, i
     if (StatusOr<node::SandboxInfo> info = st.manager().ExtendTtl(id, s); !info.ok())
       return ReplyStatus(res, info.status());
   }
-  StatusOr<node::SandboxInfo> info = Find(st, id);
+  StatusOr<node::SandboxInfo> info = Find(st, id, project);
   if (!info.ok()) return ReplyStatus(res, info.status());
   res.status = ok_status;
   res.set_content(SandboxJson(*info, st.AccessToken(id)).dump(), "application/json");

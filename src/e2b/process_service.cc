@@ -1,8 +1,17 @@
 // envd's process service (process.proto, package `process`, service
 // `Process`) over the node's process table: Start and Connect stream
-// ProcessEvents (start, data, end) as Connect server streams; List,
-// SendInput, SendSignal and CloseStdin are unary. An E2B pid is the number of
-// warren's process id "p<n>".
+// ProcessEvents (start, data, end, keepalive) as Connect server streams;
+// List, SendInput, SendSignal, CloseStdin and Update (PTY resize) are unary.
+// An E2B pid is the number of warren's process id "p<n>".
+//
+// A Start with `pty` runs the command on a pseudo-terminal of that size
+// (ProcessOptions.start.pty): its output is data events `pty` (stdout and
+// stderr are the terminal), its input SendInput `pty`. As envd, a PTY's
+// input sent as `stdin` (and a plain process's as `pty`), CloseStdin on a
+// PTY and a resize of a plain process are errors naming the right call.
+// As envd, a stream's client going away stops nothing: the process runs on
+// until it ends, its timeout passes or it is killed (commands.connect
+// attaches again).
 #include <httplib.h>
 
 #include <array>
@@ -65,25 +74,57 @@ std::string GoStatus(const runtime::ExecOutcome& o) {
 
 json Event(json inner) { return json{{"event", std::move(inner)}}; }
 
+// msg.pty (process.PTY {size: {cols, rows}}) into `out`: pty set when
+// present; a missing or 0 dimension is the default (24 rows, 80 columns).
+Status PtyOptions(const json& msg, runtime::StartOptions* out) {
+  if (!msg.contains("pty") || msg["pty"].is_null()) return absl::OkStatus();
+  const json& pty = msg["pty"];
+  if (!pty.is_object()) return absl::InvalidArgumentError("pty is not an object {size: {cols, rows}}");
+  out->pty = true;
+  if (!pty.contains("size") || pty["size"].is_null()) return absl::OkStatus();
+  if (!pty["size"].is_object()) return absl::InvalidArgumentError("pty.size is not an object {cols, rows}");
+  for (const char* key : {"rows", "cols"}) {
+    const json& v = pty["size"].contains(key) ? pty["size"][key] : json();
+    if (v.is_null()) continue;
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > 65535)
+      return absl::InvalidArgumentError(std::string("pty.size.") + key + " must be an integer in [0, 65535], got " +
+                                        v.dump());
+    const auto n = static_cast<uint16_t>(v.get<uint64_t>());
+    if (n != 0) (key[0] == 'r' ? out->rows : out->cols) = n;
+  }
+  return absl::OkStatus();
+}
+
 // Streams mp's events from `offsets` on as a Connect server stream: a start
-// event, data events, then an end event (a timed-out command ends the
-// stream with deadline_exceeded instead, output lost to a reader more than
-// kBuffer behind with data_loss). The process is not stopped when the
-// client goes away (E2B's background commands outlive their stream).
+// event, data events (`pty` for a PTY process), then an end event (a
+// timed-out command ends the stream with deadline_exceeded instead, output
+// lost to a reader more than kBuffer behind with data_loss); a keepalive
+// event after `keepalive` without one (0 = never). The process is not
+// stopped when the client goes away (envd's processes outlive their stream).
 void StreamProcess(httplib::Response& res, std::shared_ptr<node::ManagedProcess> mp, uint32_t pid,
-                   std::array<uint64_t, 3> offsets) {
+                   std::array<uint64_t, 3> offsets, std::chrono::seconds keepalive) {
   struct Stream {
     std::shared_ptr<node::ManagedProcess> mp;
     uint32_t pid;
     std::array<uint64_t, 3> offsets;
+    std::chrono::seconds keepalive;
+    bool pty = false;
     bool started = false;
+    node::ManagedProcess::Clock::time_point last_event{};
   };
-  auto s = std::make_shared<Stream>(Stream{std::move(mp), pid, offsets});
+  auto s = std::make_shared<Stream>(Stream{std::move(mp), pid, offsets, keepalive});
+  s->pty = s->mp->Info().pty;
   res.set_chunked_content_provider("application/connect+json", [s](size_t, httplib::DataSink& sink) {
-    auto write = [&sink](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); };
+    auto write = [&sink, &s](const std::string& bytes) {
+      s->last_event = node::ManagedProcess::Clock::now();
+      return sink.write(bytes.data(), bytes.size());
+    };
     if (!s->started) {
       s->started = true;
       return write(Envelope(Event({{"start", {{"pid", s->pid}}}})));
+    }
+    if (s->keepalive.count() > 0 && node::ManagedProcess::Clock::now() - s->last_event >= s->keepalive) {
+      if (!write(Envelope(Event({{"keepalive", json::object()}})))) return false;
     }
     node::ManagedProcess::ReadResult r =
         s->mp->Read(s->offsets, kChunk, node::ManagedProcess::Clock::now() + kReadSlice);
@@ -98,7 +139,7 @@ void StreamProcess(httplib::Response& res, std::shared_ptr<node::ManagedProcess>
         sink.done();
         return true;
       }
-      const char* key = d.stream == node::ProcStream::kStdout ? "stdout" : "stderr";
+      const char* key = s->pty ? "pty" : d.stream == node::ProcStream::kStdout ? "stdout" : "stderr";
       if (!write(Envelope(Event({{"data", {{key, absl::Base64Escape(d.data)}}}})))) return false;
     }
     if (!r.chunks.empty() || !r.finished) return sink.is_writable();
@@ -108,6 +149,9 @@ void StreamProcess(httplib::Response& res, std::shared_ptr<node::ManagedProcess>
     } else {
       const bool exited = o.signal == 0;
       json end = {{"exitCode", exited ? o.exit_code : -1}, {"exited", exited}, {"status", GoStatus(o)}};
+      // envd's `error` is Go's cmd.Wait() error: the same text, set unless
+      // the process exited 0.
+      if (!exited || o.exit_code != 0) end["error"] = end["status"];
       if (!write(Envelope(Event({{"end", end}})))) return false;
       if (!write(EndStream(absl::OkStatus()))) return false;
     }
@@ -121,16 +165,20 @@ void StreamError(httplib::Response& res, const Status& s) {
   res.set_content(EndStream(s), "application/connect+json");
 }
 
-void Start(E2bState& st, const httplib::Request& req, httplib::Response& res) {
+void Start(E2bState& st, const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+  StatusOr<std::string> body = ReadBody(reader, res, st.options().max_body_bytes);
+  if (!body.ok()) return StreamError(res, body.status());
   StatusOr<std::string> id = Addressed(st, req);
   if (!id.ok()) return StreamError(res, id.status());
-  StatusOr<json> msg = FirstMessage(req.body);
+  StatusOr<json> msg = FirstMessage(*body);
   if (!msg.ok()) return StreamError(res, msg.status());
   const json& cfg = (*msg)["process"];
   if (!cfg.is_object() || !cfg.contains("cmd") || !cfg["cmd"].is_string() || cfg["cmd"].get<std::string>().empty())
     return StreamError(res, absl::InvalidArgumentError("process.cmd is missing"));
-  if (msg->contains("pty") && !(*msg)["pty"].is_null())
-    return StreamError(res, absl::UnimplementedError("PTY processes are not supported by warren's E2B front end"));
+  node::ProcessOptions opts;
+  if (Status p = PtyOptions(*msg, &opts.start); !p.ok()) return StreamError(res, p);
+  StatusOr<std::chrono::seconds> keepalive = KeepaliveInterval(req);
+  if (!keepalive.ok()) return StreamError(res, keepalive.status());
   runtime::ExecSpec spec;
   spec.argv.push_back(cfg["cmd"].get<std::string>());
   if (cfg.contains("args")) {
@@ -155,30 +203,35 @@ void Start(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   // The command's `timeout` (the call's Connect deadline) bounds the command
   // itself: warren kills its tree when it passes, as envd ends it with the
   // stream; 0 or absent = none.
-  node::ProcessOptions opts;
   opts.buffer_bytes = kBuffer;
   opts.timeout = spec.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   StatusOr<std::shared_ptr<node::ManagedProcess>> mp = st.manager().Spawn(*id, spec, opts);
   if (!mp.ok()) return StreamError(res, mp.status());
-  const bool keep_stdin = msg->contains("stdin") && (*msg)["stdin"].is_boolean() && (*msg)["stdin"].get<bool>();
+  // A PTY's input is the terminal's: never closed here.
+  const bool keep_stdin =
+      opts.start.pty || (msg->contains("stdin") && (*msg)["stdin"].is_boolean() && (*msg)["stdin"].get<bool>());
   if (!keep_stdin) (void)(*mp)->Write("", true);
   uint32_t pid = 0;
   if (!absl::SimpleAtoi((*mp)->id().substr(1), &pid))
     return StreamError(res, absl::InternalError("process id \"" + (*mp)->id() + "\" is not p<n>"));
-  StreamProcess(res, *std::move(mp), pid, {0, 0, 0});
+  StreamProcess(res, *std::move(mp), pid, {0, 0, 0}, *keepalive);
 }
 
-void Connect(E2bState& st, const httplib::Request& req, httplib::Response& res) {
+void Connect(E2bState& st, const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+  StatusOr<std::string> body = ReadBody(reader, res, st.options().max_body_bytes);
+  if (!body.ok()) return StreamError(res, body.status());
   StatusOr<std::string> id = Addressed(st, req);
   if (!id.ok()) return StreamError(res, id.status());
-  StatusOr<json> msg = FirstMessage(req.body);
+  StatusOr<json> msg = FirstMessage(*body);
   if (!msg.ok()) return StreamError(res, msg.status());
   StatusOr<uint32_t> pid = Pid(*msg);
   if (!pid.ok()) return StreamError(res, pid.status());
+  StatusOr<std::chrono::seconds> keepalive = KeepaliveInterval(req);
+  if (!keepalive.ok()) return StreamError(res, keepalive.status());
   StatusOr<std::shared_ptr<node::ManagedProcess>> mp = FindRunning(st, *id, *pid);
   if (!mp.ok()) return StreamError(res, mp.status());
   const node::ProcessStatus info = (*mp)->Info();
-  StreamProcess(res, *std::move(mp), *pid, {info.totals[0], info.totals[1], 0});
+  StreamProcess(res, *std::move(mp), *pid, {info.totals[0], info.totals[1], 0}, *keepalive);
 }
 
 StatusOr<json> List(E2bState& st, const std::string& id, const json&) {
@@ -211,15 +264,27 @@ StatusOr<json> SendSignal(E2bState& st, const std::string& id, const json& msg) 
   return json::object();
 }
 
+// input: {stdin: base64} or {pty: base64} (a oneof). As envd: input for the
+// other kind of process is an `internal` error naming the right one.
 StatusOr<json> SendInput(E2bState& st, const std::string& id, const json& msg) {
   ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
   if (!msg.contains("input") || !msg["input"].is_object()) return absl::InvalidArgumentError("input is missing");
-  if (msg["input"].contains("pty")) return absl::UnimplementedError("PTY input is not supported");
+  const json& in = msg["input"];
+  const bool to_pty = in.contains("pty");
+  if (to_pty && in.contains("stdin")) return absl::InvalidArgumentError("input holds both stdin and pty (a oneof)");
+  if (!to_pty && !in.contains("stdin")) return absl::UnimplementedError("input is neither stdin nor pty");
+  const char* key = to_pty ? "pty" : "stdin";
   std::string data;
-  if (msg["input"].contains("stdin") &&
-      (!msg["input"]["stdin"].is_string() || !absl::Base64Unescape(msg["input"]["stdin"].get<std::string>(), &data)))
-    return absl::InvalidArgumentError("input.stdin is not base64");
+  if (!in[key].is_string() || !absl::Base64Unescape(in[key].get<std::string>(), &data))
+    return absl::InvalidArgumentError(std::string("input.") + key + " is not base64");
   ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  const bool is_pty = mp->Info().pty;
+  if (to_pty && !is_pty)
+    return absl::InternalError("error writing to tty: tty not assigned to process " + std::to_string(pid) +
+                               " - input should be written to the stdin, not the tty");
+  if (!to_pty && is_pty)
+    return absl::InternalError("error writing to stdin: tty assigned to process " + std::to_string(pid) +
+                               " - input should be written to the pty, not the stdin");
   RETURN_IF_ERROR(mp->Write(std::move(data), false));
   return json::object();
 }
@@ -227,17 +292,38 @@ StatusOr<json> SendInput(E2bState& st, const std::string& id, const json& msg) {
 StatusOr<json> CloseStdin(E2bState& st, const std::string& id, const json& msg) {
   ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
   ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  if (mp->Info().pty)  // envd's CodeUnknown
+    return absl::UnknownError("error closing stdin: cannot close stdin for PTY process " + std::to_string(pid) +
+                              " - send Ctrl+D (0x04) instead");
   RETURN_IF_ERROR(mp->Write("", true));
+  return json::object();
+}
+
+// UpdateRequest {process, pty: {size: {cols, rows}}}: resizes the PTY.
+StatusOr<json> Update(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
+  runtime::StartOptions size;
+  RETURN_IF_ERROR(PtyOptions(msg, &size));
+  ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  if (!size.pty) return json::object();  // nothing to update (as envd)
+  if (!mp->Info().pty)
+    return absl::InternalError("error resizing tty: tty not assigned to process " + std::to_string(pid));
+  RETURN_IF_ERROR(mp->Resize(size.rows, size.cols));
   return json::object();
 }
 
 }  // namespace
 
 void AddProcessRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& state) {
+  // Streaming calls: their one request message comes chunked (StreamsBody).
   server.Post("/process.Process/Start",
-              [state](const httplib::Request& req, httplib::Response& res) { Start(*state, req, res); });
+              [state](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                Start(*state, req, res, reader);
+              });
   server.Post("/process.Process/Connect",
-              [state](const httplib::Request& req, httplib::Response& res) { Connect(*state, req, res); });
+              [state](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                Connect(*state, req, res, reader);
+              });
   auto unary = [state](StatusOr<json> (*f)(E2bState&, const std::string&, const json&)) {
     return [state, f](const httplib::Request& req, httplib::Response& res) { ConnectUnary(*state, req, res, f); };
   };
@@ -245,6 +331,7 @@ void AddProcessRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& 
   server.Post("/process.Process/SendSignal", unary(SendSignal));
   server.Post("/process.Process/SendInput", unary(SendInput));
   server.Post("/process.Process/CloseStdin", unary(CloseStdin));
+  server.Post("/process.Process/Update", unary(Update));
 }
 
 }  // namespace warren::e2b

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "api/fncall_service.h"
+#include "api/projects.h"
 #include "api/services.h"
 #include "cluster/cluster.h"
 #include "common/file_util.h"
@@ -242,11 +243,18 @@ StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, 
 
 // The E2B-compatible front end over `manager`, as --e2b-listen and the
 // --e2b-* flags ask.
-StatusOr<std::unique_ptr<e2b::E2bServer>> StartE2b(const Flags& flags, node::SandboxManager* manager) {
+// API keys: --e2b-api-keys and the node's `token` act for every project,
+// `projects`' tokens (null on a single node) for theirs.
+StatusOr<std::unique_ptr<e2b::E2bServer>> StartE2b(const Flags& flags, node::SandboxManager* manager,
+                                                   const std::string& token, api::Projects* projects) {
   e2b::E2bOptions eo;
   eo.listen = flags.e2b_listen;
-  if (flags.e2b_api_keys.empty()) return absl::InvalidArgumentError("--e2b-listen needs --e2b-api-keys FILE");
-  ASSIGN_OR_RETURN(eo.api_keys, e2b::ReadApiKeys(flags.e2b_api_keys));
+  if (!flags.e2b_api_keys.empty()) {
+    ASSIGN_OR_RETURN(eo.api_keys, e2b::ReadApiKeys(flags.e2b_api_keys));
+  }
+  eo.node_token = token;
+  eo.projects = projects;
+  eo.max_body_bytes = flags.e2b_max_upload_mb << 20;
   std::vector<std::string> base;
   for (const std::string& l : flags.fncall_layers) {
     std::stringstream ss(l);
@@ -462,7 +470,7 @@ int Run(const Flags& flags) {
   }
   std::unique_ptr<e2b::E2bServer> e2b_server;
   if (!flags.e2b_listen.empty()) {
-    StatusOr<std::unique_ptr<e2b::E2bServer>> e = StartE2b(flags, manager->get());
+    StatusOr<std::unique_ptr<e2b::E2bServer>> e = StartE2b(flags, manager->get(), token, sopt.projects);
     if (!e.ok()) return fail(e.status());
     e2b_server = std::move(*e);
   }

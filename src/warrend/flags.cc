@@ -99,9 +99,14 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_option("--e2b-listen", flags.e2b_listen,
                  "serve an E2B-compatible API (REST lifecycle + envd process service) on HOST:PORT (plain HTTP); "
-                 "the e2b SDK's E2B_API_URL and E2B_SANDBOX_URL both point here (needs --e2b-api-keys)");
+                 "the e2b SDK's E2B_API_URL and E2B_SANDBOX_URL both point here (needs API keys: --e2b-api-keys, "
+                 "--token-file or --cluster)");
   app.add_option("--e2b-api-keys", flags.e2b_api_keys,
-                 "E2B: file of accepted API keys (X-API-KEY / E2B_API_KEY), one a line");
+                 "E2B: file of API keys (X-API-KEY / E2B_API_KEY) acting for every project, one a line "
+                 "(the node's --token-file and, in a cluster, project tokens are keys too)");
+  app.add_option("--e2b-max-upload-mb", flags.e2b_max_upload_mb,
+                 "E2B: largest request body (a file upload) in MiB; larger ones are answered 413 and not kept")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   app.add_option("--e2b-templates", flags.e2b_templates,
                  "E2B: JSON file {template id: [layer, ...]}; template \"base\" defaults to --fncall-layers");
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");

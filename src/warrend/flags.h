@@ -59,8 +59,9 @@ struct Flags {
   double run_code_max_timeout_s = 300;
   // E2B-compatible front end (src/e2b/server.h); "" = off.
   std::string e2b_listen;
-  std::string e2b_api_keys;   // file: one key a line
-  std::string e2b_templates;  // file: JSON {template id: [layer, ...]}
+  std::string e2b_api_keys;          // file: one key a line
+  std::string e2b_templates;         // file: JSON {template id: [layer, ...]}
+  uint64_t e2b_max_upload_mb = 512;  // request body limit (uploads), MiB
   // Suspend.
   std::string suspend_swap = "auto";
   std::string limit_views = "auto";  // auto | on | off (lxcfs)

@@ -1,19 +1,26 @@
 """The unmodified `e2b` SDK from PyPI (pinned below) against warrend's
 E2B-compatible front end (--e2b-listen, src/e2b): sandbox lifecycle over
-E2B's REST API and commands over envd's Connect process service, with the
-SDK configured only through its documented environment variables
-(E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY)."""
+E2B's REST API, commands and PTYs over envd's Connect process service and
+files over its filesystem service and /files, with the SDK configured only
+through its documented environment variables (E2B_API_URL, E2B_SANDBOX_URL,
+E2B_API_KEY). Malformed requests are sent raw (urllib, http.client)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import json
 import os
+import re
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,6 +29,7 @@ from conftest import NODE_PREFIX, Daemon
 
 E2B_PIN = "e2b==2.63.0"
 API_KEY = "e2b_warren_test_key_0123456789"
+MAX_UPLOAD_MB = 8  # --e2b-max-upload-mb of the module's daemon
 
 
 def _ensure_e2b() -> None:
@@ -62,7 +70,7 @@ def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[
     templates.write_text(json.dumps({"base": [base_layer], "debian": [base_layer]}))
     d = Daemon(test_root, "e2b", layer_store, NODE_PREFIX + "e",
                extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
-                           "--e2b-templates", str(templates)]).start()
+                           "--e2b-templates", str(templates), "--e2b-max-upload-mb", str(MAX_UPLOAD_MB)]).start()
     d.e2b_url = f"http://127.0.0.1:{port}"
     yield d
     assert d.stop() == 0, d.log_tail()
@@ -175,8 +183,6 @@ def test_unknown_template_names_it(e2b_env):
 
 def test_envd_call_needs_the_sandbox_access_token(sbx, e2b_env):
     """Another sandbox's token (or none) does not reach this sandbox."""
-    import urllib.request
-
     req = urllib.request.Request(
         os.environ["E2B_SANDBOX_URL"] + "/process.Process/List", data=b"{}", method="POST",
         headers={"Content-Type": "application/json", "E2b-Sandbox-Id": sbx.sandbox_id,
@@ -261,3 +267,342 @@ def test_output_lost_to_a_slow_reader_is_an_error(sbx, e2b_env):
     with pytest.raises(e2b_env.SandboxException) as ei:
         sbx.commands.run("head -c 48000000 /dev/zero | tr '\\0' y", on_stdout=slow, timeout=120)
     assert "dropped" in str(ei.value)
+
+
+# ------------------------------------------------------------------ raw calls
+
+
+def _envd_headers(sb) -> dict:
+    """What the SDK sends on an envd call of sandbox `sb`."""
+    return {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token}
+
+
+def _envelope(msg: bytes, flags: int = 0) -> bytes:
+    return struct.pack(">BI", flags, len(msg)) + msg
+
+
+def _frames(body: bytes) -> list:
+    """A Connect stream's messages as (flags, parsed JSON)."""
+    out = []
+    while body:
+        flags, n = struct.unpack(">BI", body[:5])
+        out.append((flags, json.loads(body[5:5 + n])))
+        body = body[5 + n:]
+    return out
+
+
+def _post(url: str, body: bytes, headers: dict, timeout: float = 30) -> tuple:
+    """(HTTP status, body) of a POST, error statuses included."""
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _running_cmds(sb) -> list:
+    return [" ".join([p.cmd, *p.args]) for p in sb.commands.list()]
+
+
+# ----------------------------------------------------------------------- PTY
+
+
+class _PtyReader:
+    """Collects a PTY handle's output on a thread (handle.wait(on_pty=...))
+    and waits for patterns in it."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.out = bytearray()
+        self.result = None
+        self.error = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        def on_pty(chunk: bytes) -> None:
+            with self._lock:
+                self.out.extend(chunk)
+
+        try:
+            self.result = self.handle.wait(on_pty=on_pty)
+        except Exception as e:  # noqa: BLE001 - kept for the test to assert on
+            self.error = e
+
+    def expect(self, pattern: bytes, timeout: float = 20) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                m = re.search(pattern, bytes(self.out), re.MULTILINE)
+            if m:
+                return m
+            time.sleep(0.05)
+        raise AssertionError(f"{pattern!r} not in the PTY's output within {timeout} s: {bytes(self.out)[-2000:]!r}")
+
+    def join(self, timeout: float = 20) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the PTY's stream did not end"
+
+
+def test_pty_size_input_resize_and_exit(sbx, e2b_env):
+    """sandbox.pty: a login bash on a terminal of the asked size; input
+    typed into it, a resize the shell sees, and its exit code at the end."""
+    h = sbx.pty.create(e2b_env.PtySize(rows=24, cols=80), envs={"MARK": "m1"}, timeout=120)
+    r = _PtyReader(h)
+    sbx.pty.send_stdin(h.pid, b"stty size; tty; echo \"term=$TERM mark=$MARK\"\n")
+    r.expect(rb"(?:^|\r)24 80\r?$")  # after bash's bracketed-paste-off sequence and a CR
+    r.expect(rb"^/dev/pts/\d+\r?$")  # a real terminal, not a pipe
+    r.expect(rb"^term=xterm-256color mark=m1\r?$")  # the SDK's TERM and the asked env
+    assert any(p.pid == h.pid and p.cmd == "/bin/bash" for p in sbx.commands.list())
+    sbx.pty.resize(h.pid, e2b_env.PtySize(rows=40, cols=132))
+    sbx.pty.send_stdin(h.pid, b"stty size\n")
+    r.expect(rb"(?:^|\r)40 132\r?$")
+    # Input meant for a plain process is refused, as envd refuses it.
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.commands.send_stdin(h.pid, "echo no\n")
+    assert "pty" in str(ei.value).lower()
+    sbx.pty.send_stdin(h.pid, b"exit 3\n")
+    r.join()
+    assert isinstance(r.error, e2b_env.CommandExitException), (r.error, r.result)
+    assert r.error.exit_code == 3
+    assert all(p.pid != h.pid for p in sbx.commands.list())
+
+
+def test_pty_kill_and_plain_process_refuses_pty_calls(sbx, e2b_env):
+    h = sbx.pty.create(e2b_env.PtySize(rows=10, cols=40), timeout=120)
+    r = _PtyReader(h)
+    sbx.pty.send_stdin(h.pid, b"echo ready-$((6*7))\n")
+    r.expect(rb"(?:^|\r)ready-42\r?$")
+    assert sbx.pty.kill(h.pid) is True
+    r.join()
+    assert isinstance(r.error, e2b_env.CommandExitException) and r.error.exit_code == -1
+    assert "signal: killed" in (r.error.error or "") or "killed" in str(r.error)
+    assert sbx.pty.kill(h.pid) is False  # gone
+    # A plain process: no PTY to type into or to resize.
+    bg = sbx.commands.run("sleep 60", background=True)
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.pty.send_stdin(bg.pid, b"x")
+    assert "tty not assigned" in str(ei.value)
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.pty.resize(bg.pid, e2b_env.PtySize(rows=5, cols=5))
+    assert "tty not assigned" in str(ei.value)
+    # Out-of-range sizes are named (proto uint32 in, 16-bit terminal sizes).
+    status, body = _post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/Update",
+                         json.dumps({"process": {"pid": bg.pid}, "pty": {"size": {"rows": 70000, "cols": 5}}}).encode(),
+                         {"Content-Type": "application/json", **_envd_headers(sbx)})
+    assert status == 400 and "pty.size.rows" in json.loads(body)["message"]
+    sbx.commands.kill(bg.pid)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_malformed_json_and_envelopes_are_named_and_start_nothing(sbx):
+    url = os.environ["E2B_SANDBOX_URL"]
+    before = _running_cmds(sbx)
+    # REST: a body that is not JSON.
+    status, body = _post(os.environ["E2B_API_URL"] + "/sandboxes", b"{templateID: base",
+                         {"Content-Type": "application/json", "X-API-KEY": API_KEY})
+    assert status == 400 and json.loads(body)["message"] == "request body is not a JSON object"
+    # Unary Connect call: not JSON, and JSON that is not an object.
+    for bad in (b"{\"path\": ", b"[1, 2]"):
+        status, body = _post(url + "/filesystem.Filesystem/Stat", bad,
+                             {"Content-Type": "application/json", **_envd_headers(sbx)})
+        err = json.loads(body)
+        assert status == 400 and err == {"code": "invalid_argument", "message": "request is not a JSON object"}, err
+    # Streaming Connect call: every kind of broken envelope is named in the
+    # end-of-stream message, and no process is started.
+    start = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 77"]}}).encode()
+    cases = {
+        b"\x00\x00": "no message envelope",
+        struct.pack(">BI", 0, 500) + start: "envelope longer than the body",
+        _envelope(start, flags=1): "compressed messages are not accepted",
+        _envelope(b"{\"process\": {\"cmd\": "): "the message is not a JSON object",
+        _envelope(b"{\"process\": {}}"): "process.cmd is missing",
+        _envelope(start) + b"junk": "4 bytes after the request message",
+    }
+    for body_in, want in cases.items():
+        status, body = _post(url + "/process.Process/Start", body_in,
+                             {"Content-Type": "application/connect+json", **_envd_headers(sbx)})
+        frames = _frames(body)
+        assert status == 200 and len(frames) == 1, (body_in, body)
+        flags, msg = frames[0]
+        assert flags == 0x02 and msg["error"]["code"] == "invalid_argument", (body_in, msg)
+        assert want in msg["error"]["message"], (body_in, msg)
+    assert _running_cmds(sbx) == before
+    assert not any("sleep 77" in c for c in _running_cmds(sbx))
+
+
+def test_oversized_upload_is_413_naming_the_limit_and_leaves_nothing(sbx, e2b_env):
+    limit = MAX_UPLOAD_MB << 20
+    # The SDK's upload (multipart with a Content-Length): refused before any
+    # byte reaches a file.
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.files.write("/tmp/up/new/big.bin", b"x" * (limit + 1))
+    msg = str(ei.value)
+    assert "413" in msg and f"limit of {limit} bytes" in msg and "--e2b-max-upload-mb" in msg, msg
+    assert not sbx.files.exists("/tmp/up")
+    # A chunked upload (no length known up front) is counted as it streams:
+    # past the limit the same 413, and the directories it had created are gone.
+    url = os.environ["E2B_SANDBOX_URL"].removeprefix("http://")
+
+    def chunked_upload(path: str, total: int) -> tuple:
+        conn = http.client.HTTPConnection(url, timeout=60)
+        block = b"y" * (1 << 20)
+
+        def body():
+            left = total
+            while left > 0:
+                yield block[:min(left, len(block))]
+                left -= len(block)
+
+        conn.request("POST", f"/files?path={path}", body=body(), encode_chunked=True,
+                     headers={"Content-Type": "application/octet-stream", "Transfer-Encoding": "chunked",
+                              **_envd_headers(sbx)})
+        r = conn.getresponse()
+        out = (r.status, r.read())
+        conn.close()
+        return out
+
+    status, body = chunked_upload("/tmp/chunked/a/b/f.bin", limit + (3 << 20))
+    assert status == 413 and f"limit of {limit} bytes" in json.loads(body)["message"], body
+    assert not sbx.files.exists("/tmp/chunked")
+    assert sbx.commands.run("ls -a /tmp | grep -c chunked || true").stdout.strip() == "0"  # no temporary file either
+    # Under the limit the streamed upload is written whole.
+    status, body = chunked_upload("/tmp/chunked/ok.bin", (3 << 20) + 5)
+    assert status == 200, body
+    assert sbx.commands.run("wc -c < /tmp/chunked/ok.bin").stdout.strip() == str((3 << 20) + 5)
+    # A chunked body anywhere else would be held whole: refused.
+    conn = http.client.HTTPConnection(url, timeout=30)
+    conn.request("POST", "/filesystem.Filesystem/Stat", body=iter([b"{}"]), encode_chunked=True,
+                 headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked", **_envd_headers(sbx)})
+    r = conn.getresponse()
+    assert r.status == 411 and "needs a Content-Length" in json.loads(r.read())["message"]
+    conn.close()
+
+
+# ------------------------------------------------- streams and pause/resume
+
+
+def test_client_gone_mid_stream_leaves_the_process_running(sbx):
+    """envd runs a process on when its stream's client goes away (only its
+    timeout or a kill ends it): the TCP connection is cut after the start
+    event, the process keeps writing, and connect attaches to it again."""
+    url = os.environ["E2B_SANDBOX_URL"].removeprefix("http://")
+    script = "i=0; while [ $i -lt 600 ]; do i=$((i+1)); echo $i > /tmp/ticks; echo tick $i; sleep 0.1; done"
+    start = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", script]}}).encode()
+    conn = http.client.HTTPConnection(url, timeout=30)
+    conn.request("POST", "/process.Process/Start", body=_envelope(start),
+                 headers={"Content-Type": "application/connect+json", **_envd_headers(sbx)})
+    sock = conn.sock
+    r = conn.getresponse()
+    _, n = struct.unpack(">BI", r.read(5))
+    pid = json.loads(r.read(n))["event"]["start"]["pid"]
+    _, n = struct.unpack(">BI", r.read(5))
+    assert "data" in json.loads(r.read(n))["event"]  # output is flowing
+    sock.shutdown(socket.SHUT_RDWR)  # the client is gone
+    sock.close()
+    conn.close()
+    first = int(sbx.files.read("/tmp/ticks"))
+    time.sleep(1.5)
+    assert int(sbx.files.read("/tmp/ticks")) > first + 5  # still running, unattended
+    assert any(p.pid == pid for p in sbx.commands.list())
+    again = sbx.commands.connect(pid)
+    seen = []
+    for out, _, _ in again:
+        if out:
+            seen.append(out)
+            if len("".join(seen)) > 40:
+                break
+    assert re.search(r"tick \d+", "".join(seen))
+    assert sbx.commands.kill(pid) is True
+
+
+def test_pause_resume_keeps_a_running_process(sbx, e2b_env, e2b_daemon: Daemon):
+    """Pause freezes a background process with the sandbox's memory; after
+    resume it runs on from where it was (its shell variable, not a restart)."""
+    h = sbx.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done", background=True)
+    time.sleep(1)
+    before = int(sbx.files.read("/tmp/counter"))
+    assert before >= 3
+    assert sbx.pause() is True
+    assert e2b_daemon.client.get(sbx.sandbox_id).info().state == "paused"
+    time.sleep(3)  # 30 ticks if it were not frozen
+    again = e2b_env.Sandbox.connect(sbx.sandbox_id, timeout=120)
+    assert e2b_daemon.client.get(sbx.sandbox_id).info().state == "running"
+    after = int(again.files.read("/tmp/counter"))
+    assert before <= after <= before + 10, (before, after)
+    assert any(p.pid == h.pid for p in again.commands.list())  # the same process
+    time.sleep(1)
+    assert int(again.files.read("/tmp/counter")) >= after + 5  # and it runs again
+    assert again.commands.kill(h.pid) is True
+
+
+# ------------------------------------------------------------------ watches
+
+
+def test_watch_dir_reports_changes_and_names_errors(sbx, e2b_env):
+    """files.watch_dir (envd's CreateWatcher + GetWatcherEvents): each call
+    returns what changed since the previous one, names relative to the
+    watched directory; recursive watches see below it."""
+    FT = e2b_env.FilesystemEventType
+    sbx.files.make_dir("/tmp/w/sub")
+    sbx.files.write("/tmp/w/keep.txt", "a")
+    sbx.files.write("/tmp/w/gone.txt", "b")
+    deep = sbx.files.watch_dir("/tmp/w", recursive=True)
+    flat = sbx.files.watch_dir("/tmp/w")
+    assert deep.get_new_events() == [] and flat.get_new_events() == []
+    sbx.files.write("/tmp/w/new.txt", "n")
+    sbx.commands.run("echo more >> /tmp/w/keep.txt; chmod 600 /tmp/w/keep.txt; rm /tmp/w/gone.txt; "
+                     "touch /tmp/w/sub/deep")
+    want = {("new.txt", FT.CREATE), ("keep.txt", FT.WRITE), ("keep.txt", FT.CHMOD), ("gone.txt", FT.REMOVE)}
+    assert {(e.name, e.type) for e in deep.get_new_events()} == want | {("sub/deep", FT.CREATE)}
+    assert {(e.name, e.type) for e in flat.get_new_events()} == want
+    assert deep.get_new_events() == []  # nothing new since
+    # A stopped watcher is gone on the server too.
+    deep.stop()
+    status, body = _post(os.environ["E2B_SANDBOX_URL"] + "/filesystem.Filesystem/GetWatcherEvents",
+                         json.dumps({"watcherId": deep._watcher_id}).encode(),
+                         {"Content-Type": "application/json", **_envd_headers(sbx)})
+    assert status == 404 and "not found" in json.loads(body)["message"]
+    # The watched directory removed ends the watch with an error naming it.
+    sbx.commands.run("rm -rf /tmp/w")
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        flat.get_new_events()
+    assert "/tmp/w" in str(ei.value) and "removed" in str(ei.value)
+    with pytest.raises(e2b_env.NotFoundException):
+        sbx.files.watch_dir("/tmp/no-such-dir")
+    sbx.files.write("/tmp/plain", "x")
+    with pytest.raises(e2b_env.InvalidArgumentException):
+        sbx.files.watch_dir("/tmp/plain")
+
+
+def test_async_watch_dir_streams_events(sbx, e2b_env):
+    """The async SDK's watch_dir (envd's WatchDir server stream): events
+    arrive while the watch runs, and stop() ends it cleanly."""
+    import asyncio
+
+    FT = e2b_env.FilesystemEventType
+
+    async def main() -> tuple:
+        a = await e2b_env.AsyncSandbox.connect(sbx.sandbox_id)
+        await a.files.make_dir("/tmp/aw")
+        events, exits = [], []
+        seen = asyncio.Event()
+
+        def on_event(e) -> None:
+            events.append((e.name, e.type))
+            if e.name == "later.txt":
+                seen.set()
+
+        h = await a.files.watch_dir("/tmp/aw", on_event=on_event, on_exit=exits.append, timeout=60)
+        await a.files.write("/tmp/aw/later.txt", "1")
+        await asyncio.wait_for(seen.wait(), 10)
+        await h.stop()
+        return events, exits
+
+    events, exits = asyncio.run(main())
+    assert ("later.txt", FT.CREATE) in events, events
+    assert exits in ([], [None])
