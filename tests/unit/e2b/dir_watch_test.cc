@@ -69,6 +69,7 @@ class TreeFiles final : public runtime::SandboxFiles {
 
 std::vector<std::pair<std::string, std::string>> Names(const std::vector<WatchEvent>& events) {
   std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(events.size());
   for (const WatchEvent& e : events) out.emplace_back(e.name, WatchEventTypeName(e.type));
   return out;
 }
