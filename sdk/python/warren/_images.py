@@ -15,7 +15,7 @@ from ._proto import image_pb2 as ipb
 from ._proto import image_pb2_grpc as ipb_grpc
 
 if TYPE_CHECKING:
-    from ._sandbox import ClientCore
+    from ._client_core import ClientCore
 
 
 @dataclass(frozen=True)

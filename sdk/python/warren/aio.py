@@ -11,7 +11,7 @@ concurrently:
         outs = await asyncio.gather(*(one(i) for i in range(1000)))
 
 The classes here are the async side of the one SDK implementation
-(warren._sandbox, warren._process; see warren._core): every method of
+(warren._sandbox, warren._client_core, warren._process; see warren._core): every method of
 warren.Client / Sandbox / Files / Layers / Job / Process / ExecStream /
 ProcessStream / Session is here with the same parameters, as a coroutine
 method (exec_stream() and Process.stream() return their stream at once;
@@ -27,10 +27,11 @@ from typing import Any, List, Tuple
 
 import grpc.aio
 
+from ._client_core import ClientCore, LayersCore
 from ._core import Async, AsyncContext, AsyncIterable
 from ._images import ImagesCore
 from ._process import ExecStreamCore, ProcessCore, ProcessStreamCore, SessionCore
-from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
+from ._sandbox import FilesCore, SandboxCore
 from .desktop import InputCore
 from .lifecycle import JobCore
 

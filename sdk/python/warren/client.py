@@ -4,7 +4,7 @@ A Client is thread-safe: one Client (one gRPC channel) can serve many threads
 creating, executing in and destroying sandboxes concurrently.
 
 The classes here are the sync side of the one SDK implementation in
-warren._sandbox / warren._process (see warren._core); warren.aio is the
+warren._sandbox / warren._client_core / warren._process (see warren._core); warren.aio is the
 async side of the same code.
 """
 
@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Tuple, TypeVar
 import grpc
 
 from . import errors
+from ._client_core import ClientCore, LayersCore
 from ._core import Sync, SyncContext
 from ._images import ImagesCore
 from ._requests import (  # noqa: F401
@@ -37,7 +38,7 @@ from ._requests import (  # noqa: F401
     _u32,
     _u32_or_u64,
 )
-from ._sandbox import ClientCore, FilesCore, LayersCore, SandboxCore
+from ._sandbox import FilesCore, SandboxCore
 from .desktop import InputCore
 from .lifecycle import Job
 from .process import ExecStream, Process, Session

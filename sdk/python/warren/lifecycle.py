@@ -18,7 +18,7 @@ from ._requests import _u32
 from .types import ExecResult, Layer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._sandbox import ClientCore
+    from ._client_core import ClientCore
     from .client import Sandbox  # noqa: F401 - Job's type argument
 
 __all__ = ["Snapshot", "GradeResult", "Job", "JobInfo"]
@@ -148,7 +148,7 @@ class JobCore(Generic[SB]):
     @op
     def list(self) -> Gen[List[SB]]:
         """The job's sandboxes."""
-        from ._sandbox import ClientCore
+        from ._client_core import ClientCore
         c: Any = self._client
         sbs = yield from ClientCore.list.fn(c, job=self.name)
         return cast(List[SB], sbs)
