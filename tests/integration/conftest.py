@@ -529,6 +529,20 @@ def qemu_pids(needle: str) -> set[int]:
     return out
 
 
+def vm_cgroups(sandbox_id: str, kind: str = "warren-microvm") -> List[Path]:
+    """The sandbox's VM cgroup dirs that exist, in every hierarchy (`kind`:
+    "warren-microvm" or "warren-vm"). The daemons are started from this
+    process's cgroup: their subtrees are ours."""
+    return [p for d in cgroup_dirs().values() if (p := d / kind / sandbox_id).exists()]
+
+
+def one_qemu(sandbox_id: str) -> int:
+    """The pid of the one running QEMU of a sandbox (fails if not exactly one)."""
+    pids = [p for p in qemu_pids(sandbox_id) if running(p)]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
 def running(pid: int) -> bool:
     """pid exists and is not a zombie (after a daemon restart QEMU is the
     host init's child: init reaps it, in its own time)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import warren
-from conftest import NODE_PREFIX, Daemon, cgroup_dirs, qemu_pids, running
+from conftest import NODE_PREFIX, Daemon, qemu_pids, running, vm_cgroups
 
 QEMU = shutil.which("qemu-system-x86_64")
 MICROVM_DIR = Path(os.environ.get("WARREN_MICROVM_DIR", "/var/cache/warren/microvm"))
@@ -42,17 +42,6 @@ CREATE_TIMEOUT = 180
 
 
 
-
-
-def _vm_cgroups(sandbox_id: str) -> list[Path]:
-    """The sandbox's VM cgroup dirs that exist, in every hierarchy."""
-    found = []
-    for d in cgroup_dirs().values():
-        # The daemon is started from this process's cgroup: its subtree is ours.
-        p = d / "warren-microvm" / sandbox_id
-        if p.exists():
-            found.append(p)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -197,17 +186,17 @@ def test_destroy_leaves_no_process_file_or_cgroup(
     assert len(pids) == 1
     disk = daemon.state_dir / "microvm-disks" / f"{sb.id}.img"
     assert disk.exists()
-    assert _vm_cgroups(sb.id), "the VM runs in its own cgroup"
+    assert vm_cgroups(sb.id), "the VM runs in its own cgroup"
     cg_procs = {
         int(x)
-        for c in _vm_cgroups(sb.id)
+        for c in vm_cgroups(sb.id)
         for x in (c / "cgroup.procs").read_text().split()
     }
     assert pids <= cg_procs
     sb.destroy(timeout=60)
     assert not any(running(p) for p in pids)
     assert not disk.exists()
-    assert _vm_cgroups(sb.id) == []
+    assert vm_cgroups(sb.id) == []
     assert not qemu_pids(sb.id)
     assert not list(daemon.state_dir.rglob(f"*{sb.id}*"))
 
@@ -325,7 +314,7 @@ def test_vm_survives_a_kill9_of_the_daemon_and_is_readopted(
         assert r.stdout == b"before\n" + boot_id, "the same VM, not a new boot"
         again.destroy(timeout=60)
         assert not any(running(p) for p in pids)
-        assert _vm_cgroups(sb.id) == []
+        assert vm_cgroups(sb.id) == []
         # Nothing of it on disk either: disk image, sockets, logs, record.
         assert not list(d.state_dir.rglob(f"*{sb.id}*"))
     finally:

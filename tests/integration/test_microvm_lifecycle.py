@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 import warren
-from conftest import NODE_PREFIX, Daemon, cgroup_dirs, qemu_pids, running
+from conftest import (
+    NODE_PREFIX,
+    Daemon,
+    cgroup_dirs,
+    one_qemu,
+    qemu_pids,
+    running,
+    vm_cgroups,
+)
 
 QEMU = shutil.which("qemu-system-x86_64")
 MICROVM_DIR = Path(os.environ.get("WARREN_MICROVM_DIR", "/var/cache/warren/microvm"))
@@ -30,17 +38,9 @@ CREATE_TIMEOUT = 180
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _vm_cgroups(sandbox_id: str) -> list[Path]:
-    return [
-        d / "warren-microvm" / sandbox_id
-        for d in cgroup_dirs().values()
-        if (d / "warren-microvm" / sandbox_id).exists()
-    ]
-
-
 def _cgroup_procs(sandbox_id: str) -> set[int]:
     procs: set[int] = set()
-    for cg in _vm_cgroups(sandbox_id):
+    for cg in vm_cgroups(sandbox_id):
         procs |= {int(p) for p in (cg / "cgroup.procs").read_text().split()}
     return procs
 
@@ -52,19 +52,13 @@ def _state_files(d: Daemon, sandbox_id: str) -> list[Path]:
 def _leftovers(d: Daemon, sandbox_id: str) -> list[str]:
     left = [f"qemu pid {p}" for p in qemu_pids(sandbox_id) if running(p)]
     left += [str(p) for p in (d.state_dir / "microvm-disks").glob(f"{sandbox_id}*")]
-    left += [str(p) for p in _vm_cgroups(sandbox_id)]
+    left += [str(p) for p in vm_cgroups(sandbox_id)]
     return left
 
 
 def _cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15)
-
-
-def _one_qemu(sandbox_id: str) -> int:
-    pids = [p for p in qemu_pids(sandbox_id) if running(p)]
-    assert len(pids) == 1, pids
-    return pids[0]
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +92,7 @@ def test_pause_stops_the_vcpus_and_resume_continues(
         )
         assert r.exit_code == 0, r.stderr
         spinner = r.stdout.decode().strip()
-        qemu = _one_qemu(sb.id)
+        qemu = one_qemu(sb.id)
         assert sb.pause().state == "paused"
         assert sb.pause().state == "paused"  # idempotent
         t0 = _cpu_ticks(qemu)
@@ -122,7 +116,7 @@ def test_pause_stops_the_vcpus_and_resume_continues(
         r = sb.exec(f"kill {spinner}; echo ok", timeout=60)
         assert r.exit_code == 0 and r.stdout == b"ok\n", r
         assert sb.info().state == "running"
-        assert _one_qemu(sb.id) == qemu
+        assert one_qemu(sb.id) == qemu
     finally:
         sb.destroy(timeout=60)
     assert _leftovers(mvm, sb.id) == []
@@ -142,7 +136,7 @@ def test_suspend_ends_qemu_and_resume_restores_the_guest_as_it_was(
         )
         assert r.exit_code == 0, r.stderr
         md5, sleeper, boot_id = r.stdout.decode().split()
-        qemu = _one_qemu(sb.id)
+        qemu = one_qemu(sb.id)
         assert sb.info().memory_bytes > 0
 
         t0 = time.monotonic()
@@ -235,7 +229,7 @@ def test_a_suspended_vm_survives_a_daemon_restart(
         assert r.stdout.decode().split() == ["kept", boot_id]
         # Restored, then the daemon dies again: the restored QEMU (a pid the
         # node's record of the create does not name) is adopted.
-        qemu = _one_qemu(sid)
+        qemu = one_qemu(sid)
         d.kill9()
         assert running(qemu)
         d.start()
@@ -243,7 +237,7 @@ def test_a_suspended_vm_survives_a_daemon_restart(
         assert again.info().state == "running"
         r = again.exec("cat /root/mark /proc/sys/kernel/random/boot_id", timeout=60)
         assert r.stdout.decode().split() == ["kept", boot_id], r
-        assert _one_qemu(sid) == qemu
+        assert one_qemu(sid) == qemu
         again.destroy(timeout=60)
         assert _leftovers(d, sid) == []
     finally:
@@ -275,7 +269,7 @@ def test_qemu_runs_jailed(mvm: Daemon, base_layer: str) -> None:
     try:
         uids = set()
         for sb in sbs:
-            qemu = _one_qemu(sb.id)
+            qemu = one_qemu(sb.id)
             st = _status(qemu)
             # Its own unprivileged uid and gid, no groups, no capabilities.
             ruid, euid, suid, fsuid = (int(x) for x in st["Uid"].split())

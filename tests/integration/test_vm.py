@@ -26,7 +26,16 @@ from pathlib import Path
 
 import pytest
 import warren
-from conftest import CLI, NODE_PREFIX, Daemon, cgroup_dirs, qemu_pids, running
+from conftest import (
+    CLI,
+    NODE_PREFIX,
+    Daemon,
+    cgroup_dirs,
+    one_qemu,
+    qemu_pids,
+    running,
+    vm_cgroups,
+)
 
 QEMU = shutil.which("qemu-system-x86_64")
 QEMU_IMG = shutil.which("qemu-img")
@@ -63,14 +72,6 @@ UID_SLOTS = Path("/run/warren/uid-slots")
 OVERHEAD_MB = 128 + 64
 
 
-def _vm_cgroups(sandbox_id: str) -> list[Path]:
-    return [
-        p
-        for d in cgroup_dirs().values()
-        if (p := d / "warren-vm" / sandbox_id).exists()
-    ]
-
-
 def _vm_cgroups_of(node_id: str) -> list[Path]:
     """Every VM cgroup of a daemon (its sandbox ids start with its node id)."""
     return [
@@ -99,12 +100,6 @@ def _status(pid: int) -> dict[str, str]:
         k, _, v = line.partition(":")
         out[k] = v.strip()
     return out
-
-
-def _one_qemu(sandbox_id: str) -> int:
-    pids = [p for p in qemu_pids(sandbox_id) if running(p)]
-    assert len(pids) == 1, pids
-    return pids[0]
 
 
 def _stable_shot(sb: warren.Sandbox, timeout: float = 60) -> warren.desktop.ScreenImage:
@@ -200,7 +195,7 @@ def test_qemu_runs_jailed(vm: warren.Sandbox, vmd: Daemon) -> None:
     """As a microVM's QEMU: its own uid (no groups, no capabilities),
     seccomp, stdin /dev/null, every host file an open fd, its own cgroup
     with the guest's memory plus QEMU's overhead."""
-    qemu = _one_qemu(vm.id)
+    qemu = one_qemu(vm.id)
     st = _status(qemu)
     ruid, euid, suid, fsuid = (int(x) for x in st["Uid"].split())
     assert ruid == euid == suid == fsuid and ruid >= 1_000_000, st["Uid"]
@@ -227,7 +222,7 @@ def test_qemu_runs_jailed(vm: warren.Sandbox, vmd: Daemon) -> None:
     # QEMU itself cannot reach the disk by path (0700 dir, another uid).
     assert (os.stat(disk.parent).st_mode & 0o077) == 0
     # Its own cgroup under the daemon's, memory = 1024 MiB + overhead.
-    cgs = _vm_cgroups(vm.id)
+    cgs = vm_cgroups(vm.id, "warren-vm")
     assert cgs, "the VM runs in its own cgroup"
     limits = []
     for cg in cgs:
@@ -421,7 +416,7 @@ def test_kill9_of_warrend_then_restart_adopts_the_vm(
     them. The same QEMU (pid, uid, boot) comes back under the new daemon,
     with exec, screenshots and input; no second QEMU, no orphan."""
     sid = desktop.id
-    qemu = _one_qemu(sid)
+    qemu = one_qemu(sid)
     uid = _status(qemu)["Uid"]
     boot_id = desktop.exec("cat /proc/sys/kernel/random/boot_id", timeout=60).stdout
     vmd.kill9()
@@ -430,7 +425,7 @@ def test_kill9_of_warrend_then_restart_adopts_the_vm(
     assert vmd.client is not None
     sb = vmd.client.get(sid)
     assert sb.info().state == "running"
-    assert _one_qemu(sid) == qemu and _status(qemu)["Uid"] == uid
+    assert one_qemu(sid) == qemu and _status(qemu)["Uid"] == uid
     r = sb.exec("cat /proc/sys/kernel/random/boot_id", timeout=60)
     assert r.exit_code == 0 and r.stdout == boot_id, r
     shot = sb.screenshot(timeout=30)
@@ -459,12 +454,12 @@ def test_destroy_leaves_no_process_disk_socket_or_cgroup(
     assert disk.exists()
     run = (vmd.state_dir / "run" / sb.id).resolve()
     assert (run / "qmp.sock").exists() and (run / "agent.sock").exists()
-    assert _vm_cgroups(sb.id), "the VM runs in its own cgroup"
+    assert vm_cgroups(sb.id, "warren-vm"), "the VM runs in its own cgroup"
     sb.destroy(timeout=60)
     assert not any(running(p) for p in pids)
     assert not disk.exists()
     assert not run.exists()
-    assert _vm_cgroups(sb.id) == []
+    assert vm_cgroups(sb.id, "warren-vm") == []
     assert not qemu_pids(sb.id)
     assert not list(vmd.state_dir.rglob(f"*{sb.id}*"))
     # Its uid is free again (the claim emptied).
@@ -588,8 +583,8 @@ def test_a_second_vm_boots_beside_the_first(vmd: Daemon, base_layer: str) -> Non
             backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT
         ) as b,
     ):
-        ua = _status(_one_qemu(a.id))["Uid"].split()[0]
-        ub = _status(_one_qemu(b.id))["Uid"].split()[0]
+        ua = _status(one_qemu(a.id))["Uid"].split()[0]
+        ub = _status(one_qemu(b.id))["Uid"].split()[0]
         assert ua != ub
         assert a.exec("true", timeout=60).exit_code == 0
         assert b.exec("true", timeout=60).exit_code == 0
