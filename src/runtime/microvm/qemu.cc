@@ -19,6 +19,8 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/file_util.h"
 
 extern char** environ;
@@ -30,30 +32,37 @@ constexpr size_t kMaxQmpLine = 1 << 20;
 }  // namespace
 
 StatusOr<Qmp> Qmp::Connect(const std::string& path, Clock::time_point deadline) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   if (path.size() >= sizeof sa.sun_path) return absl::InvalidArgumentError("QMP socket path too long: " + path);
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    return ErrnoToStatus(errno, "connect(" + path + ")");
+  while (true) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+      Qmp q(std::move(fd), deadline);
+      ASSIGN_OR_RETURN(std::string greeting, q.ReadLine(deadline));
+      if (greeting.find("\"QMP\"") == std::string::npos) return absl::InternalError("QMP: no greeting: " + greeting);
+      RETURN_IF_ERROR(q.Command(R"({"execute":"qmp_capabilities"})").status());
+      return q;
+    }
+    // QEMU makes its socket before it accepts: retried until the deadline.
+    Status last = ErrnoToStatus(errno, "connect(" + path + ")");
+    if (Clock::now() >= deadline) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  Qmp q(std::move(fd), deadline);
-  ASSIGN_OR_RETURN(std::string greeting, q.ReadLine());
-  if (greeting.find("\"QMP\"") == std::string::npos) return absl::InternalError("QMP: no greeting: " + greeting);
-  RETURN_IF_ERROR(q.Command(R"({"execute":"qmp_capabilities"})").status());
-  return q;
 }
 
-StatusOr<std::string> Qmp::Command(const std::string& json, int pass_fd) {
-  std::string line = json + "\n";
-  iovec iov{line.data(), line.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+StatusOr<std::string> Qmp::Command(const std::string& json, int pass_fd, Clock::time_point deadline) {
+  std::string out = json + "\n";
+  size_t off = 0;
   if (pass_fd >= 0) {
+    // The fd rides on the command's first bytes (QEMU takes it with them).
+    iovec iov{out.data(), out.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
@@ -61,18 +70,33 @@ StatusOr<std::string> Qmp::Command(const std::string& json, int pass_fd) {
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    ssize_t n;
+    do {
+      n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return absl::UnavailableError("QMP " + json + ": sendmsg: " + std::strerror(errno));
+    off = static_cast<size_t>(n);
   }
-  if (::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
-    return ErrnoToStatus(errno, "sendmsg(QMP)");
+  while (off < out.size()) {
+    ssize_t n = ::send(fd_.get(), out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::UnavailableError("QMP " + json + ": send: " + std::strerror(errno));
+    off += static_cast<size_t>(n);
   }
   while (true) {
-    ASSIGN_OR_RETURN(std::string answer, ReadLine());
-    if (answer.find("\"return\"") != std::string::npos) return answer;
-    if (answer.find("\"error\"") != std::string::npos) return absl::InternalError("QMP " + json + ": " + answer);
+    ASSIGN_OR_RETURN(std::string answer, ReadLine(deadline));
+    nlohmann::json j = nlohmann::json::parse(answer, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return absl::UnavailableError("QMP " + json + ": not JSON: " + answer);
+    if (j.contains("return")) return answer;
+    if (j.contains("error")) {
+      std::string desc = j["error"].is_object() ? j["error"].value("desc", answer) : answer;
+      return absl::InternalError("QMP " + json + ": " + desc);
+    }
+    // An event ({"event": ...}): not an answer.
   }
 }
 
-StatusOr<std::string> Qmp::ReadLine() {
+StatusOr<std::string> Qmp::ReadLine(Clock::time_point deadline) {
   while (true) {
     size_t nl = buf_.find('\n');
     if (nl != std::string::npos) {
@@ -80,9 +104,9 @@ StatusOr<std::string> Qmp::ReadLine() {
       buf_.erase(0, nl + 1);
       return line;
     }
-    if (buf_.size() > kMaxQmpLine) return absl::InternalError("QMP: line over 1 MiB");
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-    if (left <= 0) return absl::DeadlineExceededError("QMP: no answer in time");
+    if (buf_.size() > kMaxQmpLine) return absl::UnavailableError("QMP: a line over 1 MiB");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return absl::DeadlineExceededError("QMP: QEMU did not answer in time");
     pollfd p{fd_.get(), POLLIN, 0};
     int n = ::poll(&p, 1, static_cast<int>(left));
     if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll(QMP)");
@@ -90,7 +114,7 @@ StatusOr<std::string> Qmp::ReadLine() {
     char chunk[4096];
     ssize_t r = ::recv(fd_.get(), chunk, sizeof chunk, 0);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoToStatus(errno, "recv(QMP)");
+    if (r < 0) return absl::UnavailableError(std::string("QMP: recv: ") + std::strerror(errno));
     if (r == 0) return absl::UnavailableError("QMP: QEMU closed its monitor (exited?)");
     buf_.append(chunk, static_cast<size_t>(r));
   }

@@ -128,23 +128,29 @@ struct QemuIdentity {
   gid_t gid = 0;
 };
 
-// A QMP client on QEMU's monitor socket, line by line (QEMU ends every
-// message with \r\n). Answers are found by their "return"/"error" member;
-// events in between are skipped. Every read is bounded by the deadline
-// given to Connect. One command at a time; not thread-safe.
+// A QMP (QEMU Machine Protocol) client on QEMU's monitor socket, line by
+// line (QEMU ends every message with \r\n): answers are told from events by
+// their "return"/"error" member (JSON-parsed), events in between skipped.
+// Every read is bounded by a deadline: Connect's, or the one given to a
+// command. One command at a time; not thread-safe (vm::QmpClient is the
+// serialized form the vm backend shares between threads).
 class Qmp {
  public:
   using Clock = std::chrono::steady_clock;
-  // Connects to `path` (a path that fits sun_path, see SocketPath), reads
-  // the greeting and negotiates capabilities.
+  // Connects to `path` (a path that fits sun_path, see SocketPath; retried
+  // while QEMU does not accept yet), reads the greeting and negotiates
+  // capabilities, all by `deadline`, which stays the default of Command.
   static StatusOr<Qmp> Connect(const std::string& path, Clock::time_point deadline);
-  // Sends `json` (with `pass_fd` as SCM_RIGHTS when >= 0) and returns the
-  // answer's line; an "error" answer is an error naming the command.
-  StatusOr<std::string> Command(const std::string& json, int pass_fd = -1);
+  // Sends `json` (with `pass_fd` as SCM_RIGHTS when >= 0: add-fd, getfd)
+  // and returns the answer's line. An "error" answer is InternalError naming
+  // the command and QEMU's description; a broken or flooded monitor is
+  // Unavailable; DeadlineExceeded past the deadline.
+  StatusOr<std::string> Command(const std::string& json, int pass_fd = -1) { return Command(json, pass_fd, deadline_); }
+  StatusOr<std::string> Command(const std::string& json, int pass_fd, Clock::time_point deadline);
 
  private:
   Qmp(UniqueFd fd, Clock::time_point deadline) : fd_(std::move(fd)), deadline_(deadline) {}
-  StatusOr<std::string> ReadLine();
+  StatusOr<std::string> ReadLine(Clock::time_point deadline);
 
   UniqueFd fd_;
   Clock::time_point deadline_;

@@ -1,22 +1,22 @@
-// A QMP (QEMU Machine Protocol) client on a unix socket: one command at a
-// time, answers matched by their "return"/"error" member, events between
-// them skipped. Every wait is bounded by the caller's timeout; a broken
-// connection fails every later call with Unavailable. Thread-safe (calls
-// are serialized).
+// The vm backend's QMP (QEMU Machine Protocol) client: microvm::Qmp (the
+// protocol, runtime/microvm/qemu.h) shared between threads: calls are
+// serialized, each bounded by its own timeout, and a broken connection fails
+// every later call with the status that broke it.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "common/status.h"
-#include "common/unique_fd.h"
+#include "runtime/microvm/qemu.h"
 
 namespace warren::runtime::vm {
 
 class QmpClient {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = microvm::Qmp::Clock;
 
   // Connects (retrying while QEMU has not accepted yet), reads the
   // greeting and negotiates capabilities, until `deadline`.
@@ -30,14 +30,10 @@ class QmpClient {
                                 std::chrono::milliseconds timeout, int pass_fd = -1);
 
  private:
-  explicit QmpClient(UniqueFd fd) : fd_(std::move(fd)) {}
-  StatusOr<std::string> ReadLine(Clock::time_point deadline);
-  StatusOr<std::string> Roundtrip(const std::string& line, const std::string& what, Clock::time_point deadline,
-                                  int pass_fd = -1);
+  explicit QmpClient(microvm::Qmp qmp) : qmp_(std::move(qmp)) {}
 
   std::mutex mu_;
-  UniqueFd fd_;
-  std::string buf_;
+  microvm::Qmp qmp_;
   Status broken_;
 };
 
