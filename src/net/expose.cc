@@ -11,6 +11,7 @@
 #include <sys/time.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string_view>
 
 #include "common/log.h"
@@ -179,18 +180,53 @@ StatusOr<UniqueFd> DialInNetns(int netns_fd, uint16_t port) {
   return out;
 }
 
+StatusOr<UniqueFd> DialTcp(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  int port = 0;
+  if (colon == std::string::npos || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr) != 1 ||
+      (port = std::atoi(address.c_str() + colon + 1)) <= 0 || port > 65535) {
+    return absl::InvalidArgumentError("not an IPv4 HOST:PORT: '" + address + "'");
+  }
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return ErrnoToStatus(errno, "socket(AF_INET, SOCK_STREAM) for " + address);
+  timeval tv{5, 0};  // a blocking connect gives up after SO_SNDTIMEO
+  (void)::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
+    return ErrnoToStatus(errno, "connect(" + address + ")");
+  return s;
+}
+
 StatusOr<std::unique_ptr<Exposure>> Exposure::Open(const std::string& host, uint16_t listen_port, std::string token,
                                                    Dial dial) {
   if (token.empty()) return absl::InvalidArgumentError("an exposure needs a token");
+  auto e = std::unique_ptr<Exposure>(new Exposure());
+  e->token_ = std::move(token);
+  ASSIGN_OR_RETURN(
+      e->relay_, HttpRelay::Open(host, listen_port, [token = e->token_, dial = std::move(dial)](std::string_view head) {
+        std::string forward;
+        if (!CheckToken(head, token, &forward)) {
+          return RelayAdmission::Refuse("401 Unauthorized",
+                                        "this port is exposed behind a token: send it as the "
+                                        "X-Warren-Token header or the warren_token query parameter");
+        }
+        forward.resize(forward.size() - 2);  // its last "\r\n"
+        return RelayAdmission::Admit(std::move(forward), dial);
+      }));
+  return e;
+}
+
+StatusOr<std::unique_ptr<HttpRelay>> HttpRelay::Open(const std::string& host, uint16_t listen_port, Admit admit) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(listen_port);
   if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
     return absl::InvalidArgumentError("expose host '" + host + "' is not an IPv4 address");
-  auto e = std::unique_ptr<Exposure>(new Exposure());
+  auto e = std::unique_ptr<HttpRelay>(new HttpRelay());
   e->host_ = host;
-  e->token_ = std::move(token);
-  e->dial_ = std::move(dial);
+  e->admit_ = std::move(admit);
   e->listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!e->listen_.valid()) return ErrnoToStatus(errno, "socket(AF_INET, SOCK_STREAM)");
   const int one = 1;
@@ -209,7 +245,7 @@ StatusOr<std::unique_ptr<Exposure>> Exposure::Open(const std::string& host, uint
   return e;
 }
 
-Exposure::~Exposure() {
+HttpRelay::~HttpRelay() {
   const uint64_t one = 1;
   if (stop_.valid()) (void)!::write(stop_.get(), &one, sizeof one);
   if (acceptor_.joinable()) acceptor_.join();
@@ -221,9 +257,9 @@ Exposure::~Exposure() {
   for (auto& c : conns) c->thread.join();
 }
 
-std::string Exposure::address() const { return host_ + ":" + std::to_string(listen_port_); }
+std::string HttpRelay::address() const { return host_ + ":" + std::to_string(listen_port_); }
 
-void Exposure::AcceptLoop() {
+void HttpRelay::AcceptLoop() {
   for (;;) {
     pollfd p[2] = {{listen_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
@@ -248,7 +284,7 @@ void Exposure::AcceptLoop() {
     }
     if (conns_.size() >= kMaxConnections) {
       refused_.fetch_add(1);
-      Reply(c.get(), stop_.get(), "503 Service Unavailable", "too many connections to this exposed port");
+      Reply(c.get(), stop_.get(), "503 Service Unavailable", "too many connections to this port");
       continue;
     }
     auto conn = std::make_unique<Conn>();
@@ -261,7 +297,7 @@ void Exposure::AcceptLoop() {
   }
 }
 
-void Exposure::Serve(UniqueFd client) {
+void HttpRelay::Serve(UniqueFd client) {
   std::string head;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHeadTimeoutMs);
   size_t end = std::string::npos;
@@ -287,15 +323,13 @@ void Exposure::Serve(UniqueFd client) {
     }
     head.append(buf, static_cast<size_t>(n));
   }
-  std::string forward;
-  if (!CheckToken(std::string_view(head).substr(0, end), token_, &forward)) {
+  RelayAdmission a = admit_(std::string_view(head).substr(0, end));
+  if (!a.status.empty()) {
     refused_.fetch_add(1);
-    Reply(client.get(), stop_.get(), "401 Unauthorized",
-          "this port is exposed behind a token: send it as the X-Warren-Token header or the warren_token query "
-          "parameter");
+    Reply(client.get(), stop_.get(), a.status.c_str(), a.message);
     return;
   }
-  StatusOr<UniqueFd> up = dial_();
+  StatusOr<UniqueFd> up = a.dial();
   if (!up.ok()) {
     Reply(client.get(), stop_.get(), "502 Bad Gateway", std::string(up.status().message()));
     return;
@@ -303,7 +337,8 @@ void Exposure::Serve(UniqueFd client) {
   admitted_.fetch_add(1);
   const int fl = ::fcntl(up->get(), F_GETFL);
   if (fl < 0 || ::fcntl(up->get(), F_SETFL, fl | O_NONBLOCK) != 0) return;
-  forward.append("\r\n");
+  std::string& forward = a.head;
+  forward.append("\r\n\r\n");
   forward.append(head, end + 4, std::string::npos);  // body bytes already read
   if (!WriteAllPoll(up->get(), forward.data(), forward.size(), stop_.get())) return;
   Pump(client.get(), up->get(), stop_.get());

@@ -40,6 +40,7 @@
 #include "runtime/container/container_backend.h"
 #include "runtime/microvm/microvm_backend.h"
 #include "runtime/vm/vm_backend.h"
+#include "warrend/expose_gateway.h"
 #include "warrend/host_setup.h"
 
 namespace warren::warrend {
@@ -474,6 +475,15 @@ int Run(const Flags& flags) {
     if (!e.ok()) return fail(e.status());
     e2b_server = std::move(*e);
   }
+  std::unique_ptr<net::ExposeGateway> expose_gateway;
+  if (!flags.expose_gateway.empty()) {
+    StatusOr<std::unique_ptr<net::ExposeGateway>> g =
+        StartExposeGateway(flags.expose_gateway, flags.expose_domain, manager->get(), cluster.get(), token);
+    if (!g.ok()) return fail(g.status());
+    expose_gateway = std::move(*g);
+    std::fprintf(stderr, "warrend exposure gateway on %s: http://PORT-SANDBOX_ID.%s:%d/\n",
+                 expose_gateway->address().c_str(), flags.expose_domain.c_str(), expose_gateway->listen_port());
+  }
   api::ServerOptions server_opt;
   server_opt.unix_socket = flags.socket;
   server_opt.tcp_listen = flags.listen;
@@ -503,7 +513,8 @@ int Run(const Flags& flags) {
   server->reset();
   if (http_server) http_server->Stop();
   if (e2b_server) e2b_server->Stop();
-  fncall_pool->reset();  // fncall workers go before the layer mounts they use
+  expose_gateway.reset();  // before the manager its resolver asks
+  fncall_pool->reset();    // fncall workers go before the layer mounts they use
   fncall_frontend.ReleaseLayers();
   manager->reset();
   warren::Log(spdlog::level::info, "warrend stopped");

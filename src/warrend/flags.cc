@@ -48,6 +48,14 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--expose-host", flags.expose_host,
                  "IPv4 address the exposed ports of sandboxes listen on (sb.expose)")
       ->capture_default_str();
+  app.add_option("--expose-gateway", flags.expose_gateway,
+                 "IPv4:PORT of the exposure gateway: one listener reaching every sandbox's exposed port (on any "
+                 "node of the cluster) by the request's Host, PORT-SANDBOX_ID.<--expose-domain>; the exposure's "
+                 "token is still required. Empty = none");
+  app.add_option("--expose-domain", flags.expose_domain,
+                 "the exposure gateway's domain (a wildcard DNS name; the default, localhost, needs no DNS: "
+                 "http://PORT-ID.localhost:GATEWAY_PORT/)")
+      ->capture_default_str();
   app.add_option("--recycled-cgroups", flags.recycled_cgroups,
                  "container (cgroup v1): keep up to this many emptied sandbox cgroups for new sandboxes "
                  "instead of removing and creating them (only those whose sandbox left < 1 MiB charged; 0 = off)")

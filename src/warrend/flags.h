@@ -35,7 +35,9 @@ struct Flags {
   std::string sandbox_net;
   std::vector<std::string> net_presets;  // NAME=ENTRY[,ENTRY...]
   std::string expose_host = "127.0.0.1";
-  std::string net_dns_upstream;  // "" = the host's first nameserver; "none" = no DNS for sandboxes
+  std::string expose_gateway;               // IPv4:PORT; "" = no gateway
+  std::string expose_domain = "localhost";  // the gateway's names: PORT-ID.<domain>
+  std::string net_dns_upstream;             // "" = the host's first nameserver; "none" = no DNS for sandboxes
   int64_t mount_grace_ms = 60000;
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.

@@ -1,4 +1,5 @@
 #include "net/expose.h"
+#include "net/gateway.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -49,32 +50,50 @@ std::string Roundtrip(uint16_t port, const std::string& request) {
   return out;
 }
 
-TEST(ExposureTest, TokenGatesTheConnection) {
-  // The "sandbox's server": answers with the request head it received.
-  UniqueFd srv(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a = Loopback(0);
-  ASSERT_EQ(::bind(srv.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(srv.get(), 8), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::getsockname(srv.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const uint16_t srv_port = ntohs(a.sin_port);
-  std::atomic<bool> stop{false};
-  std::thread server([&] {
-    while (!stop.load()) {
-      pollfd p{srv.get(), POLLIN, 0};
-      if (::poll(&p, 1, 50) != 1) continue;
-      UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      std::string head;
-      char buf[4096];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = ::recv(c.get(), buf, sizeof buf, 0);
-        if (n <= 0) break;
-        head.append(buf, static_cast<size_t>(n));
+// A "sandbox's server" on loopback: answers each connection with the
+// request head it received (HTTP/1.0 200, then the head).
+class HeadEchoServer {
+ public:
+  HeadEchoServer() {
+    sockaddr_in a = Loopback(0);
+    EXPECT_EQ(::bind(srv_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(srv_.get(), 8), 0);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::getsockname(srv_.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        pollfd p{srv_.get(), POLLIN, 0};
+        if (::poll(&p, 1, 50) != 1) continue;
+        UniqueFd c(::accept4(srv_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        std::string head;
+        char buf[4096];
+        while (head.find("\r\n\r\n") == std::string::npos) {
+          ssize_t n = ::recv(c.get(), buf, sizeof buf, 0);
+          if (n <= 0) break;
+          head.append(buf, static_cast<size_t>(n));
+        }
+        const std::string r = "HTTP/1.0 200 OK\r\n\r\n" + head;
+        (void)::send(c.get(), r.data(), r.size(), MSG_NOSIGNAL);
       }
-      const std::string r = "HTTP/1.0 200 OK\r\n\r\n" + head;
-      (void)::send(c.get(), r.data(), r.size(), MSG_NOSIGNAL);
-    }
-  });
+    });
+  }
+  ~HeadEchoServer() {
+    stop_.store(true);
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  UniqueFd srv_{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(ExposureTest, TokenGatesTheConnection) {
+  HeadEchoServer server;
+  const uint16_t srv_port = server.port();
   std::atomic<int> dials{0};
   auto dial = [&]() -> StatusOr<UniqueFd> {
     dials.fetch_add(1);
@@ -102,8 +121,6 @@ TEST(ExposureTest, TokenGatesTheConnection) {
 
   e.reset();  // closed: nothing listens any more
   EXPECT_EQ(Roundtrip(port, "GET / HTTP/1.1\r\n\r\n"), "connect failed");
-  stop.store(true);
-  server.join();
 }
 
 TEST(ExposureTest, DialFailureIs502) {
@@ -118,6 +135,64 @@ TEST(ExposureTest, BadInput) {
   auto dial = []() -> StatusOr<UniqueFd> { return absl::InternalError("unused"); };
   EXPECT_THAT(Exposure::Open("localhost", 0, "t", dial).status().message(), HasSubstr("not an IPv4 address"));
   EXPECT_THAT(Exposure::Open("127.0.0.1", 0, "", dial).status().message(), HasSubstr("token"));
+}
+
+TEST(GatewayTest, ParsesPortIdDomainHosts) {
+  auto t = ParseGatewayHost("8000-n1-ab12cd.localhost:8090", "localhost");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->port, 8000);
+  EXPECT_EQ(t->sandbox_id, "n1-ab12cd");
+  t = ParseGatewayHost("443-N1-AB12.Sandboxes.Example.COM", "sandboxes.example.com");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->port, 443);
+  EXPECT_EQ(t->sandbox_id, "n1-ab12");  // host names are case-insensitive; ids are lower case
+  for (const char* bad : {"localhost", "8000.localhost", "-n1-ab.localhost", "8000-.localhost", "0-n1-a.localhost",
+                          "65536-n1-a.localhost", "123456-n1-a.localhost", "80x-n1-a.localhost", "8000-n1_a.localhost",
+                          "8000-n1-a.otherhost", "8000-n1-a.xlocalhost", "8000-n1-a"}) {
+    EXPECT_FALSE(ParseGatewayHost(bad, "localhost").has_value()) << bad;
+  }
+}
+
+TEST(GatewayTest, RoutesByHostToTheResolvedAddress) {
+  HeadEchoServer upstream;  // stands for the sandbox's exposure
+  std::atomic<int> asked{0};
+  auto resolve = [&](const std::string& id, uint16_t port) -> StatusOr<std::string> {
+    asked.fetch_add(1);
+    if (id == "n1-abc" && port == 8000) return "127.0.0.1:" + std::to_string(upstream.port());
+    if (id == "n1-down" && port == 8000) return std::string("127.0.0.1:1");
+    if (id == "n1-err") return absl::UnavailableError("node n1 did not answer");
+    return absl::NotFoundError("sandbox " + id + " has no exposed port " + std::to_string(port));
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ExposeGateway> g, ExposeGateway::Open("127.0.0.1", 0, "localhost", resolve));
+  const uint16_t port = g->listen_port();
+
+  // Admitted: the request goes on unchanged (token and all: the exposure checks it).
+  const std::string req = "GET /x?warren_token=t HTTP/1.1\r\nHost: 8000-n1-abc.localhost:" + std::to_string(port) +
+                          "\r\nX-Warren-Token: t\r\n\r\n";
+  const std::string ok = Roundtrip(port, req);
+  EXPECT_THAT(ok, StartsWith("HTTP/1.0 200 OK"));
+  EXPECT_THAT(ok, HasSubstr(req));
+
+  EXPECT_THAT(Roundtrip(port, "GET / HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 400"));
+  const std::string other = Roundtrip(port, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n");
+  EXPECT_THAT(other, StartsWith("HTTP/1.1 404"));
+  EXPECT_THAT(other, HasSubstr("PORT-SANDBOX_ID.localhost"));
+  const std::string missing = Roundtrip(port, "GET / HTTP/1.1\r\nHost: 9000-n1-abc.localhost\r\n\r\n");
+  EXPECT_THAT(missing, StartsWith("HTTP/1.1 404"));
+  EXPECT_THAT(missing, HasSubstr("no exposed port 9000"));
+  EXPECT_THAT(Roundtrip(port, "GET / HTTP/1.1\r\nHost: 8000-n1-err.localhost\r\n\r\n"), StartsWith("HTTP/1.1 502"));
+  EXPECT_THAT(Roundtrip(port, "GET / HTTP/1.1\r\nHost: 8000-n1-down.localhost\r\n\r\n"), StartsWith("HTTP/1.1 502"));
+  EXPECT_EQ(asked.load(), 4);  // not for the two hosts that name no sandbox
+}
+
+TEST(GatewayTest, BadInput) {
+  auto resolve = [](const std::string&, uint16_t) -> StatusOr<std::string> { return absl::InternalError("unused"); };
+  EXPECT_THAT(ExposeGateway::Open("127.0.0.1", 0, "", resolve).status().message(), HasSubstr("domain"));
+  EXPECT_THAT(ExposeGateway::Open("127.0.0.1", 0, ".localhost", resolve).status().message(), HasSubstr("domain"));
+  EXPECT_THAT(ExposeGateway::Open("nowhere", 0, "localhost", resolve).status().message(),
+              HasSubstr("not an IPv4 address"));
+  EXPECT_THAT(DialTcp("localhost:80").status().message(), HasSubstr("not an IPv4 HOST:PORT"));
+  EXPECT_THAT(DialTcp("127.0.0.1:0").status().message(), HasSubstr("not an IPv4 HOST:PORT"));
 }
 
 }  // namespace
