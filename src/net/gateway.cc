@@ -70,24 +70,24 @@ StatusOr<std::unique_ptr<ExposeGateway>> ExposeGateway::Open(const std::string& 
     return absl::InvalidArgumentError("expose gateway domain '" + domain + "': a name such as localhost");
   auto g = std::unique_ptr<ExposeGateway>(new ExposeGateway());
   g->domain_ = std::move(domain);
-  ASSIGN_OR_RETURN(g->relay_, HttpRelay::Open(host, listen_port, [domain = g->domain_, resolve](std::string_view head) {
-                     const std::string_view host_header = HostOf(head);
-                     if (host_header.empty())
-                       return RelayAdmission::Refuse("400 Bad Request", "the request has no Host header");
-                     const std::optional<GatewayTarget> t = ParseGatewayHost(host_header, domain);
-                     if (!t) {
-                       return RelayAdmission::Refuse(
-                           "404 Not Found", "not a sandbox's port: the host must be PORT-SANDBOX_ID." + domain +
-                                                ", got " + std::string(host_header));
-                     }
-                     StatusOr<std::string> addr = resolve(t->sandbox_id, t->port);
-                     if (!addr.ok()) {
-                       const bool missing = addr.status().code() == absl::StatusCode::kNotFound;
-                       return RelayAdmission::Refuse(missing ? "404 Not Found" : "502 Bad Gateway",
-                                                     std::string(addr.status().message()));
-                     }
-                     return RelayAdmission::Admit(std::string(head), [a = *addr] { return DialTcp(a); });
-                   }));
+  ASSIGN_OR_RETURN(
+      g->relay_,
+      HttpRelay::Open(host, listen_port, [domain = g->domain_, resolve = std::move(resolve)](std::string_view head) {
+        const std::string_view host_header = HostOf(head);
+        if (host_header.empty()) return RelayAdmission::Refuse("400 Bad Request", "the request has no Host header");
+        const std::optional<GatewayTarget> t = ParseGatewayHost(host_header, domain);
+        if (!t) {
+          return RelayAdmission::Refuse("404 Not Found", "not a sandbox's port: the host must be PORT-SANDBOX_ID." +
+                                                             domain + ", got " + std::string(host_header));
+        }
+        StatusOr<std::string> addr = resolve(t->sandbox_id, t->port);
+        if (!addr.ok()) {
+          const bool missing = addr.status().code() == absl::StatusCode::kNotFound;
+          return RelayAdmission::Refuse(missing ? "404 Not Found" : "502 Bad Gateway",
+                                        std::string(addr.status().message()));
+        }
+        return RelayAdmission::Admit(std::string(head), [a = *addr] { return DialTcp(a); });
+      }));
   return g;
 }
 
