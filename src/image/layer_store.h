@@ -138,6 +138,16 @@ class MountCache {
   bool IsMounted(std::string_view digest) const;
   uint32_t RefCount(std::string_view digest) const;
   size_t MountedCount() const;
+  // What the cache did since it was opened. hits: Acquires served by a mount
+  // that existed (or that another Acquire was making); misses: Acquires that
+  // mounted; failures: Acquires whose mount failed; evictions: mounts Sweep
+  // removed. mounted / mounted_bytes: the layers mounted now and the size of
+  // their EROFS images (bytes).
+  struct Stats {
+    uint64_t hits = 0, misses = 0, failures = 0, evictions = 0;
+    uint64_t mounted = 0, mounted_bytes = 0;
+  };
+  Stats stats() const;
   // Probed once per process: the kernel mounts EROFS straight from a regular
   // file (Linux >= 6.12 with CONFIG_EROFS_FS_BACKED_BY_FILE).
   static bool FileBackedErofsSupported();
@@ -150,6 +160,7 @@ class MountCache {
     State state = State::kUnmounted;
     uint32_t refs = 0;
     int64_t released_at_ms = 0;  // CLOCK_MONOTONIC, when refs dropped to 0
+    uint64_t bytes = 0;          // the image's size, once mounted
   };
   MountCache(const LayerStore* store, std::string mount_root, int64_t grace_ms)
       : store_(store), mount_root_(std::move(mount_root)), grace_ms_(grace_ms) {}
@@ -163,7 +174,8 @@ class MountCache {
   // waits on cv_ while another thread mounts it (per-digest latch).
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, Entry> entries_;  // key: hex digest
+  std::map<std::string, Entry> entries_;                           // key: hex digest
+  uint64_t hits_ = 0, misses_ = 0, failures_ = 0, evictions_ = 0;  // guarded by mu_
 };
 
 }  // namespace warren::image

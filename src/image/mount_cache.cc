@@ -94,6 +94,8 @@ Status MountCache::Adopt() {
     e.state = State::kMounted;
     e.refs = 0;
     e.released_at_ms = now;
+    struct stat sb {};
+    e.bytes = ::stat(store_->BlobPath(hex).c_str(), &sb) == 0 ? static_cast<uint64_t>(sb.st_size) : 0;
   }
   // Stale mount points of a previous daemon that were never (or no longer)
   // mounted: rmdir only removes empty directories.
@@ -118,7 +120,10 @@ StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
   Entry& e = entries_[hex];  // std::map: stable while the entry exists
   ++e.refs;                  // holds the entry (and blocks Sweep) while we wait
   for (;;) {
-    if (e.state == State::kMounted) return path;
+    if (e.state == State::kMounted) {
+      ++hits_;
+      return path;
+    }
     if (e.state == State::kMounting || e.state == State::kUnmounting) {
       cv_.wait(lock);
       continue;
@@ -126,11 +131,14 @@ StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
     // kUnmounted: this thread mounts; others wait for it on cv_.
     e.state = State::kMounting;
     lock.unlock();
+    uint64_t bytes = 0;
     Status st = [&]() -> Status {
       const std::string blob = store_->BlobPath(hex);
-      if (access(blob.c_str(), F_OK) != 0) {
+      struct stat sb {};
+      if (::stat(blob.c_str(), &sb) != 0) {
         return absl::NotFoundError("layer " + std::string(digest) + " not in the store");
       }
+      bytes = static_cast<uint64_t>(sb.st_size);
       if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
         return ErrnoToStatus(errno, "mkdir(" + path + ")");
       }
@@ -144,6 +152,8 @@ StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
     }();
     lock.lock();
     e.state = st.ok() ? State::kMounted : State::kUnmounted;
+    e.bytes = st.ok() ? bytes : 0;
+    ++(st.ok() ? misses_ : failures_);
     cv_.notify_all();
     if (!st.ok()) {
       if (--e.refs == 0) entries_.erase(hex);
@@ -184,6 +194,7 @@ void MountCache::Sweep(bool all) {
     Entry& e = entries_[hex];
     if (gone) {
       e.state = State::kUnmounted;
+      ++evictions_;
       if (e.refs == 0) entries_.erase(hex);
     } else {
       e.state = State::kMounted;
@@ -216,6 +227,21 @@ size_t MountCache::MountedCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::count_if(entries_.begin(), entries_.end(),
                        [](const auto& kv) { return kv.second.state == State::kMounted; });
+}
+
+MountCache::Stats MountCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats out;
+  out.hits = hits_;
+  out.misses = misses_;
+  out.failures = failures_;
+  out.evictions = evictions_;
+  for (const auto& [hex, e] : entries_) {
+    if (e.state != State::kMounted) continue;
+    ++out.mounted;
+    out.mounted_bytes += e.bytes;
+  }
+  return out;
 }
 
 }  // namespace warren::image

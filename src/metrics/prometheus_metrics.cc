@@ -177,6 +177,23 @@ void AddGauge(prometheus::MetricFamily& f, std::vector<prometheus::ClientMetric:
   f.metric.push_back(std::move(m));
 }
 
+// A counter read at scrape time from where it is kept (its name ends in
+// "_total", as the counters above).
+prometheus::MetricFamily CounterFamily(std::string name, std::string help) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = prometheus::MetricType::Counter;
+  return f;
+}
+
+void AddCounter(prometheus::MetricFamily& f, std::vector<prometheus::ClientMetric::Label> labels, double value) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = value;
+  f.metric.push_back(std::move(m));
+}
+
 std::vector<prometheus::MetricFamily> GaugeFamilies(const node::NodeGauges& g) {
   std::vector<prometheus::MetricFamily> out;
   prometheus::MetricFamily sandboxes =
@@ -189,6 +206,16 @@ std::vector<prometheus::MetricFamily> GaugeFamilies(const node::NodeGauges& g) {
   AddGauge(out.back(), {}, g.creates_queued);
   out.push_back(GaugeFamily("warren_layer_mounts", "Layers mounted on this node"));
   AddGauge(out.back(), {}, static_cast<double>(g.layer_mounts));
+  out.push_back(GaugeFamily("warren_layer_mounted_bytes", "Size of the EROFS images of the layers mounted now"));
+  AddGauge(out.back(), {}, static_cast<double>(g.layer_mounted_bytes));
+  out.push_back(CounterFamily("warren_layer_cache_lookups_total",
+                              "Layer mount cache lookups by result: hit (the layer was mounted), miss (this lookup "
+                              "mounted it), failed (its mount failed)"));
+  AddCounter(out.back(), {{"result", "hit"}}, static_cast<double>(g.layer_cache_hits));
+  AddCounter(out.back(), {{"result", "miss"}}, static_cast<double>(g.layer_cache_misses));
+  AddCounter(out.back(), {{"result", "failed"}}, static_cast<double>(g.layer_cache_failures));
+  out.push_back(CounterFamily("warren_layer_cache_evictions_total", "Unused layer mounts removed after their grace"));
+  AddCounter(out.back(), {}, static_cast<double>(g.layer_cache_evictions));
   if (g.fncall) {
     out.push_back(GaugeFamily("warren_fncall_workers", "Warm fncall workers, by state (busy, idle)"));
     AddGauge(out.back(), {{"state", "busy"}}, g.fncall_workers_busy);

@@ -41,6 +41,10 @@ class ImageLayerProvider final : public LayerProvider {
   void Sweep() override { cache_->Sweep(false); }
   bool IsMounted(const std::string& digest) const override { return cache_->IsMounted(digest); }
   size_t MountedCount() const override { return cache_->MountedCount(); }
+  CacheStats Stats() const override {
+    const image::MountCache::Stats m = cache_->stats();
+    return CacheStats{m.hits, m.misses, m.failures, m.evictions, m.mounted, m.mounted_bytes};
+  }
   bool FileBackedErofs() const override { return image::MountCache::FileBackedErofsSupported(); }
 
  private:

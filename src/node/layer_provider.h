@@ -63,6 +63,18 @@ class LayerProvider {
   virtual bool IsMounted(const std::string& digest) const = 0;
   virtual size_t MountedCount() const = 0;
   virtual bool FileBackedErofs() const = 0;
+  // The mount cache's counters (image::MountCache::Stats: hits, misses,
+  // failures, evictions since the node started; mounted layers and their
+  // image bytes now). Providers without a cache report their mounts only.
+  struct CacheStats {
+    uint64_t hits = 0, misses = 0, failures = 0, evictions = 0;
+    uint64_t mounted = 0, mounted_bytes = 0;
+  };
+  virtual CacheStats Stats() const {
+    CacheStats s;
+    s.mounted = MountedCount();
+    return s;
+  }
 };
 
 }  // namespace warren::node

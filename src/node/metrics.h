@@ -28,9 +28,14 @@ namespace warren::node {
 struct NodeGauges {
   // (backend, state name) -> sandboxes in the table now.
   std::map<std::pair<std::string, std::string>, uint32_t> sandboxes;
-  uint32_t creates_in_flight = 0;  // holding a create slot
-  uint32_t creates_queued = 0;     // waiting for one
-  uint64_t layer_mounts = 0;       // layers mounted on this node
+  uint32_t creates_in_flight = 0;    // holding a create slot
+  uint32_t creates_queued = 0;       // waiting for one
+  uint64_t layer_mounts = 0;         // layers mounted on this node
+  uint64_t layer_mounted_bytes = 0;  // their EROFS images' size
+  // The layer mount cache since the node started (counters read at scrape
+  // time): Acquires served by a mount that was there, Acquires that mounted,
+  // mounts that failed, unused mounts removed.
+  uint64_t layer_cache_hits = 0, layer_cache_misses = 0, layer_cache_failures = 0, layer_cache_evictions = 0;
   // The fncall pool (warrend's): workers by occupancy.
   bool fncall = false;
   uint32_t fncall_workers_busy = 0, fncall_workers_idle = 0;

@@ -186,7 +186,13 @@ NodeGauges SandboxManager::Gauges() const {
   for (const auto& [key, n] : table_->StateCounts()) g.sandboxes[key] = n;
   g.creates_in_flight = admission_->in_flight();
   g.creates_queued = admission_->queued();
-  g.layer_mounts = layers_->MountedCount();
+  const LayerProvider::CacheStats lc = layers_->Stats();
+  g.layer_mounts = lc.mounted;
+  g.layer_mounted_bytes = lc.mounted_bytes;
+  g.layer_cache_hits = lc.hits;
+  g.layer_cache_misses = lc.misses;
+  g.layer_cache_failures = lc.failures;
+  g.layer_cache_evictions = lc.evictions;
   return g;
 }
 

@@ -7,6 +7,7 @@ in use stops the start with an error naming the flag; the Grafana dashboard
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -74,6 +75,8 @@ def node(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[Daemon
             f"127.0.0.1:{port}",
             "--fncall-layers",
             base_layer,
+            "--warm-shells",  # no pool refilling in the background: the layer lookups are the test's
+            "0",
         ],
     )
     d.metrics_port = port  # type: ignore[attr-defined]
@@ -166,6 +169,37 @@ def test_counters_and_histograms_move_by_exactly_the_workload(
     for name, labels in after.samples:
         assert name.startswith(("warren_", "exposer_")), name
         assert all(not v.startswith(NODE_PREFIX) for _, v in labels), (name, labels)
+
+
+def test_layer_cache_counts_each_lookup(node: Daemon, base_layer: str, tmp_path: Path) -> None:
+    c = node.client
+    assert c is not None
+    port = node.metrics_port  # type: ignore[attr-defined]
+    d = tmp_path / "layer"
+    d.mkdir()
+    (d / "cache-probe").write_bytes(os.urandom(64 << 10))  # a layer no other test has
+    fresh = c.layers.build(f"toolset/metrics-cache-{os.getpid()}@1", dir=str(d))
+    c.create(layers=[base_layer], timeout=120).destroy(timeout=60)  # base mounted (kept for its grace)
+    before = Scrape(port)
+    for _ in range(2):
+        c.create(layers=[base_layer, fresh.name], timeout=120).destroy(timeout=60)
+    after = Scrape(port)
+
+    def delta(result: str) -> float:
+        return after.get("warren_layer_cache_lookups_total", result=result) - before.get(
+            "warren_layer_cache_lookups_total", result=result
+        )
+
+    # 2 creates x 2 layers: the fresh layer mounted by the first (a miss),
+    # found mounted by the second; the base layer mounted all along.
+    assert delta("miss") == 1
+    assert delta("hit") == 3
+    assert delta("failed") == 0
+    # Unused since, the fresh layer stays mounted for its grace period.
+    grown = after.get("warren_layer_mounted_bytes") - before.get("warren_layer_mounted_bytes")
+    assert grown == fresh.size_bytes, (grown, fresh)
+    assert after.get("warren_layer_mounts") == before.get("warren_layer_mounts") + 1
+    assert "warren_layer_cache_evictions_total" in after.names
 
 
 def test_dashboard_queries_only_exported_metrics(node: Daemon) -> None:

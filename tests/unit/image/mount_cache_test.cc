@@ -111,11 +111,22 @@ TEST_F(MountCacheTest, AcquireMountsOnceAndSweepUnmounts) {
   // Re-acquiring a mounted, unreferenced layer reuses the mount.
   ASSERT_OK(cache->Acquire(layer_.digest));
   EXPECT_EQ(CountMounts(*p1), 1);
+  MountCache::Stats s = cache->stats();
+  EXPECT_EQ(s.misses, 1u);  // the first Acquire mounted
+  EXPECT_EQ(s.hits, 2u);    // the other two found it mounted
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_EQ(s.mounted, 1u);
+  EXPECT_EQ(s.mounted_bytes, static_cast<uint64_t>(ReadFile(store_->BlobPath(layer_.digest)).size()));
   cache->Release(layer_.digest);
   cache->Sweep(true);
   EXPECT_EQ(CountMounts(*p1), 0);
   EXPECT_FALSE(cache->IsMounted(layer_.digest));
   EXPECT_EQ(cache->MountedCount(), 0u);
+  s = cache->stats();
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.mounted, 0u);
+  EXPECT_EQ(s.mounted_bytes, 0u);
   struct stat st;
   EXPECT_NE(lstat(p1->c_str(), &st), 0) << "mount point dir left behind";
 }
@@ -227,6 +238,8 @@ TEST_F(MountCacheTest, CorruptBlobFailsCleanly) {
     EXPECT_EQ(CountMountsUnder(mnt_), 0);
     EXPECT_TRUE(ListDir(mnt_).empty());
   }
+  EXPECT_EQ(cache->stats().failures, std::size(cases));  // a refused digest is not a lookup
+  EXPECT_EQ(cache->stats().misses, 0u);
   EXPECT_THAT(cache->Acquire("sha256:" + std::string(64, 'd')), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(cache->Acquire("sha256:nothex"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(cache->Acquire(hex_), StatusIs(absl::StatusCode::kInvalidArgument));
