@@ -157,22 +157,14 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (!Body(req, res, &body)) return;
   if (!body.contains("templateID") || !body["templateID"].is_string())
     return Reply(res, 400, "templateID (a string) is required");
-  const std::string tmpl = body["templateID"].get<std::string>();
-  const auto& templates = st.options().templates;
-  auto t = templates.find(tmpl);
-  if (t == templates.end()) {
-    std::string known;
-    for (const auto& [k, v] : templates) known += (known.empty() ? "" : ", ") + k;
-    return Reply(res, 404,
-                 "template \"" + tmpl + "\" not found on this node (known: " + (known.empty() ? "none" : known) +
-                     "; warrend --e2b-templates)");
-  }
+  StatusOr<std::string> tmpl = ResolveTemplate(st.options().templates, body["templateID"].get<std::string>());
+  if (!tmpl.ok()) return ReplyStatus(res, tmpl.status());
   node::CreateRequest r;
-  r.layers = t->second;
+  r.layers = st.options().templates.at(*tmpl);
   uint32_t timeout = 0;
   if (!Seconds(body, "timeout", kDefaultTimeoutS, res, &timeout)) return;
   r.ttl_s = timeout == 0 ? kDefaultTimeoutS : timeout;
-  r.labels[kTemplateLabel] = tmpl;
+  r.labels[kTemplateLabel] = *tmpl;
   for (const char* field : {"metadata", "envVars"}) {
     if (!body.contains(field) || body[field].is_null()) continue;
     if (!body[field].is_object()) return Reply(res, 400, std::string(field) + " must be an object of strings");

@@ -39,6 +39,66 @@ StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   return keys;
 }
 
+namespace {
+
+// A template reference split as `[ns/]name[:tag]`.
+struct TemplateRef {
+  std::string ns, name, tag;
+};
+
+StatusOr<TemplateRef> SplitTemplateRef(const std::string& ref) {
+  TemplateRef r;
+  std::string rest = ref;
+  if (const size_t slash = rest.rfind('/'); slash != std::string::npos) {
+    r.ns = rest.substr(0, slash);
+    rest = rest.substr(slash + 1);
+    if (r.ns.empty()) return absl::InvalidArgumentError("template \"" + ref + "\" has an empty namespace before '/'");
+  }
+  if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+    r.tag = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+    if (r.tag.empty() || r.tag.find(':') != std::string::npos)
+      return absl::InvalidArgumentError("template \"" + ref + "\" is not name:tag (an empty tag or a second ':')");
+  }
+  r.name = rest;
+  if (r.name.empty()) return absl::InvalidArgumentError("template \"" + ref + "\" has no name");
+  return r;
+}
+
+}  // namespace
+
+StatusOr<std::string> ResolveTemplate(const std::map<std::string, std::vector<std::string>>& templates,
+                                      const std::string& ref) {
+  ASSIGN_OR_RETURN(const TemplateRef r, SplitTemplateRef(ref));
+  // The tags that name the same build: "" and "default" are one.
+  std::vector<std::string> tags = {r.tag};
+  if (r.tag.empty()) tags.push_back("default");
+  if (r.tag == "default") tags.push_back("");
+  std::vector<std::string> spaces = {r.ns};
+  if (!r.ns.empty()) spaces.push_back("");
+  for (const std::string& ns : spaces) {
+    for (const std::string& tag : tags) {
+      const std::string key = (ns.empty() ? "" : ns + "/") + r.name + (tag.empty() ? "" : ":" + tag);
+      if (templates.count(key) != 0) return key;
+    }
+  }
+  // Not here: name the template's tags when it has others.
+  std::string others;
+  for (const auto& [key, layers] : templates) {
+    StatusOr<TemplateRef> k = SplitTemplateRef(key);
+    if (!k.ok() || k->name != r.name || (!k->ns.empty() && k->ns != r.ns)) continue;
+    others += (others.empty() ? "" : ", ") + (k->tag.empty() ? std::string("default") : k->tag);
+  }
+  if (!others.empty())
+    return absl::NotFoundError("tag \"" + (r.tag.empty() ? std::string("default") : r.tag) +
+                               "\" does not exist for template \"" + r.name + "\" (its tags on this node: " + others +
+                               "; warrend --e2b-templates)");
+  std::string known;
+  for (const auto& [k, v] : templates) known += (known.empty() ? "" : ", ") + k;
+  return absl::NotFoundError("template \"" + ref + "\" not found on this node (known: " +
+                             (known.empty() ? "none" : known) + "; warrend --e2b-templates)");
+}
+
 StatusOr<std::map<std::string, std::vector<std::string>>> ReadTemplates(const std::string& path,
                                                                         const std::vector<std::string>& base_layers) {
   std::map<std::string, std::vector<std::string>> out;
@@ -46,9 +106,12 @@ StatusOr<std::map<std::string, std::vector<std::string>>> ReadTemplates(const st
     ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object())
-      return absl::InvalidArgumentError("--e2b-templates " + path + ": not a JSON object {template: [layer, ...]}");
+      return absl::InvalidArgumentError("--e2b-templates " + path +
+                                        ": not a JSON object {\"name[:tag]\": [layer, ...]}");
     for (const auto& [id, layers] : j.items()) {
       if (id.empty()) return absl::InvalidArgumentError("--e2b-templates " + path + ": an empty template id");
+      if (Status r = SplitTemplateRef(id).status(); !r.ok())
+        return absl::InvalidArgumentError("--e2b-templates " + path + ": " + std::string(r.message()));
       if (!layers.is_array() || layers.empty())
         return absl::InvalidArgumentError("--e2b-templates " + path + ": template \"" + id +
                                           "\" must map to a non-empty list of layers");
@@ -131,7 +194,7 @@ StatusOr<std::string> ReadBody(const httplib::ContentReader& reader, const httpl
 
 bool StreamsBody(const std::string& path) {
   return path == "/files" || path == "/process.Process/Start" || path == "/process.Process/Connect" ||
-         path == "/filesystem.Filesystem/WatchDir";
+         path == "/process.Process/StreamInput" || path == "/filesystem.Filesystem/WatchDir";
 }
 
 bool E2bState::AccessOk(const std::string& id, const std::string& token) const {

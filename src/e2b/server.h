@@ -63,18 +63,31 @@ struct E2bOptions {
   // call): a larger one is answered 413 naming this limit, and nothing it
   // carried is kept.
   uint64_t max_body_bytes = kDefaultMaxBodyBytes;
-  // template id -> layers (bottom first); "base" present unless configured
+  // template -> layers (bottom first), keyed as ResolveTemplate reads them;
+  // "base" present unless configured
   std::map<std::string, std::vector<std::string>> templates;
 };
 
 // --e2b-api-keys: one key a line; blank lines and lines starting with '#'
 // are skipped. An empty list is an error naming the file.
 StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path);
-// --e2b-templates: a JSON object {template id: [layer, ...]}; errors name
-// the file and the entry. `base_layers` become template "base" unless the
-// file names one.
+// --e2b-templates: a JSON object {template: [layer, ...]}, a template being
+// `name` or `name:tag`, optionally `namespace/` first; errors name the file
+// and the entry. `base_layers` become template "base" unless the file names
+// one.
 StatusOr<std::map<std::string, std::vector<std::string>>> ReadTemplates(const std::string& path,
                                                                         const std::vector<std::string>& base_layers);
+
+// The key of `templates` a create's templateID `ref` names, read as E2B
+// reads template references (e2b.dev/docs/template/tags): `name`,
+// `name:tag` or `namespace/name[:tag]`, where `name` is `name:default`
+// (E2B's default tag, and the reverse) and a build id may stand in the tag's
+// place (a key `name:<build id>` then). A key without a namespace answers
+// every namespace (warren has no teams); one with a namespace only its own.
+// NotFound naming the template, or the tag and the tags the template has
+// here; InvalidArgument for a reference with an empty name or tag.
+StatusOr<std::string> ResolveTemplate(const std::map<std::string, std::vector<std::string>>& templates,
+                                      const std::string& ref);
 
 // What the handlers share. Thread-safe.
 class E2bState {

@@ -15,8 +15,6 @@ import os
 import re
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -26,32 +24,17 @@ from pathlib import Path
 
 import pytest
 from conftest import NODE_PREFIX, Daemon
+from harness_venv import E2B_PIN, install_pin
 
-E2B_PIN = "e2b==2.63.0"
 API_KEY = "e2b_warren_test_key_0123456789"
 MAX_UPLOAD_MB = 8  # --e2b-max-upload-mb of the module's daemon
 
 
 def _ensure_e2b() -> None:
-    """Installs the pinned SDK into this venv when missing; skips (with the
-    reason) only when PyPI cannot be reached."""
-    try:
-        from importlib.metadata import version
-
-        import e2b  # noqa: F401
-
-        if version("e2b") == E2B_PIN.split("==")[1]:
-            return
-    except ImportError:
-        pass
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", E2B_PIN],
-                       check=False, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        out = r.stdout + r.stderr
-        if any(s in out for s in ("Could not find a version", "NewConnectionError", "Temporary failure",
-                                  "Network is unreachable", "Max retries exceeded")):
-            pytest.skip(f"PyPI unreachable, cannot install {E2B_PIN}: {out.strip()[-300:]}")
-        pytest.fail(f"pip install {E2B_PIN} failed:\n{out}")
+    """Installs the pinned SDK into this venv when missing or at another
+    version; skips (with the reason) only when PyPI cannot be reached: a bad
+    pin with PyPI reachable fails (harness_venv.install_pin)."""
+    install_pin(E2B_PIN, "e2b")
 
 
 def _free_port() -> int:
@@ -67,7 +50,8 @@ def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[
     keys = test_root / "e2b-keys"
     keys.write_text(f"# test keys\n{API_KEY}\n")
     templates = test_root / "e2b-templates.json"
-    templates.write_text(json.dumps({"base": [base_layer], "debian": [base_layer]}))
+    templates.write_text(json.dumps({"base": [base_layer], "debian": [base_layer], "debian:bookworm": [base_layer],
+                                     "acme/tool:v2": [base_layer]}))
     d = Daemon(test_root, "e2b", layer_store, NODE_PREFIX + "e",
                extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
                            "--e2b-templates", str(templates), "--e2b-max-upload-mb", str(MAX_UPLOAD_MB)]).start()
@@ -181,6 +165,33 @@ def test_unknown_template_names_it(e2b_env):
     assert "no-such-template" in str(ei.value) and "--e2b-templates" in str(ei.value)
 
 
+def test_template_tags_resolve_through_the_mapping(e2b_env, e2b_daemon: Daemon):
+    """E2B's template references (e2b.dev/docs/template/tags): `name` is
+    `name:default`, `name:tag` picks a tag, `namespace/name:tag` matches a
+    key of that namespace or one without; the SDK sends them as given."""
+    for ref, key in (("debian:bookworm", "debian:bookworm"), ("team-x/debian:bookworm", "debian:bookworm"),
+                     ("base:default", "base"), ("acme/tool:v2", "acme/tool:v2")):
+        sb = e2b_env.Sandbox.create(ref, timeout=60)
+        try:
+            assert sb.get_info().template_id == key, ref
+            assert e2b_daemon.client.get(sb.sandbox_id).info().labels["e2b.template"] == key, ref
+            assert sb.commands.run("echo ok").stdout == "ok\n"
+        finally:
+            sb.kill()
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("debian:trixie")
+    assert 'tag "trixie" does not exist for template "debian" (its tags on this node: default, bookworm' in \
+        str(ei.value), ei.value
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("other/tool:v2")  # the key's namespace is acme
+    assert 'tag "v2" does not exist' not in str(ei.value) and "not found on this node" in str(ei.value)
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("debian:")
+    assert "400" in str(ei.value) and "empty tag" in str(ei.value), ei.value
+    assert not [s for s in e2b_daemon.client.list() if s.cached_info().labels.get("e2b.template", "").startswith(
+        ("debian", "acme"))]
+
+
 def test_envd_call_needs_the_sandbox_access_token(sbx, e2b_env):
     """Another sandbox's token (or none) does not reach this sandbox."""
     req = urllib.request.Request(
@@ -256,6 +267,99 @@ def test_stdin_connect_and_user(sbx):
     again = sbx.commands.connect(bg.pid)
     assert again.wait().stdout == "late\n"
     assert sbx.commands.run("whoami", user="root").stdout == "root\n"
+
+
+def test_stream_input_writes_each_chunk_as_it_arrives(sbx, e2b_env):
+    """commands.stream_input (envd's StreamInput client stream): chunks reach
+    the process in order and as they are sent, before the stream ends: the
+    generator yields its next chunk only once the process has seen the last."""
+    h = sbx.commands.run("while IFS= read -r l; do printf '%s\\n' \"$l\" >> /tmp/si; done; echo eof",
+                         background=True, stdin=True)
+
+    def seen() -> str:
+        return sbx.files.read("/tmp/si") if sbx.files.exists("/tmp/si") else ""
+
+    def chunks():
+        for i in range(3):
+            yield f"line {i}\n"
+            deadline = time.monotonic() + 10
+            while f"line {i}\n" not in seen():
+                assert time.monotonic() < deadline, f"line {i} not written while the stream is open: {seen()!r}"
+                time.sleep(0.05)
+        yield b"bytes \xc3\xa9"  # bytes, split across two messages
+        yield b"\n"
+        yield from (f"n{j}\n" for j in range(300))
+
+    sbx.commands.stream_input(h.pid, chunks())
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "eof\n"
+    assert seen() == "line 0\nline 1\nline 2\nbytes é\n" + "".join(f"n{j}\n" for j in range(300))
+
+
+def test_stream_input_async_handle_and_pty(sbx, e2b_env):
+    """The async SDK's input handle (send, then close) and pty.stream_input."""
+    import asyncio
+
+    async def main() -> None:
+        a = await e2b_env.AsyncSandbox.connect(sbx.sandbox_id)
+        h = await a.commands.run("head -n 2", background=True, stdin=True)
+        inp = a.commands.stream_input(h.pid)
+        await inp.send("first\n")
+        await inp.send(b"second\n")
+        await inp.close()
+        r = await h.wait()
+        assert r.stdout == "first\nsecond\n", r
+
+    asyncio.run(main())
+    h = sbx.pty.create(e2b_env.PtySize(rows=24, cols=80), timeout=120)
+    r = _PtyReader(h)
+    sbx.pty.stream_input(h.pid, [b"echo pty-", b"$((6*7))\n", "exit 4\n"])
+    r.expect(rb"(?:^|\r)pty-42\r?$")
+    r.join()
+    assert isinstance(r.error, e2b_env.CommandExitException) and r.error.exit_code == 4
+
+
+def test_stream_input_errors_are_named(sbx, e2b_env):
+    """No such process, input of the wrong kind, and malformed streams: each
+    named, nothing written."""
+    with pytest.raises(e2b_env.NotFoundException) as ei:
+        sbx.commands.stream_input(999999, ["x"])
+    assert "999999" in str(ei.value)
+    h = sbx.pty.create(e2b_env.PtySize(rows=10, cols=40), timeout=120)
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.commands.stream_input(h.pid, ["echo no\n"])  # stdin, but a PTY
+    assert "tty assigned" in str(ei.value) and "pty" in str(ei.value)
+    sbx.pty.kill(h.pid)
+    bg = sbx.commands.run("sleep 60", background=True, stdin=True)
+    url = os.environ["E2B_SANDBOX_URL"] + "/process.Process/StreamInput"
+    headers = {"Content-Type": "application/connect+json", **_envd_headers(sbx)}
+    start = _envelope(json.dumps({"start": {"process": {"pid": bg.pid}}}).encode())
+    data = _envelope(json.dumps({"data": {"input": {"stdin": "eA=="}}}).encode())
+    cases = {
+        data: ("invalid_argument", "first message must be start"),
+        start + _envelope(b"{\"what\": {}}"): ("unimplemented", "none of start, data, keepalive"),
+        start + _envelope(b"{\"data\": {\"input\": {\"stdin\": \"!!\"}}}"):
+            ("invalid_argument", "input.stdin is not base64"),
+        start + data[:7]: ("invalid_argument", "ends inside a message"),
+        start + _envelope(b"{}", flags=0x02): ("invalid_argument", "end-of-stream flag"),
+    }
+    for body_in, (code, want) in cases.items():
+        status, body = _post(url, body_in, headers)
+        frames = _frames(body)
+        assert status == 200 and len(frames) == 1, (body_in, body)
+        flags, msg = frames[0]
+        assert flags == 0x02 and msg["error"]["code"] == code, (body_in, msg)
+        assert want in msg["error"]["message"], (body_in, msg)
+    # Well-formed raw streams (an empty one too, as envd): the answer is one
+    # empty message, then the end; a second start moves the stream to that process.
+    other = sbx.commands.run("head -c 2 > /tmp/other", background=True, stdin=True)
+    start2 = _envelope(json.dumps({"start": {"process": {"pid": other.pid}}}).encode())
+    for body_in in (b"", start + _envelope(b"{\"keepalive\": {}}") + start2 + data + data):
+        status, body = _post(url, body_in, headers)
+        assert status == 200 and _frames(body) == [(0, {}), (0x02, {})], body
+    other.wait()
+    assert sbx.files.read("/tmp/other") == "xx"
+    sbx.commands.kill(bg.pid)
 
 
 def test_output_lost_to_a_slow_reader_is_an_error(sbx, e2b_env):
