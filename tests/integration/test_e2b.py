@@ -153,6 +153,65 @@ def test_list_by_metadata_and_set_timeout(e2b_env, e2b_daemon: Daemon):
         b.kill()
 
 
+def test_timeout_is_enforced_by_the_server_and_calls_are_audited(e2b_env, e2b_daemon: Daemon):
+    """The E2B timeout is the sandbox's TTL: warren destroys it when it
+    passes, with no client call. Commands and file writes made through E2B
+    are in the sandbox's audit log, as warren.v1's are."""
+    sb = e2b_env.Sandbox.create(timeout=3)
+    sb.commands.run("echo audited > /tmp/a", envs={"K": "v"})
+    sb.files.write("/tmp/b.txt", "bee")
+    log = e2b_daemon.client.get(sb.sandbox_id).audit_log()
+    spawns = [e for e in log if e["op"] == "spawn"]
+    assert any("echo audited > /tmp/a" in " ".join(e.get("argv", [])) for e in spawns), log
+    assert any(e["op"] == "process_exit" and e["exit_code"] == 0 for e in log), log
+    assert any(e["op"] == "write" and e["path"] == "/tmp/b.txt" and e.get("via") == "e2b" for e in log), log
+    deadline = time.monotonic() + 20
+    while any(s.id == sb.sandbox_id for s in e2b_daemon.client.list()):
+        assert time.monotonic() < deadline, "the sandbox outlived its E2B timeout"
+        time.sleep(0.25)
+    assert e2b_env.Sandbox.kill(sb.sandbox_id) is False  # E2B's 404: gone
+
+
+def test_auto_pause_at_timeout_suspends_and_connect_resumes(e2b_env, e2b_daemon: Daemon):
+    """lifecycle on_timeout="pause" (E2B's autoPause): when the timeout passes
+    the sandbox is suspended (warren's pause with its memory reclaimed), not
+    destroyed; set_timeout renews it; connect resumes it with its running
+    process and files, and kill ends it and its lease."""
+    sb = e2b_env.Sandbox.create(timeout=4, lifecycle={"on_timeout": "pause"})
+    sid = sb.sandbox_id
+    try:
+        lc = sb.get_info().lifecycle
+        assert getattr(lc["on_timeout"], "value", lc["on_timeout"]) == "pause" and lc["auto_resume"] is False, lc
+        h = sb.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done", background=True)
+        sb.files.write("/tmp/f", "kept")
+        time.sleep(2.5)
+        sb.set_timeout(4)  # renewed: still running past the first 4 s
+        time.sleep(2.5)
+        assert e2b_daemon.client.get(sid).info().state == "running"
+        deadline = time.monotonic() + 20
+        while e2b_daemon.client.get(sid).info().state != "suspended":
+            assert time.monotonic() < deadline, "not suspended after its timeout"
+            time.sleep(0.25)
+        assert sb.get_info().state == e2b_env.SandboxState.PAUSED
+        assert any(s.sandbox_id == sid for s in e2b_env.Sandbox.list(
+            query=e2b_env.SandboxQuery(state=[e2b_env.SandboxState.PAUSED])).next_items())
+        time.sleep(1)
+        again = e2b_env.Sandbox.connect(sid, timeout=30)
+        assert e2b_daemon.client.get(sid).info().state == "running"
+        assert again.files.read("/tmp/f") == "kept"
+        assert any(p.pid == h.pid for p in again.commands.list())  # the same process, resumed
+        first = int(again.files.read("/tmp/c"))
+        time.sleep(1)
+        assert int(again.files.read("/tmp/c")) >= first + 5
+        time.sleep(4)  # connect renewed the lease: not paused again at once
+        assert e2b_daemon.client.get(sid).info().state == "running"
+        assert again.kill() is True
+        assert all(s.id != sid for s in e2b_daemon.client.list())
+        assert not [j for j in e2b_daemon.client.jobs() if j.name.startswith("e2b-autopause-")]
+    finally:
+        e2b_env.Sandbox.kill(sid)
+
+
 def test_wrong_api_key_is_401(e2b_env):
     with pytest.raises(e2b_env.AuthenticationException) as ei:
         e2b_env.Sandbox.create(api_key="e2b_wrong_key")
@@ -253,6 +312,15 @@ def test_pause_then_connect_resumes(sbx, e2b_env, e2b_daemon: Daemon):
     again = e2b_env.Sandbox.connect(sbx.sandbox_id, timeout=300)
     assert e2b_daemon.client.get(sbx.sandbox_id).info().state == "running"
     assert again.commands.run("cat /tmp/state").stdout == "kept\n"
+    exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
+    assert 290 < exp - time.time() <= 301
+    # Paused, it is kept (E2B keeps it until resumed; here 24 h), not ended
+    # by the timeout it had; connect without a timeout gives E2B's default.
+    sbx.set_timeout(5)
+    assert sbx.pause() is True
+    exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
+    assert 86390 < exp - time.time() <= 86401
+    e2b_env.Sandbox.connect(sbx.sandbox_id)
     exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
     assert 290 < exp - time.time() <= 301
 
