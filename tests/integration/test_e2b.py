@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import NODE_PREFIX, Daemon
+from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
 from harness_venv import E2B_PIN, install_pin
 
 API_KEY = "e2b_warren_test_key_0123456789"
@@ -56,8 +56,15 @@ def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[
                extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
                            "--e2b-templates", str(templates), "--e2b-max-upload-mb", str(MAX_UPLOAD_MB)]).start()
     d.e2b_url = f"http://127.0.0.1:{port}"
+    baseline = host_snapshot([d])
     yield d
-    assert d.stop() == 0, d.log_tail()
+    # Nothing of the module's sandboxes is left on the host (mounts, cgroups,
+    # processes, links, state), whatever its tests did (kills, timeouts,
+    # streams cut mid-way, refused uploads): every sandbox is gone by then.
+    try:
+        assert_back_to_baseline([d], baseline, clients=[d.client])
+    finally:
+        assert d.stop() == 0, d.log_tail()
 
 
 @pytest.fixture()

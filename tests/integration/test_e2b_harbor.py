@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import NODE_PREFIX, Daemon
+from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
 from harness_venv import HARBOR_E2B_PINS, harness_python, run, tail
 
 DRIVERS = Path(__file__).resolve().parent / "harness_drivers"
@@ -54,8 +54,12 @@ def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[
                extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
                            "--e2b-templates", str(templates)]).start()
     d.e2b_url = f"http://127.0.0.1:{port}"
+    baseline = host_snapshot([d])
     yield d
-    assert d.stop() == 0, d.log_tail()
+    try:
+        assert_back_to_baseline([d], baseline, clients=[d.client])  # nothing of Harbor's sandboxes left
+    finally:
+        assert d.stop() == 0, d.log_tail()
 
 
 def _e2b_env(d: Daemon) -> dict:
