@@ -185,14 +185,15 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (!Body(req, res, &body)) return;
   if (!body.contains("templateID") || !body["templateID"].is_string())
     return Reply(res, 400, "templateID (a string) is required");
-  StatusOr<std::string> tmpl = ResolveTemplate(st.options().templates, body["templateID"].get<std::string>());
+  StatusOr<std::pair<std::string, std::vector<std::string>>> tmpl =
+      st.templates().Resolve(body["templateID"].get<std::string>());
   if (!tmpl.ok()) return ReplyStatus(res, tmpl.status());
   node::CreateRequest r;
-  r.layers = st.options().templates.at(*tmpl);
+  r.layers = tmpl->second;
   uint32_t timeout = 0;
   if (!Seconds(body, "timeout", kDefaultTimeoutS, res, &timeout)) return;
   r.ttl_s = timeout == 0 ? kDefaultTimeoutS : timeout;
-  r.labels[kTemplateLabel] = *tmpl;
+  r.labels[kTemplateLabel] = tmpl->first;
   bool auto_pause = false;
   if (body.contains("autoPause") && !body["autoPause"].is_null()) {
     if (!body["autoPause"].is_boolean())

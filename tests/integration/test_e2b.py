@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import threading
 import time
 import urllib.error
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
+from conftest import CLI, NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
 from harness_venv import E2B_PIN, install_pin
 
 API_KEY = "e2b_warren_test_key_0123456789"
@@ -56,6 +57,7 @@ def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[
                extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
                            "--e2b-templates", str(templates), "--e2b-max-upload-mb", str(MAX_UPLOAD_MB)]).start()
     d.e2b_url = f"http://127.0.0.1:{port}"
+    d.e2b_templates = templates
     baseline = host_snapshot([d])
     yield d
     # Nothing of the module's sandboxes is left on the host (mounts, cgroups,
@@ -256,6 +258,45 @@ def test_template_tags_resolve_through_the_mapping(e2b_env, e2b_daemon: Daemon):
     assert "400" in str(ei.value) and "empty tag" in str(ei.value), ei.value
     assert not [s for s in e2b_daemon.client.list() if s.cached_info().labels.get("e2b.template", "").startswith(
         ("debian", "acme"))]
+
+
+def test_template_cli_edits_apply_without_a_restart(e2b_env, e2b_daemon: Daemon, base_layer: str):
+    """`warren e2b template set/rm/ls/resolve` edits the mapping file; warrend
+    reads it again when it changes, so the next create sees the edit."""
+    f = str(e2b_daemon.e2b_templates)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(CLI), "e2b", "template", *args, "--file", f], capture_output=True, text=True,
+                              timeout=30)
+
+    with pytest.raises(e2b_env.SandboxException):
+        e2b_env.Sandbox.create("fresh:v1")
+    r = cli("set", "fresh:v1", base_layer)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(cli("ls", "--json").stdout)["fresh:v1"] == [base_layer]
+    assert cli("resolve", "acme/fresh:v1").stdout.split() == ["fresh:v1", base_layer]
+    sb = e2b_env.Sandbox.create("fresh:v1", timeout=60)
+    try:
+        assert sb.get_info().template_id == "fresh:v1"
+    finally:
+        sb.kill()
+    assert cli("rm", "fresh:v1").returncode == 0
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("fresh:v1")
+    assert "not found on this node" in str(ei.value)
+    r = cli("rm", "fresh:v1")
+    assert r.returncode == 1 and "is not in" in r.stderr, r
+    r = cli("set", "bad:", base_layer)
+    assert r.returncode == 2 and "empty tag" in r.stderr, r
+    # A broken file keeps the last good mapping (and says so in the log).
+    text = e2b_daemon.e2b_templates.read_text()
+    e2b_daemon.e2b_templates.write_text("{broken")
+    try:
+        sb = e2b_env.Sandbox.create("debian:bookworm", timeout=60)
+        sb.kill()
+    finally:
+        e2b_daemon.e2b_templates.write_text(text)
+    assert "the last good mapping stays" in e2b_daemon.log_tail(200)
 
 
 def test_envd_call_needs_the_sandbox_access_token(sbx, e2b_env):

@@ -1,7 +1,12 @@
 // The E2B front end's protocol pieces that stand without a daemon: the
 // messages of a Connect client stream (process.StreamInput) split as their
-// bytes arrive, and template references (`name`, `name:tag`,
-// `namespace/name:tag`) resolved against the --e2b-templates mapping.
+// bytes arrive, template references (`name`, `name:tag`,
+// `namespace/name:tag`) resolved against the --e2b-templates mapping, and
+// that file read, written and read again when it changes.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -10,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "e2b/connect.h"
-#include "e2b/server.h"
+#include "e2b/templates.h"
 #include "status_matchers.h"
 
 namespace warren::e2b {
@@ -79,7 +84,7 @@ TEST(MessageReaderTest, NamesBrokenEnvelopesAndStopsAtTheFirstError) {
   EXPECT_EQ(calls, 2);
 }
 
-const std::map<std::string, std::vector<std::string>> kTemplates = {
+const TemplateMap kTemplates = {
     {"base", {"base/debian-12@1"}},
     {"py:v1", {"base/debian-12@1", "toolset/python@1"}},
     {"py:v2", {"base/debian-12@1", "toolset/python@2"}},
@@ -111,6 +116,43 @@ TEST(ResolveTemplateTest, NamesWhatIsMissing) {
   for (const char* bad : {":v1", "py:", "py:a:b", "/py", "team/"}) {
     EXPECT_THAT(ResolveTemplate(kTemplates, bad), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
   }
+}
+
+TEST(TemplatesFileTest, ParseNamesBadEntries) {
+  EXPECT_THAT(ParseTemplates("[1]", "--e2b-templates f"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--e2b-templates f: not a JSON object")));
+  EXPECT_THAT(ParseTemplates(R"({"py:": ["a"]})", "f"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("py:")));
+  EXPECT_THAT(ParseTemplates(R"({"py": []})", "f"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"py\" must map to a non-empty list")));
+  EXPECT_THAT(ParseTemplates(R"({"py": ["a", 3]})", "f"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a non-empty string")));
+}
+
+TEST(TemplatesFileTest, WrittenFileReadsBackAndSourceFollowsChanges) {
+  char dir[] = "/tmp/e2b-templates-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/t.json";
+  ASSERT_OK(WriteTemplates(path, {{"py:v1", {"base/debian-12@1", "toolset/python@1"}}}));
+  ASSERT_OK_AND_ASSIGN(TemplateMap read, ReadTemplates(path, {"base/debian-12@1"}));
+  EXPECT_EQ(read, (TemplateMap{{"base", {"base/debian-12@1"}}, {"py:v1", {"base/debian-12@1", "toolset/python@1"}}}));
+
+  TemplateSource source(path, {"base/debian-12@1"}, read);
+  ASSERT_OK_AND_ASSIGN(auto got, source.Resolve("py:v1"));
+  EXPECT_EQ(got.first, "py:v1");
+  EXPECT_THAT(source.Resolve("py:v2"), StatusIs(absl::StatusCode::kNotFound));
+  // A changed file applies to the next Resolve (its size differs, whatever
+  // the clock's granularity).
+  ASSERT_OK(WriteTemplates(path, {{"py:v1", {"a@1"}}, {"py:v2", {"base/debian-12@1", "toolset/python@2"}}}));
+  ASSERT_OK_AND_ASSIGN(got, source.Resolve("team/py:v2"));
+  EXPECT_EQ(got.first, "py:v2");
+  EXPECT_THAT(got.second, ElementsAre("base/debian-12@1", "toolset/python@2"));
+  // A broken file keeps the last good mapping.
+  { std::ofstream(path, std::ios::trunc) << "{not json"; }
+  ASSERT_OK_AND_ASSIGN(got, source.Resolve("py:v2"));
+  EXPECT_EQ(got.first, "py:v2");
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  EXPECT_OK(source.Resolve("base").status());
+  ASSERT_EQ(::rmdir(dir), 0);
 }
 
 }  // namespace
