@@ -826,3 +826,36 @@ def test_async_watch_dir_streams_events(sbx, e2b_env):
     events, exits = asyncio.run(main())
     assert ("later.txt", FT.CREATE) in events, events
     assert exits in ([], [None])
+
+
+# --------------------------------------------------------------- overhead
+
+
+def test_compat_layer_overhead_within_1_5x(e2b_env, e2b_daemon: Daemon, base_layer: str):
+    """Issue 17's bound, checked in CI (bench/e2b/bench.py is the benchmark
+    of bench/RESULTS.md): create + run `true` + kill through the real e2b
+    SDK vs warren's own SDK on the same daemon, interleaved so both see the
+    same machine: the median iteration of E2B's is at most 1.5x warren's."""
+    client = e2b_daemon.client
+
+    def via_e2b() -> None:
+        sb = e2b_env.Sandbox.create(timeout=60)
+        assert sb.commands.run("true").exit_code == 0
+        sb.kill()
+
+    def via_warren() -> None:
+        sb = client.create(layers=[base_layer], ttl_s=60)
+        assert sb.exec(["/bin/bash", "-l", "-c", "true"]).exit_code == 0  # what commands.run("true") runs
+        sb.destroy()
+
+    via_e2b()  # warm-up: connection pools, the layer's mount
+    via_warren()
+    lat: dict = {"e2b": [], "warren": []}
+    for _ in range(20):
+        for name, fn in (("e2b", via_e2b), ("warren", via_warren)):
+            t = time.monotonic()
+            fn()
+            lat[name].append(time.monotonic() - t)
+    p50 = {k: sorted(v)[len(v) // 2] * 1000 for k, v in lat.items()}
+    print(f"create + run true + kill, p50 ms: {p50} (ratio {p50['e2b'] / p50['warren']:.2f})")
+    assert p50["e2b"] <= 1.5 * p50["warren"], p50
