@@ -51,7 +51,7 @@ TEST(MessageReaderTest, HandsOverEachMessageOnceItIsWhole) {
 
 TEST(MessageReaderTest, NamesBrokenEnvelopesAndStopsAtTheFirstError) {
   int calls = 0;
-  auto count = [&](json) {
+  auto count = [&](const json&) {
     ++calls;
     return calls == 2 ? absl::NotFoundError("process with pid 9 not found") : absl::OkStatus();
   };
