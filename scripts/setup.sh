@@ -82,7 +82,8 @@ fi
 
 echo "setup: harness venv (.venv-harness: Harbor and NeMo-Gym need Python >= 3.12)"
 # The SDK and the pinned harnesses its providers are tested against
-# (tests/integration/test_providers_{harbor,nemogym}.py; the pins are also in
+# (tests/integration/test_providers_{harbor,nemogym}.py, and Harbor's own E2B
+# environment on the e2b SDK in test_e2b_harbor.py; the pins are also in
 # tests/integration/harness_venv.py). The newest Python >= 3.12 on PATH or
 # in pyenv; none: the provider tests skip, saying so.
 # (pyenv's shims exist for versions that are not active: each candidate must run.)
@@ -97,7 +98,8 @@ if [[ -n $hpy ]]; then
     "$hpy" -m venv .venv-harness
   fi
   .venv-harness/bin/python -m pip install -q --upgrade pip
-  .venv-harness/bin/python -m pip install -q -e sdk/python "harbor==0.26.0" "omegaconf==2.4.0"
+  .venv-harness/bin/python -m pip install -q -e sdk/python "harbor==0.26.0" "omegaconf==2.4.0" \
+    "e2b==2.63.0" "dockerfile-parse==2.0.1"
   # nemo-gym 0.5+ declares Requires-Python >= 3.13.14 (newer than this machine's
   # Pythons) and pulls ray, mlflow, vllm, ... for its servers; its sandbox API
   # (all the provider uses) runs here with omegaconf and pydantic.

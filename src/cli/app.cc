@@ -56,6 +56,7 @@ std::unique_ptr<CLI::App> MakeApp(Invocation& inv) {
   AddLogsCommand(*app, inv);
   AddEvalCommand(*app, inv);
   AddNetworkCommand(*app, inv);
+  AddE2bCommand(*app, inv);
   return app;
 }
 

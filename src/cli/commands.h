@@ -149,6 +149,13 @@ struct ProjectArgs {
   uint64_t memory_mb = 0;
 };
 
+// warren e2b template (e2b.cc): the mapping file and the verb's words.
+struct E2bArgs {
+  std::string file = "/etc/warren/e2b-templates.json";
+  std::string name;                 // set / rm / resolve
+  std::vector<std::string> layers;  // set
+};
+
 struct Invocation {
   GlobalOptions global;
   CreateArgs create;
@@ -176,6 +183,7 @@ struct Invocation {
   DesktopArgs desktop;
   std::string node_id;  // node drain / undrain (node.cc)
   ProjectArgs project;
+  E2bArgs e2b;
   // eval (eval.cc): the words after "eval", passed to the Python runner.
   std::vector<std::string> eval_args;
   // "create", "exec", "layer build", ...: the verb that was chosen.
@@ -211,6 +219,7 @@ void AddLogsCommand(CLI::App& root, Invocation& inv);      // logs (stream.cc)
 int RunExecTty(Invocation& inv);
 void AddNetworkCommand(CLI::App& root, Invocation& inv);  // network ID --allow/--deny, expose ID PORT (network.cc)
 void AddEvalCommand(CLI::App& root, Invocation& inv);     // eval: execs python -m warren.eval
+void AddE2bCommand(CLI::App& root, Invocation& inv);      // e2b template ls|set|rm|resolve (e2b.cc)
 
 // The whole command tree. `inv` must outlive the returned app.
 std::unique_ptr<CLI::App> MakeApp(Invocation& inv);

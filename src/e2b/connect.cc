@@ -26,22 +26,68 @@ std::string EndStream(const Status& status) {
   return Envelope(json{{"error", ErrorJson(status)}}, kEndStreamFlag);
 }
 
-StatusOr<json> FirstMessage(std::string_view body) {
-  if (body.size() < 5) return absl::InvalidArgumentError("Connect stream request: no message envelope");
+namespace {
+
+constexpr size_t kEnvelopeHeader = 5;
+
+// The message length of the envelope header at body[0, 5).
+StatusOr<uint32_t> MessageLength(std::string_view body) {
   if ((static_cast<unsigned char>(body[0]) & 0x01) != 0)
     return absl::InvalidArgumentError("Connect stream request: compressed messages are not accepted");
-  const uint32_t n = (static_cast<uint32_t>(static_cast<unsigned char>(body[1])) << 24) |
-                     (static_cast<uint32_t>(static_cast<unsigned char>(body[2])) << 16) |
-                     (static_cast<uint32_t>(static_cast<unsigned char>(body[3])) << 8) |
-                     static_cast<uint32_t>(static_cast<unsigned char>(body[4]));
+  return (static_cast<uint32_t>(static_cast<unsigned char>(body[1])) << 24) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(body[2])) << 16) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(body[3])) << 8) |
+         static_cast<uint32_t>(static_cast<unsigned char>(body[4]));
+}
+
+StatusOr<json> ParseMessage(std::string_view message) {
+  json j = json::parse(message, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return absl::InvalidArgumentError("Connect stream request: the message is not a JSON object");
+  return j;
+}
+
+}  // namespace
+
+StatusOr<json> FirstMessage(std::string_view body) {
+  if (body.size() < kEnvelopeHeader) return absl::InvalidArgumentError("Connect stream request: no message envelope");
+  ASSIGN_OR_RETURN(const uint32_t n, MessageLength(body));
   if (body.size() - 5 < n) return absl::InvalidArgumentError("Connect stream request: envelope longer than the body");
   if (body.size() - 5 > n)
     return absl::InvalidArgumentError("Connect stream request: " + std::to_string(body.size() - 5 - n) +
                                       " bytes after the request message (a server-streaming call takes one)");
-  json j = json::parse(body.substr(5, n), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return absl::InvalidArgumentError("Connect stream request: the message is not a JSON object");
-  return j;
+  return ParseMessage(body.substr(5, n));
+}
+
+Status MessageReader::Feed(std::string_view bytes) {
+  pending_.append(bytes);
+  size_t at = 0;
+  Status s;
+  while (s.ok() && pending_.size() - at >= kEnvelopeHeader) {
+    const std::string_view rest = std::string_view(pending_).substr(at);
+    StatusOr<uint32_t> n = MessageLength(rest);
+    if (!n.ok()) {
+      s = n.status();
+      break;
+    }
+    if (rest.size() - kEnvelopeHeader < *n) break;  // the message is not all here yet
+    if ((static_cast<unsigned char>(rest[0]) & kEndStreamFlag) != 0) {
+      s = absl::InvalidArgumentError("Connect stream request: an end-of-stream flag in a request message");
+      break;
+    }
+    StatusOr<json> msg = ParseMessage(rest.substr(kEnvelopeHeader, *n));
+    at += kEnvelopeHeader + *n;
+    ++messages_;
+    s = msg.ok() ? on_message_(*std::move(msg)) : msg.status();
+  }
+  pending_.erase(0, at);
+  return s;
+}
+
+Status MessageReader::Finish() const {
+  if (pending_.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError("Connect stream request: the body ends inside a message (" +
+                                    std::to_string(pending_.size()) + " bytes of it)");
 }
 
 const char* CodeName(absl::StatusCode code) {

@@ -8,6 +8,8 @@
 // then the message.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +28,26 @@ std::string EndStream(const Status& status);
 // The one enveloped message of a server-streaming request body, parsed as
 // JSON: InvalidArgument naming what is wrong with the envelope otherwise.
 StatusOr<nlohmann::json> FirstMessage(std::string_view body);
+
+// The messages of a client-streaming request body (process.StreamInput) as
+// its bytes arrive: Feed() hands each complete message, parsed as a JSON
+// object, to `on_message` in order, and stops at the first error (its own:
+// InvalidArgument naming what is wrong with an envelope, or the callback's).
+// Bytes of a message not yet complete are held (at most one message).
+class MessageReader {
+ public:
+  using OnMessage = std::function<Status(nlohmann::json)>;
+  explicit MessageReader(OnMessage on_message) : on_message_(std::move(on_message)) {}
+  Status Feed(std::string_view bytes);
+  // At the body's end: InvalidArgument when it ends inside a message.
+  Status Finish() const;
+  uint64_t messages() const { return messages_; }
+
+ private:
+  OnMessage on_message_;
+  std::string pending_;
+  uint64_t messages_ = 0;
+};
 
 // Connect's error code name for a status ("not_found", ...).
 const char* CodeName(absl::StatusCode code);

@@ -1,5 +1,12 @@
 // E2B's REST API (the sandbox lifecycle part of its OpenAPI spec, as the
 // SDK's generated client in e2b/api/client reads it) over SandboxManager.
+//
+// The timeout: a sandbox created with autoPause (the SDK's lifecycle
+// on_timeout "pause") is suspended when it passes, not destroyed: it is the
+// one sandbox of a job of its own ("e2b-autopause-<hex>") whose lease is the
+// timeout; set_timeout and connect renew the lease (connect also resumes),
+// kill destroys the job, and a sandbox left paused is destroyed
+// kPausedKeepS after it paused. Any other sandbox's timeout is its TTL.
 #include <httplib.h>
 #include <time.h>
 
@@ -10,6 +17,7 @@
 
 #include "absl/strings/str_split.h"
 #include "api/projects.h"
+#include "common/secret.h"
 #include "common/time.h"
 #include "e2b/server.h"
 
@@ -26,6 +34,11 @@ constexpr const char* kTemplateLabel = "e2b.template";
 constexpr const char* kMetaPrefix = "e2b.meta.";
 constexpr uint32_t kDefaultTimeoutS = 300;  // the SDK's and E2B's default
 constexpr uint32_t kMaxTimeoutS = 86400;    // E2B's maximum (24 h)
+// autoPause: the label that marks it, the job name's prefix, and how long a
+// sandbox paused by its timeout is kept (the job's grace).
+constexpr const char* kOnTimeoutLabel = "e2b.on_timeout";
+constexpr const char* kAutoPauseJobPrefix = "e2b-autopause-";
+constexpr uint32_t kPausedKeepS = 86400;
 
 // E2B's error body: {"code": <HTTP status>, "message"}.
 void Reply(httplib::Response& res, int status, const std::string& message) {
@@ -69,20 +82,35 @@ json Metadata(const node::SandboxInfo& info) {
 
 bool IsE2b(const node::SandboxInfo& info) { return info.labels.count(kTemplateLabel) != 0; }
 
+// Whether `info` pauses at its timeout (autoPause): it is then its job's.
+bool AutoPauses(const node::SandboxInfo& info) {
+  const auto it = info.labels.find(kOnTimeoutLabel);
+  return it != info.labels.end() && it->second == "pause" && !info.job.empty();
+}
+
+// When the sandbox's timeout passes (unix ns; 0 = never): its TTL, or its
+// job's lease for an autoPause sandbox.
+int64_t EndNs(E2bState& st, const node::SandboxInfo& info) {
+  if (!AutoPauses(info)) return info.expires_at_ns;
+  StatusOr<node::JobInfo> job = st.manager().GetJob(info.job);
+  return job.ok() ? job->lease_expires_at_ns : 0;
+}
+
 // SandboxDetail / ListedSandbox.
-json Detail(const node::SandboxInfo& info) {
+json Detail(const node::SandboxInfo& info, int64_t end_ns) {
   const auto tmpl = info.labels.find(kTemplateLabel);
   const bool paused = info.state == node::SandboxState::kPaused || info.state == node::SandboxState::kSuspended;
   return json{{"templateID", tmpl == info.labels.end() ? "" : tmpl->second},
               {"sandboxID", info.id},
               {"clientID", "warren"},
               {"startedAt", Rfc3339(info.created_at_ns)},
-              {"endAt", Rfc3339(info.expires_at_ns != 0 ? info.expires_at_ns : info.created_at_ns)},
+              {"endAt", Rfc3339(end_ns != 0 ? end_ns : info.created_at_ns)},
               {"envdVersion", kEnvdVersion},
               {"cpuCount", (info.resources.cpu_millis + 999) / 1000},
               {"memoryMB", info.resources.memory_mb},
               {"diskSizeMB", info.resources.disk_mb},
               {"state", paused ? "paused" : "running"},
+              {"lifecycle", {{"onTimeout", AutoPauses(info) ? "pause" : "kill"}, {"autoResume", false}}},
               {"metadata", Metadata(info)}};
 }
 
@@ -157,22 +185,21 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (!Body(req, res, &body)) return;
   if (!body.contains("templateID") || !body["templateID"].is_string())
     return Reply(res, 400, "templateID (a string) is required");
-  const std::string tmpl = body["templateID"].get<std::string>();
-  const auto& templates = st.options().templates;
-  auto t = templates.find(tmpl);
-  if (t == templates.end()) {
-    std::string known;
-    for (const auto& [k, v] : templates) known += (known.empty() ? "" : ", ") + k;
-    return Reply(res, 404,
-                 "template \"" + tmpl + "\" not found on this node (known: " + (known.empty() ? "none" : known) +
-                     "; warrend --e2b-templates)");
-  }
+  StatusOr<std::pair<std::string, std::vector<std::string>>> tmpl =
+      st.templates().Resolve(body["templateID"].get<std::string>());
+  if (!tmpl.ok()) return ReplyStatus(res, tmpl.status());
   node::CreateRequest r;
-  r.layers = t->second;
+  r.layers = tmpl->second;
   uint32_t timeout = 0;
   if (!Seconds(body, "timeout", kDefaultTimeoutS, res, &timeout)) return;
   r.ttl_s = timeout == 0 ? kDefaultTimeoutS : timeout;
-  r.labels[kTemplateLabel] = tmpl;
+  r.labels[kTemplateLabel] = tmpl->first;
+  bool auto_pause = false;
+  if (body.contains("autoPause") && !body["autoPause"].is_null()) {
+    if (!body["autoPause"].is_boolean())
+      return Reply(res, 400, "autoPause must be a boolean, got " + body["autoPause"].dump());
+    auto_pause = body["autoPause"].get<bool>();
+  }
   for (const char* field : {"metadata", "envVars"}) {
     if (!body.contains(field) || body[field].is_null()) continue;
     if (!body[field].is_object()) return Reply(res, 400, std::string(field) + " must be an object of strings");
@@ -194,8 +221,19 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
     if (quota.status().code() == absl::StatusCode::kResourceExhausted) res.set_header("Should-Retry", "false");
     return ReplyStatus(res, quota.status());
   }
+  if (auto_pause) {
+    // Its own job, whose lease is the timeout, instead of a TTL.
+    r.job = kAutoPauseJobPrefix + RandomHex(12);
+    r.labels[kOnTimeoutLabel] = "pause";
+    if (StatusOr<node::JobInfo> job = st.manager().JobHeartbeat(r.job, r.ttl_s, kPausedKeepS); !job.ok())
+      return ReplyStatus(res, job.status());
+    r.ttl_s = 0;
+  }
   StatusOr<node::SandboxInfo> info = st.manager().Create(r);
-  if (!info.ok()) return ReplyStatus(res, info.status());
+  if (!info.ok()) {
+    if (auto_pause) (void)st.manager().DestroyJob(r.job, "e2b create failed");  // forgets its lease
+    return ReplyStatus(res, info.status());
+  }
   res.status = 201;
   res.set_content(SandboxJson(*info, st.NewAccessToken(info->id)).dump(), "application/json");
 }
@@ -216,7 +254,7 @@ void List(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   json out = json::array();
   for (const node::SandboxInfo& info : st.manager().List(labels, "")) {
     if (!Visible(info, project)) continue;
-    json d = Detail(info);
+    json d = Detail(info, EndNs(st, info));
     if (!states.empty() && states.find(d["state"].get<std::string>()) == std::string::npos) continue;
     out.push_back(std::move(d));
   }
@@ -228,15 +266,21 @@ void Get(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (!Authorized(st, req, res, &project)) return;
   StatusOr<node::SandboxInfo> info = Find(st, req.matches[1], project);
   if (!info.ok()) return ReplyStatus(res, info.status());
-  res.set_content(Detail(*info).dump(), "application/json");
+  res.set_content(Detail(*info, EndNs(st, *info)).dump(), "application/json");
 }
 
 void Kill(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   std::string project;
   if (!Authorized(st, req, res, &project)) return;
   const std::string id = req.matches[1];
-  if (StatusOr<node::SandboxInfo> info = Find(st, id, project); !info.ok()) return ReplyStatus(res, info.status());
-  if (Status s = st.manager().Destroy(id); !s.ok()) return ReplyStatus(res, s);
+  StatusOr<node::SandboxInfo> info = Find(st, id, project);
+  if (!info.ok()) return ReplyStatus(res, info.status());
+  if (AutoPauses(*info)) {
+    // The sandbox and its job's lease go together.
+    if (st.manager().DestroyJob(info->job, "e2b kill") == 0) return Reply(res, 404, "sandbox \"" + id + "\" not found");
+  } else if (Status s = st.manager().Destroy(id); !s.ok()) {
+    return ReplyStatus(res, s);
+  }
   st.Forget(id);
   res.status = 204;
 }
@@ -251,10 +295,17 @@ void SetTimeout(E2bState& st, const httplib::Request& req, httplib::Response& re
   uint32_t s = 0;
   if (!Seconds(body, field, kDefaultTimeoutS, res, &s)) return;
   const std::string id = req.matches[1];
-  if (StatusOr<node::SandboxInfo> info = Find(st, id, project); !info.ok()) return ReplyStatus(res, info.status());
-  // 0 would mean "no TTL" to warren; to E2B it is "end now", the shortest TTL.
-  if (StatusOr<node::SandboxInfo> info = st.manager().ExtendTtl(id, s == 0 ? 1 : s); !info.ok())
-    return ReplyStatus(res, info.status());
+  StatusOr<node::SandboxInfo> info = Find(st, id, project);
+  if (!info.ok()) return ReplyStatus(res, info.status());
+  // 0 would mean "no TTL" (or "keep the lease") to warren; to E2B it is "end
+  // now", the shortest.
+  const uint32_t ttl = s == 0 ? 1 : s;
+  if (AutoPauses(*info)) {
+    if (StatusOr<node::JobInfo> job = st.manager().JobHeartbeat(info->job, ttl, 0); !job.ok())
+      return ReplyStatus(res, job.status());
+  } else if (StatusOr<node::SandboxInfo> ext = st.manager().ExtendTtl(id, ttl); !ext.ok()) {
+    return ReplyStatus(res, ext.status());
+  }
   res.status = 204;
 }
 
@@ -267,6 +318,13 @@ void Pause(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   if (info->state == node::SandboxState::kPaused || info->state == node::SandboxState::kSuspended)
     return Reply(res, 409, "sandbox \"" + id + "\" is already paused");
   if (Status s = st.manager().Pause(id); !s.ok()) return ReplyStatus(res, s);
+  // E2B keeps a paused sandbox until it is resumed (its timeout starts again
+  // then): here for kPausedKeepS. An autoPause sandbox's lease runs on (when
+  // it lapses the sandbox is suspended, and kept as long).
+  if (!AutoPauses(*info)) {
+    if (StatusOr<node::SandboxInfo> kept = st.manager().ExtendTtl(id, kPausedKeepS); !kept.ok())
+      return ReplyStatus(res, kept.status());
+  }
   res.status = 204;
 }
 
@@ -284,10 +342,20 @@ void Resume(E2bState& st, const httplib::Request& req, httplib::Response& res, i
   StatusOr<node::SandboxInfo> before = Find(st, id, project);
   if (!before.ok()) return ReplyStatus(res, before.status());
   if (Status r = st.manager().Resume(id); !r.ok()) return ReplyStatus(res, r);
-  // A running sandbox's end only moves later (E2B's connect).
-  const int64_t asked_end = WallNowNs() + int64_t{s} * 1000000000;
+  // A running sandbox's end only moves later (E2B's connect); a paused one's
+  // timeout starts again (E2B's default when none is asked).
   const bool was_running = before->state == node::SandboxState::kRunning;
-  if (s != 0 && !(was_running && (before->expires_at_ns == 0 || before->expires_at_ns >= asked_end))) {
+  if (s == 0 && !was_running && !AutoPauses(*before)) s = kDefaultTimeoutS;
+  const int64_t asked_end = WallNowNs() + int64_t{s} * 1000000000;
+  if (AutoPauses(*before)) {
+    // The lease starts again (0: as long as before), so that it does not
+    // pause the sandbox again at once; a running sandbox's only moves later.
+    const int64_t end = EndNs(st, *before);
+    if (!(was_running && s != 0 && end >= asked_end)) {
+      if (StatusOr<node::JobInfo> job = st.manager().JobHeartbeat(before->job, s, 0); !job.ok())
+        return ReplyStatus(res, job.status());
+    }
+  } else if (s != 0 && !(was_running && (before->expires_at_ns == 0 || before->expires_at_ns >= asked_end))) {
     if (StatusOr<node::SandboxInfo> info = st.manager().ExtendTtl(id, s); !info.ok())
       return ReplyStatus(res, info.status());
   }

@@ -1,7 +1,8 @@
 // envd's process service (process.proto, package `process`, service
 // `Process`) over the node's process table: Start and Connect stream
 // ProcessEvents (start, data, end, keepalive) as Connect server streams;
-// List, SendInput, SendSignal, CloseStdin and Update (PTY resize) are unary.
+// StreamInput is a client stream of input; List, SendInput, SendSignal,
+// CloseStdin and Update (PTY resize) are unary.
 // An E2B pid is the number of warren's process id "p<n>".
 //
 // A Start with `pty` runs the command on a pseudo-terminal of that size
@@ -264,29 +265,98 @@ StatusOr<json> SendSignal(E2bState& st, const std::string& id, const json& msg) 
   return json::object();
 }
 
-// input: {stdin: base64} or {pty: base64} (a oneof). As envd: input for the
-// other kind of process is an `internal` error naming the right one.
-StatusOr<json> SendInput(E2bState& st, const std::string& id, const json& msg) {
-  ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
+// A ProcessInput {stdin: base64} or {pty: base64} (a oneof), decoded.
+struct Input {
+  bool pty = false;
+  std::string data;
+};
+
+StatusOr<Input> ParseInput(const json& msg) {
   if (!msg.contains("input") || !msg["input"].is_object()) return absl::InvalidArgumentError("input is missing");
   const json& in = msg["input"];
-  const bool to_pty = in.contains("pty");
-  if (to_pty && in.contains("stdin")) return absl::InvalidArgumentError("input holds both stdin and pty (a oneof)");
-  if (!to_pty && !in.contains("stdin")) return absl::UnimplementedError("input is neither stdin nor pty");
-  const char* key = to_pty ? "pty" : "stdin";
-  std::string data;
-  if (!in[key].is_string() || !absl::Base64Unescape(in[key].get<std::string>(), &data))
+  Input out;
+  out.pty = in.contains("pty");
+  if (out.pty && in.contains("stdin")) return absl::InvalidArgumentError("input holds both stdin and pty (a oneof)");
+  if (!out.pty && !in.contains("stdin")) return absl::UnimplementedError("input is neither stdin nor pty");
+  const char* key = out.pty ? "pty" : "stdin";
+  if (!in[key].is_string() || !absl::Base64Unescape(in[key].get<std::string>(), &out.data))
     return absl::InvalidArgumentError(std::string("input.") + key + " is not base64");
-  ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
-  const bool is_pty = mp->Info().pty;
-  if (to_pty && !is_pty)
+  return out;
+}
+
+// Writes `in` to process `pid`. As envd: input for the other kind of
+// process is an `internal` error naming the right one.
+Status WriteInput(node::ManagedProcess& mp, uint32_t pid, Input in) {
+  const bool is_pty = mp.Info().pty;
+  if (in.pty && !is_pty)
     return absl::InternalError("error writing to tty: tty not assigned to process " + std::to_string(pid) +
                                " - input should be written to the stdin, not the tty");
-  if (!to_pty && is_pty)
+  if (!in.pty && is_pty)
     return absl::InternalError("error writing to stdin: tty assigned to process " + std::to_string(pid) +
                                " - input should be written to the pty, not the stdin");
-  RETURN_IF_ERROR(mp->Write(std::move(data), false));
+  return mp.Write(std::move(in.data), false);
+}
+
+StatusOr<json> SendInput(E2bState& st, const std::string& id, const json& msg) {
+  ASSIGN_OR_RETURN(uint32_t pid, Pid(msg));
+  ASSIGN_OR_RETURN(Input in, ParseInput(msg));
+  ASSIGN_OR_RETURN(std::shared_ptr<node::ManagedProcess> mp, FindRunning(st, id, pid));
+  RETURN_IF_ERROR(WriteInput(*mp, pid, std::move(in)));
   return json::object();
+}
+
+// StreamInput, envd's client stream (commands.stream_input, the async SDK's
+// input handles): StreamInputRequest messages as the client sends them,
+// `start` {process} before any input, then `data` {input} and `keepalive`
+// {} in any order and number (a later `start` moves the stream to another
+// process, as envd). Each input is written to the process as its message
+// arrives, so in order and before the stream ends; the answer (an empty
+// StreamInputResponse) comes when the client ends its stream. An error
+// (no such process, input of the wrong kind, a malformed message, more than
+// the body limit in all) is answered at once, as envd does, and the rest of
+// the stream is not read: the connection closes.
+void StreamInput(E2bState& st, const httplib::Request& req, httplib::Response& res,
+                 const httplib::ContentReader& reader) {
+  auto fail = [&res](const Status& s) {
+    res.set_header("Connection", "close");
+    StreamError(res, s);
+  };
+  StatusOr<std::string> id = Addressed(st, req);
+  if (!id.ok()) return fail(id.status());
+  const uint64_t limit = st.options().max_body_bytes;
+  std::shared_ptr<node::ManagedProcess> mp;
+  uint32_t pid = 0;
+  MessageReader messages([&](json msg) -> Status {
+    if (msg.contains("start")) {  // as envd: a later start moves the stream to that process
+      ASSIGN_OR_RETURN(pid, Pid(msg["start"]));
+      ASSIGN_OR_RETURN(mp, FindRunning(st, *id, pid));
+      return absl::OkStatus();
+    }
+    if (msg.contains("keepalive")) return absl::OkStatus();
+    if (!msg.contains("data") || !msg["data"].is_object())
+      return absl::UnimplementedError("an input stream message is none of start, data, keepalive");
+    if (mp == nullptr) return absl::InvalidArgumentError("the input stream's first message must be start {process}");
+    ASSIGN_OR_RETURN(Input in, ParseInput(msg["data"]));
+    return WriteInput(*mp, pid, std::move(in));
+  });
+  uint64_t received = 0;
+  Status failed;
+  const bool read = reader([&](const char* data, size_t n) {
+    received += n;
+    if (received > limit) {
+      failed = absl::ResourceExhaustedError(BodyLimitMessage(limit));
+      return false;
+    }
+    failed = messages.Feed(std::string_view(data, n));
+    return failed.ok();
+  });
+  if (failed.ok() && res.status == 413) failed = absl::ResourceExhaustedError(BodyLimitMessage(limit));
+  if (failed.ok() && !read)
+    failed = absl::InvalidArgumentError("the input stream could not be read (malformed or cut)");
+  if (failed.ok()) failed = messages.Finish();
+  if (!failed.ok()) return fail(failed);
+  res.status = 200;
+  res.set_content(Envelope(json::object()) + EndStream(absl::OkStatus()), "application/connect+json");
 }
 
 StatusOr<json> CloseStdin(E2bState& st, const std::string& id, const json& msg) {
@@ -327,6 +397,10 @@ void AddProcessRoutes(httplib::Server& server, const std::shared_ptr<E2bState>& 
   auto unary = [state](StatusOr<json> (*f)(E2bState&, const std::string&, const json&)) {
     return [state, f](const httplib::Request& req, httplib::Response& res) { ConnectUnary(*state, req, res, f); };
   };
+  server.Post("/process.Process/StreamInput",
+              [state](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                StreamInput(*state, req, res, reader);
+              });
   server.Post("/process.Process/List", unary(List));
   server.Post("/process.Process/SendSignal", unary(SendSignal));
   server.Post("/process.Process/SendInput", unary(SendInput));

@@ -39,31 +39,6 @@ StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   return keys;
 }
 
-StatusOr<std::map<std::string, std::vector<std::string>>> ReadTemplates(const std::string& path,
-                                                                        const std::vector<std::string>& base_layers) {
-  std::map<std::string, std::vector<std::string>> out;
-  if (!path.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      return absl::InvalidArgumentError("--e2b-templates " + path + ": not a JSON object {template: [layer, ...]}");
-    for (const auto& [id, layers] : j.items()) {
-      if (id.empty()) return absl::InvalidArgumentError("--e2b-templates " + path + ": an empty template id");
-      if (!layers.is_array() || layers.empty())
-        return absl::InvalidArgumentError("--e2b-templates " + path + ": template \"" + id +
-                                          "\" must map to a non-empty list of layers");
-      for (const auto& l : layers) {
-        if (!l.is_string() || l.get<std::string>().empty())
-          return absl::InvalidArgumentError("--e2b-templates " + path + ": template \"" + id +
-                                            "\" has a layer that is not a non-empty string");
-        out[id].push_back(l.get<std::string>());
-      }
-    }
-  }
-  if (out.count("base") == 0 && !base_layers.empty()) out["base"] = base_layers;
-  return out;
-}
-
 StatusOr<std::string> E2bState::KeyProject(const std::string& key) const {
   bool every = false;
   for (const std::string& k : options_.api_keys) every |= SameSecret(key, k);  // every key compared: no early exit
@@ -131,7 +106,7 @@ StatusOr<std::string> ReadBody(const httplib::ContentReader& reader, const httpl
 
 bool StreamsBody(const std::string& path) {
   return path == "/files" || path == "/process.Process/Start" || path == "/process.Process/Connect" ||
-         path == "/filesystem.Filesystem/WatchDir";
+         path == "/process.Process/StreamInput" || path == "/filesystem.Filesystem/WatchDir";
 }
 
 bool E2bState::AccessOk(const std::string& id, const std::string& token) const {

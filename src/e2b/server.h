@@ -36,6 +36,7 @@
 
 #include "common/status.h"
 #include "e2b/dir_watch.h"
+#include "e2b/templates.h"
 #include "node/sandbox_manager.h"
 
 namespace httplib {
@@ -63,25 +64,30 @@ struct E2bOptions {
   // call): a larger one is answered 413 naming this limit, and nothing it
   // carried is kept.
   uint64_t max_body_bytes = kDefaultMaxBodyBytes;
-  // template id -> layers (bottom first); "base" present unless configured
-  std::map<std::string, std::vector<std::string>> templates;
+  // The templates (templates.h): the mapping read at start from
+  // `templates_path` (--e2b-templates; "" = none), read again when the file
+  // changes; `base_layers` (--fncall-layers) are template "base" unless the
+  // file names one.
+  TemplateMap templates;
+  std::string templates_path;
+  std::vector<std::string> base_layers;
 };
 
 // --e2b-api-keys: one key a line; blank lines and lines starting with '#'
 // are skipped. An empty list is an error naming the file.
 StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path);
-// --e2b-templates: a JSON object {template id: [layer, ...]}; errors name
-// the file and the entry. `base_layers` become template "base" unless the
-// file names one.
-StatusOr<std::map<std::string, std::vector<std::string>>> ReadTemplates(const std::string& path,
-                                                                        const std::vector<std::string>& base_layers);
 
 // What the handlers share. Thread-safe.
 class E2bState {
  public:
-  E2bState(node::SandboxManager* manager, E2bOptions options) : manager_(manager), options_(std::move(options)) {}
+  E2bState(node::SandboxManager* manager, E2bOptions options)
+      : manager_(manager),
+        options_(std::move(options)),
+        templates_(options_.templates_path, options_.base_layers, options_.templates) {}
   node::SandboxManager& manager() { return *manager_; }
   const E2bOptions& options() const { return options_; }
+  // The templates as the mapping file is now.
+  TemplateSource& templates() { return templates_; }
   // The project an X-API-KEY acts for ("" = every project); Unauthenticated
   // for a key that is none of the above.
   StatusOr<std::string> KeyProject(const std::string& key) const;
@@ -104,6 +110,7 @@ class E2bState {
   std::map<std::string, std::string> tokens_;  // sandbox id -> envd access token
   uint64_t issued_ = 0;
   WatcherTable watchers_;
+  TemplateSource templates_;
 };
 
 // The sandbox an envd request addresses (header E2b-Sandbox-Id), checked

@@ -264,6 +264,8 @@ StatusOr<std::unique_ptr<e2b::E2bServer>> StartE2b(const Flags& flags, node::San
     }
   }
   ASSIGN_OR_RETURN(eo.templates, e2b::ReadTemplates(flags.e2b_templates, base));
+  eo.templates_path = flags.e2b_templates;
+  eo.base_layers = std::move(base);
   ASSIGN_OR_RETURN(std::unique_ptr<e2b::E2bServer> server, e2b::E2bServer::Start(manager, std::move(eo)));
   std::fprintf(stderr, "warrend E2B API on http://%s (port %d)\n", flags.e2b_listen.c_str(), server->port());
   return server;

@@ -116,7 +116,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "E2B: largest request body (a file upload) in MiB; larger ones are answered 413 and not kept")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   app.add_option("--e2b-templates", flags.e2b_templates,
-                 "E2B: JSON file {template id: [layer, ...]}; template \"base\" defaults to --fncall-layers");
+                 "E2B: JSON file {\"name[:tag]\": [layer, ...]} (warren e2b template; read again when it changes); "
+                 "template \"base\" defaults to --fncall-layers");
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", flags.fncall_layers, "fncall: default layers of calls that name none")
       ->capture_default_str();

@@ -26,6 +26,10 @@ HARNESS_VENV = Path(os.environ.get("WARREN_HARNESS_VENV", REPO / ".venv-harness"
 
 # Pins, kept equal to scripts/setup.sh's "Harness venv" section.
 HARBOR_PIN = "harbor==0.26.0"
+# Harbor's own E2B environment (harbor[e2b]: the e2b SDK and dockerfile-parse),
+# on the same e2b SDK as test_e2b.py's.
+E2B_PIN = "e2b==2.63.0"
+HARBOR_E2B_PINS = (HARBOR_PIN, E2B_PIN, "dockerfile-parse==2.0.1")
 # nemo-gym 0.5+ declares Requires-Python >=3.13.14, newer than the Pythons
 # this kind of machine has (3.12.1, 3.13.0); its sandbox API runs on them.
 # It is installed without its dependencies (ray, mlflow, vllm, ... are for
@@ -71,11 +75,13 @@ def _pip(python: str, args: Sequence[str], what: str) -> None:
 
 def install_pin(spec: str, module: str) -> None:
     """Installs the pinned `spec` into the test venv itself unless `module`
-    imports already (the providers whose harness runs on the test venv's
-    Python: mini-swe-agent, SWE-ReX)."""
+    imports already at that version (the packages whose tests run on the
+    test venv's Python: mini-swe-agent, SWE-ReX, e2b)."""
+    dist, _, version = spec.partition("==")
     try:
         __import__(module)
-        return
+        if not version or _has(sys.executable, dist, version):
+            return
     except ImportError:
         pass
     _pip(sys.executable, [spec], spec)
@@ -128,4 +134,4 @@ def tail(s: str, n: int = 6000) -> str:
     return s[-n:] if len(s) > n else s
 
 
-__all__ = ["HARBOR_PIN", "NEMOGYM_PIN", "find_python", "harness_python", "run", "tail"]
+__all__ = ["E2B_PIN", "HARBOR_E2B_PINS", "HARBOR_PIN", "NEMOGYM_PIN", "find_python", "harness_python", "run", "tail"]

@@ -16,7 +16,6 @@ import re
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,33 +24,18 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import NODE_PREFIX, Daemon
+from conftest import CLI, NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
+from harness_venv import E2B_PIN, install_pin
 
-E2B_PIN = "e2b==2.63.0"
 API_KEY = "e2b_warren_test_key_0123456789"
 MAX_UPLOAD_MB = 8  # --e2b-max-upload-mb of the module's daemon
 
 
 def _ensure_e2b() -> None:
-    """Installs the pinned SDK into this venv when missing; skips (with the
-    reason) only when PyPI cannot be reached."""
-    try:
-        from importlib.metadata import version
-
-        import e2b  # noqa: F401
-
-        if version("e2b") == E2B_PIN.split("==")[1]:
-            return
-    except ImportError:
-        pass
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", E2B_PIN],
-                       check=False, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        out = r.stdout + r.stderr
-        if any(s in out for s in ("Could not find a version", "NewConnectionError", "Temporary failure",
-                                  "Network is unreachable", "Max retries exceeded")):
-            pytest.skip(f"PyPI unreachable, cannot install {E2B_PIN}: {out.strip()[-300:]}")
-        pytest.fail(f"pip install {E2B_PIN} failed:\n{out}")
+    """Installs the pinned SDK into this venv when missing or at another
+    version; skips (with the reason) only when PyPI cannot be reached: a bad
+    pin with PyPI reachable fails (harness_venv.install_pin)."""
+    install_pin(E2B_PIN, "e2b")
 
 
 def _free_port() -> int:
@@ -67,13 +51,22 @@ def e2b_daemon(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[
     keys = test_root / "e2b-keys"
     keys.write_text(f"# test keys\n{API_KEY}\n")
     templates = test_root / "e2b-templates.json"
-    templates.write_text(json.dumps({"base": [base_layer], "debian": [base_layer]}))
+    templates.write_text(json.dumps({"base": [base_layer], "debian": [base_layer], "debian:bookworm": [base_layer],
+                                     "acme/tool:v2": [base_layer]}))
     d = Daemon(test_root, "e2b", layer_store, NODE_PREFIX + "e",
                extra_args=["--e2b-listen", f"127.0.0.1:{port}", "--e2b-api-keys", str(keys),
                            "--e2b-templates", str(templates), "--e2b-max-upload-mb", str(MAX_UPLOAD_MB)]).start()
     d.e2b_url = f"http://127.0.0.1:{port}"
+    d.e2b_templates = templates
+    baseline = host_snapshot([d])
     yield d
-    assert d.stop() == 0, d.log_tail()
+    # Nothing of the module's sandboxes is left on the host (mounts, cgroups,
+    # processes, links, state), whatever its tests did (kills, timeouts,
+    # streams cut mid-way, refused uploads): every sandbox is gone by then.
+    try:
+        assert_back_to_baseline([d], baseline, clients=[d.client])
+    finally:
+        assert d.stop() == 0, d.log_tail()
 
 
 @pytest.fixture()
@@ -169,6 +162,65 @@ def test_list_by_metadata_and_set_timeout(e2b_env, e2b_daemon: Daemon):
         b.kill()
 
 
+def test_timeout_is_enforced_by_the_server_and_calls_are_audited(e2b_env, e2b_daemon: Daemon):
+    """The E2B timeout is the sandbox's TTL: warren destroys it when it
+    passes, with no client call. Commands and file writes made through E2B
+    are in the sandbox's audit log, as warren.v1's are."""
+    sb = e2b_env.Sandbox.create(timeout=3)
+    sb.commands.run("echo audited > /tmp/a", envs={"K": "v"})
+    sb.files.write("/tmp/b.txt", "bee")
+    log = e2b_daemon.client.get(sb.sandbox_id).audit_log()
+    spawns = [e for e in log if e["op"] == "spawn"]
+    assert any("echo audited > /tmp/a" in " ".join(e.get("argv", [])) for e in spawns), log
+    assert any(e["op"] == "process_exit" and e["exit_code"] == 0 for e in log), log
+    assert any(e["op"] == "write" and e["path"] == "/tmp/b.txt" and e.get("via") == "e2b" for e in log), log
+    deadline = time.monotonic() + 20
+    while any(s.id == sb.sandbox_id for s in e2b_daemon.client.list()):
+        assert time.monotonic() < deadline, "the sandbox outlived its E2B timeout"
+        time.sleep(0.25)
+    assert e2b_env.Sandbox.kill(sb.sandbox_id) is False  # E2B's 404: gone
+
+
+def test_auto_pause_at_timeout_suspends_and_connect_resumes(e2b_env, e2b_daemon: Daemon):
+    """lifecycle on_timeout="pause" (E2B's autoPause): when the timeout passes
+    the sandbox is suspended (warren's pause with its memory reclaimed), not
+    destroyed; set_timeout renews it; connect resumes it with its running
+    process and files, and kill ends it and its lease."""
+    sb = e2b_env.Sandbox.create(timeout=4, lifecycle={"on_timeout": "pause"})
+    sid = sb.sandbox_id
+    try:
+        lc = sb.get_info().lifecycle
+        assert getattr(lc["on_timeout"], "value", lc["on_timeout"]) == "pause" and lc["auto_resume"] is False, lc
+        h = sb.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done", background=True)
+        sb.files.write("/tmp/f", "kept")
+        time.sleep(2.5)
+        sb.set_timeout(4)  # renewed: still running past the first 4 s
+        time.sleep(2.5)
+        assert e2b_daemon.client.get(sid).info().state == "running"
+        deadline = time.monotonic() + 20
+        while e2b_daemon.client.get(sid).info().state != "suspended":
+            assert time.monotonic() < deadline, "not suspended after its timeout"
+            time.sleep(0.25)
+        assert sb.get_info().state == e2b_env.SandboxState.PAUSED
+        assert any(s.sandbox_id == sid for s in e2b_env.Sandbox.list(
+            query=e2b_env.SandboxQuery(state=[e2b_env.SandboxState.PAUSED])).next_items())
+        time.sleep(1)
+        again = e2b_env.Sandbox.connect(sid, timeout=30)
+        assert e2b_daemon.client.get(sid).info().state == "running"
+        assert again.files.read("/tmp/f") == "kept"
+        assert any(p.pid == h.pid for p in again.commands.list())  # the same process, resumed
+        first = int(again.files.read("/tmp/c"))
+        time.sleep(1)
+        assert int(again.files.read("/tmp/c")) >= first + 5
+        time.sleep(4)  # connect renewed the lease: not paused again at once
+        assert e2b_daemon.client.get(sid).info().state == "running"
+        assert again.kill() is True
+        assert all(s.id != sid for s in e2b_daemon.client.list())
+        assert not [j for j in e2b_daemon.client.jobs() if j.name.startswith("e2b-autopause-")]
+    finally:
+        e2b_env.Sandbox.kill(sid)
+
+
 def test_wrong_api_key_is_401(e2b_env):
     with pytest.raises(e2b_env.AuthenticationException) as ei:
         e2b_env.Sandbox.create(api_key="e2b_wrong_key")
@@ -179,6 +231,72 @@ def test_unknown_template_names_it(e2b_env):
     with pytest.raises(e2b_env.SandboxException) as ei:
         e2b_env.Sandbox.create("no-such-template")
     assert "no-such-template" in str(ei.value) and "--e2b-templates" in str(ei.value)
+
+
+def test_template_tags_resolve_through_the_mapping(e2b_env, e2b_daemon: Daemon):
+    """E2B's template references (e2b.dev/docs/template/tags): `name` is
+    `name:default`, `name:tag` picks a tag, `namespace/name:tag` matches a
+    key of that namespace or one without; the SDK sends them as given."""
+    for ref, key in (("debian:bookworm", "debian:bookworm"), ("team-x/debian:bookworm", "debian:bookworm"),
+                     ("base:default", "base"), ("acme/tool:v2", "acme/tool:v2")):
+        sb = e2b_env.Sandbox.create(ref, timeout=60)
+        try:
+            assert sb.get_info().template_id == key, ref
+            assert e2b_daemon.client.get(sb.sandbox_id).info().labels["e2b.template"] == key, ref
+            assert sb.commands.run("echo ok").stdout == "ok\n"
+        finally:
+            sb.kill()
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("debian:trixie")
+    assert 'tag "trixie" does not exist for template "debian" (its tags on this node: default, bookworm' in \
+        str(ei.value), ei.value
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("other/tool:v2")  # the key's namespace is acme
+    assert 'tag "v2" does not exist' not in str(ei.value) and "not found on this node" in str(ei.value)
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("debian:")
+    assert "400" in str(ei.value) and "empty tag" in str(ei.value), ei.value
+    assert not [s for s in e2b_daemon.client.list() if s.cached_info().labels.get("e2b.template", "").startswith(
+        ("debian", "acme"))]
+
+
+def test_template_cli_edits_apply_without_a_restart(e2b_env, e2b_daemon: Daemon, base_layer: str):
+    """`warren e2b template set/rm/ls/resolve` edits the mapping file; warrend
+    reads it again when it changes, so the next create sees the edit."""
+    f = str(e2b_daemon.e2b_templates)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(CLI), "e2b", "template", *args, "--file", f], capture_output=True, text=True,
+                              timeout=30)
+
+    with pytest.raises(e2b_env.SandboxException):
+        e2b_env.Sandbox.create("fresh:v1")
+    r = cli("set", "fresh:v1", base_layer)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(cli("ls", "--json").stdout)["fresh:v1"] == [base_layer]
+    assert cli("resolve", "acme/fresh:v1").stdout.split() == ["fresh:v1", base_layer]
+    sb = e2b_env.Sandbox.create("fresh:v1", timeout=60)
+    try:
+        assert sb.get_info().template_id == "fresh:v1"
+    finally:
+        sb.kill()
+    assert cli("rm", "fresh:v1").returncode == 0
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        e2b_env.Sandbox.create("fresh:v1")
+    assert "not found on this node" in str(ei.value)
+    r = cli("rm", "fresh:v1")
+    assert r.returncode == 1 and "is not in" in r.stderr, r
+    r = cli("set", "bad:", base_layer)
+    assert r.returncode == 2 and "empty tag" in r.stderr, r
+    # A broken file keeps the last good mapping (and says so in the log).
+    text = e2b_daemon.e2b_templates.read_text()
+    e2b_daemon.e2b_templates.write_text("{broken")
+    try:
+        sb = e2b_env.Sandbox.create("debian:bookworm", timeout=60)
+        sb.kill()
+    finally:
+        e2b_daemon.e2b_templates.write_text(text)
+    assert "the last good mapping stays" in e2b_daemon.log_tail(200)
 
 
 def test_envd_call_needs_the_sandbox_access_token(sbx, e2b_env):
@@ -244,6 +362,15 @@ def test_pause_then_connect_resumes(sbx, e2b_env, e2b_daemon: Daemon):
     assert again.commands.run("cat /tmp/state").stdout == "kept\n"
     exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
     assert 290 < exp - time.time() <= 301
+    # Paused, it is kept (E2B keeps it until resumed; here 24 h), not ended
+    # by the timeout it had; connect without a timeout gives E2B's default.
+    sbx.set_timeout(5)
+    assert sbx.pause() is True
+    exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
+    assert 86390 < exp - time.time() <= 86401
+    e2b_env.Sandbox.connect(sbx.sandbox_id)
+    exp = e2b_daemon.client.get(sbx.sandbox_id).info().expires_at_ns / 1e9
+    assert 290 < exp - time.time() <= 301
 
 
 def test_stdin_connect_and_user(sbx):
@@ -256,6 +383,99 @@ def test_stdin_connect_and_user(sbx):
     again = sbx.commands.connect(bg.pid)
     assert again.wait().stdout == "late\n"
     assert sbx.commands.run("whoami", user="root").stdout == "root\n"
+
+
+def test_stream_input_writes_each_chunk_as_it_arrives(sbx, e2b_env):
+    """commands.stream_input (envd's StreamInput client stream): chunks reach
+    the process in order and as they are sent, before the stream ends: the
+    generator yields its next chunk only once the process has seen the last."""
+    h = sbx.commands.run("while IFS= read -r l; do printf '%s\\n' \"$l\" >> /tmp/si; done; echo eof",
+                         background=True, stdin=True)
+
+    def seen() -> str:
+        return sbx.files.read("/tmp/si") if sbx.files.exists("/tmp/si") else ""
+
+    def chunks():
+        for i in range(3):
+            yield f"line {i}\n"
+            deadline = time.monotonic() + 10
+            while f"line {i}\n" not in seen():
+                assert time.monotonic() < deadline, f"line {i} not written while the stream is open: {seen()!r}"
+                time.sleep(0.05)
+        yield b"bytes \xc3\xa9"  # bytes, split across two messages
+        yield b"\n"
+        yield from (f"n{j}\n" for j in range(300))
+
+    sbx.commands.stream_input(h.pid, chunks())
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "eof\n"
+    assert seen() == "line 0\nline 1\nline 2\nbytes é\n" + "".join(f"n{j}\n" for j in range(300))
+
+
+def test_stream_input_async_handle_and_pty(sbx, e2b_env):
+    """The async SDK's input handle (send, then close) and pty.stream_input."""
+    import asyncio
+
+    async def main() -> None:
+        a = await e2b_env.AsyncSandbox.connect(sbx.sandbox_id)
+        h = await a.commands.run("head -n 2", background=True, stdin=True)
+        inp = a.commands.stream_input(h.pid)
+        await inp.send("first\n")
+        await inp.send(b"second\n")
+        await inp.close()
+        r = await h.wait()
+        assert r.stdout == "first\nsecond\n", r
+
+    asyncio.run(main())
+    h = sbx.pty.create(e2b_env.PtySize(rows=24, cols=80), timeout=120)
+    r = _PtyReader(h)
+    sbx.pty.stream_input(h.pid, [b"echo pty-", b"$((6*7))\n", "exit 4\n"])
+    r.expect(rb"(?:^|\r)pty-42\r?$")
+    r.join()
+    assert isinstance(r.error, e2b_env.CommandExitException) and r.error.exit_code == 4
+
+
+def test_stream_input_errors_are_named(sbx, e2b_env):
+    """No such process, input of the wrong kind, and malformed streams: each
+    named, nothing written."""
+    with pytest.raises(e2b_env.NotFoundException) as ei:
+        sbx.commands.stream_input(999999, ["x"])
+    assert "999999" in str(ei.value)
+    h = sbx.pty.create(e2b_env.PtySize(rows=10, cols=40), timeout=120)
+    with pytest.raises(e2b_env.SandboxException) as ei:
+        sbx.commands.stream_input(h.pid, ["echo no\n"])  # stdin, but a PTY
+    assert "tty assigned" in str(ei.value) and "pty" in str(ei.value)
+    sbx.pty.kill(h.pid)
+    bg = sbx.commands.run("sleep 60", background=True, stdin=True)
+    url = os.environ["E2B_SANDBOX_URL"] + "/process.Process/StreamInput"
+    headers = {"Content-Type": "application/connect+json", **_envd_headers(sbx)}
+    start = _envelope(json.dumps({"start": {"process": {"pid": bg.pid}}}).encode())
+    data = _envelope(json.dumps({"data": {"input": {"stdin": "eA=="}}}).encode())
+    cases = {
+        data: ("invalid_argument", "first message must be start"),
+        start + _envelope(b"{\"what\": {}}"): ("unimplemented", "none of start, data, keepalive"),
+        start + _envelope(b"{\"data\": {\"input\": {\"stdin\": \"!!\"}}}"):
+            ("invalid_argument", "input.stdin is not base64"),
+        start + data[:7]: ("invalid_argument", "ends inside a message"),
+        start + _envelope(b"{}", flags=0x02): ("invalid_argument", "end-of-stream flag"),
+    }
+    for body_in, (code, want) in cases.items():
+        status, body = _post(url, body_in, headers)
+        frames = _frames(body)
+        assert status == 200 and len(frames) == 1, (body_in, body)
+        flags, msg = frames[0]
+        assert flags == 0x02 and msg["error"]["code"] == code, (body_in, msg)
+        assert want in msg["error"]["message"], (body_in, msg)
+    # Well-formed raw streams (an empty one too, as envd): the answer is one
+    # empty message, then the end; a second start moves the stream to that process.
+    other = sbx.commands.run("head -c 2 > /tmp/other", background=True, stdin=True)
+    start2 = _envelope(json.dumps({"start": {"process": {"pid": other.pid}}}).encode())
+    for body_in in (b"", start + _envelope(b"{\"keepalive\": {}}") + start2 + data + data):
+        status, body = _post(url, body_in, headers)
+        assert status == 200 and _frames(body) == [(0, {}), (0x02, {})], body
+    other.wait()
+    assert sbx.files.read("/tmp/other") == "xx"
+    sbx.commands.kill(bg.pid)
 
 
 def test_output_lost_to_a_slow_reader_is_an_error(sbx, e2b_env):
@@ -606,3 +826,36 @@ def test_async_watch_dir_streams_events(sbx, e2b_env):
     events, exits = asyncio.run(main())
     assert ("later.txt", FT.CREATE) in events, events
     assert exits in ([], [None])
+
+
+# --------------------------------------------------------------- overhead
+
+
+def test_compat_layer_overhead_within_1_5x(e2b_env, e2b_daemon: Daemon, base_layer: str):
+    """Issue 17's bound, checked in CI (bench/e2b/bench.py is the benchmark
+    of bench/RESULTS.md): create + run `true` + kill through the real e2b
+    SDK vs warren's own SDK on the same daemon, interleaved so both see the
+    same machine: the median iteration of E2B's is at most 1.5x warren's."""
+    client = e2b_daemon.client
+
+    def via_e2b() -> None:
+        sb = e2b_env.Sandbox.create(timeout=60)
+        assert sb.commands.run("true").exit_code == 0
+        sb.kill()
+
+    def via_warren() -> None:
+        sb = client.create(layers=[base_layer], ttl_s=60)
+        assert sb.exec(["/bin/bash", "-l", "-c", "true"]).exit_code == 0  # what commands.run("true") runs
+        sb.destroy()
+
+    via_e2b()  # warm-up: connection pools, the layer's mount
+    via_warren()
+    lat: dict = {"e2b": [], "warren": []}
+    for _ in range(20):
+        for name, fn in (("e2b", via_e2b), ("warren", via_warren)):
+            t = time.monotonic()
+            fn()
+            lat[name].append(time.monotonic() - t)
+    p50 = {k: sorted(v)[len(v) // 2] * 1000 for k, v in lat.items()}
+    print(f"create + run true + kill, p50 ms: {p50} (ratio {p50['e2b'] / p50['warren']:.2f})")
+    assert p50["e2b"] <= 1.5 * p50["warren"], p50
