@@ -168,6 +168,11 @@ def test_kill_takes_the_whole_tree(sandbox: warren.Sandbox) -> None:
         if c.data == b"ok\n":
             break
     st.close()
+    # "ok" may come before the backgrounded shells have exec'd their sleeps.
+    for _ in range(50):
+        if sandbox.exec("pgrep -c sleep", timeout=10).stdout.strip() == b"3":
+            break
+        time.sleep(0.1)
     assert sandbox.exec("pgrep -c sleep", timeout=10).stdout.strip() == b"3"
     p.kill()
     r = p.wait(timeout=30)
