@@ -55,10 +55,10 @@ step integration .venv/bin/python -m pytest -v -rA --durations=15 tests/integrat
 # 198.18.x.0/24) with its own state dir and cgroup subtree, and the client talks to node 1, which places
 # creates and forwards every other call (tests/integration/cluster_env.py; the files: CLUSTER_SUITE in
 # tests/integration/conftest.py, single-node-only tests skipped there saying why). Bounded for CI: the
-# leak test at 500 create/destroy cycles (every node checked; 5000 in the step above) and without the
-# 1 GiB transfer (test_a10_one_gigabyte, in the step above); ~5 min on 2 cores.
+# leak test (A13) at 500 cycles (every node checked; 5000 in the step above) and without the
+# 1 GiB transfer (test_a10_one_gigabyte, in the step above): ~4 min on 2 cores (161 tests, 3 skipped).
 step integration-cluster env WARREN_TEST_CLUSTER=4 WARREN_A13_CYCLES=500 .venv/bin/python -m pytest -v -rA \
-  --durations=10 tests/integration --deselect tests/integration/test_files.py::test_a10_one_gigabyte "${extra[@]}"
+  --durations=10 tests/integration -k "not test_a10_one_gigabyte" "${extra[@]}"
 step conformance .venv/bin/python -m pytest -v -rA tests/conformance "${extra[@]}"
 step security .venv/bin/python -m pytest -v -rA tests/security "${extra[@]}"
 # The fault soak's bounded CI form (WARREN_SOAK_CYCLES/KILLS; long form: bench/soak).
