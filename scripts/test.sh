@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs every test: gtest unit tests (ctest on build/), the SDK unit tests, the
 # integration tests (pytest through the SDK against a real warrend started by
-# the tests), the escape suite (tests/security), the fault soak's CI form (tests/soak) and, with WARREN_ASAN=1,
+# the tests; their SDK-level files a second time against a 4-node cluster), the escape suite (tests/security), the fault soak's CI form (tests/soak) and, with WARREN_ASAN=1,
 # the unit tests again under ASan/UBSan (build-asan/), with WARREN_TSAN=1 the node and runtime unit tests under
 # ThreadSanitizer (build-tsan/, scripts/tsan.supp), and the linters (scripts/lint.sh: clang-format, ruff + mypy;
 # clang-tidy with WARREN_TIDY=1).
@@ -50,6 +50,15 @@ step sdk .venv/bin/python -m pytest -q sdk/python/tests
 # shellcheck disable=SC2086
 eval "extra=(${WARREN_PYTEST_ARGS:-})"
 step integration .venv/bin/python -m pytest -v -rA --durations=15 tests/integration "${extra[@]}"
+# The same SDK-level integration files again, as a second configuration (issue 15): the session's daemon
+# is a real etcd and 4 warrend nodes, each in its own network namespace (a veth on a bridge of the tests,
+# 198.18.x.0/24) with its own state dir and cgroup subtree, and the client talks to node 1, which places
+# creates and forwards every other call (tests/integration/cluster_env.py; the files: CLUSTER_SUITE in
+# tests/integration/conftest.py, single-node-only tests skipped there saying why). Bounded for CI: the
+# leak test (A13) at 500 cycles (every node checked; 5000 in the step above) and without the
+# 1 GiB transfer (test_a10_one_gigabyte, in the step above): ~4 min on 2 cores (161 tests, 3 skipped).
+step integration-cluster env WARREN_TEST_CLUSTER=4 WARREN_A13_CYCLES=500 .venv/bin/python -m pytest -v -rA \
+  --durations=10 tests/integration -k "not test_a10_one_gigabyte" "${extra[@]}"
 step conformance .venv/bin/python -m pytest -v -rA tests/conformance "${extra[@]}"
 step security .venv/bin/python -m pytest -v -rA tests/security "${extra[@]}"
 # The fault soak's bounded CI form (WARREN_SOAK_CYCLES/KILLS; long form: bench/soak).

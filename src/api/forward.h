@@ -97,8 +97,9 @@ grpc::Status ForwardClientStream(Forwarder& f, const grpc::ServerContext& ctx, c
   return writer->Finish();
 }
 
-// Forwards a bidirectional stream whose `first` message was already read:
-// one thread relays the caller's messages, this one the owner's replies. As
+// Forwards a bidirectional stream whose `first` message was already read,
+// and whose owner answers that first message at once (ExecStream): then one
+// thread relays the caller's messages, this one the owner's replies. As
 // the local ExecStream, a caller that does not half-close within 10 s of the
 // owner's end is cut off.
 template <typename Service, typename Req, typename Resp, typename Open>
@@ -107,19 +108,29 @@ grpc::Status ForwardBidi(Forwarder& f, grpc::ServerContext* ctx, const std::shar
   std::unique_ptr<grpc::ClientContext> cc = f.Context(*ctx);
   auto stub = Service::NewStub(ch);
   auto up = open(*stub, cc.get());
+  // The owner answers the first message at once, with its first reply
+  // (ExecStream: `started`) or by ending the call (bad input: NotFound,
+  // InvalidArgument...). That end is relayed as it is, before the caller's
+  // other messages are read: a caller waiting for the first reply does not
+  // half-close, so waiting for it would end in the cut-off below (CANCELLED).
+  Resp r;
+  if (!up->Write(first) || !up->Read(&r)) return up->Finish();
+  if (!stream->Write(r)) {
+    cc->TryCancel();
+    return up->Finish();
+  }
   std::mutex mu;
   std::condition_variable cv;
   bool pump_done = false;
   std::thread pump([&] {
-    Req m = first;
-    bool ok = up->Write(m);
+    Req m;
+    bool ok = true;
     while (ok && stream->Read(&m)) ok = up->Write(m);
     up->WritesDone();
     std::lock_guard<std::mutex> l(mu);
     pump_done = true;
     cv.notify_all();
   });
-  Resp r;
   while (up->Read(&r)) {
     if (!stream->Write(r)) {
       cc->TryCancel();

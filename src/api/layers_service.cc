@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
+#include <vector>
 
 #include "api/convert.h"
+#include "api/forward.h"
 #include "api/projects.h"
 #include "api/status_map.h"
 #include "common/file_util.h"
@@ -79,12 +82,39 @@ grpc::Status LayersService::Get(grpc::ServerContext* ctx, const v1::GetLayerRequ
   if (req->ref().empty()) return Invalid("ref is empty");
   ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->layers().Resolve(req->ref()));
   ToLayer(li, resp);
+  // In a cluster the nodes share the layer store: in use and mounted on any node.
+  v1::GetLayerRequest by_digest;
+  by_digest.set_ref(li.digest);
+  std::vector<v1::Layer> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Layers>(deps_.forward, *ctx, &peers, [&](auto& s, auto* c, auto* r) {
+    grpc::Status g = s.Get(c, by_digest, r);
+    return g.error_code() == grpc::StatusCode::NOT_FOUND ? grpc::Status::OK : g;  // a store of its own
+  }));
+  for (const v1::Layer& p : peers) {
+    if (p.digest() != li.digest) continue;
+    resp->set_in_use(resp->in_use() + p.in_use());
+    resp->set_mounted(resp->mounted() || p.mounted());
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersRequest*, v1::ListLayersResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   for (const auto& li : deps_.manager->layers().List()) ToLayer(li, resp->add_layers());
+  // In a cluster: in use and mounted on any node (the store is shared).
+  std::vector<v1::ListLayersResponse> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Layers>(
+      deps_.forward, *ctx, &peers, [&](auto& s, auto* c, auto* r) { return s.List(c, v1::ListLayersRequest(), r); }));
+  std::map<std::string, v1::Layer*> by_digest;
+  for (v1::Layer& l : *resp->mutable_layers()) by_digest[l.digest()] = &l;
+  for (const v1::ListLayersResponse& p : peers) {
+    for (const v1::Layer& l : p.layers()) {
+      auto it = by_digest.find(l.digest());
+      if (it == by_digest.end()) continue;
+      it->second->set_in_use(it->second->in_use() + l.in_use());
+      it->second->set_mounted(it->second->mounted() || l.mounted());
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -92,6 +122,25 @@ grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLay
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "layer rm (layers are node-wide)"));
   if (req->ref().empty()) return Invalid("ref is empty");
+  // In a cluster the store is shared: a layer a sandbox of another node uses
+  // is refused as a local one is (each node counts only its own sandboxes).
+  // Not locked cluster-wide: a create on another node racing the remove may
+  // still find the layer gone (NotFound).
+  ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->layers().Resolve(req->ref()));
+  v1::GetLayerRequest by_digest;
+  by_digest.set_ref(li.digest);
+  std::vector<v1::Layer> peers;
+  RETURN_IF_GRPC_ERROR(FanOut<v1::Layers>(deps_.forward, *ctx, &peers, [&](auto& s, auto* c, auto* r) {
+    grpc::Status g = s.Get(c, by_digest, r);
+    return g.error_code() == grpc::StatusCode::NOT_FOUND ? grpc::Status::OK : g;
+  }));
+  uint32_t users = 0;
+  for (const v1::Layer& p : peers) users += p.digest() == li.digest ? p.in_use() : 0;
+  if (users > 0) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "layer " + req->ref() + " (" + li.digest +
+                                                                   ") is in use by " + std::to_string(users) +
+                                                                   " sandbox(es) on other nodes");
+  }
   return ToGrpcStatus(deps_.manager->RemoveLayer(req->ref()));
 }
 

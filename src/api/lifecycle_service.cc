@@ -50,6 +50,12 @@ grpc::Status LifecycleService::GetJob(grpc::ServerContext* ctx, const v1::JobReq
       found = true;
     } else {
       resp->set_sandboxes(resp->sandboxes() + p.sandboxes());
+      // Each node lapses its part of the job: lapsed where any did, since
+      // the first.
+      if (p.lapsed() && (!resp->lapsed() || p.lapsed_at_ns() < resp->lapsed_at_ns())) {
+        resp->set_lapsed(true);
+        resp->set_lapsed_at_ns(p.lapsed_at_ns());
+      }
     }
   }
   if (!found) return ToGrpcStatus(j.status());

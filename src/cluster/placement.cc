@@ -47,7 +47,8 @@ std::string Refusal(const NodeRecord& n, const PlacementRequest& r, const std::m
     return "";
   }
   if (r.memory_mb > 0 && n.free_memory_mb < static_cast<int64_t>(r.memory_mb)) {
-    return std::to_string(n.free_memory_mb) + " MiB free, the request asks " + std::to_string(r.memory_mb);
+    return "has " + std::to_string(n.free_memory_mb) + " MiB of memory free, the request asks " +
+           std::to_string(r.memory_mb) + " MiB";
   }
   return "";
 }

@@ -99,6 +99,15 @@ bool Router::Place(grpc::ServerContext* ctx, const v1::CreateSandboxRequest& req
                    const std::function<grpc::Status(v1::Sandbox*)>& local, grpc::Status* status) {
   if (api::IsForwarded(*ctx)) return false;
   auto view = membership_->Nodes();
+  // A backend no node offers (an unknown name, or one this cluster lacks):
+  // no node would take it, whatever the load, so the entry answers as a
+  // single node does (its own validation: InvalidArgument naming it), not
+  // RESOURCE_EXHAUSTED, which a client would retry.
+  if (!req.backend().empty() && std::none_of(view->begin(), view->end(), [&](const NodeRecord& n) {
+        return std::find(n.backends.begin(), n.backends.end(), req.backend()) != n.backends.end();
+      })) {
+    return false;
+  }
   PlacementRequest pr;
   pr.backend = req.backend();
   pr.cpu_millis = req.resources().cpu_millis();

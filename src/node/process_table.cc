@@ -315,7 +315,6 @@ void ManagedProcess::Pump() {
     status_.outcome = outcome;
     status_.outcome.stdout_data.clear();
     status_.outcome.stderr_data.clear();
-    finished_ = true;
     st = status_;
     st.running = false;
     for (int i = 0; i < 2; ++i) {
@@ -323,8 +322,14 @@ void ManagedProcess::Pump() {
       st.first_offsets[i] = rings_[i].first_offset();
     }
   }
-  cv_.notify_all();
+  // The exit is audited before it is seen as finished: a caller whose wait
+  // returned (or who saw it not running) finds it in the audit log.
   if (on_exit_) on_exit_(st);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    finished_ = true;
+  }
+  cv_.notify_all();
 }
 
 // ------------------------------------------------------------------ table

@@ -8,6 +8,13 @@ Environment knobs:
   WARREN_BASE_ROOTFS  base rootfs dir (default /var/cache/warren/rootfs/debian-12)
   WARREN_TEST_ROOT    parent dir of the per-session test root (default /var/tmp)
   WARREN_A13_CYCLES   cycles of the leak test (default 5000)
+  WARREN_TEST_CLUSTER N >= 2: the second configuration of the suite: the session
+                      daemon is a cluster (a real etcd and N warrend nodes, each in
+                      its own network namespace and cgroup subtree:
+                      cluster_env.NetnsCluster) and the tests' client talks to its
+                      entry node; only the files of CLUSTER_SUITE run, and tests
+                      marked single_node are skipped, saying why (default: unset,
+                      one daemon)
 """
 
 from __future__ import annotations
@@ -35,6 +42,91 @@ BASE = "base/debian-12@1"
 # the machine, so the leak checks below only count our own sandboxes (sandbox
 # ids, and the cgroups named after them, start with "<node id>-").
 NODE_PREFIX = f"it{os.getpid()}"
+
+# ---------------------------------------------------------------- cluster configuration
+
+def _cluster_nodes() -> int:
+    """WARREN_TEST_CLUSTER's node count; -1 when it is not one (pytest_configure says so)."""
+    v = os.environ.get("WARREN_TEST_CLUSTER", "").strip()
+    if v in ("", "0"):
+        return 0
+    if not v.isdigit() or int(v) < 2 or int(v) > 16:
+        return -1
+    return int(v)
+
+
+CLUSTER_NODES = _cluster_nodes()
+
+# The SDK-level files that run in the cluster configuration (through the entry
+# node, which places creates and forwards every later call): sandbox
+# lifecycle, exec, streams, files, processes, sessions, the async SDK, fork,
+# jobs, suspend, bad input, the CLI. Not listed: files about one host's
+# internals (containment, isolation, cgroups, density, fast create, restart,
+# faults, metrics, microVMs/VMs, network policy, images), the harness
+# integrations, and the cluster's own tests (test_cluster*.py start their own).
+CLUSTER_SUITE = (
+    "test_cluster_suite.py",  # the configuration itself: namespaces, addresses, cgroups, spread
+    "test_async.py",
+    "test_bad_input.py",
+    "test_cli.py",
+    "test_cli_lifecycle.py",
+    "test_cli_stream.py",
+    "test_etc_hosts.py",
+    "test_eval.py",
+    "test_exec.py",
+    "test_files.py",
+    "test_fork.py",
+    "test_fork_server.py",
+    "test_isolation.py",
+    "test_lifecycle.py",
+    "test_lifecycle_rl.py",
+    "test_sdk_gaps.py",
+    "test_session_state.py",
+    "test_stream.py",
+    "test_suspend.py",
+)
+
+
+def pytest_configure(config):
+    if CLUSTER_NODES < 0:
+        raise pytest.UsageError(f"WARREN_TEST_CLUSTER={os.environ['WARREN_TEST_CLUSTER']!r}: expected a node count "
+                                "from 2 to 16 (or unset, or 0: one daemon)")
+    config.addinivalue_line(
+        "markers", "single_node(reason): skipped in the cluster configuration (WARREN_TEST_CLUSTER), with reason")
+    config.addinivalue_line(
+        "markers", "cluster_gap(reason): fails in the cluster configuration for a known gap of the cluster (reason);"
+        " expected to fail there (strict: a fixed gap fails the run until the mark goes)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Cluster configuration: keeps the files of CLUSTER_SUITE, skips their
+    tests marked single_node with the mark's reason."""
+    if not CLUSTER_NODES:
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if item.path.name in CLUSTER_SUITE else drop).append(item)
+        if item.path.name not in CLUSTER_SUITE:
+            continue
+        for mark, make in (("single_node", lambda why: pytest.mark.skip(reason=f"single node only: {why}")),
+                           ("cluster_gap", lambda why: pytest.mark.xfail(reason=f"cluster gap: {why}", strict=True))):
+            m = item.get_closest_marker(mark)
+            if m is None:
+                continue
+            why = m.args[0] if m.args else m.kwargs.get("reason", "")
+            if not why:
+                raise pytest.UsageError(f"{item.nodeid}: {mark} needs a reason")
+            item.add_marker(make(why))
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# The nodes of the session cluster (cluster configuration): leak checks of
+# the entry node cover them all.
+_CLUSTER: List["Daemon"] = []
+_CLUSTER_ENV: list = []  # the cluster_env.NetnsCluster of the session
+
 
 # warrend's default --warm-shells (2 x cpus): pre-spawned shells a daemon keeps.
 WARM_SHELLS_DEFAULT = 2 * (os.cpu_count() or 1)
@@ -78,7 +170,8 @@ class Daemon:
     several nodes)."""
 
     def __init__(self, root: Path, name: str, layer_store: Path, node_id: str,
-                 state_dir: Optional[Path] = None, extra_args: Iterable[str] = ()):
+                 state_dir: Optional[Path] = None, extra_args: Iterable[str] = (),
+                 wrap: Iterable[str] = ()):
         self.root = root
         self.name = name
         self.state_dir = state_dir or root / f"{name}-state"
@@ -89,6 +182,8 @@ class Daemon:
         self.proc: Optional[subprocess.Popen] = None
         self.client: Optional[warren.Client] = None
         self.extra_args = list(extra_args)  # more warrend flags
+        self.wrap = list(wrap)  # command prefix (cluster_env: cgroup and network namespace of a node)
+        self.address = ""  # HOST:PORT of --listen (cluster nodes)
         self.past_pids: List[int] = []  # every pid this daemon ran as (warm shell cgroups are named by it)
 
     @property
@@ -105,7 +200,7 @@ class Daemon:
             _DAEMONS.append(self)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(WARREND), "--state-dir", str(self.state_dir), "--socket", str(self.socket),
+            [*self.wrap, str(WARREND), "--state-dir", str(self.state_dir), "--socket", str(self.socket),
              "--layer-store", str(self.layer_store), "--node-id", self.node_id] + self.extra_args,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root)
         log.close()
@@ -250,10 +345,39 @@ def layer_store(test_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def daemon(test_root: Path, layer_store: Path) -> Iterable[Daemon]:
+    """The session's daemon: one warrend, or (WARREN_TEST_CLUSTER=N) the entry
+    node of a cluster of N (cluster_env.NetnsCluster)."""
+    if CLUSTER_NODES:
+        from cluster_env import ETCD, NetnsCluster
+
+        if not os.path.exists(ETCD):
+            pytest.fail("WARREN_TEST_CLUSTER needs etcd (Debian's etcd-server: scripts/setup.sh)")
+        cluster = NetnsCluster(test_root, layer_store, CLUSTER_NODES, NODE_PREFIX, Daemon,
+                               extra_args=microvm_dir_args()).start()
+        _CLUSTER[:] = cluster.nodes
+        _CLUSTER_ENV[:] = [cluster]
+        try:
+            yield cluster.nodes[0]
+        finally:
+            rcs = cluster.stop()
+            _CLUSTER.clear()
+            _CLUSTER_ENV.clear()
+        bad = {n.name: rc for n, rc in zip(cluster.nodes, rcs) if rc != 0}
+        assert not bad, f"cluster nodes exited non-zero on SIGTERM: {bad}\n" + \
+            "\n".join(n.log_tail() for n in cluster.nodes if n.name in bad)
+        return
     d = Daemon(test_root, "main", layer_store, NODE_PREFIX + "a", extra_args=microvm_dir_args()).start()
     yield d
     rc = d.stop()
     assert rc == 0, f"warrend exited with {rc} on SIGTERM:\n{d.log_tail()}"
+
+
+@pytest.fixture(scope="session")
+def cluster(daemon: Daemon):
+    """The cluster_env.NetnsCluster of the cluster configuration (skips otherwise)."""
+    if not _CLUSTER_ENV:
+        pytest.skip("the cluster configuration only (WARREN_TEST_CLUSTER=N)")
+    return _CLUSTER_ENV[0]
 
 
 @pytest.fixture(scope="session")
@@ -447,12 +571,20 @@ def wait_warm_pool(daemon: "Daemon", timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _with_cluster(daemons: Iterable[Daemon]) -> List[Daemon]:
+    daemons = list(daemons)
+    if any(d in _CLUSTER for d in daemons):
+        daemons += [n for n in _CLUSTER if n not in daemons]
+    return daemons
+
+
 def host_snapshot(daemons: Iterable[Daemon], extra_roots: Iterable[Path] = ()) -> Dict[str, Set[str]]:
     """What sandboxes may leave on the host, by kind. Layer mounts (mount
     points named by a digest) are excluded: they are shared, refcounted and
     kept for a grace period on purpose; layer refcounts are checked through
-    the API (Layer.in_use) instead."""
-    daemons = list(daemons)
+    the API (Layer.in_use) instead. The entry node of the cluster
+    configuration stands for every node of it."""
+    daemons = _with_cluster(daemons)
     node_ids = [d.node_id for d in daemons]
     snap: Dict[str, Set[str]] = {}
     snap["cgroup"] = set()
@@ -489,7 +621,7 @@ def assert_back_to_baseline(daemons: Iterable[Daemon], base: Dict[str, Set[str]]
                             timeout: float = 30.0, clients: Iterable[warren.Client] = ()) -> None:
     """Waits (bounded) until nothing is on the host that was not in base, and
     no layer is still counted in use. Things that disappeared are fine."""
-    daemons = list(daemons)
+    daemons = _with_cluster(daemons)
     deadline = time.monotonic() + timeout
     while True:
         now = host_snapshot(daemons)

@@ -198,6 +198,7 @@ def test_corrupt_erofs_layer(daemon, client, base_layer, baseline, tmp_path):
     client.layers.remove(name)
 
 
+@pytest.mark.single_node("runs a warrend of its own on a full state dir: no cluster node is involved")
 @pytest.mark.timeout(300)
 def test_full_state_dir(test_root, layer_store, base_layer, daemon):
     small = test_root / "small-state"

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Iterable, List
 
 import grpc
 import pytest
@@ -27,70 +25,13 @@ import pytest
 import warren
 from warren._proto import warren_pb2, warren_pb2_grpc
 
+from cluster_env import ETCD, ETCDCTL, Etcd, free_port, wait_until  # noqa: F401 (test_cluster_* import them from here)
 from conftest import CLI, NODE_PREFIX, Daemon
 
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
-ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
 LEASE_S = 3
 REFRESH_MS = 500
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD), reason="etcd-server is not installed (scripts/setup.sh)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Etcd:
-    """One etcd member on loopback: its own client and peer ports and data dir."""
-
-    def __init__(self, root: Path, name: str = "etcd") -> None:
-        self.dir = root / name
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
-        self.log = root / f"{name}.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "Etcd":
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [ETCD, "--name", "it", "--data-dir", str(self.dir), "--listen-client-urls", self.url,
-                 "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
-                 "--initial-advertise-peer-urls", peer, "--initial-cluster", f"it={peer}",
-                 "--initial-cluster-state", "new", "--listen-metrics-urls", ""],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail("etcd exited at start:\n" + self.log.read_text(errors="replace")[-3000:])
-            if self.ctl("endpoint", "health", check=False).returncode == 0:
-                return self
-            time.sleep(0.2)
-        pytest.fail("etcd not healthy within 30 s:\n" + self.log.read_text(errors="replace")[-3000:])
-
-    def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([ETCDCTL, "--endpoints", self.url, "--dial-timeout", "2s", *args],
-                              capture_output=True, text=True, timeout=20, check=check,
-                              env={**os.environ, "ETCDCTL_API": "3"})
-
-    def nodes(self) -> Dict[str, dict]:
-        """The node records registered now, by node id."""
-        out = self.ctl("get", "--prefix", "/warren/nodes/", "--print-value-only").stdout
-        recs = [json.loads(line) for line in out.splitlines() if line.strip()]
-        return {r["id"]: r for r in recs}
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
 
 
 class Node(Daemon):
@@ -104,17 +45,6 @@ class Node(Daemon):
             "--listen", f"127.0.0.1:{self.port}", "--token-file", str(token_file),
             "--cluster", f"etcd={etcd.url}", "--cluster-lease-s", str(lease_s),
             "--cluster-refresh-ms", str(refresh_ms), "--warm-shells", "0", "--limit-views", "off", *extra])
-
-
-def wait_until(pred, timeout: float, what: str, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
 
 
 def owner(sandbox_id: str) -> str:

@@ -53,6 +53,7 @@ def test_fork_count_out_of_range_is_invalid(client, sandbox, count):
     assert f"count={count}" in ei.value.details()
 
 
+@pytest.mark.single_node("fails a fork midway on a warrend of its own: no cluster node is involved")
 @pytest.mark.timeout(300)
 def test_fork_failing_midway_leaves_no_fork_and_no_layer(test_root, layer_store, base_layer, daemon):
     """A node that holds 3 sandboxes: a fork of 4 makes 2, fails on the 3rd;

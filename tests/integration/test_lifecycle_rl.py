@@ -455,6 +455,7 @@ def test_cli_audit_pause_resume(daemon, client, base_layer):
     assert r.returncode == 1 and b"NOT_FOUND" in r.stderr
 
 
+@pytest.mark.single_node("kill -9s and restarts a warrend of its own: no cluster node is involved")
 @pytest.mark.timeout(300)
 def test_paused_state_and_ttl_survive_a_daemon_restart(test_root, layer_store, base_layer, daemon):
     from conftest import NODE_PREFIX, Daemon

@@ -168,6 +168,11 @@ def test_kill_takes_the_whole_tree(sandbox: warren.Sandbox) -> None:
         if c.data == b"ok\n":
             break
     st.close()
+    # "ok" may come before the backgrounded shells have exec'd their sleeps.
+    for _ in range(50):
+        if sandbox.exec("pgrep -c sleep", timeout=10).stdout.strip() == b"3":
+            break
+        time.sleep(0.1)
     assert sandbox.exec("pgrep -c sleep", timeout=10).stdout.strip() == b"3"
     p.kill()
     r = p.wait(timeout=30)
@@ -195,14 +200,16 @@ def test_stream_follows_until_exit(sandbox: warren.Sandbox) -> None:
 
 def test_processes_die_with_the_sandbox_and_are_audited(client, base_layer) -> None:
     sb = client.create(layers=[base_layer])
-    p = sb.spawn("sleep 1000")
-    q = sb.spawn("exit 3")
-    q.wait(timeout=30)
-    log = sb.audit_log()
-    ops = [(e["op"], e.get("process_id")) for e in log]
-    assert ("spawn", p.id) in ops and ("spawn", q.id) in ops and ("process_exit", q.id) in ops
-    assert [e for e in log if e["op"] == "process_exit"][0]["exit_code"] == 3
-    sb.destroy()
+    try:
+        p = sb.spawn("sleep 1000")
+        q = sb.spawn("exit 3")
+        q.wait(timeout=30)
+        log = sb.audit_log()  # a returned wait's exit is in the log already
+        ops = [(e["op"], e.get("process_id")) for e in log]
+        assert ("spawn", p.id) in ops and ("spawn", q.id) in ops and ("process_exit", q.id) in ops, ops
+        assert [e for e in log if e["op"] == "process_exit"][0]["exit_code"] == 3
+    finally:
+        sb.destroy()
     with pytest.raises(warren.NotFound):
         p.info()
 

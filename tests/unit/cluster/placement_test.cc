@@ -42,7 +42,7 @@ TEST(PlacementTest, FilterDropsDrainedFullWrongBackendAndTooBig) {
   EXPECT_NE(why.find("drain: draining"), std::string::npos) << why;
   EXPECT_NE(why.find("full: no free sandbox slot"), std::string::npos) << why;
   EXPECT_NE(why.find("vm: no backend container"), std::string::npos) << why;
-  EXPECT_NE(why.find("small: 100 MiB free"), std::string::npos) << why;
+  EXPECT_NE(why.find("small: has 100 MiB of memory free, the request asks 512 MiB"), std::string::npos) << why;
   r.cpu_millis = 4000;  // more than any node's 2 cpus
   EXPECT_TRUE(Place(nodes, r, {}, rng).empty());
 }

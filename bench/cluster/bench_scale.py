@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Scale simulation of cluster placement (issue 15): 160 simulated nodes
+registered in a real etcd (records as a warrend writes them, under one lease),
+each a fake warren.v1 Sandboxes service that accepts a create at once, and
+one real warrend entry node (--cluster-drain: it places every create on the
+others and makes none itself) placing creates sent to its unix socket.
+Measures the entry's placed creates per second (each one placement decision
+plus the forwarded Create RPC) and how they spread over the 160.
+
+  .venv/bin/python bench/cluster/bench_scale.py [--nodes 160] [--creates 20000]
+      [--clients 2] [--concurrency 64] [--fake-procs 2]
+
+The fakes (asyncio gRPC servers, --fake-procs processes) and the load
+(--clients processes, each with --concurrency creates in flight) are Python
+on the same cores as the entry: the rate shown is a lower bound of what the
+entry's placement carries. Needs etcd (scripts/setup.sh) and a built warrend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[2]
+WARREND = Path(os.environ.get("WARREN_WARREND", REPO / "build/src/warrend/warrend"))
+PREFIX = "/warren/nodes/"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def etcdctl(url: str, *args: str, stdin: str | None = None) -> str:
+    r = subprocess.run(["etcdctl", "--endpoints", url, "--dial-timeout", "2s", *args], input=stdin,
+                       capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "ETCDCTL_API": "3"})
+    if r.returncode != 0:
+        raise SystemExit(f"etcdctl {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+# ------------------------------------------------------------ fake nodes
+
+def fake_main(ids: List[str], out: "mp.Queue") -> None:
+    """Serves one fake Sandboxes service per node id, each on its own port;
+    puts [(id, address)] on `out`, then serves until SIGTERM."""
+    import grpc
+
+    from warren._proto import warren_pb2, warren_pb2_grpc
+
+    class Fake(warren_pb2_grpc.SandboxesServicer):
+        def __init__(self, node: str) -> None:
+            self.node = node
+            self.n = 0
+
+        async def Create(self, request, context):  # noqa: N802 (gRPC method name)
+            self.n += 1
+            return warren_pb2.Sandbox(id=f"{self.node}-{self.n:012x}", backend=request.backend or "container",
+                                      state=warren_pb2.SANDBOX_STATE_RUNNING)
+
+        async def Get(self, request, context):  # noqa: N802
+            return warren_pb2.Sandbox(id=request.id, backend="container", state=warren_pb2.SANDBOX_STATE_RUNNING)
+
+    async def serve() -> None:
+        servers, addrs = [], []
+        for node in ids:
+            s = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            warren_pb2_grpc.add_SandboxesServicer_to_server(Fake(node), s)
+            port = s.add_insecure_port("127.0.0.1:0")
+            await s.start()
+            servers.append(s)
+            addrs.append((node, f"127.0.0.1:{port}"))
+        out.put(addrs)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        for s in servers:
+            await s.stop(0)
+
+    asyncio.run(serve())
+
+
+def record(node: str, address: str) -> str:
+    """A node record as a warrend writes it (src/cluster/node_record.cc):
+    room for every create of the run."""
+    return json.dumps({
+        "id": node, "address": address, "version": "fake", "backends": ["container"], "cpus": 64,
+        "memory_mb": 262144, "max_sandboxes": 16384, "sandboxes": 0, "free_slots": 16384,
+        "free_cpu_millis": 64000, "free_memory_mb": 262144, "available_memory_mb": 262144,
+        "creates_in_flight": 0, "creates_queued": 0, "load1": 0.0, "layers": ["base/debian-12@1"],
+        "drain": False, "updated_ns": time.time_ns(), "core_scheduling": "absent"})
+
+
+# ------------------------------------------------------------ load
+
+def client_main(sock: str, creates: int, concurrency: int, out: "mp.Queue", kind: str = "create") -> None:
+    """Sends `creates` Create calls to the entry (kind "get": Get of a fake
+    node's sandbox, forwarded to it without a placement), `concurrency` in
+    flight; puts (latencies, owners by node, errors, first, last) on `out`."""
+    import grpc
+
+    from warren._proto import warren_pb2, warren_pb2_grpc
+
+    async def run() -> None:
+        lat: List[float] = []
+        owners: Dict[str, int] = {}
+        errors: Dict[str, int] = {}
+        async with grpc.aio.insecure_channel("unix:" + sock) as ch:
+            stub = warren_pb2_grpc.SandboxesStub(ch)
+            req = warren_pb2.CreateSandboxRequest(backend="container", layers=["base/debian-12@1"])
+            get = warren_pb2.GetSandboxRequest(id="fake000-000000000001")
+            left = [creates]
+
+            async def worker() -> None:
+                while left[0] > 0:
+                    left[0] -= 1
+                    t0 = time.perf_counter()
+                    try:
+                        sb = await (stub.Create(req, timeout=30) if kind == "create" else stub.Get(get, timeout=30))
+                    except grpc.aio.AioRpcError as e:
+                        errors[e.code().name] = errors.get(e.code().name, 0) + 1
+                        continue
+                    lat.append(time.perf_counter() - t0)
+                    node = sb.id.rsplit("-", 1)[0]
+                    owners[node] = owners.get(node, 0) + 1
+
+            t_first = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            t_last = time.monotonic()
+        out.put((lat, owners, errors, t_first, t_last))
+
+    asyncio.run(run())
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (/proc/<pid>/stat)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(xs: List[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=160)
+    ap.add_argument("--creates", type=int, default=20000)
+    ap.add_argument("--clients", type=int, default=2, help="load processes")
+    ap.add_argument("--concurrency", type=int, default=64, help="creates in flight per load process")
+    ap.add_argument("--fake-procs", type=int, default=2, help="processes serving the fake nodes")
+    ap.add_argument("--warmup", type=int, default=2000)
+    args = ap.parse_args()
+    if not 1 <= args.nodes <= 1000 or args.creates < 1 or args.clients < 1 or args.concurrency < 1 \
+            or not 1 <= args.fake_procs <= args.nodes:
+        raise SystemExit("bad arguments: want 1 <= --nodes <= 1000, --creates/--clients/--concurrency >= 1, "
+                         "1 <= --fake-procs <= --nodes")
+    if not shutil.which("etcd") or not shutil.which("etcdctl"):
+        raise SystemExit("etcd/etcdctl not installed (scripts/setup.sh)")
+    if not WARREND.exists():
+        raise SystemExit(f"warrend not found at {WARREND} (build it, or set WARREN_WARREND)")
+    root = Path(tempfile.mkdtemp(prefix="warren-bench-scale-", dir="/var/tmp"))
+    procs: List[subprocess.Popen] = []
+    fakes: List[mp.Process] = []
+    ctx = mp.get_context("spawn")
+    try:
+        cport, pport = free_port(), free_port()
+        url, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+        with open(root / "etcd.log", "wb") as log:
+            procs.append(subprocess.Popen(
+                ["etcd", "--name", "s", "--data-dir", str(root / "etcd"), "--listen-client-urls", url,
+                 "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", f"s={peer}", "--listen-metrics-urls", ""], stdout=log, stderr=subprocess.STDOUT))
+        for _ in range(150):
+            if subprocess.run(["etcdctl", "--endpoints", url, "endpoint", "health"], capture_output=True,
+                              check=False, env={**os.environ, "ETCDCTL_API": "3"}).returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            raise SystemExit("etcd not healthy within 30 s")
+
+        # The fake nodes: one lease for all their records (they never refresh).
+        ids = [f"fake{i:03d}" for i in range(args.nodes)]
+        q = ctx.Queue()
+        for k in range(args.fake_procs):
+            p = ctx.Process(target=fake_main, args=(ids[k::args.fake_procs], q), daemon=True)
+            p.start()
+            fakes.append(p)
+        addrs = []
+        for _ in fakes:
+            addrs += q.get(timeout=120)
+        lease = etcdctl(url, "lease", "grant", "3600").split()[1]
+        for node, address in addrs:
+            etcdctl(url, "put", f"--lease={lease}", PREFIX + node, record(node, address))
+
+        # The entry: a real warrend, drained (places on the fakes only).
+        token = root / "token"
+        token.write_text("bench-scale-token\n")
+        token.chmod(0o600)
+        sock = root / "entry.sock"
+        with open(root / "entry.log", "wb") as log:
+            entry = subprocess.Popen(
+                [str(WARREND), "--state-dir", str(root / "entry"), "--socket", str(sock), "--node-id", "entry",
+                 "--listen", f"127.0.0.1:{free_port()}", "--token-file", str(token), "--cluster", f"etcd={url}",
+                 "--cluster-drain", "true", "--warm-shells", "0", "--limit-views", "off", "--log-level", "warn"],
+                stdout=log, stderr=subprocess.STDOUT)
+        procs.append(entry)
+        import warren
+
+        c = warren.Client("unix:" + str(sock))
+        for _ in range(600):
+            if entry.poll() is not None:
+                raise SystemExit("warrend exited:\n" + (root / "entry.log").read_text(errors="replace")[-2000:])
+            try:
+                if len(c.nodes(timeout=2)) == args.nodes + 1:
+                    break
+            except warren.WarrenError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise SystemExit(f"the entry does not see {args.nodes} + 1 nodes within 60 s")
+        c.close()
+
+        def load(creates: int, kind: str = "create") -> tuple:
+            outq = ctx.Queue()
+            per = [creates // args.clients + (1 if i < creates % args.clients else 0) for i in range(args.clients)]
+            ps = [ctx.Process(target=client_main, args=(str(sock), n, args.concurrency, outq, kind)) for n in per]
+            t0 = time.perf_counter()
+            for p in ps:
+                p.start()
+            res = [outq.get(timeout=600) for _ in ps]
+            wall = time.perf_counter() - t0
+            for p in ps:
+                p.join(timeout=30)
+            lat = [x for r in res for x in r[0]]
+            span = max(r[4] for r in res) - min(r[3] for r in res)
+            owners: Dict[str, int] = {}
+            errors: Dict[str, int] = {}
+            for r in res:
+                for k, v in r[1].items():
+                    owners[k] = owners.get(k, 0) + v
+                for k, v in r[2].items():
+                    errors[k] = errors.get(k, 0) + v
+            return wall, span, lat, owners, errors
+
+        load(args.warmup)
+        cpu0 = cpu_seconds(entry.pid)
+        wall, span, lat, owners, errors = load(args.creates)
+        entry_cpu = cpu_seconds(entry.pid) - cpu0
+        placed = len(lat)
+        shares = [owners.get(i, 0) for i in ids]
+        print(f"scale simulation: {args.nodes} fake nodes in etcd, one warrend entry (drained) placing; "
+              f"{args.clients} load processes x {args.concurrency} in flight; {os.cpu_count()} cpus, "
+              f"load {os.getloadavg()[0]:.1f}")
+        print(f"  placed {placed} of {args.creates} creates in {span:.2f} s (first call to last answer): "
+              f"{placed / span:,.0f} decisions/s ({placed / wall:,.0f}/s counting the load processes' start)")
+        print(f"  the entry's own cpu: {entry_cpu:.2f} s for them: {placed / max(entry_cpu, 1e-9):,.0f} decisions "
+              f"per cpu-second of the entry (what one core of its own would carry)")
+        print(f"  create latency through the entry: p50 {statistics.median(lat) * 1e3:.2f} ms, "
+              f"p99 {pct(lat, 99) * 1e3:.2f} ms")
+        print(f"  spread over {args.nodes}: max/min node share {max(shares)}/{min(shares)} = "
+              f"{max(shares) / max(1, min(shares)):.3f}; nodes used {sum(1 for s in shares if s)}")
+        if errors:
+            print(f"  errors: {errors}")
+        # The same load of forwarded calls without a placement (Get of a fake
+        # node's sandbox): what the two gRPC hops cost the entry alone.
+        cpu0 = cpu_seconds(entry.pid)
+        _, gspan, glat, _, gerr = load(args.creates, "get")
+        gcpu = cpu_seconds(entry.pid) - cpu0
+        print(f"  same load of forwarded Gets (no placement): {len(glat) / gspan:,.0f}/s, entry cpu "
+              f"{gcpu / max(1, len(glat)) * 1e6:.0f} us per call vs {entry_cpu / max(1, placed) * 1e6:.0f} us per "
+              f"create{f'; errors {gerr}' if gerr else ''}")
+        etcdctl(url, "lease", "revoke", lease)
+    finally:
+        for p in fakes:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

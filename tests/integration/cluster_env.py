@@ -1,0 +1,292 @@
+"""Clusters of real warrend nodes for the integration tests.
+
+* `Etcd`: one etcd member (Debian's etcd-server) on ports of its own.
+* `NetnsCluster`: the second configuration of the SDK suite
+  (WARREN_TEST_CLUSTER=N, conftest.py): an etcd and N warrend nodes, each
+  node in a network namespace of its own (`ip netns`), joined to the host by
+  a veth pair on a bridge of the tests (addresses of a /24 of 198.18.0.0/15,
+  the benchmarking range, checked unused on this host), with its own state
+  dir, socket, run dir and cgroup subtree (a child cgroup of the tests' own
+  in every hierarchy, which warrend's `warren/` subtree then lives in). The
+  nodes listen, advertise and call each other on their namespace's address
+  (every node on the same port: the namespaces are apart); etcd listens on
+  the bridge's host address. The tests talk to the entry node (node 1) on its
+  unix socket (a path: reachable from any network namespace). Everything is
+  removed at stop (nodes, etcd, cgroups, veths, bridge, namespaces), every
+  wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, TypeVar
+
+import pytest
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+T = TypeVar("T")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], T], timeout: float, what: str, step: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+class Etcd:
+    """One etcd member on `host`: its own client and peer ports and data dir."""
+
+    def __init__(self, root: Path, name: str = "etcd", host: str = "127.0.0.1") -> None:
+        self.dir = root / name
+        self.client_port = free_port(host)
+        self.peer_port = free_port(host)
+        self.url = f"http://{host}:{self.client_port}"
+        self.peer = f"http://{host}:{self.peer_port}"
+        self.log = root / f"{name}.log"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "Etcd":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [ETCD, "--name", "it", "--data-dir", str(self.dir), "--listen-client-urls", self.url,
+                 "--advertise-client-urls", self.url, "--listen-peer-urls", self.peer,
+                 "--initial-advertise-peer-urls", self.peer, "--initial-cluster", f"it={self.peer}",
+                 "--initial-cluster-state", "new", "--listen-metrics-urls", ""],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail("etcd exited at start:\n" + self.log.read_text(errors="replace")[-3000:])
+            if self.ctl("endpoint", "health", check=False).returncode == 0:
+                return self
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail("etcd not healthy within 30 s:\n" + self.log.read_text(errors="replace")[-3000:])
+
+    def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([ETCDCTL, "--endpoints", self.url, "--dial-timeout", "2s", *args],
+                              capture_output=True, text=True, timeout=20, check=check,
+                              env={**os.environ, "ETCDCTL_API": "3"})
+
+    def nodes(self) -> Dict[str, dict]:
+        """The node records registered now, by node id."""
+        out = self.ctl("get", "--prefix", "/warren/nodes/", "--print-value-only").stdout
+        recs = [json.loads(line) for line in out.splitlines() if line.strip()]
+        return {r["id"]: r for r in recs}
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10, check=False)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+    return r
+
+
+def _subnet_free(prefix: str) -> bool:
+    """No route of this host (but the default) covers the prefix, no address
+    of it is on an interface."""
+    routes = [ln for ln in ip("-4", "route", "show", "match", prefix).stdout.splitlines()
+              if not ln.startswith("default")]
+    net = prefix.rsplit(".", 1)[0] + "."
+    return not routes and f" {net}" not in ip("-4", "-o", "addr", "show").stdout
+
+
+# cgroup v1 controllers whose new child needs its parent's values before a
+# task may join (cpuset), copied down.
+_CPUSET_FILES = ("cpuset.cpus", "cpuset.mems")
+
+
+class NetnsCluster:
+    """etcd + N warrend nodes, each in its own network namespace and cgroup
+    subtree (see the module doc). `nodes[0]` is the entry."""
+
+    PORT = 7000  # every node's TCP port, in its own namespace
+    LEASE_S = 3
+    REFRESH_MS = 500
+
+    def __init__(self, root: Path, layer_store: Path, n: int, node_prefix: str,
+                 daemon_cls: type, extra_args: Iterable[str] = ()) -> None:
+        from conftest import cgroup_dirs  # conftest imports this module lazily
+
+        self.root = root
+        self.layer_store = layer_store
+        self.n = n
+        self.tag = uuid.uuid4().hex[:6]
+        self.bridge = f"wcb{self.tag}"
+        self.netns = [f"wclu-{self.tag}-{i}" for i in range(n)]
+        self.veths = [f"wcv{self.tag}{i}" for i in range(n)]
+        self.prefix = ""
+        self.host_addr = ""
+        self.addrs: List[str] = []
+        self.node_prefix = node_prefix
+        self.daemon_cls = daemon_cls
+        self.extra_args = list(extra_args)
+        self.etcd: Optional[Etcd] = None
+        self.nodes: List = []
+        # The tests' own cgroup per hierarchy: each node gets a child of it.
+        self.own_cgroups: Dict[str, Path] = cgroup_dirs()
+        self.node_cgroups: List[List[Path]] = []
+        self.token_file = root / "cluster-suite.token"
+        self._made_bridge = False
+        self._made_netns: List[str] = []
+
+    # ------------------------------------------------------------ network
+
+    def _pick_subnet(self) -> None:
+        # 198.18.0.0/15 (RFC 2544, benchmarking): a /24 of it no route or
+        # address of this host covers; at most 16 tries.
+        base = os.getpid() % 200
+        for k in range(16):
+            third = (base + k * 7) % 256
+            prefix = f"198.18.{third}.0/24"
+            if _subnet_free(prefix):
+                self.prefix = prefix
+                self.host_addr = f"198.18.{third}.1"
+                self.addrs = [f"198.18.{third}.{10 + i}" for i in range(self.n)]
+                return
+        pytest.fail("no free /24 in 198.18.0.0/15 for the cluster's namespaces (16 tried)")
+
+    def _network_up(self) -> None:
+        self._pick_subnet()
+        ip("link", "add", self.bridge, "type", "bridge")
+        self._made_bridge = True
+        ip("addr", "add", f"{self.host_addr}/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+        for ns, veth, addr in zip(self.netns, self.veths, self.addrs):
+            ip("netns", "add", ns)
+            self._made_netns.append(ns)
+            ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            ip("link", "set", veth, "master", self.bridge)
+            ip("link", "set", veth, "up")
+            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "route", "add", "default", "via", self.host_addr)
+
+    def _network_down(self) -> None:
+        for veth in self.veths:
+            if ip("link", "show", veth, check=False).returncode == 0:
+                ip("link", "del", veth, check=False)
+        for ns in self._made_netns:
+            ip("netns", "del", ns, check=False)
+        if self._made_bridge:
+            ip("link", "del", self.bridge, check=False)
+
+    # ------------------------------------------------------------ cgroups
+
+    def _cgroups_up(self, i: int) -> List[Path]:
+        made: List[Path] = []
+        for own in self.own_cgroups.values():
+            d = own / f"warren-cluster-{self.tag}-{i}"
+            d.mkdir(exist_ok=True)
+            made.append(d)
+            for f in _CPUSET_FILES:
+                if (own / f).exists() and (d / f).read_text().strip() == "":
+                    (d / f).write_text((own / f).read_text())
+        return made
+
+    @staticmethod
+    def _rmdir_tree(d: Path) -> None:
+        """Removes an emptied cgroup and its (empty) children, deepest first."""
+        if not d.exists():
+            return
+        for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(str(p))):
+            try:
+                sub.rmdir()
+            except OSError:
+                pass
+        for _ in range(50):  # the last tasks may take a moment to leave
+            try:
+                d.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    # ------------------------------------------------------------ nodes
+
+    def _wrap(self, i: int, cgroups: List[Path]) -> List[str]:
+        """The command prefix of node i: join its cgroups (the shell's pid,
+        which exec keeps), then its network namespace (nsenter --net only: the
+        mount namespace stays the host's, unlike `ip netns exec`, which remounts
+        /sys and would hide the cgroup file systems)."""
+        joins = " ".join(f"echo $$ > {d / 'cgroup.procs'} &&" for d in cgroups)
+        return ["/bin/sh", "-c", f'{joins} exec nsenter --net=/run/netns/{self.netns[i]} "$@"', "warrend"]
+
+    def start(self) -> "NetnsCluster":
+        try:
+            self._network_up()
+            self.token_file.write_text(f"cluster-suite-{self.tag}\n")
+            self.token_file.chmod(0o600)
+            self.etcd = Etcd(self.root, "etcd-suite", host=self.host_addr).start()
+            for i in range(self.n):
+                cgs = self._cgroups_up(i)
+                self.node_cgroups.append(cgs)
+                addr = f"{self.addrs[i]}:{self.PORT}"
+                node = self.daemon_cls(
+                    self.root, f"node{i + 1}", self.layer_store, f"{self.node_prefix}n{i + 1}",
+                    extra_args=[*self.extra_args, "--listen", addr, "--token-file", str(self.token_file),
+                                "--cluster", f"etcd={self.etcd.url}", "--cluster-lease-s", str(self.LEASE_S),
+                                "--cluster-refresh-ms", str(self.REFRESH_MS)],
+                    wrap=self._wrap(i, cgs))
+                node.address = addr
+                self.nodes.append(node)
+                node.start()
+            ids = {n.node_id for n in self.nodes}
+            etcd = self.etcd
+            wait_until(lambda: ids <= set(etcd.nodes()), 20, f"{self.n} registered nodes")
+            # Every node sees every other before anything is placed.
+            entry = self.nodes[0].client
+            wait_until(lambda: {x.id for x in entry.nodes()} >= ids, 10, "the entry to see every node")
+            return self
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, destroy: bool = True) -> List[int]:
+        """Stops every node (destroying its sandboxes first), then etcd; removes
+        the cgroups, veths, bridge and namespaces. Returns the nodes' exit codes."""
+        rcs = []
+        for node in self.nodes:
+            rcs.append(node.stop(destroy=destroy))
+        if self.etcd:
+            self.etcd.stop()
+        for cgs in self.node_cgroups:
+            for d in cgs:
+                self._rmdir_tree(d)
+        self._network_down()
+        return rcs
+
+    def in_netns(self, i: int, *cmd: str, timeout: float = 20) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", f"--net=/run/netns/{self.netns[i]}", *cmd], capture_output=True,
+                              text=True, timeout=timeout, check=False)
