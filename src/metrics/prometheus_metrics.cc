@@ -162,35 +162,29 @@ std::string PrometheusMetrics::Render() const { return prometheus::TextSerialize
 
 namespace {
 
-prometheus::MetricFamily GaugeFamily(std::string name, std::string help) {
+prometheus::MetricFamily NewFamily(std::string name, std::string help, prometheus::MetricType type) {
   prometheus::MetricFamily f;
   f.name = std::move(name);
   f.help = std::move(help);
-  f.type = prometheus::MetricType::Gauge;
+  f.type = type;
   return f;
 }
 
-void AddGauge(prometheus::MetricFamily& f, std::vector<prometheus::ClientMetric::Label> labels, double value) {
-  prometheus::ClientMetric m;
-  m.label = std::move(labels);
-  m.gauge.value = value;
-  f.metric.push_back(std::move(m));
+prometheus::MetricFamily GaugeFamily(std::string name, std::string help) {
+  return NewFamily(std::move(name), std::move(help), prometheus::MetricType::Gauge);
 }
 
 // A counter read at scrape time from where it is kept (its name ends in
 // "_total", as the counters above).
 prometheus::MetricFamily CounterFamily(std::string name, std::string help) {
-  prometheus::MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = prometheus::MetricType::Counter;
-  return f;
+  return NewFamily(std::move(name), std::move(help), prometheus::MetricType::Counter);
 }
 
-void AddCounter(prometheus::MetricFamily& f, std::vector<prometheus::ClientMetric::Label> labels, double value) {
+// One sample of `f` (a gauge's or a counter's value, by the family's type).
+void AddSample(prometheus::MetricFamily& f, std::vector<prometheus::ClientMetric::Label> labels, double value) {
   prometheus::ClientMetric m;
   m.label = std::move(labels);
-  m.counter.value = value;
+  (f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
   f.metric.push_back(std::move(m));
 }
 
@@ -198,28 +192,28 @@ std::vector<prometheus::MetricFamily> GaugeFamilies(const node::NodeGauges& g) {
   std::vector<prometheus::MetricFamily> out;
   prometheus::MetricFamily sandboxes =
       GaugeFamily("warren_sandboxes", "Sandboxes in the node's table, by backend and state");
-  for (const auto& [key, n] : g.sandboxes) AddGauge(sandboxes, {{"backend", key.first}, {"state", key.second}}, n);
+  for (const auto& [key, n] : g.sandboxes) AddSample(sandboxes, {{"backend", key.first}, {"state", key.second}}, n);
   out.push_back(std::move(sandboxes));
   out.push_back(GaugeFamily("warren_creates_in_flight", "Creates holding a create slot"));
-  AddGauge(out.back(), {}, g.creates_in_flight);
+  AddSample(out.back(), {}, g.creates_in_flight);
   out.push_back(GaugeFamily("warren_create_queue_depth", "Creates waiting for a create slot"));
-  AddGauge(out.back(), {}, g.creates_queued);
+  AddSample(out.back(), {}, g.creates_queued);
   out.push_back(GaugeFamily("warren_layer_mounts", "Layers mounted on this node"));
-  AddGauge(out.back(), {}, static_cast<double>(g.layer_mounts));
+  AddSample(out.back(), {}, static_cast<double>(g.layer_mounts));
   out.push_back(GaugeFamily("warren_layer_mounted_bytes", "Size of the EROFS images of the layers mounted now"));
-  AddGauge(out.back(), {}, static_cast<double>(g.layer_mounted_bytes));
+  AddSample(out.back(), {}, static_cast<double>(g.layer_mounted_bytes));
   out.push_back(CounterFamily("warren_layer_cache_lookups_total",
                               "Layer mount cache lookups by result: hit (the layer was mounted), miss (this lookup "
                               "mounted it), failed (its mount failed)"));
-  AddCounter(out.back(), {{"result", "hit"}}, static_cast<double>(g.layer_cache_hits));
-  AddCounter(out.back(), {{"result", "miss"}}, static_cast<double>(g.layer_cache_misses));
-  AddCounter(out.back(), {{"result", "failed"}}, static_cast<double>(g.layer_cache_failures));
+  AddSample(out.back(), {{"result", "hit"}}, static_cast<double>(g.layer_cache_hits));
+  AddSample(out.back(), {{"result", "miss"}}, static_cast<double>(g.layer_cache_misses));
+  AddSample(out.back(), {{"result", "failed"}}, static_cast<double>(g.layer_cache_failures));
   out.push_back(CounterFamily("warren_layer_cache_evictions_total", "Unused layer mounts removed after their grace"));
-  AddCounter(out.back(), {}, static_cast<double>(g.layer_cache_evictions));
+  AddSample(out.back(), {}, static_cast<double>(g.layer_cache_evictions));
   if (g.fncall) {
     out.push_back(GaugeFamily("warren_fncall_workers", "Warm fncall workers, by state (busy, idle)"));
-    AddGauge(out.back(), {{"state", "busy"}}, g.fncall_workers_busy);
-    AddGauge(out.back(), {{"state", "idle"}}, g.fncall_workers_idle);
+    AddSample(out.back(), {{"state", "busy"}}, g.fncall_workers_busy);
+    AddSample(out.back(), {{"state", "idle"}}, g.fncall_workers_idle);
   }
   return out;
 }
