@@ -26,31 +26,20 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, TypeVar
+from typing import Dict, Iterable, List, Optional
 
 import pytest
+from conftest import wait_until
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
 
-T = TypeVar("T")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(pred: Callable[[], T], timeout: float, what: str, step: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
 
 
 class Etcd:

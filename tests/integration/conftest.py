@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional, Set, TypeVar
 
 import pytest
 
@@ -659,6 +659,21 @@ def qemu_pids(needle: str) -> set[int]:
         if cmd.startswith(b"/usr/bin/qemu-system") and needle.encode() in cmd:
             out.add(int(e))
     return out
+
+
+_T = TypeVar("_T")
+
+
+def wait_until(pred: Callable[[], _T], timeout: float, what: str, step: float = 0.1) -> _T:
+    """pred()'s first truthy value, polled every `step` s; fails the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
 
 
 def vm_cgroups(sandbox_id: str, kind: str = "warren-microvm") -> List[Path]:

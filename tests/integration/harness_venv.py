@@ -135,3 +135,10 @@ def tail(s: str, n: int = 6000) -> str:
 
 
 __all__ = ["E2B_PIN", "HARBOR_E2B_PINS", "HARBOR_PIN", "NEMOGYM_PIN", "find_python", "harness_python", "run", "tail"]
+
+
+def write_file(p: Path, text: str, mode: int = 0o644) -> None:
+    """Writes `text` to `p` (parents made) with `mode`."""
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    p.chmod(mode)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
-from harness_venv import HARBOR_E2B_PINS, harness_python, run, tail
+from harness_venv import HARBOR_E2B_PINS, harness_python, run, tail, write_file
 
 DRIVERS = Path(__file__).resolve().parent / "harness_drivers"
 API_KEY = "e2b_harbor_test_key_0123456789"
@@ -72,12 +72,6 @@ def _e2b_sandboxes(d: Daemon) -> list:
     return [s.id for s in d.client.list() if "e2b.template" in s.cached_info().labels]
 
 
-def _write(p: Path, text: str, mode: int = 0o644) -> None:
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    p.chmod(mode)
-
-
 TASK_TOML = """schema_version = "1.4"
 [verifier]
 timeout_sec = 120.0
@@ -93,25 +87,25 @@ def make_tasks(root: Path) -> None:
     # The environment/ of a task on a prebuilt template lands in its workdir
     # (one the template has: E2B's envd refuses a cwd that does not exist).
     t = root / "seeded"
-    _write(t / "task.toml", TASK_TOML)
-    _write(t / "instruction.md", "Copy seed.txt to out.txt, upper-cased.\n")
-    _write(t / "environment" / "seed.txt", "seed\n")
-    _write(t / "solution" / "solve.sh", """#!/bin/bash
+    write_file(t / "task.toml", TASK_TOML)
+    write_file(t / "instruction.md", "Copy seed.txt to out.txt, upper-cased.\n")
+    write_file(t / "environment" / "seed.txt", "seed\n")
+    write_file(t / "solution" / "solve.sh", """#!/bin/bash
 set -e
 tr a-z A-Z < seed.txt > out.txt
 echo "solved in $(pwd) as $(id -un)"
 """, 0o755)
-    _write(t / "tests" / "test.sh", """#!/bin/bash
+    write_file(t / "tests" / "test.sh", """#!/bin/bash
 if [ "$(cat /opt/out.txt)" = SEED ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 echo "verified in $(pwd)"
 """, 0o755)
     # A wrong oracle: the verifier gives 0.
     t = root / "wrong"
-    _write(t / "task.toml", TASK_TOML)
-    _write(t / "instruction.md", "Write 42 to answer.txt.\n")
-    _write(t / "environment" / "README", "nothing here\n")
-    _write(t / "solution" / "solve.sh", "#!/bin/bash\necho 41 > answer.txt\nexit 0\n", 0o755)
-    _write(t / "tests" / "test.sh", """#!/bin/bash
+    write_file(t / "task.toml", TASK_TOML)
+    write_file(t / "instruction.md", "Write 42 to answer.txt.\n")
+    write_file(t / "environment" / "README", "nothing here\n")
+    write_file(t / "solution" / "solve.sh", "#!/bin/bash\necho 41 > answer.txt\nexit 0\n", 0o755)
+    write_file(t / "tests" / "test.sh", """#!/bin/bash
 if [ "$(cat /opt/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """, 0o755)
 

@@ -19,7 +19,7 @@ import pytest
 
 import warren
 
-from harness_venv import HARBOR_PIN, harness_python, run, tail
+from harness_venv import HARBOR_PIN, harness_python, run, tail, write_file
 
 DRIVERS = Path(__file__).resolve().parent / "harness_drivers"
 ENV_CLASS = "warren.integrations.harbor:WarrenEnvironment"
@@ -29,12 +29,6 @@ FROM = "debian:bookworm-slim"
 @pytest.fixture(scope="module")
 def harbor_py():
     return harness_python(HARBOR_PIN)
-
-
-def _write(p: Path, text: str, mode: int = 0o644) -> None:
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    p.chmod(mode)
 
 
 TASK_TOML = """schema_version = "1.4"
@@ -52,9 +46,9 @@ network_mode = "no-network"
 def make_tasks(root: Path) -> None:
     # 1. Built from a Dockerfile.
     t = root / "built"
-    _write(t / "task.toml", TASK_TOML.format(extra=""))
-    _write(t / "instruction.md", "Write the tool's answer for data/input.txt to /app/answer.txt.\n")
-    _write(t / "environment" / "Dockerfile", f"""# a small single-stage build
+    write_file(t / "task.toml", TASK_TOML.format(extra=""))
+    write_file(t / "instruction.md", "Write the tool's answer for data/input.txt to /app/answer.txt.\n")
+    write_file(t / "environment" / "Dockerfile", f"""# a small single-stage build
 ARG BASE={FROM}
 FROM ${{BASE}}
 ARG GREETING=hello
@@ -69,14 +63,14 @@ RUN ["/bin/sh", "-c", "echo exec-form >> /app/built.txt"]
 USER agent
 CMD ["sleep", "infinity"]
 """)
-    _write(t / "environment" / "data" / "input.txt", "21\n")
-    _write(t / "environment" / "bin" / "tool.sh", "#!/bin/sh\necho $(( $1 * 2 ))\n", 0o644)
-    _write(t / "solution" / "solve.sh", """#!/bin/bash
+    write_file(t / "environment" / "data" / "input.txt", "21\n")
+    write_file(t / "environment" / "bin" / "tool.sh", "#!/bin/sh\necho $(( $1 * 2 ))\n", 0o644)
+    write_file(t / "solution" / "solve.sh", """#!/bin/bash
 set -e
 tool "$(cat /app/data/input.txt)" > /app/answer.txt
 echo "solved as $(id -un) in $(pwd) greeting=$APP_GREETING"
 """, 0o755)
-    _write(t / "tests" / "test.sh", """#!/bin/bash
+    write_file(t / "tests" / "test.sh", """#!/bin/bash
 ok=1
 [ "$(cat /app/answer.txt)" = 42 ] || ok=0
 [ "$(stat -c %U /app/answer.txt)" = agent ] || ok=0
@@ -88,22 +82,22 @@ echo $ok > /logs/verifier/reward.txt
 
     # 2. A prebuilt docker_image mapped to warren layers; environment/ lands in the workdir.
     t = root / "prebuilt"
-    _write(t / "task.toml", TASK_TOML.format(extra='docker_image = "warren-test/plain:1"\nworkdir = "/srv/task"'))
-    _write(t / "instruction.md", "Copy seed.txt to out.txt, upper-cased.\n")
-    _write(t / "environment" / "seed.txt", "seed\n")
-    _write(t / "solution" / "solve.sh", "#!/bin/bash\ntr a-z A-Z < seed.txt > out.txt\n", 0o755)
-    _write(t / "tests" / "test.sh", """#!/bin/bash
+    write_file(t / "task.toml", TASK_TOML.format(extra='docker_image = "warren-test/plain:1"\nworkdir = "/srv/task"'))
+    write_file(t / "instruction.md", "Copy seed.txt to out.txt, upper-cased.\n")
+    write_file(t / "environment" / "seed.txt", "seed\n")
+    write_file(t / "solution" / "solve.sh", "#!/bin/bash\ntr a-z A-Z < seed.txt > out.txt\n", 0o755)
+    write_file(t / "tests" / "test.sh", """#!/bin/bash
 if [ "$(cat /srv/task/out.txt)" = SEED ] && [ "$(pwd)" = /srv/task ]; then echo 1; else echo 0; fi \\
   > /logs/verifier/reward.txt
 """, 0o755)
 
     # 3. A wrong oracle: the verifier must give 0.
     t = root / "wrong"
-    _write(t / "task.toml", TASK_TOML.format(extra=""))
-    _write(t / "instruction.md", "Write 42 to /tmp/answer.\n")
-    _write(t / "environment" / "Dockerfile", f"FROM {FROM}\nWORKDIR /tmp\n")
-    _write(t / "solution" / "solve.sh", "#!/bin/bash\necho 41 > /tmp/answer\n", 0o755)
-    _write(t / "tests" / "test.sh", """#!/bin/bash
+    write_file(t / "task.toml", TASK_TOML.format(extra=""))
+    write_file(t / "instruction.md", "Write 42 to /tmp/answer.\n")
+    write_file(t / "environment" / "Dockerfile", f"FROM {FROM}\nWORKDIR /tmp\n")
+    write_file(t / "solution" / "solve.sh", "#!/bin/bash\necho 41 > /tmp/answer\n", 0o755)
+    write_file(t / "tests" / "test.sh", """#!/bin/bash
 if [ "$(cat /tmp/answer)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """, 0o755)
 

@@ -17,6 +17,7 @@ WARREN_VM_FULL=1.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ from conftest import (
     qemu_pids,
     running,
     vm_cgroups,
+    wait_until,
 )
 
 QEMU = shutil.which("qemu-system-x86_64")
@@ -83,15 +85,8 @@ def _vm_cgroups_of(node_id: str) -> list[Path]:
     ]
 
 
-def _wait(pred, timeout: float, what: str, step: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout} s")
-        time.sleep(step)
+# The guest is slow: polled once a second unless a call says otherwise.
+_wait = functools.partial(wait_until, step=1.0)
 
 
 def _status(pid: int) -> dict[str, str]:
