@@ -144,6 +144,7 @@ void ToProto(const node::SandboxInfo& in, v1::Sandbox* out) {
   out->set_last_activity_ns(in.last_activity_ns);
   out->set_ttl_s(in.ttl_s);
   out->set_qos(runtime::QosName(in.qos));
+  out->set_main_process(in.main_process);
 }
 
 void ToProto(const node::ClassCapacity& in, v1::QosClassCapacity* out) {

@@ -1,7 +1,11 @@
 #include "api/sandboxes_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 
 #include "api/convert.h"
 #include "api/image_service.h"
@@ -23,6 +27,59 @@ void ExposedToProto(const runtime::ExposedPort& x, v1::ExposedPort* out) {
 grpc::Status CheckPort(uint32_t port) {
   if (port == 0 || port > 65535)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "port " + std::to_string(port) + " (want 1..65535)");
+  return grpc::Status::OK;
+}
+
+// "8080/tcp" or "8080" of an image's ExposedPorts: the port; 0 for another
+// protocol ("53/udp": exposures are TCP); InvalidArgument naming it otherwise.
+StatusOr<uint16_t> ImageTcpPort(const std::string& exposed) {
+  const size_t slash = exposed.find('/');
+  const std::string proto = slash == std::string::npos ? "tcp" : absl::AsciiStrToLower(exposed.substr(slash + 1));
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(exposed.substr(0, slash), &port) || port == 0 || port > 65535 ||
+      (proto != "tcp" && proto != "udp" && proto != "sctp")) {
+    return absl::InvalidArgumentError("the image's ExposedPorts entry " + Quote(exposed) +
+                                      " is not PORT[/tcp|/udp|/sctp] with PORT in 1..65535");
+  }
+  return proto == "tcp" ? static_cast<uint16_t>(port) : 0;
+}
+
+// CreateSandboxRequest.start/command/expose/expose_image_ports into
+// r->start_argv and r->expose, with the image's config (nullptr: no image).
+grpc::Status StartAndExpose(const v1::CreateSandboxRequest& req, const image::oci::ImageConfig* image,
+                            node::CreateRequest* r) {
+  for (uint32_t port : req.expose()) {
+    RETURN_IF_GRPC_ERROR(CheckPort(port));
+    r->expose.push_back(static_cast<uint16_t>(port));
+  }
+  if (req.expose_image_ports()) {
+    if (image == nullptr) return Invalid("expose_image_ports needs an image");
+    for (const std::string& p : image->exposed_ports) {
+      ASSIGN_OR_RETURN_GRPC(uint16_t port, ImageTcpPort(p));
+      if (port != 0) r->expose.push_back(port);
+    }
+  }
+  std::sort(r->expose.begin(), r->expose.end());
+  r->expose.erase(std::unique(r->expose.begin(), r->expose.end()), r->expose.end());
+  if (!req.start() && req.command().empty()) return grpc::Status::OK;
+  // Docker's rule: the Entrypoint stays, a command replaces the Cmd.
+  if (image != nullptr) r->start_argv = image->entrypoint;
+  if (!req.command().empty()) {
+    r->start_argv.insert(r->start_argv.end(), req.command().begin(), req.command().end());
+  } else if (image != nullptr) {
+    r->start_argv.insert(r->start_argv.end(), image->cmd.begin(), image->cmd.end());
+  }
+  if (r->start_argv.empty()) {
+    return Invalid(image == nullptr
+                       ? "start: nothing to run (no command, no image)"
+                       : "start: nothing to run (the image has no Entrypoint or Cmd, and no command given)");
+  }
+  for (size_t i = 0; i < r->start_argv.size(); ++i) {
+    if (r->start_argv[i].find('\0') != std::string::npos) {
+      return Invalid("start: argv[" + std::to_string(i) + "]=" + Quote(r->start_argv[i]) + " contains NUL");
+    }
+  }
+  if (r->start_argv[0].empty()) return Invalid("start: argv[0] is empty");
   return grpc::Status::OK;
 }
 
@@ -68,6 +125,7 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
     if (deps_.images == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this node serves no images");
     ASSIGN_OR_RETURN_GRPC(image_use, deps_.images->ApplyToCreate(req->image(), &r));
   }
+  RETURN_IF_GRPC_ERROR(StartAndExpose(*req, image_use != nullptr ? &image_use->record().config : nullptr, &r));
   // A create that waits in the node's admission queue gives up at the
   // RPC's deadline or when the client goes away.
   if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
@@ -110,6 +168,11 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
                 : grpc::Status(grpc::StatusCode::CANCELLED, "create cancelled by the client");
   }
   ToProto(*info, resp);
+  if (!r.expose.empty()) {
+    if (StatusOr<node::NetworkView> n = deps_.manager->Network(info->id); n.ok()) {
+      for (const runtime::ExposedPort& x : n->exposed) ExposedToProto(x, resp->add_exposed());
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -61,6 +61,11 @@ struct CreateArgs {
   // Network: enabled by --network or any --net-allow/--net-deny.
   bool network = false;
   std::vector<std::string> net_allow, net_deny;
+  // A main process (CreateSandboxRequest.start/command) and exposed ports.
+  bool start = false;
+  std::vector<std::string> command;  // after "--"
+  std::vector<uint32_t> expose;
+  bool expose_image_ports = false;
 };
 
 struct ExecArgs {

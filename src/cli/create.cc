@@ -64,6 +64,10 @@ StatusOr<v1::CreateSandboxRequest> BuildCreateRequest(const CreateArgs& a) {
     for (const std::string& e : a.net_allow) n->add_allow(e);
     for (const std::string& e : a.net_deny) n->add_deny(e);
   }
+  req.set_start(a.start);
+  for (const std::string& c : a.command) req.add_command(c);
+  for (uint32_t p : a.expose) req.add_expose(p);
+  req.set_expose_image_ports(a.expose_image_ports);
   return req;
 }
 
@@ -99,6 +103,13 @@ void AddCreateCommand(CLI::App& root, Invocation& inv) {
       ->allow_extra_args(false);
   sub->add_option("--net-deny", a.net_deny, "egress denied (wins over --net-allow); repeatable")
       ->allow_extra_args(false);
+  sub->add_flag("--start", a.start,
+                "start a main process (docker run -d): the image's Entrypoint + Cmd, or + the command after --");
+  sub->add_option("--expose", a.expose, "port exposed at create (see warren expose); repeatable")
+      ->allow_extra_args(false);
+  sub->add_flag("--expose-image-ports", a.expose_image_ports, "also expose the image's TCP ExposedPorts (docker -P)");
+  sub->add_option("command", a.command,
+                  "after --: the main process's arguments (replace the image's Cmd; imply --start)");
   sub->callback([&inv] {
     inv.verb = "create";
     inv.run = RunCreate;

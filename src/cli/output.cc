@@ -44,23 +44,32 @@ nlohmann::json ResourcesToJson(const v1::Resources& r) {
 nlohmann::json SandboxToJson(const v1::Sandbox& s) {
   nlohmann::json labels = nlohmann::json::object();
   for (const auto& [k, v] : s.labels()) labels[k] = v;
-  return {{"id", s.id()},
-          {"backend", s.backend()},
-          {"state", StateName(s.state())},
-          {"layers", std::vector<std::string>(s.layers().begin(), s.layers().end())},
-          {"layer_names", std::vector<std::string>(s.layer_names().begin(), s.layer_names().end())},
-          {"resources", ResourcesToJson(s.resources())},
-          {"labels", labels},
-          {"job", s.job()},
-          {"created_at_ns", s.created_at_ns()},
-          {"init_pid", s.init_pid()},
-          {"hostname", s.hostname()},
-          {"ttl_s", s.ttl_s()},
-          {"expires_at_ns", s.expires_at_ns()},
-          {"idle_timeout_s", s.idle_timeout_s()},
-          {"memory_bytes", s.memory_bytes()},
-          {"swap_bytes", s.swap_bytes()},
-          {"qos", s.qos().empty() ? "latency" : s.qos()}};
+  nlohmann::json out = {{"id", s.id()},
+                        {"backend", s.backend()},
+                        {"state", StateName(s.state())},
+                        {"layers", std::vector<std::string>(s.layers().begin(), s.layers().end())},
+                        {"layer_names", std::vector<std::string>(s.layer_names().begin(), s.layer_names().end())},
+                        {"resources", ResourcesToJson(s.resources())},
+                        {"labels", labels},
+                        {"job", s.job()},
+                        {"created_at_ns", s.created_at_ns()},
+                        {"init_pid", s.init_pid()},
+                        {"hostname", s.hostname()},
+                        {"ttl_s", s.ttl_s()},
+                        {"expires_at_ns", s.expires_at_ns()},
+                        {"idle_timeout_s", s.idle_timeout_s()},
+                        {"memory_bytes", s.memory_bytes()},
+                        {"swap_bytes", s.swap_bytes()},
+                        {"qos", s.qos().empty() ? "latency" : s.qos()}};
+  if (!s.main_process().empty()) out["main_process"] = s.main_process();
+  if (s.exposed_size() > 0) {
+    nlohmann::json exposed = nlohmann::json::array();
+    for (const v1::ExposedPort& x : s.exposed()) {
+      exposed.push_back({{"port", x.port()}, {"address", x.address()}, {"token", x.token()}});
+    }
+    out["exposed"] = std::move(exposed);
+  }
+  return out;
 }
 
 nlohmann::json QosToJson(const google::protobuf::RepeatedPtrField<v1::QosClassCapacity>& classes) {

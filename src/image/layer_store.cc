@@ -157,16 +157,18 @@ StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::s
   RemoveGuard remove_stage(stage);  // always: the staging tree is never kept
   // mkdir applied the umask; the root of a layer without a "./" entry is 0755.
   if (chmod(stage.c_str(), 0755) != 0) return ErrnoToStatus(errno, "chmod(" + stage + ")");
-  RETURN_IF_ERROR(ExtractTar(tar_path, stage, progress));
-  return BuildImage(n, stage);
+  bool sparse = false;
+  RETURN_IF_ERROR(ExtractTar(tar_path, stage, progress, &sparse));
+  return BuildImage(n, stage, /*from_sandbox=*/false, /*chunked=*/sparse);
 }
 
-StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::string& src, bool from_sandbox) {
+StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::string& src, bool from_sandbox,
+                                           bool chunked) {
   UniqueFd src_fd(open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!src_fd.valid()) return ErrnoToStatus(errno, "open(" + src + ")");
   std::string image = TmpPath("build") + ".erofs";
   RemoveGuard remove_image(image);
-  RETURN_IF_ERROR(MkfsErofs(image, src, /*chunked=*/from_sandbox));
+  RETURN_IF_ERROR(MkfsErofs(image, src, /*chunked=*/from_sandbox || chunked));
   if (chmod(image.c_str(), 0444) != 0) return ErrnoToStatus(errno, "chmod(" + image + ")");
   struct stat st;
   if (stat(image.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + image + ")");

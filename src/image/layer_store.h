@@ -74,7 +74,10 @@ class LayerStore {
   // ".wh..wh..opq" an opaque dir (trusted.overlay.opaque=y). Rejected with
   // InvalidArgument naming the entry: absolute or ".." paths, device nodes
   // other than whiteouts, links pointing outside the tree. `progress`: as
-  // ExtractTar's (bytes of the tar read), during the extraction.
+  // ExtractTar's (bytes of the tar read), during the extraction. A layer
+  // with a sparse file (holes, or blocks of zeros: see ExtractTar) is built
+  // chunk-based as BuildFromSandboxDir's, so its holes cost no data blocks;
+  // any other in the plain format.
   StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path,
                                    const TarProgressFn& progress = nullptr);
   // One layer equal to the stack of `digests` (bottom first, >= 2) as a
@@ -104,8 +107,10 @@ class LayerStore {
 
  private:
   explicit LayerStore(std::string dir) : dir_(std::move(dir)) {}
-  // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image.
-  StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src, bool from_sandbox = false);
+  // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image
+  // (chunk-based if from_sandbox or chunked: see MkfsErofs).
+  StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src, bool from_sandbox = false,
+                                 bool chunked = false);
   StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image, const std::string& hex,
                               uint64_t size, bool from_sandbox);
   std::string NamePath(const LayerName& name) const;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -25,6 +26,30 @@ constexpr char kWhiteoutPrefix[] = ".wh.";
 constexpr char kOpaqueMarker[] = ".wh..wh..opq";
 // Progress is reported at least every this many bytes of one file's data.
 constexpr size_t kProgressEvery = size_t{4} << 20;
+// Blocks of zeros this large (aligned in the file) are left as holes.
+constexpr size_t kHoleBlock = 4096;
+
+bool AllZero(const char* p, size_t n) {
+  static const char kZeros[kHoleBlock] = {};
+  for (; n >= kHoleBlock; p += kHoleBlock, n -= kHoleBlock) {
+    if (memcmp(p, kZeros, kHoleBlock) != 0) return false;
+  }
+  return memcmp(p, kZeros, n) == 0;
+}
+
+Status PwriteAll(int fd, const char* p, size_t n, off_t off, const std::string& entry) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, p, n, off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "pwrite(" + absl::CHexEscape(entry) + ")");
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    off += w;
+  }
+  return absl::OkStatus();
+}
 
 std::string ErrStr(archive* a) {
   const char* s = archive_error_string(a);
@@ -65,6 +90,7 @@ class Extractor {
   Extractor(std::string dest, int root, const TarProgressFn& progress)
       : dest_(std::move(dest)), root_(root), progress_(progress) {}
   Status Run(archive* a, const std::string& tar_path);
+  bool sparse() const { return sparse_; }
 
  private:
   // Opens the directory holding the last component of `parts`, creating
@@ -87,6 +113,7 @@ class Extractor {
   // Directory metadata applied last (children change mtimes), keyed by path
   // components so deeper ones are applied first.
   std::map<std::vector<std::string>, DirMeta> dirs_;
+  bool sparse_ = false;  // some file got a hole
 };
 
 StatusOr<UniqueFd> Extractor::OpenParent(const std::string& entry, const std::vector<std::string>& parts, size_t n) {
@@ -160,6 +187,7 @@ Status Extractor::WriteData(archive* a, int fd, const std::string& entry, int64_
   size_t len;
   la_int64_t off;
   size_t since_report = 0;
+  off_t written_end = 0;  // end of the data seen so far
   for (;;) {
     int r = archive_read_data_block(a, &buf, &len, &off);
     if (r == ARCHIVE_EOF) break;
@@ -171,18 +199,32 @@ Status Extractor::WriteData(archive* a, int fd, const std::string& entry, int64_
       since_report = 0;
       RETURN_IF_ERROR(Report(a));
     }
-    size_t done = 0;
-    while (done < len) {
-      ssize_t n = pwrite(fd, static_cast<const char*>(buf) + done, len - done,
-                         static_cast<off_t>(off) + static_cast<off_t>(done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoToStatus(errno, "pwrite(" + absl::CHexEscape(entry) + ")");
+    // The data in pieces up to each kHoleBlock boundary of the file: runs of
+    // pieces with data are written with one pwrite, all-zero pieces skipped
+    // (the file is new: what is not written reads as zeros, and ftruncate
+    // below sets its size).
+    const char* data = static_cast<const char*>(buf);
+    const off_t base = static_cast<off_t>(off);
+    if (base > written_end) sparse_ = true;  // a hole of a sparse entry
+    size_t run = 0, pos = 0;                 // [run, pos): data not written yet
+    while (pos < len) {
+      const size_t in_block = static_cast<size_t>(base + static_cast<off_t>(pos)) % kHoleBlock;
+      const size_t piece = std::min(len - pos, kHoleBlock - in_block);
+      // Zeros are skipped in any piece (libarchive's blocks need not be
+      // aligned: a block of zeros may come in two parts); a whole block of
+      // them makes the file sparse.
+      if (AllZero(data + pos, piece)) {
+        RETURN_IF_ERROR(PwriteAll(fd, data + run, pos - run, base + static_cast<off_t>(run), entry));
+        run = pos + piece;
+        if (piece == kHoleBlock) sparse_ = true;
       }
-      done += static_cast<size_t>(n);
+      pos += piece;
     }
+    RETURN_IF_ERROR(PwriteAll(fd, data + run, len - run, base + static_cast<off_t>(run), entry));
+    written_end = std::max(written_end, base + static_cast<off_t>(len));
   }
-  // Sparse files: holes at the end are not written.
+  // Holes at the end are not written.
+  if (written_end < size) sparse_ = true;
   if (ftruncate(fd, size) != 0) {
     return ErrnoToStatus(errno, "ftruncate(" + absl::CHexEscape(entry) + ")");
   }
@@ -362,7 +404,7 @@ Status Extractor::Run(archive* a, const std::string& tar_path) {
 
 }  // namespace
 
-Status ExtractTar(const std::string& tar_path, const std::string& dest, const TarProgressFn& progress) {
+Status ExtractTar(const std::string& tar_path, const std::string& dest, const TarProgressFn& progress, bool* sparse) {
   UniqueFd root(open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root.valid()) return ErrnoToStatus(errno, "open(" + dest + ")");
   std::unique_ptr<archive, decltype(&archive_read_free)> a(archive_read_new(), &archive_read_free);
@@ -374,7 +416,9 @@ Status ExtractTar(const std::string& tar_path, const std::string& dest, const Ta
     return absl::InvalidArgumentError("tar " + tar_path + ": " + ErrStr(a.get()));
   }
   Extractor x(dest, root.get(), progress);
-  return x.Run(a.get(), tar_path);
+  Status st = x.Run(a.get(), tar_path);
+  if (sparse != nullptr) *sparse = x.sparse();
+  return st;
 }
 
 }  // namespace warren::image

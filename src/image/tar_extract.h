@@ -24,7 +24,13 @@ namespace warren::image {
 // `progress` (optional) is called with the bytes of the tar file read so far
 // (as stored, i.e. compressed) after each entry and every few MiB of a
 // file's data; returning false stops the extraction (Cancelled).
+// Sparse files: the holes of a sparse entry (GNU or pax sparse) and every
+// 4 KiB-aligned block of zeros in a file's data (the usual form of a sparse
+// file in an image layer: Docker's and umoci's tar writers store holes as
+// zeros) stay holes in `dest`, never written; `*sparse` (optional) is set
+// when some file got a hole.
 using TarProgressFn = std::function<bool(uint64_t bytes_read)>;
-Status ExtractTar(const std::string& tar_path, const std::string& dest, const TarProgressFn& progress = nullptr);
+Status ExtractTar(const std::string& tar_path, const std::string& dest, const TarProgressFn& progress = nullptr,
+                  bool* sparse = nullptr);
 
 }  // namespace warren::image

@@ -79,7 +79,7 @@ SandboxManager::SandboxManager(ManagerOptions options, SandboxTable::Backends ba
                                             [this](const std::string& id) { return table_->Contains(id); });
   calls_ = std::make_unique<CallSlots>(options_.max_recorded_calls);
   CreateKeys::Ops ops;
-  ops.create = [this](const CreateRequest& r) { return table_->Create(r); };
+  ops.create = [this](const CreateRequest& r) { return CreateAndStart(r); };
   ops.get = [this](const std::string& id) { return table_->Get(id); };
   ops.destroy = [this](const std::string& id, const std::string& reason) { return table_->Destroy(id, reason); };
   create_keys_ = std::make_unique<CreateKeys>(std::move(ops));
@@ -112,6 +112,36 @@ StatusOr<CreateRequest> SandboxManager::Normalize(const CreateRequest& request) 
   return table_->Normalize(request);
 }
 StatusOr<SandboxInfo> SandboxManager::Create(const CreateRequest& request) { return create_keys_->Create(request); }
+
+StatusOr<SandboxInfo> SandboxManager::CreateAndStart(const CreateRequest& r) {
+  ASSIGN_OR_RETURN(SandboxInfo info, table_->Create(r));
+  if (r.expose.empty() && r.start_argv.empty()) return info;
+  auto fail = [&](const Status& s) {
+    Status ds = table_->Destroy(info.id, "create failed: " + s.ToString());
+    Log(spdlog::level::info, "create failed after the sandbox was up; sandbox destroyed",
+        {{"sandbox", info.id}, {"error", s.ToString()}, {"destroy", ds.ToString()}});
+    return s;
+  };
+  for (uint16_t port : r.expose) {
+    if (StatusOr<runtime::ExposedPort> x = table_->Expose(info.id, port); !x.ok()) {
+      return fail(Status(x.status().code(),
+                         "create: expose port " + std::to_string(port) + ": " + std::string(x.status().message())));
+    }
+  }
+  if (!r.start_argv.empty()) {
+    runtime::ExecSpec spec;
+    spec.argv = r.start_argv;
+    ProcessOptions opts;
+    opts.kill_grace = spec.kill_grace;
+    StatusOr<std::shared_ptr<ManagedProcess>> mp = Spawn(info.id, spec, opts);
+    if (!mp.ok()) {
+      return fail(Status(mp.status().code(), "create: starting the main process " + Quote(r.start_argv[0]) + ": " +
+                                                 std::string(mp.status().message())));
+    }
+    info.main_process = (*mp)->id();
+  }
+  return info;
+}
 Status SandboxManager::AbandonCreate(const std::string& request_id) { return create_keys_->Abandon(request_id); }
 Status SandboxManager::Destroy(const std::string& id) { return table_->Destroy(id, "destroy requested"); }
 StatusOr<SandboxInfo> SandboxManager::Get(const std::string& id) const { return table_->Get(id); }

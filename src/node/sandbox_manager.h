@@ -187,6 +187,9 @@ class SandboxManager {
  private:
   SandboxManager(ManagerOptions options, SandboxTable::Backends backends, std::unique_ptr<LayerProvider> layers,
                  RecordStore records);
+  // The table's create, then what the request asks of the running sandbox
+  // (CreateRequest::expose, start_argv); a failure there destroys it.
+  StatusOr<SandboxInfo> CreateAndStart(const CreateRequest& r);
   // What a process's audit record says (at spawn and at exit).
   static nlohmann::json ProcessAudit(const ProcessStatus& st, const char* op);
 

@@ -48,6 +48,13 @@ struct CreateRequest {
   // Idempotency key (see SandboxManager::AbandonCreate); empty = none.
   std::string request_id;
   runtime::NetworkSpec network;  // not enabled: loopback only
+  // Once the sandbox is up (SandboxManager::Create; a failure destroys it):
+  // ports exposed (SandboxTable::Expose), then, if non-empty, this argv
+  // spawned as a background process (SandboxManager::Spawn: the sandbox's
+  // env, workdir and user). The API fills them from the request and the
+  // image's Entrypoint/Cmd/ExposedPorts (CreateSandboxRequest.start).
+  std::vector<uint16_t> expose;
+  std::vector<std::string> start_argv;
 };
 
 // A sandbox's network as Get shows it.
@@ -81,6 +88,8 @@ struct SandboxInfo {
   int64_t expires_at_ns = 0;     // unix ns; 0 = no TTL
   uint32_t idle_timeout_s = 0;   // 0 = none
   int64_t last_activity_ns = 0;  // unix ns of the end of the last exec/file call
+  // Create only: the process CreateRequest::start_argv started ("" = none).
+  std::string main_process;
 };
 
 // Result of a call recorded for idempotent retries (request ids).

@@ -242,6 +242,10 @@ class ClientCore(Generic[SB, JB]):
         image: Optional[str] = None,
         network: Optional[Mapping[str, Sequence[str]]] = None,
         qos: Optional[str] = None,
+        start: bool = False,
+        command: Optional[Sequence[Union[str, bytes]]] = None,
+        expose: Optional[Sequence[int]] = None,
+        expose_image_ports: bool = False,
     ) -> Gen[SB]:
         """Creates a sandbox and returns it running.
 
@@ -250,6 +254,18 @@ class ClientCore(Generic[SB, JB]):
         layers go below `layers` (e.g. toolset layers on top of it), and its
         config's Env, WorkingDir and User are defaults that env (per key),
         workdir and user override.
+        start: start a main process once the sandbox is up, like `docker run
+        -d IMAGE [ARGS]`: the image's Entrypoint followed by its Cmd, or by
+        `command` (a list of arguments; it replaces Cmd, the Entrypoint
+        stays; without an image it is the whole argv; a command implies
+        start). A background process (see spawn) with the sandbox's env,
+        workdir and user; its id is `sb.main_process` of the returned handle
+        (`sb.process(sb.main_process)`). Nothing to run: InvalidArgument; a
+        spawn the node cannot make fails the create (nothing kept); a
+        command not found exits 127 as its spawn would.
+        expose: ports exposed at create (see Sandbox.expose;
+        info().exposed), plus with expose_image_ports the image's TCP
+        ExposedPorts (like `docker run -P`). Needs warrend --sandbox-net.
         network: None = loopback only. {"allow": [...], "deny": [...]} = a
         routed, NAT'ed link filtered by that policy; entries
         "[tcp:|udp:|icmp:]CIDR[:PORT[-PORT]]" ("203.0.113.0/24",
@@ -314,6 +330,10 @@ class ClientCore(Generic[SB, JB]):
             image=image,
             network=network,
             qos=qos,
+            start=start,
+            command=command,
+            expose=expose,
+            expose_image_ports=expose_image_ports,
         )
         own_key = request_id is None
         delay = _RETRY_FIRST_S

@@ -57,6 +57,22 @@ def _u32(name: str, value: Optional[Union[int, float]]) -> int:
     return value
 
 
+def _argv(name: str, argv: Optional[Sequence[Union[str, bytes]]]) -> list[bytes]:
+    """A list of arguments (str or bytes), sent byte-exact; a single string
+    is refused (it would be split into characters)."""
+    if argv is None:
+        return []
+    if isinstance(argv, (str, bytes)) or not all(isinstance(a, (str, bytes)) for a in argv):
+        raise errors.InvalidArgument(f"{name} must be a list of str/bytes arguments, got {argv!r}")
+    return [a if isinstance(a, bytes) else os.fsencode(a) for a in argv]
+
+
+def _port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise errors.InvalidArgument(f"port must be an int in 1..65535, got {port!r}")
+    return port
+
+
 def _env_pb(env: Optional[Mapping[str, Union[str, bytes]]]) -> Dict[str, bytes]:
     """Env values are sent byte-exact; keys are validated by the daemon
     (non-empty, no '=' or NUL: InvalidArgument naming the key)."""
@@ -209,6 +225,10 @@ def _create_request(
     image: Optional[str] = None,
     network: Optional[Mapping[str, Sequence[str]]] = None,
     qos: Optional[str] = None,
+    start: bool = False,
+    command: Optional[Sequence[Union[str, bytes]]] = None,
+    expose: Optional[Sequence[int]] = None,
+    expose_image_ports: bool = False,
 ) -> pb.CreateSandboxRequest:
     """The CreateSandboxRequest of Client.create (shared with warren.aio)."""
     res = pb.Resources(
@@ -238,6 +258,10 @@ def _create_request(
         request_id=request_id or "",
         image=image or "",
         qos=_qos(qos),
+        start=bool(start),
+        command=_argv("command", command),
+        expose=[_port(p) for p in (expose or ())],
+        expose_image_ports=bool(expose_image_ports),
     )
     if network is not None:
         req.network.CopyFrom(_network_pb(network))

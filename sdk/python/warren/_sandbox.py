@@ -319,6 +319,9 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
         self._client = client
         self._info = info
         self.id: str = info.id
+        # The process create(start=...) started ("" = none, or not known to
+        # this handle: only create's reply carries it).
+        self.main_process: str = info.main_process
         self.files = client._files_cls(self)
         self.input = client._input_cls(self)  # the display's keyboard and pointer (warren.desktop)
 

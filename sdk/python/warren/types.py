@@ -266,6 +266,8 @@ class SandboxInfo:
     exposed: List[ExposedPort] = field(default_factory=list)
     traffic: Optional[NetworkTraffic] = None
     qos: str = "latency"  # "latency" or "best-effort"
+    # create() only: the process create(start=...) started ("" = none).
+    main_process: str = ""
 
     @classmethod
     def _from_pb(cls, s: pb.Sandbox) -> SandboxInfo:
@@ -296,6 +298,7 @@ class SandboxInfo:
                 else None
             ),
             qos=s.qos or "latency",
+            main_process=s.main_process,
         )
 
 

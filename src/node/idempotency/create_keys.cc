@@ -47,7 +47,10 @@ StatusOr<SandboxInfo> CreateKeys::Create(const CreateRequest& request) {
         // The retry of a create that made it; destroyed (or being destroyed,
         // e.g. because that first call's client gave up) since: the key
         // makes a new one.
-        if (info.ok() && info->state != SandboxState::kDestroying) return info;
+        if (info.ok() && info->state != SandboxState::kDestroying) {
+          info->main_process = k->main_process;  // started once, by the first call
+          return info;
+        }
         keys_.erase(it);
         break;
       }
@@ -70,6 +73,7 @@ StatusOr<SandboxInfo> CreateKeys::Create(const CreateRequest& request) {
     mine->done = true;
     if (info.ok()) {
       mine->sandbox_id = info->id;
+      mine->main_process = info->main_process;
     } else if (!abandoned) {
       // Not recorded: a retry runs again.
       auto it = keys_.find(key);

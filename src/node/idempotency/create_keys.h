@@ -48,6 +48,7 @@ class CreateKeys {
     bool done = false;       // the create finished (made `sandbox_id`, or failed and was forgotten)
     bool abandoned = false;  // its client gave up: destroy what it makes, refuse the key
     std::string sandbox_id;
+    std::string main_process;  // SandboxInfo::main_process of the create's reply
   };
   void RememberLocked(const std::string& key, std::shared_ptr<Key> k);
 

@@ -640,6 +640,30 @@ TEST_F(LayerStoreTest, CorruptTarsAreRejected) {
   EXPECT_TRUE(store_->List().empty());
 }
 
+TEST_F(LayerStoreTest, TarZeroBlocksStayHolesAndMakeAChunkedLayer) {
+  // A 64 MiB file stored densely in the tar (zeros, as Go's archive/tar
+  // writes a sparse file), with data at an unaligned offset and at the end.
+  std::string data(size_t{64} << 20, '\0');
+  data.replace(size_t{5} << 20 | 3, 5, "hello");
+  data.replace(data.size() - 4, 4, "tail");
+  std::string tar = root_ + "/z.tar.gz";
+  ASSERT_NO_FATAL_FAILURE(WriteTar(tar, {{.path = "z", .data = data}, {.path = "a", .data = "abc"}}, "gzip"));
+  auto info = store_->BuildFromTar("workspace/z@1", tar);
+  ASSERT_OK(info);
+  EXPECT_LT(info->size_bytes, uint64_t{1} << 20);  // chunk-based: the zeros cost no blocks
+  const std::string m = Mount(*info);
+  EXPECT_EQ(ReadFile(m + "/z"), data);
+  EXPECT_EQ(ReadFile(m + "/a"), "abc");
+  // A tar without a block of zeros keeps the plain format (same bytes as before).
+  std::string plain = root_ + "/p.tar";
+  ASSERT_NO_FATAL_FAILURE(WriteTar(plain, {{.path = "a", .data = std::string(3 << 20, 'x') + std::string(100, '\0')}}));
+  auto p = store_->BuildFromTar("workspace/zp@1", plain);
+  ASSERT_OK(p);
+  EXPECT_GT(p->size_bytes, uint64_t{3} << 20);
+  EXPECT_EQ(ReadFile(Mount(*p) + "/a"), std::string(3 << 20, 'x') + std::string(100, '\0'));
+  ExpectTmpEmpty();
+}
+
 TEST_F(LayerStoreTest, TarProgressReportsBytesReadAndCancels) {
   // 12 MiB of data in 3 files, gzip: reports come per entry and every few
   // MiB of a file's data, counting the compressed bytes read.

@@ -108,7 +108,7 @@ class NetworkTraffic(_message.Message):
     def __init__(self, egress_bytes: _Optional[int] = ..., ingress_bytes: _Optional[int] = ..., connections: _Optional[int] = ..., denied: _Optional[int] = ...) -> None: ...
 
 class CreateSandboxRequest(_message.Message):
-    __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image", "network", "qos")
+    __slots__ = ("backend", "layers", "resources", "env", "workdir", "user", "hostname", "labels", "ttl_s", "job", "idle_timeout_s", "request_id", "image", "network", "qos", "start", "command", "expose", "expose_image_ports")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +138,10 @@ class CreateSandboxRequest(_message.Message):
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    EXPOSE_FIELD_NUMBER: _ClassVar[int]
+    EXPOSE_IMAGE_PORTS_FIELD_NUMBER: _ClassVar[int]
     backend: str
     layers: _containers.RepeatedScalarFieldContainer[str]
     resources: Resources
@@ -153,10 +157,14 @@ class CreateSandboxRequest(_message.Message):
     image: str
     network: NetworkPolicy
     qos: str
-    def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., qos: _Optional[str] = ...) -> None: ...
+    start: bool
+    command: _containers.RepeatedScalarFieldContainer[bytes]
+    expose: _containers.RepeatedScalarFieldContainer[int]
+    expose_image_ports: bool
+    def __init__(self, backend: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env: _Optional[_Mapping[str, bytes]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[int] = ..., job: _Optional[str] = ..., idle_timeout_s: _Optional[int] = ..., request_id: _Optional[str] = ..., image: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., qos: _Optional[str] = ..., start: _Optional[bool] = ..., command: _Optional[_Iterable[bytes]] = ..., expose: _Optional[_Iterable[int]] = ..., expose_image_ports: _Optional[bool] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes", "network", "exposed", "traffic", "qos")
+    __slots__ = ("id", "backend", "state", "layers", "layer_names", "resources", "labels", "job", "created_at_ns", "init_pid", "hostname", "expires_at_ns", "idle_timeout_s", "last_activity_ns", "ttl_s", "memory_bytes", "swap_bytes", "network", "exposed", "traffic", "qos", "main_process")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +193,7 @@ class Sandbox(_message.Message):
     EXPOSED_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
+    MAIN_PROCESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     backend: str
     state: SandboxState
@@ -206,7 +215,8 @@ class Sandbox(_message.Message):
     exposed: _containers.RepeatedCompositeFieldContainer[ExposedPort]
     traffic: NetworkTraffic
     qos: str
-    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., exposed: _Optional[_Iterable[_Union[ExposedPort, _Mapping]]] = ..., traffic: _Optional[_Union[NetworkTraffic, _Mapping]] = ..., qos: _Optional[str] = ...) -> None: ...
+    main_process: str
+    def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., layers: _Optional[_Iterable[str]] = ..., layer_names: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., job: _Optional[str] = ..., created_at_ns: _Optional[int] = ..., init_pid: _Optional[int] = ..., hostname: _Optional[str] = ..., expires_at_ns: _Optional[int] = ..., idle_timeout_s: _Optional[int] = ..., last_activity_ns: _Optional[int] = ..., ttl_s: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., swap_bytes: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., exposed: _Optional[_Iterable[_Union[ExposedPort, _Mapping]]] = ..., traffic: _Optional[_Union[NetworkTraffic, _Mapping]] = ..., qos: _Optional[str] = ..., main_process: _Optional[str] = ...) -> None: ...
 
 class GetSandboxRequest(_message.Message):
     __slots__ = ("id",)
