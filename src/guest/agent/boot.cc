@@ -123,10 +123,7 @@ std::string LoadModule(const std::string& name) {
   ::unlink(path.c_str());  // the initramfs is RAM: give the pages back
   return "";
 }
-constexpr char kDiskModule[] = "virtio_blk";
 }  // namespace
-
-std::string LoadHeldModules() { return LoadModule(kDiskModule); }
 
 std::string EarlySetup(bool* template_boot) {
   std::string err;
@@ -145,7 +142,6 @@ std::string EarlySetup(bool* template_boot) {
     }
   }
   *template_boot = IsTemplateBoot();
-  const bool hold_disks = *template_boot;
   std::string list = ReadSmallFile("/modules.load");
   size_t i = 0;
   while (i < list.size()) {
@@ -153,7 +149,7 @@ std::string EarlySetup(bool* template_boot) {
     if (j == std::string::npos) j = list.size();
     std::string name = list.substr(i, j - i);
     i = j + 1;
-    if (name.empty() || (hold_disks && name == kDiskModule)) continue;
+    if (name.empty()) continue;
     if (std::string err = LoadModule(name); !err.empty()) return err;
   }
   return "";
@@ -185,19 +181,36 @@ int g_upper_fd = -1;
 
 int UpperDirFd() { return g_upper_fd; }
 
-std::string SetUpRoot(const RootParams& params) {
-  const int layers = params.layers;
-  if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
+namespace {
+// serial -> /dev/vdX, read in a template boot: the same in its clones
+// (their devices are the template's, probed once), where reading each
+// disk's serial again costs a virtio request per disk.
+std::map<std::string, std::string> g_template_disks;
 
-  // The disks are probed when virtio_blk loads; wait (bounded) in case a
-  // probe is still running.
+// The disks are probed when virtio_blk loads; wait (bounded) in case a
+// probe is still running.
+std::map<std::string, std::string> WaitForDisks(int count) {
   std::map<std::string, std::string> disks;
   int64_t deadline = MonotonicMs() + 2000;
   while (true) {
     disks = DisksBySerial();
-    if (static_cast<int>(disks.size()) >= layers + 1 || MonotonicMs() > deadline) break;
+    if (static_cast<int>(disks.size()) >= count || MonotonicMs() > deadline) return disks;
     ::usleep(10000);
   }
+}
+}  // namespace
+
+void NoteTemplateDisks() {
+  const int layers = CmdlineRootParams().layers;
+  if (layers >= 1 && layers <= 64) g_template_disks = WaitForDisks(layers + 1);
+}
+
+std::string SetUpRoot(const RootParams& params) {
+  const int layers = params.layers;
+  if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
+
+  std::map<std::string, std::string> disks = g_template_disks;
+  if (static_cast<int>(disks.size()) < layers + 1) disks = WaitForDisks(layers + 1);
   std::string err;
   std::string lowerdir;
   for (int i = 0; i < layers; ++i) {
