@@ -200,9 +200,33 @@ std::map<std::string, std::string> WaitForDisks(int count) {
 }
 }  // namespace
 
-void NoteTemplateDisks() {
+namespace {
+bool g_cgroup_root_ready = false;
+
+// The sandbox's limits as a container has them, the parts that need no
+// disk: cgroup2 at /sys/fs/cgroup (SetUpRoot moves it into the root with
+// /sys) with the memory and pids controllers on for the cgroup "warren"
+// every command runs under (its task limit: SetUpRoot), and memory
+// overcommitted as on the host, so an allocation past the guest's RAM is
+// OOM-killed when touched (the guest's RAM is the memory limit) rather
+// than refused by the kernel's heuristic. Once per boot (a template's
+// clones find it done).
+std::string SetUpCgroupRoot() {
+  if (g_cgroup_root_ready) return "";
+  std::string err = Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+  if (!err.empty()) return err;
+  ::mkdir("/sys/fs/cgroup/warren", 0755);
+  (void)WriteSmallFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+  if (!WriteSmallFile("/proc/sys/vm/overcommit_memory", "1")) return Errno("write(vm.overcommit_memory)");
+  g_cgroup_root_ready = true;
+  return "";
+}
+}  // namespace
+
+std::string PrepareTemplate() {
   const int layers = CmdlineRootParams().layers;
   if (layers >= 1 && layers <= 64) g_template_disks = WaitForDisks(layers + 1);
+  return SetUpCgroupRoot();
 }
 
 std::string SetUpRoot(const RootParams& params) {
@@ -234,6 +258,8 @@ std::string SetUpRoot(const RootParams& params) {
            .empty()) {
     return err;
   }
+  // Moved with /sys below.
+  if (!(err = SetUpCgroupRoot()).empty()) return err;
   for (const char* m : {"/dev", "/proc", "/sys"}) {
     std::string dst = std::string("/newroot") + m;
     ::mkdir(dst.c_str(), 0755);
@@ -249,21 +275,10 @@ std::string SetUpRoot(const RootParams& params) {
            .empty()) {
     return err;
   }
-  if (!(err = Mount("cgroup2", "/newroot/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) {
-    return err;
-  }
-  // The sandbox's limits as a container has them: its task limit on the
-  // cgroup every command runs under (a fork bomb stays bounded and the
-  // agent keeps a pid to answer with), and memory overcommitted as on the
-  // host, so an allocation past the guest's RAM is OOM-killed when touched
-  // (the guest's RAM is the memory limit) rather than refused by the
-  // kernel's heuristic.
-  ::mkdir("/newroot/sys/fs/cgroup/warren", 0755);
-  (void)WriteSmallFile("/newroot/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+  // The task limit of the commands' cgroup (SetUpCgroupRoot).
   if (params.pids > 0 && !WriteSmallFile("/newroot/sys/fs/cgroup/warren/pids.max", std::to_string(params.pids))) {
     return Errno("write(/sys/fs/cgroup/warren/pids.max)");
   }
-  if (!WriteSmallFile("/newroot/proc/sys/vm/overcommit_memory", "1")) return Errno("write(vm.overcommit_memory)");
   if (::chdir("/newroot") != 0) return Errno("chdir(/newroot)");
   if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return Errno("move mount /newroot to /");
   if (::chroot(".") != 0) return Errno("chroot(/newroot)");

@@ -42,9 +42,11 @@ bool IsTemplateBoot();
 // /modules.load loaded in order. Error text or "".
 std::string EarlySetup(bool* template_boot);
 
-// In a template boot: reads which disk has which serial (its clones have
-// the same devices, so SetUpRoot in a clone skips reading them again).
-void NoteTemplateDisks();
+// In a template boot, what SetUpRoot needs that is the same in every
+// clone: which disk has which serial (the clones have the template's
+// devices) and the commands' cgroup (cgroup2 mounted, controllers on,
+// overcommit), so a clone's SetUpRoot skips them. Error text or "".
+std::string PrepareTemplate();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.
