@@ -210,6 +210,16 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
   if (::ftruncate(t->ram.get(), static_cast<off_t>(vm.memory_mb) << 20) != 0) {
     return ErrnoToStatus(errno, "ftruncate(template memfd)");
   }
+  // Every page allocated now (zeroed, charged to the daemon), not on first
+  // touch: a clone's fault on a page the template never touched would
+  // otherwise allocate it in the memfd, charged to that clone's memory
+  // cgroup, on top of the private copy its write makes, and a guest using
+  // all of its RAM got its QEMU killed by the cgroup limit (memory_mb +
+  // kQemuOverheadMb) instead of its own OOM killer acting
+  // (test_guest_oom_kill_is_reported).
+  if (::fallocate(t->ram.get(), 0, 0, static_cast<off_t>(vm.memory_mb) << 20) != 0) {
+    return ErrnoToStatus(errno, "fallocate(template memfd)");
+  }
   UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd.valid()) return ErrnoToStatus(errno, "open(" + dir + ")");
   const std::string agent_path = SocketPath(dir, dir_fd.get(), "agent.sock");
