@@ -145,6 +145,7 @@ def main() -> int:
         default=600,
         help="stop creating idle VMs after this many s",
     )
+    ap.add_argument("--idle-secs", type=float, default=30, help="idle CPU window, s")
     ap.add_argument("--rate-vm", type=int, default=16, help="microvm cycles at c8")
     ap.add_argument("--rate-ct", type=int, default=48, help="container cycles at c8")
     ap.add_argument("--guest", type=Path, default=Path("/var/cache/warren/microvm"))
@@ -201,11 +202,11 @@ def main() -> int:
                     )
                     ids = [sb.id for sb in sbs]
                     c0 = qemu_cpu_ticks(ids)
-                    time.sleep(10)  # idle
+                    time.sleep(a.idle_secs)  # idle
                     idle_cpu = (
                         (qemu_cpu_ticks(ids) - c0)
                         / os.sysconf("SC_CLK_TCK")
-                        / 10
+                        / a.idle_secs
                         / len(sbs)
                     )
                     after = mem_available_kib()

@@ -93,15 +93,38 @@ class Daemon:
                 subprocess.run(["umount", mp], check=False)
 
 
+CREATE_S: list[float] = []  # create alone, per create_to_exec call
+SECOND_EXEC_S: list[float] = []  # a second exec("true") after the first
+
+
 def create_to_exec(client: warren.Client, layer: str) -> float:
     t0 = time.monotonic()
     sb = client.create(backend="microvm", layers=[layer], memory_mb=256, timeout=300)
+    t1 = time.monotonic()
     r = sb.exec(["true"], timeout=60)
     dt = time.monotonic() - t0
+    t2 = time.monotonic()
+    sb.exec(["true"], timeout=60)
+    SECOND_EXEC_S.append(time.monotonic() - t2)
+    CREATE_S.append(t1 - t0)
     sb.destroy(timeout=60)
     if r.exit_code != 0:
         sys.exit(f"exec failed: {r}")
     return dt
+
+
+def create_steps(log: str) -> dict[str, str]:
+    """p50/max of each step of the clones' creates (ms since the create began),
+    from warrend's "microvm started" lines (microvm_backend.cc)."""
+    rows: dict[str, list[float]] = {}
+    for line in log.splitlines():
+        if "microvm started" not in line or "clone=true" not in line:
+            continue
+        for word in line.split():
+            k, _, v = word.partition("=")
+            if k in ("disk", "launched", "restored", "answered") and v.isdigit():
+                rows.setdefault(k, []).append(float(v))
+    return {k: f"{statistics.median(v):.0f}/{max(v):.0f}" for k, v in rows.items()}
 
 
 def main() -> int:
@@ -136,8 +159,11 @@ def main() -> int:
         d = Daemon(root, "warm", a.guest, [])
         try:
             first = create_to_exec(d.client, layer)  # saves the template
+            CREATE_S.clear()
+            SECOND_EXEC_S.clear()
             warm = [create_to_exec(d.client, layer) for _ in range(a.n)]
             log = d.log.read_text()
+            steps = create_steps(log)
             fallbacks = log.count("booting cold") + log.count("creates boot cold")
         finally:
             d.stop()
@@ -147,17 +173,24 @@ def main() -> int:
         f"microvm create → first exec result, TCG, 256 MiB, 1 layer ({os.cpu_count()} cpus, "
         f"load {os.getloadavg()[0]:.1f})"
     )
-    print(
-        f"cold   n={len(cold):3d}  p50 {statistics.median(cold) * 1000:7.0f} ms  "
-        f"p99 {pct(cold, 99) * 1000:7.0f} ms"
-    )
+    if cold:
+        print(
+            f"cold   n={len(cold):3d}  p50 {statistics.median(cold) * 1000:7.0f} ms  "
+            f"p99 {pct(cold, 99) * 1000:7.0f} ms"
+        )
     print(
         f"warm   n={len(warm):3d}  p50 {statistics.median(warm) * 1000:7.0f} ms  "
         f"p99 {pct(warm, 99) * 1000:7.0f} ms  (template build + first clone: {first * 1000:.0f} ms)"
     )
+    ratio = f"{statistics.median(warm) / statistics.median(cold):.2f}" if cold else "-"
+    print(f"warm/cold p50: {ratio}; cold fallbacks among warm: {fallbacks}")
     print(
-        f"warm/cold p50: {statistics.median(warm) / statistics.median(cold):.2f}; cold fallbacks among warm: "
-        f"{fallbacks}"
+        f"warm: create alone p50 {statistics.median(CREATE_S) * 1000:.0f} ms, max {max(CREATE_S) * 1000:.0f} ms; "
+        f"a second exec p50 {statistics.median(SECOND_EXEC_S) * 1000:.0f} ms"
+    )
+    print(
+        "warm create steps, p50/max ms since the create began (warrend's log): "
+        + ", ".join(f"{k} {v}" for k, v in steps.items())
     )
     return 0 if fallbacks == 0 else 1
 

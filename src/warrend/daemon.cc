@@ -115,7 +115,11 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   std::vector<std::unique_ptr<runtime::Backend>> backends;
   backends.push_back(std::move(container));
   runtime::MicrovmOptions vopt;
-  vopt.kernel = flags.microvm_dir + "/vmlinuz";
+  // The uncompressed kernel when build-guest.sh extracted it: QEMU boots it
+  // through its PVH entry, without the bzImage's decompressor (~270 ms of a
+  // cold boot under TCG).
+  vopt.kernel =
+      flags.microvm_dir + (::access((flags.microvm_dir + "/vmlinux").c_str(), R_OK) == 0 ? "/vmlinux" : "/vmlinuz");
   vopt.initrd = flags.microvm_dir + "/initramfs.cpio";
   vopt.accel = flags.microvm_accel;
   vopt.boot_timeout = std::chrono::milliseconds(flags.microvm_boot_timeout_ms);

@@ -63,7 +63,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--mount-grace-ms", flags.mount_grace_ms, "keep an unused layer mount this long before unmounting")
       ->capture_default_str();
   app.add_option("--microvm-dir", flags.microvm_dir,
-                 "microvm: dir of the guest kernel and initramfs (vmlinuz, initramfs.cpio: "
+                 "microvm: dir of the guest kernel and initramfs (vmlinux or vmlinuz, initramfs.cpio: "
                  "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")
       ->capture_default_str();
   app.add_option(

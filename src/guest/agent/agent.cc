@@ -61,12 +61,22 @@ class Agent {
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGIO);
     sigprocmask(SIG_BLOCK, &mask, nullptr);
     sigfd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
     ::signal(SIGPIPE, SIG_IGN);
     if (!root_pending_ && setup_error_.empty()) SetUpCgroups();
     chan_.reset(::open(port_.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!chan_.valid()) LogLine("open(" + port_ + "): " + std::strerror(errno));
+    // SIGIO when the host end connects (virtio_console signals a port's
+    // fasync owner on the host's open/close): while disconnected the port
+    // polls HUP, so the agent cannot block on it and waits for this signal
+    // instead of polling (a clone is connected to right after its restore).
+    if (chan_.valid() && (::fcntl(chan_.get(), F_SETOWN, ::getpid()) != 0 ||
+                          ::fcntl(chan_.get(), F_SETFL, ::fcntl(chan_.get(), F_GETFL) | O_ASYNC) != 0)) {
+      LogLine(std::string("O_ASYNC on the port: ") + std::strerror(errno) + " (polling for the host instead)");
+      async_ = false;
+    }
     while (true) Round();
   }
 
@@ -111,7 +121,10 @@ class Agent {
     }
     const size_t proc_first = fds.size();
     procs_.AddPollFds(&fds);
-    int timeout = connected_ ? -1 : 20;
+    // Disconnected: SIGIO says when the host connects; the probe below also
+    // runs once a second in case a signal was missed (every 20 ms without
+    // O_ASYNC).
+    int timeout = connected_ ? -1 : async_ ? 1000 : 20;
     int64_t now = NowMs();
     for (auto& [id, j] : jobs_) {
       for (int64_t t : {j->deadline_ms, j->kill_at_ms}) {
@@ -129,7 +142,7 @@ class Agent {
       base = 2;
     } else {
       // The host end is not connected: a read gives EOF and poll HUP until
-      // it is. Probe once per round (20 ms).
+      // it is. Probe once per round.
       pollfd p{chan_.get(), POLLIN, 0};
       if (chan_.valid() && ::poll(&p, 1, 0) == 1 && !(p.revents & POLLHUP)) connected_ = true;
     }
@@ -233,8 +246,7 @@ class Agent {
           if (!h.hostname.empty()) p.hostname = h.hostname;
           p.shm_mb = std::to_string(h.shm_mb);
           p.pids = h.pids;
-          setup_error_ = LoadHeldModules();
-          if (setup_error_.empty()) setup_error_ = SetUpRoot(p);
+          setup_error_ = SetUpRoot(p);
           if (setup_error_.empty()) {
             SetUpCgroups();
           } else {
@@ -481,6 +493,7 @@ class Agent {
   bool root_pending_;
   UniqueFd chan_, sigfd_;
   bool connected_ = false;
+  bool async_ = true;  // SIGIO on the port's host open/close (Run)
   proto::FrameDecoder decoder_;
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;
   FileService files_;

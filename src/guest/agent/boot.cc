@@ -123,10 +123,7 @@ std::string LoadModule(const std::string& name) {
   ::unlink(path.c_str());  // the initramfs is RAM: give the pages back
   return "";
 }
-constexpr char kDiskModule[] = "virtio_blk";
 }  // namespace
-
-std::string LoadHeldModules() { return LoadModule(kDiskModule); }
 
 std::string EarlySetup(bool* template_boot) {
   std::string err;
@@ -145,7 +142,6 @@ std::string EarlySetup(bool* template_boot) {
     }
   }
   *template_boot = IsTemplateBoot();
-  const bool hold_disks = *template_boot;
   std::string list = ReadSmallFile("/modules.load");
   size_t i = 0;
   while (i < list.size()) {
@@ -153,7 +149,7 @@ std::string EarlySetup(bool* template_boot) {
     if (j == std::string::npos) j = list.size();
     std::string name = list.substr(i, j - i);
     i = j + 1;
-    if (name.empty() || (hold_disks && name == kDiskModule)) continue;
+    if (name.empty()) continue;
     if (std::string err = LoadModule(name); !err.empty()) return err;
   }
   return "";
@@ -185,19 +181,60 @@ int g_upper_fd = -1;
 
 int UpperDirFd() { return g_upper_fd; }
 
-std::string SetUpRoot(const RootParams& params) {
-  const int layers = params.layers;
-  if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
+namespace {
+// serial -> /dev/vdX, read in a template boot: the same in its clones
+// (their devices are the template's, probed once), where reading each
+// disk's serial again costs a virtio request per disk.
+std::map<std::string, std::string> g_template_disks;
 
-  // The disks are probed when virtio_blk loads; wait (bounded) in case a
-  // probe is still running.
+// The disks are probed when virtio_blk loads; wait (bounded) in case a
+// probe is still running.
+std::map<std::string, std::string> WaitForDisks(int count) {
   std::map<std::string, std::string> disks;
   int64_t deadline = MonotonicMs() + 2000;
   while (true) {
     disks = DisksBySerial();
-    if (static_cast<int>(disks.size()) >= layers + 1 || MonotonicMs() > deadline) break;
+    if (static_cast<int>(disks.size()) >= count || MonotonicMs() > deadline) return disks;
     ::usleep(10000);
   }
+}
+}  // namespace
+
+namespace {
+bool g_cgroup_root_ready = false;
+
+// The sandbox's limits as a container has them, the parts that need no
+// disk: cgroup2 at /sys/fs/cgroup (SetUpRoot moves it into the root with
+// /sys) with the memory and pids controllers on for the cgroup "warren"
+// every command runs under (its task limit: SetUpRoot), and memory
+// overcommitted as on the host, so an allocation past the guest's RAM is
+// OOM-killed when touched (the guest's RAM is the memory limit) rather
+// than refused by the kernel's heuristic. Once per boot (a template's
+// clones find it done).
+std::string SetUpCgroupRoot() {
+  if (g_cgroup_root_ready) return "";
+  std::string err = Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+  if (!err.empty()) return err;
+  ::mkdir("/sys/fs/cgroup/warren", 0755);
+  (void)WriteSmallFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+  if (!WriteSmallFile("/proc/sys/vm/overcommit_memory", "1")) return Errno("write(vm.overcommit_memory)");
+  g_cgroup_root_ready = true;
+  return "";
+}
+}  // namespace
+
+std::string PrepareTemplate() {
+  const int layers = CmdlineRootParams().layers;
+  if (layers >= 1 && layers <= 64) g_template_disks = WaitForDisks(layers + 1);
+  return SetUpCgroupRoot();
+}
+
+std::string SetUpRoot(const RootParams& params) {
+  const int layers = params.layers;
+  if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
+
+  std::map<std::string, std::string> disks = g_template_disks;
+  if (static_cast<int>(disks.size()) < layers + 1) disks = WaitForDisks(layers + 1);
   std::string err;
   std::string lowerdir;
   for (int i = 0; i < layers; ++i) {
@@ -221,6 +258,8 @@ std::string SetUpRoot(const RootParams& params) {
            .empty()) {
     return err;
   }
+  // Moved with /sys below.
+  if (!(err = SetUpCgroupRoot()).empty()) return err;
   for (const char* m : {"/dev", "/proc", "/sys"}) {
     std::string dst = std::string("/newroot") + m;
     ::mkdir(dst.c_str(), 0755);
@@ -236,21 +275,10 @@ std::string SetUpRoot(const RootParams& params) {
            .empty()) {
     return err;
   }
-  if (!(err = Mount("cgroup2", "/newroot/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) {
-    return err;
-  }
-  // The sandbox's limits as a container has them: its task limit on the
-  // cgroup every command runs under (a fork bomb stays bounded and the
-  // agent keeps a pid to answer with), and memory overcommitted as on the
-  // host, so an allocation past the guest's RAM is OOM-killed when touched
-  // (the guest's RAM is the memory limit) rather than refused by the
-  // kernel's heuristic.
-  ::mkdir("/newroot/sys/fs/cgroup/warren", 0755);
-  (void)WriteSmallFile("/newroot/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+  // The task limit of the commands' cgroup (SetUpCgroupRoot).
   if (params.pids > 0 && !WriteSmallFile("/newroot/sys/fs/cgroup/warren/pids.max", std::to_string(params.pids))) {
     return Errno("write(/sys/fs/cgroup/warren/pids.max)");
   }
-  if (!WriteSmallFile("/newroot/proc/sys/vm/overcommit_memory", "1")) return Errno("write(vm.overcommit_memory)");
   if (::chdir("/newroot") != 0) return Errno("chdir(/newroot)");
   if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return Errno("move mount /newroot to /");
   if (::chroot(".") != 0) return Errno("chroot(/newroot)");

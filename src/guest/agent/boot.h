@@ -28,18 +28,25 @@ struct RootParams {
 RootParams CmdlineRootParams();
 
 // True when the kernel command line says warren.template=1: the guest is
-// booted to be saved as a template, so it must not bind its disks (a clone
-// restores the template with its own disk files behind the same devices,
-// and a bound driver would keep the template's disk sizes) and must not
-// read boot_id (generated on first read: clones would share it).
+// booted to be saved as a template, so it must not open or mount its disks
+// (a clone restores the template with its own disk files behind the same
+// devices) and must not read boot_id (generated on first read: clones would
+// share it). Its disk driver is bound: the disks were probed at boot, with
+// the template's placeholder sizes, which the host makes at least as large
+// as any clone's file (a bound driver keeps the capacity it probed; EROFS
+// and ext4 read only within their own size).
 bool IsTemplateBoot();
 
 // /proc, /sys and /dev (devtmpfs) mounted, fds 0-2 open (on /dev/console),
 // *template_boot set (IsTemplateBoot, which needs /proc), the modules of
-// /modules.load loaded in order (virtio_blk held back in a template boot:
-// LoadHeldModules loads it). Error text or "".
+// /modules.load loaded in order. Error text or "".
 std::string EarlySetup(bool* template_boot);
-std::string LoadHeldModules();
+
+// In a template boot, what SetUpRoot needs that is the same in every
+// clone: which disk has which serial (the clones have the template's
+// devices) and the commands' cgroup (cgroup2 mounted, controllers on,
+// overcommit), so a clone's SetUpRoot skips them. Error text or "".
+std::string PrepareTemplate();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   // A template's root is set up by its clones, after their restore.
+  if (err.empty() && template_boot) err = PrepareTemplate();
   if (err.empty() && !template_boot) err = SetUpRoot(CmdlineRootParams());
   if (!err.empty()) LogLine("setup failed: " + err);
   Serve(port, err, /*root_pending=*/err.empty() && template_boot);

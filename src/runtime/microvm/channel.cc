@@ -172,7 +172,10 @@ StatusOr<std::unique_ptr<AgentChannel>> AgentChannel::Connect(
     // A hello sent while the guest was still booting waited in the port and
     // set a clock as old as that wait: once more, now that the agent reads.
     // Frames after a reply cannot be lost: the agent sends only answers.
-    if (round > 0 || Clock::now() - sent < kFreshHello) break;
+    // Not for a clone's hello (setup_root): its guest runs when the hello is
+    // sent (RestoreClone waited for that) and the agent sets the clock on
+    // receipt, before setting up its root: a late answer is that setup.
+    if (round > 0 || base_hello.setup_root || Clock::now() - sent < kFreshHello) break;
     fd = std::move(ch->fd_);
     ch.reset();
     hello.setup_root = false;

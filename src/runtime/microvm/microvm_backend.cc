@@ -78,7 +78,7 @@ class MicrovmBackend : public Backend {
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));
-    if (templates_) {
+    if (templates_ && microvm::FitsTemplate(spec.layer_files, spec.resources.disk_mb)) {
       microvm::VmConfig shape = BaseConfig(spec);
       StatusOr<std::shared_ptr<const microvm::Template>> t = templates_->Get(shape);
       if (t.ok()) {
@@ -129,6 +129,13 @@ class MicrovmBackend : public Backend {
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
     Rollback rb;
+    // Where a create's time goes (logged once it succeeded): ms since t0.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ms = [&t0] {
+      return std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    };
+    std::string disk_ms, launch_ms, restore_ms = "-";
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
@@ -138,6 +145,7 @@ class MicrovmBackend : public Backend {
     ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
     rec.set_uid_slot(slot);
     rb.Add([this, slot] { uids_->Release(slot); });
+    disk_ms = ms();
 
     jail::CgroupLimits limits;
     limits.cpu_millis = spec.resources.cpu_millis;
@@ -197,6 +205,7 @@ class MicrovmBackend : public Backend {
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
+    launch_ms = ms();
     // Runs before the cgroup's removal (reverse order of registration).
     rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
 
@@ -205,6 +214,7 @@ class MicrovmBackend : public Backend {
     if (tmpl != nullptr) {
       Status s = microvm::RestoreClone(qmp_path, *tmpl, deadline);
       if (!s.ok()) return Status(s.code(), std::string(s.message()) + microvm::LogTails(spec.dir));
+      restore_ms = ms();
       setup.setup_root = true;
       setup.layers = vm.layer_files.size();
       setup.hostname = vm.hostname;
@@ -228,6 +238,13 @@ class MicrovmBackend : public Backend {
     }
     rec.set_kernel_release(hello.kernel_release);
     rec.set_boot_id(hello.boot_id);
+    Log(spdlog::level::info, "microvm started (ms since the create began)",
+        {{"sandbox", spec.id},
+         {"clone", tmpl != nullptr ? "true" : "false"},
+         {"disk", disk_ms},
+         {"launched", launch_ms},
+         {"restored", restore_ms},
+         {"answered", ms()}});
 
     MicrovmSandbox::Parts parts;
     parts.spec = spec;

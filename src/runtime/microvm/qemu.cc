@@ -167,7 +167,13 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   std::string append =
       "console=ttyS0 quiet panic=-1 mitigations=off i8042.noaux i8042.nomux i8042.nopnp "
       "i8042.dumbkbd cryptomgr.notests";
-  if (c.accel == "tcg" && c.tsc_khz != 0) append += " tsc_early_khz=" + std::to_string(c.tsc_khz);
+  // TCG: the guest's TSC is the host's (constant, invariant). tsc=reliable
+  // keeps the clocksource watchdog from marking it unstable when jiffies
+  // lag on a loaded host: the guest would fall back to jiffies, which are
+  // not valid for high-resolution timers, so it would never leave the
+  // periodic tick (250 wake-ups a second of an idle VM) and its clock would
+  // drift.
+  if (c.accel == "tcg" && c.tsc_khz != 0) append += " tsc_early_khz=" + std::to_string(c.tsc_khz) + " tsc=reliable";
   append += " warren.layers=" + std::to_string(c.layer_files.size());
   append += " warren.hostname=" + c.hostname;
   append += " warren.shm_mb=" + std::to_string(c.shm_mb);

@@ -25,10 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Placeholder disks of a template: the template never binds its disks, so
-// their size and content do not matter.
-constexpr off_t kPlaceholderBytes = 1 << 20;
-
 // FNV-1a 64 over a file's bytes, into `h`.
 Status HashFile(const std::string& path, uint64_t* h) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -93,6 +89,15 @@ int KillTemplateQemus(const std::string& qemu, const std::string& dir) {
   }
   ::closedir(proc);
   return killed;
+}
+
+bool FitsTemplate(const std::vector<std::string>& layer_files, uint64_t disk_mb) {
+  if ((disk_mb << 20) > kTemplateDiskBytes) return false;
+  for (const std::string& f : layer_files) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) > kTemplateDiskBytes) return false;
+  }
+  return true;
 }
 
 Template::~Template() {
@@ -182,7 +187,8 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
   for (size_t i = 0; i <= vm.layer_files.size(); ++i) {
     std::string p = dir + "/placeholder" + std::to_string(i);
     UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!fd.valid() || ::ftruncate(fd.get(), kPlaceholderBytes) != 0) return ErrnoToStatus(errno, "create(" + p + ")");
+    if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(kTemplateDiskBytes)) != 0)
+      return ErrnoToStatus(errno, "create(" + p + ")");
     if (i < vm.layer_files.size()) {
       c.layer_files.push_back(p);
     } else {
@@ -203,6 +209,16 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Build(const VmConfig& v
   if (!t->ram.valid()) return ErrnoToStatus(errno, "memfd_create(warren-template-ram)");
   if (::ftruncate(t->ram.get(), static_cast<off_t>(vm.memory_mb) << 20) != 0) {
     return ErrnoToStatus(errno, "ftruncate(template memfd)");
+  }
+  // Every page allocated now (zeroed, charged to the daemon), not on first
+  // touch: a clone's fault on a page the template never touched would
+  // otherwise allocate it in the memfd, charged to that clone's memory
+  // cgroup, on top of the private copy its write makes, and a guest using
+  // all of its RAM got its QEMU killed by the cgroup limit (memory_mb +
+  // kQemuOverheadMb) instead of its own OOM killer acting
+  // (test_guest_oom_kill_is_reported).
+  if (::fallocate(t->ram.get(), 0, 0, static_cast<off_t>(vm.memory_mb) << 20) != 0) {
+    return ErrnoToStatus(errno, "fallocate(template memfd)");
   }
   UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd.valid()) return ErrnoToStatus(errno, "open(" + dir + ")");

@@ -3,14 +3,19 @@
 //
 // A template is a guest booted once per (kernel + initramfs + QEMU + its
 // arguments, layer count, memory size, vCPUs, accelerator) with the kernel
-// argument warren.template=1: its agent loads everything but the disk
-// driver and waits, without a root, without having read boot_id. It is then
+// argument warren.template=1: its agent loads every module (the disk driver
+// probes the template's placeholder disks, sparse files of
+// kTemplateDiskBytes) and waits, without a root, without having opened a
+// disk or read boot_id. It is then
 // saved with QMP `migrate` to a state file, with x-ignore-shared: its RAM is
 // not in the stream but stays in a memfd (mapped share=on by the template
 // QEMU), sealed against writes and resizes once the template QEMU is gone.
 //
 // A clone is QEMU started with the same devices in the same order
-// (QemuArgv), its own layer and writable disk files behind them, the memfd
+// (QemuArgv), its own layer and writable disk files behind them (the guest
+// keeps the capacity it probed in the template: a clone's files must not be
+// larger, FitsTemplate; EROFS and ext4 never read past their own size, so a
+// smaller file behind a larger device is fine), the memfd
 // mapped share=off (MAP_PRIVATE: the template's pages are shared through the
 // page cache, a clone's writes are its own) and `-incoming defer`; the
 // state file goes in over QMP (getfd + migrate-incoming fd:). On restore the
@@ -40,12 +45,23 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "runtime/microvm/qemu.h"
 
 namespace warren::runtime::microvm {
+
+// The size of a template's placeholder disks, i.e. the capacity every
+// clone's guest sees for its layers and writable disk (1 TiB: sparse
+// files, never written).
+inline constexpr uint64_t kTemplateDiskBytes = uint64_t{1} << 40;
+
+// Whether a VM with these layer files and a writable disk of `disk_mb` MiB
+// can be a clone: no file larger than kTemplateDiskBytes. A layer file
+// that cannot be stat'ed does not fit (the create reports it).
+bool FitsTemplate(const std::vector<std::string>& layer_files, uint64_t disk_mb);
 
 // A saved template: what a clone needs.
 struct Template {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/microvm/qemu.h"
+#include "runtime/microvm/template.h"
 #include "status_matchers.h"
 
 namespace warren::runtime::microvm {
@@ -89,6 +90,38 @@ TEST(QemuArgvTest, FilesAsFdSetsAndTheSeccompFilter) {
     EXPECT_EQ(arg.find("/d/x.img"), std::string::npos) << arg;
     EXPECT_EQ(arg.find("/l/a"), std::string::npos) << arg;
   }
+}
+
+// An idle TCG guest leaves the periodic tick only on a clocksource valid
+// for high-resolution timers (the TSC, kept by tsc=reliable from the
+// watchdog) with a LAPIC timer that runs in idle (ARAT: -cpu max has it,
+// qemu64 does not). bench/microvm/README.md, "Idle CPU".
+TEST(QemuArgvTest, TcgGuestKeepsItsTscAndAnAlwaysRunningApicTimer) {
+  VmConfig c;
+  c.kernel = "/g/vmlinux";
+  c.initrd = "/g/initramfs.cpio";
+  c.layer_files = {"/l/a.erofs"};
+  c.disk = "/d/x.img";
+  c.console_log = "/r/console.log";
+  c.tsc_khz = 2596140;
+  std::vector<std::string> a = QemuArgv("/usr/bin/qemu-system-x86_64", c);
+  EXPECT_THAT(After(a, "-append"), HasSubstr(" tsc_early_khz=2596140 tsc=reliable"));
+  EXPECT_EQ(After(a, "-cpu"), "max");
+  c.restore = true;  // a clone: no kernel boot, no command line
+  EXPECT_EQ(After(QemuArgv("/usr/bin/qemu-system-x86_64", c), "-append"), "");
+}
+
+TEST(TemplateTest, ClonesMayNotOutgrowThePlaceholders) {
+  char path[] = "/tmp/fits-template-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
+  ::close(fd);
+  EXPECT_TRUE(FitsTemplate({path}, 1024));
+  EXPECT_TRUE(FitsTemplate({path}, kTemplateDiskBytes >> 20));
+  EXPECT_FALSE(FitsTemplate({path}, (kTemplateDiskBytes >> 20) + 1));
+  EXPECT_FALSE(FitsTemplate({path, "/nonexistent/layer.erofs"}, 1024));
+  ::unlink(path);
 }
 
 TEST(QemuArgvTest, OptionValuesDoubleCommas) {
