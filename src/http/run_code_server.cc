@@ -130,11 +130,10 @@ json Error(const std::string& msg) {
 // them this node runs is the fncall backend's business (SandboxError
 // otherwise: runtime::kFnCallLanguages).
 constexpr const char* kLanguages[] = {
-    "python", "python2",    "cpp",    "nodejs", "go",    "go_test",       "java", "php",     "csharp",
-    "bash",   "typescript", "sql",    "rust",   "cuda",  "lua",           "R",    "perl",    "D_ut",
-    "ruby",   "scala",      "julia",  "pytest", "junit", "kotlin_script", "jest", "verilog", "python_gpu",
-    "lean",   "swift",      "racket", "gtest",  "react", "python3",       "c++",  "c",       "javascript",
-    "js"};
+    "python",     "python2", "cpp",     "nodejs",        "go",   "go_test",    "java",       "php",  "csharp", "bash",
+    "typescript", "sql",     "rust",    "cuda",          "lua",  "R",          "perl",       "D_ut", "ruby",   "scala",
+    "julia",      "pytest",  "junit",   "kotlin_script", "jest", "verilog",    "python_gpu", "lean", "swift",  "racket",
+    "gtest",      "react",   "python3", "c++",           "c",    "javascript", "js"};
 
 // SandboxFusion's RunCodeRequest schema (a FastAPI/pydantic model there):
 // the first field that does not fit, as a 422 body {"detail": [{loc, msg,

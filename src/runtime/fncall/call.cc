@@ -64,8 +64,7 @@ ExecOutcome MakeOutcome(std::optional<int> wstatus, bool timed_out, Stream* out,
 StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lower_dirs, const FnCallRequest& req) {
   const auto t0 = Clock::now();
   if (lower_dirs.empty()) return absl::InvalidArgumentError("fncall needs at least one layer");
-  if (std::find(std::begin(kFnCallLanguages), std::end(kFnCallLanguages), req.language) ==
-      std::end(kFnCallLanguages)) {
+  if (std::find(std::begin(kFnCallLanguages), std::end(kFnCallLanguages), req.language) == std::end(kFnCallLanguages)) {
     return absl::InvalidArgumentError("fncall: unsupported language '" + req.language +
                                       "' (python, bash, cpp, c, java, go, rust, nodejs)");
   }
@@ -122,8 +121,8 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     w->call_pidfd = std::move(pidfd);
     w->call_serial = z->serial;
   }
-  const bool compiled = std::find(std::begin(kFnCallCompiled), std::end(kFnCallCompiled), req.language) !=
-                        std::end(kFnCallCompiled);
+  const bool compiled =
+      std::find(std::begin(kFnCallCompiled), std::end(kFnCallCompiled), req.language) != std::end(kFnCallCompiled);
 
   // The call's pipes: warrend keeps the read ends (the write end of stdin)
   // and hands the others to D with the call.

@@ -60,8 +60,7 @@ namespace warren::runtime {
 
 // The languages fncall runs (FnCallRequest::language), and those of them
 // with a compile stage (FnCallResult::compile; compile_timeout applies).
-inline constexpr std::string_view kFnCallLanguages[] = {"python", "bash", "cpp", "c",
-                                                        "java",   "go",   "rust", "nodejs"};
+inline constexpr std::string_view kFnCallLanguages[] = {"python", "bash", "cpp", "c", "java", "go", "rust", "nodejs"};
 inline constexpr std::string_view kFnCallCompiled[] = {"cpp", "c", "java", "go", "rust"};
 
 // A language name as callers spell it -> fncall's (kFnCallLanguages):
