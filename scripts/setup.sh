@@ -34,6 +34,10 @@ pkgs=(
   glusterfs-server glusterfs-client  # image tests: a shared layer store on a one-node GlusterFS volume (FUSE)
   clang-format-15 clang-tidy-15
   gcc-multilib
+  # fncall's and /run_code's languages beyond python/bash/C/C++: the toolset
+  # layers' contents (scripts/build-toolset-rootfs.sh copies these packages)
+  openjdk-17-jdk-headless golang-1.19-go rustc nodejs
+  python3-numpy python3-scipy python3-pandas python3-sympy python3-networkx
   python3 python3-venv python3-pip
   python3-pytest patch make curl ca-certificates
 )
@@ -79,6 +83,12 @@ fi
   "prometheus-client==0.21.1"  # tests/integration/test_metrics.py parses /metrics with it
 # The E2B SDK the E2B front end is tested against (tests/integration/test_e2b.py).
 .venv/bin/python -m pip install -q "e2b==2.63.0"
+# The SandboxFusion client and verl's reward code /run_code is tested against
+# (tests/integration/test_sandbox_fusion_client.py, bench/sandbox_fusion_c64.py).
+# verl without its dependencies (torch, ray, ...): the test loads only its
+# sandbox_fusion utils module (stdlib + requests) by file.
+.venv/bin/python -m pip install -q "sandbox-fusion==0.3.7"
+.venv/bin/python -m pip install -q --no-deps "verl==0.9.1"
 
 echo "setup: harness venv (.venv-harness: Harbor and NeMo-Gym need Python >= 3.12)"
 # The SDK and the pinned harnesses its providers are tested against
@@ -114,6 +124,22 @@ scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12
 echo "setup: gcc toolset rootfs (fncall's C/C++ calls; from the host's Debian 12 packages)"
 [[ -d /var/cache/warren/rootfs/toolset-gcc ]] ||
   scripts/build-toolset-gcc-rootfs.sh /var/cache/warren/rootfs/toolset-gcc /var/cache/warren/rootfs/debian-12
+
+# The toolsets of SandboxFusion's common languages, for fncall and /run_code
+# (warrend --fncall-layers base/debian-12,toolset/gcc,toolset/jdk,...; README
+# "fncall"). Times and sizes measured on the 2-core dev machine (packages
+# already installed; bench/RESULTS.md): jdk 13 s / 285M, go 17 s / 474M,
+# rust 22 s / 427M (stacked over toolset/gcc), node 12 s / 199M, python-sci
+# 102 s / 301M (most of it compiling byte code). Each is redone only when
+# its package list changes.
+echo "setup: toolset rootfs dirs (java, go, rust, nodejs, scientific python)"
+R=/var/cache/warren/rootfs
+scripts/build-toolset-rootfs.sh $R/toolset-jdk $R/debian-12 openjdk-17-jdk-headless
+scripts/build-toolset-rootfs.sh $R/toolset-go $R/debian-12 golang-1.19-go
+scripts/build-toolset-rootfs.sh $R/toolset-rust $R/debian-12 --minus "g++ gcc make" rustc
+scripts/build-toolset-rootfs.sh $R/toolset-node $R/debian-12 nodejs
+scripts/build-toolset-rootfs.sh $R/toolset-python-sci $R/debian-12 --minus "g++ gcc make python3-pythran" \
+  python3-numpy python3-scipy python3-pandas python3-sympy python3-networkx
 
 echo "setup: eval layers' rootfs dirs (warren eval; scripts/demo.sh)"
 scripts/build-toolset-python-rootfs.sh /var/cache/warren/rootfs/toolset-python \

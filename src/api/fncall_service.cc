@@ -7,9 +7,7 @@ namespace warren::api {
 
 runtime::FnCallRequest FromProto(const warren::v1::FnCallRequest& r) {
   runtime::FnCallRequest q;
-  q.language = r.language().empty() ? "python" : r.language();
-  if (q.language == "python3") q.language = "python";
-  if (q.language == "c++") q.language = "cpp";
+  q.language = runtime::CanonicalFnCallLanguage(r.language().empty() ? "python" : r.language());
   q.code = r.code();
   q.stdin_data = r.stdin();
   for (const auto& [k, v] : r.files()) q.files[k] = v;

@@ -107,10 +107,14 @@ json Text(const std::string& bytes) {
   return json(json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace)));
 }
 
+// One stage as SandboxFusion reports it: return_code null at the time-out,
+// and -N for a process ended by signal N (SandboxFusion's is Python's
+// Popen.returncode of the program bash exec'd), else its exit code.
 json StageJson(const runtime::ExecOutcome& o) {
+  json rc = o.timed_out ? json(nullptr) : json(o.signal != 0 ? -o.signal : o.exit_code);
   return json{{"status", o.timed_out ? "TimeLimitExceeded" : "Finished"},
               {"execution_time", std::chrono::duration<double>(o.duration).count()},
-              {"return_code", o.timed_out ? json(nullptr) : json(o.exit_code)},
+              {"return_code", rc},
               {"stdout", Text(o.stdout_data)},
               {"stderr", Text(o.stderr_data)}};
 }
@@ -121,14 +125,15 @@ json Error(const std::string& msg) {
               {"executor_pod_name", nullptr}, {"files", json::object()}};
 }
 
-// SandboxFusion's Language literal (sandbox_fusion.models.Language) plus the
-// aliases warren accepted before ("python3", "c++", "c"). Which of them this
-// node runs is the fncall backend's business (SandboxError otherwise).
+// SandboxFusion's Language literal (sandbox_fusion.models.Language) plus
+// warren's aliases ("python3", "c++", "c", "javascript", "js"). Which of
+// them this node runs is the fncall backend's business (SandboxError
+// otherwise: runtime::kFnCallLanguages).
 constexpr const char* kLanguages[] = {
-    "python", "python2",    "cpp",    "nodejs", "go",    "go_test",       "java", "php",     "csharp",
-    "bash",   "typescript", "sql",    "rust",   "cuda",  "lua",           "R",    "perl",    "D_ut",
-    "ruby",   "scala",      "julia",  "pytest", "junit", "kotlin_script", "jest", "verilog", "python_gpu",
-    "lean",   "swift",      "racket", "gtest",  "react", "python3",       "c++",  "c"};
+    "python",     "python2", "cpp",     "nodejs",        "go",   "go_test",    "java",       "php",  "csharp", "bash",
+    "typescript", "sql",     "rust",    "cuda",          "lua",  "R",          "perl",       "D_ut", "ruby",   "scala",
+    "julia",      "pytest",  "junit",   "kotlin_script", "jest", "verilog",    "python_gpu", "lean", "swift",  "racket",
+    "gtest",      "react",   "python3", "c++",           "c",    "javascript", "js"};
 
 // SandboxFusion's RunCodeRequest schema (a FastAPI/pydantic model there):
 // the first field that does not fit, as a 422 body {"detail": [{loc, msg,
@@ -182,9 +187,7 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
   };
   if (std::optional<json> e = SchemaError(req)) return RunCodeReply{422, std::move(*e)};
   runtime::FnCallRequest q;
-  q.language = req["language"].get<std::string>();
-  if (q.language == "python3") q.language = "python";
-  if (q.language == "c++") q.language = "cpp";
+  q.language = runtime::CanonicalFnCallLanguage(req["language"].get<std::string>());
   q.code = req["code"].get<std::string>();
   if (req.contains("stdin") && req["stdin"].is_string()) q.stdin_data = req["stdin"].get<std::string>();
   StatusOr<std::chrono::milliseconds> run = Seconds(req, "run_timeout", 10, options.max_timeout_s);
@@ -242,9 +245,7 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
     out["message"] = r.sandbox_error;
   } else if (r.run && !r.run->timed_out && r.run->exit_code == 0) {
     out["status"] = "Success";
-  } else if (r.compile && (r.compile->timed_out || r.compile->exit_code != 0)) {
-    out["message"] = "compilation failed";
-  }
+  }  // else Failed with message "", as SandboxFusion's parse_run_status answers
   return {200, out};
 }
 

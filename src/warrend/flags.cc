@@ -119,7 +119,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "E2B: JSON file {\"name[:tag]\": [layer, ...]} (warren e2b template; read again when it changes); "
                  "template \"base\" defaults to --fncall-layers");
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
-  app.add_option("--fncall-layers", flags.fncall_layers, "fncall: default layers of calls that name none")
+  app.add_option("--fncall-layers", flags.fncall_layers,
+                 "fncall: default layers of calls that name none (comma-separated, bottom first)")
+      ->delimiter(',')
       ->capture_default_str();
   app.add_option("--limit-views", flags.limit_views,
                  "sandboxes see their own cpu and memory limits in /proc (lxcfs): auto (when lxcfs is "

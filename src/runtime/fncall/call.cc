@@ -64,10 +64,9 @@ ExecOutcome MakeOutcome(std::optional<int> wstatus, bool timed_out, Stream* out,
 StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lower_dirs, const FnCallRequest& req) {
   const auto t0 = Clock::now();
   if (lower_dirs.empty()) return absl::InvalidArgumentError("fncall needs at least one layer");
-  static const char* const kLangs[] = {"python", "bash", "cpp", "c"};
-  if (std::find_if(std::begin(kLangs), std::end(kLangs), [&](const char* l) { return req.language == l; }) ==
-      std::end(kLangs)) {
-    return absl::InvalidArgumentError("fncall: unsupported language '" + req.language + "' (python, bash, cpp, c)");
+  if (std::find(std::begin(kFnCallLanguages), std::end(kFnCallLanguages), req.language) == std::end(kFnCallLanguages)) {
+    return absl::InvalidArgumentError("fncall: unsupported language '" + req.language +
+                                      "' (python, bash, cpp, c, java, go, rust, nodejs)");
   }
   for (const auto& [k, v] : req.env) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos)
@@ -122,7 +121,8 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
     w->call_pidfd = std::move(pidfd);
     w->call_serial = z->serial;
   }
-  const bool compiled = req.language == "cpp" || req.language == "c";
+  const bool compiled =
+      std::find(std::begin(kFnCallCompiled), std::end(kFnCallCompiled), req.language) != std::end(kFnCallCompiled);
 
   // The call's pipes: warrend keeps the read ends (the write end of stdin)
   // and hands the others to D with the call.

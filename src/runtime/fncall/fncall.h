@@ -32,8 +32,13 @@
 // (the zygote's loop) or out of the call process (I/O in warrend).
 //
 // The layer stack must contain /usr/bin/python3 (the zygote is python for
-// every language); C/C++ additionally need gcc/g++ (a toolset layer with
-// build-essential), else the call returns a SandboxError naming the compiler.
+// every language); the other languages need their tools in the layers, at
+// the paths Debian's packages install them (zygote.py's lang_plan): C/C++
+// gcc/g++ (toolset/gcc), Rust rustc (toolset/rust, over toolset/gcc: it
+// links with gcc), Go /usr/lib/go-*/bin/go (toolset/go), Java
+// /usr/lib/jvm/*/bin/javac (toolset/jdk), nodejs /usr/bin/node
+// (toolset/node); else the call returns a SandboxError naming the missing
+// tool, the language and the layer.
 //
 // Thread-safety: FnCallPool is thread-safe; Call may run concurrently from
 // any number of threads (at most max_workers run at once, others wait).
@@ -45,6 +50,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -52,15 +58,30 @@
 
 namespace warren::runtime {
 
+// The languages fncall runs (FnCallRequest::language), and those of them
+// with a compile stage (FnCallResult::compile; compile_timeout applies).
+inline constexpr std::string_view kFnCallLanguages[] = {"python", "bash", "cpp", "c", "java", "go", "rust", "nodejs"};
+inline constexpr std::string_view kFnCallCompiled[] = {"cpp", "c", "java", "go", "rust"};
+
+// A language name as callers spell it -> fncall's (kFnCallLanguages):
+// "python3" -> python, "c++" -> cpp, "javascript" and "js" -> nodejs;
+// anything else unchanged.
+inline std::string CanonicalFnCallLanguage(std::string l) {
+  if (l == "python3") return "python";
+  if (l == "c++") return "cpp";
+  if (l == "javascript" || l == "js") return "nodejs";
+  return l;
+}
+
 struct FnCallRequest {
-  std::string language = "python";  // python, bash, cpp, c
+  std::string language = "python";  // one of kFnCallLanguages
   std::string code;
   std::string stdin_data;
   std::map<std::string, std::string> files;          // path (relative to /tmp or under /tmp) -> bytes
   std::vector<std::string> fetch_files;              // read back after the run
   std::map<std::string, std::string> env;            // over the default env
   std::chrono::milliseconds run_timeout{10000};      // 0 = none
-  std::chrono::milliseconds compile_timeout{10000};  // C/C++ only
+  std::chrono::milliseconds compile_timeout{10000};  // kFnCallCompiled only
   uint32_t memory_mb = 512;                          // 0 = pool default
   uint64_t output_cap_bytes = 16u << 20;             // per stream
 };

@@ -31,6 +31,7 @@
 # When D exits the kernel kills every process of the call's pid namespace
 # and its mounts go away.
 import builtins
+import glob
 import ctypes
 import io
 import json
@@ -247,18 +248,15 @@ def call_child(ci):
         lang = hdr["lang"]
         code = get_ref(blob, hdr["code"])
         env = hdr.get("env", {})
-        if lang in COMPILERS and not os.path.exists(COMPILERS[lang][0]):
-            raise FileNotFoundError("%s is not in this image: %s needs a layer with build-essential"
-                                    % (COMPILERS[lang][0], lang))
-        if lang != "python":
+        plan = None if lang == "python" else lang_plan(lang, [p for p, _, _ in hdr.get("files", [])])
+        if plan is not None:
+            env = dict(plan.get("env", {}), **env)
             os.makedirs(SRC_DIR, exist_ok=True)
-            with open(SRC_DIR + "/" + ("main.sh" if lang == "bash" else COMPILERS[lang][1]), "wb") as f:
+            with open(SRC_DIR + "/" + plan["src"], "wb") as f:
                 f.write(code)
-        if lang in COMPILERS:
-            cc, src, flags = COMPILERS[lang]
-            argv = [cc, SRC_DIR + "/" + src, "-o", SRC_DIR + "/main"] + flags
+        if plan is not None and plan.get("compile"):
             nul = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-            pid = spawn(argv, env, (nul, COUT_FD, CERR_FD), True)
+            pid = spawn(plan["compile"], env, (nul, COUT_FD, CERR_FD), True)
             os.close(nul)
             os.close(COUT_FD)
             os.close(CERR_FD)
@@ -280,8 +278,7 @@ def call_child(ci):
                 os.closerange(3, 65536)
                 run_python(code.decode("utf-8", "surrogateescape"), env)
         else:
-            argv = ["/bin/bash", SRC_DIR + "/main.sh"] if lang == "bash" else [SRC_DIR + "/main"]
-            pid = spawn(argv, env, None, False)
+            pid = spawn(plan["run"], env, None, False)
         for fd in (0, 1, 2):  # the code's pipes are the code's alone
             os.close(fd)
         status, _ = wait_child(pid, 0)
@@ -314,8 +311,61 @@ def scratch_path(path):
     return os.path.join("/tmp", norm)
 
 
-COMPILERS = {"cpp": ("/usr/bin/g++", "main.cpp", ["-O2", "-std=c++17"]),
-             "c": ("/usr/bin/gcc", "main.c", ["-O2", "-std=c11", "-lm"])}
+def newest(pattern):
+    """The last match of a glob in version order (e.g. the newest of
+    /usr/lib/go-*/bin/go), or None."""
+    found = sorted(glob.glob(pattern), key=lambda p: [int(x) if x.isdigit() else x
+                                                      for x in re.split(r"(\d+)", p)])
+    return found[-1] if found else None
+
+
+def need(path, lang, layer):
+    """`path` if it exists in the call's root (the layers), else the error
+    naming the tool, the language and the toolset layer that has it."""
+    if path is None or not os.path.exists(path):
+        raise FileNotFoundError("%s is not in this image: %s needs a layer with it (%s)" % (path, lang, layer))
+    return path
+
+
+# How each language other than python runs: its source file (in SRC_DIR),
+# the compile stage's argv (None: no compile stage), the run's argv and the
+# environment both get (the call's own env wins). Tools are called by the
+# path Debian's packages install them at (alternatives symlinks such as
+# /usr/bin/java, /usr/bin/cc are made by maintainer scripts, so toolset
+# layers built from dpkg -L do not have them). Flags follow SandboxFusion's
+# runners (sandbox/runners/major.py) with optimisation on for C, C++, Rust.
+def lang_plan(lang, files):
+    src = SRC_DIR + "/"
+    if lang == "bash":
+        return {"src": "main.sh", "compile": None, "run": ["/bin/bash", src + "main.sh"]}
+    if lang in ("cpp", "c"):
+        cc = need("/usr/bin/g++" if lang == "cpp" else "/usr/bin/gcc", lang, "toolset/gcc: build-essential")
+        name, std = ("main.cpp", "-std=c++17") if lang == "cpp" else ("main.c", "-std=c11")
+        return {"src": name, "compile": [cc, src + name, "-o", src + "main", "-O2", std, "-lm"],
+                "run": [src + "main"]}
+    if lang == "rust":
+        rustc = need("/usr/bin/rustc", lang, "toolset/rust")
+        cc = need("/usr/bin/gcc", lang, "toolset/gcc: rustc links with gcc")
+        return {"src": "main.rs", "compile": [rustc, "-O", "-C", "linker=" + cc, src + "main.rs", "-o", src + "main"],
+                "run": [src + "main"]}
+    if lang == "go":
+        go = need(newest("/usr/lib/go-*/bin/go") or "/usr/lib/go/bin/go", lang, "toolset/go")
+        env = {"GOCACHE": src + "go-cache", "GOPATH": src + "go", "GOPROXY": "off", "GO111MODULE": "auto",
+               "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
+        return {"src": "main.go", "compile": [go, "build", "-o", src + "main", src + "main.go"],
+                "run": [src + "main"], "env": env}
+    if lang == "java":
+        jdk = os.path.dirname(os.path.dirname(need(newest("/usr/lib/jvm/*/bin/javac"), lang, "toolset/jdk")))
+        # SandboxFusion: class Main in Main.java, `-cp .:<jars among files>`, `java -ea`.
+        cp = ":".join([SRC_DIR, "/tmp"] + [scratch_path(p) for p in files if p.endswith(".jar")])
+        return {"src": "Main.java",
+                "compile": [jdk + "/bin/javac", "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "-J-XX:-UsePerfData", "-encoding",
+                            "UTF-8", "-d", SRC_DIR, "-cp", cp, src + "Main.java"],
+                "run": [jdk + "/bin/java", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-cp", cp, "-ea", "Main"]}
+    if lang == "nodejs":
+        node = need("/usr/bin/node", lang, "toolset/node")
+        return {"src": "main.js", "compile": None, "run": [node, src + "main.js"]}
+    raise ValueError("unsupported language %r" % lang)
 
 
 def make_stdio():
@@ -389,6 +439,10 @@ def main():
     sys.stdin, sys.stdout, sys.stderr = STDIO
     sys.argv = ["main.py"]
     sys.path.insert(0, "/tmp")
+    # -S left out site: the layers' third-party packages (toolset/python-sci's
+    # numpy, scipy, ...) are where Debian's site would look.
+    sys.path.extend(p for p in ("/usr/local/lib/python%d.%d/dist-packages" % sys.version_info[:2],
+                                "/usr/lib/python3/dist-packages") if os.path.isdir(p))
     helper = ctypes.PyDLL("/proc/self/fd/%d" % HELPER_FD)  # GIL held in the loop: it forks
     os.close(HELPER_FD)
     global CALL_BUF
