@@ -84,7 +84,7 @@ void BlobFs::Serve() {
     pollfd p[2] = {{dev_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      Log(spdlog::level::error, "BlobFs: poll failed", {{"error", std::strerror(errno)}});
+      Log(spdlog::level::err, "BlobFs: poll failed", {{"error", std::strerror(errno)}});
       return;
     }
     if (p[1].revents != 0 || stopping_.load()) return;
@@ -92,7 +92,7 @@ void BlobFs::Serve() {
     ssize_t n = read(dev_.get(), in.data(), in.size());
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR || errno == ENOENT) continue;  // another thread took it / interrupted
-      if (errno != ENODEV) Log(spdlog::level::error, "BlobFs: read(/dev/fuse)", {{"error", std::strerror(errno)}});
+      if (errno != ENODEV) Log(spdlog::level::err, "BlobFs: read(/dev/fuse)", {{"error", std::strerror(errno)}});
       return;
     }
     if (static_cast<size_t>(n) < sizeof(fuse_in_header)) continue;

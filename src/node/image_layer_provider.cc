@@ -50,7 +50,13 @@ class ImageLayerProvider final : public LayerProvider {
   size_t MountedCount() const override { return cache_->MountedCount(); }
   CacheStats Stats() const override {
     const image::MountCache::Stats m = cache_->stats();
-    CacheStats s{m.hits, m.misses, m.failures, m.evictions, m.mounted, m.mounted_bytes};
+    CacheStats s;
+    s.hits = m.hits;
+    s.misses = m.misses;
+    s.failures = m.failures;
+    s.evictions = m.evictions;
+    s.mounted = m.mounted;
+    s.mounted_bytes = m.mounted_bytes;
     if (read_cache_ != nullptr) {
       const image::ReadCache::Stats r = read_cache_->stats();
       s.read_cache = true;
@@ -86,7 +92,13 @@ StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string
   std::unique_ptr<image::BlobFs> blob_fs;
   std::string source_root;
   if (rc.cap_bytes > 0) {
-    ASSIGN_OR_RETURN(read_cache, image::ReadCache::Open(store.get(), {rc.dir, rc.cap_bytes, rc.chunk_bytes}));
+    StatusOr<std::unique_ptr<image::ReadCache>> opened =
+        image::ReadCache::Open(store.get(), {rc.dir, rc.cap_bytes, rc.chunk_bytes});
+    if (!opened.ok()) {
+      return Status(opened.status().code(),
+                    "--layer-cache-dir/--layer-cache-bytes: " + std::string(opened.status().message()));
+    }
+    read_cache = *std::move(opened);
     ASSIGN_OR_RETURN(blob_fs, image::BlobFs::Mount(read_cache.get(), rc.fs_mountpoint));
     source_root = blob_fs->mountpoint();
   }
