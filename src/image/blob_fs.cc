@@ -48,11 +48,11 @@ StatusOr<std::unique_ptr<BlobFs>> BlobFs::Mount(ReadCache* cache, const std::str
   fs->dev_.reset(open("/dev/fuse", O_RDWR | O_NONBLOCK | O_CLOEXEC));
   if (!fs->dev_.valid()) return ErrnoToStatus(errno, "open(/dev/fuse)");
   fs->ids_ = {"", ""};  // 0 unused, 1 the root
-  const std::string opts = "fd=" + std::to_string(fs->dev_.get()) +
-                           ",rootmode=40000,user_id=0,group_id=0,allow_other,max_read=" +
-                           std::to_string(kMaxPages * 4096);
-  if (mount("warren-blobs", mountpoint.c_str(), "fuse", MS_NODEV | MS_NOSUID | MS_NOEXEC | MS_RDONLY,
-            opts.c_str()) != 0) {
+  const std::string opts =
+      "fd=" + std::to_string(fs->dev_.get()) +
+      ",rootmode=40000,user_id=0,group_id=0,allow_other,max_read=" + std::to_string(kMaxPages * 4096);
+  if (mount("warren-blobs", mountpoint.c_str(), "fuse", MS_NODEV | MS_NOSUID | MS_NOEXEC | MS_RDONLY, opts.c_str()) !=
+      0) {
     return ErrnoToStatus(errno, "mount(fuse, " + mountpoint + ")");
   }
   fs->wake_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -160,8 +160,7 @@ void BlobFs::Handle(const char* req, size_t len, std::vector<char>& reply_buf) {
     }
     case FUSE_FORGET:
     case FUSE_BATCH_FORGET:
-    case FUSE_INTERRUPT:
-      return;  // no reply
+    case FUSE_INTERRUPT: return;  // no reply
     case FUSE_GETATTR: {
       fuse_attr_out a{};
       a.attr_valid = 3600;
@@ -201,13 +200,11 @@ void BlobFs::Handle(const char* req, size_t len, std::vector<char>& reply_buf) {
       }
       return send(0, *got);
     }
-    case FUSE_READDIR:
-      return send(0, 0);  // names are looked up, not listed
+    case FUSE_READDIR: return send(0, 0);  // names are looked up, not listed
     case FUSE_RELEASE:
     case FUSE_RELEASEDIR:
     case FUSE_FLUSH:
-    case FUSE_DESTROY:
-      return send(0, 0);
+    case FUSE_DESTROY: return send(0, 0);
     case FUSE_STATFS: {
       fuse_statfs_out o{};
       o.st.bsize = 4096;
@@ -216,8 +213,7 @@ void BlobFs::Handle(const char* req, size_t len, std::vector<char>& reply_buf) {
       std::memcpy(payload, &o, sizeof o);
       return send(0, sizeof o);
     }
-    default:
-      return send(ENOSYS, 0);
+    default: return send(ENOSYS, 0);
   }
 }
 

@@ -42,8 +42,8 @@ class LayerStore;
 class ReadCache {
  public:
   struct Options {
-    std::string dir;              // local directory, created 0700; emptied at Open
-    uint64_t cap_bytes = 0;       // > 0: the most the chunks may occupy (bytes)
+    std::string dir;               // local directory, created 0700; emptied at Open
+    uint64_t cap_bytes = 0;        // > 0: the most the chunks may occupy (bytes)
     uint32_t chunk_bytes = 65536;  // power of two, 4 KiB .. 4 MiB
   };
   // InvalidArgument for a zero cap or a bad chunk size; FailedPrecondition
@@ -71,7 +71,7 @@ class ReadCache {
     uint64_t cap_bytes = 0, cached_bytes = 0;
     uint64_t hits = 0, misses = 0;  // chunks found / fetched from the store, per chunk a read touched
     uint64_t evictions = 0, write_errors = 0;
-    uint64_t store_read_bytes = 0;  // all layers
+    uint64_t store_read_bytes = 0;             // all layers
     std::map<std::string, LayerStats> layers;  // key: hex, every layer read since Open
   };
   Stats stats() const;
@@ -81,8 +81,8 @@ class ReadCache {
   enum class ChunkState { kFetching, kPresent };
   struct Chunk {
     ChunkState state = ChunkState::kFetching;
-    uint32_t readers = 0;  // copying out of the local file now: not evictable
-    uint64_t bytes = 0;    // held on disk (the blob's tail chunk is short)
+    uint32_t readers = 0;                                       // copying out of the local file now: not evictable
+    uint64_t bytes = 0;                                         // held on disk (the blob's tail chunk is short)
     std::list<std::pair<std::string, uint64_t>>::iterator lru;  // valid when kPresent
   };
   struct Layer {

@@ -104,8 +104,8 @@ StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string
   }
   ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
                    image::MountCache::Open(store.get(), mount_root, grace_ms, source_root));
-  return std::unique_ptr<LayerProvider>(std::make_unique<ImageLayerProvider>(
-      std::move(store), std::move(read_cache), std::move(blob_fs), std::move(cache)));
+  return std::unique_ptr<LayerProvider>(std::make_unique<ImageLayerProvider>(std::move(store), std::move(read_cache),
+                                                                             std::move(blob_fs), std::move(cache)));
 }
 
 }  // namespace warren::node

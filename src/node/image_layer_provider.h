@@ -2,8 +2,8 @@
 // Built into library `warren_node_image` only when `warren_image` exists.
 #pragma once
 
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "node/layer_provider.h"
@@ -13,10 +13,10 @@ namespace warren::node {
 // The node-local read cache (image/read_cache.h): off when cap_bytes is 0
 // (layers mounted straight from the store).
 struct ReadCacheOptions {
-  std::string dir;             // local dir of the cached chunks
-  uint64_t cap_bytes = 0;      // bytes; 0 = no read cache
+  std::string dir;         // local dir of the cached chunks
+  uint64_t cap_bytes = 0;  // bytes; 0 = no read cache
   uint32_t chunk_bytes = 65536;
-  std::string fs_mountpoint;   // where the cache's files are mounted (BlobFs)
+  std::string fs_mountpoint;  // where the cache's files are mounted (BlobFs)
 };
 
 // Opens the store at store_dir and a mount cache under mount_root (mounts left

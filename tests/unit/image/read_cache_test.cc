@@ -81,7 +81,7 @@ TEST_F(ReadCacheTest, ReadsWhatTheStoreHoldsAndCountsWhatItFetched) {
   ASSERT_OK(n);
   EXPECT_EQ(*n, 5000u);
   EXPECT_EQ(buf, blob_.substr(4000, 5000));
-  EXPECT_EQ(StoreRead(c.get()), 3u * kChunk);  // whole chunks, nothing more
+  EXPECT_EQ(StoreRead(c.get()), 3u * kChunk);       // whole chunks, nothing more
   ASSERT_OK(c->Read(kHex, 4100, 100, buf.data()));  // held: no store read
   EXPECT_EQ(StoreRead(c.get()), 3u * kChunk);
   // The tail chunk is short; past the end reads nothing.
