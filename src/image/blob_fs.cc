@@ -20,7 +20,7 @@ namespace {
 
 constexpr uint64_t kRootId = FUSE_ROOT_ID;  // 1
 constexpr uint32_t kMaxPages = 256;         // 1 MiB per READ
-constexpr size_t kBufBytes = (kMaxPages + 1) * 4096;
+constexpr size_t kBufBytes = (size_t{kMaxPages} + 1) * 4096;
 
 bool IsHex64(std::string_view s) {
   return s.size() == 64 &&
@@ -200,7 +200,7 @@ void BlobFs::Handle(const char* req, size_t len, std::vector<char>& reply_buf) {
       }
       return send(0, *got);
     }
-    case FUSE_READDIR: return send(0, 0);  // names are looked up, not listed
+    case FUSE_READDIR:  // names are looked up, not listed: an empty listing
     case FUSE_RELEASE:
     case FUSE_RELEASEDIR:
     case FUSE_FLUSH:

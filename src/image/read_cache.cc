@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -106,10 +107,18 @@ StatusOr<std::unique_ptr<ReadCache>> ReadCache::Open(const LayerStore* store, Op
     undo();
     return Precondition(dir, "cannot write and punch holes in a file there", err);
   }
-  return std::unique_ptr<ReadCache>(new ReadCache(store, std::move(opt)));
+  std::unique_ptr<ReadCache> c(new ReadCache(store, std::move(opt)));
+  c->prefetch_thread_ = std::thread([p = c.get()] { p->PrefetchLoop(); });
+  return c;
 }
 
 ReadCache::~ReadCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (prefetch_thread_.joinable()) prefetch_thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [hex, l] : layers_) unlink((opt_.dir + "/" + hex).c_str());
 }
@@ -206,14 +215,7 @@ Status ReadCache::ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, 
     }
     const bool keep = got.ok() && *got == want && werr == 0;
     if (keep) {
-      Chunk& c = lay.chunks.at(idx);
-      c.state = ChunkState::kPresent;
-      c.bytes = want;
-      lru_.emplace_front(hex, idx);
-      c.lru = lru_.begin();
-      cached_ += want;
-      lay.stats.cached_bytes += want;
-      EvictLocked();
+      AdmitLocked(lay, hex, idx, want);
     } else {
       lay.chunks.erase(idx);
       if (werr != 0) {
@@ -234,6 +236,130 @@ Status ReadCache::ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, 
     }
     std::memcpy(buf, data.data() + off, len);
     return absl::OkStatus();
+  }
+}
+
+void ReadCache::AdmitLocked(Layer& l, const std::string& hex, uint64_t idx, uint64_t bytes) {
+  Chunk& c = l.chunks.at(idx);
+  c.state = ChunkState::kPresent;
+  c.bytes = bytes;
+  lru_.emplace_front(hex, idx);
+  c.lru = lru_.begin();
+  cached_ += bytes;
+  l.stats.cached_bytes += bytes;
+  if (l.fetched.size() <= idx) l.fetched.resize(idx + 1);
+  l.fetched[idx] = true;
+  EvictLocked();
+}
+
+Status ReadCache::RecordHot(const std::string& hex) {
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = layers_.find(hex);
+    if (it == layers_.end()) return absl::OkStatus();
+    const Layer& l = it->second;
+    if (l.hot_recorded) return absl::OkStatus();
+    const uint64_t cb = opt_.chunk_bytes;
+    for (uint64_t i = 0; i < l.fetched.size();) {
+      if (!l.fetched[i]) {
+        ++i;
+        continue;
+      }
+      uint64_t j = i;
+      while (j < l.fetched.size() && l.fetched[j]) ++j;
+      text += std::to_string(i * cb) + " " + std::to_string(std::min(j * cb, l.size) - i * cb) + "\n";
+      i = j;
+    }
+  }
+  if (text.empty()) return absl::OkStatus();
+  const std::string path = store_->dir() + "/meta/" + hex + ".hot";
+  Status st = CreateFileExclusive(path, text);
+  if (absl::IsAlreadyExists(st)) st = absl::OkStatus();
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    layers_.at(hex).hot_recorded = true;
+  }
+  return st;
+}
+
+void ReadCache::Prefetch(const std::string& hex) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<Layer*> l = LayerLocked(hex);
+  if (!l.ok() || (*l)->prefetch_queued) return;
+  (*l)->prefetch_queued = true;
+  prefetch_queue_.push_back(hex);
+  cv_.notify_all();
+}
+
+void ReadCache::PrefetchLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !prefetch_queue_.empty(); });
+    if (stopping_) return;
+    std::string hex = prefetch_queue_.front();
+    prefetch_queue_.erase(prefetch_queue_.begin());
+    lock.unlock();
+    PrefetchOne(hex);
+    lock.lock();
+  }
+}
+
+void ReadCache::PrefetchOne(const std::string& hex) {
+  StatusOr<std::string> text = ReadSmallFile(store_->dir() + "/meta/" + hex + ".hot", 16 << 20);
+  if (!text.ok()) return;  // no hot list yet: nothing to read ahead
+  const uint64_t cb = opt_.chunk_bytes;
+  constexpr uint64_t kMaxRange = 1 << 20;
+  std::vector<char> data;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t eol = text->find('\n', pos);
+    if (eol == std::string::npos) eol = text->size();
+    unsigned long long off = 0, len = 0;  // NOLINT(google-runtime-int): sscanf's %llu
+    if (std::sscanf(text->substr(pos, eol - pos).c_str(), "%llu %llu", &off, &len) != 2) return;
+    pos = eol + 1;
+    // The chunks of [off, off + len) this node lacks, in runs of <= kMaxRange.
+    for (uint64_t idx = off / cb; idx * cb < off + len;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) return;
+      StatusOr<Layer*> lp = LayerLocked(hex);
+      if (!lp.ok()) return;
+      Layer& l = **lp;
+      if (idx * cb >= l.size) break;
+      if (l.chunks.contains(idx)) {
+        ++idx;
+        continue;
+      }
+      const uint64_t first = idx, end = std::min<uint64_t>(off + len, l.size);
+      uint64_t n = 0;
+      while ((first + n) * cb < end && n * cb < kMaxRange && !l.chunks.contains(first + n)) {
+        l.chunks[first + n].state = ChunkState::kFetching;
+        ++n;
+      }
+      const uint64_t bytes = std::min((first + n) * cb, l.size) - first * cb;
+      const int store_fd = l.store_fd.get(), local_fd = l.local_fd.get();
+      lock.unlock();
+      data.resize(bytes);
+      StatusOr<size_t> got = PreadFull(store_fd, data.data(), bytes, first * cb, store_->BlobPath("sha256:" + hex));
+      const bool ok = got.ok() && *got == bytes && PwriteFull(local_fd, data.data(), bytes, first * cb) == 0;
+      lock.lock();
+      Layer& lay = layers_.at(hex);
+      if (got.ok()) {
+        lay.stats.store_read_bytes += *got;
+        store_read_ += *got;
+        prefetched_ += *got;
+      }
+      for (uint64_t i = first; i < first + n; ++i) {
+        if (ok) {
+          AdmitLocked(lay, hex, i, std::min(cb, lay.size - i * cb));
+        } else {
+          lay.chunks.erase(i);
+        }
+      }
+      cv_.notify_all();
+      if (!ok) return;
+      idx = first + n;
+    }
   }
 }
 
@@ -265,6 +391,7 @@ ReadCache::Stats ReadCache::stats() const {
   s.evictions = evictions_;
   s.write_errors = write_errors_;
   s.store_read_bytes = store_read_;
+  s.prefetched_bytes = prefetched_;
   for (const auto& [hex, l] : layers_) s.layers[hex] = l.stats;
   return s;
 }

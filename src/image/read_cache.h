@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -63,6 +64,20 @@ class ReadCache {
   // Size of the blob (bytes); NotFound as Read's.
   StatusOr<uint64_t> Size(const std::string& hex);
 
+  // Hot list (prefetch): the byte ranges of a layer's blob this node read
+  // from the store since it opened the layer, written once per layer to the
+  // store (<store>/meta/<hex>.hot, text "offset length\n" per range; the
+  // first node to write it wins, across nodes) so that any node mounting
+  // the layer later reads them ahead. RecordHot: OK when written or already
+  // there (or nothing read yet); the error of the write otherwise.
+  Status RecordHot(const std::string& hex);
+  // Queues a read-ahead of the layer's hot list (if the store has one) on
+  // the cache's prefetch thread: missing chunks are fetched in ranges of up
+  // to 1 MiB (one pread each) and kept as any chunk; a reader that needs a
+  // chunk being prefetched waits for it. Returns at once; a layer already
+  // prefetched since Open is not queued again.
+  void Prefetch(const std::string& hex);
+
   struct LayerStats {
     uint64_t store_read_bytes = 0;  // read from the store for this layer since Open
     uint64_t cached_bytes = 0;      // its chunks held now
@@ -72,6 +87,7 @@ class ReadCache {
     uint64_t hits = 0, misses = 0;  // chunks found / fetched from the store, per chunk a read touched
     uint64_t evictions = 0, write_errors = 0;
     uint64_t store_read_bytes = 0;             // all layers
+    uint64_t prefetched_bytes = 0;             // of it, read by Prefetch
     std::map<std::string, LayerStats> layers;  // key: hex, every layer read since Open
   };
   Stats stats() const;
@@ -89,6 +105,9 @@ class ReadCache {
     UniqueFd store_fd, local_fd;
     uint64_t size = 0;
     std::unordered_map<uint64_t, Chunk> chunks;  // key: chunk index
+    std::vector<bool> fetched;                   // chunk indexes read from the store since Open (hot list)
+    bool prefetch_queued = false;
+    bool hot_recorded = false;  // RecordHot wrote the list or found one
     LayerStats stats;
   };
   ReadCache(const LayerStore* store, Options opt) : store_(store), opt_(std::move(opt)) {}
@@ -99,6 +118,10 @@ class ReadCache {
   Status ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, size_t len, char* buf);
   // Punches out least recently used unpinned chunks until cached <= cap.
   void EvictLocked();
+  // Keeps a fetched chunk (mu_ held): present, most recently used, counted.
+  void AdmitLocked(Layer& l, const std::string& hex, uint64_t idx, uint64_t bytes);
+  void PrefetchLoop();
+  void PrefetchOne(const std::string& hex);
 
   const LayerStore* store_;
   const Options opt_;
@@ -107,6 +130,10 @@ class ReadCache {
   std::map<std::string, Layer> layers_;
   std::list<std::pair<std::string, uint64_t>> lru_;  // (hex, chunk index); front = most recent
   uint64_t cached_ = 0, hits_ = 0, misses_ = 0, evictions_ = 0, write_errors_ = 0, store_read_ = 0;
+  uint64_t prefetched_ = 0;
+  std::vector<std::string> prefetch_queue_;  // hex; guarded by mu_, drained by prefetch_thread_
+  bool stopping_ = false;
+  std::thread prefetch_thread_;
 };
 
 }  // namespace warren::image

@@ -1,5 +1,6 @@
 #include "node/image_layer_provider.h"
 
+#include "common/log.h"
 #include "image/blob_fs.h"
 #include "image/read_cache.h"
 
@@ -43,8 +44,21 @@ class ImageLayerProvider final : public LayerProvider {
   Status Remove(const std::string& ref) override { return store_->Remove(ref); }
   std::string TmpDir() const override { return store_->dir() + "/tmp"; }
   std::string BlobPath(const std::string& digest) const override { return store_->BlobPath(digest); }
-  StatusOr<std::string> Acquire(const std::string& digest) override { return cache_->Acquire(digest); }
-  void Release(const std::string& digest) override { cache_->Release(digest); }
+  // With a read cache: a layer about to be mounted is read ahead from its
+  // hot list; when its first sandboxes are gone, what they read becomes the
+  // hot list (image::ReadCache::Prefetch/RecordHot).
+  StatusOr<std::string> Acquire(const std::string& digest) override {
+    if (read_cache_ != nullptr && prefetch_ && !cache_->IsMounted(digest)) read_cache_->Prefetch(Hex(digest));
+    return cache_->Acquire(digest);
+  }
+  void Release(const std::string& digest) override {
+    cache_->Release(digest);
+    if (read_cache_ != nullptr && cache_->RefCount(digest) == 0) {
+      Status st = read_cache_->RecordHot(Hex(digest));
+      if (!st.ok())
+        Log(spdlog::level::warn, "layer hot list not written", {{"layer", digest}, {"error", st.ToString()}});
+    }
+  }
   void Sweep() override { cache_->Sweep(false); }
   bool IsMounted(const std::string& digest) const override { return cache_->IsMounted(digest); }
   size_t MountedCount() const override { return cache_->MountedCount(); }
@@ -71,6 +85,7 @@ class ImageLayerProvider final : public LayerProvider {
     }
     return s;
   }
+  void set_prefetch(bool on) { prefetch_ = on; }
   bool FileBackedErofs() const override { return image::MountCache::FileBackedErofsSupported(); }
 
  private:
@@ -80,6 +95,9 @@ class ImageLayerProvider final : public LayerProvider {
   std::unique_ptr<image::ReadCache> read_cache_;  // null: no read cache
   std::unique_ptr<image::BlobFs> blob_fs_;
   std::unique_ptr<image::MountCache> cache_;
+  bool prefetch_ = true;
+
+  static std::string Hex(const std::string& digest) { return digest.substr(digest.find(':') + 1); }
 };
 
 }  // namespace
@@ -104,8 +122,10 @@ StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string
   }
   ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
                    image::MountCache::Open(store.get(), mount_root, grace_ms, source_root));
-  return std::unique_ptr<LayerProvider>(std::make_unique<ImageLayerProvider>(std::move(store), std::move(read_cache),
-                                                                             std::move(blob_fs), std::move(cache)));
+  auto p = std::make_unique<ImageLayerProvider>(std::move(store), std::move(read_cache), std::move(blob_fs),
+                                                std::move(cache));
+  p->set_prefetch(rc.prefetch);
+  return std::unique_ptr<LayerProvider>(std::move(p));
 }
 
 }  // namespace warren::node

@@ -73,6 +73,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "the read cache's unit: bytes read from the store at a time and evicted together (KiB, power of "
                  "two, 4..4096)")
       ->capture_default_str();
+  app.add_flag("--layer-cache-prefetch,!--no-layer-cache-prefetch", flags.layer_cache_prefetch,
+               "with the read cache: record what a layer's first sandboxes read (its hot list, kept in the "
+               "store) and read it ahead when a node mounts the layer");
   app.add_option("--microvm-dir", flags.microvm_dir,
                  "microvm: dir of the guest kernel and initramfs (vmlinuz, initramfs.cpio: "
                  "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")

@@ -44,6 +44,7 @@ struct Flags {
   uint64_t layer_cache_bytes = 0;
   std::string layer_cache_dir;  // "" = <state-dir>/layer-cache
   uint32_t layer_cache_chunk_kb = 64;
+  bool layer_cache_prefetch = true;
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.
   std::string microvm_dir = "/var/cache/warren/microvm";

@@ -159,6 +159,30 @@ TEST_F(ReadCacheTest, AFullDiskServesFromTheStoreAndKeepsWhatFits) {
   EXPECT_EQ(umount2(small.c_str(), 0), 0);
 }
 
+TEST_F(ReadCacheTest, WhatAFirstNodeReadIsReadAheadByTheNext) {
+  auto first = Open(1 << 20, root_ + "/cache1");
+  ASSERT_NE(first, nullptr);
+  for (uint64_t i : {2, 3, 10}) ReadChunk(first.get(), i);
+  ASSERT_OK(first->RecordHot(kHex));
+  const std::string hot = store_->dir() + "/meta/" + kHex + ".hot";
+  EXPECT_EQ(ReadFile(hot), "8192 8192\n40960 123\n");
+  ReadChunk(first.get(), 5);
+  ASSERT_OK(first->RecordHot(kHex));
+  EXPECT_EQ(ReadFile(hot), "8192 8192\n40960 123\n") << "written once: the first runs' list";
+
+  auto next = Open(1 << 20, root_ + "/cache2");
+  ASSERT_NE(next, nullptr);
+  next->Prefetch(kHex);
+  for (int i = 0; i < 500 && next->stats().prefetched_bytes < 2 * kChunk + 123; ++i) usleep(10'000);
+  EXPECT_EQ(next->stats().prefetched_bytes, 2 * kChunk + 123);
+  EXPECT_EQ(next->stats().misses, 0u);
+  for (uint64_t i : {2, 3, 10}) ReadChunk(next.get(), i);
+  EXPECT_EQ(next->stats().misses, 0u) << "the hot chunks were read ahead";
+  EXPECT_EQ(next->stats().hits, 3u);
+  ReadChunk(next.get(), 4);
+  EXPECT_EQ(next->stats().misses, 1u);
+}
+
 // The cache as files under an EROFS mount: what a sandbox reads.
 TEST_F(ReadCacheTest, ALayerMountedThroughTheCacheReadsRightUnderEvictionPressure) {
   const std::string src = root_ + "/src";
