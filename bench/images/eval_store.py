@@ -125,7 +125,7 @@ def main() -> None:
             for opt in ("performance.read-ahead", "performance.io-cache"):
                 g.cli("volume", "set", g.volume, opt, "off")
 
-        def node(name: str, cache: int = 0) -> Daemon:
+        def node(name: str, cache: int = 0, prefetch: bool = True) -> Daemon:
             mnt = g.mount(root / f"mnt-{name}")
             if a.no_read_ahead:
                 dev = os.stat(mnt).st_dev
@@ -142,6 +142,8 @@ def main() -> None:
                 port = _free_port()
                 extra = ["--layer-cache-bytes", str(cache), "--layer-cache-chunk-kb", str(a.chunk_kb),
                          "--metrics-listen", f"127.0.0.1:{port}"]
+                if not prefetch:
+                    extra.append("--no-layer-cache-prefetch")
             d = Daemon(root, name, store, f"es{name}{os.getpid()}", extra_args=extra).start()
             d.metrics_port = port  # type: ignore[attr-defined]
             daemons.append(d)
@@ -186,15 +188,23 @@ def main() -> None:
                   f"{a.n} eval rollouts ({len(picked)} tasks, c={a.c}, all correct) read {read_eval / 2**20:.1f} MiB "
                   f"more: brick read {read / 2**20:.1f} MiB = {100 * read / size:.1f} % of the image{counted(b)}")
             warm = [first_exec_s(b.client, img.name) for _ in range(a.warm)]
-            colds = [cold_b]
-            for i in range(a.cold - 1):
-                d = node(f"c{i}" if not cache else f"cc{i}", cache)
-                colds.append(first_exec_s(d.client, img.name))
-                d.stop()
-            print(f"[{mode}] create->first exec: cold p50 {1000 * statistics.median(colds):.0f} ms (n={len(colds)}, "
-                  f"{', '.join(f'{1000 * x:.0f}' for x in colds)}), warm p50 {1000 * statistics.median(warm):.0f} ms "
+            print(f"[{mode}] create->first exec warm (node B) p50 {1000 * statistics.median(warm):.0f} ms "
                   f"(n={len(warm)})")
             b.stop()
+            # Cold: fresh nodes (own FUSE mount, empty cache). With the cache,
+            # without and then with the hot list node B recorded in the store.
+            for pf in [False, True] if cache else [False]:
+                colds, reads = [], []
+                for i in range(a.cold):
+                    d = node(f"c{i}" if not cache else f"c{i}{'p' if pf else 'n'}", cache, prefetch=pf)
+                    g.bytes_read()
+                    colds.append(first_exec_s(d.client, img.name))
+                    reads.append(g.bytes_read())
+                    d.stop()
+                what = "" if not cache else (" + prefetch of the hot list" if pf else ", no prefetch")
+                print(f"[{mode}{what}] create->first exec cold p50 {1000 * statistics.median(colds):.0f} ms "
+                      f"(n={len(colds)}: {', '.join(f'{1000 * x:.0f}' for x in colds)}); brick read per cold create "
+                      f"p50 {statistics.median(reads) / 2**20:.1f} MiB")
     finally:
         for d in reversed(daemons):
             d.stop()

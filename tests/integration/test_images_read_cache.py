@@ -87,7 +87,7 @@ def test_counter_moves_by_what_a_sandbox_reads(nodes, image, gluster):
         mounts = Path("/proc/self/mountinfo").read_text()
         assert f"{b.state_dir}/layer-files/" in mounts, "no EROFS layer mounted through the read cache"
         before = _layer_read(b, big_layer)
-        assert before < 2 * CHUNK + 64 << 10, before  # the superblock and root: a chunk or two
+        assert before <= 4 * CHUNK, before  # the superblock and the root dir: a chunk or two
         r = sb.exec("head -c 4194304 /data/big.bin | wc -c", timeout=120)
         assert r.stdout == b"4194304\n", r
         moved = _layer_read(b, big_layer) - before
