@@ -107,9 +107,9 @@ StatusOr<std::unique_ptr<ReadCache>> ReadCache::Open(const LayerStore* store, Op
     undo();
     return Precondition(dir, "cannot write and punch holes in a file there", err);
   }
-  std::unique_ptr<ReadCache> c(new ReadCache(store, std::move(opt)));
-  c->prefetch_thread_ = std::thread([p = c.get()] { p->PrefetchLoop(); });
-  return c;
+  std::unique_ptr<ReadCache> cache(new ReadCache(store, std::move(opt)));
+  cache->prefetch_thread_ = std::thread([p = cache.get()] { p->PrefetchLoop(); });
+  return cache;
 }
 
 ReadCache::~ReadCache() {
