@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "common/log.h"
 #include "image/fs_util.h"
@@ -38,6 +40,27 @@ StatusOr<size_t> PreadFull(int fd, char* buf, size_t len, uint64_t off, const st
   }
   return done;
 }
+
+// A buffer for O_DIRECT reads of the store: 4 KiB aligned, its size rounded
+// up to 4 KiB (a read of the blob's tail asks for the rounded length and
+// gets the rest of the file).
+class IoBuf {
+ public:
+  explicit IoBuf(size_t n)
+      : size_(std::max<size_t>(4096, (n + 4095) & ~size_t{4095})),
+        p_(static_cast<char*>(std::aligned_alloc(4096, size_))) {
+    if (p_ == nullptr) throw std::bad_alloc();
+  }
+  ~IoBuf() { std::free(p_); }
+  IoBuf(const IoBuf&) = delete;
+  IoBuf& operator=(const IoBuf&) = delete;
+  char* data() { return p_; }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_;
+  char* p_;
+};
 
 int PwriteFull(int fd, const char* buf, size_t len, uint64_t off) {
   size_t done = 0;
@@ -129,7 +152,11 @@ StatusOr<ReadCache::Layer*> ReadCache::LayerLocked(const std::string& hex) {
   if (!IsHex64(hex)) return absl::InvalidArgumentError("layer \"" + hex + "\" is not 64 lower-case hex");
   Layer l;
   const std::string blob = store_->BlobPath("sha256:" + hex);
-  l.store_fd.reset(open(blob.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_DIRECT where the file system takes it: no page cache of the store's
+  // file beside the cache's chunks, and no read-ahead by its client (the
+  // kernel's, GlusterFS's read-ahead and io-cache translators).
+  l.store_fd.reset(open(blob.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+  if (!l.store_fd.valid() && errno == EINVAL) l.store_fd.reset(open(blob.c_str(), O_RDONLY | O_CLOEXEC));
   if (!l.store_fd.valid()) {
     if (errno == ENOENT) return absl::NotFoundError("layer sha256:" + hex + " not in the store");
     return ErrnoToStatus(errno, "open(" + blob + ")");
@@ -203,8 +230,8 @@ Status ReadCache::ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, 
     const int store_fd = l->store_fd.get(), local_fd = l->local_fd.get();
     const uint64_t want = std::min<uint64_t>(cb, l->size - idx * cb);
     lock.unlock();
-    std::vector<char> data(want);
-    StatusOr<size_t> got = PreadFull(store_fd, data.data(), want, idx * cb, store_->BlobPath("sha256:" + hex));
+    IoBuf data(want);
+    StatusOr<size_t> got = PreadFull(store_fd, data.data(), data.size(), idx * cb, store_->BlobPath("sha256:" + hex));
     int werr = 0;
     if (got.ok() && *got == want) werr = PwriteFull(local_fd, data.data(), want, idx * cb);
     lock.lock();
@@ -310,7 +337,7 @@ void ReadCache::PrefetchOne(const std::string& hex) {
   if (!text.ok()) return;  // no hot list yet: nothing to read ahead
   const uint64_t cb = opt_.chunk_bytes;
   constexpr uint64_t kMaxRange = 1 << 20;
-  std::vector<char> data;
+  IoBuf data(std::max<uint64_t>(kMaxRange, cb));
   size_t pos = 0;
   while (pos < text->size()) {
     size_t eol = text->find('\n', pos);
@@ -339,8 +366,9 @@ void ReadCache::PrefetchOne(const std::string& hex) {
       const uint64_t bytes = std::min((first + n) * cb, l.size) - first * cb;
       const int store_fd = l.store_fd.get(), local_fd = l.local_fd.get();
       lock.unlock();
-      data.resize(bytes);
-      StatusOr<size_t> got = PreadFull(store_fd, data.data(), bytes, first * cb, store_->BlobPath("sha256:" + hex));
+      StatusOr<size_t> got =
+          PreadFull(store_fd, data.data(), std::min<size_t>(data.size(), (bytes + 4095) & ~uint64_t{4095}), first * cb,
+                    store_->BlobPath("sha256:" + hex));
       const bool ok = got.ok() && *got == bytes && PwriteFull(local_fd, data.data(), bytes, first * cb) == 0;
       lock.lock();
       Layer& lay = layers_.at(hex);

@@ -226,6 +226,10 @@ std::vector<prometheus::MetricFamily> GaugeFamilies(const node::NodeGauges& g) {
     out.push_back(CounterFamily("warren_layer_read_cache_write_errors_total",
                                 "Chunks read from the store but not kept: the cache's disk refused the write"));
     AddSample(out.back(), {}, static_cast<double>(g.read_cache_write_errors));
+    out.push_back(CounterFamily("warren_layer_read_cache_prefetched_bytes_total",
+                                "Bytes the layer read cache read ahead from layers' hot lists (part of "
+                                "warren_layer_store_read_bytes_total)"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_prefetched_bytes));
     out.push_back(CounterFamily("warren_layer_store_read_bytes_total",
                                 "Bytes of a layer's EROFS image read from the layer store through the read cache"));
     for (const auto& [layer, n] : g.layer_store_read_bytes) {

@@ -81,6 +81,7 @@ class ImageLayerProvider final : public LayerProvider {
       s.read_cache_evictions = r.evictions;
       s.read_cache_write_errors = r.write_errors;
       s.store_read_bytes = r.store_read_bytes;
+      s.prefetched_bytes = r.prefetched_bytes;
       for (const auto& [hex, l] : r.layers) s.layer_store_read_bytes["sha256:" + hex] = l.store_read_bytes;
     }
     return s;

@@ -77,7 +77,7 @@ class LayerProvider {
     bool read_cache = false;
     uint64_t read_cache_cap_bytes = 0, read_cache_bytes = 0;
     uint64_t read_cache_hits = 0, read_cache_misses = 0, read_cache_evictions = 0, read_cache_write_errors = 0;
-    uint64_t store_read_bytes = 0;
+    uint64_t store_read_bytes = 0, prefetched_bytes = 0;
     std::map<std::string, uint64_t> layer_store_read_bytes;
   };
   virtual CacheStats Stats() const {

@@ -231,6 +231,7 @@ NodeGauges SandboxManager::Gauges() const {
   g.read_cache_evictions = lc.read_cache_evictions;
   g.read_cache_write_errors = lc.read_cache_write_errors;
   g.layer_store_read_bytes = lc.layer_store_read_bytes;
+  g.read_cache_prefetched_bytes = lc.prefetched_bytes;
   return g;
 }
 

@@ -12,7 +12,10 @@ disk, least recently used evicted first. What is checked, through warrend's
 what a sandbox reads, the cap holds while a sandbox reads 8x the cap, a
 mounted layer keeps reading right after its chunks were evicted, and a bad
 cache dir stops the daemon at start with the dir named and nothing mounted.
-(The LRU order and a full cache disk: tests/unit/image/read_cache_test.cc.)
+When the first sandbox is gone, what it read is the layer's hot list in the
+store (read ahead by the next node that mounts it: the unit test and
+bench/images/eval_store.py --read-cache measure that).
+(The LRU order, a full cache disk, prefetch: tests/unit/image/read_cache_test.cc.)
 """
 
 from __future__ import annotations
@@ -99,6 +102,11 @@ def test_counter_moves_by_what_a_sandbox_reads(nodes, image, gluster):
     # The brick served what the cache asked for (GlusterFS may read ahead of it).
     assert gluster.bytes_read() >= moved
     assert store_total > 0
+    # The sandbox is gone: what its layers' first sandbox read is their hot
+    # list in the shared store (offset length per line, whole chunks).
+    hot = (b.layer_store / "meta" / (big_layer.split(":")[1] + ".hot")).read_text().split()
+    assert len(hot) >= 2 and all(int(x) % CHUNK == 0 for x in hot[0::2]), hot
+    assert 4 * MIB <= sum(int(x) for x in hot[1::2]) <= before + moved, hot
 
 
 def test_cap_holds_and_a_mounted_layer_reads_right_after_eviction(nodes, image):
