@@ -30,12 +30,17 @@ from pathlib import Path
 import pytest
 from conftest import NODE_PREFIX, WARREND, Daemon
 from test_images import _ti, make_layout, tar_bytes
-from test_images_shared import Gluster, _busybox_layer, gluster, pytestmark  # noqa: F401 - fixture, skip mark
+from test_images_shared import Gluster, _busybox_layer, pytestmark, started_gluster  # noqa: F401 - skip mark
 from test_metrics import Scrape, _free_port
 
 MIB = 1 << 20
 CAP = 8 * MIB
 CHUNK = 64 << 10
+
+
+@pytest.fixture(scope="module")
+def gluster(test_root: Path) -> Iterable[Gluster]:
+    yield from started_gluster(test_root / "gluster-rc")
 
 
 @pytest.fixture(scope="module")

@@ -149,7 +149,13 @@ class Gluster:
 
 @pytest.fixture(scope="module")
 def gluster(test_root: Path) -> Iterable[Gluster]:
-    g = Gluster(test_root / "gluster")
+    yield from started_gluster(test_root / "gluster")
+
+
+def started_gluster(root: Path) -> Iterable[Gluster]:
+    """A started volume under `root` (its own brick: a brick dir another
+    module's volume used is refused), stopped after the yield."""
+    g = Gluster(root)
     try:
         g.start()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
