@@ -16,6 +16,14 @@ fresh FUSE mount (its own page cache), one create -> `true` each; warm: n
 more creates on node B.
 
   .venv/bin/python bench/images/eval_store.py [--bugs 2] [-n 4] [-c 2] [--warm 10] [--cold 3] [--no-read-ahead]
+      [--read-cache BYTES [--chunk-kb 64]]
+
+--read-cache runs the same workload twice in one invocation, each on its own
+fresh node(s) over the same imported image: first the baseline (layers
+mounted straight from the store), then with warrend's node-local read cache
+(--layer-cache-bytes BYTES): its nodes also report what they read from the
+store per layer (warren_layer_store_read_bytes_total), beside the brick's
+count.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import warren
 from _cleanup import unmount_and_remove
 from conftest import Daemon
 from test_images_shared import Gluster
+from test_metrics import Scrape, _free_port
 from warren import eval as we
 
 ROOTFS = Path(os.environ.get("WARREN_ROOTFS_DIR", "/var/cache/warren/rootfs"))
@@ -97,6 +106,9 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=2, help="eval concurrency")
     ap.add_argument("--warm", type=int, default=10)
     ap.add_argument("--cold", type=int, default=3)
+    ap.add_argument("--read-cache", type=int, default=0, metavar="BYTES",
+                    help="also run with warrend --layer-cache-bytes BYTES (after the baseline, same image)")
+    ap.add_argument("--chunk-kb", type=int, default=64, help="--layer-cache-chunk-kb of the cached run")
     ap.add_argument("--no-read-ahead", action="store_true",
                     help="the nodes' mounts read what is asked: GlusterFS read-ahead and io-cache off, the FUSE "
                          "mounts' kernel read-ahead 0")
@@ -113,7 +125,7 @@ def main() -> None:
             for opt in ("performance.read-ahead", "performance.io-cache"):
                 g.cli("volume", "set", g.volume, opt, "off")
 
-        def node(name: str) -> Daemon:
+        def node(name: str, cache: int = 0, prefetch: bool = True) -> Daemon:
             mnt = g.mount(root / f"mnt-{name}")
             if a.no_read_ahead:
                 dev = os.stat(mnt).st_dev
@@ -124,7 +136,16 @@ def main() -> None:
                     print(f"note: no {ra}: the kernel's read-ahead of {mnt} stays")
             store = mnt / "layers"
             store.mkdir(exist_ok=True)
-            d = Daemon(root, name, store, f"es{name}{os.getpid()}").start()
+            extra: list[str] = []
+            port = 0
+            if cache:
+                port = _free_port()
+                extra = ["--layer-cache-bytes", str(cache), "--layer-cache-chunk-kb", str(a.chunk_kb),
+                         "--metrics-listen", f"127.0.0.1:{port}"]
+                if not prefetch:
+                    extra.append("--no-layer-cache-prefetch")
+            d = Daemon(root, name, store, f"es{name}{os.getpid()}", extra_args=extra).start()
+            d.metrics_port = port  # type: ignore[attr-defined]
             daemons.append(d)
             return d
 
@@ -139,8 +160,6 @@ def main() -> None:
         print(f"image: {len(img.layers)} layers, EROFS {size / 2**20:.1f} MiB; layout built in {t1 - t0:.1f} s, "
               f"imported onto the volume by node A in {t2 - t1:.1f} s")
         stack = tuple(x.layer_name for x in img.stack)
-
-        b = node("b")
         tasks = we.load_tasks(ROOT / "eval/tasks/more-itertools")
         stems: list[str] = []
         for t in tasks:
@@ -149,25 +168,43 @@ def main() -> None:
                 stems.append(stem)
         keep = set(stems[:a.bugs])
         picked = [dataclasses.replace(t, layers=stack) for t in tasks if t.id.rsplit("-", 1)[0] in keep]
-        g.bytes_read()  # a new profile interval
-        cold_b = first_exec_s(b.client, img.name)
-        read_first = g.bytes_read()
-        rep = we.run(b.client, picked, n=a.n, concurrency=a.c)
-        read_eval = g.bytes_read()
-        assert rep.all_correct, rep.summary
-        read = read_first + read_eval
-        print(f"node B: first create->exec {cold_b:.2f} s read {read_first / 2**20:.1f} MiB; "
-              f"{a.n} eval rollouts ({len(picked)} tasks, c={a.c}, all correct) read {read_eval / 2**20:.1f} MiB "
-              f"more: {read / 2**20:.1f} MiB = {100 * read / size:.1f} % of the image")
-        warm = [first_exec_s(b.client, img.name) for _ in range(a.warm)]
-        colds = [cold_b]
-        for i in range(a.cold - 1):
-            d = node(f"c{i}")
-            colds.append(first_exec_s(d.client, img.name))
-            d.stop()
-        print(f"create->first exec: cold p50 {1000 * statistics.median(colds):.0f} ms (n={len(colds)}, "
-              f"{', '.join(f'{1000 * x:.0f}' for x in colds)}), warm p50 {1000 * statistics.median(warm):.0f} ms "
-              f"(n={len(warm)})")
+
+        def counted(d: Daemon) -> str:
+            if not d.metrics_port:  # type: ignore[attr-defined]
+                return ""
+            n = Scrape(d.metrics_port).total("warren_layer_store_read_bytes_total")  # type: ignore[attr-defined]
+            return f"; the node's read cache counted {n / 2**20:.1f} MiB = {100 * n / size:.1f} % from the store"
+
+        for mode, cache in [("direct", 0)] + ([("read cache", a.read_cache)] if a.read_cache else []):
+            b = node("b" if not cache else "bc", cache)
+            g.bytes_read()  # a new profile interval
+            cold_b = first_exec_s(b.client, img.name)
+            read_first = g.bytes_read()
+            rep = we.run(b.client, picked, n=a.n, concurrency=a.c)
+            read_eval = g.bytes_read()
+            assert rep.all_correct, rep.summary
+            read = read_first + read_eval
+            print(f"[{mode}] node B: first create->exec {cold_b:.2f} s read {read_first / 2**20:.1f} MiB; "
+                  f"{a.n} eval rollouts ({len(picked)} tasks, c={a.c}, all correct) read {read_eval / 2**20:.1f} MiB "
+                  f"more: brick read {read / 2**20:.1f} MiB = {100 * read / size:.1f} % of the image{counted(b)}")
+            warm = [first_exec_s(b.client, img.name) for _ in range(a.warm)]
+            print(f"[{mode}] create->first exec warm (node B) p50 {1000 * statistics.median(warm):.0f} ms "
+                  f"(n={len(warm)})")
+            b.stop()
+            # Cold: fresh nodes (own FUSE mount, empty cache). With the cache,
+            # without and then with the hot list node B recorded in the store.
+            for pf in [False, True] if cache else [False]:
+                colds, reads = [], []
+                for i in range(a.cold):
+                    d = node(f"c{i}" if not cache else f"c{i}{'p' if pf else 'n'}", cache, prefetch=pf)
+                    g.bytes_read()
+                    colds.append(first_exec_s(d.client, img.name))
+                    reads.append(g.bytes_read())
+                    d.stop()
+                what = "" if not cache else (" + prefetch of the hot list" if pf else ", no prefetch")
+                print(f"[{mode}{what}] create->first exec cold p50 {1000 * statistics.median(colds):.0f} ms "
+                      f"(n={len(colds)}: {', '.join(f'{1000 * x:.0f}' for x in colds)}); brick read per cold create "
+                      f"p50 {statistics.median(reads) / 2**20:.1f} MiB")
     finally:
         for d in reversed(daemons):
             d.stop()

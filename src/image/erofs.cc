@@ -40,9 +40,54 @@ std::string Drain(int fd) {
   return out;
 }
 
+// Copies the file `from` to a new file `to` (0644), read/write in 1 MiB
+// pieces (works across file systems, FUSE ones included).
+Status CopyNewFile(const std::string& from, const std::string& to) {
+  UniqueFd in(open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return ErrnoToStatus(errno, "open(" + from + ")");
+  UniqueFd out(open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!out.valid()) return ErrnoToStatus(errno, "open(" + to + ")");
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = read(in.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "read(" + from + ")");
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = write(out.get(), buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return ErrnoToStatus(errno, "write(" + to + ")");
+      done += w;
+    }
+  }
+  if (fsync(out.get()) != 0) return ErrnoToStatus(errno, "fsync(" + to + ")");
+  return absl::OkStatus();
+}
+
+Status RunMkfsErofs(const std::string& image, const std::string& src_dir, bool chunked);
+
 }  // namespace
 
 Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked) {
+  if (!chunked) return RunMkfsErofs(image, src_dir, false);
+  // mkfs.erofs 1.5 keeps a chunk-based build's file data in a tmpfile(3),
+  // always under /tmp, and copies it into the image with copy_file_range:
+  // across file systems (EXDEV, e.g. a store on GlusterFS) its fallback
+  // fails the build with EIO. So the image is built beside that tmpfile and
+  // then copied to `image`.
+  char tmp[] = "/tmp/warren-mkfs-XXXXXX";
+  UniqueFd fd(mkstemp(tmp));
+  if (!fd.valid()) return ErrnoToStatus(errno, "mkstemp(/tmp/warren-mkfs-XXXXXX)");
+  fd.reset();
+  Status st = RunMkfsErofs(tmp, src_dir, true);
+  if (st.ok()) st = CopyNewFile(tmp, image);
+  unlink(tmp);
+  return st;
+}
+
+namespace {
+
+Status RunMkfsErofs(const std::string& image, const std::string& src_dir, bool chunked) {
   // --preserve-mtime keeps per-file mtimes; a fixed UUID and a fixed build
   // time make the image a function of the tree. SOURCE_DATE_EPOCH is the only
   // way erofs-utils 1.5 takes a fixed build time without also overriding
@@ -124,6 +169,8 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
   if (full) return ErrnoToStatus(ENOSPC, "mkfs.erofs " + image + " " + src_dir + " (" + how + ": " + err + ")");
   return absl::InternalError("mkfs.erofs " + image + " " + src_dir + " failed (" + how + "): " + err);
 }
+
+}  // namespace
 
 namespace {
 

@@ -357,6 +357,7 @@ Status LayerStore::Remove(std::string_view ref) {
   }
   unlink((dir_ + "/meta/" + hex + ".json").c_str());
   unlink((dir_ + "/meta/" + hex + ".sandbox").c_str());
+  unlink((dir_ + "/meta/" + hex + ".hot").c_str());  // ReadCache's hot list
   return absl::OkStatus();
 }
 

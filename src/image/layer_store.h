@@ -132,8 +132,11 @@ class MountCache {
  public:
   // Adopts mounts left under mount_root by a previous daemon (refcount 0
   // until sandboxes are re-adopted and Acquire() them again).
+  // source_root: "" mounts each layer from its store blob; otherwise from
+  // <source_root>/<hex> (the node's read cache as files: BlobFs), the store
+  // blob still deciding whether the layer exists.
   static StatusOr<std::unique_ptr<MountCache>> Open(const LayerStore* store, const std::string& mount_root,
-                                                    int64_t grace_ms);
+                                                    int64_t grace_ms, std::string source_root = "");
   // Mounts (if needed) and takes a reference; returns the mount path.
   StatusOr<std::string> Acquire(std::string_view digest);
   void Release(std::string_view digest);
@@ -167,14 +170,15 @@ class MountCache {
     int64_t released_at_ms = 0;  // CLOCK_MONOTONIC, when refs dropped to 0
     uint64_t bytes = 0;          // the image's size, once mounted
   };
-  MountCache(const LayerStore* store, std::string mount_root, int64_t grace_ms)
-      : store_(store), mount_root_(std::move(mount_root)), grace_ms_(grace_ms) {}
+  MountCache(const LayerStore* store, std::string mount_root, int64_t grace_ms, std::string source_root)
+      : store_(store), mount_root_(std::move(mount_root)), grace_ms_(grace_ms), source_root_(std::move(source_root)) {}
   Status Adopt();
   std::string MountPath(const std::string& hex) const;
 
   const LayerStore* store_;
   const std::string mount_root_;
   const int64_t grace_ms_;
+  const std::string source_root_;
   // Guards entries_; never held across mount/umount: Acquire of one digest
   // waits on cv_ while another thread mounts it (per-digest latch).
   mutable std::mutex mu_;

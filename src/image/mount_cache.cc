@@ -56,7 +56,7 @@ bool MountCache::FileBackedErofsSupported() { return ErofsFileBackedSupported();
 MountCache::~MountCache() = default;
 
 StatusOr<std::unique_ptr<MountCache>> MountCache::Open(const LayerStore* store, const std::string& mount_root,
-                                                       int64_t grace_ms) {
+                                                       int64_t grace_ms, std::string source_root) {
   if (store == nullptr) return absl::InvalidArgumentError("MountCache: no layer store");
   RETURN_IF_ERROR(MakeDirs(mount_root));
   // Private to root: the mounts hold sandboxes' snapshots. Nothing but the
@@ -66,7 +66,7 @@ StatusOr<std::unique_ptr<MountCache>> MountCache::Open(const LayerStore* store, 
   if (real == nullptr) return ErrnoToStatus(errno, "realpath(" + mount_root + ")");
   std::string root(real);
   free(real);
-  std::unique_ptr<MountCache> c(new MountCache(store, root, grace_ms));
+  std::unique_ptr<MountCache> c(new MountCache(store, root, grace_ms, std::move(source_root)));
   RETURN_IF_ERROR(c->Adopt());
   return c;
 }
@@ -142,10 +142,11 @@ StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
       if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
         return ErrnoToStatus(errno, "mkdir(" + path + ")");
       }
-      StatusOr<UniqueFd> mnt = MountErofs(blob);
+      const std::string source = source_root_.empty() ? blob : source_root_ + "/" + hex;
+      StatusOr<UniqueFd> mnt = MountErofs(source);
       Status s = mnt.status();
       if (s.ok() && move_mount(mnt->get(), "", AT_FDCWD, path.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-        s = ErrnoToStatus(errno, "move_mount(" + blob + ", " + path + ")");
+        s = ErrnoToStatus(errno, "move_mount(" + source + ", " + path + ")");
       }
       if (!s.ok()) rmdir(path.c_str());
       return s;

@@ -210,6 +210,32 @@ std::vector<prometheus::MetricFamily> GaugeFamilies(const node::NodeGauges& g) {
   AddSample(out.back(), {{"result", "failed"}}, static_cast<double>(g.layer_cache_failures));
   out.push_back(CounterFamily("warren_layer_cache_evictions_total", "Unused layer mounts removed after their grace"));
   AddSample(out.back(), {}, static_cast<double>(g.layer_cache_evictions));
+  if (g.read_cache) {
+    out.push_back(GaugeFamily("warren_layer_read_cache_cap_bytes", "Size cap of the node-local layer read cache"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_cap_bytes));
+    out.push_back(GaugeFamily("warren_layer_read_cache_bytes", "Layer chunks the node-local read cache holds now"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_bytes));
+    out.push_back(CounterFamily("warren_layer_read_cache_chunks_total",
+                                "Chunks the layer read cache served, by result: hit (held locally), miss (read from "
+                                "the store)"));
+    AddSample(out.back(), {{"result", "hit"}}, static_cast<double>(g.read_cache_hits));
+    AddSample(out.back(), {{"result", "miss"}}, static_cast<double>(g.read_cache_misses));
+    out.push_back(CounterFamily("warren_layer_read_cache_evictions_total",
+                                "Chunks the layer read cache dropped to stay under its cap (LRU)"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_evictions));
+    out.push_back(CounterFamily("warren_layer_read_cache_write_errors_total",
+                                "Chunks read from the store but not kept: the cache's disk refused the write"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_write_errors));
+    out.push_back(CounterFamily("warren_layer_read_cache_prefetched_bytes_total",
+                                "Bytes the layer read cache read ahead from layers' hot lists (part of "
+                                "warren_layer_store_read_bytes_total)"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_prefetched_bytes));
+    out.push_back(CounterFamily("warren_layer_store_read_bytes_total",
+                                "Bytes of a layer's EROFS image read from the layer store through the read cache"));
+    for (const auto& [layer, n] : g.layer_store_read_bytes) {
+      AddSample(out.back(), {{"layer", layer}}, static_cast<double>(n));
+    }
+  }
   if (g.fncall) {
     out.push_back(GaugeFamily("warren_fncall_workers", "Warm fncall workers, by state (busy, idle)"));
     AddSample(out.back(), {{"state", "busy"}}, g.fncall_workers_busy);

@@ -1,5 +1,9 @@
 #include "node/image_layer_provider.h"
 
+#include "common/log.h"
+#include "image/blob_fs.h"
+#include "image/read_cache.h"
+
 #include <utility>
 
 namespace warren::node {
@@ -7,8 +11,12 @@ namespace {
 
 class ImageLayerProvider final : public LayerProvider {
  public:
-  ImageLayerProvider(std::unique_ptr<image::LayerStore> store, std::unique_ptr<image::MountCache> cache)
-      : store_(std::move(store)), cache_(std::move(cache)) {}
+  ImageLayerProvider(std::unique_ptr<image::LayerStore> store, std::unique_ptr<image::ReadCache> read_cache,
+                     std::unique_ptr<image::BlobFs> blob_fs, std::unique_ptr<image::MountCache> cache)
+      : store_(std::move(store)),
+        read_cache_(std::move(read_cache)),
+        blob_fs_(std::move(blob_fs)),
+        cache_(std::move(cache)) {}
   // A clean shutdown unmounts the layers no sandbox holds (those waiting out
   // their grace period): they would otherwise outlive the daemon for nothing.
   // Layers of live sandboxes keep their references and stay mounted for the
@@ -36,30 +44,89 @@ class ImageLayerProvider final : public LayerProvider {
   Status Remove(const std::string& ref) override { return store_->Remove(ref); }
   std::string TmpDir() const override { return store_->dir() + "/tmp"; }
   std::string BlobPath(const std::string& digest) const override { return store_->BlobPath(digest); }
-  StatusOr<std::string> Acquire(const std::string& digest) override { return cache_->Acquire(digest); }
-  void Release(const std::string& digest) override { cache_->Release(digest); }
+  // With a read cache: a layer about to be mounted is read ahead from its
+  // hot list; when its first sandboxes are gone, what they read becomes the
+  // hot list (image::ReadCache::Prefetch/RecordHot).
+  StatusOr<std::string> Acquire(const std::string& digest) override {
+    if (read_cache_ != nullptr && prefetch_ && !cache_->IsMounted(digest)) read_cache_->Prefetch(Hex(digest));
+    return cache_->Acquire(digest);
+  }
+  void Release(const std::string& digest) override {
+    cache_->Release(digest);
+    if (read_cache_ != nullptr && cache_->RefCount(digest) == 0) {
+      Status st = read_cache_->RecordHot(Hex(digest));
+      if (!st.ok())
+        Log(spdlog::level::warn, "layer hot list not written", {{"layer", digest}, {"error", st.ToString()}});
+    }
+  }
   void Sweep() override { cache_->Sweep(false); }
   bool IsMounted(const std::string& digest) const override { return cache_->IsMounted(digest); }
   size_t MountedCount() const override { return cache_->MountedCount(); }
   CacheStats Stats() const override {
     const image::MountCache::Stats m = cache_->stats();
-    return CacheStats{m.hits, m.misses, m.failures, m.evictions, m.mounted, m.mounted_bytes};
+    CacheStats s;
+    s.hits = m.hits;
+    s.misses = m.misses;
+    s.failures = m.failures;
+    s.evictions = m.evictions;
+    s.mounted = m.mounted;
+    s.mounted_bytes = m.mounted_bytes;
+    if (read_cache_ != nullptr) {
+      const image::ReadCache::Stats r = read_cache_->stats();
+      s.read_cache = true;
+      s.read_cache_cap_bytes = r.cap_bytes;
+      s.read_cache_bytes = r.cached_bytes;
+      s.read_cache_hits = r.hits;
+      s.read_cache_misses = r.misses;
+      s.read_cache_evictions = r.evictions;
+      s.read_cache_write_errors = r.write_errors;
+      s.store_read_bytes = r.store_read_bytes;
+      s.prefetched_bytes = r.prefetched_bytes;
+      for (const auto& [hex, l] : r.layers) s.layer_store_read_bytes["sha256:" + hex] = l.store_read_bytes;
+    }
+    return s;
   }
+  void set_prefetch(bool on) { prefetch_ = on; }
   bool FileBackedErofs() const override { return image::MountCache::FileBackedErofsSupported(); }
 
  private:
+  // Destroyed bottom up: the mount cache (it points at the store and mounts
+  // from blob_fs_), the cache's files, the cache, the store.
   std::unique_ptr<image::LayerStore> store_;
-  std::unique_ptr<image::MountCache> cache_;  // destroyed first: it points at store_
+  std::unique_ptr<image::ReadCache> read_cache_;  // null: no read cache
+  std::unique_ptr<image::BlobFs> blob_fs_;
+  std::unique_ptr<image::MountCache> cache_;
+  bool prefetch_ = true;
+
+  static std::string Hex(const std::string& digest) { return digest.substr(digest.find(':') + 1); }
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string& store_dir,
-                                                               const std::string& mount_root, int64_t grace_ms) {
+                                                               const std::string& mount_root, int64_t grace_ms,
+                                                               const ReadCacheOptions& rc) {
   ASSIGN_OR_RETURN(std::unique_ptr<image::LayerStore> store, image::LayerStore::Open(store_dir));
+  std::unique_ptr<image::ReadCache> read_cache;
+  std::unique_ptr<image::BlobFs> blob_fs;
+  std::string source_root;
+  if (rc.cap_bytes > 0) {
+    StatusOr<std::unique_ptr<image::ReadCache>> opened =
+        image::ReadCache::Open(store.get(), {rc.dir, rc.cap_bytes, rc.chunk_bytes});
+    if (!opened.ok()) {
+      return Status(opened.status().code(),
+                    "--layer-cache-dir/--layer-cache-bytes: " + std::string(opened.status().message()));
+    }
+    read_cache = *std::move(opened);
+    ASSIGN_OR_RETURN(blob_fs, image::BlobFs::Mount(read_cache.get(), rc.fs_mountpoint));
+    source_root = blob_fs->mountpoint();
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
-                   image::MountCache::Open(store.get(), mount_root, grace_ms));
-  return std::unique_ptr<LayerProvider>(std::make_unique<ImageLayerProvider>(std::move(store), std::move(cache)));
+                   image::MountCache::Open(store.get(), mount_root, grace_ms, source_root));
+  auto p = std::make_unique<ImageLayerProvider>(std::move(store), std::move(read_cache), std::move(blob_fs),
+                                                std::move(cache));
+  p->set_prefetch(rc.prefetch);
+  return std::unique_ptr<LayerProvider>(std::move(p));
 }
 
 }  // namespace warren::node

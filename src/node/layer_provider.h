@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,15 @@ class LayerProvider {
   struct CacheStats {
     uint64_t hits = 0, misses = 0, failures = 0, evictions = 0;
     uint64_t mounted = 0, mounted_bytes = 0;
+    // The node-local read cache (image::ReadCache::Stats), when there is one:
+    // its cap and the chunk bytes held now; chunks found / fetched; chunks
+    // evicted; chunks not kept for a local write error; bytes read from the
+    // store in all and per layer ("sha256:<hex>" -> bytes) since start.
+    bool read_cache = false;
+    uint64_t read_cache_cap_bytes = 0, read_cache_bytes = 0;
+    uint64_t read_cache_hits = 0, read_cache_misses = 0, read_cache_evictions = 0, read_cache_write_errors = 0;
+    uint64_t store_read_bytes = 0, prefetched_bytes = 0;
+    std::map<std::string, uint64_t> layer_store_read_bytes;
   };
   virtual CacheStats Stats() const {
     CacheStats s;

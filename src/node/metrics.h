@@ -36,6 +36,15 @@ struct NodeGauges {
   // time): Acquires served by a mount that was there, Acquires that mounted,
   // mounts that failed, unused mounts removed.
   uint64_t layer_cache_hits = 0, layer_cache_misses = 0, layer_cache_failures = 0, layer_cache_evictions = 0;
+  // The node-local read cache of layer blobs (LayerProvider::CacheStats's
+  // read_cache_* fields; absent when the node has none). The per-layer map
+  // has one entry per layer the cache read since start (the node's layers:
+  // bounded by its store, not by requests).
+  bool read_cache = false;
+  uint64_t read_cache_cap_bytes = 0, read_cache_bytes = 0;
+  uint64_t read_cache_hits = 0, read_cache_misses = 0, read_cache_evictions = 0, read_cache_write_errors = 0;
+  std::map<std::string, uint64_t> layer_store_read_bytes;  // "sha256:<hex>" -> bytes read from the store
+  uint64_t read_cache_prefetched_bytes = 0;                // of them, read ahead from hot lists
   // The fncall pool (warrend's): workers by occupancy.
   bool fncall = false;
   uint32_t fncall_workers_busy = 0, fncall_workers_idle = 0;

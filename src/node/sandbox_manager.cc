@@ -223,6 +223,15 @@ NodeGauges SandboxManager::Gauges() const {
   g.layer_cache_misses = lc.misses;
   g.layer_cache_failures = lc.failures;
   g.layer_cache_evictions = lc.evictions;
+  g.read_cache = lc.read_cache;
+  g.read_cache_cap_bytes = lc.read_cache_cap_bytes;
+  g.read_cache_bytes = lc.read_cache_bytes;
+  g.read_cache_hits = lc.read_cache_hits;
+  g.read_cache_misses = lc.read_cache_misses;
+  g.read_cache_evictions = lc.read_cache_evictions;
+  g.read_cache_write_errors = lc.read_cache_write_errors;
+  g.layer_store_read_bytes = lc.layer_store_read_bytes;
+  g.read_cache_prefetched_bytes = lc.prefetched_bytes;
   return g;
 }
 

@@ -163,8 +163,14 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   }
 
   std::string store_dir = flags.layer_store.empty() ? flags.state_dir + "/layers" : flags.layer_store;
+  node::ReadCacheOptions read_cache;
+  read_cache.cap_bytes = flags.layer_cache_bytes;
+  read_cache.dir = flags.layer_cache_dir.empty() ? flags.state_dir + "/layer-cache" : flags.layer_cache_dir;
+  read_cache.chunk_bytes = flags.layer_cache_chunk_kb * 1024;
+  read_cache.fs_mountpoint = flags.state_dir + "/layer-files";
+  read_cache.prefetch = flags.layer_cache_prefetch;
   ASSIGN_OR_RETURN(std::unique_ptr<node::LayerProvider> layers,
-                   node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms));
+                   node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms, read_cache));
 
   node::ManagerOptions mopt;
   mopt.node_id = flags.node_id;

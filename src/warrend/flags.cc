@@ -62,6 +62,20 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_option("--mount-grace-ms", flags.mount_grace_ms, "keep an unused layer mount this long before unmounting")
       ->capture_default_str();
+  app.add_option("--layer-cache-bytes", flags.layer_cache_bytes,
+                 "node-local read cache of layer images: at most this many bytes of chunks read from the layer "
+                 "store kept on local disk, least recently used evicted first; layers are mounted through it "
+                 "(0 = no cache: layers mounted straight from the store)")
+      ->capture_default_str();
+  app.add_option("--layer-cache-dir", flags.layer_cache_dir,
+                 "the read cache's local dir (default <state-dir>/layer-cache; emptied at start)");
+  app.add_option("--layer-cache-chunk-kb", flags.layer_cache_chunk_kb,
+                 "the read cache's unit: bytes read from the store at a time and evicted together (KiB, power of "
+                 "two, 4..4096)")
+      ->capture_default_str();
+  app.add_flag("--layer-cache-prefetch,!--no-layer-cache-prefetch", flags.layer_cache_prefetch,
+               "with the read cache: record what a layer's first sandboxes read (its hot list, kept in the "
+               "store) and read it ahead when a node mounts the layer");
   app.add_option("--microvm-dir", flags.microvm_dir,
                  "microvm: dir of the guest kernel and initramfs (vmlinux or vmlinuz, initramfs.cpio: "
                  "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")

@@ -39,6 +39,12 @@ struct Flags {
   std::string expose_domain = "localhost";  // the gateway's names: PORT-ID.<domain>
   std::string net_dns_upstream;             // "" = the host's first nameserver; "none" = no DNS for sandboxes
   int64_t mount_grace_ms = 60000;
+  // Node-local read cache of layer blobs (image/read_cache.h): 0 = none
+  // (layers mounted straight from the store).
+  uint64_t layer_cache_bytes = 0;
+  std::string layer_cache_dir;  // "" = <state-dir>/layer-cache
+  uint32_t layer_cache_chunk_kb = 64;
+  bool layer_cache_prefetch = true;
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.
   std::string microvm_dir = "/var/cache/warren/microvm";

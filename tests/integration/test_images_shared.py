@@ -8,13 +8,14 @@ mounts: two page caches, as on two machines). Node A imports an image; node
 B creates from it without converting anything: both read the same layer and
 image records on the volume.
 
-Reading on demand, as built today (the first step): node B mounts each layer
-file-backed, straight from the EROFS image file on its FUSE mount (no loop
-device, no copy), so only the blocks a sandbox touches are read from the
-store. The node-local read cache is the node's page cache over its FUSE
+Reading on demand without warrend's read cache (the default): node B mounts
+each layer file-backed, straight from the EROFS image file on its FUSE mount
+(no loop device, no copy), so only the blocks a sandbox touches are read
+from the store; what caches them is the node's page cache over its FUSE
 mount plus GlusterFS's client io-cache translator (enabled here with a
-64 MiB cap, LRU eviction). Not built yet: metadata/data split
-(mkfs.erofs --blobdev) with a warren-managed on-disk cache, prefetch.
+64 MiB cap). warrend's own node-local read cache (--layer-cache-bytes: chunks
+on local disk, LRU under a cap, per-layer store-read counter, hot-list
+prefetch) is tested over the same volume in test_images_read_cache.py.
 
 Bytes read from the store are the brick's own count (`gluster volume profile
 ... info`: "Data Read"), not a client estimate."""
@@ -148,7 +149,13 @@ class Gluster:
 
 @pytest.fixture(scope="module")
 def gluster(test_root: Path) -> Iterable[Gluster]:
-    g = Gluster(test_root / "gluster")
+    yield from started_gluster(test_root / "gluster")
+
+
+def started_gluster(root: Path) -> Iterable[Gluster]:
+    """A started volume under `root` (its own brick: a brick dir another
+    module's volume used is refused), stopped after the yield."""
+    g = Gluster(root)
     try:
         g.start()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:

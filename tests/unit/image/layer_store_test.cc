@@ -1,6 +1,7 @@
 #include "image/layer_store.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -227,6 +228,29 @@ TEST_F(LayerStoreTest, BuildFromDirKeepsEverything) {
   ASSERT_EQ(lstat((src + "/big").c_str(), &s_src), 0);
   ASSERT_EQ(lstat((m + "/big").c_str(), &st), 0);
   EXPECT_EQ(st.st_mtim.tv_sec, s_src.st_mtim.tv_sec);
+}
+
+// mkfs.erofs 1.5 keeps a chunk-based build's data in a tmpfile under /tmp
+// and copies it into the image with copy_file_range, failing with EIO when
+// the image is on another file system (EXDEV): a store on a tmpfs (or on
+// GlusterFS) must still build chunk-based layers.
+TEST(LayerStoreOtherFsTest, ChunkBasedLayerBuildsOnAnotherFileSystemThanTmp) {
+  const std::string root = MakeTempDir();
+  const std::string fs = root + "/fs";
+  ASSERT_EQ(mkdir(fs.c_str(), 0755), 0);
+  ASSERT_EQ(mount("tmpfs", fs.c_str(), "tmpfs", 0, "size=64m"), 0);
+  {
+    auto store = LayerStore::Open(fs + "/store");
+    ASSERT_OK(store);
+    const std::string src = root + "/src";
+    ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+    WriteFile(src + "/f", std::string(100000, 'x'));
+    auto l = (*store)->BuildFromSandboxDir("workspace/tmpfs@1", src);
+    ASSERT_OK(l);
+    EXPECT_TRUE(l->from_sandbox);
+  }
+  EXPECT_EQ(umount2(fs.c_str(), 0), 0);
+  EXPECT_OK(RemoveTree(root));
 }
 
 TEST_F(LayerStoreTest, SameTreeGivesSameDigest) {

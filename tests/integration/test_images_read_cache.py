@@ -1,0 +1,168 @@
+"""The node-local read cache of layer images over a shared store on GlusterFS.
+
+Node A (no cache) imports an image onto a one-node GlusterFS volume (the
+Gluster helper of test_images_shared.py: glusterd on loopback, FUSE
+clients); node B, on its own FUSE mount of the volume, runs with
+`--layer-cache-bytes` (8 MiB, 64 KiB chunks): its EROFS layers are mounted
+file-backed from the cache's FUSE files (<state>/layer-files/<hex>), which
+read the store one chunk at a time on a miss and keep chunks on B's local
+disk, least recently used evicted first. What is checked, through warrend's
+/metrics (`warren_layer_store_read_bytes_total{layer=...}`,
+`warren_layer_read_cache_*`) and the cache dir on disk: the counter moves by
+what a sandbox reads, the cap holds while a sandbox reads 8x the cap, a
+mounted layer keeps reading right after its chunks were evicted, and a bad
+cache dir stops the daemon at start with the dir named and nothing mounted.
+When the first sandbox is gone, what it read is the layer's hot list in the
+store (read ahead by the next node that mounts it: the unit test and
+bench/images/eval_store.py --read-cache measure that).
+(The LRU order, a full cache disk, prefetch: tests/unit/image/read_cache_test.cc.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from conftest import NODE_PREFIX, WARREND, Daemon
+from test_images import _ti, make_layout, tar_bytes
+from test_images_shared import Gluster, _busybox_layer, pytestmark, started_gluster  # noqa: F401 - skip mark
+from test_metrics import Scrape, _free_port
+
+MIB = 1 << 20
+CAP = 8 * MIB
+CHUNK = 64 << 10
+
+
+@pytest.fixture(scope="module")
+def gluster(test_root: Path) -> Iterable[Gluster]:
+    yield from started_gluster(test_root / "gluster-rc")
+
+
+@pytest.fixture(scope="module")
+def nodes(test_root: Path, gluster: Gluster) -> Iterable[tuple[Daemon, Daemon]]:
+    a_store = gluster.mount(test_root / "rc-gmnt-a") / "layers"
+    b_store = gluster.mount(test_root / "rc-gmnt-b") / "layers"
+    a_store.mkdir(exist_ok=True)
+    a = Daemon(test_root, "rc-a", a_store, NODE_PREFIX + "ra").start()
+    port = _free_port()
+    b = Daemon(
+        test_root, "rc-b", b_store, NODE_PREFIX + "rb",
+        extra_args=["--layer-cache-bytes", str(CAP), "--layer-cache-chunk-kb", str(CHUNK >> 10),
+                    "--metrics-listen", f"127.0.0.1:{port}"],
+    )
+    b.metrics_port = port  # type: ignore[attr-defined]
+    b.start()
+    yield a, b
+    for d in (b, a):
+        d.stop()
+    assert not os.path.ismount(b.state_dir / "layer-files"), "the cache's FUSE mount outlived its daemon"
+
+
+@pytest.fixture(scope="module")
+def image(nodes: tuple[Daemon, Daemon], test_root: Path) -> tuple[str, str, bytes]:
+    """(image name, digest of the layer holding /data/big.bin, its bytes)."""
+    a, _ = nodes
+    big = os.urandom(64 * MIB)
+    lay = make_layout(test_root / "rc-img", [
+        _busybox_layer(),
+        tar_bytes([_ti("data/", tarfile.DIRTYPE, 0o755), _ti("data/big.bin", data=big)]),
+        tar_bytes([_ti("task/", tarfile.DIRTYPE, 0o755), _ti("task/README", data=b"read me\n")]),
+    ])
+    img = a.client.images.import_(str(lay), name="rc/task:1", timeout=600)
+    return img.name, img.layers[1].layer, big
+
+
+def _layer_read(b: Daemon, digest: str) -> float:
+    return Scrape(b.metrics_port).get("warren_layer_store_read_bytes_total", layer=digest)  # type: ignore[attr-defined]
+
+
+def _cache_disk_bytes(b: Daemon) -> int:
+    return sum(p.stat().st_blocks * 512 for p in (b.state_dir / "layer-cache").iterdir())
+
+
+def test_counter_moves_by_what_a_sandbox_reads(nodes, image, gluster):
+    _, b = nodes
+    name, big_layer, _ = image
+    gluster.bytes_read()  # a new profile interval
+    with b.client.create(image=name, timeout=300) as sb:
+        assert sb.exec("cat /task/README", timeout=60).stdout == b"read me\n"
+        # The layers are mounted from the cache's files, not from the store.
+        mounts = Path("/proc/self/mountinfo").read_text()
+        assert f"{b.state_dir}/layer-files/" in mounts, "no EROFS layer mounted through the read cache"
+        before = _layer_read(b, big_layer)
+        assert before <= 4 * CHUNK, before  # the superblock and the root dir: a chunk or two
+        r = sb.exec("head -c 4194304 /data/big.bin | wc -c", timeout=120)
+        assert r.stdout == b"4194304\n", r
+        moved = _layer_read(b, big_layer) - before
+        # What was read, in whole chunks, plus at most the mount's read-ahead.
+        assert 4 * MIB <= moved <= 5 * MIB, moved
+        s = Scrape(b.metrics_port)  # type: ignore[attr-defined]
+        store_total = s.total("warren_layer_store_read_bytes_total")
+        assert s.get("warren_layer_read_cache_chunks_total", result="miss") * CHUNK >= moved
+    # The brick served what the cache asked for (GlusterFS may read ahead of it).
+    assert gluster.bytes_read() >= moved
+    assert store_total > 0
+    # The sandbox is gone: what its layers' first sandbox read is their hot
+    # list in the shared store (offset length per line, whole chunks).
+    hot = (b.layer_store / "meta" / (big_layer.split(":")[1] + ".hot")).read_text().split()
+    assert len(hot) >= 2 and all(int(x) % CHUNK == 0 for x in hot[0::2]), hot
+    assert 4 * MIB <= sum(int(x) for x in hot[1::2]) <= before + moved, hot
+
+
+def test_cap_holds_and_a_mounted_layer_reads_right_after_eviction(nodes, image):
+    _, b = nodes
+    name, big_layer, big = image
+    port = b.metrics_port  # type: ignore[attr-defined]
+    evicted0 = Scrape(port).get("warren_layer_read_cache_evictions_total")
+    want = hashlib.sha256(big).hexdigest().encode()
+    with b.client.create(image=name, timeout=300) as sb:
+        for i in range(2):  # 64 MiB through an 8 MiB cache, twice
+            r = sb.exec("sha256sum /data/big.bin", timeout=300)
+            assert r.stdout.split()[0] == want, (i, r)
+            s = Scrape(port)
+            assert s.get("warren_layer_read_cache_bytes") <= CAP
+            assert s.get("warren_layer_read_cache_cap_bytes") == CAP
+            assert _cache_disk_bytes(b) <= CAP
+            # Drop the layer's page cache on the node, so the next pass reads
+            # through the cache again (its chunks were evicted meanwhile).
+            mnt = b.state_dir / "mnt" / big_layer.split(":")[1] / "data/big.bin"
+            fd = os.open(mnt, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        assert Scrape(port).get("warren_layer_read_cache_evictions_total") - evicted0 >= (2 * 64 * MIB - CAP) // CHUNK
+        assert sb.exec("cat /task/README", timeout=60).stdout == b"read me\n"
+    assert _layer_read(b, big_layer) >= 2 * 64 * MIB
+
+
+@pytest.mark.parametrize("why", ["a file", "a read-only file system"])
+def test_bad_cache_dir_stops_the_daemon_with_the_dir_named(test_root: Path, gluster: Gluster, why: str):
+    state = test_root / f"rc-bad-{why[2:6]}-state"
+    state.mkdir()
+    if why == "a file":
+        bad = test_root / "rc-cache-file"
+        bad.write_text("not a dir")
+    else:
+        ro = test_root / "rc-ro"
+        ro.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)], check=True)
+        bad = ro / "cache"
+    try:
+        p = subprocess.run(
+            [str(WARREND), "--state-dir", str(state), "--socket", str(test_root / "rc-bad.sock"),
+             "--layer-store", str(test_root / "rc-bad-layers"), "--node-id", NODE_PREFIX + "rx",
+             "--layer-cache-bytes", str(CAP), "--layer-cache-dir", str(bad)],
+            check=False, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, text=True,
+        )
+    finally:
+        if why != "a file":
+            subprocess.run(["umount", str(ro)], check=True)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out
+    assert str(bad) in out and "--layer-cache" in out, out
+    assert not os.path.ismount(state / "layer-files"), "a failed start left the cache's FUSE mount"
+    assert str(state) not in Path("/proc/self/mountinfo").read_text()
