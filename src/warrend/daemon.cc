@@ -227,6 +227,7 @@ StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, 
     for (const std::string& l : flags.fncall_layers) {
       std::stringstream ss(l);
       for (std::string part; std::getline(ss, part, ',');) {
+        if (!part.empty() && part.back() == '?') part.pop_back();  // optional defaults may be named too
         if (!part.empty() && part[0] != '/') ho.allowed_layers.push_back(part);
       }
     }
@@ -270,7 +271,9 @@ StatusOr<std::unique_ptr<e2b::E2bServer>> StartE2b(const Flags& flags, node::San
   for (const std::string& l : flags.fncall_layers) {
     std::stringstream ss(l);
     for (std::string part; std::getline(ss, part, ',');) {
-      if (!part.empty() && part[0] != '/') base.push_back(part);
+      // Optional fncall defaults ('?') are not part of E2B's "base" template:
+      // a template's layers must exist when a sandbox is created.
+      if (!part.empty() && part[0] != '/' && part.back() != '?') base.push_back(part);
     }
   }
   ASSIGN_OR_RETURN(eo.templates, e2b::ReadTemplates(flags.e2b_templates, base));

@@ -134,7 +134,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "template \"base\" defaults to --fncall-layers");
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", flags.fncall_layers,
-                 "fncall: default layers of calls that name none (comma-separated, bottom first)")
+                 "fncall: default layers of calls that name none (comma-separated, bottom first; a trailing '?' "
+                 "marks a layer used only while the store has it)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--limit-views", flags.limit_views,
