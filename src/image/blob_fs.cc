@@ -101,9 +101,7 @@ int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 
 int PidfdSignal(int pidfd, int sig) { return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
 
 // The argv a holder of `mountpoint` runs with, as /proc/<pid>/cmdline shows it.
-std::string HolderCmdline(const std::string& mountpoint) {
-  return std::string(kHolderName) + '\0' + mountpoint + '\0';
-}
+std::string HolderCmdline(const std::string& mountpoint) { return std::string(kHolderName) + '\0' + mountpoint + '\0'; }
 
 // Pidfds of the processes running as the holder of `mountpoint` (checked
 // after the pidfd was opened, so a reused pid is not taken for one).
@@ -198,6 +196,25 @@ StatusOr<std::unique_ptr<BlobFs>> BlobFs::Mount(ReadCache* cache, const std::str
   return fs;
 }
 
+void BlobFs::Abandon(const std::string& mountpoint) {
+  const std::string parent = Dirname(mountpoint);
+  char* real = realpath(parent.c_str(), nullptr);
+  if (real == nullptr) return;  // no state dir yet: nothing of a previous daemon
+  const std::string mp = std::string(real) + "/" + mountpoint.substr(mountpoint.find_last_of('/') + 1);
+  free(real);  // NOLINT(cppcoreguidelines-no-malloc): realpath's
+  struct stat st {};
+  if (lstat(mp.c_str(), &st) != 0 && errno == ENOENT) return;  // never used: no /proc scan
+  bool mounted = false;
+  for (const MountLine& m : ReadMountInfo()) mounted = mounted || (m.mountpoint == mp && m.fstype == "fuse");
+  std::vector<UniqueFd> holders = FindHolders(mp);
+  if (!mounted && holders.empty()) return;
+  Log(spdlog::level::warn,
+      "layer read cache off: ending a previous daemon's layer files (layers mounted from them fail)",
+      {{"mountpoint", mp}});
+  if (mounted) umount2(mp.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+  for (UniqueFd& h : holders) PidfdSignal(h.get(), SIGKILL);
+}
+
 Status BlobFs::MountFresh(const std::string& holder_path) {
   const std::string& mp = mountpoint_;
   umount2(mp.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);  // a previous daemon's, if any
@@ -205,9 +222,9 @@ Status BlobFs::MountFresh(const std::string& holder_path) {
   if (chmod(mp.c_str(), 0700) != 0) return ErrnoToStatus(errno, "chmod(" + mp + ", 0700)");
   dev_.reset(open("/dev/fuse", O_RDWR | O_NONBLOCK | O_CLOEXEC));
   if (!dev_.valid()) return ErrnoToStatus(errno, "open(/dev/fuse)");
-  const std::string opts = "fd=" + std::to_string(dev_.get()) +
-                           ",rootmode=40000,user_id=0,group_id=0,allow_other,max_read=" +
-                           std::to_string(kMaxPages * 4096);
+  const std::string opts =
+      "fd=" + std::to_string(dev_.get()) +
+      ",rootmode=40000,user_id=0,group_id=0,allow_other,max_read=" + std::to_string(kMaxPages * 4096);
   if (mount("warren-blobs", mp.c_str(), "fuse", MS_NODEV | MS_NOSUID | MS_NOEXEC | MS_RDONLY, opts.c_str()) != 0) {
     return ErrnoToStatus(errno, "mount(fuse, " + mp + ")");
   }
@@ -346,7 +363,8 @@ BlobFs::~BlobFs() { Shutdown(); }
 void BlobFs::Shutdown() {
   if (stopping_.exchange(true)) return;
   uint64_t one = 1;
-  if (wake_.valid() && write(wake_.get(), &one, sizeof one) < 0) Log(spdlog::level::warn, "BlobFs: eventfd write failed");
+  if (wake_.valid() && write(wake_.get(), &one, sizeof one) < 0)
+    Log(spdlog::level::warn, "BlobFs: eventfd write failed");
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   if (own_mount_ && holder_pidfd_.valid() && !MountedHexes().empty()) {

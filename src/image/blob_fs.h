@@ -64,6 +64,11 @@ class BlobFs {
                                                  const std::string& holder_path = "");
   ~BlobFs();
   void Shutdown();
+  // For a daemon started without the read cache: a previous daemon's files
+  // at `mountpoint` (its mount, its holder) are detached and ended, so that
+  // layers still mounted from them read EIO instead of waiting for a server
+  // that will not come (logged when there was something to end).
+  static void Abandon(const std::string& mountpoint);
   // Asks the kernel to forget <mountpoint>/<hex> (its layer is unmounted):
   // its FORGET then drops the node id. Best effort (ENOENT: not cached).
   void Forget(const std::string& hex);

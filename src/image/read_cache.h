@@ -148,7 +148,7 @@ class ReadCache {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a fetch finished
   std::map<std::string, Layer> layers_;
-  std::map<std::string, uint64_t> layer_reads_;  // hex -> bytes read from the store since Open
+  std::map<std::string, uint64_t> layer_reads_;      // hex -> bytes read from the store since Open
   std::list<std::pair<std::string, uint64_t>> lru_;  // (hex, chunk index); front = most recent
   uint64_t cached_ = 0, hits_ = 0, misses_ = 0, evictions_ = 0, write_errors_ = 0, store_read_ = 0;
   uint64_t prefetched_ = 0;

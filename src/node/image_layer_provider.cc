@@ -127,6 +127,8 @@ StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string
     read_cache = *std::move(opened);
     ASSIGN_OR_RETURN(blob_fs, image::BlobFs::Mount(read_cache.get(), rc.fs_mountpoint, 4, rc.fs_holder_path));
     source_root = blob_fs->mountpoint();
+  } else if (!rc.fs_mountpoint.empty()) {
+    image::BlobFs::Abandon(rc.fs_mountpoint);  // a previous daemon ran with the cache
   }
   ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
                    image::MountCache::Open(store.get(), mount_root, grace_ms, source_root));

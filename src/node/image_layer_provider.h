@@ -20,7 +20,7 @@ struct ReadCacheOptions {
   // The warren-fuse-fd program: holds the files' FUSE connection across a
   // daemon restart ("": none, the connection dies with the daemon).
   std::string fs_holder_path;
-  bool prefetch = true;       // read a layer's hot list ahead when it is mounted
+  bool prefetch = true;  // read a layer's hot list ahead when it is mounted
 };
 
 // Opens the store at store_dir and a mount cache under mount_root (mounts left
