@@ -191,6 +191,41 @@ def _drop_page_cache(path: Path) -> None:
     os.close(fd)
 
 
+def test_a_restart_without_the_cache_ends_the_previous_files(nodes, image, test_root: Path):
+    """A node restarted without --layer-cache-bytes after a kill -9 ends the
+    previous daemon's FUSE files and their holder: a layer still mounted
+    from them fails its uncached reads (EIO) instead of waiting for a server
+    that will not come, and its sandbox can be destroyed."""
+    _, b = nodes
+    name, big_layer, _ = image
+    c = Daemon(test_root, "rc-c", b.layer_store, NODE_PREFIX + "rc",
+               extra_args=["--layer-cache-bytes", str(CAP)]).start()
+    try:
+        sb = c.client.create(image=name, timeout=300)
+        assert sb.exec("cat /task/README", timeout=60).stdout == b"read me\n"
+        assert len(_holders(c)) == 1
+        c.kill9()
+        c.extra_args = []
+        c.start()
+        for _ in range(50):
+            if not _holders(c):
+                break
+            time.sleep(0.1)
+        assert _holders(c) == [], "the holder of the previous daemon's files is still running"
+        assert not os.path.ismount(c.state_dir / "layer-files")
+        sb = c.client.get(sb.id)
+        try:  # (its inode may not be cached either: then the open fails already)
+            _drop_page_cache(c.state_dir / "mnt" / big_layer.split(":")[1] / "data/big.bin")
+        except OSError:
+            pass
+        r = sb.exec("cat /data/big.bin > /dev/null", timeout=60)
+        assert r.exit_code != 0, r
+        sb.destroy(timeout=60)
+    finally:
+        c.stop()
+    assert str(c.state_dir) not in Path("/proc/self/mountinfo").read_text()
+
+
 # Last in the module: it stops and restarts node B.
 def test_running_sandboxes_keep_reading_their_layers_across_restarts(nodes, image):
     """kill -9 and SIGTERM restarts of a node with the read cache: the
