@@ -197,7 +197,7 @@ size_t OpenFds() {
 // while it is open or holds chunks; only its store-read counter stays.
 TEST_F(ReadCacheTest, ALayerClosedWithNoChunkLeftIsDropped) {
   const std::string hex2(64, 'b');
-  WriteFile(store_->BlobPath("sha256:" + hex2), RandomBytes(4 * kChunk, 2));
+  WriteFile(store_->BlobPath("sha256:" + hex2), RandomBytes(size_t{4} * kChunk, 2));
   auto c = Open(uint64_t{2} * kChunk);
   ASSERT_NE(c, nullptr);
   const size_t fds0 = OpenFds();
@@ -276,7 +276,7 @@ TEST_F(ReadCacheTest, ALayerMountedThroughTheCacheReadsRightUnderEvictionPressur
     for (int i = 0; i < 500 && (*fs)->node_count() > 0; ++i) usleep(10'000);
     EXPECT_EQ((*fs)->node_count(), 0u);
     const std::string other(64, 'c');
-    WriteFile(store_->BlobPath("sha256:" + other), RandomBytes(3 * kChunk, 3));
+    WriteFile(store_->BlobPath("sha256:" + other), RandomBytes(size_t{3} * kChunk, 3));
     std::string buf(kChunk, '\0');
     for (int i = 0; i < 500 && c->stats().layers.contains(hex) && c->stats().layers.at(hex).cached_bytes > 0; ++i) {
       for (uint64_t j = 0; j < 3; ++j) ASSERT_OK(c->Read(other, j * kChunk, kChunk, buf.data()));
