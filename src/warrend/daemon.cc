@@ -168,6 +168,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   read_cache.dir = flags.layer_cache_dir.empty() ? flags.state_dir + "/layer-cache" : flags.layer_cache_dir;
   read_cache.chunk_bytes = flags.layer_cache_chunk_kb * 1024;
   read_cache.fs_mountpoint = flags.state_dir + "/layer-files";
+  read_cache.fs_holder_path = Dirname(init) + "/warren-fuse-fd";  // beside warren-init, as warren-spawn
   read_cache.prefetch = flags.layer_cache_prefetch;
   ASSIGN_OR_RETURN(std::unique_ptr<node::LayerProvider> layers,
                    node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms, read_cache));
