@@ -80,6 +80,20 @@ class MicrovmBackend : public Backend {
     RETURN_IF_ERROR(Validate(spec));
     if (templates_ && microvm::FitsTemplate(spec.layer_files, spec.resources.disk_mb)) {
       microvm::VmConfig shape = BaseConfig(spec);
+      // First a clone of the template with this layer set's root mounted,
+      // then one of the bare template (mounts its root after the restore),
+      // then a cold boot.
+      StatusOr<std::shared_ptr<const microvm::Template>> rooted =
+          templates_->GetRooted(shape, spec.resources.disk_mb);
+      if (rooted.ok()) {
+        bool guest_answered = false;
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, rooted->get(), &guest_answered);
+        if (sb.ok() || guest_answered) return sb;
+        Log(spdlog::level::warn, "microvm clone of a root template failed; cloning the bare template",
+            {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
+      } else {
+        LogNoTemplateOnce(rooted.status(), "no microvm root template; clones mount their root");
+      }
       StatusOr<std::shared_ptr<const microvm::Template>> t = templates_->Get(shape);
       if (t.ok()) {
         bool guest_answered = false;
@@ -90,7 +104,7 @@ class MicrovmBackend : public Backend {
         Log(spdlog::level::warn, "microvm clone failed; booting cold",
             {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
       } else {
-        LogNoTemplateOnce(t.status());
+        LogNoTemplateOnce(t.status(), "no microvm template; creates boot cold");
       }
     }
     return CreateVm(spec, nullptr, nullptr);
@@ -113,11 +127,13 @@ class MicrovmBackend : public Backend {
     return vm;
   }
 
-  void LogNoTemplateOnce(const Status& why) {
+  // `what` with `why`, unless the last such line said the same.
+  void LogNoTemplateOnce(const Status& why, const char* what) {
     std::lock_guard<std::mutex> l(log_mu_);
-    if (why.ToString() == last_template_error_) return;
-    last_template_error_ = why.ToString();
-    Log(spdlog::level::warn, "no microvm template; creates boot cold", {{"reason", last_template_error_}});
+    std::string key = std::string(what) + why.ToString();
+    if (key == last_template_error_) return;
+    last_template_error_ = key;
+    Log(spdlog::level::warn, what, {{"reason", why.ToString()}});
   }
 
   // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
@@ -140,7 +156,11 @@ class MicrovmBackend : public Backend {
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
 
-    RETURN_IF_ERROR(microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
+    // A clone of a template with its root: a copy of the template's disk
+    // (the guest's ext4 and overlay are already mounted on it).
+    const bool rooted = tmpl != nullptr && !tmpl->disk.empty();
+    RETURN_IF_ERROR(rooted ? microvm::CopyDisk(tmpl->disk, rec.disk())
+                           : microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
     ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
     rec.set_uid_slot(slot);
@@ -240,7 +260,7 @@ class MicrovmBackend : public Backend {
     rec.set_boot_id(hello.boot_id);
     Log(spdlog::level::info, "microvm started (ms since the create began)",
         {{"sandbox", spec.id},
-         {"clone", tmpl != nullptr ? "true" : "false"},
+         {"clone", tmpl == nullptr ? "false" : rooted ? "root" : "bare"},
          {"disk", disk_ms},
          {"launched", launch_ms},
          {"restored", restore_ms},
