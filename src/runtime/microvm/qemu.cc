@@ -486,6 +486,8 @@ Status CopyDisk(const std::string& from, const std::string& path) {
     return s;
   };
   if (::ftruncate(out.get(), st.st_size) != 0) return fail(ErrnoToStatus(errno, "ftruncate(" + path + ")"));
+  bool by_copy_range = true;
+  std::vector<char> buf(1 << 20);
   off_t pos = 0;
   while (pos < st.st_size) {
     off_t data = ::lseek(in.get(), pos, SEEK_DATA);
@@ -495,9 +497,19 @@ Status CopyDisk(const std::string& from, const std::string& path) {
     if (hole < 0) return fail(ErrnoToStatus(errno, "lseek(" + from + ", SEEK_HOLE)"));
     off_t off_in = data, off_out = data;
     while (off_in < hole) {
-      ssize_t n = ::copy_file_range(in.get(), &off_in, out.get(), &off_out, static_cast<size_t>(hole - off_in), 0);
+      const size_t want = static_cast<size_t>(hole - off_in);
+      ssize_t n = by_copy_range ? ::copy_file_range(in.get(), &off_in, out.get(), &off_out, want, 0) : -1;
+      if (n < 0 && by_copy_range && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) {
+        by_copy_range = false;  // another file system (a template on tmpfs): read and write
+        continue;
+      }
+      if (!by_copy_range) {
+        n = ::pread(in.get(), buf.data(), std::min(want, buf.size()), off_in);
+        if (n > 0 && ::pwrite(out.get(), buf.data(), static_cast<size_t>(n), off_out) != n) n = -1;
+        if (n > 0) off_in += n, off_out += n;
+      }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return fail(ErrnoToStatus(errno, "copy_file_range(" + from + ", " + path + ")"));
+      if (n < 0) return fail(ErrnoToStatus(errno, "copying " + from + " to " + path));
       if (n == 0) break;  // the source shrank under us
     }
     pos = hole;
