@@ -118,7 +118,9 @@ def create_steps(log: str) -> dict[str, str]:
     from warrend's "microvm started" lines (microvm_backend.cc)."""
     rows: dict[str, list[float]] = {}
     for line in log.splitlines():
-        if "microvm started" not in line or not any(f"clone={k}" in line for k in ("root", "bare", "pool")):
+        if "microvm started" not in line or not any(
+            f"clone={k}" in line for k in ("root", "bare", "pool")
+        ):
             continue
         for word in line.split():
             k, _, v = word.partition("=")
@@ -139,7 +141,12 @@ def main() -> int:
         default=0,
         help="idle time between warm creates (creates arriving at a rate: the pool refills between them)",
     )
-    ap.add_argument("--pool", type=int, default=None, help="warrend's --microvm-pool (default: its default)")
+    ap.add_argument(
+        "--pool",
+        type=int,
+        default=None,
+        help="warrend's --microvm-pool (default: its default)",
+    )
     local = ROOT / "build/microvm-guest"
     ap.add_argument(
         "--guest",
@@ -163,7 +170,12 @@ def main() -> int:
             cold = [create_to_exec(d.client, layer) for _ in range(a.cold)]
         finally:
             d.stop()
-        d = Daemon(root, "warm", a.guest, [] if a.pool is None else ["--microvm-pool", str(a.pool)])
+        d = Daemon(
+            root,
+            "warm",
+            a.guest,
+            [] if a.pool is None else ["--microvm-pool", str(a.pool)],
+        )
         try:
             first = create_to_exec(d.client, layer)  # saves the template
             CREATE_S.clear()
@@ -175,7 +187,9 @@ def main() -> int:
             log = d.log.read_text()
             steps = create_steps(log)
             fallbacks = log.count("booting cold") + log.count("creates boot cold")
-            kinds = {k: log.count(f"clone={k}") for k in ("pool", "root", "bare", "false")}
+            kinds = {
+                k: log.count(f"clone={k}") for k in ("pool", "root", "bare", "false")
+            }
             # The warm creates' kinds in order (the first create's line comes first).
             order = [
                 word.partition("=")[2]
@@ -187,7 +201,8 @@ def main() -> int:
             template_lines = [
                 line
                 for line in log.splitlines()
-                if "template" in line and ("saved" in line or "fail" in line or "no microvm" in line)
+                if "template" in line
+                and ("saved" in line or "fail" in line or "no microvm" in line)
             ]
         finally:
             d.stop()

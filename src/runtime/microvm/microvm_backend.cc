@@ -254,6 +254,8 @@ class MicrovmBackend : public Backend {
         DestroyPoolVm(*v);
         continue;
       }
+      Log(spdlog::level::info, "microvm pool clone ready",
+          {{"cgroup", kPoolPrefix + std::to_string(v->k)}, {"pool", std::to_string(pool_.size() + 1)}});
       pool_.push_back(std::move(v));
     }
   }
@@ -290,7 +292,10 @@ class MicrovmBackend : public Backend {
     microvm::VmConfig vm = v.vm;
     vm.disk = v.disk;
     vm.console_log = v.dir + "/console.log";
-    vm.name = "warren-pool:" + name;
+    // Names the daemon (its disk dir), not its template dir: a restarted
+    // daemon kills the QEMUs naming that (KillTemplateQemus), and a taken
+    // pool VM is a sandbox.
+    vm.name = "warren-pool:" + o_.disk_dir + "/" + name;
     vm.agent_listen_fd = kAgentFd;
     vm.qmp_listen_fd = kQmpFd;
     vm.ram_fd = kRamFd;
@@ -342,15 +347,36 @@ class MicrovmBackend : public Backend {
     limits.cpu_millis = spec.resources.cpu_millis;
     limits.memory_bytes = (uint64_t{spec.resources.memory_mb} + microvm::kQemuOverheadMb) << 20;
     limits.pids = kQemuPids;
-    ASSIGN_OR_RETURN(cgroup, cgroups_->Create(spec.id, limits));
+    // The pool VM's cgroup takes the sandbox's name and limits (v1: what
+    // QEMU was charged so far stays its own); where cgroupfs cannot rename
+    // (v2), QEMU (all its threads) moves into a new one and the pool's goes
+    // (its memory charged so far stays with the removed cgroup).
+    const std::string pool_name = kPoolPrefix + std::to_string(v->k);
+    Status renamed = cgroups_->Rename(pool_name, spec.id);
+    if (renamed.ok()) {
+      v->cgroup.reset();
+      StatusOr<std::unique_ptr<jail::Cgroup>> opened = cgroups_->Open(spec.id);
+      if (!opened.ok()) {
+        (void)cgroups_->Rename(spec.id, pool_name);  // DestroyPoolVm's, again
+        return opened.status();
+      }
+      cgroup = std::move(*opened);
+    } else if (renamed.code() != absl::StatusCode::kUnimplemented) {
+      return renamed;
+    } else {
+      ASSIGN_OR_RETURN(cgroup, cgroups_->Create(spec.id, limits));
+    }
     rb.Add([&] {
       Status s = cgroup->Destroy(std::chrono::seconds(5));
       if (!s.ok()) Log(spdlog::level::err, "rollback: removing the VM's cgroup failed", {{"error", s.ToString()}});
     });
-    // QEMU (all its threads) into the sandbox's cgroup; the pool's goes.
-    RETURN_IF_ERROR(cgroup->AddProcess(v->q.pid));
-    if (Status s = v->cgroup->Destroy(std::chrono::seconds(5)); !s.ok()) return s;
-    v->cgroup.reset();
+    if (renamed.ok()) {
+      RETURN_IF_ERROR(cgroup->SetLimits(limits));
+    } else {
+      RETURN_IF_ERROR(cgroup->AddProcess(v->q.pid));
+      if (Status s = v->cgroup->Destroy(std::chrono::seconds(5)); !s.ok()) return s;
+      v->cgroup.reset();
+    }
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
