@@ -102,8 +102,7 @@ class MicrovmBackend : public Backend {
       // First a clone of the template with this layer set's root mounted,
       // then one of the bare template (mounts its root after the restore),
       // then a cold boot.
-      StatusOr<std::shared_ptr<const microvm::Template>> rooted =
-          templates_->GetRooted(shape, spec.resources.disk_mb);
+      StatusOr<std::shared_ptr<const microvm::Template>> rooted = templates_->GetRooted(shape, spec.resources.disk_mb);
       if (rooted.ok()) {
         bool guest_answered = false;
         if (std::unique_ptr<PoolVm> v = TakePoolVm(*rooted, shape)) {
@@ -222,9 +221,8 @@ class MicrovmBackend : public Backend {
       uint32_t k = 0;
       {
         std::unique_lock<std::mutex> l(pool_mu_);
-        pool_cv_.wait(l, [this] {
-          return pool_stop_ || (pool_tmpl_ && pool_failures_ < 3 && pool_.size() < o_.pool_size);
-        });
+        pool_cv_.wait(
+            l, [this] { return pool_stop_ || (pool_tmpl_ && pool_failures_ < 3 && pool_.size() < o_.pool_size); });
         if (pool_stop_) return;
         tmpl = pool_tmpl_;
         vm = pool_vm_;
@@ -403,17 +401,18 @@ class MicrovmBackend : public Backend {
     setup.pids = spec.resources.pids;
     microvm::proto::HelloReply hello;
     int pidfd = v->q.pidfd.get();
-    ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
-                     AgentChannel::Connect(
-                         spec.id, microvm::SocketPath(spec.dir, dir.get(), "agent.sock"),
-                         AgentChannel::Clock::now() + o_.boot_timeout, [pidfd] { return PidfdAlive(pidfd); }, &hello,
-                         setup));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<AgentChannel> ch,
+        AgentChannel::Connect(
+            spec.id, microvm::SocketPath(spec.dir, dir.get(), "agent.sock"),
+            AgentChannel::Clock::now() + o_.boot_timeout, [pidfd] { return PidfdAlive(pidfd); }, &hello, setup));
     *guest_answered = true;
     if (!hello.error.empty()) {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": the guest could not set up: " + hello.error);
     }
     if (hello.boot_id.empty()) {
-      return absl::FailedPreconditionError("sandbox " + spec.id + ": the pool clone's agent kept its template identity");
+      return absl::FailedPreconditionError("sandbox " + spec.id +
+                                           ": the pool clone's agent kept its template identity");
     }
     for (const std::string& f : v->vm.layer_files) rec.add_layer_files(f);
     rec.set_ram_named(true);
@@ -429,9 +428,9 @@ class MicrovmBackend : public Backend {
     Log(spdlog::level::info, "microvm started (ms since the create began)",
         {{"sandbox", spec.id},
          {"clone", "pool"},
-         {"answered", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now() - t0)
-                                         .count())}});
+         {"answered",
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count())}});
     MicrovmSandbox::Parts parts;
     parts.spec = spec;
     parts.record = rec;
@@ -567,7 +566,9 @@ class MicrovmBackend : public Backend {
     rec.set_boot_id(hello.boot_id);
     Log(spdlog::level::info, "microvm started (ms since the create began)",
         {{"sandbox", spec.id},
-         {"clone", tmpl == nullptr ? "false" : rooted ? "root" : "bare"},
+         {"clone", tmpl == nullptr ? "false"
+                   : rooted        ? "root"
+                                   : "bare"},
          {"disk", disk_ms},
          {"launched", launch_ms},
          {"restored", restore_ms},

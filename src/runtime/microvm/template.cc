@@ -10,9 +10,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <thread>
 
 #include "common/file_util.h"
@@ -202,8 +202,7 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::GetRooted(const VmConfi
   std::lock_guard<std::mutex> b(e->build);
   if (e->layer_inputs != layer_inputs) {
     if (!e->layer_inputs.empty()) {
-      Log(spdlog::level::info, "microvm root template out of date (a layer changed); rebuilding",
-          {{"template", name}});
+      Log(spdlog::level::info, "microvm root template out of date (a layer changed); rebuilding", {{"template", name}});
     }
     e->ready.reset();
     e->failed.clear();
