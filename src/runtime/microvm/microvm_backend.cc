@@ -273,7 +273,11 @@ class MicrovmBackend : public Backend {
       v.disk.clear();
       return copied;
     }
+    // The lowest CPU weight while in the pool: its restore and warm-up run
+    // on CPU that sandboxes leave idle (a taken VM gets the sandbox's).
     jail::CgroupLimits limits;
+    limits.cpu_millis = 1000 * o_.cpus;
+    limits.best_effort = true;
     limits.memory_bytes = (uint64_t{v.vm.memory_mb} + microvm::kQemuOverheadMb) << 20;
     limits.pids = kQemuPids;
     ASSIGN_OR_RETURN(v.cgroup, cgroups_->Create(name, limits));
@@ -350,7 +354,10 @@ class MicrovmBackend : public Backend {
     // (v2), QEMU (all its threads) moves into a new one and the pool's goes
     // (its memory charged so far stays with the removed cgroup).
     const std::string pool_name = kPoolPrefix + std::to_string(v->k);
-    Status renamed = cgroups_->Rename(pool_name, spec.id);
+    // Without cpu_millis SetLimits would leave the pool's CPU weight: a new
+    // cgroup then.
+    Status renamed = limits.cpu_millis != 0 ? cgroups_->Rename(pool_name, spec.id)
+                                            : absl::UnimplementedError("no cpu_millis to reset the weight with");
     if (renamed.ok()) {
       v->cgroup.reset();
       StatusOr<std::unique_ptr<jail::Cgroup>> opened = cgroups_->Open(spec.id);

@@ -37,12 +37,13 @@
 //   template with its root that the last create used restored, given a
 //   fresh RNG seed and warmed up by one command (TCG translates the guest
 //   code a clone runs anew in every QEMU: the hello and the first exec
-//   then find it translated), each in a cgroup pool-<k> with a disk
+//   then find it translated), each in a cgroup pool-<k> (the lowest CPU
+//   weight: the pool fills on CPU the sandboxes leave idle) with a disk
 //   <disk_dir>/pool-<k>-u<uid slot>.img and its sockets in
 //   <template_dir>/pool-<k>. A create that finds one takes it: its cgroup
 //   is renamed to the sandbox's and given its limits (cgroup v1; on v2,
-//   which cannot rename, QEMU moves into a new cgroup and what it was
-//   charged in the pool stays behind), its disk and sockets are renamed to
+//   which cannot rename, or without cpu_millis, QEMU moves into a new
+//   cgroup and what it was charged in the pool stays behind), its disk and sockets are renamed to
 //   the sandbox's, and its first hello with setup_root sets the clock, the
 //   RNG (reseeded again), hostname, /dev/shm and task limit; boot_id is read
 //   for the first time then. Its miss path is the clone above. Pool VMs
