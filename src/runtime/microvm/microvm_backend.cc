@@ -308,6 +308,7 @@ class MicrovmBackend : public Backend {
     std::vector<UniqueFd> files;
     RETURN_IF_ERROR(microvm::OpenVmFiles(&vm, microvm::kFirstFileFd, &files, &fds));
     std::vector<int> procs_fds;
+    procs_fds.reserve(procs.size());
     for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
     ASSIGN_OR_RETURN(v.q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, v.dir + "/qemu.log", procs_fds,
                                               Identity(v.slot)));
