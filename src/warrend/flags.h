@@ -51,6 +51,7 @@ struct Flags {
   std::string microvm_accel = "auto";
   uint32_t microvm_boot_timeout_ms = 60000;
   bool microvm_templates = true;
+  uint32_t microvm_pool = 2;
   // vm backend: offered when QEMU and <vm_dir>/{disk.img,vmlinuz,initrd.img}
   // (scripts/vm/build-guest.sh) exist; its accelerator is --microvm-accel's.
   std::string vm_dir = "/var/cache/warren/vm";
