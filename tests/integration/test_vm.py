@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -402,6 +403,227 @@ def test_container_has_no_desktop(sandbox: warren.Sandbox) -> None:
         sandbox.screenshot()
     with pytest.raises(warren.Unimplemented, match="backend=vm"):
         sandbox.input.key("a")
+
+
+# ------------------------------------------------ warm starts (vm_template.h)
+
+
+def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and the RGB rows of a PNG as QEMU's screendump writes it
+    (8-bit RGB or RGBA, not interlaced): zlib and the five row filters."""
+    assert png.startswith(PNG_SIG)
+    pos, idat, ihdr = 8, b"", b""
+    while pos < len(png):
+        n = int.from_bytes(png[pos : pos + 4], "big")
+        kind, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + n]
+        if kind == b"IHDR":
+            ihdr = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    w, h = int.from_bytes(ihdr[0:4], "big"), int.from_bytes(ihdr[4:8], "big")
+    assert ihdr[8] == 8 and ihdr[9] in (2, 6) and ihdr[12] == 0, ihdr
+    bpp = 3 if ihdr[9] == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    rows: list[bytes] = []
+    prev = bytearray(stride)
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b = prev[x]
+            c = prev[x - bpp] if x >= bpp else 0
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        prev = line
+        rows.append(bytes(line) if bpp == 3 else bytes(v for i, v in enumerate(line) if i % 4 != 3))
+    return w, h, rows
+
+
+def _box_of(rows: list[bytes], w: int, rgb: tuple[int, int, int], below: int = 0) -> tuple[int, int, int, int]:
+    """The bounding box (x0, y0, x1, y1) of the pixels of colour `rgb` at or
+    below row `below`."""
+    pix = bytes(rgb)
+    xs, ys = [], []
+    for y in range(below, len(rows)):
+        row = rows[y]
+        for x in range(w):
+            if row[3 * x : 3 * x + 3] == pix:
+                xs.append(x)
+                ys.append(y)
+    assert xs, f"no pixel of colour {rgb} on the screen"
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _region(rows: list[bytes], box: tuple[int, int, int, int]) -> list[bytes]:
+    x0, y0, x1, y1 = box
+    return [r[3 * x0 : 3 * (x1 + 1)] for r in rows[y0 : y1 + 1]]
+
+
+@pytest.fixture(scope="module")
+def clone(desktop: warren.Sandbox, vmd: Daemon, base_layer: str):
+    """A second VM of the module's memory size: a clone of the desktop
+    template the module's first create saved (no boot)."""
+    assert vmd.client is not None
+    t0 = time.monotonic()
+    sb = vmd.client.create(backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT)
+    shot = sb.screenshot(timeout=30)
+    took = time.monotonic() - t0
+    print(f"\nvm: warm start (create → first screenshot) {took:.2f} s")
+    assert shot.png.startswith(PNG_SIG) and (shot.width, shot.height) == (1024, 768)
+    sb.warm_start_s = took  # type: ignore[attr-defined]
+    yield sb
+    try:
+        sb.destroy(timeout=60)
+    except warren.NotFound:
+        pass
+
+
+def test_warm_start_clones_the_booted_desktop(clone: warren.Sandbox, desktop: warren.Sandbox, vmd: Daemon) -> None:
+    """The clone runs the template's booted guest (no boot: the create took
+    seconds, not minutes), its desktop takes keys at once, its clock is the
+    host's, its RNG is its own, its disk its own copy-on-write overlay, and
+    its RAM the template's memfd mapped privately."""
+    assert clone.warm_start_s < 60, clone.warm_start_s  # type: ignore[attr-defined]
+    # Keys reach xterm's shell on the first try: the template was saved once
+    # X took input.
+    clone.input.type("touch /tmp/clone-typed\n")
+    _wait(lambda: clone.exec("test -e /tmp/clone-typed", timeout=30).exit_code == 0, 30, "typing into the clone")
+    host = time.time()
+    guest = float(clone.exec("date +%s.%N", timeout=30).stdout)
+    assert abs(guest - host) < 10, (guest, host)
+    a = clone.exec("head -c 16 /dev/urandom | od -An -tx1", timeout=30).stdout
+    b = desktop.exec("head -c 16 /dev/urandom | od -An -tx1", timeout=30).stdout
+    assert a != b
+    # Each its own disk: a file of one is not in the other.
+    clone.exec("echo mine > /root/clone-only", timeout=30)
+    assert desktop.exec("test -e /root/clone-only", timeout=30).exit_code == 1
+    disk = vmd.state_dir / "vm-disks" / f"{clone.id}.qcow2"
+    assert disk.exists()
+    qemu = one_qemu(clone.id)
+    maps = Path(f"/proc/{qemu}/maps").read_text()
+    assert "memfd:warren-vm-template-ram" in maps
+    # The template: its state and disk, no QEMU of its own left.
+    tmpl = [p for p in (vmd.state_dir / "vm-templates").iterdir() if p.is_dir()]
+    assert len(tmpl) == 1 and {f.name for f in tmpl[0].iterdir()} == {"state", "disk.qcow2"}, tmpl
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, str(tmpl[0]))]
+    # Memory: the clone holds what it changed, not the guest's RAM.
+    mem = [
+        int((cg / f).read_text())
+        for cg in vm_cgroups(clone.id, "warren-vm")
+        for f in ("memory.current", "memory.usage_in_bytes")
+        if (cg / f).exists()
+    ]
+    print(f"\nvm: clone's cgroup memory {[m >> 20 for m in mem]} MiB (guest RAM 1024 MiB, shared)")
+
+
+def _cmd_has(p: Path, needle: str) -> bool:
+    try:
+        return needle.encode() in (p / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+SERVER = r"""
+use IO::Socket::INET;
+my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die "listen: $!";
+my $page = '<html><body bgcolor="#ffd000"><h1>warren form</h1>'
+  . '<form action="/submit" method="get"><input type="text" name="q" size="24">'
+  . '<input type="submit" value="Send"></form></body></html>';
+while (my $c = $s->accept) {
+  my $req = <$c>;
+  while (my $l = <$c>) { last if $l =~ /^\r?\n$/ }
+  my $body = $page;
+  if ($req =~ m{^GET /submit\?q=([^ &]*)}) {
+    my $v = $1; $v =~ s/\+/ /g; $v =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge;
+    open(my $f, '>', '/tmp/received.part') and print $f $v and close($f) and rename('/tmp/received.part', '/tmp/received');
+    $body = "<html><body bgcolor=\"#80ff80\"><h1>received</h1></body></html>";
+  }
+  print $c "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nContent-Length: " . length($body) . "\r\nConnection: close\r\n\r\n$body";
+  close $c;
+}
+"""
+
+
+def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> None:
+    """Must-show: a page served inside the VM, opened in its browser (dillo);
+    a click into the text field, a typed string, Return submits: the server
+    in the VM receives the string, and the screenshot changed in the field's
+    region when the string was typed."""
+    sb = clone
+    sb.files.write("/root/server.pl", SERVER.encode())
+    r = sb.exec(
+        "systemd-run --unit=warren-web perl /root/server.pl && "
+        "systemd-run --unit=warren-dillo --setenv=DISPLAY=:0 --setenv=HOME=/root dillo http://127.0.0.1:8080/",
+        timeout=60,
+    )
+    assert r.exit_code == 0, r
+    page_bg = (0xFF, 0xD0, 0x00)
+
+    def page_shown() -> bool:
+        _, _, rows = _pixels(sb.screenshot(timeout=30).png)
+        return any(bytes(page_bg) in row for row in rows[::8])
+
+    _wait(page_shown, 120, "dillo showing the page", step=1)
+    shot = _stable_shot(sb, timeout=60)
+    w, _, rows = _pixels(shot.png)
+    # The text field: the white box inside the page (below its first row).
+    page_top = _box_of(rows, w, page_bg)[1]
+    field = _box_of(rows, w, (0xFF, 0xFF, 0xFF), below=page_top)
+    x, y = (field[0] + field[2]) // 2, (field[1] + field[3]) // 2
+    print(f"\nvm: page from y={page_top}, text field {field}, clicking ({x}, {y})")
+    before = _region(rows, field)
+    sb.input.mouse(x, y, button="left", action="click")
+    _stable_shot(sb)
+    sb.input.type("warren-typed-42")
+    after_shot = _stable_shot(sb)
+    _, _, after_rows = _pixels(after_shot.png)
+    assert _region(after_rows, field) != before, "typing into the field changed no pixel of it"
+    sb.input.key("Return")
+    _wait(
+        lambda: sb.exec("cat /tmp/received", timeout=30).stdout == b"warren-typed-42",
+        60,
+        "the server in the VM receiving the form",
+    )
+    sb.exec("systemctl stop warren-dillo warren-web", timeout=60)
+
+
+def test_files_go_through_the_guest_agent(clone: warren.Sandbox) -> None:
+    data = bytes(range(256)) * 1024
+    clone.files.write("/root/up/blob.bin", data, make_parents=True)
+    assert clone.exec("sha256sum /root/up/blob.bin", timeout=30).stdout.split()[0].decode() == (
+        __import__("hashlib").sha256(data).hexdigest()
+    )
+    clone.exec("printf guest-made > /root/up/g.txt", timeout=30)
+    assert clone.files.read("/root/up/g.txt") == b"guest-made"
+    with pytest.raises(warren.NotFound):
+        clone.files.read("/root/up/none")
+
+
+def test_pause_then_any_call_resumes(clone: warren.Sandbox) -> None:
+    """Pause stops the vCPUs (QMP stop); a screenshot, input or exec of the
+    paused VM resumes it first, as on every backend."""
+    clone.pause()
+    assert clone.info().state == "paused"
+    shot = clone.screenshot(timeout=30)
+    assert shot.png.startswith(PNG_SIG)
+    assert clone.info().state == "running"
+    clone.pause()
+    clone.input.key("ctrl+l")
+    assert clone.info().state == "running"
+    clone.pause()
+    assert clone.exec("echo up", timeout=60).stdout == b"up\n"
+    assert clone.info().state == "running"
 
 
 def test_kill9_of_warrend_then_restart_adopts_the_vm(

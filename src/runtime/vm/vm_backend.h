@@ -76,6 +76,13 @@ struct VmOptions {
   // The screen size the guest's X session sets (warren.screen= on the
   // kernel command line, applied with xrandr by build-guest.sh's session).
   uint32_t screen_width = 1024, screen_height = 768;
+  // Warm starts (vm_template.h): templates kept here (emptied at start and
+  // at the backend's end); empty: every create boots cold.
+  std::string template_dir;
+  // A template's wait, after its agent answered, until its desktop takes
+  // input (vm_template.h WaitForDesktop); past it the build fails and
+  // creates boot cold.
+  std::chrono::milliseconds desktop_timeout{300000};
 };
 
 // OK when QEMU, qemu-img and the guest's files exist (the kernel and the
