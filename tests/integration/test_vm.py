@@ -805,3 +805,29 @@ def test_a_second_vm_boots_beside_the_first(vmd: Daemon, base_layer: str) -> Non
         assert ua != ub
         assert a.exec("true", timeout=60).exit_code == 0
         assert b.exec("true", timeout=60).exit_code == 0
+
+
+@full_only
+def test_a_desktop_that_never_comes_up_fails_create_clearly(
+    test_root: Path, layer_store: Path, base_layer: str
+) -> None:
+    """A template whose desktop does not take input within
+    --vm-desktop-timeout-ms (1 ms here: the guest answers, its X is not up
+    yet) fails the create that waited with DeadlineExceeded naming the step,
+    and leaves nothing (a boot to the agent's hello: opt-in)."""
+    d = Daemon(
+        test_root,
+        "vm-nodesk",
+        layer_store,
+        f"{NODE_PREFIX}dn",
+        extra_args=["--vm-dir", str(VM_DIR), "--vm-desktop-timeout-ms", "1", "--warm-shells", "0"],
+    ).start()
+    try:
+        assert d.client is not None
+        with pytest.raises(warren.DeadlineExceeded, match=r"desktop did not come up in time: waited for .*desktop timeout 1 ms"):
+            d.client.create(backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT)
+        _nothing_left(d)
+        assert not [p for p in (d.state_dir / "vm-templates").iterdir()]
+        assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, str(d.state_dir))]
+    finally:
+        d.stop()

@@ -32,7 +32,9 @@ class QmpClient {
 
   // Runs `f` on the protocol itself with the calls serialized (the
   // migrations of microvm/qemu.h: MigrateToFd, MigrateFromFd); an error of
-  // `f` other than InternalError breaks the client as Execute's do.
+  // `f` other than InternalError breaks the client as Execute's do. The
+  // commands `f` sends without a deadline of their own are bounded by
+  // Connect's `deadline`.
   Status With(const std::function<Status(microvm::Qmp&)>& f);
 
  private:

@@ -211,6 +211,12 @@ class VmBackend : public Backend {
     auto fail = [&dir](const Status& s) {
       return Status(s.code(), std::string(s.message()) + microvm::LogTails(dir));
     };
+    // The monitor first, while QEMU is surely quick to answer it; held for
+    // the desktop's input and the save. Its deadline bounds the save's
+    // commands too (With: microvm::Qmp's default deadline is Connect's).
+    StatusOr<std::unique_ptr<vm::QmpClient>> qmp = vm::QmpClient::Connect(
+        qmp_path, AgentChannel::Clock::now() + 2 * o_.boot_timeout + o_.desktop_timeout);
+    if (!qmp.ok()) return fail(qmp.status());
     int pidfd = q.pidfd.get();
     microvm::proto::HelloReply hello;
     StatusOr<std::unique_ptr<AgentChannel>> ch =
@@ -225,9 +231,7 @@ class VmBackend : public Backend {
     }
     if (!hello.error.empty()) return absl::FailedPreconditionError("the template guest's agent reports: " + hello.error);
     const auto booted = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<vm::QmpClient> qmp,
-                     vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + kQmpConnectTimeout));
-    Status s = vm::WaitForDesktop(**ch, *qmp, AgentChannel::Clock::now() + o_.desktop_timeout);
+    Status s = vm::WaitForDesktop(**ch, **qmp, AgentChannel::Clock::now() + o_.desktop_timeout);
     if (absl::IsDeadlineExceeded(s)) {
       s = Status(s.code(), std::string(s.message()) + " (desktop timeout " +
                                std::to_string(o_.desktop_timeout.count()) + " ms after the guest answered)");
@@ -235,7 +239,7 @@ class VmBackend : public Backend {
     if (!s.ok()) return fail(s);
     (*ch)->Close();  // the agent waits for the next host: a clone's
     ch->reset();
-    s = qmp->With([&](microvm::Qmp& m) -> Status {
+    s = (*qmp)->With([&](microvm::Qmp& m) -> Status {
       RETURN_IF_ERROR(microvm::SetIgnoreShared(m, true));
       UniqueFd state(::open(t->state_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
       if (!state.valid()) return ErrnoToStatus(errno, "open(" + t->state_file + ")");
@@ -245,7 +249,7 @@ class VmBackend : public Backend {
       return microvm::MigrateToFd(m, state.get(), microvm::Qmp::Clock::now() + o_.boot_timeout);
     });
     if (!s.ok()) return fail(s);
-    qmp.reset();
+    qmp->reset();
     rb.Commit();
     microvm::KillQemu(std::move(q.pidfd));  // no shared writable mapping is left: sealing works
     uids_->Release(slot);
@@ -349,7 +353,8 @@ class VmBackend : public Backend {
     if (tmpl != nullptr) {
       // The saved state goes in over the monitor; the agent is spoken to
       // once the guest runs.
-      ASSIGN_OR_RETURN(qmp, vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + kQmpConnectTimeout));
+      // `deadline` bounds the restore's commands too (With).
+      ASSIGN_OR_RETURN(qmp, vm::QmpClient::Connect(qmp_path, deadline));
       Status s = qmp->With([&](microvm::Qmp& m) -> Status {
         RETURN_IF_ERROR(microvm::SetIgnoreShared(m, true));
         UniqueFd state(::open(tmpl->state_file.c_str(), O_RDONLY | O_CLOEXEC));
