@@ -450,19 +450,45 @@ def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
     return w, h, rows
 
 
-def _box_of(rows: list[bytes], w: int, rgb: tuple[int, int, int], below: int = 0) -> tuple[int, int, int, int]:
-    """The bounding box (x0, y0, x1, y1) of the pixels of colour `rgb` at or
-    below row `below`."""
+def _has_colour(rows: list[bytes], w: int, rgb: tuple[int, int, int]) -> int:
+    """The first row holding a pixel of colour `rgb`, or -1."""
     pix = bytes(rgb)
-    xs, ys = [], []
-    for y in range(below, len(rows)):
-        row = rows[y]
-        for x in range(w):
-            if row[3 * x : 3 * x + 3] == pix:
-                xs.append(x)
-                ys.append(y)
-    assert xs, f"no pixel of colour {rgb} on the screen"
-    return min(xs), min(ys), max(xs), max(ys)
+    for y, row in enumerate(rows):
+        if any(row[3 * x : 3 * x + 3] == pix for x in range(0, w, 4)):
+            return y
+    return -1
+
+
+def _field_box(rows: list[bytes], w: int, bg: tuple[int, int, int]) -> tuple[int, int, int, int]:
+    """A text field's inside on a page of colour `bg`: of the runs (40 px or
+    wider) of one other colour in rows that also show the page, the one that
+    grows (up and down, while the rows hold it) into the largest box:
+    (x0, y0, x1, y1)."""
+    page = bytes(bg)
+    best, box = 0, (0, 0, 0, 0)
+    seen = set()
+    for y, row in enumerate(rows):
+        if not any(row[3 * x : 3 * x + 3] == page for x in range(0, w, 4)):
+            continue
+        x = 0
+        while x < w:
+            pix = row[3 * x : 3 * x + 3]
+            x0 = x
+            while x < w and row[3 * x : 3 * x + 3] == pix:
+                x += 1
+            if pix == page or x - x0 < 40 or (x0, x, pix) in seen:
+                continue
+            seen.add((x0, x, pix))
+            run = row[3 * x0 : 3 * x]
+            y0 = y1 = y
+            while y0 > 0 and rows[y0 - 1][3 * x0 : 3 * x] == run:
+                y0 -= 1
+            while y1 + 1 < len(rows) and rows[y1 + 1][3 * x0 : 3 * x] == run:
+                y1 += 1
+            if (x - x0) * (y1 - y0 + 1) > best:
+                best, box = (x - x0) * (y1 - y0 + 1), (x0, y0, x - 1, y1)
+    assert best >= 40 * 8, f"no text field on the page (largest box {box})"
+    return box
 
 
 def _region(rows: list[bytes], box: tuple[int, int, int, int]) -> list[bytes]:
@@ -538,7 +564,7 @@ SERVER = r"""
 use IO::Socket::INET;
 my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die "listen: $!";
 my $page = '<html><body bgcolor="#ffd000"><h1>warren form</h1>'
-  . '<form action="/submit" method="get"><input type="text" name="q" size="24">'
+  . '<form action="/submit" method="get"><input type="text" name="q" size="24" style="background-color:#ffffff">'
   . '<input type="submit" value="Send"></form></body></html>';
 while (my $c = $s->accept) {
   my $req = <$c>;
@@ -546,7 +572,10 @@ while (my $c = $s->accept) {
   my $body = $page;
   if ($req =~ m{^GET /submit\?q=([^ &]*)}) {
     my $v = $1; $v =~ s/\+/ /g; $v =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge;
-    open(my $f, '>', '/tmp/received.part') and print $f $v and close($f) and rename('/tmp/received.part', '/tmp/received');
+    open(my $f, '>', '/tmp/received.part') or die "open: $!";
+    print $f $v;
+    close($f);
+    rename('/tmp/received.part', '/tmp/received');
     $body = "<html><body bgcolor=\"#80ff80\"><h1>received</h1></body></html>";
   }
   print $c "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nContent-Length: " . length($body) . "\r\nConnection: close\r\n\r\n$body";
@@ -562,8 +591,16 @@ def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> Non
     region when the string was typed."""
     sb = clone
     sb.files.write("/root/server.pl", SERVER.encode())
+    r = sb.exec("systemd-run --unit=warren-web perl /root/server.pl", timeout=60)
+    assert r.exit_code == 0, r
+    # Listening before the browser asks (dillo keeps "Contacting host" after
+    # a refused connection): 127.0.0.1:8080 in state LISTEN (0A).
+    _wait(
+        lambda: b"0100007F:1F90 00000000:0000 0A" in sb.exec("cat /proc/net/tcp", timeout=30).stdout,
+        60,
+        "the server in the VM listening",
+    )
     r = sb.exec(
-        "systemd-run --unit=warren-web perl /root/server.pl && "
         "systemd-run --unit=warren-dillo --setenv=DISPLAY=:0 --setenv=HOME=/root dillo http://127.0.0.1:8080/",
         timeout=60,
     )
@@ -571,15 +608,16 @@ def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> Non
     page_bg = (0xFF, 0xD0, 0x00)
 
     def page_shown() -> bool:
-        _, _, rows = _pixels(sb.screenshot(timeout=30).png)
-        return any(bytes(page_bg) in row for row in rows[::8])
+        w, _, rows = _pixels(sb.screenshot(timeout=30).png)
+        return _has_colour(rows, w, page_bg) >= 0
 
     _wait(page_shown, 120, "dillo showing the page", step=1)
+    sb.input.mouse(1000, 700)  # the pointer out of the way
     shot = _stable_shot(sb, timeout=60)
     w, _, rows = _pixels(shot.png)
-    # The text field: the white box inside the page (below its first row).
-    page_top = _box_of(rows, w, page_bg)[1]
-    field = _box_of(rows, w, (0xFF, 0xFF, 0xFF), below=page_top)
+    # The text field: the widest box of one colour inside the page.
+    page_top = _has_colour(rows, w, page_bg)
+    field = _field_box(rows, w, page_bg)
     x, y = (field[0] + field[2]) // 2, (field[1] + field[3]) // 2
     print(f"\nvm: page from y={page_top}, text field {field}, clicking ({x}, {y})")
     before = _region(rows, field)

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -170,8 +170,8 @@ class VmBackend : public Backend {
     t->state_file = dir + "/state";
     t->disk = dir + "/disk.qcow2";
     t->memory_mb = memory_mb;
-    RETURN_IF_ERROR(RunTool(
-        {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", t->disk}));
+    RETURN_IF_ERROR(
+        RunTool({o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", t->disk}));
     t->ram.reset(static_cast<int>(::memfd_create("warren-vm-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
     if (!t->ram.valid()) return ErrnoToStatus(errno, "memfd_create(warren-vm-template-ram)");
     const auto bytes = static_cast<off_t>(uint64_t{memory_mb} << 20);
@@ -208,28 +208,26 @@ class VmBackend : public Backend {
     agent_listener.reset();
     qmp_listener.reset();
     rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
-    auto fail = [&dir](const Status& s) {
-      return Status(s.code(), std::string(s.message()) + microvm::LogTails(dir));
-    };
+    auto fail = [&dir](const Status& s) { return Status(s.code(), std::string(s.message()) + microvm::LogTails(dir)); };
     // The monitor first, while QEMU is surely quick to answer it; held for
     // the desktop's input and the save. Its deadline bounds the save's
     // commands too (With: microvm::Qmp's default deadline is Connect's).
-    StatusOr<std::unique_ptr<vm::QmpClient>> qmp = vm::QmpClient::Connect(
-        qmp_path, AgentChannel::Clock::now() + 2 * o_.boot_timeout + o_.desktop_timeout);
+    StatusOr<std::unique_ptr<vm::QmpClient>> qmp =
+        vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + 2 * o_.boot_timeout + o_.desktop_timeout);
     if (!qmp.ok()) return fail(qmp.status());
     int pidfd = q.pidfd.get();
     microvm::proto::HelloReply hello;
-    StatusOr<std::unique_ptr<AgentChannel>> ch =
-        AgentChannel::Connect("vm template " + dir, agent_path, AgentChannel::Clock::now() + o_.boot_timeout,
-                              [pidfd] { return PidfdAlive(pidfd); }, &hello);
+    StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
+        "vm template " + dir, agent_path, AgentChannel::Clock::now() + o_.boot_timeout,
+        [pidfd] { return PidfdAlive(pidfd); }, &hello);
     if (!ch.ok()) {
-      std::string extra = absl::IsDeadlineExceeded(ch.status())
-                              ? " (the desktop template's boot; boot timeout " +
-                                    std::to_string(o_.boot_timeout.count()) + " ms)"
-                              : "";
+      std::string extra = absl::IsDeadlineExceeded(ch.status()) ? " (the desktop template's boot; boot timeout " +
+                                                                      std::to_string(o_.boot_timeout.count()) + " ms)"
+                                                                : "";
       return fail(Status(ch.status().code(), std::string(ch.status().message()) + extra));
     }
-    if (!hello.error.empty()) return absl::FailedPreconditionError("the template guest's agent reports: " + hello.error);
+    if (!hello.error.empty())
+      return absl::FailedPreconditionError("the template guest's agent reports: " + hello.error);
     const auto booted = std::chrono::steady_clock::now();
     Status s = vm::WaitForDesktop(**ch, **qmp, AgentChannel::Clock::now() + o_.desktop_timeout);
     if (absl::IsDeadlineExceeded(s)) {
@@ -266,8 +264,7 @@ class VmBackend : public Backend {
 
   // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
   // when the guest's agent replied to the hello.
-  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const vm::Template* tmpl,
-                                              bool* guest_answered) {
+  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const vm::Template* tmpl, bool* guest_answered) {
     microvm::record::Microvm rec;
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
@@ -440,7 +437,8 @@ class VmBackend : public Backend {
     // A VM stopped by Pause runs for the hello (its agent answers only
     // then); the node pauses it again after Adopt when its record says so.
     StatusOr<std::string> st = qmp->Execute("query-status", "", kQmpConnectTimeout);
-    if (st.ok() && st->find("\"running\": true") == std::string::npos && st->find("\"running\":true") == std::string::npos) {
+    if (st.ok() && st->find("\"running\": true") == std::string::npos &&
+        st->find("\"running\":true") == std::string::npos) {
       RETURN_IF_ERROR(qmp->Execute("cont", "", kQmpConnectTimeout).status());
     }
     microvm::proto::HelloReply hello;

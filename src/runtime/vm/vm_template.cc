@@ -137,18 +137,21 @@ Status CopyDisk(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-static Status WaitForDesktopSteps(microvm::AgentChannel& ch, QmpClient& qmp, Clock::time_point deadline, std::string* step);
+static Status WaitForDesktopSteps(microvm::AgentChannel& ch, QmpClient& qmp, Clock::time_point deadline,
+                                  std::string* step);
 
 Status WaitForDesktop(microvm::AgentChannel& ch, QmpClient& qmp, Clock::time_point deadline) {
   std::string step = "start";
   Status s = WaitForDesktopSteps(ch, qmp, deadline, &step);
-  if (s.ok() || (absl::IsDeadlineExceeded(s) && s.message().find("desktop did not come up") != std::string_view::npos)) {
+  if (s.ok() ||
+      (absl::IsDeadlineExceeded(s) && s.message().find("desktop did not come up") != std::string_view::npos)) {
     return s;
   }
   return Status(s.code(), "waiting for the guest's desktop (" + step + "): " + std::string(s.message()));
 }
 
-static Status WaitForDesktopSteps(microvm::AgentChannel& ch, QmpClient& qmp, Clock::time_point deadline, std::string* step) {
+static Status WaitForDesktopSteps(microvm::AgentChannel& ch, QmpClient& qmp, Clock::time_point deadline,
+                                  std::string* step) {
   auto late = [&deadline](const std::string& what) -> Status {
     if (Clock::now() < deadline) return absl::OkStatus();
     return absl::DeadlineExceededError("the guest's desktop did not come up in time: waited for " + what);
