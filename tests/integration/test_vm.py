@@ -509,10 +509,11 @@ def clone(desktop: warren.Sandbox, vmd: Daemon, base_layer: str):
     assert shot.png.startswith(PNG_SIG) and (shot.width, shot.height) == (1024, 768)
     sb.warm_start_s = took  # type: ignore[attr-defined]
     yield sb
-    try:
-        sb.destroy(timeout=60)
-    except warren.NotFound:
-        pass
+    if vmd.client is not None:  # (the daemon may have restarted since: a new client)
+        try:
+            vmd.client.get(sb.id).destroy(timeout=60)
+        except warren.NotFound:
+            pass
 
 
 def test_warm_start_clones_the_booted_desktop(clone: warren.Sandbox, desktop: warren.Sandbox, vmd: Daemon) -> None:
