@@ -97,11 +97,14 @@ class Daemon:
                     self.proc.wait(30)
 
 
-def cgroup_of(sid: str) -> Path | None:
-    for base in (Path("/sys/fs/cgroup"),):
-        for p in base.rglob(f"warren-vm/{sid}"):
-            return p
-    return None
+def memory_of(sid: str) -> float:
+    """MiB charged to the VM's memory cgroup (v2 memory.current, v1
+    memory.usage_in_bytes); NaN when not found."""
+    for p in Path("/sys/fs/cgroup").rglob(f"warren-vm/{sid}"):
+        for f in ("memory.current", "memory.usage_in_bytes"):
+            if (p / f).exists():
+                return int((p / f).read_text()) / 2**20
+    return float("nan")
 
 
 def qemu_pid(sid: str) -> int:
@@ -212,9 +215,7 @@ def main() -> int:
         time.sleep(5)  # idle
         mem, pss = [], []
         for s in kept:
-            cg = cgroup_of(s.id)
-            if cg is not None:
-                mem.append(int((cg / "memory.current").read_text()) / 2**20)
+            mem.append(memory_of(s.id))
             pss.append(pss_kb(qemu_pid(s.id)) / 1024)
         free = kept[0].exec("free -m | awk '/^Mem:/ {print $3, $6}'", timeout=60).stdout.split()
         guest_used, guest_cache = (int(x) for x in free)

@@ -122,7 +122,7 @@ class VmBackend : public Backend {
   }
 
   std::string name() const override { return "vm"; }
-  Capabilities capabilities() const override { return {Capability::kPause}; }
+  Capabilities capabilities() const override { return {Capability::kPause, Capability::kProcesses}; }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(CheckVmHost(o_));

@@ -24,7 +24,10 @@ StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeou
 // Pause/Resume: QMP stop/cont on the sandbox's own monitor connection (QEMU
 // serves one QMP client at a time, so not the microvm sandbox's, which
 // would connect anew). Every other call of the node resumes first.
-class VmSandbox : public Sandbox, public Desktop, public Pausable {
+//
+// Processes (exec streams, background processes, PTYs, sessions): the
+// guest agent's, through the microvm sandbox.
+class VmSandbox : public Sandbox, public Desktop, public Pausable, public ProcessStarter {
  public:
   VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp);
 
@@ -42,6 +45,10 @@ class VmSandbox : public Sandbox, public Desktop, public Pausable {
   Status Type(const std::string& text) override;
   Status Mouse(int32_t x, int32_t y, MouseButton button, MouseAction action) override;
   Status Scroll(int32_t dx, int32_t dy) override;
+
+  StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override {
+    return inner_->Start(spec, options);
+  }
 
   // Pausable.
   Status Pause() override;
