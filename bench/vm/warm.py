@@ -17,6 +17,8 @@ until its desktop takes input and saves it (timed, printed), then:
   memory (what a cold-booted VM holds privately: `free` in the guest) and
   the template's RAM (shared by all, charged once to the daemon).
 
+Ran as `nice` beside other work; the load average is printed.
+
   .venv/bin/python bench/vm/warm.py [-n 10] [--keep 3] [--memory 1024]
 """
 
@@ -217,8 +219,12 @@ def main() -> int:
         for s in kept:
             mem.append(memory_of(s.id))
             pss.append(pss_kb(qemu_pid(s.id)) / 1024)
-        free = kept[0].exec("free -m | awk '/^Mem:/ {print $3, $6}'", timeout=60).stdout.split()
-        guest_used, guest_cache = (int(x) for x in free)
+        # The guest's own view (no procps in the guest): MiB in use (total -
+        # available) and MiB of page cache.
+        mi = kept[0].exec("cat /proc/meminfo", timeout=60).stdout.decode()
+        kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in mi.splitlines() if ln.split()[1:2]}
+        guest_used = (kb["MemTotal"] - kb["MemAvailable"]) // 1024
+        guest_cache = kb["Cached"] // 1024
         load1 = os.getloadavg()[0]
     finally:
         d.stop()
