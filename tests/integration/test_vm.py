@@ -760,6 +760,8 @@ def _nothing_left(d: Daemon) -> None:
     assert d.client is not None
     node = d.node_id
     assert not [p for p in qemu_pids(node + "-") if running(p)]
+    # Nor a template's QEMU (named by its dir in the daemon's state dir).
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, str(d.state_dir))]
     disks = d.state_dir / "vm-disks"
     assert not disks.exists() or list(disks.iterdir()) == []
     assert _vm_cgroups_of(node) == []

@@ -180,6 +180,9 @@ class VmBackend : public Backend {
     // allocate it in the memfd, charged to that clone).
     if (::ftruncate(t->ram.get(), bytes) != 0) return ErrnoToStatus(errno, "ftruncate(template memfd)");
     if (::fallocate(t->ram.get(), 0, 0, bytes) != 0) return ErrnoToStatus(errno, "fallocate(template memfd)");
+    // Declared before the rollback guard: its undos use it (a QEMU object
+    // gone before the guard ran would leave the template's QEMU running).
+    microvm::LaunchedQemu q;
     ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
     Rollback rb;
     rb.Add([this, slot] { uids_->Release(slot); });
@@ -189,7 +192,6 @@ class VmBackend : public Backend {
     const std::string qmp_path = microvm::SocketPath(dir, dir_fd.get(), "qmp.sock");
     ASSIGN_OR_RETURN(UniqueFd agent_listener, microvm::ListenUnix(agent_path));
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
-    microvm::LaunchedQemu q;
     {
       microvm::QemuFiles files(microvm::kFirstFileFd);
       VmFileFds f;
