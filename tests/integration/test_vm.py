@@ -555,10 +555,12 @@ def test_warm_start_clones_the_booted_desktop(clone: warren.Sandbox, desktop: wa
 
 
 def _cmd_has(p: Path, needle: str) -> bool:
+    """Whether process `p` is a QEMU whose command line holds `needle`."""
     try:
-        return needle.encode() in (p / "cmdline").read_bytes()
+        cmd = (p / "cmdline").read_bytes()
     except OSError:
         return False
+    return b"qemu-system" in cmd.split(b"\0")[0] and needle.encode() in cmd
 
 
 SERVER = r"""
