@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -826,6 +827,47 @@ def test_a_missing_guest_file_fails_create_naming_it(
     finally:
         (guest / "initrd.img").symlink_to(VM_DIR / "initrd.img")
     _nothing_left(broken)
+
+
+def test_kill9_during_a_template_build_leaves_nothing_after_restart(
+    test_root: Path, layer_store: Path, base_layer: str
+) -> None:
+    """A daemon killed while its first create boots the desktop template:
+    the restarted daemon kills the template's QEMU (it runs in no sandbox's
+    cgroup), empties its template dir and cleans the interrupted create up.
+    Costs seconds (QEMU is killed early in its boot)."""
+    d = Daemon(
+        test_root,
+        "vm-kill",
+        layer_store,
+        f"{NODE_PREFIX}dk",
+        extra_args=["--vm-dir", str(VM_DIR), "--warm-shells", "0"],
+    ).start()
+    try:
+        assert d.client is not None
+        client = d.client
+        worker = threading.Thread(
+            target=lambda: pytest.raises(warren.WarrenError, client.create, backend="vm",
+                                         layers=[base_layer], memory_mb=512, timeout=120),
+            daemon=True,
+        )
+        worker.start()
+
+        def template_qemus() -> list[Path]:
+            return [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, "warren-vm-template:" + str(d.state_dir))]
+
+        _wait(lambda: bool(template_qemus()), 60, "the template's QEMU", step=0.2)
+        qemus = template_qemus()
+        d.kill9()
+        worker.join(60)
+        assert [p for p in qemus if p.exists()], "the template's QEMU outlives its daemon (its own session)"
+        d.start()
+        assert not [p for p in qemus if p.exists()]
+        assert not (d.state_dir / "vm-templates").exists() or not list((d.state_dir / "vm-templates").iterdir())
+        _wait(lambda: not d.client.list(timeout=30), 60, "the interrupted create cleaned up")
+        _nothing_left(d)
+    finally:
+        d.stop()
 
 
 @full_only
