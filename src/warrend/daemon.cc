@@ -149,6 +149,8 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   wopt.guest_dir = flags.vm_dir;
   wopt.disk_dir = flags.state_dir + "/vm-disks";
   wopt.boot_timeout = std::chrono::milliseconds(flags.vm_boot_timeout_ms);
+  wopt.desktop_timeout = std::chrono::milliseconds(flags.vm_desktop_timeout_ms);
+  if (flags.vm_templates) wopt.template_dir = flags.state_dir + "/vm-templates";
   if (Status s = runtime::CheckVmHost(wopt); !s.ok()) {
     Log(spdlog::level::info, "vm backend not offered", {{"reason", s.ToString()}});
   } else {

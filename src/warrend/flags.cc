@@ -107,6 +107,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "vm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not answered this "
                  "long after QEMU started (a full systemd boot under TCG takes tens of seconds)")
       ->capture_default_str();
+  app.add_option("--vm-templates", flags.vm_templates,
+                 "vm: warm starts: the first create of a memory size boots a template until its desktop takes input "
+                 "and saves it (in <state-dir>/vm-templates); creates restore copy-on-write clones of it; false: "
+                 "every create boots cold")
+      ->capture_default_str();
+  app.add_option("--vm-desktop-timeout-ms", flags.vm_desktop_timeout_ms,
+                 "vm: a template's wait, after its agent answered, for its desktop to take input; past it the "
+                 "template fails (named in the log) and creates boot cold")
+      ->capture_default_str();
   app.add_option("--http-listen", flags.http_listen,
                  "fncall: serve SandboxFusion-compatible POST /run_code on HOST:PORT (plain HTTP)");
   app.add_option("--http-token-file", flags.http_token_file,

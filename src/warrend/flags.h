@@ -56,6 +56,8 @@ struct Flags {
   // (scripts/vm/build-guest.sh) exist; its accelerator is --microvm-accel's.
   std::string vm_dir = "/var/cache/warren/vm";
   uint32_t vm_boot_timeout_ms = 600000;
+  bool vm_templates = true;
+  uint32_t vm_desktop_timeout_ms = 300000;
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;

@@ -171,4 +171,5 @@ def test_fork_bomb_is_contained(runner) -> None:
 
 
 def test_node_status_lists_the_backend(runner, client) -> None:
-    assert runner.name in client.status().backends
+    # A runner on a daemon of its own (vm) asks that one.
+    assert runner.name in getattr(runner, "status_client", client).status().backends

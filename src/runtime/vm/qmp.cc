@@ -18,12 +18,22 @@ StatusOr<std::string> QmpClient::Execute(const std::string& execute, const std::
   line += "}";
   StatusOr<std::string> r = qmp_.Command(line, pass_fd, Clock::now() + timeout);
   if (!r.ok()) {
-    // QEMU's own "error" answers leave the monitor usable; anything else
-    // (closed, flooded, out of step after a timeout) does not.
-    if (r.status().code() != absl::StatusCode::kInternal) broken_ = r.status();
-    return r.status();
+    // QEMU's own "error" answers leave the monitor usable and name the
+    // command; anything else (closed, flooded, out of step after a
+    // timeout) does not, named here.
+    if (r.status().code() == absl::StatusCode::kInternal) return r.status();
+    broken_ = Status(r.status().code(), "QMP " + execute + ": " + std::string(r.status().message()));
+    return broken_;
   }
   return nlohmann::json::parse(*r)["return"].dump();
+}
+
+Status QmpClient::With(const std::function<Status(microvm::Qmp&)>& f) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!broken_.ok()) return broken_;
+  Status s = f(qmp_);
+  if (!s.ok() && s.code() != absl::StatusCode::kInternal) broken_ = s;
+  return s;
 }
 
 }  // namespace warren::runtime::vm

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,13 @@ class QmpClient {
   // `pass_fd` (>= 0) goes with the command as SCM_RIGHTS (add-fd, getfd).
   StatusOr<std::string> Execute(const std::string& execute, const std::string& arguments_json,
                                 std::chrono::milliseconds timeout, int pass_fd = -1);
+
+  // Runs `f` on the protocol itself with the calls serialized (the
+  // migrations of microvm/qemu.h: MigrateToFd, MigrateFromFd); an error of
+  // `f` other than InternalError breaks the client as Execute's do. The
+  // commands `f` sends without a deadline of their own are bounded by
+  // Connect's `deadline`.
+  Status With(const std::function<Status(microvm::Qmp&)>& f);
 
  private:
   explicit QmpClient(microvm::Qmp qmp) : qmp_(std::move(qmp)) {}

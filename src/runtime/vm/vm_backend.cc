@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -22,6 +24,7 @@
 #include "runtime/microvm/template.h"
 #include "runtime/vm/qmp.h"
 #include "runtime/vm/vm_sandbox.h"
+#include "runtime/vm/vm_template.h"
 
 extern char** environ;
 
@@ -99,13 +102,27 @@ Status RunTool(const std::vector<std::string>& argv) {
   return absl::OkStatus();
 }
 
+// How the guest's RAM is backed (the migration stream names RAM blocks:
+// a clone and its template, a suspended VM and its restore must agree).
+enum class Ram {
+  kAnonymous,  // -m alone: a cold boot without templates
+  kTemplate,   // memory-backend-file "ram0" on the template's memfd, share=on
+  kClone,      // the same memfd, share=off: copy-on-write over the template
+};
+
 class VmBackend : public Backend {
  public:
   VmBackend(VmOptions o, std::unique_ptr<jail::CgroupManager> cgroups, std::unique_ptr<UidSlots> uids)
-      : o_(std::move(o)), cgroups_(std::move(cgroups)), uids_(std::move(uids)) {}
+      : o_(std::move(o)), cgroups_(std::move(cgroups)), uids_(std::move(uids)) {
+    if (!o_.template_dir.empty()) {
+      templates_ = std::make_unique<vm::TemplateCache>(
+          o_.template_dir, std::vector<std::string>{o_.guest_dir + "/disk.img", o_.guest_dir + "/vmlinuz",
+                                                    o_.guest_dir + "/initrd.img", o_.qemu});
+    }
+  }
 
   std::string name() const override { return "vm"; }
-  Capabilities capabilities() const override { return {}; }
+  Capabilities capabilities() const override { return {Capability::kPause, Capability::kProcesses}; }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(CheckVmHost(o_));
@@ -113,21 +130,171 @@ class VmBackend : public Backend {
       return absl::InvalidArgumentError("memory_mb=" + std::to_string(spec.resources.memory_mb) + " is below the " +
                                         std::to_string(kMinMemoryMb) + " MiB a vm guest (systemd and X) needs");
     }
+    if (templates_) {
+      const uint32_t memory_mb = spec.resources.memory_mb;
+      const std::string shape = "m" + std::to_string(memory_mb) + "-s" + std::to_string(o_.screen_width) + "x" +
+                                std::to_string(o_.screen_height) + "-c" + std::to_string(o_.cpus) + "-" + Accel();
+      StatusOr<std::shared_ptr<const vm::Template>> t =
+          templates_->Get(shape, [this, memory_mb](const std::string& dir) { return BuildTemplate(dir, memory_mb); });
+      if (t.ok()) {
+        bool guest_answered = false;
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, t->get(), &guest_answered);
+        if (sb.ok() || guest_answered) return sb;
+        Log(spdlog::level::warn, "vm clone failed; booting cold",
+            {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
+      } else if (absl::IsDeadlineExceeded(t.status())) {
+        // The guest did not answer, or its desktop did not come up, in time.
+        return Status(t.status().code(), "sandbox " + spec.id + ": " + std::string(t.status().message()));
+      } else {
+        LogNoTemplateOnce(t.status());
+      }
+    }
+    return CreateVm(spec, nullptr, nullptr);
+  }
+
+ private:
+  void LogNoTemplateOnce(const Status& why) {
+    std::lock_guard<std::mutex> l(log_mu_);
+    if (why.ToString() == last_template_error_) return;
+    last_template_error_ = why.ToString();
+    Log(spdlog::level::warn, "no vm template; creates boot cold", {{"reason", last_template_error_}});
+  }
+
+  // The template of `memory_mb` into `dir`: a cold boot (its own uid, no
+  // cgroup of a sandbox: its memory is the daemon's) of an overlay in `dir`
+  // with its RAM in a memfd, left until the desktop takes input, then saved
+  // (x-ignore-shared: the RAM stays in the memfd) and its QEMU ended.
+  StatusOr<std::shared_ptr<vm::Template>> BuildTemplate(const std::string& dir, uint32_t memory_mb) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto t = std::make_shared<vm::Template>();
+    t->state_file = dir + "/state";
+    t->disk = dir + "/disk.qcow2";
+    t->memory_mb = memory_mb;
+    RETURN_IF_ERROR(
+        RunTool({o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", t->disk}));
+    t->ram.reset(static_cast<int>(::memfd_create("warren-vm-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
+    if (!t->ram.valid()) return ErrnoToStatus(errno, "memfd_create(warren-vm-template-ram)");
+    const auto bytes = static_cast<off_t>(uint64_t{memory_mb} << 20);
+    // Allocated now, charged to the daemon (microvm/template.cc's reason: a
+    // clone's fault on a page the template never touched would otherwise
+    // allocate it in the memfd, charged to that clone).
+    if (::ftruncate(t->ram.get(), bytes) != 0) return ErrnoToStatus(errno, "ftruncate(template memfd)");
+    if (::fallocate(t->ram.get(), 0, 0, bytes) != 0) return ErrnoToStatus(errno, "fallocate(template memfd)");
+    // Declared before the rollback guard: its undos use it (a QEMU object
+    // gone before the guard ran would leave the template's QEMU running).
+    microvm::LaunchedQemu q;
+    ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
+    Rollback rb;
+    rb.Add([this, slot] { uids_->Release(slot); });
+    UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd.valid()) return ErrnoToStatus(errno, "open(" + dir + ")");
+    const std::string agent_path = microvm::SocketPath(dir, dir_fd.get(), "agent.sock");
+    const std::string qmp_path = microvm::SocketPath(dir, dir_fd.get(), "qmp.sock");
+    ASSIGN_OR_RETURN(UniqueFd agent_listener, microvm::ListenUnix(agent_path));
+    ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
+    {
+      microvm::QemuFiles files(microvm::kFirstFileFd);
+      VmFileFds f;
+      ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));
+      ASSIGN_OR_RETURN(f.disk_rw, files.Open(t->disk, O_RDWR));
+      ASSIGN_OR_RETURN(f.disk_ro, files.Open(t->disk, O_RDONLY));
+      ASSIGN_OR_RETURN(f.console, files.Open(dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
+      ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
+      ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+      std::vector<std::pair<int, int>> fds = {
+          {agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), microvm::kRamFd}};
+      fds.insert(fds.end(), files.fds().begin(), files.fds().end());
+      ASSIGN_OR_RETURN(q, microvm::LaunchQemu(Argv("warren-vm-template:" + dir, memory_mb, Accel(), f, Ram::kTemplate),
+                                              fds, dir + "/qemu.log", {}, Identity(slot)));
+    }
+    agent_listener.reset();
+    qmp_listener.reset();
+    rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
+    auto fail = [&dir](const Status& s) { return Status(s.code(), std::string(s.message()) + microvm::LogTails(dir)); };
+    // The monitor first, while QEMU is surely quick to answer it; held for
+    // the desktop's input and the save. Its deadline bounds the save's
+    // commands too (With: microvm::Qmp's default deadline is Connect's).
+    StatusOr<std::unique_ptr<vm::QmpClient>> qmp =
+        vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + 2 * o_.boot_timeout + o_.desktop_timeout);
+    if (!qmp.ok()) return fail(qmp.status());
+    int pidfd = q.pidfd.get();
+    microvm::proto::HelloReply hello;
+    StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
+        "vm template " + dir, agent_path, AgentChannel::Clock::now() + o_.boot_timeout,
+        [pidfd] { return PidfdAlive(pidfd); }, &hello);
+    if (!ch.ok()) {
+      std::string extra = absl::IsDeadlineExceeded(ch.status()) ? " (the desktop template's boot; boot timeout " +
+                                                                      std::to_string(o_.boot_timeout.count()) + " ms)"
+                                                                : "";
+      return fail(Status(ch.status().code(), std::string(ch.status().message()) + extra));
+    }
+    if (!hello.error.empty())
+      return absl::FailedPreconditionError("the template guest's agent reports: " + hello.error);
+    const auto booted = std::chrono::steady_clock::now();
+    Status s = vm::WaitForDesktop(**ch, **qmp, AgentChannel::Clock::now() + o_.desktop_timeout);
+    if (absl::IsDeadlineExceeded(s)) {
+      s = Status(s.code(), std::string(s.message()) + " (desktop timeout " +
+                               std::to_string(o_.desktop_timeout.count()) + " ms after the guest answered)");
+    }
+    if (!s.ok()) return fail(s);
+    (*ch)->Close();  // the agent waits for the next host: a clone's
+    ch->reset();
+    s = (*qmp)->With([&](microvm::Qmp& m) -> Status {
+      RETURN_IF_ERROR(microvm::SetIgnoreShared(m, true));
+      UniqueFd state(::open(t->state_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+      if (!state.valid()) return ErrnoToStatus(errno, "open(" + t->state_file + ")");
+      // Not `stop` first: the stream records the run state (clones of a
+      // stopped template would stay paused). The migration's end flushes
+      // the overlay's qcow2 metadata and stops the guest.
+      return microvm::MigrateToFd(m, state.get(), microvm::Qmp::Clock::now() + o_.boot_timeout);
+    });
+    if (!s.ok()) return fail(s);
+    qmp->reset();
+    rb.Commit();
+    microvm::KillQemu(std::move(q.pidfd));  // no shared writable mapping is left: sealing works
+    uids_->Release(slot);
+    if (::fcntl(t->ram.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      return ErrnoToStatus(errno, "fcntl(template memfd, F_ADD_SEALS)");
+    }
+    for (const char* f : {"/agent.sock", "/qmp.sock", "/console.log", "/qemu.log"}) ::unlink((dir + f).c_str());
+    t->dir = dir;  // removed with the template from here on
+    auto ms = [](auto d) { return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()); };
+    Log(spdlog::level::info, "vm template saved",
+        {{"template", dir}, {"booted_ms", ms(booted - t0)}, {"saved_ms", ms(std::chrono::steady_clock::now() - t0)}});
+    return t;
+  }
+
+  // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
+  // when the guest's agent replied to the hello.
+  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const vm::Template* tmpl, bool* guest_answered) {
     microvm::record::Microvm rec;
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
     Rollback rb;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ms = [&t0] {
+      return std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    };
+    std::string disk_ms, launch_ms, restore_ms = "-";
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".qcow2");
 
-    // Copy-on-write over the shared base; QEMU opens the base read-only.
-    RETURN_IF_ERROR(RunTool(
-        {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", rec.disk()}));
+    if (tmpl != nullptr) {
+      // The template's overlay as its save left it: the guest's page cache
+      // and mounted file system match it.
+      RETURN_IF_ERROR(vm::CopyDisk(tmpl->disk, rec.disk()));
+    } else {
+      // Copy-on-write over the shared base; QEMU opens the base read-only.
+      RETURN_IF_ERROR(RunTool(
+          {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", rec.disk()}));
+    }
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
     ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
     rec.set_uid_slot(slot);
     rb.Add([this, slot] { uids_->Release(slot); });
+    disk_ms = ms();
 
     jail::CgroupLimits limits;
     limits.cpu_millis = spec.resources.cpu_millis;
@@ -163,22 +330,45 @@ class VmBackend : public Backend {
       ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
       ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
       std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
+      if (tmpl != nullptr) fds.push_back({tmpl->ram.get(), microvm::kRamFd});
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
       std::vector<int> procs_fds;
       procs_fds.reserve(procs.size());
       for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-      ASSIGN_OR_RETURN(q,
-                       microvm::LaunchQemu(Argv(spec, rec, f), fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
+      ASSIGN_OR_RETURN(q, microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
+                                                   tmpl != nullptr ? Ram::kClone : Ram::kAnonymous),
+                                              fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
     }  // QEMU holds the files and the sockets now
     agent_listener.reset();
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
+    rec.set_ram_named(tmpl != nullptr);
+    launch_ms = ms();
     rb.Add([&] { microvm::KillQemu(std::move(q.pidfd)); });
 
-    // The agent's hello first: its wait notices a QEMU that exited (the
-    // monitor's connect alone would retry until the deadline).
     const auto deadline = AgentChannel::Clock::now() + o_.boot_timeout;
+    std::unique_ptr<vm::QmpClient> qmp;
+    if (tmpl != nullptr) {
+      // The saved state goes in over the monitor; the agent is spoken to
+      // once the guest runs.
+      // `deadline` bounds the restore's commands too (With).
+      ASSIGN_OR_RETURN(qmp, vm::QmpClient::Connect(qmp_path, deadline));
+      Status s = qmp->With([&](microvm::Qmp& m) -> Status {
+        RETURN_IF_ERROR(microvm::SetIgnoreShared(m, true));
+        UniqueFd state(::open(tmpl->state_file.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!state.valid()) return ErrnoToStatus(errno, "open(" + tmpl->state_file + ")");
+        bool running = false;
+        RETURN_IF_ERROR(microvm::MigrateFromFd(m, state.get(), deadline, &running));
+        if (!running) return absl::InternalError("the restored clone is not running");
+        return absl::OkStatus();
+      });
+      if (!s.ok()) return Status(s.code(), std::string(s.message()) + microvm::LogTails(spec.dir));
+      restore_ms = ms();
+    }
+    // The agent's hello first on a boot: its wait notices a QEMU that
+    // exited (the monitor's connect alone would retry until the deadline).
+    // A clone's hello sets its clock and reseeds its RNG.
     microvm::proto::HelloReply hello;
     int pidfd = q.pidfd.get();
     StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
@@ -189,13 +379,22 @@ class VmBackend : public Backend {
                               : "";
       return Status(ch.status().code(), std::string(ch.status().message()) + extra + microvm::LogTails(spec.dir));
     }
+    if (guest_answered != nullptr) *guest_answered = true;
     if (!hello.error.empty()) {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": the guest agent reports: " + hello.error);
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<vm::QmpClient> qmp,
-                     vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + kQmpConnectTimeout));
+    if (!qmp) {
+      ASSIGN_OR_RETURN(qmp, vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + kQmpConnectTimeout));
+    }
     rec.set_kernel_release(hello.kernel_release);
     rec.set_boot_id(hello.boot_id);
+    Log(spdlog::level::info, "vm started (ms since the create began)",
+        {{"sandbox", spec.id},
+         {"clone", tmpl != nullptr ? "true" : "false"},
+         {"disk", disk_ms},
+         {"launched", launch_ms},
+         {"restored", restore_ms},
+         {"answered", ms()}});
     microvm::MicrovmSandbox::Parts parts;
     parts.spec = spec;
     parts.record = rec;
@@ -210,6 +409,7 @@ class VmBackend : public Backend {
         new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
   }
 
+ public:
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
     microvm::record::Microvm rec;
     if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.qemu_pid() <= 0) {
@@ -236,6 +436,13 @@ class VmBackend : public Backend {
     const auto deadline = AgentChannel::Clock::now() + kAdoptTimeout;
     ASSIGN_OR_RETURN(std::unique_ptr<vm::QmpClient> qmp,
                      vm::QmpClient::Connect(microvm::SocketPath(spec.dir, dir.get(), "qmp.sock"), deadline));
+    // A VM stopped by Pause runs for the hello (its agent answers only
+    // then); the node pauses it again after Adopt when its record says so.
+    StatusOr<std::string> st = qmp->Execute("query-status", "", kQmpConnectTimeout);
+    if (st.ok() && st->find("\"running\": true") == std::string::npos &&
+        st->find("\"running\":true") == std::string::npos) {
+      RETURN_IF_ERROR(qmp->Execute("cont", "", kQmpConnectTimeout).status());
+    }
     microvm::proto::HelloReply hello;
     int fd = pidfd.get();
     ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
@@ -299,10 +506,13 @@ class VmBackend : public Backend {
 
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
-  std::vector<std::string> Argv(const SandboxSpec& spec, const microvm::record::Microvm& rec,
-                                const VmFileFds& f) const {
+  // QEMU's command line for a VM named `name` (-name: what `ps` shows and
+  // KillTemplateQemus looks for). A clone's must equal its template's in
+  // every device and RAM block (the migration stream names them); it adds
+  // -incoming defer.
+  std::vector<std::string> Argv(const std::string& name, uint32_t memory_mb, const std::string& accel,
+                                const VmFileFds& f, Ram ram) const {
     using microvm::FdSetPath;
-    const std::string& accel = rec.accel();
     // warren.screen: the size the guest's X session sets (xrandr); systemd's
     // status on the console for the boot's log.
     std::string append = "root=/dev/vda rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
@@ -311,17 +521,17 @@ class VmBackend : public Backend {
     std::vector<std::string> a = {
         o_.qemu,
         "-M",
-        "q35,vmport=off,smbus=off",
+        ram == Ram::kAnonymous ? "q35,vmport=off,smbus=off" : "q35,vmport=off,smbus=off,memory-backend=ram0",
         "-accel",
         accel == "tcg" ? "tcg,tb-size=" + std::to_string(microvm::kTcgCacheMb) : accel,
         "-cpu",
         accel == "kvm" ? "host" : "max",
         "-m",
-        std::to_string(spec.resources.memory_mb) + "M",
+        std::to_string(memory_mb) + "M",
         "-smp",
         std::to_string(o_.cpus),
         "-name",
-        microvm::QemuOptValue("warren:" + spec.id),
+        microvm::QemuOptValue(name),
         "-nodefaults",
         "-no-user-config",
         "-display",
@@ -370,6 +580,12 @@ class VmBackend : public Backend {
         "-device",
         "virtio-rng-pci",
     };
+    if (ram != Ram::kAnonymous) {
+      a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(memory_mb) +
+                                        "M,mem-path=" + microvm::ProcFdPath(microvm::kRamFd) +
+                                        ",share=" + (ram == Ram::kTemplate ? "on" : "off")});
+    }
+    if (ram == Ram::kClone) a.insert(a.end(), {"-incoming", "defer"});
     for (int fd : {f.base, f.disk_rw, f.console}) {
       for (std::string& arg : microvm::AddFdArgs(fd, fd)) a.push_back(std::move(arg));
     }
@@ -382,6 +598,9 @@ class VmBackend : public Backend {
   const VmOptions o_;
   std::unique_ptr<jail::CgroupManager> cgroups_;
   std::unique_ptr<UidSlots> uids_;
+  std::unique_ptr<vm::TemplateCache> templates_;  // warm starts; null: every create boots cold
+  std::mutex log_mu_;
+  std::string last_template_error_;
 };
 
 }  // namespace
@@ -415,6 +634,13 @@ StatusOr<std::unique_ptr<Backend>> NewVmBackend(const VmOptions& options) {
   RETURN_IF_ERROR(CheckVmHost(options));
   if (options.disk_dir.empty()) return absl::InvalidArgumentError("vm: disk_dir is required");
   RETURN_IF_ERROR(MkdirAll(options.disk_dir, 0700));
+  // Templates of an earlier daemon: their RAM (a memfd) died with it; a
+  // build it was doing when killed left its QEMU. Its clones do not need
+  // them (each runs on its own copy of the disk and its mapping of the RAM).
+  if (!options.template_dir.empty() && ::access(options.template_dir.c_str(), F_OK) == 0) {
+    microvm::KillTemplateQemus(options.qemu, "warren-vm-template:" + options.template_dir + "/");
+    RETURN_IF_ERROR(RemoveTree(options.template_dir));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<jail::CgroupManager> cgroups,
                    jail::CgroupManager::Detect(options.cgroup_name, /*view_hierarchies=*/false));
   if (options.max_vms == 0 || uint64_t{options.uid_base} + options.max_vms >= 0xfffffffeu) {

@@ -39,10 +39,14 @@
 // Create waits for the guest agent's hello at most boot_timeout (a full
 // systemd boot under TCG takes tens of seconds): DeadlineExceeded then,
 // with everything removed and the console's tail in the message.
-// Capabilities: none beyond Sandbox and Desktop (pause, suspend,
-// processes and export_changes answer Unimplemented); files():
-// Unimplemented (as microvm). The layers of the sandbox's image are not
-// used yet: the root is disk.img's.
+// Capabilities: pause (QMP stop/cont) and processes (the guest agent's),
+// files() over the agent's file calls (all as microvm's); suspend and
+// export_changes answer Unimplemented. The layers of the sandbox's image
+// are not used yet: the root is disk.img's.
+//
+// Warm starts (template_dir set): a create restores a clone of the booted
+// desktop template of its memory size (vm_template.h), built at the first
+// such create; see there for what a clone shares and what it does not.
 #pragma once
 
 #include <chrono>
@@ -76,6 +80,13 @@ struct VmOptions {
   // The screen size the guest's X session sets (warren.screen= on the
   // kernel command line, applied with xrandr by build-guest.sh's session).
   uint32_t screen_width = 1024, screen_height = 768;
+  // Warm starts (vm_template.h): templates kept here (emptied at start and
+  // at the backend's end); empty: every create boots cold.
+  std::string template_dir;
+  // A template's wait, after its agent answered, until its desktop takes
+  // input (vm_template.h WaitForDesktop); past it the build fails and
+  // creates boot cold.
+  std::chrono::milliseconds desktop_timeout{300000};
 };
 
 // OK when QEMU, qemu-img and the guest's files exist (the kernel and the

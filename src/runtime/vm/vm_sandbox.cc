@@ -51,52 +51,73 @@ Status VmSandbox::Named(const Status& s) const {
   return Status(s.code(), "sandbox " + id() + ": " + std::string(s.message()));
 }
 
-StatusOr<Screenshot> VmSandbox::TakeScreenshot() {
-  std::lock_guard<std::mutex> l(mu_);
+StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeout) {
   // QEMU's uid cannot create files here: it writes into a memfd of ours,
   // passed write-only into a fresh fd set (QMP add-fd) that screendump
   // opens as /dev/fdset/<id> (QEMU dups the set's fd whose access mode
   // matches its O_WRONLY), removed again after.
   UniqueFd mem(static_cast<int>(::memfd_create("warren-screen", MFD_CLOEXEC)));
-  if (!mem.valid()) return Named(ErrnoToStatus(errno, "memfd_create"));
+  if (!mem.valid()) return ErrnoToStatus(errno, "memfd_create");
   UniqueFd wr(::open(("/proc/self/fd/" + std::to_string(mem.get())).c_str(), O_WRONLY | O_CLOEXEC));
-  if (!wr.valid()) return Named(ErrnoToStatus(errno, "open(memfd, O_WRONLY)"));
-  StatusOr<std::string> added = qmp_->Execute("add-fd", "", kQmpTimeout, wr.get());
-  if (!added.ok()) return Named(added.status());
+  if (!wr.valid()) return ErrnoToStatus(errno, "open(memfd, O_WRONLY)");
+  ASSIGN_OR_RETURN(std::string added, qmp.Execute("add-fd", "", timeout, wr.get()));
   wr.reset();
-  nlohmann::json a = nlohmann::json::parse(*added, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json a = nlohmann::json::parse(added, nullptr, /*allow_exceptions=*/false);
   if (!a.is_object() || !a.contains("fdset-id") || !a["fdset-id"].is_number_integer()) {
-    return Named(absl::InternalError("QMP add-fd: no fdset-id in " + *added));
+    return absl::InternalError("QMP add-fd: no fdset-id in " + added);
   }
   const int64_t set = a["fdset-id"].get<int64_t>();
   nlohmann::json args = {{"filename", "/dev/fdset/" + std::to_string(set)}, {"format", "png"}};
-  StatusOr<std::string> r = qmp_->Execute("screendump", args.dump(), kQmpTimeout);
-  StatusOr<std::string> removed = qmp_->Execute("remove-fd", nlohmann::json{{"fdset-id", set}}.dump(), kQmpTimeout);
-  if (!r.ok()) return Named(r.status());
-  if (!removed.ok()) return Named(removed.status());
+  StatusOr<std::string> r = qmp.Execute("screendump", args.dump(), timeout);
+  StatusOr<std::string> removed = qmp.Execute("remove-fd", nlohmann::json{{"fdset-id", set}}.dump(), timeout);
+  if (!r.ok()) return r.status();
+  if (!removed.ok()) return removed.status();
   struct stat st;
-  if (::fstat(mem.get(), &st) != 0) return Named(ErrnoToStatus(errno, "fstat(memfd)"));
+  if (::fstat(mem.get(), &st) != 0) return ErrnoToStatus(errno, "fstat(memfd)");
   if (static_cast<uint64_t>(st.st_size) > kMaxPngBytes) {
-    return Named(absl::InternalError("screendump wrote " + std::to_string(st.st_size) + " bytes (limit " +
-                                     std::to_string(kMaxPngBytes) + ")"));
+    return absl::InternalError("screendump wrote " + std::to_string(st.st_size) + " bytes (limit " +
+                               std::to_string(kMaxPngBytes) + ")");
   }
   std::string png(static_cast<size_t>(st.st_size), '\0');
   size_t off = 0;
   while (off < png.size()) {
     ssize_t n = ::pread(mem.get(), png.data() + off, png.size() - off, static_cast<off_t>(off));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Named(ErrnoToStatus(errno, "pread(memfd)"));
+    if (n < 0) return ErrnoToStatus(errno, "pread(memfd)");
     if (n == 0) break;
     off += static_cast<size_t>(n);
   }
   png.resize(off);
   Screenshot shot;
-  RETURN_IF_ERROR(Named(PngSize(png, &shot.width, &shot.height)));
+  RETURN_IF_ERROR(PngSize(png, &shot.width, &shot.height));
   shot.png = std::move(png);
-  width_ = shot.width;
-  height_ = shot.height;
+  return shot;
+}
+
+StatusOr<Screenshot> VmSandbox::TakeScreenshot() {
+  std::lock_guard<std::mutex> l(mu_);
+  StatusOr<Screenshot> shot = Screendump(*qmp_, kQmpTimeout);
+  if (!shot.ok()) return Named(shot.status());
+  width_ = shot->width;
+  height_ = shot->height;
   size_at_ = std::chrono::steady_clock::now();
   return shot;
+}
+
+Status VmSandbox::Pause() {
+  std::lock_guard<std::mutex> l(life_mu_);
+  if (paused_) return absl::OkStatus();
+  RETURN_IF_ERROR(Named(qmp_->Execute("stop", "", kQmpTimeout).status()));
+  paused_ = true;
+  return absl::OkStatus();
+}
+
+Status VmSandbox::Resume() {
+  std::lock_guard<std::mutex> l(life_mu_);
+  if (!paused_) return absl::OkStatus();
+  RETURN_IF_ERROR(Named(qmp_->Execute("cont", "", kQmpTimeout).status()));
+  paused_ = false;
+  return absl::OkStatus();
 }
 
 Status VmSandbox::Send(const std::string& events_json) {

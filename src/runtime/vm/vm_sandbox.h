@@ -17,7 +17,17 @@ namespace warren::runtime::vm {
 // Width and height from a PNG's IHDR; InvalidArgument when `png` is not one.
 Status PngSize(const std::string& png, uint32_t* width, uint32_t* height);
 
-class VmSandbox : public Sandbox, public Desktop {
+// The screen of the QEMU behind `qmp` as PNG (QMP screendump into a memfd
+// passed with add-fd), each QMP call bounded by `timeout`.
+StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeout);
+
+// Pause/Resume: QMP stop/cont on the sandbox's own monitor connection (QEMU
+// serves one QMP client at a time, so not the microvm sandbox's, which
+// would connect anew). Every other call of the node resumes first.
+//
+// Processes (exec streams, background processes, PTYs, sessions): the
+// guest agent's, through the microvm sandbox.
+class VmSandbox : public Sandbox, public Desktop, public Pausable, public ProcessStarter {
  public:
   VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp);
 
@@ -36,6 +46,14 @@ class VmSandbox : public Sandbox, public Desktop {
   Status Mouse(int32_t x, int32_t y, MouseButton button, MouseAction action) override;
   Status Scroll(int32_t dx, int32_t dy) override;
 
+  StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override {
+    return inner_->Start(spec, options);
+  }
+
+  // Pausable.
+  Status Pause() override;
+  Status Resume() override;
+
   static constexpr std::chrono::milliseconds kQmpTimeout{10000};
 
  private:
@@ -45,6 +63,8 @@ class VmSandbox : public Sandbox, public Desktop {
 
   std::unique_ptr<microvm::MicrovmSandbox> inner_;
   std::unique_ptr<QmpClient> qmp_;
+  std::mutex life_mu_;  // pause/resume
+  bool paused_ = false;
   std::mutex mu_;  // the screen size; one screendump at a time
   uint32_t width_ = 0, height_ = 0;
   std::chrono::steady_clock::time_point size_at_{};
