@@ -13,7 +13,7 @@
 #                    skips the decompressor (~270 ms of a TCG cold boot);
 #                    warrend prefers it to vmlinuz
 #   initramfs.cpio   newc cpio: /init (the agent), /lib/modules/*.ko (the
-#                    virtio-mmio, virtio-blk, virtio-console, virtio-rng,
+#                    virtio-mmio, virtio-blk, virtio-console, virtio-rng, virtio-net,
 #                    erofs and overlay modules, which that kernel builds as
 #                    modules) and /modules.load (their load order, deps first)
 #   kernel.release   e.g. 6.1.0-57-cloud-amd64
@@ -46,7 +46,7 @@ mkdir -p "$out"
 
 # The modules the agent loads, in this order; their dependencies (the
 # "depends=" of each module's .modinfo) are added before them.
-wanted=(virtio_mmio virtio_blk virtio_console virtio-rng erofs overlay)
+wanted=(virtio_mmio virtio_blk virtio_console virtio-rng virtio_net erofs overlay)
 
 # ---- kernel: the image package linux-image-cloud-amd64 depends on
 meta=linux-image-cloud-amd64

@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/rollback.h"
+#include "net/tap.h"
 
 namespace warren::net {
 
@@ -215,6 +216,17 @@ std::string SandboxNetwork::ChainCmds(const NetworkLease& lease, const NetworkPo
 Status SandboxNetwork::Build(const NetworkLease& lease, int netns_fd) {
   std::lock_guard<std::mutex> l(mu_);
   Rollback rb;
+  if (netns_fd == kTapLink) {
+    // A tap of that name is a leftover (a released index's link is deleted):
+    // replaced, so its address and state are this lease's.
+    RETURN_IF_ERROR(host_->DelLink(lease.host_link));
+    RETURN_IF_ERROR(OpenTap(lease.host_link, /*persist=*/true).status());
+    rb.Add([this, lease] { (void)host_->DelLink(lease.host_link); });
+    RETURN_IF_ERROR(host_->AddAddr(lease.host_link, lease.host_addr, 30));
+    RETURN_IF_ERROR(host_->SetUp(lease.host_link));
+    rb.Commit();
+    return absl::OkStatus();
+  }
   Status added = host_->AddVeth(lease.host_link, "eth0", netns_fd);
   if (StatusErrno(added) == EEXIST) {  // left by a namespace the kernel has not freed yet
     RETURN_IF_ERROR(host_->DelLink(lease.host_link));
@@ -280,6 +292,17 @@ StatusOr<NetworkLease> SandboxNetwork::Adopt(const std::string& sandbox_id, uint
   }
   rb.Commit();
   return lease;
+}
+
+StatusOr<UniqueFd> SandboxNetwork::OpenTapQueue(const NetworkLease& lease) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (lease.index >= used_.size() || !used_[lease.index])
+      return absl::FailedPreconditionError("network index " + std::to_string(lease.index) + " is not leased");
+    if (host_->IfIndex(lease.host_link) == 0)
+      return absl::NotFoundError("tap " + lease.host_link + " is gone (deleted outside warrend?)");
+  }
+  return OpenTap(lease.host_link, /*persist=*/false);
 }
 
 Status SandboxNetwork::SetPolicy(const NetworkLease& lease, const NetworkPolicy& policy) {

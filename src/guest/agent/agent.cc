@@ -24,6 +24,7 @@
 #include "common/unique_fd.h"
 #include "guest/agent/boot.h"
 #include "guest/agent/files.h"
+#include "guest/agent/net.h"
 #include "guest/agent/processes.h"
 #include "guest/agent/util.h"
 #include "runtime/microvm/protocol.h"
@@ -250,6 +251,20 @@ class Agent {
           if (setup_error_.empty()) {
             SetUpCgroups();
           } else {
+            LogLine("setup failed: " + setup_error_);
+          }
+        }
+        // The NIC once the root is up (its resolv.conf is the root's).
+        if (h.net_addr != 0 && !nic_done_ && !root_pending_ && setup_error_.empty()) {
+          nic_done_ = true;
+          NicParams n;
+          n.addr = h.net_addr;
+          n.prefix = h.net_prefix;
+          n.gateway = h.net_gateway;
+          n.mac = h.net_mac;
+          n.nameserver = h.nameserver;
+          if (std::string e = ConfigureNic(n); !e.empty()) {
+            setup_error_ = "network: " + e;
             LogLine("setup failed: " + setup_error_);
           }
         }
@@ -491,6 +506,7 @@ class Agent {
   std::string port_;
   std::string setup_error_;
   bool root_pending_;
+  bool nic_done_ = false;  // eth0 configured (by the first hello with a NIC)
   UniqueFd chan_, sigfd_;
   bool connected_ = false;
   bool async_ = true;  // SIGIO on the port's host open/close (Run)

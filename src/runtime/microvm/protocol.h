@@ -27,6 +27,12 @@
 //                                   sets the hostname, binds the disks and
 //                                   mounts the root from `layers`, `shm_mb`;
 //                                   later hellos leave both alone
+//                                   `net` {addr, prefix, gateway, mac,
+//                                   nameserver} (a sandbox with a network):
+//                                   the first hello carrying it configures
+//                                   eth0 (MAC, address, default route) and
+//                                   /etc/resolv.conf once the root is up;
+//                                   later ones leave it alone
 //   ⇐ kHelloReply {version, kernel_release, boot_id, error}  same id. A
 //                                   non-empty `error`: the guest could not set
 //                                   up its root (the sandbox is unusable).
@@ -292,6 +298,13 @@ struct Hello {
   std::string hostname;  // [A-Za-z0-9.-], at most 64 bytes
   uint64_t shm_mb = 64;
   uint64_t pids = 0;  // with setup_root: task limit of the commands (0: none)
+  // The guest's NIC (eth0), when the sandbox has a network; addresses in
+  // host byte order. addr == 0: none.
+  uint32_t net_addr = 0;
+  uint32_t net_prefix = 0;   // 8..30
+  uint32_t net_gateway = 0;  // in the /prefix of addr, not addr
+  std::string net_mac;       // 6 bytes, unicast
+  uint32_t nameserver = 0;   // 0: resolv.conf left alone
 };
 struct HelloReply {
   uint64_t version = 0;
@@ -338,6 +351,11 @@ enum : uint16_t {
   kHostname = 5,
   kShmMb = 6,
   kPids = 7,
+  kNetAddr = 16,  // 16..20: the NIC (tags 8..15 left for the root's)
+  kNetPrefix = 17,
+  kNetGateway = 18,
+  kNetMac = 19,
+  kNameserver = 20,
   // HelloReply
   kVersion = 1,
   kKernelRelease = 2,
@@ -378,6 +396,10 @@ inline std::string Encode(const Hello& m) {
   if (m.setup_root) {
     w.U64(tag::kSetupRoot, 1).U64(tag::kLayers, m.layers).Bytes(tag::kHostname, m.hostname).U64(tag::kShmMb, m.shm_mb);
     if (m.pids != 0) w.U64(tag::kPids, m.pids);
+  }
+  if (m.net_addr != 0) {
+    w.U64(tag::kNetAddr, m.net_addr).U64(tag::kNetPrefix, m.net_prefix).U64(tag::kNetGateway, m.net_gateway);
+    w.Bytes(tag::kNetMac, m.net_mac).U64(tag::kNameserver, m.nameserver);
   }
   return w.Take();
 }
@@ -461,6 +483,19 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
     if (t == tag::kLayers && !internal::Int(v, &m->layers, why, "layers")) return false;
     if (t == tag::kShmMb && !internal::Int(v, &m->shm_mb, why, "shm_mb")) return false;
     if (t == tag::kPids && !internal::Int(v, &m->pids, why, "pids")) return false;
+    if (t == tag::kNetAddr || t == tag::kNetPrefix || t == tag::kNetGateway || t == tag::kNameserver) {
+      uint64_t x = 0;
+      if (!internal::Int(v, &x, why, "net field")) return false;
+      if (x > 0xffffffffu) return *why = "net field out of range", false;
+      const auto x32 = static_cast<uint32_t>(x);
+      (t == tag::kNetAddr ? m->net_addr : t == tag::kNetPrefix ? m->net_prefix
+                                        : t == tag::kNetGateway ? m->net_gateway
+                                                                : m->nameserver) = x32;
+    }
+    if (t == tag::kNetMac) {
+      if (v.size() != 6) return *why = "net mac must be 6 bytes", false;
+      m->net_mac.assign(v);
+    }
     if (t == tag::kHostname) {
       if (v.size() > 64) return *why = "hostname too long", false;
       for (char c : v) {
@@ -473,6 +508,13 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
   }
   if (!internal::Done(r, why)) return false;
   if (m->setup_root && (m->layers < 1 || m->layers > 64)) return *why = "layers must be 1..64", false;
+  if (m->net_addr != 0) {
+    if (m->net_prefix < 8 || m->net_prefix > 30) return *why = "net prefix must be 8..30", false;
+    const uint32_t mask = ~uint32_t{0} << (32 - m->net_prefix);
+    if (m->net_gateway == m->net_addr || (m->net_gateway & mask) != (m->net_addr & mask))
+      return *why = "net gateway outside the NIC's subnet", false;
+    if (m->net_mac.size() != 6 || (m->net_mac[0] & 1) != 0) return *why = "net mac must be 6 bytes, unicast", false;
+  }
   if (m->setup_root && (m->shm_mb < 1 || m->shm_mb > (1u << 20))) return *why = "shm_mb out of range", false;
   return true;
 }
