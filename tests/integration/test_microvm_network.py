@@ -122,7 +122,10 @@ def test_policy_node_sibling_and_set_network(mvnet: Daemon, base_layer: str) -> 
 
 def test_default_is_loopback_only_and_exposing_needs_a_link(mvnet: Daemon, base_layer: str) -> None:
     with vm(mvnet, base_layer) as sb:
-        assert probe(sb, ALLOWED).startswith("err")  # no route: its NIC (a clone's) is down and unplugged
+        # A clone's NIC (the template's) stays unbound: loopback only, as in a container.
+        r = sb.exec(["cat", "/proc/net/dev"], timeout=30)
+        assert [ln.split(":")[0].strip() for ln in r.stdout.decode().splitlines()[2:]] == ["lo"]
+        assert probe(sb, ALLOWED).startswith("err")  # ENETUNREACH
         with pytest.raises(warren.FailedPrecondition, match="without a network"):
             sb.set_network({"allow": [ALLOWED]})
         with pytest.raises(warren.FailedPrecondition, match="network link"):

@@ -263,7 +263,9 @@ class Agent {
           n.gateway = h.net_gateway;
           n.mac = h.net_mac;
           n.nameserver = h.nameserver;
-          if (std::string e = ConfigureNic(n); !e.empty()) {
+          std::string e = LoadNetModules();
+          if (e.empty()) e = ConfigureNic(n);
+          if (!e.empty()) {
             setup_error_ = "network: " + e;
             LogLine("setup failed: " + setup_error_);
           }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace warren::guest {
@@ -125,6 +126,27 @@ std::string LoadModule(const std::string& name) {
 }
 }  // namespace
 
+namespace {
+// The modules of /modules.net, opened at boot (the initramfs is out of
+// reach once the root is switched), loaded by LoadNetModules.
+std::vector<std::pair<std::string, int>> g_net_modules;
+}  // namespace
+
+std::string LoadNetModules() {
+  for (auto& [name, fd] : g_net_modules) {
+    if (fd < 0) continue;
+    long rc = ::syscall(SYS_finit_module, fd, "", 0);
+    int saved = errno;
+    ::close(fd);
+    fd = -1;
+    if (rc != 0 && saved != EEXIST) {
+      errno = saved;
+      return Errno("finit_module(" + name + ")");
+    }
+  }
+  return "";
+}
+
 std::string EarlySetup(bool* template_boot) {
   std::string err;
   if (!(err = Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")).empty()) return err;
@@ -151,6 +173,17 @@ std::string EarlySetup(bool* template_boot) {
     i = j + 1;
     if (name.empty()) continue;
     if (std::string err = LoadModule(name); !err.empty()) return err;
+  }
+  list = ReadSmallFile("/modules.net");
+  for (size_t i = 0, j; i < list.size(); i = j + 1) {
+    j = list.find('\n', i);
+    if (j == std::string::npos) j = list.size();
+    std::string name = list.substr(i, j - i);
+    if (name.empty()) continue;
+    const std::string path = "/lib/modules/" + name + ".ko";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open(" + path + ")");
+    g_net_modules.emplace_back(name, fd);
   }
   return "";
 }

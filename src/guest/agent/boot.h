@@ -39,7 +39,8 @@ bool IsTemplateBoot();
 
 // /proc, /sys and /dev (devtmpfs) mounted, fds 0-2 open (on /dev/console),
 // *template_boot set (IsTemplateBoot, which needs /proc), the modules of
-// /modules.load loaded in order. Error text or "".
+// /modules.load loaded in order, those of /modules.net opened. Error text
+// or "".
 std::string EarlySetup(bool* template_boot);
 
 // In a template boot, what SetUpRoot needs that is the same in every
@@ -47,6 +48,12 @@ std::string EarlySetup(bool* template_boot);
 // devices) and the commands' cgroup (cgroup2 mounted, controllers on,
 // overcommit), so a clone's SetUpRoot skips them. Error text or "".
 std::string PrepareTemplate();
+
+// Loads the modules of /modules.net (virtio-net and its dependencies,
+// opened by EarlySetup), once: the NIC's driver binds the device then (a
+// template's NIC stays unbound, so a loopback-only clone has no eth0).
+// Error text or "".
+std::string LoadNetModules();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.

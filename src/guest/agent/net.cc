@@ -72,8 +72,8 @@ std::string LoopbackUp() {
 std::string ConfigureNic(const NicParams& p) {
   Sock s;
   if (s.fd() < 0) return Errno("socket(AF_INET)");
-  // virtio_net probes the device when its module loads (a cold boot) or
-  // probed it in the template: eth0 exists, but allow a late probe.
+  // virtio_net probed the device when its module loaded (LoadNetModules,
+  // just before): eth0 exists, but allow a late probe.
   timespec t0;
   ::clock_gettime(CLOCK_MONOTONIC, &t0);
   while (::if_nametoindex("eth0") == 0) {
