@@ -263,8 +263,16 @@ class Agent {
           n.gateway = h.net_gateway;
           n.mac = h.net_mac;
           n.nameserver = h.nameserver;
-          std::string e = LoadNetModules();
+          timespec t0, t1, t2;
+          ::clock_gettime(CLOCK_MONOTONIC, &t0);
+          std::string e = BindNic();
+          ::clock_gettime(CLOCK_MONOTONIC, &t1);
           if (e.empty()) e = ConfigureNic(n);
+          ::clock_gettime(CLOCK_MONOTONIC, &t2);
+          auto ms = [](const timespec& a, const timespec& b) {
+            return std::to_string((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000);
+          };
+          LogLine("nic: driver " + ms(t0, t1) + " ms, configured " + ms(t1, t2) + " ms");
           if (!e.empty()) {
             setup_error_ = "network: " + e;
             LogLine("setup failed: " + setup_error_);

@@ -72,7 +72,7 @@ std::string LoopbackUp() {
 std::string ConfigureNic(const NicParams& p) {
   Sock s;
   if (s.fd() < 0) return Errno("socket(AF_INET)");
-  // virtio_net probed the device when its module loaded (LoadNetModules,
+  // virtio_net probed the device when its module loaded (BindNic,
   // just before): eth0 exists, but allow a late probe.
   timespec t0;
   ::clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -94,6 +94,12 @@ std::string ConfigureNic(const NicParams& p) {
   a = In(~uint32_t{0} << (32 - p.prefix));
   std::memcpy(&r.ifr_netmask, &a, sizeof a);
   if (::ioctl(s.fd(), SIOCSIFNETMASK, &r) != 0) return Errno("SIOCSIFNETMASK eth0 /" + std::to_string(p.prefix));
+  // No IPv6 on the link (the node refuses it): no link-local address,
+  // duplicate address detection or router solicitation when it goes up.
+  if (int fd = ::open("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    (void)!::write(fd, "1", 1);
+    ::close(fd);
+  }
   if (std::string e = Up(s, "eth0"); !e.empty()) return e;
   rtentry rt{};
   sockaddr_in dst = In(0), gw = In(p.gateway), mask = In(0);

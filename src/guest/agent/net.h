@@ -20,7 +20,7 @@ struct NicParams {
   uint32_t nameserver = 0;  // 0: /etc/resolv.conf left alone
 };
 
-// eth0 (LoadNetModules first; waited for up to 2 s): MAC set while down, address/prefix, up,
+// eth0 (BindNic first; waited for up to 2 s): MAC set while down, address/prefix, up,
 // default route via `gateway`; then /etc/resolv.conf of the current root
 // replaced with "nameserver <nameserver>". Error text or "".
 std::string ConfigureNic(const NicParams& p);

@@ -151,7 +151,7 @@ class MicrovmBackend : public Backend {
       return std::to_string(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     };
-    std::string disk_ms, launch_ms, restore_ms = "-";
+    std::string disk_ms, net_ms = "-", launch_ms, restore_ms = "-";
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
@@ -215,6 +215,7 @@ class MicrovmBackend : public Backend {
       rec.set_network_index(lease->index);
       for (const std::string& a : policy->AllowText()) rec.add_network_allow(a);
       for (const std::string& d : policy->DenyText()) rec.add_network_deny(d);
+      net_ms = ms();
     }
     vm.nic = tmpl != nullptr || lease.has_value();
     vm.tap_fd = lease ? microvm::kTapFd : -1;
@@ -286,6 +287,7 @@ class MicrovmBackend : public Backend {
         {{"sandbox", spec.id},
          {"clone", tmpl != nullptr ? "true" : "false"},
          {"disk", disk_ms},
+         {"network", net_ms},
          {"launched", launch_ms},
          {"restored", restore_ms},
          {"answered", ms()}});
