@@ -91,7 +91,7 @@ def main() -> int:
                               rf"restored=(\d+) answered=(\d+)", log)
                 if not m:
                     continue
-                disk, netw, launched, restored, answered = m.groups()
+                _disk, _netw, launched, restored, answered = m.groups()
                 ph = phases[kind]
                 ph.setdefault("launch", []).append(float(launched))
                 ph.setdefault("hello", []).append(float(answered) - float(restored))
@@ -113,32 +113,33 @@ def main() -> int:
         vm_med, ct_med = statistics.median(vmd), statistics.median(ctd)
 
         load = Path("/proc/loadavg").read_text().split()[:3]
-        out = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — microVM network (issue 16)\n",
-               f"- command: `.venv/bin/python bench/net/microvm.py -n {args.n} --mib {args.mib} "
-               f"--downloads {args.downloads}`",
-               f"- host: {os.cpu_count()} CPUs, load {' '.join(load)} at the end; own warrend (release build), "
-               f"--sandbox-net 10.214.1.0/24, microVMs on TCG (warm: template clones, 256 MiB); server in a netns "
-               f"behind a veth ({nb.SERVER})",
-               "",
-               "| measure | without network | with network | ratio |",
-               "|---|---|---|---|",
-               f"| microvm create→exec true→destroy p50 (ms), n={args.n} each, interleaved | {p50p:.0f} | {p50n:.0f} | "
-               f"**{(p50n / p50p - 1) * 100:+.0f} %** |",
-               f"| same, mean (ms) | {mp:.0f} | {mn:.0f} | {(mn / mp - 1) * 100:+.0f} % |",
-               f"| create: QEMU started (disk, tap + chain) p50 (ms) | {med(False, 'launch')} | "
-               f"{med(True, 'launch')} | |",
-               f"| create: restore → hello answered (root; NIC driver + config) p50 (ms) | {med(False, 'hello')} | "
-               f"{med(True, 'hello')} | |",
-               f"| create: agent answered p50 (ms) | {med(False, 'answered')} | {med(True, 'answered')} | |",
-               "",
-               "| bulk download | container (veth) | microVM (tap) | ratio |",
-               "|---|---|---|---|",
-               f"| {args.mib} MiB, median of {args.downloads} (MiB/s) | {ct_med / 2**20:.1f} | {vm_med / 2**20:.1f} | "
-               f"**{vm_med / ct_med:.2f}×** |",
-               "",
-               f"- cycles (ms): without {[round(x) for x in plain]}, with {[round(x) for x in withnet]}",
-               f"- downloads (MiB/s): container {[round(x / 2**20, 1) for x in ctd]}, "
-               f"microVM {[round(x / 2**20, 1) for x in vmd]}; the VM's traffic after them: {traffic}"]
+        out: list[str] = []
+        out.append(f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — microVM network (issue 16)\n")
+        out.append(f"- command: `.venv/bin/python bench/net/microvm.py -n {args.n} --mib {args.mib} "
+                   f"--downloads {args.downloads}`")
+        out.append(f"- host: {os.cpu_count()} CPUs, load {' '.join(load)} at the end; own warrend (release build), "
+                   f"--sandbox-net 10.214.1.0/24, microVMs on TCG (warm: template clones, 256 MiB); server in a netns "
+                   f"behind a veth ({nb.SERVER})")
+        out.append("")
+        out.append("| measure | without network | with network | ratio |")
+        out.append("|---|---|---|---|")
+        out.append(f"| microvm create→exec true→destroy p50 (ms), n={args.n} each, interleaved | {p50p:.0f} | {p50n:.0f} | "
+                   f"**{(p50n / p50p - 1) * 100:+.0f} %** |")
+        out.append(f"| same, mean (ms) | {mp:.0f} | {mn:.0f} | {(mn / mp - 1) * 100:+.0f} % |")
+        out.append(f"| create: QEMU started (disk, tap + chain) p50 (ms) | {med(False, 'launch')} | "
+                   f"{med(True, 'launch')} | |")
+        out.append(f"| create: restore → hello answered (root; NIC driver + config) p50 (ms) | {med(False, 'hello')} | "
+                   f"{med(True, 'hello')} | |")
+        out.append(f"| create: agent answered p50 (ms) | {med(False, 'answered')} | {med(True, 'answered')} | |")
+        out.append("")
+        out.append("| bulk download | container (veth) | microVM (tap) | ratio |")
+        out.append("|---|---|---|---|")
+        out.append(f"| {args.mib} MiB, median of {args.downloads} (MiB/s) | {ct_med / 2**20:.1f} | {vm_med / 2**20:.1f} | "
+                   f"**{vm_med / ct_med:.2f}×** |")
+        out.append("")
+        out.append(f"- cycles (ms): without {[round(x) for x in plain]}, with {[round(x) for x in withnet]}")
+        out.append(f"- downloads (MiB/s): container {[round(x / 2**20, 1) for x in ctd]}, "
+                   f"microVM {[round(x / 2**20, 1) for x in vmd]}; the VM's traffic after them: {traffic}")
         text = "\n".join(out) + "\n"
         print(text)
         if args.append:

@@ -260,8 +260,12 @@ class MicrovmBackend : public Backend {
       setup.net_prefix = 30;
       setup.net_gateway = lease->host_addr;
       const uint32_t a = lease->sandbox_addr;
-      setup.net_mac = {'\x02', '\x57', static_cast<char>(a >> 24), static_cast<char>(a >> 16),
-                       static_cast<char>(a >> 8), static_cast<char>(a)};
+      setup.net_mac = {'\x02',
+                       '\x57',
+                       static_cast<char>(a >> 24),
+                       static_cast<char>(a >> 16),
+                       static_cast<char>(a >> 8),
+                       static_cast<char>(a)};
       // Any server it names is redirected to the forwarder; this one is for
       // an image that names none.
       if (o_.network->has_dns()) setup.nameserver = lease->host_addr;

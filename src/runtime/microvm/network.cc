@@ -105,8 +105,7 @@ void MicrovmSandbox::RestoreExposures(const record::Microvm& rec) {
   std::lock_guard<std::mutex> l(net_mu_);
   for (const record::Microvm::Exposed& x : rec.exposed()) {
     const auto port = static_cast<uint16_t>(x.port());
-    StatusOr<std::unique_ptr<net::Exposure>> e =
-        absl::FailedPreconditionError("no network link on this node for it");
+    StatusOr<std::unique_ptr<net::Exposure>> e = absl::FailedPreconditionError("no network link on this node for it");
     if (p_.network != nullptr && has_network_) {
       e = OpenExposure(port, static_cast<uint16_t>(x.listen_port()), x.token());
       if (!e.ok()) e = OpenExposure(port, 0, x.token());

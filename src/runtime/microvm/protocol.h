@@ -488,9 +488,10 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
       if (!internal::Int(v, &x, why, "net field")) return false;
       if (x > 0xffffffffu) return *why = "net field out of range", false;
       const auto x32 = static_cast<uint32_t>(x);
-      (t == tag::kNetAddr ? m->net_addr : t == tag::kNetPrefix ? m->net_prefix
-                                        : t == tag::kNetGateway ? m->net_gateway
-                                                                : m->nameserver) = x32;
+      (t == tag::kNetAddr      ? m->net_addr
+       : t == tag::kNetPrefix  ? m->net_prefix
+       : t == tag::kNetGateway ? m->net_gateway
+                               : m->nameserver) = x32;
     }
     if (t == tag::kNetMac) {
       if (v.size() != 6) return *why = "net mac must be 6 bytes", false;
