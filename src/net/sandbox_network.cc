@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 
 #include <cstdio>
@@ -350,6 +351,27 @@ Status SandboxNetwork::Release(uint32_t index, bool netns_dying) {
   policies_.erase(index);
   ids_.erase(index);
   return first;
+}
+
+int SandboxNetwork::DropUnleasedLinks() {
+  const std::string prefix = "wn" + tag_ + "-";
+  std::vector<std::string> names;
+  if (struct if_nameindex* list = ::if_nameindex(); list != nullptr) {
+    for (const struct if_nameindex* i = list; i->if_index != 0; ++i) {
+      const std::string name = i->if_name;
+      if (name.rfind(prefix, 0) == 0) names.push_back(name);
+    }
+    ::if_freenameindex(list);
+  }
+  int dropped = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const std::string& name : names) {
+    char* end = nullptr;
+    const unsigned long index = std::strtoul(name.c_str() + prefix.size(), &end, 16);
+    if (end == nullptr || *end != '\0' || (index < used_.size() && used_[index])) continue;
+    if (host_->DelLink(name).ok()) ++dropped;
+  }
+  return dropped;
 }
 
 void SandboxNetwork::SetDeniedHook(DeniedHook hook) {

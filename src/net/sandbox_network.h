@@ -134,6 +134,10 @@ class SandboxNetwork {
   // destroy's path; never for a tap, which is persistent); frees the index.
   // Idempotent.
   Status Release(uint32_t index, bool netns_dying = false);
+  // Deletes this daemon's links ("wn<T>-*") whose index is not leased: after
+  // a restart's adoptions, the taps of VMs a crash left without a record
+  // (a create cut short). Returns how many went.
+  int DropUnleasedLinks();
   // The sandbox's counters now.
   StatusOr<NetworkCounters> Counters(const NetworkLease& lease) const;
   // A policy from entries, this node's presets expanded (policy.h);

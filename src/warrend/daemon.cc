@@ -194,6 +194,12 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
     });
   }
   RETURN_IF_ERROR(manager->Start());
+  if (*network != nullptr) {
+    // Adoptions are done: a link no sandbox leases is a leftover (a VM's tap
+    // of a create a crash cut short).
+    if (int n = (*network)->DropUnleasedLinks(); n > 0)
+      Log(spdlog::level::info, "sandbox network: leftover links removed", {{"count", std::to_string(n)}});
+  }
   return manager;
 }
 
