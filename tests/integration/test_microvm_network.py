@@ -213,3 +213,10 @@ def test_kill9_restart_reapplies_policy_and_cleans(test_root: Path, layer_store:
     finally:
         d.stop()
         drop_table(d)
+
+
+def test_no_network_on_a_node_without_one(client: warren.Client, base_layer: str) -> None:
+    if "microvm" not in client.status().backends:
+        pytest.skip("microvm: not offered by this warrend")
+    with pytest.raises(warren.FailedPrecondition, match="microvm offers no network.*sandbox-net"):
+        client.create(backend="microvm", layers=[base_layer], memory_mb=256, network={"allow": []})
