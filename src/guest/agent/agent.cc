@@ -284,6 +284,7 @@ class Agent {
         // A template must not generate its boot_id (clones would share it).
         if (!root_pending_) r.boot_id = BootId();
         r.error = setup_error_;
+        r.nic = nic_done_ && setup_error_.empty();
         return Send(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
       }
       case FrameType::kPing: return Send(FrameType::kPong, 0, f.id, "");

@@ -285,6 +285,13 @@ class MicrovmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id +
                                            ": the guest could not set up its root: " + hello.error);
     }
+    if (lease && !hello.nic) {
+      // An agent of an older initramfs ignores the NIC fields: the VM
+      // would look networked and reach nothing.
+      return absl::FailedPreconditionError("sandbox " + spec.id +
+                                           ": the guest agent did not configure its NIC (an initramfs older than "
+                                           "the network: rebuild it with scripts/microvm/build-guest.sh)");
+    }
     rec.set_kernel_release(hello.kernel_release);
     rec.set_boot_id(hello.boot_id);
     Log(spdlog::level::info, "microvm started (ms since the create began)",

@@ -33,7 +33,7 @@
 //                                   eth0 (MAC, address, default route) and
 //                                   /etc/resolv.conf once the root is up;
 //                                   later ones leave it alone
-//   ⇐ kHelloReply {version, kernel_release, boot_id, error}  same id. A
+//   ⇐ kHelloReply {version, kernel_release, boot_id, error, nic}  same id. A
 //                                   non-empty `error`: the guest could not set
 //                                   up its root (the sandbox is unusable).
 //   ⇒ kPing ⇐ kPong                 liveness
@@ -311,6 +311,7 @@ struct HelloReply {
   std::string kernel_release;
   std::string boot_id;
   std::string error;  // non-empty: guest setup failed
+  bool nic = false;   // eth0 configured from a hello (an older agent never says so)
 };
 struct ExecRequest {
   std::vector<std::string> argv;
@@ -361,6 +362,7 @@ enum : uint16_t {
   kKernelRelease = 2,
   kBootId = 3,
   kSetupError = 4,
+  kNic = 16,
   // ExecRequest
   kArgv = 1,
   kShell = 2,
@@ -409,6 +411,7 @@ inline std::string Encode(const HelloReply& m) {
       .Bytes(tag::kKernelRelease, m.kernel_release)
       .Bytes(tag::kBootId, m.boot_id)
       .Bytes(tag::kSetupError, m.error)
+      .U64(tag::kNic, m.nic ? 1 : 0)
       .Take();
 }
 inline std::string Encode(const ExecRequest& m) {
@@ -530,6 +533,11 @@ inline bool Decode(std::string_view payload, HelloReply* m, std::string* why) {
     if (t == tag::kKernelRelease) ok = internal::String(v, &m->kernel_release, why, "kernel_release");
     if (t == tag::kBootId) ok = internal::String(v, &m->boot_id, why, "boot_id");
     if (t == tag::kSetupError) ok = internal::String(v, &m->error, why, "error");
+    if (t == tag::kNic) {
+      uint64_t nic = 0;
+      ok = internal::Int(v, &nic, why, "nic");
+      m->nic = nic != 0;
+    }
     if (!ok) return false;
   }
   if (!internal::Done(r, why)) return false;

@@ -240,6 +240,13 @@ TEST(MessageTest, HelloWithANicRoundTripsAndIsValidated) {
   EXPECT_EQ(out.net_addr, 0u);
   EXPECT_EQ(out.net_prefix, 0u);
 
+  proto::HelloReply reply;
+  reply.version = proto::kVersion;
+  reply.nic = true;
+  proto::HelloReply reply_out;
+  ASSERT_TRUE(proto::Decode(proto::Encode(reply), &reply_out, &why)) << why;
+  EXPECT_TRUE(reply_out.nic);
+
   auto refused = [&](proto::Hello bad, const char* what) {
     proto::Hello got;
     std::string w;
