@@ -173,8 +173,8 @@ void MountCache::Release(std::string_view digest) {
   if (--it->second.refs == 0) it->second.released_at_ms = NowMonotonicMs();
 }
 
-void MountCache::Sweep(bool all) {
-  std::vector<std::string> victims;
+std::vector<std::string> MountCache::Sweep(bool all) {
+  std::vector<std::string> victims, unmounted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = NowMonotonicMs();
@@ -194,6 +194,7 @@ void MountCache::Sweep(bool all) {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[hex];
     if (gone) {
+      unmounted.push_back(hex);
       e.state = State::kUnmounted;
       ++evictions_;
       if (e.refs == 0) entries_.erase(hex);
@@ -206,6 +207,7 @@ void MountCache::Sweep(bool all) {
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
   }
+  return unmounted;
 }
 
 bool MountCache::IsMounted(std::string_view digest) const {

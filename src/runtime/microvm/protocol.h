@@ -17,7 +17,8 @@
 // are skipped (a newer peer may add fields).
 //
 // Conversation (host → guest ⇒, guest → host ⇐):
-//   ⇒ kHello {realtime_ns, seed, setup_root, layers, hostname, shm_mb, pids}
+//   ⇒ kHello {realtime_ns, seed, setup_root, layers, hostname, shm_mb, pids,
+//             template_root, net}
 //                                   first frame on every connection; the agent
 //                                   sets its clock, mixes `seed` into the RNG
 //                                   with credit and forces a reseed. A guest
@@ -26,7 +27,14 @@
 //                                   setup_root=1 (a clone's, after restore)
 //                                   sets the hostname, binds the disks and
 //                                   mounts the root from `layers`, `shm_mb`;
-//                                   later hellos leave both alone
+//                                   later hellos leave both alone.
+//                                   With template_root=1 too (a template
+//                                   with its root, made from a clone of a
+//                                   bare template): the root is mounted but
+//                                   boot_id is not read, and the next hello
+//                                   with setup_root=1 (a clone of THAT
+//                                   template) sets only the hostname, the
+//                                   /dev/shm size and the task limit.
 //                                   `net` {addr, prefix, gateway, mac,
 //                                   nameserver} (a sandbox with a network):
 //                                   the first hello carrying it configures
@@ -305,6 +313,9 @@ struct Hello {
   uint32_t net_gateway = 0;  // in the /prefix of addr, not addr
   std::string net_mac;       // 6 bytes, unicast
   uint32_t nameserver = 0;   // 0: resolv.conf left alone
+  // With setup_root: this guest is saved as a template with its root
+  // mounted (its clones send setup_root again, for their identity).
+  bool template_root = false;
 };
 struct HelloReply {
   uint64_t version = 0;
@@ -357,6 +368,7 @@ enum : uint16_t {
   kNetGateway = 18,
   kNetMac = 19,
   kNameserver = 20,
+  kTemplateRoot = 8,
   // HelloReply
   kVersion = 1,
   kKernelRelease = 2,
@@ -398,6 +410,7 @@ inline std::string Encode(const Hello& m) {
   if (m.setup_root) {
     w.U64(tag::kSetupRoot, 1).U64(tag::kLayers, m.layers).Bytes(tag::kHostname, m.hostname).U64(tag::kShmMb, m.shm_mb);
     if (m.pids != 0) w.U64(tag::kPids, m.pids);
+    if (m.template_root) w.U64(tag::kTemplateRoot, 1);
   }
   if (m.net_addr != 0) {
     w.U64(tag::kNetAddr, m.net_addr).U64(tag::kNetPrefix, m.net_prefix).U64(tag::kNetGateway, m.net_gateway);
@@ -499,6 +512,11 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
     if (t == tag::kNetMac) {
       if (v.size() != 6) return *why = "net mac must be 6 bytes", false;
       m->net_mac.assign(v);
+    }
+    if (t == tag::kTemplateRoot) {
+      uint64_t on = 0;
+      if (!internal::Int(v, &on, why, "template_root")) return false;
+      m->template_root = on != 0;
     }
     if (t == tag::kHostname) {
       if (v.size() > 64) return *why = "hostname too long", false;
