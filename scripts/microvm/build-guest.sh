@@ -13,9 +13,11 @@
 #                    skips the decompressor (~270 ms of a TCG cold boot);
 #                    warrend prefers it to vmlinuz
 #   initramfs.cpio   newc cpio: /init (the agent), /lib/modules/*.ko (the
-#                    virtio-mmio, virtio-blk, virtio-console, virtio-rng,
+#                    virtio-mmio, virtio-blk, virtio-console, virtio-rng, virtio-net,
 #                    erofs and overlay modules, which that kernel builds as
-#                    modules) and /modules.load (their load order, deps first)
+#                    modules), /modules.load (their load order at boot, deps
+#                    first) and /modules.net (virtio-net and its deps, loaded
+#                    when the host configures the NIC)
 #   kernel.release   e.g. 6.1.0-57-cloud-amd64
 # The kernel package is fetched with `apt-get download` and unpacked with
 # dpkg-deb into DIR/kernel/ (never installed into /boot). Idempotent: the
@@ -44,9 +46,13 @@ for tool in apt-get dpkg-deb cpio; do
 done
 mkdir -p "$out"
 
-# The modules the agent loads, in this order; their dependencies (the
+# The modules the agent loads at boot, in this order; their dependencies (the
 # "depends=" of each module's .modinfo) are added before them.
 wanted=(virtio_mmio virtio_blk virtio_console virtio-rng erofs overlay)
+# Loaded only when the host configures the guest's NIC (a sandbox with a
+# network): a template's NIC stays unbound, so loopback-only clones have no
+# eth0 and networked ones bind it after their restore.
+wanted_net=(virtio_net)
 
 # ---- kernel: the image package linux-image-cloud-amd64 depends on
 meta=linux-image-cloud-amd64
@@ -104,6 +110,8 @@ add() {
   order+=("$n")
 }
 for m in "${wanted[@]}"; do add "$m"; done
+boot_count=${#order[@]}
+for m in "${wanted_net[@]}"; do add "$m"; done
 
 # ---- initramfs (rebuilt when its inputs changed)
 inputs=$( (sha256sum "$agent" | cut -d' ' -f1; for n in "${order[@]}"; do sha256sum "${path_of[$n]}" | cut -d' ' -f1; done) | sha256sum | cut -d' ' -f1)
@@ -138,9 +146,11 @@ mkdir -p "$stage/lib/modules" "$stage/dev" "$stage/proc" "$stage/sys" "$stage/ne
 mknod -m 600 "$stage/dev/console" c 5 1
 install -m 0755 "$agent" "$stage/init"
 : >"$stage/modules.load"
-for n in "${order[@]}"; do
+: >"$stage/modules.net"
+for i in "${!order[@]}"; do
+  n=${order[$i]}
   cp "${path_of[$n]}" "$stage/lib/modules/$n.ko"
-  echo "$n" >>"$stage/modules.load"
+  if ((i < boot_count)); then echo "$n" >>"$stage/modules.load"; else echo "$n" >>"$stage/modules.net"; fi
 done
 (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 >"$out/initramfs.cpio.tmp")
 cp "$kdir/vmlinuz" "$out/vmlinuz.tmp"

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/rollback.h"
+#include "net/tap.h"
 
 namespace warren::net {
 
@@ -215,6 +217,17 @@ std::string SandboxNetwork::ChainCmds(const NetworkLease& lease, const NetworkPo
 Status SandboxNetwork::Build(const NetworkLease& lease, int netns_fd) {
   std::lock_guard<std::mutex> l(mu_);
   Rollback rb;
+  if (netns_fd == kTapLink) {
+    // A tap of that name is a leftover (a released index's link is deleted):
+    // replaced, so its address and state are this lease's.
+    RETURN_IF_ERROR(host_->DelLink(lease.host_link));
+    RETURN_IF_ERROR(OpenTap(lease.host_link, /*persist=*/true).status());
+    rb.Add([this, lease] { (void)host_->DelLink(lease.host_link); });
+    RETURN_IF_ERROR(host_->AddAddr(lease.host_link, lease.host_addr, 30));
+    RETURN_IF_ERROR(host_->SetUp(lease.host_link));
+    rb.Commit();
+    return absl::OkStatus();
+  }
   Status added = host_->AddVeth(lease.host_link, "eth0", netns_fd);
   if (StatusErrno(added) == EEXIST) {  // left by a namespace the kernel has not freed yet
     RETURN_IF_ERROR(host_->DelLink(lease.host_link));
@@ -282,6 +295,17 @@ StatusOr<NetworkLease> SandboxNetwork::Adopt(const std::string& sandbox_id, uint
   return lease;
 }
 
+StatusOr<UniqueFd> SandboxNetwork::OpenTapQueue(const NetworkLease& lease) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (lease.index >= used_.size() || !used_[lease.index])
+      return absl::FailedPreconditionError("network index " + std::to_string(lease.index) + " is not leased");
+    if (host_->IfIndex(lease.host_link) == 0)
+      return absl::NotFoundError("tap " + lease.host_link + " is gone (deleted outside warrend?)");
+  }
+  return OpenTap(lease.host_link, /*persist=*/false);
+}
+
 Status SandboxNetwork::SetPolicy(const NetworkLease& lease, const NetworkPolicy& policy) {
   // The forwarder follows the new policy from the same moment: its pins of
   // the old one are flushed in the same transaction.
@@ -327,6 +351,27 @@ Status SandboxNetwork::Release(uint32_t index, bool netns_dying) {
   policies_.erase(index);
   ids_.erase(index);
   return first;
+}
+
+int SandboxNetwork::DropUnleasedLinks() {
+  const std::string prefix = "wn" + tag_ + "-";
+  std::vector<std::string> names;
+  if (struct if_nameindex* list = ::if_nameindex(); list != nullptr) {
+    for (const struct if_nameindex* i = list; i->if_index != 0; ++i) {
+      const std::string name = i->if_name;
+      if (name.rfind(prefix, 0) == 0) names.push_back(name);
+    }
+    ::if_freenameindex(list);
+  }
+  int dropped = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const std::string& name : names) {
+    char* end = nullptr;
+    const unsigned long index = std::strtoul(name.c_str() + prefix.size(), &end, 16);
+    if (end == nullptr || *end != '\0' || (index < used_.size() && used_[index])) continue;
+    if (host_->DelLink(name).ok()) ++dropped;
+  }
+  return dropped;
 }
 
 void SandboxNetwork::SetDeniedHook(DeniedHook hook) {

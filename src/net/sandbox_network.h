@@ -1,5 +1,6 @@
-// The node's network for sandboxes: one routed veth pair per sandbox that
-// asked for a network, its egress policy in nftables, NAT to the outside.
+// The node's network for sandboxes: one routed link per sandbox that asked
+// for a network (a veth pair into a container's network namespace, or a tap
+// device for a VM's NIC), its egress policy in nftables, NAT to the outside.
 // Sandboxes without a policy keep their loopback-only namespace and are not
 // known here.
 //
@@ -8,6 +9,12 @@
 //   link     "wn<T>-<i>" on the host, "eth0" in the sandbox's netns; i-th
 //            /30 of the sandbox range: .1 the host end, .2 the sandbox,
 //            default route via .1. The pair dies with the sandbox's netns.
+//            A VM's link (Attach with kTapLink) is a persistent tap of the
+//            same name, the host end of the same /30; the guest's NIC is
+//            .2 (its agent sets address, route and resolver from the
+//            host's hello). QEMU holds a queue of it (OpenTapQueue); it
+//            stays through QEMU's end (suspend) and a daemon restart, and
+//            goes with Release. The rules below are the same for both.
 //   nft      table inet warren_<T>:
 //            set protected   ranges only a preset's allows open (policy.h)
 //            map egress      ifname : jump sb_<i>, one element per sandbox
@@ -64,6 +71,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "net/dns.h"
 #include "net/nflog.h"
 #include "net/nft.h"
@@ -106,20 +114,30 @@ class SandboxNetwork {
  public:
   static StatusOr<std::unique_ptr<SandboxNetwork>> Open(const NetworkOptions& options);
 
-  // Builds the sandbox's link in `netns_fd` (borrowed) and applies `policy`.
-  // On error nothing is left (link, chain, element, index).
+  // `netns_fd` of Attach/Adopt for a VM: its link is a tap on the host.
+  static constexpr int kTapLink = -1;
+
+  // Builds the sandbox's link in `netns_fd` (borrowed; kTapLink: a tap) and
+  // applies `policy`. On error nothing is left (link, chain, element, index).
   StatusOr<NetworkLease> Attach(const std::string& sandbox_id, int netns_fd, const NetworkPolicy& policy);
   // After a restart: re-takes `index`, (re)builds the link if the sandbox's
   // namespace lost it, re-applies `policy`.
   StatusOr<NetworkLease> Adopt(const std::string& sandbox_id, uint32_t index, int netns_fd,
                                const NetworkPolicy& policy);
+  // A queue of a leased VM's tap, for its QEMU (net/tap.h).
+  StatusOr<UniqueFd> OpenTapQueue(const NetworkLease& lease);
   // Replaces the policy of a leased sandbox (one transaction).
   Status SetPolicy(const NetworkLease& lease, const NetworkPolicy& policy);
   // Removes chains, counters, set and element, and the link unless
   // `netns_dying` (the sandbox's processes are gone: the kernel removes the
   // pair with its namespace, asynchronously and in batches, off the
-  // destroy's path); frees the index. Idempotent.
+  // destroy's path; never for a tap, which is persistent); frees the index.
+  // Idempotent.
   Status Release(uint32_t index, bool netns_dying = false);
+  // Deletes this daemon's links ("wn<T>-*") whose index is not leased: after
+  // a restart's adoptions, the taps of VMs a crash left without a record
+  // (a create cut short). Returns how many went.
+  int DropUnleasedLinks();
   // The sandbox's counters now.
   StatusOr<NetworkCounters> Counters(const NetworkLease& lease) const;
   // A policy from entries, this node's presets expanded (policy.h);

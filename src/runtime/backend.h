@@ -420,7 +420,9 @@ class ChangeExporter {
 // node has one (--sandbox-net). microVM: a tap device into the same.
 //
 // Exposed ports: `port` of the sandbox's loopback served on the node behind a
-// token (net/expose.h), whether or not the sandbox has a link; closed with
+// token (net/expose.h), whether or not the sandbox has a link (microVM: of
+// its eth0 address, dialed over its tap: FailedPrecondition without a
+// link, microvm/sandbox.h); closed with
 // the sandbox; kept in its record (a restarted node listens again, on the
 // same node port when it is free, with the same token).
 struct ExposedPort {

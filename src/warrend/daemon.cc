@@ -125,6 +125,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   vopt.boot_timeout = std::chrono::milliseconds(flags.microvm_boot_timeout_ms);
   vopt.disk_dir = flags.state_dir + "/microvm-disks";
   if (flags.microvm_templates) vopt.template_dir = run_dir + "/microvm-templates";
+  vopt.network = copt.network;  // a tap per VM on the same network
   vopt.pool_size = flags.microvm_pool;
   if (flags.microvm_accel != "auto" && flags.microvm_accel != "tcg" && flags.microvm_accel != "kvm") {
     return absl::InvalidArgumentError("--microvm-accel must be auto, tcg or kvm, not \"" + flags.microvm_accel + "\"");
@@ -197,6 +198,12 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
     });
   }
   RETURN_IF_ERROR(manager->Start());
+  if (*network != nullptr) {
+    // Adoptions are done: a link no sandbox leases is a leftover (a VM's tap
+    // of a create a crash cut short).
+    if (int n = (*network)->DropUnleasedLinks(); n > 0)
+      Log(spdlog::level::info, "sandbox network: leftover links removed", {{"count", std::to_string(n)}});
+  }
   return manager;
 }
 

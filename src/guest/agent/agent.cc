@@ -24,6 +24,7 @@
 #include "common/unique_fd.h"
 #include "guest/agent/boot.h"
 #include "guest/agent/files.h"
+#include "guest/agent/net.h"
 #include "guest/agent/processes.h"
 #include "guest/agent/util.h"
 #include "runtime/microvm/protocol.h"
@@ -260,12 +261,37 @@ class Agent {
           setup_error_ = ApplyIdentity(p);
           if (!setup_error_.empty()) LogLine("setup failed: " + setup_error_);
         }
+        // The NIC once the root is up (its resolv.conf is the root's).
+        if (h.net_addr != 0 && !nic_done_ && !root_pending_ && setup_error_.empty()) {
+          nic_done_ = true;
+          NicParams n;
+          n.addr = h.net_addr;
+          n.prefix = h.net_prefix;
+          n.gateway = h.net_gateway;
+          n.mac = h.net_mac;
+          n.nameserver = h.nameserver;
+          timespec t0, t1, t2;
+          ::clock_gettime(CLOCK_MONOTONIC, &t0);
+          std::string e = BindNic();
+          ::clock_gettime(CLOCK_MONOTONIC, &t1);
+          if (e.empty()) e = ConfigureNic(n);
+          ::clock_gettime(CLOCK_MONOTONIC, &t2);
+          auto ms = [](const timespec& a, const timespec& b) {
+            return std::to_string((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000);
+          };
+          LogLine("nic: driver " + ms(t0, t1) + " ms, configured " + ms(t1, t2) + " ms");
+          if (!e.empty()) {
+            setup_error_ = "network: " + e;
+            LogLine("setup failed: " + setup_error_);
+          }
+        }
         proto::HelloReply r;
         r.version = proto::kVersion;
         r.kernel_release = KernelRelease();
         // A template must not generate its boot_id (clones would share it).
         if (!root_pending_ && !identity_pending_) r.boot_id = BootId();
         r.error = setup_error_;
+        r.nic = nic_done_ && setup_error_.empty();
         return Send(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
       }
       case FrameType::kPing: return Send(FrameType::kPong, 0, f.id, "");
@@ -498,6 +524,7 @@ class Agent {
   std::string port_;
   std::string setup_error_;
   bool root_pending_;
+  bool nic_done_ = false;  // eth0 configured (by the first hello with a NIC)
   // A template with its root mounted (hello template_root): the next
   // setup_root hello is a clone's, which sets its identity.
   bool identity_pending_ = false;

@@ -39,14 +39,26 @@ bool IsTemplateBoot();
 
 // /proc, /sys and /dev (devtmpfs) mounted, fds 0-2 open (on /dev/console),
 // *template_boot set (IsTemplateBoot, which needs /proc), the modules of
-// /modules.load loaded in order. Error text or "".
+// /modules.load loaded in order, those of /modules.net opened. Error text
+// or "".
 std::string EarlySetup(bool* template_boot);
 
 // In a template boot, what SetUpRoot needs that is the same in every
 // clone: which disk has which serial (the clones have the template's
-// devices) and the commands' cgroup (cgroup2 mounted, controllers on,
-// overcommit), so a clone's SetUpRoot skips them. Error text or "".
+// devices), the commands' cgroup (cgroup2 mounted, controllers on,
+// overcommit) and the NIC's driver (PrepareNetModules), so a clone's
+// SetUpRoot and BindNic skip them. Error text or "".
 std::string PrepareTemplate();
+
+// Binds the NIC's driver (eth0 appears), once: loads the modules of
+// /modules.net (virtio-net and its dependencies, opened by EarlySetup),
+// which binds it, or, in a clone (PrepareTemplate loaded them), probes the
+// virtio-net device. A template's NIC stays unbound, so a loopback-only
+// clone has no eth0. Error text or "".
+std::string BindNic();
+// In a template boot (PrepareTemplate): the virtio bus's autoprobe off,
+// the /modules.net modules loaded (their driver bound to nothing).
+std::string PrepareNetModules();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.

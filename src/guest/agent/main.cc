@@ -8,6 +8,7 @@
 
 #include "guest/agent/agent.h"
 #include "guest/agent/boot.h"
+#include "guest/agent/net.h"
 
 int main(int argc, char** argv) {
   using namespace warren::guest;
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
     ::reboot(RB_POWER_OFF);
     return 1;
   }
+  // A server on the guest's loopback works as in a container (a template's
+  // clones inherit it up). Not fatal: only loopback servers need it.
+  if (std::string lo = LoopbackUp(); !lo.empty()) LogLine("loopback: " + lo);
   // A template's root is set up by its clones, after their restore.
   if (err.empty() && template_boot) err = PrepareTemplate();
   if (err.empty() && !template_boot) err = SetUpRoot(CmdlineRootParams());

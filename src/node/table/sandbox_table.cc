@@ -25,8 +25,9 @@ StatusOr<CreateRequest> SandboxTable::Normalize(const CreateRequest& request) co
   // A network asked of a backend without one fails the create (a sandbox
   // without the network it asked for would look like one with it).
   if (r.network.enabled && !backends_.at(r.backend)->capabilities().has(runtime::Capability::kNetwork)) {
-    return absl::FailedPreconditionError("backend " + r.backend + " offers no network on this node" +
-                                         (r.backend == "container" ? " (warrend --sandbox-net)" : ""));
+    return absl::FailedPreconditionError(
+        "backend " + r.backend + " offers no network on this node" +
+        (r.backend == "container" || r.backend == "microvm" ? " (warrend --sandbox-net)" : ""));
   }
   return r;
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
+#include "net/sandbox_network.h"
 #include "runtime/container/uid_slots.h"
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/kvm_probe.h"
@@ -92,26 +94,40 @@ class MicrovmBackend : public Backend {
 
   std::string name() const override { return "microvm"; }
   Capabilities capabilities() const override {
+    if (o_.network != nullptr)
+      return {Capability::kProcesses, Capability::kPause, Capability::kSuspend, Capability::kExportChanges,
+              Capability::kNetwork};
     return {Capability::kProcesses, Capability::kPause, Capability::kSuspend, Capability::kExportChanges};
   }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));
+    // The policy first: one the node refuses fails the create before
+    // anything is made.
+    std::optional<net::NetworkPolicy> policy;
+    if (spec.network.enabled) {
+      if (o_.network == nullptr)
+        return absl::FailedPreconditionError("sandbox " + spec.id +
+                                             ": this node has no sandbox network (warrend --sandbox-net)");
+      ASSIGN_OR_RETURN(policy, o_.network->Parse(spec.network.allow, spec.network.deny));
+    }
     if (templates_ && microvm::FitsTemplate(spec.layer_files, spec.resources.disk_mb)) {
       microvm::VmConfig shape = BaseConfig(spec);
-      // First a clone of the template with this layer set's root mounted,
-      // then one of the bare template (mounts its root after the restore),
-      // then a cold boot.
+      shape.nic = true;  // every template has one (microvm_backend.h)
+      // First a clone of the template with this layer set's root mounted
+      // (from the pool when the sandbox has no network: a pooled clone's
+      // QEMU runs without a tap), then one of the bare template (mounts
+      // its root after the restore), then a cold boot.
       StatusOr<std::shared_ptr<const microvm::Template>> rooted = templates_->GetRooted(shape, spec.resources.disk_mb);
       if (rooted.ok()) {
         bool guest_answered = false;
-        if (std::unique_ptr<PoolVm> v = TakePoolVm(*rooted, shape)) {
+        if (std::unique_ptr<PoolVm> v = policy ? nullptr : TakePoolVm(*rooted, shape)) {
           StatusOr<std::unique_ptr<Sandbox>> sb = CreateFromPool(spec, std::move(v), &guest_answered);
           if (sb.ok() || guest_answered) return sb;
           Log(spdlog::level::warn, "microvm pool clone failed; restoring a clone",
               {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
         }
-        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, rooted->get(), &guest_answered);
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, policy, rooted->get(), &guest_answered);
         if (sb.ok() || guest_answered) return sb;
         Log(spdlog::level::warn, "microvm clone of a root template failed; cloning the bare template",
             {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
@@ -121,7 +137,7 @@ class MicrovmBackend : public Backend {
       StatusOr<std::shared_ptr<const microvm::Template>> t = templates_->Get(shape);
       if (t.ok()) {
         bool guest_answered = false;
-        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, t->get(), &guest_answered);
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, policy, t->get(), &guest_answered);
         // A guest that answered (e.g. with a bad layer) would fail a cold
         // boot the same way.
         if (sb.ok() || guest_answered) return sb;
@@ -131,7 +147,7 @@ class MicrovmBackend : public Backend {
         LogNoTemplateOnce(t.status(), "no microvm template; creates boot cold");
       }
     }
-    return CreateVm(spec, nullptr, nullptr);
+    return CreateVm(spec, policy, nullptr, nullptr);
   }
 
  private:
@@ -423,6 +439,7 @@ class MicrovmBackend : public Backend {
                                            ": the pool clone's agent kept its template identity");
     }
     for (const std::string& f : v->vm.layer_files) rec.add_layer_files(f);
+    rec.set_nic(v->vm.nic);  // the template's NIC, unplugged (no tap): restores must declare it
     rec.set_ram_named(true);
     rec.set_qemu_pid(v->q.pid);
     rec.set_qemu_start_time(v->q.start_time);
@@ -452,8 +469,9 @@ class MicrovmBackend : public Backend {
 
   // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
   // when the guest's agent replied to the hello.
-  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const microvm::Template* tmpl,
-                                              bool* guest_answered) {
+  // With `policy`: a network link (tap) with that policy.
+  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const std::optional<net::NetworkPolicy>& policy,
+                                              const microvm::Template* tmpl, bool* guest_answered) {
     // Declared before the rollback guard: its undos use them.
     microvm::record::Microvm rec;
     std::unique_ptr<jail::Cgroup> cgroup;
@@ -465,7 +483,7 @@ class MicrovmBackend : public Backend {
       return std::to_string(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     };
-    std::string disk_ms, launch_ms, restore_ms = "-";
+    std::string disk_ms, net_ms = "-", launch_ms, restore_ms = "-";
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
@@ -521,6 +539,23 @@ class MicrovmBackend : public Backend {
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
     vm.qmp_listen_fd = kQmpFd;
     fds.push_back({qmp_listener.get(), kQmpFd});
+    // The network: tap and chain before QEMU (its first packet is filtered).
+    std::optional<net::NetworkLease> lease;
+    UniqueFd tap;
+    if (policy) {
+      ASSIGN_OR_RETURN(lease, o_.network->Attach(spec.id, net::SandboxNetwork::kTapLink, *policy));
+      rb.Add([this, index = lease->index] { (void)o_.network->Release(index); });
+      ASSIGN_OR_RETURN(tap, o_.network->OpenTapQueue(*lease));
+      fds.push_back({tap.get(), microvm::kTapFd});
+      rec.set_network(true);
+      rec.set_network_index(lease->index);
+      for (const std::string& a : policy->AllowText()) rec.add_network_allow(a);
+      for (const std::string& d : policy->DenyText()) rec.add_network_deny(d);
+      net_ms = ms();
+    }
+    vm.nic = tmpl != nullptr || lease.has_value();
+    vm.tap_fd = lease ? microvm::kTapFd : -1;
+    rec.set_nic(vm.nic);
     if (tmpl != nullptr) {
       vm.ram_fd = kRamFd;
       vm.ram_shared = false;  // MAP_PRIVATE: the template's pages, copied on write
@@ -536,6 +571,7 @@ class MicrovmBackend : public Backend {
         q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
     listener.reset();  // QEMU holds it now
     files.clear();
+    tap.reset();
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
     rec.set_qemu_start_time(q.start_time);
@@ -555,6 +591,21 @@ class MicrovmBackend : public Backend {
       setup.shm_mb = vm.shm_mb;
       setup.pids = vm.pids;
     }
+    if (lease) {
+      setup.net_addr = lease->sandbox_addr;
+      setup.net_prefix = 30;
+      setup.net_gateway = lease->host_addr;
+      const uint32_t a = lease->sandbox_addr;
+      setup.net_mac = {'\x02',
+                       '\x57',
+                       static_cast<char>(a >> 24),
+                       static_cast<char>(a >> 16),
+                       static_cast<char>(a >> 8),
+                       static_cast<char>(a)};
+      // Any server it names is redirected to the forwarder; this one is for
+      // an image that names none.
+      if (o_.network->has_dns()) setup.nameserver = lease->host_addr;
+    }
     microvm::proto::HelloReply hello;
     int pidfd = q.pidfd.get();
     StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
@@ -570,6 +621,13 @@ class MicrovmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id +
                                            ": the guest could not set up its root: " + hello.error);
     }
+    if (lease && !hello.nic) {
+      // An agent of an older initramfs ignores the NIC fields: the VM
+      // would look networked and reach nothing.
+      return absl::FailedPreconditionError("sandbox " + spec.id +
+                                           ": the guest agent did not configure its NIC (an initramfs older than "
+                                           "the network: rebuild it with scripts/microvm/build-guest.sh)");
+    }
     rec.set_kernel_release(hello.kernel_release);
     rec.set_boot_id(hello.boot_id);
     Log(spdlog::level::info, "microvm started (ms since the create began)",
@@ -578,6 +636,7 @@ class MicrovmBackend : public Backend {
                    : rooted        ? "root"
                                    : "bare"},
          {"disk", disk_ms},
+         {"network", net_ms},
          {"launched", launch_ms},
          {"restored", restore_ms},
          {"answered", ms()}});
@@ -591,6 +650,22 @@ class MicrovmBackend : public Backend {
     FillRestore(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+  }
+
+  // A recorded network: its index re-taken and its policy re-applied
+  // (the tap outlived the daemon with the VM's QEMU). Undone by `rb`.
+  Status AdoptNetwork(const std::string& id, const microvm::record::Microvm& rec, Rollback* rb) {
+    if (!rec.network()) return absl::OkStatus();
+    if (o_.network == nullptr)
+      return absl::FailedPreconditionError("sandbox " + id +
+                                           " has a network but this daemon has none (warrend --sandbox-net)");
+    std::vector<std::string> allow(rec.network_allow().begin(), rec.network_allow().end());
+    std::vector<std::string> deny(rec.network_deny().begin(), rec.network_deny().end());
+    ASSIGN_OR_RETURN(net::NetworkPolicy policy, o_.network->Parse(allow, deny, /*recorded=*/true));
+    ASSIGN_OR_RETURN(net::NetworkLease lease,
+                     o_.network->Adopt(id, rec.network_index(), net::SandboxNetwork::kTapLink, policy));
+    rb->Add([this, index = lease.index] { (void)o_.network->Release(index); });
+    return absl::OkStatus();
   }
 
  public:
@@ -622,13 +697,16 @@ class MicrovmBackend : public Backend {
       }
       rec.set_qemu_pid(0);
       rec.set_qemu_start_time(0);
+      RETURN_IF_ERROR(AdoptNetwork(spec.id, rec, &rb));
       parts.record = rec;
       parts.cgroup = std::move(*cgroup);
       parts.suspended = true;
       parts.paused = true;
       FillRestore(&parts);
       rb.Commit();
-      return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+      auto sb = std::make_unique<MicrovmSandbox>(std::move(parts));
+      sb->RestoreExposures(rec);
+      return std::unique_ptr<Sandbox>(std::move(sb));
     }
     ASSIGN_OR_RETURN(UniqueFd pidfd, FindQemu(spec.id, &rec, cgroup.ok() ? cgroup->get() : nullptr));
     UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -656,13 +734,16 @@ class MicrovmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
                                            ", recorded " + rec.boot_id() + ")");
     }
+    RETURN_IF_ERROR(AdoptNetwork(spec.id, rec, &rb));
     parts.record = rec;
     parts.pidfd = std::move(pidfd);
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
     FillRestore(&parts);
     rb.Commit();
-    return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
+    auto sb = std::make_unique<MicrovmSandbox>(std::move(parts));
+    sb->RestoreExposures(rec);
+    return std::unique_ptr<Sandbox>(std::move(sb));
   }
 
   Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -690,6 +771,11 @@ class MicrovmBackend : public Backend {
     }
     Status s = microvm::RemoveVmFiles(spec.dir, disk);
     if (rec.has_uid_slot()) uids_->Release(rec.uid_slot());
+    // Its tap and chains (QEMU is gone), unless a live sandbox holds that index.
+    if (rec.network() && o_.network != nullptr && !o_.network->InUse(rec.network_index())) {
+      Status ns = o_.network->Release(rec.network_index());
+      if (s.ok()) s = ns;
+    }
     return first.ok() ? s : first;
   }
 
@@ -707,6 +793,7 @@ class MicrovmBackend : public Backend {
     vm.console_log = spec.dir + "/console.log";
     vm.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
     vm.ram_named = rec.ram_named();
+    vm.nic = rec.nic();  // its tap queue: opened at the restore
     vm.name = "warren:" + spec.id;
     vm.restore = true;
     parts->restore_vm = std::move(vm);
@@ -716,6 +803,7 @@ class MicrovmBackend : public Backend {
       parts->identity = Identity(slot);
       parts->release_uid = [this, slot] { uids_->Release(slot); };
     }
+    parts->network = o_.network;
     parts->exec_slack = o_.exec_slack;
     parts->boot_timeout = o_.boot_timeout;
   }

@@ -62,6 +62,13 @@
 //   one process in its cgroup (a restore after a suspend gave it a new pid).
 // * Hostname: spec.hostname goes on the kernel command line; only
 //   [A-Za-z0-9.-] is accepted.
+// * Network (spec.network.enabled, MicrovmOptions::network set): the tap and
+//   the policy are made before QEMU starts (a policy the node refuses fails
+//   the create before anything else); the guest's NIC gets its address,
+//   route, resolver and MAC (02:57 + its IPv4 address) in the first hello.
+//   Templates always carry a NIC (without a backend), so that networked
+//   and loopback-only VMs clone the same template; a clone of a sandbox
+//   without a network keeps that NIC unconfigured and unplugged.
 #pragma once
 
 #include <chrono>
@@ -71,6 +78,10 @@
 #include <string>
 
 #include "runtime/backend.h"
+
+namespace warren::net {
+class SandboxNetwork;  // net/sandbox_network.h
+}  // namespace warren::net
 
 namespace warren::runtime {
 
@@ -110,6 +121,10 @@ struct MicrovmOptions {
   std::chrono::milliseconds boot_timeout{60000};
   std::chrono::milliseconds exec_slack{30000};
   uint32_t cpus = 1;  // vCPUs per VM
+  // The node's sandbox network (--sandbox-net; null: none). With it, a
+  // create asking for a network gets a tap on it behind a virtio-net NIC
+  // (sandbox.h) and the backend reports Capability::kNetwork.
+  std::shared_ptr<net::SandboxNetwork> network;
 };
 
 // "tcg" or "kvm": ready at once, the reason naming the configuration.

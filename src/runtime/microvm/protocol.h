@@ -17,7 +17,8 @@
 // are skipped (a newer peer may add fields).
 //
 // Conversation (host → guest ⇒, guest → host ⇐):
-//   ⇒ kHello {realtime_ns, seed, setup_root, layers, hostname, shm_mb, pids}
+//   ⇒ kHello {realtime_ns, seed, setup_root, layers, hostname, shm_mb, pids,
+//             template_root, net}
 //                                   first frame on every connection; the agent
 //                                   sets its clock, mixes `seed` into the RNG
 //                                   with credit and forces a reseed. A guest
@@ -33,8 +34,14 @@
 //                                   boot_id is not read, and the next hello
 //                                   with setup_root=1 (a clone of THAT
 //                                   template) sets only the hostname, the
-//                                   /dev/shm size and the task limit
-//   ⇐ kHelloReply {version, kernel_release, boot_id, error}  same id. A
+//                                   /dev/shm size and the task limit.
+//                                   `net` {addr, prefix, gateway, mac,
+//                                   nameserver} (a sandbox with a network):
+//                                   the first hello carrying it configures
+//                                   eth0 (MAC, address, default route) and
+//                                   /etc/resolv.conf once the root is up;
+//                                   later ones leave it alone
+//   ⇐ kHelloReply {version, kernel_release, boot_id, error, nic}  same id. A
 //                                   non-empty `error`: the guest could not set
 //                                   up its root (the sandbox is unusable).
 //   ⇒ kPing ⇐ kPong                 liveness
@@ -299,6 +306,13 @@ struct Hello {
   std::string hostname;  // [A-Za-z0-9.-], at most 64 bytes
   uint64_t shm_mb = 64;
   uint64_t pids = 0;  // with setup_root: task limit of the commands (0: none)
+  // The guest's NIC (eth0), when the sandbox has a network; addresses in
+  // host byte order. addr == 0: none.
+  uint32_t net_addr = 0;
+  uint32_t net_prefix = 0;   // 8..30
+  uint32_t net_gateway = 0;  // in the /prefix of addr, not addr
+  std::string net_mac;       // 6 bytes, unicast
+  uint32_t nameserver = 0;   // 0: resolv.conf left alone
   // With setup_root: this guest is saved as a template with its root
   // mounted (its clones send setup_root again, for their identity).
   bool template_root = false;
@@ -308,6 +322,7 @@ struct HelloReply {
   std::string kernel_release;
   std::string boot_id;
   std::string error;  // non-empty: guest setup failed
+  bool nic = false;   // eth0 configured from a hello (an older agent never says so)
 };
 struct ExecRequest {
   std::vector<std::string> argv;
@@ -348,12 +363,18 @@ enum : uint16_t {
   kHostname = 5,
   kShmMb = 6,
   kPids = 7,
+  kNetAddr = 16,  // 16..20: the NIC (tags 8..15 left for the root's)
+  kNetPrefix = 17,
+  kNetGateway = 18,
+  kNetMac = 19,
+  kNameserver = 20,
   kTemplateRoot = 8,
   // HelloReply
   kVersion = 1,
   kKernelRelease = 2,
   kBootId = 3,
   kSetupError = 4,
+  kNic = 16,
   // ExecRequest
   kArgv = 1,
   kShell = 2,
@@ -391,6 +412,10 @@ inline std::string Encode(const Hello& m) {
     if (m.pids != 0) w.U64(tag::kPids, m.pids);
     if (m.template_root) w.U64(tag::kTemplateRoot, 1);
   }
+  if (m.net_addr != 0) {
+    w.U64(tag::kNetAddr, m.net_addr).U64(tag::kNetPrefix, m.net_prefix).U64(tag::kNetGateway, m.net_gateway);
+    w.Bytes(tag::kNetMac, m.net_mac).U64(tag::kNameserver, m.nameserver);
+  }
   return w.Take();
 }
 inline std::string Encode(const HelloReply& m) {
@@ -399,6 +424,7 @@ inline std::string Encode(const HelloReply& m) {
       .Bytes(tag::kKernelRelease, m.kernel_release)
       .Bytes(tag::kBootId, m.boot_id)
       .Bytes(tag::kSetupError, m.error)
+      .U64(tag::kNic, m.nic ? 1 : 0)
       .Take();
 }
 inline std::string Encode(const ExecRequest& m) {
@@ -473,6 +499,20 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
     if (t == tag::kLayers && !internal::Int(v, &m->layers, why, "layers")) return false;
     if (t == tag::kShmMb && !internal::Int(v, &m->shm_mb, why, "shm_mb")) return false;
     if (t == tag::kPids && !internal::Int(v, &m->pids, why, "pids")) return false;
+    if (t == tag::kNetAddr || t == tag::kNetPrefix || t == tag::kNetGateway || t == tag::kNameserver) {
+      uint64_t x = 0;
+      if (!internal::Int(v, &x, why, "net field")) return false;
+      if (x > 0xffffffffu) return *why = "net field out of range", false;
+      const auto x32 = static_cast<uint32_t>(x);
+      (t == tag::kNetAddr      ? m->net_addr
+       : t == tag::kNetPrefix  ? m->net_prefix
+       : t == tag::kNetGateway ? m->net_gateway
+                               : m->nameserver) = x32;
+    }
+    if (t == tag::kNetMac) {
+      if (v.size() != 6) return *why = "net mac must be 6 bytes", false;
+      m->net_mac.assign(v);
+    }
     if (t == tag::kTemplateRoot) {
       uint64_t on = 0;
       if (!internal::Int(v, &on, why, "template_root")) return false;
@@ -490,6 +530,13 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
   }
   if (!internal::Done(r, why)) return false;
   if (m->setup_root && (m->layers < 1 || m->layers > 64)) return *why = "layers must be 1..64", false;
+  if (m->net_addr != 0) {
+    if (m->net_prefix < 8 || m->net_prefix > 30) return *why = "net prefix must be 8..30", false;
+    const uint32_t mask = ~uint32_t{0} << (32 - m->net_prefix);
+    if (m->net_gateway == m->net_addr || (m->net_gateway & mask) != (m->net_addr & mask))
+      return *why = "net gateway outside the NIC's subnet", false;
+    if (m->net_mac.size() != 6 || (m->net_mac[0] & 1) != 0) return *why = "net mac must be 6 bytes, unicast", false;
+  }
   if (m->setup_root && (m->shm_mb < 1 || m->shm_mb > (1u << 20))) return *why = "shm_mb out of range", false;
   return true;
 }
@@ -504,6 +551,11 @@ inline bool Decode(std::string_view payload, HelloReply* m, std::string* why) {
     if (t == tag::kKernelRelease) ok = internal::String(v, &m->kernel_release, why, "kernel_release");
     if (t == tag::kBootId) ok = internal::String(v, &m->boot_id, why, "boot_id");
     if (t == tag::kSetupError) ok = internal::String(v, &m->error, why, "error");
+    if (t == tag::kNic) {
+      uint64_t nic = 0;
+      ok = internal::Int(v, &nic, why, "nic");
+      m->nic = nic != 0;
+    }
     if (!ok) return false;
   }
   if (!internal::Done(r, why)) return false;

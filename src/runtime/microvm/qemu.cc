@@ -256,6 +256,10 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
   const std::string disk = QemuOptValue(disk_path);
   a.insert(a.end(), {"-drive", "file=" + disk + ",if=none,id=wdisk,format=raw,cache=unsafe,discard=unmap", "-device",
                      "virtio-blk-device,drive=wdisk,serial=wdisk", "-device", "virtio-rng-device"});
+  if (c.nic) {
+    if (c.tap_fd >= 0) a.insert(a.end(), {"-netdev", "tap,id=net0,fd=" + std::to_string(c.tap_fd)});
+    a.insert(a.end(), {"-device", std::string("virtio-net-device,id=nic0") + (c.tap_fd >= 0 ? ",netdev=net0" : "")});
+  }
   a.insert(a.end(), fdsets.begin(), fdsets.end());
   return a;
 }

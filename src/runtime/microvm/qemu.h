@@ -6,7 +6,10 @@
 // virtio-serial port "warren.agent" on a unix socket chardev (the daemon
 // passes the LISTENING socket as an fd, so its path may be longer than
 // sun_path), one read-only virtio-blk disk per layer (serial wl<i>, bottom
-// first), the writable disk (serial wdisk), virtio-rng; no NIC. The serial
+// first), the writable disk (serial wdisk), virtio-rng and, when `nic`, a
+// virtio-net device last (its backend a tap queue passed as an fd, or none:
+// a template's NIC, and that of its clones without a network, carry no
+// packets; the guest's agent configures it from the host's hello). The serial
 // console goes to a file; QEMU's stdin is /dev/null, its own messages go to
 // a log file. `-sandbox on` with every deny option (QEMU's seccomp filter).
 //
@@ -77,6 +80,12 @@ struct VmConfig {
   // themselves must be readable by all (CheckMicrovmHost).
   int kernel_fd = -1;
   int initrd_fd = -1;
+  // A virtio-net NIC (after every other device, so that a template's and
+  // its clones' devices line up), on the tap queue QEMU has as fd `tap_fd`
+  // (`-netdev tap,fd=`) or, with tap_fd < 0, on no backend. Its MAC is the
+  // one the guest sets (the hello's; a clone restores the template's device).
+  bool nic = false;
+  int tap_fd = -1;
 };
 
 // QEMU's own seccomp filter (`-sandbox`), every deny option: no obsolete
@@ -189,8 +198,8 @@ struct LaunchedQemu {
 // setresgid, setresuid: no capabilities left), then execs.
 constexpr int kMaxQemuFd = 90;
 // The fd numbers in QEMU: the agent's and the monitor's sockets, the
-// template's RAM, then the files of OpenVmFiles.
-constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5, kFirstFileFd = 10;
+// template's RAM, the NIC's tap queue, then the files of OpenVmFiles.
+constexpr int kAgentFd = 3, kQmpFd = 4, kRamFd = 5, kTapFd = 6, kFirstFileFd = 10;
 StatusOr<LaunchedQemu> LaunchQemu(const std::vector<std::string>& argv, const std::vector<std::pair<int, int>>& fds,
                                   const std::string& log_path, const std::vector<int>& procs_fds, QemuIdentity id = {});
 

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/rollback.h"
 #include "image/layer_tree.h"
+#include "net/expose.h"
 #include "runtime/microvm/changes.h"
 #include "runtime/microvm/files.h"
 #include "runtime/microvm/process.h"
@@ -110,7 +111,15 @@ MicrovmSandbox::MicrovmSandbox(Parts parts)
       files_(NewMicrovmFiles(
           p_.spec.id, [this] { return Channel(); }, kFileCallTimeout)),
       dir_fd_(::open(p_.spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
-      channel_(std::move(p_.channel)) {}
+      channel_(std::move(p_.channel)) {
+  if (p_.record.network()) {
+    has_network_ = true;
+    net_index_ = p_.record.network_index();
+    network_.enabled = true;
+    network_.allow.assign(p_.record.network_allow().begin(), p_.record.network_allow().end());
+    network_.deny.assign(p_.record.network_deny().begin(), p_.record.network_deny().end());
+  }
+}
 
 StatusOr<std::shared_ptr<AgentChannel>> MicrovmSandbox::Channel() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -122,8 +131,13 @@ StatusOr<std::shared_ptr<AgentChannel>> MicrovmSandbox::Channel() const {
 SandboxFiles& MicrovmSandbox::files() { return *files_; }
 
 std::string MicrovmSandbox::Record() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return p_.record.SerializeAsString();
+  record::Microvm r;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    r = p_.record;
+  }
+  RecordNetwork(&r);
+  return r.SerializeAsString();
 }
 
 pid_t MicrovmSandbox::init_pid() const {
@@ -323,9 +337,14 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
   vm.ram_fd = -1;
   vm.agent_listen_fd = kAgentFd;
   vm.qmp_listen_fd = kQmpFd;
-  ASSIGN_OR_RETURN(LaunchedQemu q,
-                   LaunchQemu(QemuArgv(p_.qemu, vm), {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}},
-                              p_.spec.dir + "/qemu.log", procs_fds));
+  std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
+  // The NIC's backend: a new queue of the sandbox's tap (it outlived the
+  // saved QEMU).
+  ASSIGN_OR_RETURN(UniqueFd tap, OpenTapQueue());
+  vm.tap_fd = tap.valid() ? kTapFd : -1;
+  if (tap.valid()) fds.push_back({tap.get(), kTapFd});
+  ASSIGN_OR_RETURN(LaunchedQemu q, LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds));
+  tap.reset();
   agent_listener.reset();
   qmp_listener.reset();
   Rollback rb;
@@ -431,6 +450,8 @@ Status MicrovmSandbox::Destroy() {
     Status s = p_.cgroup->Destroy(std::chrono::seconds(5));
     if (!s.ok()) first = s;
   }
+  // QEMU is gone: its tap, chains and exposed listeners go now.
+  if (Status ns = ReleaseNetwork(); !ns.ok() && first.ok()) first = ns;
   Status s = RemoveVmFiles(p_.spec.dir, p_.record.disk());
   if (first.ok()) first = s;
   if (p_.release_uid) p_.release_uid();

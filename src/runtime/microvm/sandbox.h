@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,11 @@
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/record.pb.h"
+
+namespace warren::net {
+class SandboxNetwork;  // net/sandbox_network.h
+class Exposure;        // net/expose.h
+}  // namespace warren::net
 
 namespace warren::runtime::microvm {
 
@@ -71,11 +77,22 @@ void KillQemu(UniqueFd pidfd);
 // OpenChanges exports into <disk>.changes (replaced by the next call,
 // removed with the VM) and returns it with id_base 0 (guest ids as they
 // are).
+//
+// Network (network.cc; the record's network fields): a sandbox created with
+// one has a tap "wn<T>-<i>" on the node (SandboxNetwork::kTapLink) behind
+// its NIC; set_network replaces its policy like a container's. Exposed
+// ports are served by dialing the guest's address over that link (a
+// listener cannot join a VM's network namespace): the guest's server must
+// listen on its eth0 address or 0.0.0.0, and a VM without a network cannot
+// expose ports (FailedPrecondition). Destroy removes the tap, chains and
+// listeners after QEMU is gone; a restore after a suspend opens a new queue
+// of the same tap.
 class MicrovmSandbox : public Sandbox,
                        public ProcessStarter,
                        public Pausable,
                        public Suspendable,
-                       public ChangeExporter {
+                       public ChangeExporter,
+                       public NetworkConfigurable {
  public:
   struct Parts {
     SandboxSpec spec;
@@ -91,6 +108,9 @@ class MicrovmSandbox : public Sandbox,
     std::function<void()> release_uid;              // gives QEMU's uid back (Destroy)
     bool suspended = false;
     bool paused = false;
+    // The node's network (null: none); the record says whether this VM has
+    // a link on it.
+    std::shared_ptr<net::SandboxNetwork> network;
   };
   explicit MicrovmSandbox(Parts parts);
   ~MicrovmSandbox() override;  // closes the channel; the VM keeps running
@@ -116,6 +136,17 @@ class MicrovmSandbox : public Sandbox,
   Status ExportChanges(const std::string& dst_dir, const ExportOptions& options) override;
   StatusOr<ChangeView> OpenChanges() override;
 
+  // NetworkConfigurable (network.cc).
+  Status SetNetwork(const NetworkSpec& network) override;
+  NetworkSpec Network() const override;
+  StatusOr<ExposedPort> Expose(uint16_t port) override;
+  Status Unexpose(uint16_t port) override;
+  std::vector<ExposedPort> Exposed() const override;
+  StatusOr<NetworkTraffic> Traffic() const override;
+  // After an adopt: the record's exposed ports listen again (same node port
+  // when free, same token); one that cannot is dropped (logged).
+  void RestoreExposures(const record::Microvm& rec);
+
  private:
   // The guest's request for `es`, with the sandbox's env, cwd and user.
   proto::ExecRequest Request(const ExecSpec& es) const;
@@ -125,7 +156,20 @@ class MicrovmSandbox : public Sandbox,
   StatusOr<uint64_t> RestoreLocked();
   StatusOr<Qmp> ConnectQmp(std::chrono::milliseconds timeout) const;
 
+  // network.cc: the record's network fields from the state below; the
+  // tap, chains and listeners removed (Destroy, after QEMU is gone); a
+  // queue of the tap for a restored QEMU (-1 without a network).
+  void RecordNetwork(record::Microvm* r) const;
+  Status ReleaseNetwork();
+  StatusOr<UniqueFd> OpenTapQueue() const;
+  StatusOr<std::unique_ptr<net::Exposure>> OpenExposure(uint16_t port, uint16_t listen_port, std::string token);
+
   Parts p_;
+  mutable std::mutex net_mu_;  // the four below
+  bool has_network_ = false;
+  uint32_t net_index_ = 0;
+  NetworkSpec network_;
+  std::map<uint16_t, std::unique_ptr<net::Exposure>> exposed_;
   std::unique_ptr<SandboxFiles> files_;
   UniqueFd dir_fd_;                        // O_PATH of spec.dir: socket paths longer than sun_path go through it
   std::mutex life_mu_;                     // serializes pause/resume/suspend/restore/destroy

@@ -220,6 +220,61 @@ TEST(MessageTest, HelloWithRootSetupRoundTripsAndIsValidated) {
   EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &why));
 }
 
+TEST(MessageTest, HelloWithANicRoundTripsAndIsValidated) {
+  proto::Hello h;           // a cold boot's hello: no root setup, a NIC
+  h.net_addr = 0x0ad50006;  // 10.213.0.6
+  h.net_prefix = 30;
+  h.net_gateway = 0x0ad50005;  // 10.213.0.5
+  h.net_mac = std::string("\x02\x57\x0a\xd5\x00\x06", 6);
+  h.nameserver = 0x0ad50005;
+  proto::Hello out;
+  std::string why;
+  ASSERT_TRUE(proto::Decode(proto::Encode(h), &out, &why)) << why;
+  EXPECT_FALSE(out.setup_root);
+  EXPECT_EQ(out.net_addr, h.net_addr);
+  EXPECT_EQ(out.net_prefix, 30u);
+  EXPECT_EQ(out.net_gateway, h.net_gateway);
+  EXPECT_EQ(out.net_mac, h.net_mac);
+  EXPECT_EQ(out.nameserver, h.nameserver);
+
+  // Without an address no NIC field is sent.
+  proto::Hello none;
+  none.net_prefix = 30;
+  out = proto::Hello{};
+  ASSERT_TRUE(proto::Decode(proto::Encode(none), &out, &why)) << why;
+  EXPECT_EQ(out.net_addr, 0u);
+  EXPECT_EQ(out.net_prefix, 0u);
+
+  proto::HelloReply reply;
+  reply.version = proto::kVersion;
+  reply.nic = true;
+  proto::HelloReply reply_out;
+  ASSERT_TRUE(proto::Decode(proto::Encode(reply), &reply_out, &why)) << why;
+  EXPECT_TRUE(reply_out.nic);
+
+  auto refused = [&](proto::Hello bad, const char* what) {
+    proto::Hello got;
+    std::string w;
+    EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &w)) << what;
+    EXPECT_THAT(w, ::testing::HasSubstr(what));
+  };
+  proto::Hello bad = h;
+  bad.net_prefix = 31;
+  refused(bad, "prefix");
+  bad = h;
+  bad.net_gateway = h.net_addr;  // itself
+  refused(bad, "gateway");
+  bad = h;
+  bad.net_gateway = 0x0ad50009;  // another /30
+  refused(bad, "gateway");
+  bad = h;
+  bad.net_mac = std::string("\x03\x57\x0a\xd5\x00\x06", 6);  // multicast
+  refused(bad, "mac");
+  bad = h;
+  bad.net_mac = "short";
+  refused(bad, "mac");
+}
+
 TEST(MessageTest, FindHelloReplySkipsWhatAnEarlierConnectionLeft) {
   std::string reply = proto::EncodeFrame(FrameType::kHelloReply, 0, 0xabcdef12345ull, "p");
   std::string stream = std::string("\x07\x00\x00\x00leftover", 12) + reply;
