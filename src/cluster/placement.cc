@@ -30,8 +30,7 @@ bool Eligible(const NodeRecord& n, const PlacementRequest& r, uint32_t recent, s
   }
   if (EffectiveFree(n, recent) <= 0) return no("no free sandbox slot");
   if (r.cpu_millis > static_cast<uint64_t>(n.cpus) * 1000) {
-    return no("has ", std::to_string(n.cpus), " cpus, the request asks ", std::to_string(r.cpu_millis),
-              " millicpus");
+    return no("has ", std::to_string(n.cpus), " cpus, the request asks ", std::to_string(r.cpu_millis), " millicpus");
   }
   const QosRecord& q = n.qos[r.qos == 1 ? 1 : 0];
   if (q.bounded) {
