@@ -345,8 +345,8 @@ Status LayerStore::Remove(std::string_view ref) {
   // it, or a create about to mount it), held until it is unlinked.
   bool blob_goes = true;
   for (const LayerInfo& l : List()) {
-    if (l.digest == digest && std::none_of(names.begin(), names.end(),
-                                           [&](const LayerName& n) { return n.ToString() == l.name; })) {
+    if (l.digest == digest &&
+        std::none_of(names.begin(), names.end(), [&](const LayerName& n) { return n.ToString() == l.name; })) {
       blob_goes = false;
     }
   }

@@ -186,8 +186,8 @@ class MountCache {
     State state = State::kUnmounted;
     uint32_t refs = 0;
     std::vector<UniqueFd> holds;  // LayerStore::HoldBlob, one per reference
-    int64_t released_at_ms = 0;  // CLOCK_MONOTONIC, when refs dropped to 0
-    uint64_t bytes = 0;          // the image's size, once mounted
+    int64_t released_at_ms = 0;   // CLOCK_MONOTONIC, when refs dropped to 0
+    uint64_t bytes = 0;           // the image's size, once mounted
   };
   MountCache(const LayerStore* store, std::string mount_root, int64_t grace_ms, std::string source_root)
       : store_(store), mount_root_(std::move(mount_root)), grace_ms_(grace_ms), source_root_(std::move(source_root)) {}
