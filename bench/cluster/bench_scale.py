@@ -5,15 +5,22 @@ each a fake warren.v1 Sandboxes service that accepts a create at once, and
 one real warrend entry node (--cluster-drain: it places every create on the
 others and makes none itself) placing creates sent to its unix socket.
 Measures the entry's placed creates per second (each one placement decision
-plus the forwarded Create RPC) and how they spread over the 160.
+plus the forwarded Create RPC), the entry's CPU per create, and how they
+spread over the 160.
 
   .venv/bin/python bench/cluster/bench_scale.py [--nodes 160] [--creates 20000]
-      [--clients 2] [--concurrency 64] [--fake-procs 2]
+      [--clients 2] [--concurrency 64] [--fake-procs 2] [--peer cpp|python]
+      [--baseline OTHER_WARREND] [--rounds N] [--gets]
 
-The fakes (asyncio gRPC servers, --fake-procs processes) and the load
-(--clients processes, each with --concurrency creates in flight) are Python
-on the same cores as the entry: the rate shown is a lower bound of what the
-entry's placement carries. Needs etcd (scripts/setup.sh) and a built warrend.
+--peer cpp (default): the fakes and the load are build/src/cluster/scale_peer
+(C++, gRPC callback API: one load process with clients x concurrency creates
+in flight); python: grpc.aio fakes and --clients load processes. Either runs
+on the same cores as the entry: the wall rate is a lower bound of what the
+entry carries, the rate per CPU-second of the entry what a core of its own
+would. --baseline: a second warrend (A) runs beside this build's (B), both
+drained, measured in turns (ABBA) in the same invocation; the summary gives
+B/A. --gets: also the same load of forwarded Gets (the relay alone). Needs
+etcd (scripts/setup.sh) and a built warrend (and scale_peer).
 """
 
 from __future__ import annotations
