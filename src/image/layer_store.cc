@@ -362,8 +362,8 @@ Status LayerStore::Remove(std::string_view ref) {
       if (errno == EAGAIN || errno == EACCES) {
         return absl::FailedPreconditionError(
             "layer " + std::string(ref) + " (" + digest +
-            ") is held: a sandbox on a node sharing this layer store uses it or is being created with it (a read "
-            "lock on its blob " +
+            ") is held: a node sharing this layer store has it in use (a sandbox, a create about to mount it, or "
+            "the fncall pool: a read lock on its blob " +
             blob + "); nothing removed");
       }
       if (errno != EINVAL && errno != ENOLCK && errno != EOPNOTSUPP) {
