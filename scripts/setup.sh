@@ -138,7 +138,10 @@ scripts/build-toolset-rootfs.sh $R/toolset-jdk $R/debian-12 openjdk-17-jdk-headl
 scripts/build-toolset-rootfs.sh $R/toolset-go $R/debian-12 golang-1.19-go
 scripts/build-toolset-rootfs.sh $R/toolset-rust $R/debian-12 --minus "g++ gcc make" rustc
 scripts/build-toolset-rootfs.sh $R/toolset-node $R/debian-12 nodejs
-scripts/build-toolset-rootfs.sh $R/toolset-python-sci $R/debian-12 --minus "g++ gcc make python3-pythran" \
+# --skip: scipy depends on python3-pythran (its build-time compiler: g++,
+# boost, python3-dev), which depends on numpy: leaving pythran's closure out
+# with --minus took numpy out too.
+scripts/build-toolset-rootfs.sh $R/toolset-python-sci $R/debian-12 --skip python3-pythran \
   python3-numpy python3-scipy python3-pandas python3-sympy python3-networkx
 
 echo "setup: eval layers' rootfs dirs (warren eval; scripts/demo.sh)"

@@ -5,6 +5,10 @@ run, with the clones' page sharing and what a clone needs after restore.
 
 Inputs (made once into --cache, default /var/cache/warren/microvm-bench):
   the Debian cloud kernel (apt-get download + dpkg-deb -x, never installed),
+  booted as warrend boots it: the uncompressed vmlinux through its PVH entry
+  (--guest DIR's vmlinux, scripts/microvm/build-guest.sh's output, when it is
+  the same kernel release; else extracted here from the bzImage the same
+  way; the bzImage only when lz4 is missing, said in the report),
   bench/microvm/init.c built static, an initramfs (newc cpio written here:
   /dev/console, /init, the four virtio modules the init loads).
 
@@ -41,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import ClassVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,6 +106,49 @@ def host_tsc_khz():
 
 
 # ---------------------------------------------------------------- inputs
+
+
+PVH_NOTE = "Unknown note type: (0x00000012)"  # XEN_ELFNOTE_PHYS32_ENTRY in readelf -n
+
+
+def is_pvh_elf(path):
+    with open(path, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            return False
+    out = subprocess.run(["readelf", "-n", path], check=False, capture_output=True, text=True).stdout
+    return PVH_NOTE in out
+
+
+def extract_vmlinux(vmlinuz, dst):
+    """The bzImage's LZ4 payload (magic 02 21 4c 18) as `dst`, as
+    scripts/microvm/build-guest.sh extracts it; False without lz4 or when
+    the payload is not a PVH-bootable ELF."""
+    if shutil.which("lz4") is None:
+        return False
+    data = Path(vmlinuz).read_bytes()
+    off = data.find(b"\x02\x21\x4c\x18")
+    if off < 0:
+        return False
+    # lz4 exits 1 on the bzImage's trailer after the frame: the output is checked instead.
+    with open(dst + ".tmp", "wb") as out:
+        subprocess.run(["lz4", "-dc"], check=False, input=data[off:], stdout=out, stderr=subprocess.DEVNULL)
+    if not is_pvh_elf(dst + ".tmp"):
+        os.unlink(dst + ".tmp")
+        return False
+    os.rename(dst + ".tmp", dst)
+    return True
+
+
+def boot_kernel(vmlinuz, kver, cache, guest):
+    """(path, what) of the kernel to boot: warrend's vmlinux (PVH entry)."""
+    g = os.path.join(guest, "vmlinux") if guest else ""
+    release = os.path.join(guest, "kernel.release") if guest else ""
+    if g and os.path.exists(g) and os.path.exists(release) and Path(release).read_text().strip() == kver:
+        return g, f"vmlinux (PVH entry) of {guest}, the file warrend boots"
+    own = os.path.join(cache, f"vmlinux-{kver}")
+    if os.path.exists(own) or extract_vmlinux(vmlinuz, own):
+        return own, "vmlinux (PVH entry) extracted from the bzImage as build-guest.sh does"
+    return vmlinuz, "bzImage (lz4 missing or no PVH payload: NOT what warrend boots)"
 
 
 def prepare(cache):
@@ -543,6 +591,12 @@ def main():
     ap.add_argument("--cache", default=os.environ.get("WARREN_MVM_BENCH_CACHE", "/var/cache/warren/microvm-bench"))
     ap.add_argument("--ram-dir", default="/dev/shm", help="where the template's RAM file lives")
     ap.add_argument("--json", help="also write the numbers here")
+    local = os.path.join(HERE, "..", "..", "build", "microvm-guest")
+    ap.add_argument(
+        "--guest",
+        default=local if os.path.exists(os.path.join(local, "vmlinux")) else "/var/cache/warren/microvm",
+        help="build-guest.sh's output dir: its vmlinux is booted when it is the same kernel release",
+    )
     a = ap.parse_args()
     if not 1 <= a.runs <= 20:
         sys.exit("floors: --runs must be in 1..20")
@@ -550,13 +604,15 @@ def main():
         sys.exit("floors: qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
 
     vmlinuz, initrd, kver = prepare(a.cache)
+    kernel, kernel_what = boot_kernel(vmlinuz, kver, a.cache, a.guest)
     append = f"{APPEND_BASE} tsc_early_khz={host_tsc_khz()}"
-    base = common_args(vmlinuz, initrd, a.mem, append)
+    base = common_args(kernel, initrd, a.mem, append)
     work = tempfile.mkdtemp(prefix="warren-mvm-floors-")
     ram = os.path.join(tempfile.mkdtemp(prefix="warren-mvm-ram-", dir=a.ram_dir), "template.ram")
     state = os.path.join(work, "template.state")
     res = {
         "kernel": kver,
+        "kernel_file": kernel_what,
         "qemu": qemu_version(),
         "mem_mb": a.mem,
         "runs": a.runs,
@@ -606,7 +662,8 @@ def report(r):
         )
 
     ca, wa = r["cold_answer_s"], r["warm_answer_s"]
-    print(f"kernel {r['kernel']}, {r['qemu']}, TCG, {r['mem_mb']} MiB, 1 vCPU, N={r['runs']} each (interleaved)\n")
+    print(f"kernel {r['kernel']}, {r['qemu']}, TCG, {r['mem_mb']} MiB, 1 vCPU, N={r['runs']} each (interleaved)")
+    print(f"booted: {r.get('kernel_file', '?')}\n")
     print("| row (QEMU start ->) | p50 ms | p99 ms | min ms | max ms |")
     print("| --- | ---: | ---: | ---: | ---: |")
     print(row("cold: init's serial marker", r["cold_init_s"]))

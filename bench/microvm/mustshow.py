@@ -90,7 +90,7 @@ def qemu_cpu_ticks(ids: list[str]) -> int:
     return total
 
 
-def floors(runs: int) -> dict:
+def floors(runs: int, guest: Path) -> dict:
     out = tempfile.mktemp(suffix=".json", prefix="mvm-floors-")
     try:
         subprocess.run(
@@ -101,6 +101,8 @@ def floors(runs: int) -> dict:
                 str(runs),
                 "--json",
                 out,
+                "--guest",
+                str(guest),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
@@ -148,13 +150,27 @@ def main() -> int:
     ap.add_argument("--idle-secs", type=float, default=30, help="idle CPU window, s")
     ap.add_argument("--rate-vm", type=int, default=16, help="microvm cycles at c8")
     ap.add_argument("--rate-ct", type=int, default=48, help="container cycles at c8")
-    ap.add_argument("--guest", type=Path, default=Path("/var/cache/warren/microvm"))
+    local = W.ROOT / "build/microvm-guest"
+    ap.add_argument(
+        "--guest",
+        type=Path,
+        default=local
+        if (local / "initramfs.cpio").exists()
+        else Path("/var/cache/warren/microvm"),
+    )
+    ap.add_argument(
+        "--pause-ms",
+        type=int,
+        default=0,
+        help="idle time between the warm creates (the pool refills between them)",
+    )
     ap.add_argument("--json")
     a = ap.parse_args()
     res: dict = {"load_start": os.getloadavg()[0], "cpus": os.cpu_count()}
 
     if a.floor_runs > 0:
-        f = floors(a.floor_runs)
+        f = floors(a.floor_runs, a.guest)
+        res["floor_kernel"] = f.get("kernel_file", "?")
         res["floor_cold_answer_s"] = f["cold_answer_s"]
         res["floor_warm_answer_s"] = f["warm_answer_s"]
         res["floor_warm_restored_s"] = f["warm_restored_s"]
@@ -175,7 +191,14 @@ def main() -> int:
         d = W.Daemon(root, "warm", a.guest, [])
         try:
             res["template_first_s"] = W.create_to_exec(d.client, layer)
-            res["warm_s"] = [W.create_to_exec(d.client, layer) for _ in range(a.n)]
+            res["warm_s"] = []
+            for _ in range(a.n):
+                time.sleep(a.pause_ms / 1000)
+                res["warm_s"].append(W.create_to_exec(d.client, layer))
+            log = d.log.read_text()
+            res["warm_kinds"] = {
+                k: log.count(f"clone={k}") for k in ("pool", "root", "bare", "false")
+            }
             say(
                 f"warm: {ms(res['warm_s'])} (template + first clone {res['template_first_s']:.2f} s)"
             )
@@ -257,7 +280,10 @@ def main() -> int:
     )
     print(
         f"warm create -> first exec (warrend)          n={len(res['warm_s']):3d}  {ms(res['warm_s'])}"
+        f"  (pause {a.pause_ms} ms; creates by kind incl. the first and the density phase: {res['warm_kinds']})"
     )
+    if "floor_kernel" in res:
+        print(f"floors booted: {res['floor_kernel']}")
     if "density" in res:
         dn = res["density"]
         print(

@@ -118,7 +118,9 @@ def create_steps(log: str) -> dict[str, str]:
     from warrend's "microvm started" lines (microvm_backend.cc)."""
     rows: dict[str, list[float]] = {}
     for line in log.splitlines():
-        if "microvm started" not in line or "clone=true" not in line:
+        if "microvm started" not in line or not any(
+            f"clone={k}" in line for k in ("root", "bare", "pool")
+        ):
             continue
         for word in line.split():
             k, _, v = word.partition("=")
@@ -133,6 +135,18 @@ def main() -> int:
     )
     ap.add_argument("-n", type=int, default=20, help="warm creates")
     ap.add_argument("--cold", type=int, default=5, help="cold creates")
+    ap.add_argument(
+        "--pause-ms",
+        type=int,
+        default=0,
+        help="idle time between warm creates (creates arriving at a rate: the pool refills between them)",
+    )
+    ap.add_argument(
+        "--pool",
+        type=int,
+        default=None,
+        help="warrend's --microvm-pool (default: its default)",
+    )
     local = ROOT / "build/microvm-guest"
     ap.add_argument(
         "--guest",
@@ -156,15 +170,40 @@ def main() -> int:
             cold = [create_to_exec(d.client, layer) for _ in range(a.cold)]
         finally:
             d.stop()
-        d = Daemon(root, "warm", a.guest, [])
+        d = Daemon(
+            root,
+            "warm",
+            a.guest,
+            [] if a.pool is None else ["--microvm-pool", str(a.pool)],
+        )
         try:
             first = create_to_exec(d.client, layer)  # saves the template
             CREATE_S.clear()
             SECOND_EXEC_S.clear()
-            warm = [create_to_exec(d.client, layer) for _ in range(a.n)]
+            warm = []
+            for _ in range(a.n):
+                time.sleep(a.pause_ms / 1000)
+                warm.append(create_to_exec(d.client, layer))
             log = d.log.read_text()
             steps = create_steps(log)
             fallbacks = log.count("booting cold") + log.count("creates boot cold")
+            kinds = {
+                k: log.count(f"clone={k}") for k in ("pool", "root", "bare", "false")
+            }
+            # The warm creates' kinds in order (the first create's line comes first).
+            order = [
+                word.partition("=")[2]
+                for line in log.splitlines()
+                if "microvm started" in line
+                for word in line.split()
+                if word.startswith("clone=")
+            ][1:]
+            template_lines = [
+                line
+                for line in log.splitlines()
+                if "template" in line
+                and ("saved" in line or "fail" in line or "no microvm" in line)
+            ]
         finally:
             d.stop()
     finally:
@@ -192,6 +231,20 @@ def main() -> int:
         "warm create steps, p50/max ms since the create began (warrend's log): "
         + ", ".join(f"{k} {v}" for k, v in steps.items())
     )
+    print(
+        "warm creates by kind (pool clone / restored clone of a root template / of the bare template / cold): "
+        + ", ".join(f"{k} {v}" for k, v in kinds.items())
+    )
+    by_kind: dict[str, list[float]] = {}
+    for kind, dt in zip(order, warm):
+        by_kind.setdefault(kind, []).append(dt)
+    for kind, xs in by_kind.items():
+        print(
+            f"  {kind:5s} n={len(xs):3d}  create → first exec p50 {statistics.median(xs) * 1000:.0f} ms, "
+            f"max {max(xs) * 1000:.0f} ms"
+        )
+    for line in template_lines:
+        print("  " + line[:400])
     return 0 if fallbacks == 0 else 1
 
 

@@ -135,15 +135,23 @@ constexpr const char* kLanguages[] = {
     "julia",      "pytest",  "junit",   "kotlin_script", "jest", "verilog",    "python_gpu", "lean", "swift",  "racket",
     "gtest",      "react",   "python3", "c++",           "c",    "javascript", "js"};
 
+// A FastAPI 422 body {"detail": [{loc, msg, type}]} for one field.
+json Detail(const json& loc, const std::string& msg, const std::string& type) {
+  json l = json::array({"body"});
+  for (const auto& x : loc) l.push_back(x);
+  return json{{"detail", json::array({json{{"loc", l}, {"msg", msg}, {"type", type}}})}};
+}
+
+// The fields RunCodeRequest and RunJupyterRequest share (memory_limit_MB,
+// files, fetch_files); `null_files`: a file's content may be null
+// (RunCodeRequest's Dict[str, Optional[str]]).
+std::optional<json> SharedSchemaError(const json& req, bool null_files);
+
 // SandboxFusion's RunCodeRequest schema (a FastAPI/pydantic model there):
 // the first field that does not fit, as a 422 body {"detail": [{loc, msg,
 // type}]}; nullopt when the request fits.
 std::optional<json> SchemaError(const json& req) {
-  auto detail = [](const json& loc, const std::string& msg, const std::string& type) {
-    json l = json::array({"body"});
-    for (const auto& x : loc) l.push_back(x);
-    return json{{"detail", json::array({json{{"loc", l}, {"msg", msg}, {"type", type}}})}};
-  };
+  auto detail = Detail;
   if (!req.is_object()) return detail(json::array(), "Input should be a valid dictionary", "model_attributes_type");
   for (const char* k : {"code", "language"}) {
     if (!req.contains(k)) return detail(json::array({k}), "Field required", "missing");
@@ -156,15 +164,41 @@ std::optional<json> SchemaError(const json& req) {
     if (req.contains(k) && !req[k].is_number())
       return detail(json::array({k}), "Input should be a valid number", "float_type");
   }
-  if (req.contains("memory_limit_MB") && !req["memory_limit_MB"].is_number_integer())
-    return detail(json::array({"memory_limit_MB"}), "Input should be a valid integer", "int_type");
   if (req.contains("stdin") && !req["stdin"].is_null() && !req["stdin"].is_string())
     return detail(json::array({"stdin"}), "Input should be a valid string", "string_type");
+  return SharedSchemaError(req, true);
+}
+
+// SandboxFusion's RunJupyterRequest schema (sandbox/runners/types.py):
+// cells a list of strings (required), cell_timeout/total_timeout numbers,
+// kernel the literal "python3", memory_limit_MB, files, fetch_files.
+std::optional<json> JupyterSchemaError(const json& req) {
+  auto detail = Detail;
+  if (!req.is_object()) return detail(json::array(), "Input should be a valid dictionary", "model_attributes_type");
+  if (!req.contains("cells")) return detail(json::array({"cells"}), "Field required", "missing");
+  if (!req["cells"].is_array()) return detail(json::array({"cells"}), "Input should be a valid list", "list_type");
+  for (size_t i = 0; i < req["cells"].size(); ++i) {
+    if (!req["cells"][i].is_string())
+      return detail(json::array({"cells", i}), "Input should be a valid string", "string_type");
+  }
+  for (const char* k : {"cell_timeout", "total_timeout"}) {
+    if (req.contains(k) && !req[k].is_number())
+      return detail(json::array({k}), "Input should be a valid number", "float_type");
+  }
+  if (req.contains("kernel") && req["kernel"] != "python3")
+    return detail(json::array({"kernel"}), "Input should be 'python3'", "literal_error");
+  return SharedSchemaError(req, false);
+}
+
+std::optional<json> SharedSchemaError(const json& req, bool null_files) {
+  auto detail = Detail;
+  if (req.contains("memory_limit_MB") && !req["memory_limit_MB"].is_number_integer())
+    return detail(json::array({"memory_limit_MB"}), "Input should be a valid integer", "int_type");
   if (req.contains("files")) {
     if (!req["files"].is_object())
       return detail(json::array({"files"}), "Input should be a valid dictionary", "dict_type");
     for (const auto& [path, v] : req["files"].items()) {
-      if (!v.is_null() && !v.is_string())
+      if (!(null_files && v.is_null()) && !v.is_string())
         return detail(json::array({"files", path}), "Input should be a valid string", "string_type");
     }
   }
@@ -181,21 +215,18 @@ std::optional<json> SchemaError(const json& req) {
 
 }  // namespace
 
-RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
-  auto bad = [](const Status& s) {
-    return RunCodeReply{s.code() == absl::StatusCode::kPermissionDenied ? 403 : 400, Error(std::string(s.message()))};
-  };
-  if (std::optional<json> e = SchemaError(req)) return RunCodeReply{422, std::move(*e)};
-  runtime::FnCallRequest q;
-  q.language = runtime::CanonicalFnCallLanguage(req["language"].get<std::string>());
-  q.code = req["code"].get<std::string>();
-  if (req.contains("stdin") && req["stdin"].is_string()) q.stdin_data = req["stdin"].get<std::string>();
-  StatusOr<std::chrono::milliseconds> run = Seconds(req, "run_timeout", 10, options.max_timeout_s);
-  if (!run.ok()) return bad(run.status());
-  StatusOr<std::chrono::milliseconds> compile = Seconds(req, "compile_timeout", 10, options.max_timeout_s);
-  if (!compile.ok()) return bad(compile.status());
-  q.run_timeout = *run;
-  q.compile_timeout = *compile;
+namespace {
+
+RunCodeReply Bad(const Status& s) {
+  return RunCodeReply{s.code() == absl::StatusCode::kPermissionDenied ? 403 : 400, Error(std::string(s.message()))};
+}
+
+// The fields /run_code and /run_jupyter share (memory_limit_MB, files,
+// fetch_files, layers) into `q` and `layers`; a 400/403 reply when one is
+// outside `options`' bounds.
+std::optional<RunCodeReply> SharedFields(const json& req, const RunCodeOptions& options, runtime::FnCallRequest& q,
+                                         std::vector<std::string>& layers) {
+  auto bad = Bad;
   // SandboxFusion: memory_limit_MB > 0 limits the call; absent, -1 (its
   // default) or any other value <= 0 sets no limit of the call's own: here
   // the node's maximum for /run_code.
@@ -221,7 +252,6 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
   if (req.contains("fetch_files")) {
     for (const auto& f : req["fetch_files"]) q.fetch_files.push_back(f.get<std::string>());
   }
-  std::vector<std::string> layers;
   if (req.contains("layers") && !req["layers"].is_null()) {
     if (!req["layers"].is_array()) return bad(absl::InvalidArgumentError("layers must be an array of layer names"));
     for (const auto& l : req["layers"]) {
@@ -231,6 +261,25 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
       layers.push_back(ref);
     }
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
+  if (std::optional<json> e = SchemaError(req)) return RunCodeReply{422, std::move(*e)};
+  runtime::FnCallRequest q;
+  q.language = runtime::CanonicalFnCallLanguage(req["language"].get<std::string>());
+  q.code = req["code"].get<std::string>();
+  if (req.contains("stdin") && req["stdin"].is_string()) q.stdin_data = req["stdin"].get<std::string>();
+  StatusOr<std::chrono::milliseconds> run = Seconds(req, "run_timeout", 10, options.max_timeout_s);
+  if (!run.ok()) return Bad(run.status());
+  StatusOr<std::chrono::milliseconds> compile = Seconds(req, "compile_timeout", 10, options.max_timeout_s);
+  if (!compile.ok()) return Bad(compile.status());
+  q.run_timeout = *run;
+  q.compile_timeout = *compile;
+  std::vector<std::string> layers;
+  if (std::optional<RunCodeReply> refused = SharedFields(req, options, q, layers)) return std::move(*refused);
   StatusOr<runtime::FnCallResult> called = frontend.Run(layers, q);
   if (!called.ok()) return {200, Error(called.status().ToString())};
   const runtime::FnCallResult& r = *called;
@@ -246,6 +295,56 @@ RunCodeReply RunCode(node::FnCallFrontend& frontend, const json& req, const RunC
   } else if (r.run && !r.run->timed_out && r.run->exit_code == 0) {
     out["status"] = "Success";
   }  // else Failed with message "", as SandboxFusion's parse_run_status answers
+  return {200, out};
+}
+
+RunCodeReply RunJupyter(node::FnCallFrontend& frontend, const json& req, const RunCodeOptions& options) {
+  if (std::optional<json> e = JupyterSchemaError(req)) return RunCodeReply{422, std::move(*e)};
+  // The runner's answer, in the call's /tmp; fetched with the caller's files.
+  static constexpr const char* kOut = ".warren-jupyter-out.json";
+  runtime::FnCallRequest q;
+  q.language = "python";
+  q.code = JupyterRunnerSource();
+  StatusOr<std::chrono::milliseconds> total = Seconds(req, "total_timeout", 45, options.max_timeout_s);
+  if (!total.ok()) return Bad(total.status());
+  double cell_s = 0;
+  if (req.contains("cell_timeout") && req["cell_timeout"].is_number()) cell_s = req["cell_timeout"].get<double>();
+  if (!(cell_s > 0) || !std::isfinite(cell_s)) cell_s = 0;  // SandboxFusion's 0: no limit per cell
+  q.run_timeout = *total;
+  q.stdin_data = json{{"cells", req["cells"]}, {"cell_timeout", cell_s}, {"out", kOut}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+  std::vector<std::string> layers;
+  if (std::optional<RunCodeReply> refused = SharedFields(req, options, q, layers)) return std::move(*refused);
+  if (std::find(q.fetch_files.begin(), q.fetch_files.end(), kOut) != q.fetch_files.end())
+    return Bad(absl::InvalidArgumentError(absl::StrCat("fetch_files may not name ", kOut, " (warren's own)")));
+  if (q.files.count(kOut) != 0)
+    return Bad(absl::InvalidArgumentError(absl::StrCat("files may not name ", kOut, " (warren's own)")));
+  q.fetch_files.push_back(kOut);
+  StatusOr<runtime::FnCallResult> called = frontend.Run(layers, q);
+  json out = {{"status", "Failed"},           {"message", ""},          {"driver", nullptr}, {"cells", json::array()},
+              {"executor_pod_name", nullptr}, {"files", json::object()}};
+  if (!called.ok()) {
+    out["status"] = "SandboxError";
+    out["message"] = called.status().ToString();
+    return {200, out};
+  }
+  runtime::FnCallResult& r = *called;
+  if (!r.sandbox_error.empty()) {
+    out["status"] = "SandboxError";
+    out["message"] = r.sandbox_error;
+    return {200, out};
+  }
+  if (r.run) out["driver"] = StageJson(*r.run);
+  // As SandboxFusion: a driver that did not finish (total_timeout) or left
+  // no answer is Failed, with no cells and no files.
+  auto answer = r.files.find(kOut);
+  if (!r.run || r.run->timed_out || answer == r.files.end()) return {200, out};
+  const json cells = json::parse(answer->second, nullptr, false);
+  if (cells.is_discarded() || !cells.contains("cells") || !cells["cells"].is_array()) return {200, out};
+  r.files.erase(answer);
+  out["status"] = "Success";
+  out["cells"] = cells["cells"];
+  for (const auto& [path, data] : r.files) out["files"][path] = absl::Base64Escape(data);
   return {200, out};
 }
 
@@ -351,6 +450,22 @@ StatusOr<std::unique_ptr<RunCodeServer>> RunCodeServer::Start(node::FnCallFronte
   };
   s->server_->Post("/run_code", handler);
   s->server_->Post("/v1/run_code", handler);
+  auto jupyter = [frontend, opts](const httplib::Request& req, httplib::Response& res) {
+    std::string why;
+    const int refused = CheckCaller(*opts, req.get_header_value("Content-Type"), req.get_header_value("Host"),
+                                    req.get_header_value("Origin"), req.get_header_value("Authorization"), &why);
+    if (refused == 401) res.set_header("WWW-Authenticate", "Bearer");
+    const RunCodeReply reply = [&] {
+      if (refused != 0) return RunCodeReply{refused, Error(why)};
+      const json in = json::parse(req.body, nullptr, false);
+      if (in.is_discarded()) return RunCodeReply{400, Error("request body is not JSON")};
+      return RunJupyter(*frontend, in, *opts);
+    }();
+    res.status = reply.http_status;
+    res.set_content(reply.body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  };
+  s->server_->Post("/run_jupyter", jupyter);
+  s->server_->Post("/v1/run_jupyter", jupyter);
   if (port == 0) {
     port = s->server_->bind_to_any_port(host);
     if (port < 0) return absl::UnavailableError("cannot bind HTTP " + listen);

@@ -1,5 +1,5 @@
 // SandboxFusion-compatible HTTP front door of the fncall backend: `POST
-// /run_code` (and `GET /v1/ping`), so code-RL pipelines that call
+// /run_code`, `POST /run_jupyter` (and `GET /v1/ping`), so code-RL pipelines that call
 // SandboxFusion (verl, ...) run on warren by changing a URL.
 //
 // Request JSON: code, language, stdin, compile_timeout, run_timeout (seconds,
@@ -74,6 +74,26 @@ struct RunCodeReply {
 // The reply to one request JSON (exposed for tests): 400 with a
 // SandboxError body for a request outside `options`' bounds.
 RunCodeReply RunCode(node::FnCallFrontend& frontend, const nlohmann::json& request, const RunCodeOptions& options);
+
+// `POST /run_jupyter` as SandboxFusion defines it (RunJupyterRequest:
+// cells [str] (required), cell_timeout (s, <= 0: none; default 0),
+// total_timeout (s, default 45), kernel "python3", memory_limit_MB, files,
+// fetch_files; warren's layers as in /run_code). The cells run in order in
+// one python process kept for the request (jupyter_runner.py, an fncall
+// python call on the request's layers; why no ipykernel: there), sharing
+// their namespace. Answer (RunJupyterResponse): status Success | Failed |
+// SandboxError, message, driver (the runner's stage, as a run_result),
+// cells [{stdout, stderr, display [mime bundle], error [{ename, evalue,
+// traceback}]}], executor_pod_name null, files. A cell's exception is in its
+// `error` and later cells still run (Success); a cell over cell_timeout is
+// interrupted (TimeoutError in its error) and the rest run; at
+// total_timeout the driver is killed: Failed, driver TimeLimitExceeded,
+// no cells and no files (SandboxFusion's rule for a driver that did not
+// finish). 422 / 400 / 403 as RunCode.
+RunCodeReply RunJupyter(node::FnCallFrontend& frontend, const nlohmann::json& request, const RunCodeOptions& options);
+
+// The jupyter runner's python source (jupyter_runner.py, embedded at build time).
+const std::string& JupyterRunnerSource();
 
 // The HTTP-level checks (content type, Host, Origin, token) of one POST;
 // 0 when it may proceed, else the status to answer with and `why`.

@@ -160,7 +160,8 @@ class MountCache {
   void Release(std::string_view digest);
   // Unmounts unreferenced mounts whose grace expired (called periodically)
   // or all unreferenced ones if `all`.
-  void Sweep(bool all = false);
+  // Returns the layers (hex) it unmounted.
+  std::vector<std::string> Sweep(bool all = false);
   bool IsMounted(std::string_view digest) const;
   uint32_t RefCount(std::string_view digest) const;
   size_t MountedCount() const;

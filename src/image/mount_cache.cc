@@ -178,8 +178,8 @@ void MountCache::Release(std::string_view digest) {
   if (--it->second.refs == 0) it->second.released_at_ms = NowMonotonicMs();
 }
 
-void MountCache::Sweep(bool all) {
-  std::vector<std::string> victims;
+std::vector<std::string> MountCache::Sweep(bool all) {
+  std::vector<std::string> victims, unmounted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = NowMonotonicMs();
@@ -199,6 +199,7 @@ void MountCache::Sweep(bool all) {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[hex];
     if (gone) {
+      unmounted.push_back(hex);
       e.state = State::kUnmounted;
       ++evictions_;
       if (e.refs == 0) entries_.erase(hex);
@@ -211,6 +212,7 @@ void MountCache::Sweep(bool all) {
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
   }
+  return unmounted;
 }
 
 bool MountCache::IsMounted(std::string_view digest) const {

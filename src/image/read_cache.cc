@@ -173,9 +173,46 @@ StatusOr<ReadCache::Layer*> ReadCache::LayerLocked(const std::string& hex) {
 }
 
 StatusOr<uint64_t> ReadCache::Size(const std::string& hex) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = layers_.find(hex);
+    if (it != layers_.end()) return it->second.size;
+  }
+  if (!IsHex64(hex)) return absl::InvalidArgumentError("layer \"" + hex + "\" is not 64 lower-case hex");
+  const std::string blob = store_->BlobPath("sha256:" + hex);
+  struct stat st {};
+  if (::stat(blob.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::NotFoundError("layer sha256:" + hex + " not in the store");
+    return ErrnoToStatus(errno, "stat(" + blob + ")");
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void ReadCache::OpenLayer(const std::string& hex) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Layer * l, LayerLocked(hex));
-  return l->size;
+  StatusOr<Layer*> l = LayerLocked(hex);
+  if (l.ok()) ++(*l)->opens;  // a layer that cannot be opened fails its reads, counted or not
+}
+
+void ReadCache::CloseLayer(const std::string& hex) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = layers_.find(hex);
+  if (it == layers_.end()) return;
+  if (it->second.opens > 0) --it->second.opens;
+  MaybeDropLocked(hex);
+}
+
+void ReadCache::MaybeDropLocked(const std::string& hex) {
+  auto it = layers_.find(hex);
+  if (it == layers_.end() || it->second.opens > 0 || !it->second.chunks.empty()) return;
+  unlink((opt_.dir + "/" + hex).c_str());
+  layers_.erase(it);  // its fds close
+}
+
+void ReadCache::CountStoreReadLocked(const std::string& hex, uint64_t bytes, bool prefetch) {
+  layer_reads_[hex] += bytes;
+  store_read_ += bytes;
+  if (prefetch) prefetched_ += bytes;
 }
 
 StatusOr<size_t> ReadCache::Read(const std::string& hex, uint64_t off, size_t len, char* buf) {
@@ -236,10 +273,7 @@ Status ReadCache::ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, 
     if (got.ok() && *got == want) werr = PwriteFull(local_fd, data.data(), want, idx * cb);
     lock.lock();
     Layer& lay = layers_.at(hex);
-    if (got.ok()) {
-      lay.stats.store_read_bytes += *got;
-      store_read_ += *got;
-    }
+    if (got.ok()) CountStoreReadLocked(hex, *got, false);
     const bool keep = got.ok() && *got == want && werr == 0;
     if (keep) {
       AdmitLocked(lay, hex, idx, want);
@@ -256,6 +290,7 @@ Status ReadCache::ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, 
         }
       }
     }
+    if (!keep) MaybeDropLocked(hex);
     cv_.notify_all();
     if (!got.ok()) return got.status();
     if (*got != want) {
@@ -273,7 +308,7 @@ void ReadCache::AdmitLocked(Layer& l, const std::string& hex, uint64_t idx, uint
   lru_.emplace_front(hex, idx);
   c.lru = lru_.begin();
   cached_ += bytes;
-  l.stats.cached_bytes += bytes;
+  l.cached_bytes += bytes;
   if (l.fetched.size() <= idx) l.fetched.resize(idx + 1);
   l.fetched[idx] = true;
   EvictLocked();
@@ -305,7 +340,8 @@ Status ReadCache::RecordHot(const std::string& hex) {
   if (absl::IsAlreadyExists(st)) st = absl::OkStatus();
   if (st.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    layers_.at(hex).hot_recorded = true;
+    auto it = layers_.find(hex);
+    if (it != layers_.end()) it->second.hot_recorded = true;  // (a dropped layer records again: AlreadyExists)
   }
   return st;
 }
@@ -372,11 +408,7 @@ void ReadCache::PrefetchOne(const std::string& hex) {
       const bool ok = got.ok() && *got == bytes && PwriteFull(local_fd, data.data(), bytes, first * cb) == 0;
       lock.lock();
       Layer& lay = layers_.at(hex);
-      if (got.ok()) {
-        lay.stats.store_read_bytes += *got;
-        store_read_ += *got;
-        prefetched_ += *got;
-      }
+      if (got.ok()) CountStoreReadLocked(hex, *got, true);
       for (uint64_t i = first; i < first + n; ++i) {
         if (ok) {
           AdmitLocked(lay, hex, i, std::min(cb, lay.size - i * cb));
@@ -384,6 +416,7 @@ void ReadCache::PrefetchOne(const std::string& hex) {
           lay.chunks.erase(i);
         }
       }
+      if (!ok) MaybeDropLocked(hex);
       cv_.notify_all();
       if (!ok) return;
       idx = first + n;
@@ -402,10 +435,12 @@ void ReadCache::EvictLocked() {
     fallocate(l.local_fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(at),
               static_cast<off_t>(c.bytes));
     cached_ -= c.bytes;
-    l.stats.cached_bytes -= c.bytes;
+    l.cached_bytes -= c.bytes;
     ++evictions_;
     l.chunks.erase(it->second);
+    const std::string hex = it->first;
     it = lru_.erase(it);
+    MaybeDropLocked(hex);  // a closed layer's last chunk: its state goes too
   }
 }
 
@@ -420,7 +455,9 @@ ReadCache::Stats ReadCache::stats() const {
   s.write_errors = write_errors_;
   s.store_read_bytes = store_read_;
   s.prefetched_bytes = prefetched_;
-  for (const auto& [hex, l] : layers_) s.layers[hex] = l.stats;
+  for (const auto& [hex, bytes] : layer_reads_) s.layers[hex].store_read_bytes = bytes;
+  for (const auto& [hex, l] : layers_) s.layers[hex].cached_bytes = l.cached_bytes;
+  s.layers_held = layers_.size();
   return s;
 }
 

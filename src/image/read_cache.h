@@ -17,6 +17,13 @@
 // a restart (Open empties <dir>): what survived a crash cannot be trusted to
 // be whole.
 //
+// Bookkeeping per layer (its store and local fds, chunk map, hot-list
+// bitmap) lives while the layer is open (OpenLayer .. CloseLayer: the FUSE
+// files' OPEN/RELEASE, i.e. while an EROFS mount holds it) or holds chunks:
+// a layer closed with no chunk left, or whose last chunk is evicted after
+// it was closed, is dropped with its local file. What stays per layer ever
+// read is its store-read counter (Stats::layers).
+//
 // Thread-safe; store and local I/O run outside the lock, a chunk fetched
 // once even when several readers miss it together.
 #pragma once
@@ -61,8 +68,15 @@ class ReadCache {
   // read: the chunk is served from memory and not kept (counted in
   // Stats::write_errors; the first is logged with the path).
   StatusOr<size_t> Read(const std::string& hex, uint64_t off, size_t len, char* buf);
-  // Size of the blob (bytes); NotFound as Read's.
+  // Size of the blob (bytes); NotFound as Read's. Keeps no state for a
+  // layer it does not hold.
   StatusOr<uint64_t> Size(const std::string& hex);
+  // A reader opened / closed the layer's blob (counted; a Close without an
+  // Open, e.g. of a file opened under a previous daemon, is ignored). Open
+  // sets up nothing yet (the first Read does); Close drops the layer's state
+  // when nothing holds it any more (see the header).
+  void OpenLayer(const std::string& hex);
+  void CloseLayer(const std::string& hex);
 
   // Hot list (prefetch): the byte ranges of a layer's blob this node read
   // from the store since it opened the layer, written once per layer to the
@@ -89,6 +103,7 @@ class ReadCache {
     uint64_t store_read_bytes = 0;             // all layers
     uint64_t prefetched_bytes = 0;             // of it, read by Prefetch
     std::map<std::string, LayerStats> layers;  // key: hex, every layer read since Open
+    uint64_t layers_held = 0;                  // layers with state now (open or holding chunks)
   };
   Stats stats() const;
   const Options& options() const { return opt_; }
@@ -108,7 +123,8 @@ class ReadCache {
     std::vector<bool> fetched;                   // chunk indexes read from the store since Open (hot list)
     bool prefetch_queued = false;
     bool hot_recorded = false;  // RecordHot wrote the list or found one
-    LayerStats stats;
+    uint32_t opens = 0;         // OpenLayer - CloseLayer
+    uint64_t cached_bytes = 0;  // its chunks held now
   };
   ReadCache(const LayerStore* store, Options opt) : store_(store), opt_(std::move(opt)) {}
   // Opens the layer's store blob and local file (mu_ held: the opens are
@@ -120,6 +136,10 @@ class ReadCache {
   void EvictLocked();
   // Keeps a fetched chunk (mu_ held): present, most recently used, counted.
   void AdmitLocked(Layer& l, const std::string& hex, uint64_t idx, uint64_t bytes);
+  // Drops the layer's state if it is closed and holds no chunk (mu_ held).
+  void MaybeDropLocked(const std::string& hex);
+  // Counts bytes read from the store for the layer (mu_ held).
+  void CountStoreReadLocked(const std::string& hex, uint64_t bytes, bool prefetch);
   void PrefetchLoop();
   void PrefetchOne(const std::string& hex);
 
@@ -128,6 +148,7 @@ class ReadCache {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a fetch finished
   std::map<std::string, Layer> layers_;
+  std::map<std::string, uint64_t> layer_reads_;      // hex -> bytes read from the store since Open
   std::list<std::pair<std::string, uint64_t>> lru_;  // (hex, chunk index); front = most recent
   uint64_t cached_ = 0, hits_ = 0, misses_ = 0, evictions_ = 0, write_errors_ = 0, store_read_ = 0;
   uint64_t prefetched_ = 0;

@@ -1,5 +1,7 @@
 #include "node/fncall_frontend.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -27,14 +29,24 @@ StatusOr<std::vector<std::string>> FnCallFrontend::LowerDirs(const std::vector<s
   const std::vector<std::string>& refs = refs_in.empty() ? default_layers_ : refs_in;
   if (refs.empty()) return absl::InvalidArgumentError("fncall: no layers given and no default image");
   std::vector<std::string> dirs;
-  for (const std::string& ref : refs) {
+  for (const std::string& given : refs) {
+    // Only the defaults may be optional (a caller's layers are what it asked for).
+    const bool optional = refs_in.empty() && !given.empty() && given.back() == '?';
+    const std::string ref = optional ? given.substr(0, given.size() - 1) : given;
     // A plain directory (tests, --fncall-layers pointing at a rootfs dir).
     if (!ref.empty() && ref[0] == '/') {
+      struct stat st {};
+      if (optional && !(::stat(ref.c_str(), &st) == 0 && S_ISDIR(st.st_mode))) continue;
       dirs.push_back(ref);
       continue;
     }
-    if (layers_ == nullptr) return absl::FailedPreconditionError("fncall: no layer store");
-    ASSIGN_OR_RETURN(image::LayerInfo info, layers_->Resolve(ref));
+    if (layers_ == nullptr) {
+      if (optional) continue;
+      return absl::FailedPreconditionError("fncall: no layer store");
+    }
+    StatusOr<image::LayerInfo> resolved = layers_->Resolve(ref);
+    if (optional && absl::IsNotFound(resolved.status())) continue;
+    ASSIGN_OR_RETURN(image::LayerInfo info, std::move(resolved));
     std::lock_guard<std::mutex> l(mu_);
     auto it = acquired_.find(info.digest);
     if (it == acquired_.end()) {

@@ -23,8 +23,11 @@ namespace warren::node {
 
 class FnCallFrontend {
  public:
-  // `default_layers` serve requests that name none. `metrics` (borrowed;
-  // nullptr = none) counts every call.
+  // `default_layers` serve requests that name none; one ending in '?' is
+  // optional: a layer ref the store does not hold (NotFound) or a directory
+  // that does not exist is left out of the call, at each call (so a toolset
+  // built later joins the defaults without a restart; the pool is keyed by
+  // the layer set). `metrics` (borrowed; nullptr = none) counts every call.
   FnCallFrontend(runtime::FnCallPool* pool, LayerProvider* layers, std::vector<std::string> default_layers,
                  Metrics* metrics = nullptr);
   ~FnCallFrontend();

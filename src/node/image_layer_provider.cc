@@ -21,7 +21,7 @@ class ImageLayerProvider final : public LayerProvider {
   // their grace period): they would otherwise outlive the daemon for nothing.
   // Layers of live sandboxes keep their references and stay mounted for the
   // next daemon to adopt; a crash leaves everything to that daemon's sweep.
-  ~ImageLayerProvider() override { cache_->Sweep(/*all=*/true); }
+  ~ImageLayerProvider() override { Unmounted(cache_->Sweep(/*all=*/true)); }
 
   StatusOr<image::LayerInfo> Resolve(const std::string& ref) const override { return store_->Resolve(ref); }
   std::vector<image::LayerInfo> List() const override { return store_->List(); }
@@ -59,7 +59,7 @@ class ImageLayerProvider final : public LayerProvider {
         Log(spdlog::level::warn, "layer hot list not written", {{"layer", digest}, {"error", st.ToString()}});
     }
   }
-  void Sweep() override { cache_->Sweep(false); }
+  void Sweep() override { Unmounted(cache_->Sweep(false)); }
   bool IsMounted(const std::string& digest) const override { return cache_->IsMounted(digest); }
   size_t MountedCount() const override { return cache_->MountedCount(); }
   CacheStats Stats() const override {
@@ -99,6 +99,13 @@ class ImageLayerProvider final : public LayerProvider {
   bool prefetch_ = true;
 
   static std::string Hex(const std::string& digest) { return digest.substr(digest.find(':') + 1); }
+  // Unmounted layers: the kernel may forget their files (image::BlobFs
+  // drops their node ids on FORGET; the read cache dropped their state on
+  // the files' RELEASE).
+  void Unmounted(const std::vector<std::string>& hexes) {
+    if (blob_fs_ == nullptr) return;
+    for (const std::string& hex : hexes) blob_fs_->Forget(hex);
+  }
 };
 
 }  // namespace
@@ -118,8 +125,10 @@ StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string
                     "--layer-cache-dir/--layer-cache-bytes: " + std::string(opened.status().message()));
     }
     read_cache = *std::move(opened);
-    ASSIGN_OR_RETURN(blob_fs, image::BlobFs::Mount(read_cache.get(), rc.fs_mountpoint));
+    ASSIGN_OR_RETURN(blob_fs, image::BlobFs::Mount(read_cache.get(), rc.fs_mountpoint, 4, rc.fs_holder_path));
     source_root = blob_fs->mountpoint();
+  } else if (!rc.fs_mountpoint.empty()) {
+    image::BlobFs::Abandon(rc.fs_mountpoint);  // a previous daemon ran with the cache
   }
   ASSIGN_OR_RETURN(std::unique_ptr<image::MountCache> cache,
                    image::MountCache::Open(store.get(), mount_root, grace_ms, source_root));

@@ -17,7 +17,10 @@ struct ReadCacheOptions {
   uint64_t cap_bytes = 0;  // bytes; 0 = no read cache
   uint32_t chunk_bytes = 65536;
   std::string fs_mountpoint;  // where the cache's files are mounted (BlobFs)
-  bool prefetch = true;       // read a layer's hot list ahead when it is mounted
+  // The warren-fuse-fd program: holds the files' FUSE connection across a
+  // daemon restart ("": none, the connection dies with the daemon).
+  std::string fs_holder_path;
+  bool prefetch = true;  // read a layer's hot list ahead when it is mounted
 };
 
 // Opens the store at store_dir and a mount cache under mount_root (mounts left

@@ -125,6 +125,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   vopt.boot_timeout = std::chrono::milliseconds(flags.microvm_boot_timeout_ms);
   vopt.disk_dir = flags.state_dir + "/microvm-disks";
   if (flags.microvm_templates) vopt.template_dir = run_dir + "/microvm-templates";
+  vopt.pool_size = flags.microvm_pool;
   if (flags.microvm_accel != "auto" && flags.microvm_accel != "tcg" && flags.microvm_accel != "kvm") {
     return absl::InvalidArgumentError("--microvm-accel must be auto, tcg or kvm, not \"" + flags.microvm_accel + "\"");
   }
@@ -168,6 +169,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   read_cache.dir = flags.layer_cache_dir.empty() ? flags.state_dir + "/layer-cache" : flags.layer_cache_dir;
   read_cache.chunk_bytes = flags.layer_cache_chunk_kb * 1024;
   read_cache.fs_mountpoint = flags.state_dir + "/layer-files";
+  read_cache.fs_holder_path = Dirname(init) + "/warren-fuse-fd";  // beside warren-init, as warren-spawn
   read_cache.prefetch = flags.layer_cache_prefetch;
   ASSIGN_OR_RETURN(std::unique_ptr<node::LayerProvider> layers,
                    node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms, read_cache));
@@ -227,6 +229,7 @@ StatusOr<std::unique_ptr<http::RunCodeServer>> StartRunCode(const Flags& flags, 
     for (const std::string& l : flags.fncall_layers) {
       std::stringstream ss(l);
       for (std::string part; std::getline(ss, part, ',');) {
+        if (!part.empty() && part.back() == '?') part.pop_back();  // optional defaults may be named too
         if (!part.empty() && part[0] != '/') ho.allowed_layers.push_back(part);
       }
     }
@@ -270,7 +273,9 @@ StatusOr<std::unique_ptr<e2b::E2bServer>> StartE2b(const Flags& flags, node::San
   for (const std::string& l : flags.fncall_layers) {
     std::stringstream ss(l);
     for (std::string part; std::getline(ss, part, ',');) {
-      if (!part.empty() && part[0] != '/') base.push_back(part);
+      // Optional fncall defaults ('?') are not part of E2B's "base" template:
+      // a template's layers must exist when a sandbox is created.
+      if (!part.empty() && part[0] != '/' && part.back() != '?') base.push_back(part);
     }
   }
   ASSIGN_OR_RETURN(eo.templates, e2b::ReadTemplates(flags.e2b_templates, base));

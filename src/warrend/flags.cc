@@ -90,6 +90,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "microvm: warm starts: creates restore a clone of a template saved once per shape (in the run dir); "
                  "false: every create boots cold")
       ->capture_default_str();
+  app.add_option("--microvm-pool", flags.microvm_pool,
+                 "microvm: clones kept restored and warmed up ahead of creates (of the template the last create "
+                 "used); 0: none")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
   app.add_option("--microvm-boot-timeout-ms", flags.microvm_boot_timeout_ms,
                  "microvm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not "
                  "answered this long after QEMU started")
@@ -134,7 +139,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "template \"base\" defaults to --fncall-layers");
   app.add_option("--fncall-max-workers", flags.fncall_max_workers, "fncall: max warm workers (0 = 4 x cpus)");
   app.add_option("--fncall-layers", flags.fncall_layers,
-                 "fncall: default layers of calls that name none (comma-separated, bottom first)")
+                 "fncall: default layers of calls that name none (comma-separated, bottom first; a trailing '?' "
+                 "marks a layer used only while the store has it)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--limit-views", flags.limit_views,

@@ -51,6 +51,7 @@ struct Flags {
   std::string microvm_accel = "auto";
   uint32_t microvm_boot_timeout_ms = 60000;
   bool microvm_templates = true;
+  uint32_t microvm_pool = 2;
   // vm backend: offered when QEMU and <vm_dir>/{disk.img,vmlinuz,initrd.img}
   // (scripts/vm/build-guest.sh) exist; its accelerator is --microvm-accel's.
   std::string vm_dir = "/var/cache/warren/vm";
@@ -58,7 +59,12 @@ struct Flags {
   // fncall.
   std::string http_listen;
   uint32_t fncall_max_workers = 0;
-  std::vector<std::string> fncall_layers = {"base/debian-12"};
+  // A trailing '?' marks an optional layer (node/fncall_frontend.h): the
+  // toolsets of the languages fncall runs, each used once the store has it,
+  // so calls that cannot pick layers (a stock SandboxFusion client) get
+  // every language whose toolset was built.
+  std::vector<std::string> fncall_layers = {"base/debian-12", "toolset/gcc?",  "toolset/jdk?",       "toolset/go?",
+                                            "toolset/rust?",  "toolset/node?", "toolset/python-sci?"};
   // /run_code (src/http/run_code_server.h).
   std::vector<std::string> run_code_layers;  // empty = fncall_layers
   std::vector<std::string> http_allowed_hosts;

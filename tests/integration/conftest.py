@@ -647,7 +647,9 @@ def rss_bytes(pid: int) -> int:
 
 # ---------------------------------------------------------------- microVMs
 def qemu_pids(needle: str) -> set[int]:
-    """QEMU processes whose command line mentions `needle` (a sandbox id)."""
+    """QEMU processes whose command line mentions `needle` (a sandbox id),
+    and those in the cgroup of the microVM sandbox of that id (a microVM
+    taken from the pool of restored clones keeps its pool name in `ps`)."""
     out = set()
     for e in os.listdir("/proc"):
         if not e.isdigit():
@@ -658,6 +660,18 @@ def qemu_pids(needle: str) -> set[int]:
             continue
         if cmd.startswith(b"/usr/bin/qemu-system") and needle.encode() in cmd:
             out.add(int(e))
+    if needle and "/" not in needle and not needle.startswith("."):
+        for cg in vm_cgroups(needle):
+            try:
+                pids = (cg / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/usr/bin/qemu-system"):
+                        out.add(int(pid))
+                except OSError:
+                    continue
     return out
 
 

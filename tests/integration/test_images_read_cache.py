@@ -24,6 +24,8 @@ import hashlib
 import os
 import subprocess
 import tarfile
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -166,3 +168,129 @@ def test_bad_cache_dir_stops_the_daemon_with_the_dir_named(test_root: Path, glus
     assert str(bad) in out and "--layer-cache" in out, out
     assert not os.path.ismount(state / "layer-files"), "a failed start left the cache's FUSE mount"
     assert str(state) not in Path("/proc/self/mountinfo").read_text()
+
+
+def _holders(b: Daemon) -> list[int]:
+    """Pids of warren-fuse-fd processes holding b's layer files (by argv)."""
+    want = b"warren-fuse-fd\0" + str((b.state_dir / "layer-files").resolve()).encode() + b"\0"
+    out = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                stat = Path(f"/proc/{e}/stat").read_text()
+                if Path(f"/proc/{e}/cmdline").read_bytes() == want and stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(int(e))
+            except OSError:
+                pass
+    return out
+
+
+def _drop_page_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def test_a_restart_without_the_cache_ends_the_previous_files(nodes, image, test_root: Path):
+    """A node restarted without --layer-cache-bytes after a kill -9 ends the
+    previous daemon's FUSE files and their holder: a layer still mounted
+    from them fails its uncached reads (EIO) instead of waiting for a server
+    that will not come, and its sandbox can be destroyed."""
+    _, b = nodes
+    name, big_layer, _ = image
+    c = Daemon(test_root, "rc-c", b.layer_store, NODE_PREFIX + "rc",
+               extra_args=["--layer-cache-bytes", str(CAP)]).start()
+    try:
+        sb = c.client.create(image=name, timeout=300)
+        assert sb.exec("cat /task/README", timeout=60).stdout == b"read me\n"
+        assert len(_holders(c)) == 1
+        c.kill9()
+        c.extra_args = []
+        c.start()
+        for _ in range(50):
+            if not _holders(c):
+                break
+            time.sleep(0.1)
+        assert _holders(c) == [], "the holder of the previous daemon's files is still running"
+        assert not os.path.ismount(c.state_dir / "layer-files")
+        sb = c.client.get(sb.id)
+        try:  # (its inode may not be cached either: then the open fails already)
+            _drop_page_cache(c.state_dir / "mnt" / big_layer.split(":")[1] / "data/big.bin")
+        except OSError:
+            pass
+        r = sb.exec("cat /data/big.bin > /dev/null", timeout=60)
+        assert r.exit_code != 0, r
+        sb.destroy(timeout=60)
+    finally:
+        c.stop()
+    assert str(c.state_dir) not in Path("/proc/self/mountinfo").read_text()
+
+
+# Last in the module: it stops and restarts node B.
+def test_running_sandboxes_keep_reading_their_layers_across_restarts(nodes, image):
+    """kill -9 and SIGTERM restarts of a node with the read cache: the
+    sandbox's layers are mounted from B's FUSE files, whose connection a
+    holder process (warren-fuse-fd) keeps while no daemon serves it; the
+    restarted daemon takes it over, and chunks no cache holds are read from
+    the store again. A read made while the daemon is down waits and is
+    served after the restart. Destroy + stop leaves no mount and no holder."""
+    _, b = nodes
+    name, big_layer, big = image
+    mnt_big = b.state_dir / "mnt" / big_layer.split(":")[1] / "data/big.bin"
+    want = hashlib.sha256(big).hexdigest().encode()
+    sb = b.client.create(image=name, timeout=300)
+    try:
+        assert sb.exec("cat /task/README; head -c 1048576 /data/big.bin | wc -c", timeout=60).stdout == \
+            b"read me\n1048576\n"
+        holders = _holders(b)
+        assert len(holders) == 1, holders
+        holder = holders[0]
+
+        b.kill9()
+        assert _holders(b) == [holder], "the holder died with the daemon"
+        # A read while no daemon serves: it waits in the kernel for the next one.
+        _drop_page_cache(mnt_big)
+        got: list[bytes] = []
+
+        def read_while_down() -> None:
+            with open(mnt_big, "rb") as f:
+                f.seek(40 * MIB)
+                got.append(f.read(MIB))
+
+        t = threading.Thread(target=read_while_down)
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "a read of an uncached chunk was answered with no daemon running"
+        b.start()
+        t.join(60)
+        assert got == [big[40 * MIB:41 * MIB]]
+
+        listed = {s.id: s for s in b.client.list()}
+        assert sb.id in listed
+        sb = listed[sb.id]
+        assert _holders(b) == [holder], "the restarted daemon started a holder of its own"
+        _drop_page_cache(mnt_big)
+        r = sb.exec("cat /task/README; sha256sum /data/big.bin", timeout=300)
+        assert r.exit_code == 0 and r.stdout.startswith(b"read me\n") and r.stdout.split()[2] == want, r
+        assert _layer_read(b, big_layer) >= 64 * MIB - MIB, "the new daemon's cache read the layer from the store"
+
+        # A clean stop with the sandbox running leaves the files held too.
+        assert b.stop(destroy=False) == 0
+        assert os.path.ismount(b.state_dir / "layer-files") and _holders(b) == [holder]
+        b.start()
+        _drop_page_cache(mnt_big)
+        sb = b.client.get(sb.id)
+        r = sb.exec("tail -c 65536 /data/big.bin | sha256sum", timeout=120)
+        assert r.stdout.split()[0] == hashlib.sha256(big[-65536:]).hexdigest().encode(), r
+    finally:
+        sb.destroy(timeout=60)
+    # Destroyed and stopped: the layers are unmounted, then the files, and the holder is gone.
+    assert b.stop() == 0
+    assert not os.path.ismount(b.state_dir / "layer-files")
+    assert str(b.state_dir) not in Path("/proc/self/mountinfo").read_text()
+    for _ in range(50):
+        if not _holders(b):
+            break
+        time.sleep(0.1)
+    assert _holders(b) == [], "the holder outlived the file system"
+    b.start()  # for the module's teardown

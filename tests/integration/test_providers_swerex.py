@@ -76,6 +76,25 @@ def test_session_commands_and_files(swerex, daemon, client, base_layer, tmp_path
             assert (await run(BashAction(command="echo still $A"))).output == "still 42\n"
             with pytest.raises(SessionDoesNotExistError):
                 await run(BashAction(command="true", session="other"))
+            # Interactive programs as SWE-agent drives them (gdb, REPLs, prompts):
+            # is_interactive_command starts the program or types to it, output up to
+            # an `expect` string; is_interactive_quit ends it (SWE-ReX's PS1 matched).
+            obs = await run(BashAction(command="python3 -q", is_interactive_command=True, expect=[">>> "]))
+            assert obs.exit_code == 0 and obs.expect_string == ">>> ", obs
+            obs = await run(BashAction(command="print(6 * 7)", is_interactive_command=True, expect=[">>> "]))
+            assert obs.output == "42" and obs.expect_string == ">>> ", obs
+            obs = await run(BashAction(command="input('sure? [y/n] ')", is_interactive_command=True,
+                                       expect=[r"\[y/n\] "]))
+            assert obs.output.endswith("sure?") and obs.expect_string == r"\[y/n\] ", obs
+            obs = await run(BashAction(command="y", is_interactive_command=True, expect=[">>> "]))
+            assert obs.output == "'y'", obs
+            obs = await run(BashAction(command="exit()", is_interactive_quit=True, expect=[]))
+            assert obs.exit_code == 0 and obs.expect_string == "SHELLPS1PREFIX", obs
+            with pytest.raises(CommandTimeoutError):
+                await run(BashAction(command="sleep 30", is_interactive_command=True, expect=["never"], timeout=1))
+            await rt.close_session(CloseBashSessionRequest())
+            await rt.create_session(CreateBashSessionRequest(startup_source=["/root/.bashrc_extra"]))
+            await run(BashAction(command="cd /tmp && export A=42"))
 
             r = await rt.execute(Command(command="echo $B; echo e >&2", shell=True, env={"B": "b"}))
             assert (r.stdout, r.stderr, r.exit_code) == ("b\n", "e\n", 0)

@@ -153,3 +153,43 @@ def test_compile_time_is_compile_only(fn: FnDaemon, base_layer: str) -> None:
     c, r = out["compile_result"]["execution_time"], out["run_result"]["execution_time"]
     assert 3.0 <= r < wall and 0 < c < wall, (c, r, wall)
     assert c + r <= wall + 0.05, f"compile {c:.2f} s + run {r:.2f} s overlap (wall {wall:.2f} s)"
+
+
+@pytest.mark.timeout(1200)
+def test_default_layers_take_the_toolsets_the_store_has(test_root: Path) -> None:
+    """Found in issue 18: a stock SandboxFusion client cannot pick layers, so
+    the default set must serve every language whose toolset was built.
+    --fncall-layers' default names the toolsets as optional ("toolset/gcc?",
+    ...): each is used once the store holds it, at the next call (no
+    restart); a caller's own layers stay mandatory."""
+    from conftest import BASE, BASE_ROOTFS
+    from test_fncall import TOOLSET_ROOTFS
+    if not (TOOLSET_ROOTFS / "usr/bin/g++").exists():
+        pytest.skip(f"no toolset rootfs at {TOOLSET_ROOTFS} (scripts/setup.sh builds it)")
+    store = test_root / "defaults-layers"
+    store.mkdir()
+    port = _free_port()
+    d = FnDaemon(test_root, "defaults", store, "ndl", extra=["--http-listen", f"127.0.0.1:{port}"])
+    d.start()
+    try:
+        d.client.layers.build(BASE, dir=str(BASE_ROOTFS), timeout=900)
+        cpp = {"code": "#include <iostream>\nint main(){std::cout << 6 * 7 << '\\n';}", "language": "cpp",
+               "compile_timeout": 60}
+        status, out = post(port, cpp)
+        assert status == 200 and out["status"] == "SandboxError", out
+        assert "g++" in out["message"] and "toolset/gcc" in out["message"], out
+        status, out = post(port, {"code": "print(6 * 7)", "language": "python"})
+        assert status == 200 and out["status"] == "Success" and out["run_result"]["stdout"] == "42\n", out
+
+        d.client.layers.build("toolset/gcc@1", dir=str(TOOLSET_ROOTFS), timeout=600)
+        status, out = post(port, cpp)
+        assert status == 200 and out["status"] == "Success" and out["run_result"]["stdout"] == "42\n", out
+        assert d.client.fncall(cpp["code"], language="cpp", compile_timeout=60).stdout == b"42\n"  # gRPC too
+        # The optional defaults' names are among the layers a request may name.
+        status, out = post(port, {**cpp, "layers": [BASE, "toolset/gcc@1"]})
+        assert status == 200 and out["status"] == "Success", out
+        # A layer the caller names is not optional: missing, it is an error naming it.
+        status, out = post(port, {**cpp, "layers": [BASE, "toolset/jdk@1"]})
+        assert status == 200 and out["status"] == "SandboxError" and "toolset/jdk" in out["message"], out
+    finally:
+        d.stop()

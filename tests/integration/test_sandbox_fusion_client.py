@@ -22,6 +22,7 @@ import base64
 import http.client
 import importlib.util
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -34,6 +35,13 @@ from test_fncall import FnDaemon, _free_port
 sandbox_fusion = pytest.importorskip("sandbox_fusion", reason="scripts/setup.sh installs sandbox-fusion==0.3.7")
 
 ROOTFS = Path("/var/cache/warren/rootfs")
+# A directory of toolset rootfs dirs that take precedence over ROOTFS's (a
+# toolset rebuilt beside the shared one, e.g. by a branch that changes it).
+TOOLSET_OVERRIDE = Path(os.environ.get("WARREN_TEST_TOOLSET_DIR", "/nonexistent"))
+
+
+def _toolset(name: str) -> Path:
+    return TOOLSET_OVERRIDE / name if (TOOLSET_OVERRIDE / name).is_dir() else ROOTFS / name
 # language -> the toolset rootfs dirs it needs (scripts/setup.sh builds them).
 TOOLSETS: Dict[str, List[str]] = {
     "python": [], "bash": [], "cpp": ["toolset-gcc"], "c": ["toolset-gcc"], "java": ["toolset-jdk"],
@@ -143,15 +151,15 @@ CASES: Dict[str, Dict[str, Optional[str]]] = {
 def _have(lang: str) -> Optional[str]:
     """None when `lang`'s toolsets exist, else why not."""
     for t in TOOLSETS[lang]:
-        if not (ROOTFS / t).is_dir():
-            return f"no {ROOTFS / t} (scripts/setup.sh builds it with scripts/build-toolset-rootfs.sh)"
+        if not _toolset(t).is_dir():
+            return f"no {_toolset(t)} (scripts/setup.sh builds it with scripts/build-toolset-rootfs.sh)"
     return None
 
 
 @pytest.fixture(scope="module")
 def sf(test_root: Path, layer_store: Path, base_layer: str) -> Iterable[FnDaemon]:
     port = _free_port()
-    layers = [base_layer] + [str(ROOTFS / t) for t in ALL_TOOLSETS if (ROOTFS / t).is_dir()]
+    layers = [base_layer] + [str(_toolset(t)) for t in ALL_TOOLSETS if _toolset(t).is_dir()]
     d = FnDaemon(test_root, "sfclient", layer_store, "nsf",
                  extra=["--http-listen", f"127.0.0.1:{port}", "--fncall-layers", ",".join(layers),
                         "--run-code-max-memory-mb", "1024"])
@@ -329,14 +337,126 @@ def test_verl_check_correctness_at_concurrency_64(sf: FnDaemon, lang: str) -> No
     assert res == [-3, -3], [m["status"] for m in meta]
 
 
-@pytest.mark.xfail(strict=True, reason="open: numpy is not importable in fncall python calls yet, although "
-                   "toolset-python-sci is among the layers and zygote.py appends dist-packages to sys.path")
 def test_python_has_the_scientific_packages(sf: FnDaemon) -> None:
-    if not (ROOTFS / "toolset-python-sci").is_dir():
-        pytest.skip(f"no {ROOTFS / 'toolset-python-sci'} (scripts/setup.sh builds it)")
+    """A stock client's python importing numpy & co. (SandboxFusion's runtime
+    has them): the python-sci toolset must hold numpy itself, not only the
+    packages over it (its build once subtracted pythran's closure, numpy
+    included), with the BLAS/LAPACK alternatives links numpy loads."""
+    sci = _toolset("toolset-python-sci")
+    if not sci.is_dir():
+        pytest.skip(f"no {sci} (scripts/setup.sh builds it)")
     code = ("import numpy, scipy.special, pandas, sympy, networkx\n"
             "print(int(numpy.arange(4).sum()), int(scipy.special.comb(5, 2)), len(pandas.DataFrame({'a': [1, 2]})),"
-            " sympy.factor('x**2 - 1'), networkx.path_graph(3).number_of_edges())")
+            " sympy.factor('x**2 - 1'), networkx.path_graph(3).number_of_edges(),"
+            " int(round(numpy.linalg.det(numpy.eye(3) * 2))))")  # det: LAPACK, through libblas/liblapack.so.3
     r = _client_run(sf, "python", code, run_timeout=60)
     assert r.status == sandbox_fusion.RunStatus.Success, r
-    assert r.run_result.stdout == "6 10 2 (x - 1)*(x + 1) 2\n", r
+    assert r.run_result.stdout == "6 10 2 (x - 1)*(x + 1) 2 8\n", r
+
+
+JUPYTER_FIELDS = {"status", "message", "driver", "cells", "executor_pod_name", "files"}
+CELL_FIELDS = {"stdout", "stderr", "display", "error"}
+
+
+def _jupyter(sf: FnDaemon, **kw: Any) -> Any:
+    """The sandbox-fusion client's run_jupyter (one attempt)."""
+    req = sandbox_fusion.RunJupyterRequest(**kw)
+    return sandbox_fusion.run_jupyter(req, endpoint=sf.url, max_attempts=1, client_timeout=180)
+
+
+def _raw_jupyter(sf: FnDaemon, body: Any) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", sf.port, timeout=180)
+    try:
+        conn.request("POST", "/run_jupyter", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(300)
+def test_run_jupyter_through_the_client(sf: FnDaemon) -> None:
+    """/run_jupyter as SandboxFusion's server answers it (sandbox/tests/
+    runners/test_jupyter.py's cases and more): cells share one kernel per
+    request, each with its stdout, stderr, display and error; a failing cell
+    does not stop the next."""
+    RS, CS = sandbox_fusion.RunStatus, sandbox_fusion.CommandRunStatus
+    r = _jupyter(sf, cells=["print(123)"])
+    assert r.status == RS.Success and r.message == "" and r.cells[0].stdout == "123\n", r
+    assert r.driver.status == CS.Finished and r.driver.return_code == 0, r
+
+    r = _jupyter(sf, cells=['a = "hello"', "a", "print(a)", 'import sys\nsys.stderr.write("This is an error message\\n")',
+                            "assert False", "print(a)", "b = 2;", "1/0\nprint('not reached')", "b * 21",
+                            "import os; os.system('echo from a subprocess')", "display(1, 'x'); None"])
+    assert r.status == RS.Success, r
+    c = r.cells
+    assert (c[0].stdout, c[0].stderr, c[0].display, c[0].error) == ("", "", [], []), c[0]
+    assert c[1].display == [{"text/plain": "'hello'"}], c[1]
+    assert c[2].stdout == "hello\n" and c[2].display == [], c[2]
+    assert c[3].stderr == "This is an error message\n" and c[3].display == [{"text/plain": "25"}], c[3]  # write()'s count, as IPython shows it
+    assert c[4].error[0]["ename"] == "AssertionError" and c[4].error[0]["traceback"], c[4]
+    assert c[5].stdout == "hello\n" and c[5].error == [], c[5]  # the kernel went on after the error
+    assert c[6].display == [], c[6]  # a trailing ';' shows nothing
+    assert c[7].error[0]["ename"] == "ZeroDivisionError" and c[7].stdout == "", c[7]
+    assert c[8].display == [{"text/plain": "42"}], c[8]
+    assert c[9].stdout == "from a subprocess\n", c[9]  # fd-level capture
+    assert c[10].display == [{"text/plain": "1"}, {"text/plain": "'x'"}], c[10]
+
+    # A kernel per request: nothing carries over to the next one.
+    r = _jupyter(sf, cells=["a"])
+    assert r.status == RS.Success and r.cells[0].error[0]["ename"] == "NameError", r
+
+
+@pytest.mark.timeout(300)
+def test_run_jupyter_timeouts_files_and_schema(sf: FnDaemon) -> None:
+    RS, CS = sandbox_fusion.RunStatus, sandbox_fusion.CommandRunStatus
+    # cell_timeout interrupts that cell; the kernel and the next cells go on.
+    t0 = time.monotonic()
+    r = _jupyter(sf, cells=["x = 5", "import time\ntime.sleep(60)", "while True: pass", "print(x)"],
+                 cell_timeout=1, total_timeout=30)
+    assert time.monotonic() - t0 < 20
+    assert r.status == RS.Success, r
+    for i in (1, 2):
+        assert r.cells[i].error and r.cells[i].error[0]["ename"] == "TimeoutError", r.cells[i]
+    assert r.cells[3].stdout == "5\n", r
+
+    # total_timeout kills the driver: Failed, TimeLimitExceeded, no cells (SandboxFusion's rule).
+    t0 = time.monotonic()
+    r = _jupyter(sf, cells=["print(1)", "while True: pass"], total_timeout=2)
+    assert 2 <= time.monotonic() - t0 < 20
+    assert r.status == RS.Failed and r.cells == [] and r.files == {}, r
+    assert r.driver.status == CS.TimeLimitExceeded, r
+
+    # files in and out; a file never written is left out; warren's own answer file is not shown.
+    r = _jupyter(sf, cells=["d = open('in.txt').read()", "open('out.txt', 'w').write(d.upper())"],
+                 files={"in.txt": base64.b64encode(b"data").decode()}, fetch_files=["out.txt", "nope.txt"])
+    assert r.status == RS.Success and r.files == {"out.txt": base64.b64encode(b"DATA").decode()}, r
+
+    # Exactly SandboxFusion's fields.
+    status, out = _raw_jupyter(sf, {"cells": ["1", "print(2)"]})
+    assert status == 200 and set(out) == JUPYTER_FIELDS and out["executor_pod_name"] is None, out
+    assert all(set(c) == CELL_FIELDS for c in out["cells"]), out
+    assert set(out["driver"]) == STAGE_FIELDS, out
+
+    # Malformed requests: FastAPI's 422 naming the field.
+    for body, loc in (({}, ["body", "cells"]), ({"cells": "print(1)"}, ["body", "cells"]),
+                      ({"cells": [1]}, ["body", "cells", 0]), ({"cells": [], "kernel": "python2"}, ["body", "kernel"]),
+                      ({"cells": [], "total_timeout": "x"}, ["body", "total_timeout"]),
+                      ({"cells": [], "files": {"a": None}}, ["body", "files", "a"])):
+        status, out = _raw_jupyter(sf, body)
+        assert status == 422 and out["detail"][0]["loc"] == loc, (body, status, out)
+    status, out = _raw_jupyter(sf, {"cells": [], "fetch_files": [".warren-jupyter-out.json"]})
+    assert status == 400 and out["status"] == "SandboxError" and ".warren-jupyter-out.json" in out["message"], out
+
+
+def test_run_jupyter_scientific_display(sf: FnDaemon) -> None:
+    """numpy and pandas in cells; a DataFrame displays text/html and
+    text/plain as on an IPython kernel."""
+    if not _toolset("toolset-python-sci").is_dir():
+        pytest.skip("no toolset-python-sci (scripts/setup.sh builds it)")
+    r = _jupyter(sf, cells=["import numpy as np, pandas as pd", "int(np.arange(5).sum())",
+                            "pd.DataFrame({'a': [1, 2]})"], total_timeout=60)
+    assert r.status == sandbox_fusion.RunStatus.Success, r
+    assert r.cells[1].display == [{"text/plain": "10"}], r.cells[1]
+    d = r.cells[2].display[0]
+    assert "<table" in d["text/html"] and "a" in d["text/plain"], d

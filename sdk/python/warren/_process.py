@@ -5,6 +5,7 @@ warren.process (sync) and warren.aio (async)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import signal as _signal
 import time
@@ -131,6 +132,12 @@ class ProcessOutput:
 _SESSION_ARGV = ["bash", "--norc", "--noprofile", "--noediting", "-i"]
 # Seconds to wait for a command's sentinel after it was interrupted.
 _INTERRUPT_GRACE_S = 2.0
+_PTY_CHUNK = 800  # bytes of a command per line on a terminal (each quoted to at most 4 bytes)
+# Set-up of a session on a terminal (session(pty=True)), before the usual
+# one: no job control (commands stay in the shell's process group, so a
+# time-out's SIGINT and ^C reach them), no echo of what is sent, and output
+# bytes as written (no \n -> \r\n).
+_PTY_SETUP = b"set +m; stty -echo -onlcr\n"
 SESSION_BUFFER_BYTES = 4 << 20
 # The first input of a session, read by bash as typed (not through eval):
 # no history expansion, no prompt hooks, and the machinery that keeps the
@@ -211,6 +218,39 @@ true
 """
 
 
+class _ExpectMarker:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"warren.process.{self.name}"
+
+
+# Session.expect() patterns that match the end of the started command's
+# output (EOF) or the time-out (TIMEOUT) instead of raising, as pexpect's.
+EOF = _ExpectMarker("EOF")
+TIMEOUT = _ExpectMarker("TIMEOUT")
+
+
+def _expect_patterns(pattern: Any) -> List[Any]:
+    pats = list(pattern) if isinstance(pattern, (list, tuple)) else [pattern]
+    if not pats:
+        raise errors.InvalidArgument("expect: no pattern given")
+    out: List[Any] = []
+    for p in pats:
+        if p is EOF or p is TIMEOUT:
+            out.append(p)
+        elif isinstance(p, str):
+            out.append(re.compile(p.encode("utf-8")))
+        elif isinstance(p, (bytes, bytearray)):
+            out.append(re.compile(bytes(p)))
+        elif isinstance(p, re.Pattern):
+            out.append(p if isinstance(p.pattern, bytes) else re.compile(p.pattern.encode("utf-8")))
+        else:
+            raise errors.InvalidArgument(f"expect: a pattern is a str/bytes regex, EOF or TIMEOUT, got {p!r}")
+    return out
+
+
 def _session_env(env: Optional[Mapping[str, Union[str, bytes]]]) -> Dict[str, Union[str, bytes]]:
     e: Dict[str, Union[str, bytes]] = {"PS1": "", "PS2": "", "PS0": "", "HISTFILE": "/dev/null"}
     e.update(env or {})
@@ -238,7 +278,8 @@ class _SessionCommand:
     the control stream and stdout/stderr were read up to the byte marks the
     daemon stamped on it."""
 
-    def __init__(self, data: bytes, off: List[int], raw: bool = False):
+    def __init__(self, data: bytes, off: List[int], raw: bool = False, interactive: bool = False,
+                 pty: bool = False):
         self.token = secrets.token_hex(16)
         self.off = off
         self.pieces: List[List[Tuple[int, bytes]]] = [[], []]  # (offset, data) per stream
@@ -248,8 +289,26 @@ class _SessionCommand:
         self._ctl = b""
         # The command line, then a line printing the sentinel and $? to fd 3.
         # raw (the session's setup): the lines as they are, then the sentinel.
-        line = data if raw else (b"eval " + _bash_quote(data).encode() + b" </dev/null 3>&- 61>&- 62>&- 63>&-")
-        self.input = line.rstrip(b"\n") + b"\n" + self.resend()
+        # interactive (start()): stdin stays the session's (pipe or terminal)
+        # and the sentinel goes on the same line: bash reads one line before
+        # it runs it, so the command, not bash, reads what is typed next.
+        # pty: a terminal's line discipline holds at most 4095 bytes of a
+        # line, so a longer command is sent as several assignments first.
+        if raw:
+            line = data
+        else:
+            redir = b" 3>&- 61>&- 62>&- 63>&-" if interactive else b" </dev/null 3>&- 61>&- 62>&- 63>&-"
+            if pty and len(data) > _PTY_CHUNK:
+                parts = [data[i:i + _PTY_CHUNK] for i in range(0, len(data), _PTY_CHUNK)]
+                lines = [(b"__warren_c=" if i == 0 else b"__warren_c+=") + _bash_quote(d).encode()
+                         for i, d in enumerate(parts)]
+                line = b"\n".join(lines) + b'\neval "$__warren_c"' + redir
+            else:
+                line = b"eval " + _bash_quote(data).encode() + redir
+        if interactive:
+            self.input = line + b"; " + self.resend()
+        else:
+            self.input = line.rstrip(b"\n") + b"\n" + self.resend()
 
     def resend(self) -> bytes:
         """The sentinel line: __warren_done restores the shell's fds, options
@@ -640,6 +699,17 @@ class SessionCore(Generic[PR]):
 
     Output of background jobs produced after their command ended shows up in
     a later command's output; bash's job notices ("[1] 123") go to stderr.
+
+    Interactive commands (prompts, REPLs; pexpect's way): start(cmd) runs a
+    command whose stdin is the session's input, send()/sendline() type to
+    it, expect(patterns, timeout) reads its output until a regex matches
+    (returns the pattern's index; `before`, `after`, `match` as pexpect's),
+    and wait() returns its ExecResult (exit code, the output expect() did not
+    consume). With session(pty=True) the shell runs on a terminal (stdout
+    and stderr are one stream, as on a terminal; echo and \n -> \r\n are
+    off, `stty echo onlcr` turns them on), which programs that prompt only
+    on a terminal (bash's read -p, sudo, apt's y/n) need; on pipes,
+    expect() reads stdout only (or both with merge_stderr=True).
     """
 
     process: PR
@@ -651,6 +721,14 @@ class SessionCore(Generic[PR]):
         self._lock = self._new_lock()
         self._off = [0, 0, 0]  # stdout, stderr, control offsets consumed
         self._closed = False
+        self._pty = False
+        self._started: Optional[_SessionCommand] = None  # start()'s command until wait()
+        self._t0 = 0.0
+        self._buf = b""  # stdout read since start() that expect() did not consume
+        self._ebuf = b""  # stderr likewise (pipes only)
+        self.before = b""  # expect(): what came before the match
+        self.after: Any = b""  # the match's bytes, or EOF / TIMEOUT
+        self.match: Optional[re.Match[bytes]] = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sandbox_id={self.process.sandbox_id!r}, id={self.id!r})"  # type: ignore[attr-defined]
@@ -659,7 +737,8 @@ class SessionCore(Generic[PR]):
         yield from SessionCore.close.fn(self)
 
     def _start(self) -> Gen[None]:
-        r = yield from self._run_locked(_SESSION_SETUP, 60.0, raw=True)
+        setup = (_PTY_SETUP + _SESSION_SETUP) if self._pty else _SESSION_SETUP
+        r = yield from self._run_locked(setup, 60.0, raw=True)
         if r.exit_code != 0:
             raise errors.Internal(f"session shell did not start: {r!r}")
 
@@ -696,9 +775,11 @@ class SessionCore(Generic[PR]):
     def _run_locked(self, data: bytes, timeout: Optional[float], raw: bool = False) -> Gen[ExecResult]:
         if self._closed:
             raise errors.FailedPrecondition(f"session {self.id} is closed")
+        if self._started is not None:
+            raise errors.FailedPrecondition(f"session {self.id}: a start()ed command is running; wait() for it first")
         p: Any = self.process
         t0 = time.monotonic()
-        cmdr = _SessionCommand(data, self._off, raw)
+        cmdr = _SessionCommand(data, self._off, raw, pty=self._pty)
         yield from ProcessCore.send_stdin.fn(p, cmdr.input)
         timed_out = resent = False
         end = None if timeout is None else t0 + timeout
@@ -737,3 +818,197 @@ class SessionCore(Generic[PR]):
                 if st._stream is not None:
                     st._stream.cancel()
         return cmdr.result(t0, timed_out)
+
+    # ---- interactive commands (start / send / expect / wait)
+
+    @staticmethod
+    def _data(cmd: Union[str, bytes], what: str) -> bytes:
+        data = cmd.encode("utf-8", "surrogateescape") if isinstance(cmd, str) else bytes(cmd)
+        if b"\0" in data:
+            raise errors.InvalidArgument(f"session {what} contains NUL")
+        return data
+
+    def _need_started(self, what: str) -> _SessionCommand:
+        if self._closed:
+            raise errors.FailedPrecondition(f"session {self.id} is closed")
+        if self._started is None:
+            raise errors.FailedPrecondition(f"session {self.id}: {what} needs a command started with start(cmd)")
+        return self._started
+
+    def _ended(self) -> bool:
+        c = self._started
+        return c is not None and c.rc is not None and self._off[0] >= c.marks[0] and self._off[1] >= c.marks[1]
+
+    def _take(self, c: OutputChunk) -> None:
+        if c.stream == CONTROL:
+            if self._started is not None:
+                self._started.feed(c)  # the sentinel record: rc and byte marks
+            else:
+                self._off[2] = c.offset + len(c.data)
+            return
+        i = 0 if c.stream == STDOUT else 1
+        end = c.offset + len(c.data)
+        if end <= self._off[i]:
+            return
+        data = c.data[max(0, self._off[i] - c.offset):]
+        self._off[i] = end
+        if i == 0:
+            self._buf += data
+        else:
+            self._ebuf += data
+
+    def _read_until(self, cond: Callable[[], bool], end: Optional[float]) -> Gen[str]:
+        """Reads output until cond() holds ("ok"), the deadline passes
+        ("timeout") or the shell exits ("exit")."""
+        p: Any = self.process
+        while not cond():
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return "timeout"
+            st = p.stream(self._off[0], self._off[1], self._off[2], follow=True,
+                          timeout=None if left is None else max(0.01, left))
+            events = st._events()
+            try:
+                while True:
+                    c = yield from next_emit(events)
+                    if c is END:
+                        self._closed = True
+                        return "exit"
+                    self._take(c)
+                    if cond():
+                        return "ok"
+            except errors.DeadlineExceeded:
+                return "timeout"
+            finally:
+                events.close()
+                st._cancelled = True
+                if st._stream is not None:
+                    st._stream.cancel()
+        return "ok"
+
+    @op
+    def start(self, cmd: Union[str, bytes]) -> Gen[None]:
+        """Starts cmd (a shell string) in the session with the session's
+        input as its stdin and returns at once; talk to it with send(),
+        sendline() and expect(), then wait() for its result. One at a time:
+        run() and start() raise FailedPrecondition until wait() returned."""
+        data = self._data(cmd, "command")
+        yield Acquire(self._lock)
+        try:
+            if self._closed:
+                raise errors.FailedPrecondition(f"session {self.id} is closed")
+            if self._started is not None:
+                raise errors.FailedPrecondition(
+                    f"session {self.id}: a start()ed command is running; wait() for it first")
+            c = _SessionCommand(data, self._off, interactive=True, pty=self._pty)
+            self._started, self._t0, self._buf, self._ebuf = c, time.monotonic(), b"", b""
+            self.before, self.after, self.match = b"", b"", None
+            p: Any = self.process
+            yield from ProcessCore.send_stdin.fn(p, c.input)
+        finally:
+            self._lock.release()
+
+    @op
+    def send(self, data: Union[str, bytes]) -> Gen[None]:
+        """Types data (str: UTF-8) to the started command's stdin."""
+        b = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
+        self._need_started("send()")
+        p: Any = self.process
+        yield from ProcessCore.send_stdin.fn(p, b)
+
+    @op
+    def sendline(self, line: Union[str, bytes] = b"") -> Gen[None]:
+        """send(line + newline)."""
+        b = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else bytes(line)
+        yield from SessionCore.send.fn(self, b + b"\n")
+
+    @op
+    def expect(self, pattern: Any, timeout: Optional[float] = 30.0) -> Gen[int]:
+        """Reads the started command's output until one of `pattern` (a
+        regex as str or bytes, a compiled one, EOF, TIMEOUT, or a list of
+        them) matches, and returns its index in the list (0 for a single
+        pattern). The earliest match in the output wins (ties: the first
+        pattern). Sets `before` (bytes before the match), `after` (the
+        matched bytes) and `match`; output after the match stays for the
+        next expect() or wait(). The command ending without a match matches
+        EOF (else raises FailedPrecondition naming the exit code and the
+        output); timeout (seconds, None = none) matches TIMEOUT (else raises
+        DeadlineExceeded with the output read so far)."""
+        pats = _expect_patterns(pattern)
+        yield Acquire(self._lock)
+        try:
+            started = self._need_started("expect()")
+            end = None if timeout is None else time.monotonic() + timeout
+            found: List[Tuple[int, re.Match[bytes]]] = []
+
+            def search() -> bool:
+                best: Optional[Tuple[int, re.Match[bytes]]] = None
+                for i, pat in enumerate(pats):
+                    if isinstance(pat, re.Pattern):
+                        m = pat.search(self._buf)
+                        if m is not None and (best is None or m.start() < best[1].start()):
+                            best = (i, m)
+                if best is not None:
+                    found.append(best)
+                    return True
+                return self._ended()
+
+            why = yield from self._read_until(search, end)
+            if found:
+                i, m = found[-1]
+                self.before, self.after, self.match = self._buf[:m.start()], m.group(0), m
+                self._buf = self._buf[m.end():]
+                return i
+            self.match = None
+            if why == "timeout":
+                if TIMEOUT in pats:
+                    self.before, self.after = self._buf, TIMEOUT
+                    return pats.index(TIMEOUT)
+                raise errors.DeadlineExceeded(
+                    f"session {self.id}: no match for {pattern!r} within {timeout} s; output so far: "
+                    f"{self._buf[-500:]!r}")
+            if EOF in pats:
+                self.before, self.after, self._buf = self._buf, EOF, b""
+                return pats.index(EOF)
+            code = started.rc if why == "ok" else "? (the shell exited)"
+            raise errors.FailedPrecondition(
+                f"session {self.id}: the command ended (exit code {code}) with no match for {pattern!r}; "
+                f"its output: {self._buf[-500:]!r}")
+        finally:
+            self._lock.release()
+
+    @op
+    def wait(self, timeout: Optional[float] = None) -> Gen[ExecResult]:
+        """Waits for the started command to end and returns its ExecResult:
+        exit_code its $?, stdout/stderr what expect() did not consume.
+        timeout (seconds): interrupt it with SIGINT then (timed_out, exit
+        130), as run(); the session stays usable."""
+        yield Acquire(self._lock)
+        try:
+            c = self._need_started("wait()")
+            p: Any = self.process
+            end = None if timeout is None else time.monotonic() + timeout
+            why = yield from self._read_until(self._ended, end)
+            timed_out = False
+            if why == "timeout":
+                timed_out = True
+                yield from ProcessCore.signal.fn(p, _signal.SIGINT, group_only=True)
+                why = yield from self._read_until(self._ended, time.monotonic() + _INTERRUPT_GRACE_S)
+                if why == "timeout":  # the interrupt abandoned the line with the sentinel: ask again
+                    yield from ProcessCore.send_stdin.fn(p, c.resend())
+                    why = yield from self._read_until(self._ended, time.monotonic() + _INTERRUPT_GRACE_S)
+                if why == "timeout":
+                    raise errors.DeadlineExceeded(f"session {self.id}: the shell does not answer")
+            if why == "exit":
+                self._started = None
+                raise errors.FailedPrecondition(f"session {self.id}: the shell exited")
+            assert c.rc is not None
+            so = self._buf[:len(self._buf) - max(0, self._off[0] - c.marks[0])]
+            se = self._ebuf[:len(self._ebuf) - max(0, self._off[1] - c.marks[1])]
+            self._off[0], self._off[1] = c.marks
+            self._started, self._buf, self._ebuf = None, b"", b""
+            return ExecResult(exit_code=c.rc, timed_out=timed_out, stdout=so, stderr=se,
+                              stdout_total_bytes=len(so), stderr_total_bytes=len(se),
+                              duration_s=time.monotonic() - self._t0)
+        finally:
+            self._lock.release()

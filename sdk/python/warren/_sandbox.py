@@ -556,12 +556,23 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
 
     @op
     def session(
-        self, cwd: Optional[str] = None, env: Env = None, user: Optional[str] = None, merge_stderr: bool = False
+        self,
+        cwd: Optional[str] = None,
+        env: Env = None,
+        user: Optional[str] = None,
+        merge_stderr: bool = False,
+        pty: bool = False,
+        rows: Optional[int] = None,
+        cols: Optional[int] = None,
     ) -> Gen[SE]:
         """A persistent bash session (warren.process.Session): session.run(cmd,
-        timeout) keeps cwd, env and shell variables between commands.
+        timeout) keeps cwd, env and shell variables between commands;
+        start()/send()/expect()/wait() drive interactive commands.
         merge_stderr: the shell's stderr is its stdout pipe, so each result's
-        stdout holds both in the order written (as on a terminal)."""
+        stdout holds both in the order written (as on a terminal).
+        pty: the shell runs on a terminal (rows x cols, default 24 x 80;
+        stdout and stderr are one stream), for programs that prompt only on
+        a terminal."""
         from ._process import _SESSION_ARGV, SESSION_BUFFER_BYTES, SessionCore, _session_env
 
         p = yield from SandboxCore.spawn.fn(
@@ -572,9 +583,13 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
             user=user,
             control_fd=True,
             buffer_bytes=SESSION_BUFFER_BYTES,
-            merge_stderr=merge_stderr,
+            merge_stderr=merge_stderr and not pty,
+            pty=pty,
+            rows=rows,
+            cols=cols,
         )
         s = self._client._session_cls(p)
+        s._pty = pty
         yield from SessionCore._start(s)
         return s  # type: ignore[no-any-return]
 

@@ -22,10 +22,12 @@ from ._core import Sync, SyncContext, SyncIterable
 from ._process import (
     CONTROL,
     DEFAULT_BUFFER_BYTES,
+    EOF,
     MAX_BUFFER_BYTES,
     SESSION_BUFFER_BYTES,
     STDERR,
     STDOUT,
+    TIMEOUT,
     ExecStreamCore,
     OutputChunk,
     ProcessCore,
@@ -36,7 +38,8 @@ from ._process import (
 )
 
 __all__ = ["OutputChunk", "ProcessInfo", "ProcessOutput", "ExecStream", "ProcessStream", "Process", "Session",
-           "DEFAULT_BUFFER_BYTES", "MAX_BUFFER_BYTES", "SESSION_BUFFER_BYTES", "STDOUT", "STDERR", "CONTROL"]
+           "DEFAULT_BUFFER_BYTES", "MAX_BUFFER_BYTES", "SESSION_BUFFER_BYTES", "STDOUT", "STDERR", "CONTROL",
+           "EOF", "TIMEOUT"]
 
 
 

@@ -239,25 +239,32 @@ class Agent {
           ::clock_settime(CLOCK_REALTIME, &ts);
         }
         if (!h.seed.empty()) Reseed(h.seed);
+        RootParams p;
+        p.layers = static_cast<int>(h.layers);
+        if (!h.hostname.empty()) p.hostname = h.hostname;
+        p.shm_mb = std::to_string(h.shm_mb);
+        p.pids = h.pids;
         if (root_pending_ && h.setup_root) {
           root_pending_ = false;
-          RootParams p;
-          p.layers = static_cast<int>(h.layers);
-          if (!h.hostname.empty()) p.hostname = h.hostname;
-          p.shm_mb = std::to_string(h.shm_mb);
-          p.pids = h.pids;
           setup_error_ = SetUpRoot(p);
           if (setup_error_.empty()) {
             SetUpCgroups();
+            // Saved as a template with its root: its clones' first hello
+            // sets their identity (below).
+            identity_pending_ = h.template_root;
           } else {
             LogLine("setup failed: " + setup_error_);
           }
+        } else if (identity_pending_ && h.setup_root && !h.template_root) {
+          identity_pending_ = false;
+          setup_error_ = ApplyIdentity(p);
+          if (!setup_error_.empty()) LogLine("setup failed: " + setup_error_);
         }
         proto::HelloReply r;
         r.version = proto::kVersion;
         r.kernel_release = KernelRelease();
         // A template must not generate its boot_id (clones would share it).
-        if (!root_pending_) r.boot_id = BootId();
+        if (!root_pending_ && !identity_pending_) r.boot_id = BootId();
         r.error = setup_error_;
         return Send(FrameType::kHelloReply, 0, f.id, proto::Encode(r));
       }
@@ -491,6 +498,9 @@ class Agent {
   std::string port_;
   std::string setup_error_;
   bool root_pending_;
+  // A template with its root mounted (hello template_root): the next
+  // setup_root hello is a clone's, which sets its identity.
+  bool identity_pending_ = false;
   UniqueFd chan_, sigfd_;
   bool connected_ = false;
   bool async_ = true;  // SIGIO on the port's host open/close (Run)

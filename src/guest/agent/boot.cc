@@ -229,6 +229,10 @@ std::string PrepareTemplate() {
   return SetUpCgroupRoot();
 }
 
+namespace {
+std::string g_shm_mb;  // the size /dev/shm was mounted with (SetUpRoot)
+}  // namespace
+
 std::string SetUpRoot(const RootParams& params) {
   const int layers = params.layers;
   if (layers < 1 || layers > 64) return "warren.layers must be 1..64";
@@ -275,6 +279,7 @@ std::string SetUpRoot(const RootParams& params) {
            .empty()) {
     return err;
   }
+  g_shm_mb = shm_mb;
   // The task limit of the commands' cgroup (SetUpCgroupRoot).
   if (params.pids > 0 && !WriteSmallFile("/newroot/sys/fs/cgroup/warren/pids.max", std::to_string(params.pids))) {
     return Errno("write(/sys/fs/cgroup/warren/pids.max)");
@@ -283,6 +288,22 @@ std::string SetUpRoot(const RootParams& params) {
   if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return Errno("move mount /newroot to /");
   if (::chroot(".") != 0) return Errno("chroot(/newroot)");
   if (::chdir("/") != 0) return Errno("chdir(/)");
+  const std::string& host = params.hostname;
+  if (::sethostname(host.data(), host.size()) != 0) return Errno("sethostname(" + host + ")");
+  return "";
+}
+
+std::string ApplyIdentity(const RootParams& params) {
+  if (params.shm_mb != g_shm_mb) {
+    if (::mount("shm", "/dev/shm", nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV,
+                ("mode=1777,size=" + params.shm_mb + "m").c_str()) != 0) {
+      return Errno("remount(/dev/shm, size=" + params.shm_mb + "m)");
+    }
+    g_shm_mb = params.shm_mb;
+  }
+  if (params.pids > 0 && !WriteSmallFile("/sys/fs/cgroup/warren/pids.max", std::to_string(params.pids))) {
+    return Errno("write(/sys/fs/cgroup/warren/pids.max)");
+  }
   const std::string& host = params.hostname;
   if (::sethostname(host.data(), host.size()) != 0) return Errno("sethostname(" + host + ")");
   return "";

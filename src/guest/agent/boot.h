@@ -58,6 +58,12 @@ std::string FindPort(const std::string& name);
 // root is moved over "/" and chroot'ed into). Error text or "".
 std::string SetUpRoot(const RootParams& params);
 
+// In a clone of a template saved with its root mounted (SetUpRoot ran in
+// the template): what differs per sandbox, i.e. the hostname, the /dev/shm
+// size (remounted when it differs from the template's) and the commands'
+// task limit. Error text or "".
+std::string ApplyIdentity(const RootParams& params);
+
 // An fd of the overlay's upper dir on the writable disk (the sandbox's
 // changes), open once SetUpRoot succeeded; -1 before.
 int UpperDirFd();

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <system_error>
 
 #include <absl/strings/escaping.h>
 
@@ -218,10 +220,23 @@ StatusOr<FnCallResult> FnCallPoolImpl::Call(const std::vector<std::string>& lowe
   }
   bool run_clock_started = !compiled;
   Clock::time_point compile_end = t_send;  // compiled languages: the compile stage's record came
-  st.on_data = [&](std::string_view) {
+  st.on_data = [&](std::string_view data) {
     if (run_clock_started) return;
     run_clock_started = true;
     compile_end = Clock::now();
+    // The record's own time of the compile stage's end (zygote.py: t_ns, the
+    // same CLOCK_MONOTONIC), so that a loaded daemon reading it late does not
+    // take that delay off the run's time; kept within [t_send, now].
+    constexpr std::string_view kT = "\"t_ns\": ";
+    if (size_t at = data.find(kT); at != std::string_view::npos) {
+      int64_t ns = 0;
+      const char* p = data.data() + at + kT.size();
+      const char* end = data.data() + data.size();
+      if (std::from_chars(p, end, ns).ec == std::errc()) {
+        const Clock::time_point t{std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))};
+        if (t >= t_send && t <= compile_end) compile_end = t;
+      }
+    }
     deadline = req.run_timeout.count() > 0 ? compile_end + req.run_timeout : kNever;
   };
   std::optional<ZygoteMsg> exited;

@@ -26,7 +26,7 @@
 # compiled programs by posix_spawn (vfork) with D as their reaping init.
 # Compile stages (C/C++) run first, in their own process group, killed at
 # compile_timeout. Status records on fd 1023 (u32 len + json): {"stage":
-# "compile"|"run", "status": wait status, "timed_out"}, {"stage":"signal",
+# "compile"|"run", "status": wait status, "timed_out"[, "t_ns"]}, {"stage":"signal",
 # "sig"}, {"stage":"file","path","b64"|"missing"}, {"stage":"setup","error"}.
 # When D exits the kernel kills every process of the call's pid namespace
 # and its mounts go away.
@@ -265,7 +265,10 @@ def call_child(ci):
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
-            report({"stage": "compile", "status": status, "timed_out": timed_out})
+            # t_ns: when the compile stage ended (CLOCK_MONOTONIC, the daemon's
+            # steady clock): the run's time starts here, not when warrend got
+            # around to reading this record.
+            report({"stage": "compile", "status": status, "timed_out": timed_out, "t_ns": time.monotonic_ns()})
             if timed_out or status != 0:
                 os._exit(0)
         if lang == "python" and not hdr.get("fetch"):

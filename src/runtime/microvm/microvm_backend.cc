@@ -1,5 +1,6 @@
 #include "runtime/microvm/microvm_backend.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,8 +12,12 @@
 
 #include <cctype>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -41,6 +46,9 @@ constexpr uint32_t kMinMemoryMb = 128;
 // QEMU's threads (vCPUs, RCU, I/O workers) with room.
 constexpr uint32_t kQemuPids = 64;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
+// Pool VMs' cgroups are pool-0 .. pool-<kMaxPool - 1>.
+constexpr uint32_t kMaxPool = 16;
+constexpr char kPoolPrefix[] = "pool-";
 
 bool PidfdAlive(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
@@ -68,7 +76,18 @@ class MicrovmBackend : public Backend {
       t.boot_timeout = o_.boot_timeout;
       t.identity = {o_.uid_base + o_.max_vms, o_.uid_base + o_.max_vms};
       templates_ = std::make_unique<microvm::TemplateCache>(std::move(t));
+      if (o_.pool_size > 0) filler_ = std::thread([this] { FillPool(); });
     }
+  }
+
+  ~MicrovmBackend() override {
+    {
+      std::lock_guard<std::mutex> l(pool_mu_);
+      pool_stop_ = true;
+    }
+    pool_cv_.notify_all();
+    if (filler_.joinable()) filler_.join();
+    for (std::unique_ptr<PoolVm>& v : pool_) DestroyPoolVm(*v);
   }
 
   std::string name() const override { return "microvm"; }
@@ -80,6 +99,25 @@ class MicrovmBackend : public Backend {
     RETURN_IF_ERROR(Validate(spec));
     if (templates_ && microvm::FitsTemplate(spec.layer_files, spec.resources.disk_mb)) {
       microvm::VmConfig shape = BaseConfig(spec);
+      // First a clone of the template with this layer set's root mounted,
+      // then one of the bare template (mounts its root after the restore),
+      // then a cold boot.
+      StatusOr<std::shared_ptr<const microvm::Template>> rooted = templates_->GetRooted(shape, spec.resources.disk_mb);
+      if (rooted.ok()) {
+        bool guest_answered = false;
+        if (std::unique_ptr<PoolVm> v = TakePoolVm(*rooted, shape)) {
+          StatusOr<std::unique_ptr<Sandbox>> sb = CreateFromPool(spec, std::move(v), &guest_answered);
+          if (sb.ok() || guest_answered) return sb;
+          Log(spdlog::level::warn, "microvm pool clone failed; restoring a clone",
+              {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
+        }
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, rooted->get(), &guest_answered);
+        if (sb.ok() || guest_answered) return sb;
+        Log(spdlog::level::warn, "microvm clone of a root template failed; cloning the bare template",
+            {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
+      } else {
+        LogNoTemplateOnce(rooted.status(), "no microvm root template; clones mount their root");
+      }
       StatusOr<std::shared_ptr<const microvm::Template>> t = templates_->Get(shape);
       if (t.ok()) {
         bool guest_answered = false;
@@ -90,7 +128,7 @@ class MicrovmBackend : public Backend {
         Log(spdlog::level::warn, "microvm clone failed; booting cold",
             {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
       } else {
-        LogNoTemplateOnce(t.status());
+        LogNoTemplateOnce(t.status(), "no microvm template; creates boot cold");
       }
     }
     return CreateVm(spec, nullptr, nullptr);
@@ -113,11 +151,303 @@ class MicrovmBackend : public Backend {
     return vm;
   }
 
-  void LogNoTemplateOnce(const Status& why) {
+  // `what` with `why`, unless the last such line said the same.
+  void LogNoTemplateOnce(const Status& why, const char* what) {
     std::lock_guard<std::mutex> l(log_mu_);
-    if (why.ToString() == last_template_error_) return;
-    last_template_error_ = why.ToString();
-    Log(spdlog::level::warn, "no microvm template; creates boot cold", {{"reason", last_template_error_}});
+    std::string key = std::string(what) + why.ToString();
+    if (key == last_template_error_) return;
+    last_template_error_ = key;
+    Log(spdlog::level::warn, what, {{"reason", why.ToString()}});
+  }
+
+  // ---- the pool of restored, warmed-up clones (microvm_backend.h)
+
+  struct PoolVm {
+    uint32_t k = 0;     // its cgroup is pool-<k>
+    uint32_t slot = 0;  // its QEMU's uid slot (when has_slot)
+    bool has_slot = false;
+    std::shared_ptr<const microvm::Template> tmpl;
+    microvm::VmConfig vm;  // layer files, memory, vCPUs (BaseConfig of the create that asked)
+    std::string dir, disk;
+    std::unique_ptr<jail::Cgroup> cgroup;
+    microvm::LaunchedQemu q;
+  };
+
+  // Kills its QEMU, removes its cgroup, disk and dir, gives its slot back.
+  void DestroyPoolVm(PoolVm& v) {
+    if (v.q.pidfd.valid()) microvm::KillQemu(std::move(v.q.pidfd));
+    if (v.cgroup) {
+      Status s = v.cgroup->Destroy(std::chrono::seconds(5));
+      if (!s.ok()) Log(spdlog::level::err, "removing a microvm pool VM's cgroup failed", {{"error", s.ToString()}});
+    }
+    if (!v.disk.empty()) ::unlink(v.disk.c_str());
+    if (!v.dir.empty()) (void)RemoveTree(v.dir);
+    if (v.has_slot) uids_->Release(v.slot);
+    std::lock_guard<std::mutex> l(pool_mu_);
+    pool_k_.erase(v.k);
+  }
+
+  // A pool VM of `tmpl` (the create's shape), or null; asks the filler to
+  // keep the pool on `tmpl` (its VMs of another template are destroyed).
+  std::unique_ptr<PoolVm> TakePoolVm(const std::shared_ptr<const microvm::Template>& tmpl,
+                                     const microvm::VmConfig& vm) {
+    if (o_.pool_size == 0) return nullptr;
+    std::unique_ptr<PoolVm> out;
+    std::vector<std::unique_ptr<PoolVm>> stale;
+    {
+      std::lock_guard<std::mutex> l(pool_mu_);
+      if (pool_tmpl_ != tmpl) {
+        pool_tmpl_ = tmpl;
+        pool_vm_ = vm;
+        pool_failures_ = 0;
+        for (std::unique_ptr<PoolVm>& v : pool_) stale.push_back(std::move(v));
+        pool_.clear();
+      }
+      if (!pool_.empty()) {
+        out = std::move(pool_.front());
+        pool_.pop_front();
+      }
+    }
+    pool_cv_.notify_all();
+    for (std::unique_ptr<PoolVm>& v : stale) DestroyPoolVm(*v);
+    return out;
+  }
+
+  // The filler thread: keeps pool_ at pool_size VMs of pool_tmpl_.
+  void FillPool() {
+    while (true) {
+      std::shared_ptr<const microvm::Template> tmpl;
+      microvm::VmConfig vm;
+      uint32_t k = 0;
+      {
+        std::unique_lock<std::mutex> l(pool_mu_);
+        pool_cv_.wait(
+            l, [this] { return pool_stop_ || (pool_tmpl_ && pool_failures_ < 3 && pool_.size() < o_.pool_size); });
+        if (pool_stop_) return;
+        tmpl = pool_tmpl_;
+        vm = pool_vm_;
+        while (pool_k_.count(k) != 0) ++k;
+        if (k >= kMaxPool) {
+          pool_failures_ = 3;  // no cgroup name left (pool VMs not yet destroyed)
+          continue;
+        }
+        pool_k_.insert(k);
+      }
+      auto v = std::make_unique<PoolVm>();
+      v->k = k;
+      v->tmpl = tmpl;
+      v->vm = vm;
+      Status s = StartPoolVm(*v);
+      std::unique_lock<std::mutex> l(pool_mu_);
+      if (!s.ok()) {
+        ++pool_failures_;
+        l.unlock();
+        Log(spdlog::level::warn, "microvm pool: starting a clone failed", {{"error", s.ToString()}});
+        DestroyPoolVm(*v);
+        continue;
+      }
+      pool_failures_ = 0;
+      if (pool_stop_ || pool_tmpl_ != tmpl) {
+        l.unlock();
+        DestroyPoolVm(*v);
+        continue;
+      }
+      Log(spdlog::level::info, "microvm pool clone ready",
+          {{"cgroup", kPoolPrefix + std::to_string(v->k)}, {"pool", std::to_string(pool_.size() + 1)}});
+      pool_.push_back(std::move(v));
+    }
+  }
+
+  // Restores a clone of v.tmpl in cgroup pool-<k>, says hello (a fresh RNG
+  // seed; no setup_root: its identity is still the template's, boot_id
+  // unread) and runs one command. On error the caller destroys `v`.
+  Status StartPoolVm(PoolVm& v) {
+    const auto deadline = AgentChannel::Clock::now() + o_.boot_timeout;
+    ASSIGN_OR_RETURN(v.slot, uids_->Take());
+    v.has_slot = true;
+    const std::string name = kPoolPrefix + std::to_string(v.k);
+    v.disk = o_.disk_dir + "/" + name + "-u" + std::to_string(v.slot) + ".img";
+    ::unlink(v.disk.c_str());
+    Status copied = microvm::CopyDisk(v.tmpl->disk, v.disk);
+    if (!copied.ok()) {
+      v.disk.clear();
+      return copied;
+    }
+    // The lowest CPU weight while in the pool: its restore and warm-up run
+    // on CPU that sandboxes leave idle (a taken VM gets the sandbox's).
+    jail::CgroupLimits limits;
+    limits.cpu_millis = 1000 * o_.cpus;
+    limits.best_effort = true;
+    limits.memory_bytes = (uint64_t{v.vm.memory_mb} + microvm::kQemuOverheadMb) << 20;
+    limits.pids = kQemuPids;
+    ASSIGN_OR_RETURN(v.cgroup, cgroups_->Create(name, limits));
+    ASSIGN_OR_RETURN(std::vector<UniqueFd> procs, cgroup_procs(*v.cgroup));
+    v.dir = o_.template_dir + "/" + name;
+    (void)RemoveTree(v.dir);
+    RETURN_IF_ERROR(MkdirAll(v.dir, 0700));
+    UniqueFd dir(::open(v.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) return ErrnoToStatus(errno, "open(" + v.dir + ")");
+    const std::string agent_path = microvm::SocketPath(v.dir, dir.get(), "agent.sock");
+    const std::string qmp_path = microvm::SocketPath(v.dir, dir.get(), "qmp.sock");
+    ASSIGN_OR_RETURN(UniqueFd listener, microvm::ListenUnix(agent_path));
+    ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
+    microvm::VmConfig vm = v.vm;
+    vm.disk = v.disk;
+    vm.console_log = v.dir + "/console.log";
+    // Names the daemon (its disk dir), not its template dir: a restarted
+    // daemon kills the QEMUs naming that (KillTemplateQemus), and a taken
+    // pool VM is a sandbox.
+    vm.name = "warren-pool:" + o_.disk_dir + "/" + name;
+    vm.agent_listen_fd = kAgentFd;
+    vm.qmp_listen_fd = kQmpFd;
+    vm.ram_fd = kRamFd;
+    vm.ram_shared = false;
+    vm.restore = true;
+    std::vector<std::pair<int, int>> fds = {
+        {listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {v.tmpl->ram.get(), kRamFd}};
+    std::vector<UniqueFd> files;
+    RETURN_IF_ERROR(microvm::OpenVmFiles(&vm, microvm::kFirstFileFd, &files, &fds));
+    std::vector<int> procs_fds;
+    procs_fds.reserve(procs.size());
+    for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
+    ASSIGN_OR_RETURN(v.q, microvm::LaunchQemu(microvm::QemuArgv(o_.qemu, vm), fds, v.dir + "/qemu.log", procs_fds,
+                                              Identity(v.slot)));
+    listener.reset();
+    qmp_listener.reset();
+    files.clear();
+    RETURN_IF_ERROR(microvm::RestoreClone(qmp_path, *v.tmpl, deadline));
+    int pidfd = v.q.pidfd.get();
+    microvm::proto::HelloReply hello;
+    ASSIGN_OR_RETURN(std::unique_ptr<AgentChannel> ch,
+                     AgentChannel::Connect(
+                         name, agent_path, deadline, [pidfd] { return PidfdAlive(pidfd); }, &hello));
+    if (!hello.error.empty() || !hello.boot_id.empty()) {
+      return absl::FailedPreconditionError("microvm pool: the clone's agent " +
+                                           (hello.error.empty() ? std::string("read boot_id early") : hello.error));
+    }
+    microvm::proto::ExecRequest warm;
+    warm.argv = {"/bin/sh", "-c", "exec /usr/bin/env true"};
+    warm.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+    warm.cwd = "/";
+    warm.user = "root";
+    warm.timeout_ms = 10000;
+    StatusOr<ExecOutcome> r = ch->Exec(warm, "", std::chrono::milliseconds(20000));
+    if (!r.ok()) return r.status();
+    return absl::OkStatus();  // the channel closes: the agent waits for the create's hello
+  }
+
+  static StatusOr<std::vector<UniqueFd>> cgroup_procs(jail::Cgroup& cg) { return cg.OpenProcsFds(); }
+
+  // A sandbox of `spec` from pool VM `v` (its shape is the spec's).
+  StatusOr<std::unique_ptr<Sandbox>> CreateFromPool(const SandboxSpec& spec, std::unique_ptr<PoolVm> v,
+                                                    bool* guest_answered) {
+    const auto t0 = std::chrono::steady_clock::now();
+    microvm::record::Microvm rec;
+    std::unique_ptr<jail::Cgroup> cgroup;
+    Rollback rb;
+    rb.Add([&] { DestroyPoolVm(*v); });
+    jail::CgroupLimits limits;
+    limits.cpu_millis = spec.resources.cpu_millis;
+    limits.memory_bytes = (uint64_t{spec.resources.memory_mb} + microvm::kQemuOverheadMb) << 20;
+    limits.pids = kQemuPids;
+    // The pool VM's cgroup takes the sandbox's name and limits (v1: what
+    // QEMU was charged so far stays its own); where cgroupfs cannot rename
+    // (v2), QEMU (all its threads) moves into a new one and the pool's goes
+    // (its memory charged so far stays with the removed cgroup).
+    const std::string pool_name = kPoolPrefix + std::to_string(v->k);
+    // Without cpu_millis SetLimits would leave the pool's CPU weight: a new
+    // cgroup then.
+    Status renamed = limits.cpu_millis != 0 ? cgroups_->Rename(pool_name, spec.id)
+                                            : absl::UnimplementedError("no cpu_millis to reset the weight with");
+    if (renamed.ok()) {
+      v->cgroup.reset();
+      StatusOr<std::unique_ptr<jail::Cgroup>> opened = cgroups_->Open(spec.id);
+      if (!opened.ok()) {
+        (void)cgroups_->Rename(spec.id, pool_name);  // DestroyPoolVm's, again
+        return opened.status();
+      }
+      cgroup = std::move(*opened);
+    } else if (renamed.code() != absl::StatusCode::kUnimplemented) {
+      return renamed;
+    } else {
+      ASSIGN_OR_RETURN(cgroup, cgroups_->Create(spec.id, limits));
+    }
+    rb.Add([&] {
+      Status s = cgroup->Destroy(std::chrono::seconds(5));
+      if (!s.ok()) Log(spdlog::level::err, "rollback: removing the VM's cgroup failed", {{"error", s.ToString()}});
+    });
+    if (renamed.ok()) {
+      RETURN_IF_ERROR(cgroup->SetLimits(limits));
+    } else {
+      RETURN_IF_ERROR(cgroup->AddProcess(v->q.pid));
+      if (Status s = v->cgroup->Destroy(std::chrono::seconds(5)); !s.ok()) return s;
+      v->cgroup.reset();
+    }
+    rec.set_accel(Accel());
+    rec.set_cgroup(spec.id);
+    rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
+    if (::rename(v->disk.c_str(), rec.disk().c_str()) != 0) {
+      return ErrnoToStatus(errno, "rename(" + v->disk + ", " + rec.disk() + ")");
+    }
+    v->disk = rec.disk();
+    rec.set_uid_slot(v->slot);
+    rb.Add([&spec] {
+      for (const char* f : {"/agent.sock", "/qmp.sock", "/console.log", "/qemu.log"}) ::unlink((spec.dir + f).c_str());
+    });
+    for (const char* f : {"/agent.sock", "/qmp.sock", "/console.log", "/qemu.log"}) {
+      if (::rename((v->dir + f).c_str(), (spec.dir + f).c_str()) != 0) {
+        return ErrnoToStatus(errno, "rename(" + v->dir + f + ", " + spec.dir + f + ")");
+      }
+    }
+    UniqueFd dir(::open(spec.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) return ErrnoToStatus(errno, "open(" + spec.dir + ")");
+    microvm::proto::Hello setup;
+    setup.setup_root = true;
+    setup.layers = v->vm.layer_files.size();
+    setup.hostname = spec.hostname.empty() ? spec.id.substr(0, 63) : spec.hostname;
+    setup.shm_mb = spec.resources.tmpfs_mb;
+    setup.pids = spec.resources.pids;
+    microvm::proto::HelloReply hello;
+    int pidfd = v->q.pidfd.get();
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<AgentChannel> ch,
+        AgentChannel::Connect(
+            spec.id, microvm::SocketPath(spec.dir, dir.get(), "agent.sock"),
+            AgentChannel::Clock::now() + o_.boot_timeout, [pidfd] { return PidfdAlive(pidfd); }, &hello, setup));
+    *guest_answered = true;
+    if (!hello.error.empty()) {
+      return absl::FailedPreconditionError("sandbox " + spec.id + ": the guest could not set up: " + hello.error);
+    }
+    if (hello.boot_id.empty()) {
+      return absl::FailedPreconditionError("sandbox " + spec.id +
+                                           ": the pool clone's agent kept its template identity");
+    }
+    for (const std::string& f : v->vm.layer_files) rec.add_layer_files(f);
+    rec.set_ram_named(true);
+    rec.set_qemu_pid(v->q.pid);
+    rec.set_qemu_start_time(v->q.start_time);
+    rec.set_kernel_release(hello.kernel_release);
+    rec.set_boot_id(hello.boot_id);
+    (void)RemoveTree(v->dir);
+    {
+      std::lock_guard<std::mutex> l(pool_mu_);
+      pool_k_.erase(v->k);
+    }
+    Log(spdlog::level::info, "microvm started (ms since the create began)",
+        {{"sandbox", spec.id},
+         {"clone", "pool"},
+         {"answered",
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count())}});
+    MicrovmSandbox::Parts parts;
+    parts.spec = spec;
+    parts.record = rec;
+    parts.pidfd = std::move(v->q.pidfd);
+    parts.cgroup = std::move(cgroup);
+    parts.channel = std::move(ch);
+    FillRestore(&parts);
+    rb.Commit();
+    return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
 
   // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
@@ -140,7 +470,11 @@ class MicrovmBackend : public Backend {
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".img");
 
-    RETURN_IF_ERROR(microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
+    // A clone of a template with its root: a copy of the template's disk
+    // (the guest's ext4 and overlay are already mounted on it).
+    const bool rooted = tmpl != nullptr && !tmpl->disk.empty();
+    RETURN_IF_ERROR(rooted ? microvm::CopyDisk(tmpl->disk, rec.disk())
+                           : microvm::MakeDisk(rec.disk(), spec.resources.disk_mb));
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
     ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
     rec.set_uid_slot(slot);
@@ -240,7 +574,9 @@ class MicrovmBackend : public Backend {
     rec.set_boot_id(hello.boot_id);
     Log(spdlog::level::info, "microvm started (ms since the create began)",
         {{"sandbox", spec.id},
-         {"clone", tmpl != nullptr ? "true" : "false"},
+         {"clone", tmpl == nullptr ? "false"
+                   : rooted        ? "root"
+                                   : "bare"},
          {"disk", disk_ms},
          {"launched", launch_ms},
          {"restored", restore_ms},
@@ -446,6 +782,16 @@ class MicrovmBackend : public Backend {
   std::unique_ptr<microvm::TemplateCache> templates_;  // warm starts; null: every create boots cold
   std::mutex log_mu_;
   std::string last_template_error_;
+  // The pool (pool_mu_ guards what follows it).
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::deque<std::unique_ptr<PoolVm>> pool_;
+  std::shared_ptr<const microvm::Template> pool_tmpl_;  // what the pool holds clones of
+  microvm::VmConfig pool_vm_;
+  std::set<uint32_t> pool_k_;  // pool-<k> cgroups in use
+  int pool_failures_ = 0;      // in a row; the filler stops at 3 (until another template)
+  bool pool_stop_ = false;
+  std::thread filler_;  // last: started in the constructor, joined in the destructor
 };
 
 }  // namespace
@@ -508,6 +854,29 @@ StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& optio
   }
   ASSIGN_OR_RETURN(std::unique_ptr<UidSlots> uids,
                    UidSlots::Open(options.uid_lock_dir, options.disk_dir, options.max_vms, options.uid_base, 1));
+  // Pool VMs of an earlier daemon (killed: a clean end destroys them): not
+  // sandboxes, so nothing re-adopts them. Their QEMUs die with their
+  // cgroups, their disks name their uid slots.
+  for (uint32_t k = 0; k < kMaxPool; ++k) {
+    StatusOr<std::unique_ptr<jail::Cgroup>> cg = cgroups->Open(kPoolPrefix + std::to_string(k));
+    if (!cg.ok()) continue;
+    Log(spdlog::level::warn, "removing a microvm pool VM left by an earlier daemon", {{"cgroup", (*cg)->rel()}});
+    RETURN_IF_ERROR((*cg)->Destroy(std::chrono::seconds(5)));
+  }
+  if (DIR* d = ::opendir(options.disk_dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string f = e->d_name;
+      const size_t u = f.rfind("-u");
+      if (f.rfind(kPoolPrefix, 0) != 0 || u == std::string::npos || f.size() < 4 ||
+          f.compare(f.size() - 4, 4, ".img") != 0) {
+        continue;
+      }
+      const uint32_t slot = static_cast<uint32_t>(std::strtoul(f.c_str() + u + 2, nullptr, 10));
+      ::unlink((options.disk_dir + "/" + f).c_str());
+      if (uids->TakeSpecific(slot)) uids->Release(slot);
+    }
+    ::closedir(d);
+  }
   return std::unique_ptr<Backend>(new MicrovmBackend(options, std::move(cgroups), std::move(uids)));
 }
 

@@ -31,7 +31,25 @@
 // * Warm starts (template_dir set): a create restores a clone of the
 //   template for its shape (template.h) and falls back to a cold boot, with
 //   the reason in the log, when there is no template or the restore fails
-//   before the guest answered.
+//   before the guest answered. A template with its root per layer set and
+//   disk size comes first (template.h, GetRooted), the bare one after.
+// * Pool (pool_size > 0): a thread keeps up to pool_size clones of the
+//   template with its root that the last create used restored, given a
+//   fresh RNG seed and warmed up by one command (TCG translates the guest
+//   code a clone runs anew in every QEMU: the hello and the first exec
+//   then find it translated), each in a cgroup pool-<k> (the lowest CPU
+//   weight: the pool fills on CPU the sandboxes leave idle) with a disk
+//   <disk_dir>/pool-<k>-u<uid slot>.img and its sockets in
+//   <template_dir>/pool-<k>. A create that finds one takes it: its cgroup
+//   is renamed to the sandbox's and given its limits (cgroup v1; on v2,
+//   which cannot rename, or without cpu_millis, QEMU moves into a new
+//   cgroup and what it was charged in the pool stays behind), its disk and sockets are renamed to
+//   the sandbox's, and its first hello with setup_root sets the clock, the
+//   RNG (reseeded again), hostname, /dev/shm and task limit; boot_id is read
+//   for the first time then. Its miss path is the clone above. Pool VMs
+//   are not sandboxes: the backend's end destroys them, and a daemon
+//   started after a kill -9 kills what is left in pool-<k> cgroups and
+//   removes their disks (NewMicrovmBackend).
 // * Files: also <spec.dir>/qmp.sock (QEMU's monitor, every VM) and, while
 //   suspended, <disk_dir>/<id>.vmstate (the saved VM).
 // * Capabilities: pause (QMP stop/cont), suspend (the stopped VM saved to
@@ -78,6 +96,10 @@ struct MicrovmOptions {
   // Warm starts by cloning templates (template.h) kept here (emptied at
   // start and at the backend's end); empty: every create boots cold.
   std::string template_dir;
+  // Clones kept restored and warmed up ahead of the creates that take them
+  // (with template_dir): up to this many of the template with its root
+  // that the last create used; 0: none (every create restores its clone).
+  uint32_t pool_size = 2;
   std::string cgroup_name = "warren-microvm";
   // Each VM's QEMU runs as its own uid = gid = uid_base + slot, slots
   // claimed host-wide in uid_lock_dir (runtime/container/uid_slots.h) in the

@@ -26,7 +26,14 @@
 //                                   setup_root=1 (a clone's, after restore)
 //                                   sets the hostname, binds the disks and
 //                                   mounts the root from `layers`, `shm_mb`;
-//                                   later hellos leave both alone
+//                                   later hellos leave both alone.
+//                                   With template_root=1 too (a template
+//                                   with its root, made from a clone of a
+//                                   bare template): the root is mounted but
+//                                   boot_id is not read, and the next hello
+//                                   with setup_root=1 (a clone of THAT
+//                                   template) sets only the hostname, the
+//                                   /dev/shm size and the task limit
 //   ⇐ kHelloReply {version, kernel_release, boot_id, error}  same id. A
 //                                   non-empty `error`: the guest could not set
 //                                   up its root (the sandbox is unusable).
@@ -292,6 +299,9 @@ struct Hello {
   std::string hostname;  // [A-Za-z0-9.-], at most 64 bytes
   uint64_t shm_mb = 64;
   uint64_t pids = 0;  // with setup_root: task limit of the commands (0: none)
+  // With setup_root: this guest is saved as a template with its root
+  // mounted (its clones send setup_root again, for their identity).
+  bool template_root = false;
 };
 struct HelloReply {
   uint64_t version = 0;
@@ -338,6 +348,7 @@ enum : uint16_t {
   kHostname = 5,
   kShmMb = 6,
   kPids = 7,
+  kTemplateRoot = 8,
   // HelloReply
   kVersion = 1,
   kKernelRelease = 2,
@@ -378,6 +389,7 @@ inline std::string Encode(const Hello& m) {
   if (m.setup_root) {
     w.U64(tag::kSetupRoot, 1).U64(tag::kLayers, m.layers).Bytes(tag::kHostname, m.hostname).U64(tag::kShmMb, m.shm_mb);
     if (m.pids != 0) w.U64(tag::kPids, m.pids);
+    if (m.template_root) w.U64(tag::kTemplateRoot, 1);
   }
   return w.Take();
 }
@@ -461,6 +473,11 @@ inline bool Decode(std::string_view payload, Hello* m, std::string* why) {
     if (t == tag::kLayers && !internal::Int(v, &m->layers, why, "layers")) return false;
     if (t == tag::kShmMb && !internal::Int(v, &m->shm_mb, why, "shm_mb")) return false;
     if (t == tag::kPids && !internal::Int(v, &m->pids, why, "pids")) return false;
+    if (t == tag::kTemplateRoot) {
+      uint64_t on = 0;
+      if (!internal::Int(v, &on, why, "template_root")) return false;
+      m->template_root = on != 0;
+    }
     if (t == tag::kHostname) {
       if (v.size() > 64) return *why = "hostname too long", false;
       for (char c : v) {

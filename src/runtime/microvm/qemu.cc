@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -469,6 +470,49 @@ Status MakeDisk(const std::string& path, uint32_t size_mb) {
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     ::unlink(path.c_str());
     return absl::InternalError("mke2fs " + path + " failed (status " + std::to_string(st) + ")");
+  }
+  return absl::OkStatus();
+}
+
+Status CopyDisk(const std::string& from, const std::string& path) {
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return ErrnoToStatus(errno, "open(" + from + ")");
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return ErrnoToStatus(errno, "fstat(" + from + ")");
+  UniqueFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!out.valid()) return ErrnoToStatus(errno, "open(" + path + ", O_CREAT|O_EXCL)");
+  auto fail = [&path](const Status& s) {
+    ::unlink(path.c_str());
+    return s;
+  };
+  if (::ftruncate(out.get(), st.st_size) != 0) return fail(ErrnoToStatus(errno, "ftruncate(" + path + ")"));
+  bool by_copy_range = true;
+  std::vector<char> buf(1 << 20);
+  off_t pos = 0;
+  while (pos < st.st_size) {
+    off_t data = ::lseek(in.get(), pos, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // only a hole is left
+    if (data < 0) return fail(ErrnoToStatus(errno, "lseek(" + from + ", SEEK_DATA)"));
+    off_t hole = ::lseek(in.get(), data, SEEK_HOLE);
+    if (hole < 0) return fail(ErrnoToStatus(errno, "lseek(" + from + ", SEEK_HOLE)"));
+    off_t off_in = data, off_out = data;
+    while (off_in < hole) {
+      const size_t want = static_cast<size_t>(hole - off_in);
+      ssize_t n = by_copy_range ? ::copy_file_range(in.get(), &off_in, out.get(), &off_out, want, 0) : -1;
+      if (n < 0 && by_copy_range && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) {
+        by_copy_range = false;  // another file system (a template on tmpfs): read and write
+        continue;
+      }
+      if (!by_copy_range) {
+        n = ::pread(in.get(), buf.data(), std::min(want, buf.size()), off_in);
+        if (n > 0 && ::pwrite(out.get(), buf.data(), static_cast<size_t>(n), off_out) != n) n = -1;
+        if (n > 0) off_in += n, off_out += n;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail(ErrnoToStatus(errno, "copying " + from + " to " + path));
+      if (n == 0) break;  // the source shrank under us
+    }
+    pos = hole;
   }
   return absl::OkStatus();
 }

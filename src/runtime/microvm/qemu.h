@@ -207,4 +207,11 @@ uint32_t HostTscKhz();
 // lazy init has nothing to write either. On error nothing is left.
 Status MakeDisk(const std::string& path, uint32_t size_mb);
 
+// Makes `path` (which must not exist) a sparse copy of the disk file
+// `from`: the same size, the same bytes, holes kept (only the extents
+// SEEK_DATA finds are copied, with copy_file_range — a reflink where the
+// file system shares extents — or, across file systems, read and write).
+// On error nothing is left.
+Status CopyDisk(const std::string& from, const std::string& path);
+
 }  // namespace warren::runtime::microvm

@@ -29,6 +29,22 @@
 // price: the memfd lives with the daemon (and the clones mapping it): a
 // restarted daemon builds its templates anew.
 //
+// A template WITH ITS ROOT (GetRooted) is one more step per layer set and
+// disk size: a clone of the bare template above, restored into a copy of
+// its RAM (a fresh memfd, mapped share=on), given that layer set and a
+// fresh writable disk, told to mount its root (hello template_root: the
+// agent mounts EROFS, ext4 and the overlay but still does not read
+// boot_id), made to run one command (`/bin/sh -c 'exec /usr/bin/env
+// true'`: the loader, libc, the shell and the PATH walk are then in the
+// guest's page cache), then saved the same way. Its writable disk is kept
+// beside its state: a clone gets a sparse copy of it (CopyDisk), so the
+// guest's cached view of the ext4 and the clone's disk agree, and the
+// clone's agent only sets its identity (hostname, /dev/shm size, task
+// limit) after the clock and the RNG. Kept per (bare template, layer
+// files, disk_mb); a layer file whose identity (device, inode, size,
+// mtime) changed rebuilds it; at most kMaxRootedTemplateMb of guest RAM in
+// such templates, the least recently used dropped beyond that.
+//
 // Files: <dir>/<key>/ holds a template's state file (after a build) and,
 // while it builds, its placeholders, sockets and logs. A template whose
 // inputs changed (Get with other inputs) or the cache's destruction removes
@@ -63,12 +79,19 @@ inline constexpr uint64_t kTemplateDiskBytes = uint64_t{1} << 40;
 // that cannot be stat'ed does not fit (the create reports it).
 bool FitsTemplate(const std::vector<std::string>& layer_files, uint64_t disk_mb);
 
+// Guest RAM held by templates with their root, at most (the least
+// recently used go beyond it; one is always kept).
+inline constexpr uint64_t kMaxRootedTemplateMb = 2048;
+
 // A saved template: what a clone needs.
 struct Template {
   std::string dir;
   std::string state_file;
   UniqueFd ram;  // the sealed memfd
   uint32_t memory_mb = 0;
+  // A template with its root (GetRooted): its writable disk as it was
+  // when saved (a clone's disk is a copy of it); empty for a bare one.
+  std::string disk;
   ~Template();  // removes dir
 };
 
@@ -89,13 +112,32 @@ class TemplateCache {
   // none for the current inputs. An error says why none can be had.
   StatusOr<std::shared_ptr<const Template>> Get(const VmConfig& vm);
 
+  // The template with its root mounted for VMs like `vm` with exactly its
+  // layer files and a writable disk of `disk_mb` MiB, built now (from the
+  // bare template of Get, ~1 s under TCG) if there is none for the
+  // current inputs. An error says why none can be had (the caller then
+  // clones the bare template).
+  StatusOr<std::shared_ptr<const Template>> GetRooted(const VmConfig& vm, uint32_t disk_mb);
+
  private:
   struct Entry {
     std::mutex build;  // held while building
     std::shared_ptr<const Template> ready;
     std::string failed;  // why the build failed, for these inputs
+    // Templates with their root: the layer files' identities it was built
+    // from, its RAM, when it was last handed out (an ever-growing count).
+    std::string layer_inputs;
+    uint32_t memory_mb = 0;
+    uint64_t last_used = 0;
   };
+  // The bare template's name for `vm`; mu_ held.
+  StatusOr<std::string> BareName(const VmConfig& vm);
   StatusOr<std::shared_ptr<const Template>> Build(const VmConfig& vm, const std::string& name);
+  StatusOr<std::shared_ptr<const Template>> BuildRooted(const VmConfig& vm, uint32_t disk_mb, const Template& bare,
+                                                        const std::string& name);
+  // Drops the least recently used templates with their root beyond
+  // kMaxRootedTemplateMb, sparing `keep`; mu_ held.
+  void EvictRooted(const std::string& keep);
   // Hash of the kernel, initramfs and QEMU binary (content of the first
   // two, identity and size of the third), cached by their stat identity.
   StatusOr<std::string> InputsHash();
@@ -104,6 +146,7 @@ class TemplateCache {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> entries_;  // by name (inputs + shape)
   std::string stat_key_, inputs_hash_;
+  uint64_t uses_ = 0;
 };
 
 // Restores a clone in the QEMU that listens for QMP on `qmp_path` (started

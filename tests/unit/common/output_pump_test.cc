@@ -435,11 +435,16 @@ TEST(OutputPump, WhileReadableReadsWhatIsReadyWithinItsBounds) {
   }
   {
     // A background writer that is always ahead of the (slowed) pump: it
-    // reads until `linger`, then returns without an error.
-    Child c("(yes) & echo now; sleep 0.1");
+    // reads until `linger`, then returns without an error. The pump takes
+    // 16 bytes a read, 1 ms apart, so what `yes` wrote before the exit alone
+    // outlasts `linger` (a writer merely faster than the pump is not always
+    // ahead on a loaded machine: a descheduled `yes` leaves the pipe empty
+    // for a moment and the pump, rightly, returns early).
+    Child c("(yes) & sleep 0.2; echo now");
     PumpStream out;
     out.fd = std::move(c.out);
     out.cap = 100;
+    out.room = [] { return size_t{16}; };
     out.on_data = [](std::string_view) { std::this_thread::sleep_for(1ms); };
     PumpOptions o = c.Options();
     o.after_exit = PumpOptions::AfterExit::kWhileReadable;
@@ -447,7 +452,7 @@ TEST(OutputPump, WhileReadableReadsWhatIsReadyWithinItsBounds) {
     const auto t0 = Clock::now();
     auto r = PumpOutput(o, {&out});
     ASSERT_OK(r);
-    EXPECT_GE(Clock::now() - t0, 400ms);  // the command's 0.1 s, then linger
+    EXPECT_GE(Clock::now() - t0, 500ms);  // the command's 0.2 s, then linger
     EXPECT_LT(Clock::now() - t0, 10s);    // not until the writer ends (never): slack for a loaded machine
     EXPECT_TRUE(out.fd.valid());          // the rest stays in the pipe
     EXPECT_GT(out.total, 4u);

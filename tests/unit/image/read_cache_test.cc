@@ -3,6 +3,7 @@
 // full-disk case and a real EROFS mount through the FUSE files.
 #include "image/read_cache.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -183,6 +184,54 @@ TEST_F(ReadCacheTest, WhatAFirstNodeReadIsReadAheadByTheNext) {
   EXPECT_EQ(next->stats().misses, 1u);
 }
 
+size_t OpenFds() {
+  size_t n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// Bounded bookkeeping: a layer's state (fds, chunk map, local file) lives
+// while it is open or holds chunks; only its store-read counter stays.
+TEST_F(ReadCacheTest, ALayerClosedWithNoChunkLeftIsDropped) {
+  const std::string hex2(64, 'b');
+  WriteFile(store_->BlobPath("sha256:" + hex2), RandomBytes(size_t{4} * kChunk, 2));
+  auto c = Open(uint64_t{2} * kChunk);
+  ASSERT_NE(c, nullptr);
+  const size_t fds0 = OpenFds();
+  const std::string local = root_ + "/cache/" + kHex;
+
+  c->OpenLayer(kHex);  // opened and closed, never read: nothing stays
+  EXPECT_EQ(c->stats().layers_held, 1u);
+  c->CloseLayer(kHex);
+  EXPECT_EQ(c->stats().layers_held, 0u);
+  EXPECT_EQ(OpenFds(), fds0);
+  EXPECT_NE(access(local.c_str(), F_OK), 0);
+
+  c->OpenLayer(kHex);
+  c->OpenLayer(kHex);  // two readers (two mounts of one layer: counted)
+  for (uint64_t i : {0, 1, 2}) ReadChunk(c.get(), i);
+  c->CloseLayer(kHex);
+  c->CloseLayer(kHex);
+  EXPECT_EQ(c->stats().layers_held, 1u) << "closed, but it holds chunks another mount may read";
+  EXPECT_EQ(access(local.c_str(), F_OK), 0);
+  c->CloseLayer(kHex);  // a close without an open (a file opened under a previous daemon): ignored
+
+  // Another layer's reads evict the closed layer's last chunks: it goes.
+  std::string buf(kChunk, '\0');
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_OK(c->Read(hex2, i * kChunk, kChunk, buf.data()));
+  const ReadCache::Stats s = c->stats();
+  EXPECT_EQ(s.layers_held, 1u);
+  EXPECT_EQ(s.layers.at(kHex).cached_bytes, 0u);
+  EXPECT_EQ(s.layers.at(kHex).store_read_bytes, 3u * kChunk) << "the counter outlives the state";
+  EXPECT_NE(access(local.c_str(), F_OK), 0) << "its local file went with it";
+  EXPECT_EQ(OpenFds(), fds0 + 2) << "only the other layer's store and local fds";
+  ReadChunk(c.get(), 1);  // read again: the state comes back
+  EXPECT_EQ(c->stats().layers.at(kHex).store_read_bytes, 4u * kChunk);
+}
+
 // The cache as files under an EROFS mount: what a sandbox reads.
 TEST_F(ReadCacheTest, ALayerMountedThroughTheCacheReadsRightUnderEvictionPressure) {
   const std::string src = root_ + "/src";
@@ -216,8 +265,24 @@ TEST_F(ReadCacheTest, ALayerMountedThroughTheCacheReadsRightUnderEvictionPressur
     EXPECT_GT(s.evictions, 0u);
     EXPECT_LE(s.cached_bytes, 2u * kChunk);
     EXPECT_GE(s.layers.at(hex).store_read_bytes, big.size());
+    EXPECT_EQ((*fs)->node_count(), 1u);
     (*mc)->Release(layer->digest);
-    (*mc)->Sweep(/*all=*/true);
+    std::vector<std::string> gone = (*mc)->Sweep(/*all=*/true);
+    EXPECT_EQ(gone, std::vector<std::string>{hex});
+    // Unmounted: the kernel forgets the file when asked, and the server its
+    // node id; the file's RELEASE closed the layer in the cache, whose
+    // chunks go at the next eviction.
+    (*fs)->Forget(hex);
+    for (int i = 0; i < 500 && (*fs)->node_count() > 0; ++i) usleep(10'000);
+    EXPECT_EQ((*fs)->node_count(), 0u);
+    const std::string other(64, 'c');
+    WriteFile(store_->BlobPath("sha256:" + other), RandomBytes(size_t{3} * kChunk, 3));
+    std::string buf(kChunk, '\0');
+    for (int i = 0; i < 500 && c->stats().layers.contains(hex) && c->stats().layers.at(hex).cached_bytes > 0; ++i) {
+      for (uint64_t j = 0; j < 3; ++j) ASSERT_OK(c->Read(other, j * kChunk, kChunk, buf.data()));
+      usleep(10'000);
+    }
+    EXPECT_EQ(c->stats().layers_held, 1u) << "only the other layer: the unmounted one was dropped";
   }
   (*fs)->Shutdown();
   EXPECT_EQ(CountMountsUnder(root_), 0);

@@ -188,6 +188,11 @@ TEST(MessageTest, HelloWithRootSetupRoundTripsAndIsValidated) {
   EXPECT_EQ(out.hostname, "sb-0123.x");
   EXPECT_EQ(out.shm_mb, 96u);
   EXPECT_EQ(out.pids, 256u);
+  EXPECT_FALSE(out.template_root);
+  h.template_root = true;
+  ASSERT_TRUE(proto::Decode(proto::Encode(h), &out, &why)) << why;
+  EXPECT_TRUE(out.template_root);
+  h.template_root = false;
 
   // Without setup_root the setup fields are not sent.
   proto::Hello plain;

@@ -14,9 +14,17 @@ the sandbox, CommandTimeoutError, NonZeroExitCodeError per ``check``,
 FileNotFoundError from read_file). Differences: a timed-out session command
 is already interrupted (SIGINT) when CommandTimeoutError is raised, so a
 following BashInterruptAction finds nothing to stop; ``Command.env`` is
-added to the sandbox's environment rather than replacing it; interactive
-actions (``is_interactive_command``/``is_interactive_quit``) are refused
-with NotImplementedError.
+added to the sandbox's environment rather than replacing it.
+
+Sessions run on a terminal (``Sandbox.session(pty=True)``), as SWE-ReX's
+pexpect shell does. Interactive actions map to the session's interactive
+mode: ``is_interactive_command`` starts the program (``Session.start``) or,
+while one runs, types the command to it (``sendline``); then, as SWE-ReX,
+the output up to the first of ``action.expect`` (regexes, pexpect's way) or
+the program's end (SWE-ReX's PS1) is returned with exit code 0 and
+``expect_string`` the string that matched (``"SHELLPS1PREFIX"``, SWE-ReX's
+PS1, for the end). ``is_interactive_quit`` types the quit command the same
+way. The terminal does not echo what is typed, so no echo is stripped.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 import logging
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from pydantic import BaseModel, ConfigDict
 from swerex.deployment.abstract import AbstractDeployment
@@ -62,6 +70,8 @@ from warren.aio import AsyncClient, AsyncSandbox, AsyncSession
 
 __all__ = ["WarrenDeployment", "WarrenDeploymentConfig", "WarrenRuntime"]
 
+_SWEREX_PS1 = "SHELLPS1PREFIX"  # swerex.runtime.local.BashSession's PS1: its expect_string when a program ended
+
 
 def _text(b: bytes, errors: str = "backslashreplace") -> str:
     return b.decode("utf-8", errors=errors)
@@ -73,6 +83,7 @@ class WarrenRuntime(AbstractRuntime):
         sessions, not the sandbox)."""
         self.sandbox = sandbox
         self._sessions: Dict[str, AsyncSession] = {}
+        self._interactive: Set[str] = set()  # sessions whose interactive program runs
         self.logger = logger or logging.getLogger("rex-runtime")
 
     @property
@@ -93,8 +104,9 @@ class WarrenRuntime(AbstractRuntime):
             raise SessionExistsError(f"session {request.session} already exists")
         if not isinstance(request, CreateBashSessionRequest):
             raise ValueError(f"unknown session type: {request!r}")
-        s = await self.sandbox.session(merge_stderr=True)
+        s = await self.sandbox.session(pty=True)
         self._sessions[request.session] = s
+        self._interactive.discard(request.session)
         output = []
         for src in request.startup_source:
             r = await s.run(f"source {shlex.quote(src)}", timeout=request.startup_timeout)
@@ -118,7 +130,7 @@ class WarrenRuntime(AbstractRuntime):
             # A session command that timed out was interrupted already.
             return BashObservation(output="", exit_code=0)
         if action.is_interactive_command or action.is_interactive_quit:
-            raise NotImplementedError("interactive session commands are not supported on warren")
+            return await self._run_interactive(s, action)
         await self._check_syntax(action.command)
         r = await s.run(action.command, timeout=action.timeout)
         if r.timed_out:
@@ -133,7 +145,34 @@ class WarrenRuntime(AbstractRuntime):
             raise NonZeroExitCodeError(msg)
         return BashObservation(output=output, exit_code=exit_code)
 
+    async def _run_interactive(self, s: Any, action: BashAction) -> BashObservation:
+        """SWE-ReX's BashSession._run_interactive over the session's
+        interactive mode (see the module's doc)."""
+        from warren.process import EOF
+
+        if action.session in self._interactive:
+            await s.sendline(action.command)
+        else:
+            await s.start(action.command)
+            self._interactive.add(action.session)
+        try:
+            i = await s.expect([*action.expect, EOF], timeout=action.timeout)
+        except warren.DeadlineExceeded as e:
+            raise CommandTimeoutError(
+                f"timeout after {action.timeout} seconds while running command {action.command!r}") from e
+        output = _text(s.before).replace("\r\n", "\n")
+        if i == len(action.expect):  # the program ended: SWE-ReX saw its PS1
+            self._interactive.discard(action.session)
+            await s.wait(timeout=10)
+            matched = _SWEREX_PS1
+        else:
+            matched = action.expect[i]
+        if action.is_interactive_command:
+            output = output.strip()
+        return BashObservation(output=output, exit_code=0, expect_string=matched)
+
     async def close_session(self, request: Any) -> CloseBashSessionResponse:
+        self._interactive.discard(request.session)
         s = self._sessions.pop(request.session, None)
         if s is None:
             raise SessionDoesNotExistError(f"session {request.session!r} does not exist")
