@@ -5,15 +5,22 @@ each a fake warren.v1 Sandboxes service that accepts a create at once, and
 one real warrend entry node (--cluster-drain: it places every create on the
 others and makes none itself) placing creates sent to its unix socket.
 Measures the entry's placed creates per second (each one placement decision
-plus the forwarded Create RPC) and how they spread over the 160.
+plus the forwarded Create RPC), the entry's CPU per create, and how they
+spread over the 160.
 
   .venv/bin/python bench/cluster/bench_scale.py [--nodes 160] [--creates 20000]
-      [--clients 2] [--concurrency 64] [--fake-procs 2]
+      [--clients 2] [--concurrency 64] [--fake-procs 2] [--peer cpp|python]
+      [--baseline OTHER_WARREND] [--rounds N] [--gets]
 
-The fakes (asyncio gRPC servers, --fake-procs processes) and the load
-(--clients processes, each with --concurrency creates in flight) are Python
-on the same cores as the entry: the rate shown is a lower bound of what the
-entry's placement carries. Needs etcd (scripts/setup.sh) and a built warrend.
+--peer cpp (default): the fakes and the load are build/src/cluster/scale_peer
+(C++, gRPC callback API: one load process with clients x concurrency creates
+in flight); python: grpc.aio fakes and --clients load processes. Either runs
+on the same cores as the entry: the wall rate is a lower bound of what the
+entry carries, the rate per CPU-second of the entry what a core of its own
+would. --baseline: a second warrend (A) runs beside this build's (B), both
+drained, measured in turns (ABBA) in the same invocation; the summary gives
+B/A. --gets: also the same load of forwarded Gets (the relay alone). Needs
+etcd (scripts/setup.sh) and a built warrend (and scale_peer).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[2]
 WARREND = Path(os.environ.get("WARREN_WARREND", REPO / "build/src/warrend/warrend"))
+SCALE_PEER = Path(os.environ.get("WARREN_SCALE_PEER", REPO / "build/src/cluster/scale_peer"))
 PREFIX = "/warren/nodes/"
 
 
@@ -157,23 +165,70 @@ def pct(xs: List[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
 
 
+def start_cpp_fakes(ids: List[str], procs: int) -> tuple:
+    """`scale_peer fakes` processes serving `ids`: (processes, [(id, address)])."""
+    ps, addrs = [], []
+    for k in range(procs):
+        p = subprocess.Popen([str(SCALE_PEER), "fakes", *ids[k::procs]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        ps.append(p)
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.strip() == "ready":
+                break
+            node, address = line.split()
+            addrs.append((node, address))
+        else:
+            raise SystemExit(f"scale_peer fakes exited with {p.wait()} before it was ready")
+    return ps, addrs
+
+
+def cpp_load(sock: str, kind: str, creates: int, concurrency: int) -> tuple:
+    """`scale_peer load`: (latencies s, owners, errors, first, last) as client_main puts them."""
+    r = subprocess.run([str(SCALE_PEER), "load", "unix:" + sock, kind, str(creates), str(concurrency)],
+                       capture_output=True, text=True, timeout=900, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"scale_peer load failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    o = json.loads(r.stdout)
+    names = {str(v): k for k, v in GRPC_CODES.items()}
+    return ([x / 1e6 for x in o["lat_us"]], o["owners"], {names.get(k, k): v for k, v in o["errors"].items()},
+            o["first"], o["last"])
+
+
+GRPC_CODES = {"CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+              "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9, "ABORTED": 10,
+              "INTERNAL": 13, "UNAVAILABLE": 14}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=160)
     ap.add_argument("--creates", type=int, default=20000)
-    ap.add_argument("--clients", type=int, default=2, help="load processes")
+    ap.add_argument("--clients", type=int, default=2, help="load processes (python load)")
     ap.add_argument("--concurrency", type=int, default=64, help="creates in flight per load process")
     ap.add_argument("--fake-procs", type=int, default=2, help="processes serving the fake nodes")
     ap.add_argument("--warmup", type=int, default=2000)
+    ap.add_argument("--peer", choices=["cpp", "python"], default="cpp",
+                    help="fakes and load: C++ (scale_peer, callback API) or Python (grpc.aio)")
+    ap.add_argument("--baseline", metavar="WARREND",
+                    help="a second warrend binary (A) measured against this build's (B) in the same run")
+    ap.add_argument("--rounds", type=int, default=1, help="measured rounds per entry (ABBA order with --baseline)")
+    ap.add_argument("--gets", action="store_true", help="also measure forwarded Gets (the relay alone)")
     args = ap.parse_args()
     if not 1 <= args.nodes <= 1000 or args.creates < 1 or args.clients < 1 or args.concurrency < 1 \
-            or not 1 <= args.fake_procs <= args.nodes:
+            or not 1 <= args.fake_procs <= args.nodes or not 1 <= args.rounds <= 50:
         raise SystemExit("bad arguments: want 1 <= --nodes <= 1000, --creates/--clients/--concurrency >= 1, "
-                         "1 <= --fake-procs <= --nodes")
+                         "1 <= --fake-procs <= --nodes, 1 <= --rounds <= 50")
     if not shutil.which("etcd") or not shutil.which("etcdctl"):
         raise SystemExit("etcd/etcdctl not installed (scripts/setup.sh)")
-    if not WARREND.exists():
-        raise SystemExit(f"warrend not found at {WARREND} (build it, or set WARREN_WARREND)")
+    entries = [("B", WARREND)]
+    if args.baseline:
+        entries.insert(0, ("A", Path(args.baseline)))
+    for _, binary in entries:
+        if not binary.exists():
+            raise SystemExit(f"warrend not found at {binary} (build it, or set WARREN_WARREND)")
+    if args.peer == "cpp" and not SCALE_PEER.exists():
+        raise SystemExit(f"{SCALE_PEER} not found (ninja -C build scale_peer), or use --peer python")
     root = Path(tempfile.mkdtemp(prefix="warren-bench-scale-", dir="/var/tmp"))
     procs: List[subprocess.Popen] = []
     fakes: List[mp.Process] = []
@@ -196,50 +251,64 @@ def main() -> None:
 
         # The fake nodes: one lease for all their records (they never refresh).
         ids = [f"fake{i:03d}" for i in range(args.nodes)]
-        q = ctx.Queue()
-        for k in range(args.fake_procs):
-            p = ctx.Process(target=fake_main, args=(ids[k::args.fake_procs], q), daemon=True)
-            p.start()
-            fakes.append(p)
-        addrs = []
-        for _ in fakes:
-            addrs += q.get(timeout=120)
+        if args.peer == "cpp":
+            fps, addrs = start_cpp_fakes(ids, args.fake_procs)
+            procs.extend(fps)
+        else:
+            q = ctx.Queue()
+            for k in range(args.fake_procs):
+                p = ctx.Process(target=fake_main, args=(ids[k::args.fake_procs], q), daemon=True)
+                p.start()
+                fakes.append(p)
+            addrs = []
+            for _ in fakes:
+                addrs += q.get(timeout=120)
         lease = etcdctl(url, "lease", "grant", "3600").split()[1]
         for node, address in addrs:
             etcdctl(url, "put", f"--lease={lease}", PREFIX + node, record(node, address))
 
-        # The entry: a real warrend, drained (places on the fakes only).
+        # The entries: real warrends, drained (they place on the fakes only).
         token = root / "token"
         token.write_text("bench-scale-token\n")
         token.chmod(0o600)
-        sock = root / "entry.sock"
-        with open(root / "entry.log", "wb") as log:
-            entry = subprocess.Popen(
-                [str(WARREND), "--state-dir", str(root / "entry"), "--socket", str(sock), "--node-id", "entry",
-                 "--listen", f"127.0.0.1:{free_port()}", "--token-file", str(token), "--cluster", f"etcd={url}",
-                 "--cluster-drain", "true", "--warm-shells", "0", "--limit-views", "off", "--log-level", "warn"],
-                stdout=log, stderr=subprocess.STDOUT)
-        procs.append(entry)
+        running = []
+        for label, binary in entries:
+            sock = root / f"entry-{label}.sock"
+            with open(root / f"entry-{label}.log", "wb") as log:
+                entry = subprocess.Popen(
+                    [str(binary), "--state-dir", str(root / f"entry-{label}"), "--socket", str(sock), "--node-id",
+                     f"entry-{label.lower()}", "--listen", f"127.0.0.1:{free_port()}", "--token-file", str(token),
+                     "--cluster", f"etcd={url}", "--cluster-drain", "true", "--warm-shells", "0",
+                     "--limit-views", "off", "--log-level", "warn"],
+                    stdout=log, stderr=subprocess.STDOUT)
+            procs.append(entry)
+            running.append((label, binary, entry, str(sock)))
         import warren
 
-        c = warren.Client("unix:" + str(sock))
-        for _ in range(600):
-            if entry.poll() is not None:
-                raise SystemExit("warrend exited:\n" + (root / "entry.log").read_text(errors="replace")[-2000:])
-            try:
-                if len(c.nodes(timeout=2)) == args.nodes + 1:
-                    break
-            except warren.WarrenError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise SystemExit(f"the entry does not see {args.nodes} + 1 nodes within 60 s")
-        c.close()
+        for label, _, entry, sock in running:
+            c = warren.Client("unix:" + sock)
+            for _ in range(600):
+                if entry.poll() is not None:
+                    raise SystemExit(f"warrend {label} exited:\n" +
+                                     (root / f"entry-{label}.log").read_text(errors="replace")[-2000:])
+                try:
+                    if len(c.nodes(timeout=2)) == args.nodes + len(entries):
+                        break
+                except warren.WarrenError:
+                    pass
+                time.sleep(0.1)
+            else:
+                raise SystemExit(f"entry {label} does not see {args.nodes} + {len(entries)} nodes within 60 s")
+            c.close()
 
-        def load(creates: int, kind: str = "create") -> tuple:
+        def load(sock: str, creates: int, kind: str = "create") -> tuple:
+            if args.peer == "cpp":
+                t0 = time.perf_counter()
+                lat, owners, errors, first, last = cpp_load(sock, kind, creates, args.concurrency * args.clients)
+                return time.perf_counter() - t0, last - first, lat, owners, errors
             outq = ctx.Queue()
             per = [creates // args.clients + (1 if i < creates % args.clients else 0) for i in range(args.clients)]
-            ps = [ctx.Process(target=client_main, args=(str(sock), n, args.concurrency, outq, kind)) for n in per]
+            ps = [ctx.Process(target=client_main, args=(sock, n, args.concurrency, outq, kind)) for n in per]
             t0 = time.perf_counter()
             for p in ps:
                 p.start()
@@ -258,33 +327,54 @@ def main() -> None:
                     errors[k] = errors.get(k, 0) + v
             return wall, span, lat, owners, errors
 
-        load(args.warmup)
-        cpu0 = cpu_seconds(entry.pid)
-        wall, span, lat, owners, errors = load(args.creates)
-        entry_cpu = cpu_seconds(entry.pid) - cpu0
-        placed = len(lat)
-        shares = [owners.get(i, 0) for i in ids]
-        print(f"scale simulation: {args.nodes} fake nodes in etcd, one warrend entry (drained) placing; "
-              f"{args.clients} load processes x {args.concurrency} in flight; {os.cpu_count()} cpus, "
-              f"load {os.getloadavg()[0]:.1f}")
-        print(f"  placed {placed} of {args.creates} creates in {span:.2f} s (first call to last answer): "
-              f"{placed / span:,.0f} decisions/s ({placed / wall:,.0f}/s counting the load processes' start)")
-        print(f"  the entry's own cpu: {entry_cpu:.2f} s for them: {placed / max(entry_cpu, 1e-9):,.0f} decisions "
-              f"per cpu-second of the entry (what one core of its own would carry)")
-        print(f"  create latency through the entry: p50 {statistics.median(lat) * 1e3:.2f} ms, "
-              f"p99 {pct(lat, 99) * 1e3:.2f} ms")
-        print(f"  spread over {args.nodes}: max/min node share {max(shares)}/{min(shares)} = "
-              f"{max(shares) / max(1, min(shares)):.3f}; nodes used {sum(1 for s in shares if s)}")
-        if errors:
-            print(f"  errors: {errors}")
-        # The same load of forwarded calls without a placement (Get of a fake
-        # node's sandbox): what the two gRPC hops cost the entry alone.
-        cpu0 = cpu_seconds(entry.pid)
-        _, gspan, glat, _, gerr = load(args.creates, "get")
-        gcpu = cpu_seconds(entry.pid) - cpu0
-        print(f"  same load of forwarded Gets (no placement): {len(glat) / gspan:,.0f}/s, entry cpu "
-              f"{gcpu / max(1, len(glat)) * 1e6:.0f} us per call vs {entry_cpu / max(1, placed) * 1e6:.0f} us per "
-              f"create{f'; errors {gerr}' if gerr else ''}")
+        print(f"scale simulation: {args.nodes} fake nodes in etcd ({args.peer} fakes and load), "
+              f"{len(entries)} warrend entr{'ies' if len(entries) > 1 else 'y'} (drained) placing; "
+              f"{args.clients * args.concurrency} creates in flight; {os.cpu_count()} cpus, "
+              f"load {os.getloadavg()[0]:.1f} before", flush=True)
+        for label, binary, entry, sock in running:
+            load(sock, args.warmup)
+        results: Dict[str, List[dict]] = {label: [] for label, *_ in running}
+        for r in range(args.rounds):
+            order = running if r % 2 == 0 else list(reversed(running))
+            for label, binary, entry, sock in order:
+                cpu0 = cpu_seconds(entry.pid)
+                wall, span, lat, owners, errors = load(sock, args.creates)
+                entry_cpu = cpu_seconds(entry.pid) - cpu0
+                placed = len(lat)
+                shares = [owners.get(i, 0) for i in ids]
+                res = {"rate": placed / span, "per_cpu_s": placed / max(entry_cpu, 1e-9),
+                       "cpu_us": entry_cpu / max(1, placed) * 1e6, "p50_ms": statistics.median(lat) * 1e3,
+                       "p99_ms": pct(lat, 99) * 1e3, "spread": max(shares) / max(1, min(shares)),
+                       "errors": errors, "load": os.getloadavg()[0]}
+                results[label].append(res)
+                print(f"  round {r + 1} entry {label} ({binary}): placed {placed} of {args.creates} in {span:.2f} s: "
+                      f"{res['rate']:,.0f} decisions/s; entry cpu {entry_cpu:.2f} s = {res['cpu_us']:.0f} us per "
+                      f"create = {res['per_cpu_s']:,.0f} decisions per cpu-second of the entry; latency p50 "
+                      f"{res['p50_ms']:.2f} ms p99 {res['p99_ms']:.2f} ms; spread max/min {max(shares)}/"
+                      f"{min(shares)} = {res['spread']:.3f} ({sum(1 for s in shares if s)} nodes); "
+                      f"load {res['load']:.1f}{f'; errors {errors}' if errors else ''}", flush=True)
+                if args.gets:
+                    # The same load of forwarded calls without a placement (Get
+                    # of a fake node's sandbox): what the relay costs alone.
+                    cpu0 = cpu_seconds(entry.pid)
+                    _, gspan, glat, _, gerr = load(sock, args.creates, "get")
+                    gcpu = cpu_seconds(entry.pid) - cpu0
+                    print(f"    same load of forwarded Gets (no placement): {len(glat) / gspan:,.0f}/s, entry cpu "
+                          f"{gcpu / max(1, len(glat)) * 1e6:.0f} us per call{f'; errors {gerr}' if gerr else ''}",
+                          flush=True)
+        print("summary (medians over rounds):")
+        for label, binary, *_ in running:
+            rs = results[label]
+            print(f"  {label} {binary}: {statistics.median(x['rate'] for x in rs):,.0f} decisions/s wall, "
+                  f"{statistics.median(x['per_cpu_s'] for x in rs):,.0f} per entry cpu-second "
+                  f"({statistics.median(x['cpu_us'] for x in rs):.0f} us), p99 "
+                  f"{statistics.median(x['p99_ms'] for x in rs):.2f} ms, spread max "
+                  f"{max(x['spread'] for x in rs):.3f}")
+        if len(running) == 2:
+            a, b = results["A"], results["B"]
+            print(f"  B/A: wall rate {statistics.median(x['rate'] for x in b) / statistics.median(x['rate'] for x in a):.2f}x, "
+                  f"per entry cpu-second "
+                  f"{statistics.median(x['per_cpu_s'] for x in b) / statistics.median(x['per_cpu_s'] for x in a):.2f}x")
         etcdctl(url, "lease", "revoke", lease)
     finally:
         for p in fakes:
@@ -295,6 +385,13 @@ def main() -> None:
                     p.kill()
         for p in reversed(procs):
             if p.poll() is None:
+                if p.stdin is not None:
+                    p.stdin.close()  # scale_peer fakes: ends on stdin's end
+                    try:
+                        p.wait(timeout=10)
+                        continue
+                    except subprocess.TimeoutExpired:
+                        pass
                 p.terminate()
                 try:
                     p.wait(timeout=30)

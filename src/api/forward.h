@@ -85,6 +85,9 @@ grpc::Status ForwardServerStream(Forwarder& f, const grpc::ServerContext& ctx, c
 }
 
 // Forwards a client-streaming call whose `first` message was already read.
+// The caller's half-close is relayed as one; the caller's cancellation
+// cancels the owner's call (a half-close there would commit what arrived,
+// e.g. half a Files.Write, as the whole).
 template <typename Service, typename Req, typename Resp, typename Open>
 grpc::Status ForwardClientStream(Forwarder& f, const grpc::ServerContext& ctx, const std::shared_ptr<grpc::Channel>& ch,
                                  Req first, grpc::ServerReader<Req>* reader, Resp* resp, Open open) {
@@ -93,6 +96,11 @@ grpc::Status ForwardClientStream(Forwarder& f, const grpc::ServerContext& ctx, c
   auto writer = open(*stub, cc.get(), resp);
   bool ok = writer->Write(first);
   while (ok && reader->Read(&first)) ok = writer->Write(first);
+  if (ctx.IsCancelled()) {
+    cc->TryCancel();
+    writer->Finish();
+    return {grpc::StatusCode::CANCELLED, "the caller cancelled the stream"};
+  }
   writer->WritesDone();
   return writer->Finish();
 }

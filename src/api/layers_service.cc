@@ -124,8 +124,9 @@ grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLay
   if (req->ref().empty()) return Invalid("ref is empty");
   // In a cluster the store is shared: a layer a sandbox of another node uses
   // is refused as a local one is (each node counts only its own sandboxes).
-  // Not locked cluster-wide: a create on another node racing the remove may
-  // still find the layer gone (NotFound).
+  // The counts miss a create on another node between its resolve and its
+  // mount: the store's blob locks cover that window (LayerStore::Remove
+  // write-locks the blob; a node read-locks it before it mounts: HoldBlob).
   ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->layers().Resolve(req->ref()));
   v1::GetLayerRequest by_digest;
   by_digest.set_ref(li.digest);

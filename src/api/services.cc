@@ -67,8 +67,12 @@ StatusOr<std::unique_ptr<grpc::Server>> StartServer(const ServerOptions& options
   grpc::ResourceQuota quota("warrend");
   quota.SetMaxThreads(options.max_threads);
   builder.SetResourceQuota(quota);
+  // Idle handler threads kept after a burst: with 16, a cluster entry
+  // relaying ~100 concurrent creates spent a fifth of its CPU making and
+  // ending threads (bench/cluster/bench_scale.py, RESULTS 2026-12-03); the
+  // ones beyond 64 still exit. An idle one wakes once per CQ timeout (10 s).
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (grpc::Service* s : services.services()) builder.RegisterService(s);
   for (grpc::Service* s : extra) builder.RegisterService(s);

@@ -9,25 +9,28 @@ namespace {
 constexpr int64_t kDefaultCpuMillis = 1000;
 constexpr int64_t kDefaultMemoryMb = 2048;
 
-uint32_t Recent(const std::map<std::string, uint32_t>& recent, const std::string& id) {
-  auto it = recent.find(id);
+uint32_t RecentIn(const std::map<std::string, uint32_t>& recent, const NodeRecord& n) {
+  auto it = recent.find(n.id);
   return it == recent.end() ? 0 : it->second;
 }
 
 // Free slots after this entry's own recent placements.
-int64_t EffectiveFree(const NodeRecord& n, const std::map<std::string, uint32_t>& recent) {
-  return static_cast<int64_t>(n.free_slots) - Recent(recent, n.id);
-}
+int64_t EffectiveFree(const NodeRecord& n, uint32_t recent) { return static_cast<int64_t>(n.free_slots) - recent; }
 
-// "" when `n` may take `r`, else why not.
-std::string Refusal(const NodeRecord& n, const PlacementRequest& r, const std::map<std::string, uint32_t>& recent) {
-  if (n.drain) return "draining";
+// Whether `n` may take `r` with `recent` creates sent since its record; when
+// not and `why` is set, why not.
+bool Eligible(const NodeRecord& n, const PlacementRequest& r, uint32_t recent, std::string* why) {
+  auto no = [why](auto&&... parts) {
+    if (why != nullptr) *why = (std::string(parts) + ...);
+    return false;
+  };
+  if (n.drain) return no("draining");
   if (!r.backend.empty() && std::find(n.backends.begin(), n.backends.end(), r.backend) == n.backends.end()) {
-    return "no backend " + r.backend;
+    return no("no backend ", r.backend);
   }
-  if (EffectiveFree(n, recent) <= 0) return "no free sandbox slot";
+  if (EffectiveFree(n, recent) <= 0) return no("no free sandbox slot");
   if (r.cpu_millis > static_cast<uint64_t>(n.cpus) * 1000) {
-    return "has " + std::to_string(n.cpus) + " cpus, the request asks " + std::to_string(r.cpu_millis) + " millicpus";
+    return no("has ", std::to_string(n.cpus), " cpus, the request asks ", std::to_string(r.cpu_millis), " millicpus");
   }
   const QosRecord& q = n.qos[r.qos == 1 ? 1 : 0];
   if (q.bounded) {
@@ -37,20 +40,20 @@ std::string Refusal(const NodeRecord& n, const PlacementRequest& r, const std::m
     const int64_t cpu = r.cpu_millis != 0 ? r.cpu_millis : kDefaultCpuMillis;
     const int64_t mem = r.memory_mb != 0 ? r.memory_mb : kDefaultMemoryMb;
     if (q.free_cpu_millis < cpu) {
-      return std::string("qos class ") + cls + " has " + std::to_string(q.free_cpu_millis) +
-             " millicpus free, the request asks " + std::to_string(cpu);
+      return no("qos class ", cls, " has ", std::to_string(q.free_cpu_millis), " millicpus free, the request asks ",
+                std::to_string(cpu));
     }
     if (q.free_memory_mb < mem) {
-      return std::string("qos class ") + cls + " has " + std::to_string(q.free_memory_mb) +
-             " MiB free, the request asks " + std::to_string(mem);
+      return no("qos class ", cls, " has ", std::to_string(q.free_memory_mb), " MiB free, the request asks ",
+                std::to_string(mem));
     }
-    return "";
+    return true;
   }
   if (r.memory_mb > 0 && n.free_memory_mb < static_cast<int64_t>(r.memory_mb)) {
-    return "has " + std::to_string(n.free_memory_mb) + " MiB of memory free, the request asks " +
-           std::to_string(r.memory_mb) + " MiB";
+    return no("has ", std::to_string(n.free_memory_mb), " MiB of memory free, the request asks ",
+              std::to_string(r.memory_mb), " MiB");
   }
-  return "";
+  return true;
 }
 
 }  // namespace
@@ -70,35 +73,74 @@ bool HoldsLayers(const NodeRecord& node, const PlacementRequest& request) {
   return true;
 }
 
+Candidates::Candidates(const std::vector<NodeRecord>& nodes, const PlacementRequest& request, RecentCount recent,
+                       std::mt19937_64& rng, const PlacementOptions& options)
+    : nodes_(nodes),
+      request_(request),
+      recent_(std::move(recent)),
+      rng_(rng),
+      k_(static_cast<size_t>(std::max(1, options.k))) {}
+
+bool Candidates::Look(uint32_t i, Cand* out) const {
+  const NodeRecord& n = nodes_[i];
+  const uint32_t recent = recent_ ? recent_(n) : 0;
+  if (!Eligible(n, request_, recent, nullptr)) return false;
+  *out = Cand{&n, EffectiveFree(n, recent), HoldsLayers(n, request_)};
+  return true;
+}
+
+bool Candidates::Better(const Cand& a, const Cand& b) {
+  if (a.free != b.free) return a.free > b.free;
+  if (a.layers != b.layers) return a.layers;
+  return a.node->free_memory_mb > b.node->free_memory_mb;
+}
+
+void Candidates::Draw() {
+  // A partial Fisher-Yates shuffle until k nodes pass the filter: the same
+  // draw as shuffling every candidate and taking the first k.
+  idx_.resize(nodes_.size());
+  for (uint32_t i = 0; i < idx_.size(); ++i) idx_[i] = i;
+  order_.reserve(k_);
+  while (order_.size() < k_ && drawn_end_ < idx_.size()) {
+    std::uniform_int_distribution<size_t> pick(drawn_end_, idx_.size() - 1);
+    std::swap(idx_[drawn_end_], idx_[pick(rng_)]);
+    Cand c{};
+    if (Look(idx_[drawn_end_++], &c)) order_.push_back(c);
+  }
+  std::stable_sort(order_.begin(), order_.end(), Better);
+}
+
+void Candidates::OrderRest() {
+  std::vector<Cand> rest;
+  rest.reserve(idx_.size() - drawn_end_);
+  for (size_t j = drawn_end_; j < idx_.size(); ++j) {
+    Cand c{};
+    if (Look(idx_[j], &c)) rest.push_back(c);
+  }
+  std::stable_sort(rest.begin(), rest.end(), Better);
+  order_ = std::move(rest);
+  next_ = 0;
+}
+
+const NodeRecord* Candidates::Next() {
+  if (phase_ == 0) {
+    Draw();
+    phase_ = 1;
+  }
+  if (next_ == order_.size() && phase_ == 1) {
+    OrderRest();
+    phase_ = 2;
+  }
+  return next_ < order_.size() ? order_[next_++].node : nullptr;
+}
+
 std::vector<std::string> Place(const std::vector<NodeRecord>& nodes, const PlacementRequest& request,
                                const std::map<std::string, uint32_t>& recent, std::mt19937_64& rng,
                                const PlacementOptions& options) {
-  struct Cand {
-    const NodeRecord* node;
-    int64_t free;
-    bool layers;
-  };
-  std::vector<Cand> cands;
-  cands.reserve(nodes.size());
-  for (const NodeRecord& n : nodes) {
-    if (Refusal(n, request, recent).empty()) cands.push_back({&n, EffectiveFree(n, recent), HoldsLayers(n, request)});
-  }
-  auto better = [](const Cand& a, const Cand& b) {
-    if (a.free != b.free) return a.free > b.free;
-    if (a.layers != b.layers) return a.layers;
-    return a.node->free_memory_mb > b.node->free_memory_mb;
-  };
-  // The k drawn first (a partial Fisher-Yates shuffle), then the rest.
-  const size_t k = std::min(cands.size(), static_cast<size_t>(std::max(1, options.k)));
-  for (size_t i = 0; i < k; ++i) {
-    std::uniform_int_distribution<size_t> pick(i, cands.size() - 1);
-    std::swap(cands[i], cands[pick(rng)]);
-  }
-  std::stable_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(k), better);
-  std::stable_sort(cands.begin() + static_cast<std::ptrdiff_t>(k), cands.end(), better);
+  Candidates c(
+      nodes, request, [&recent](const NodeRecord& n) { return RecentIn(recent, n); }, rng, options);
   std::vector<std::string> order;
-  order.reserve(cands.size());
-  for (const Cand& c : cands) order.push_back(c.node->id);
+  while (const NodeRecord* n = c.Next()) order.push_back(n->id);
   return order;
 }
 
@@ -108,8 +150,8 @@ std::string ExplainNoCandidate(const std::vector<NodeRecord>& nodes, const Place
   std::string out;
   for (const NodeRecord& n : nodes) {
     if (!out.empty()) out += "; ";
-    std::string why = Refusal(n, request, recent);
-    out += n.id + ": " + (why.empty() ? "eligible" : why);
+    std::string why;
+    out += n.id + ": " + (Eligible(n, request, RecentIn(recent, n), &why) ? "eligible" : why);
   }
   return out;
 }

@@ -49,7 +49,17 @@ class Router final : public api::Forwarder {
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) { return Channel(address); }
 
  private:
+  struct Peer {
+    std::shared_ptr<grpc::Channel> channel;
+    // Made once per channel: a stub registers each of its methods with the
+    // channel, too much to do per create.
+    std::shared_ptr<warren::v1::Sandboxes::Stub> sandboxes;
+  };
+  Peer& PeerLocked(const std::string& address);  // mu_ held
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+  std::shared_ptr<warren::v1::Sandboxes::Stub> SandboxesStub(const std::string& address);
+  // The creates this entry sent `node` since its record (0 for an older record).
+  uint32_t RecentOf(const NodeRecord& node);
   // Counts a create sent to `node`; a count belongs to the record revision
   // it was made against and is dropped with it.
   void Count(const NodeRecord& node, uint32_t n);
@@ -60,7 +70,7 @@ class Router final : public api::Forwarder {
   const Membership* const membership_;
   const RouterOptions options_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // by address
+  std::map<std::string, Peer> channels_;  // by address
   struct Placed {
     int64_t revision = 0;
     uint32_t count = 0;
@@ -71,7 +81,6 @@ class Router final : public api::Forwarder {
   // the same sandbox.
   std::map<std::string, std::string> request_node_;
   std::deque<std::string> request_order_;
-  std::mt19937_64 rng_{std::random_device{}()};
 };
 
 }  // namespace warren::cluster

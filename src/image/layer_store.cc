@@ -340,6 +340,37 @@ Status LayerStore::Remove(std::string_view ref) {
     digest = info.digest;
     names.push_back(n);
   }
+  // The blob goes when no other name points at it: take its write lock
+  // first (HoldBlob's readers: a sandbox of any node sharing the store using
+  // it, or a create about to mount it), held until it is unlinked.
+  bool blob_goes = true;
+  for (const LayerInfo& l : List()) {
+    if (l.digest == digest &&
+        std::none_of(names.begin(), names.end(), [&](const LayerName& n) { return n.ToString() == l.name; })) {
+      blob_goes = false;
+    }
+  }
+  UniqueFd write_lock;
+  if (blob_goes) {
+    const std::string blob = BlobPath(digest);
+    write_lock = UniqueFd(open(blob.c_str(), O_RDWR | O_CLOEXEC));
+    if (!write_lock.valid() && errno != ENOENT) return ErrnoToStatus(errno, "open(" + blob + ")");
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (write_lock.valid() && fcntl(write_lock.get(), F_OFD_SETLK, &fl) != 0) {
+      if (errno == EAGAIN || errno == EACCES) {
+        return absl::FailedPreconditionError(
+            "layer " + std::string(ref) + " (" + digest +
+            ") is held: a node sharing this layer store has it in use (a sandbox, a create about to mount it, or "
+            "the fncall pool: a read lock on its blob " +
+            blob + "); nothing removed");
+      }
+      if (errno != EINVAL && errno != ENOLCK && errno != EOPNOTSUPP) {
+        return ErrnoToStatus(errno, "fcntl(" + blob + ", F_OFD_SETLK, F_WRLCK)");
+      }
+    }
+  }
   for (const LayerName& n : names) {
     const std::string path = NamePath(n);
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -359,6 +390,32 @@ Status LayerStore::Remove(std::string_view ref) {
   unlink((dir_ + "/meta/" + hex + ".sandbox").c_str());
   unlink((dir_ + "/meta/" + hex + ".hot").c_str());  // ReadCache's hot list
   return absl::OkStatus();
+}
+
+StatusOr<UniqueFd> LayerStore::HoldBlob(std::string_view digest) const {
+  const std::string blob = BlobPath(digest);
+  const std::string name = "layer " + std::string(kDigestPrefix) + blob.substr(blob.rfind('/') + 1);
+  UniqueFd fd(open(blob.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return absl::NotFoundError(name + " not in the store");
+    return ErrnoToStatus(errno, "open(" + blob + ")");
+  }
+  struct flock fl {};
+  fl.l_type = F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  if (fcntl(fd.get(), F_OFD_SETLK, &fl) != 0) {
+    if (errno == EAGAIN || errno == EACCES) {
+      return absl::UnavailableError(name + " is being removed (a remove holds its blob's write lock)");
+    }
+    if (errno != EINVAL && errno != ENOLCK && errno != EOPNOTSUPP) {
+      return ErrnoToStatus(errno, "fcntl(" + blob + ", F_OFD_SETLK, F_RDLCK)");
+    }
+  }
+  // Opened just before a remove unlinked it: the lock came too late.
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, "fstat(" + blob + ")");
+  if (st.st_nlink == 0) return absl::NotFoundError(name + " was removed from the store");
+  return fd;
 }
 
 }  // namespace warren::image

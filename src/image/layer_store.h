@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "image/tar_extract.h"
 
 namespace warren::image {
@@ -98,8 +99,22 @@ class LayerStore {
   // Removes the name (and the blob when no other name points at it).
   // ref must carry a version ("kind/name@version") or be a digest (which
   // removes every name pointing at it, then the blob); InvalidArgument for
-  // "kind/name". The caller (node) refuses removal of layers in use.
+  // "kind/name". The caller (node) refuses removal of layers in use. When
+  // the blob would go, Remove first takes an OFD write lock on it without
+  // waiting: FailedPrecondition (nothing removed) while any process of any
+  // node sharing the store holds it (HoldBlob).
   Status Remove(std::string_view ref);
+  // Holds the blob of `digest` (or its hex) against removal, across the
+  // nodes sharing the store: an OFD read lock (fcntl F_OFD_SETLK, the whole
+  // file) on an open fd of the blob, held while the returned fd is open
+  // (MountCache holds one per Acquire). A hold never lands on a blob being
+  // removed: Unavailable (retryable) while a Remove holds its write lock,
+  // NotFound when the blob is gone (also when it was unlinked between the
+  // open and the lock). On a file system that refuses OFD locks (EINVAL,
+  // ENOLCK, EOPNOTSUPP) the fd comes back unlocked: removal is then guarded
+  // by the nodes' in-use counts only. OFD locks name no holder (l_pid is
+  // -1): the refusal says what holds it, not which node.
+  StatusOr<UniqueFd> HoldBlob(std::string_view digest) const;
   // Path of the blob of a digest.
   std::string BlobPath(std::string_view digest) const;
 
@@ -137,7 +152,10 @@ class MountCache {
   // blob still deciding whether the layer exists.
   static StatusOr<std::unique_ptr<MountCache>> Open(const LayerStore* store, const std::string& mount_root,
                                                     int64_t grace_ms, std::string source_root = "");
-  // Mounts (if needed) and takes a reference; returns the mount path.
+  // Mounts (if needed) and takes a reference; returns the mount path. The
+  // reference holds the blob against removal on every node sharing the
+  // store (LayerStore::HoldBlob) until Release; Acquire fails as HoldBlob
+  // does (a blob being removed or gone: also when a mount of it is cached).
   StatusOr<std::string> Acquire(std::string_view digest);
   void Release(std::string_view digest);
   // Unmounts unreferenced mounts whose grace expired (called periodically)
@@ -168,8 +186,9 @@ class MountCache {
   struct Entry {
     State state = State::kUnmounted;
     uint32_t refs = 0;
-    int64_t released_at_ms = 0;  // CLOCK_MONOTONIC, when refs dropped to 0
-    uint64_t bytes = 0;          // the image's size, once mounted
+    std::vector<UniqueFd> holds;  // LayerStore::HoldBlob, one per reference
+    int64_t released_at_ms = 0;   // CLOCK_MONOTONIC, when refs dropped to 0
+    uint64_t bytes = 0;           // the image's size, once mounted
   };
   MountCache(const LayerStore* store, std::string mount_root, int64_t grace_ms, std::string source_root)
       : store_(store), mount_root_(std::move(mount_root)), grace_ms_(grace_ms), source_root_(std::move(source_root)) {}

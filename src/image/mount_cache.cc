@@ -116,12 +116,15 @@ Status MountCache::Adopt() {
 StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
   ASSIGN_OR_RETURN(std::string hex, HexOf(digest));
   const std::string path = MountPath(hex);
+  // Before the mount: a remove on any node sharing the store now refuses.
+  ASSIGN_OR_RETURN(UniqueFd hold, store_->HoldBlob(hex));
   std::unique_lock<std::mutex> lock(mu_);
   Entry& e = entries_[hex];  // std::map: stable while the entry exists
   ++e.refs;                  // holds the entry (and blocks Sweep) while we wait
   for (;;) {
     if (e.state == State::kMounted) {
       ++hits_;
+      e.holds.push_back(std::move(hold));
       return path;
     }
     if (e.state == State::kMounting || e.state == State::kUnmounting) {
@@ -160,6 +163,7 @@ StatusOr<std::string> MountCache::Acquire(std::string_view digest) {
       if (--e.refs == 0) entries_.erase(hex);
       return st;
     }
+    e.holds.push_back(std::move(hold));
     return path;
   }
 }
@@ -170,6 +174,7 @@ void MountCache::Release(std::string_view digest) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(*hex);
   if (it == entries_.end() || it->second.refs == 0) return;
+  if (!it->second.holds.empty()) it->second.holds.pop_back();  // its blob lock goes with its reference
   if (--it->second.refs == 0) it->second.released_at_ms = NowMonotonicMs();
 }
 

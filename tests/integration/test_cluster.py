@@ -12,10 +12,13 @@ a node refusing a create (full) moving placement on, and the bad inputs
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import struct
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Iterable, List
 
@@ -198,6 +201,57 @@ def test_unknown_node_in_id_is_not_found(nodes: List[Node]) -> None:
     with pytest.raises(warren.NotFound) as ei:
         nodes[0].client.get("nosuchnode-0123456789abcdef").exec("true", timeout=10)
     assert "nosuchnode" in ei.value.details and "not in the cluster" in ei.value.details, ei.value.details
+
+
+def _ofd_lock(fd: int, kind: int) -> None:
+    """fcntl(F_OFD_SETLK) over the whole file (struct flock: type, whence, start, len, pid)."""
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", kind, os.SEEK_SET, 0, 0, 0))
+
+
+def test_layer_blob_locks_guard_rm_against_a_create_on_another_node(nodes: List[Node], base_layer: str,
+                                                                     tmp_path: Path) -> None:
+    """The nodes share the layer store: a node mounting a layer for a create
+    read-locks its blob (OFD lock) before the mount and holds it while the
+    sandbox uses it; `layers rm` write-locks it without waiting before it
+    removes anything. Here this process holds the locks as another node's
+    create or remove would, in the window the in-use counts do not cover."""
+    src = tmp_path / "guard"
+    src.mkdir()
+    (src / "hello").write_text("guarded\n")
+    name = f"workspace/guard-{uuid.uuid4().hex[:8]}@1"
+    layer = nodes[0].client.layers.build(name, dir=str(src), timeout=120)
+    blob = nodes[0].layer_store / "blobs" / "sha256" / layer.digest.split(":", 1)[1]
+    fd = os.open(blob, os.O_RDWR)
+    try:
+        # A create about to mount it elsewhere: the remove refuses, nothing removed.
+        _ofd_lock(fd, fcntl.F_RDLCK)
+        with pytest.raises(warren.FailedPrecondition) as ei:
+            nodes[1].client.layers.remove(name)
+        assert "is held" in ei.value.details and layer.digest in ei.value.details, ei.value.details
+        assert nodes[2].client.layers.get(name).digest == layer.digest and blob.exists()
+        # A remove in progress (its write lock): a create with the layer is
+        # refused on every node, retryable, and leaves no sandbox.
+        _ofd_lock(fd, fcntl.F_UNLCK)
+        _ofd_lock(fd, fcntl.F_WRLCK)
+        with pytest.raises(warren.WarrenError) as ce:
+            nodes[0].client.create(layers=[base_layer, name], labels={"guard": "1"}, timeout=120)
+        assert ce.value.retryable and "being removed" in ce.value.details, ce.value.details
+        assert nodes[0].client.list(labels={"guard": "1"}) == []
+    finally:
+        os.close(fd)
+    # Unlocked: a sandbox uses it (and holds it) until destroyed, then it goes.
+    # (The entry counts a node that refused as full until its next record.)
+    time.sleep(2 * REFRESH_MS / 1000)
+    with nodes[0].client.create(layers=[base_layer, name], labels={"guard": "1"}, timeout=120) as sb:
+        assert sb.files.read("/hello") == b"guarded\n"
+        holder = next(n for n in nodes if n.node_id == owner(sb.id))
+        other = next(n for n in nodes if n is not holder)
+        with pytest.raises(warren.FailedPrecondition):
+            other.client.layers.remove(name)
+    nodes[1].client.layers.remove(name)
+    assert not blob.exists()
+    with pytest.raises(warren.NotFound):
+        nodes[2].client.layers.get(name)
 
 
 def test_node_ls_and_drain_steer_placement(nodes: List[Node], etcd: Etcd, base_layer: str) -> None:

@@ -131,6 +131,61 @@ TEST(PlacementTest, LayerHolderWinsTies) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(Place(nodes, r, {}, rng).front(), "warm");
 }
 
+TEST(PlacementTest, FirstChoiceLooksAtTheDrawnNodesOnly) {
+  std::vector<NodeRecord> nodes;
+  nodes.reserve(160);
+  for (int i = 0; i < 160; ++i) nodes.push_back(Node("n" + std::to_string(i), 10 + i % 7));
+  std::mt19937_64 rng(13);
+  int looked = 0;
+  std::map<std::string, uint32_t> recent;
+  const PlacementRequest any;
+  Candidates c(
+      nodes, any,
+      [&](const NodeRecord& n) {
+        ++looked;
+        auto it = recent.find(n.id);
+        return it == recent.end() ? 0u : it->second;
+      },
+      rng);
+  const NodeRecord* first = c.Next();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(looked, 2);  // k = 2: two nodes drawn, none of the other 158 looked at
+  const NodeRecord* second = c.Next();
+  ASSERT_NE(second, nullptr);
+  EXPECT_GE(first->free_slots, second->free_slots);  // the better of the two drawn first
+  EXPECT_EQ(looked, 2);
+  // Past the drawn ones the rest is filtered once, with the counts as they
+  // are then: a node that became full in between is left out.
+  const NodeRecord* full = nullptr;
+  for (const NodeRecord& n : nodes) {
+    if (&n != first && &n != second) full = &n;
+  }
+  recent[full->id] = 1000;
+  std::set<std::string> seen = {first->id, second->id};
+  while (const NodeRecord* n = c.Next()) {
+    EXPECT_NE(n, full);
+    EXPECT_TRUE(seen.insert(n->id).second) << n->id << " twice";
+  }
+  EXPECT_EQ(seen.size(), nodes.size() - 1);
+  EXPECT_EQ(looked, 160);
+}
+
+TEST(PlacementTest, DrawSkipsNodesTheFilterDrops) {
+  // 158 of 160 drained: the draw goes on past them and finds the 2 left.
+  std::vector<NodeRecord> nodes;
+  nodes.reserve(160);
+  for (int i = 0; i < 160; ++i) {
+    nodes.push_back(Node("n" + std::to_string(i), 10));
+    nodes.back().drain = i != 17 && i != 99;
+  }
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::string> order = Place(nodes, {}, {}, rng);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(order, (std::vector<std::string>{"n17", "n99"}));
+  }
+}
+
 // 10,000 creates from one entry over 160 equal nodes, each node's record
 // refreshed (its free slots updated, its recent count reset) every 100
 // placements: max/min share <= 1.1. Prints the decision rate and p99.
@@ -147,11 +202,20 @@ TEST(PlacementTest, SpreadAndSpeedOver160Nodes) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int c = 0; c < kCreates; ++c) {
     const auto a = std::chrono::steady_clock::now();
-    std::vector<std::string> order = Place(nodes, {}, recent, rng);
+    // What the entry does: the first candidate (the rest only on a refusal).
+    const PlacementRequest any;
+    Candidates cands(
+        nodes, any,
+        [&recent](const NodeRecord& n) {
+          auto it = recent.find(n.id);
+          return it == recent.end() ? 0u : it->second;
+        },
+        rng);
+    const NodeRecord* first = cands.Next();
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
-    ASSERT_FALSE(order.empty());
-    ++recent[order.front()];
-    ++placed[order.front()];
+    ASSERT_NE(first, nullptr);
+    ++recent[first->id];
+    ++placed[first->id];
     if ((c + 1) % kRefreshEvery == 0) {
       for (NodeRecord& n : nodes) n.free_slots = 1000 - placed[n.id];
       recent.clear();

@@ -284,5 +284,51 @@ TEST_F(MountCacheTest, LoopFallbackMountsAndFreesTheDevice) {
   EXPECT_EQ(loops_on_blob(), 0);
 }
 
+// Two nodes sharing one store: a reference on one (a sandbox using the
+// layer, or a create that is about to mount it) holds the blob against a
+// remove on the other; released, the remove goes through, and a later
+// Acquire, even with the mount still cached, finds the layer gone.
+TEST_F(MountCacheTest, AReferenceHoldsTheBlobAgainstARemoveOnAnotherNode) {
+  auto cache = OpenCache(60000);  // the mount stays cached after Release
+  ASSERT_NE(cache, nullptr);
+  auto other = LayerStore::Open(root_ + "/store");
+  ASSERT_OK(other);
+  ASSERT_OK(cache->Acquire(layer_.digest));
+  ASSERT_OK(cache->Acquire(layer_.digest));
+  Status refused = (*other)->Remove("base/m@1");
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(refused.message().find("is held"), std::string::npos) << refused;
+  EXPECT_OK((*other)->Resolve("base/m@1"));  // nothing removed
+  cache->Release(layer_.digest);
+  EXPECT_THAT((*other)->Remove(layer_.digest), StatusIs(absl::StatusCode::kFailedPrecondition));  // one still holds
+  cache->Release(layer_.digest);
+  ASSERT_OK((*other)->Remove("base/m@1"));
+  EXPECT_TRUE(cache->IsMounted(layer_.digest));
+  EXPECT_THAT(cache->Acquire(layer_.digest), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(cache->RefCount(layer_.digest), 0u);
+  cache->Sweep(true);
+  EXPECT_FALSE(cache->IsMounted(layer_.digest));
+}
+
+// A remove holding the blob's write lock (between its lock and its unlink):
+// an Acquire then answers Unavailable (retryable) and mounts nothing.
+TEST_F(MountCacheTest, AcquireRefusedWhileARemoveHoldsTheBlob) {
+  auto cache = OpenCache();
+  ASSERT_NE(cache, nullptr);
+  UniqueFd w(open(store_->BlobPath(layer_.digest).c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(w.valid());
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  ASSERT_EQ(fcntl(w.get(), F_OFD_SETLK, &fl), 0) << strerror(errno);
+  EXPECT_THAT(cache->Acquire(layer_.digest), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_FALSE(cache->IsMounted(layer_.digest));
+  EXPECT_EQ(CountMountsUnder(root_), 0);
+  w.reset();
+  ASSERT_OK(cache->Acquire(layer_.digest));
+  cache->Release(layer_.digest);
+  cache->Sweep(true);
+}
+
 }  // namespace
 }  // namespace warren::image
