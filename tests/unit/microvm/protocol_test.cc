@@ -252,7 +252,7 @@ TEST(MessageTest, HelloWithANicRoundTripsAndIsValidated) {
   ASSERT_TRUE(proto::Decode(proto::Encode(reply), &reply_out, &why)) << why;
   EXPECT_TRUE(reply_out.nic);
 
-  auto refused = [&](proto::Hello bad, const char* what) {
+  auto refused = [&](const proto::Hello& bad, const char* what) {
     proto::Hello got;
     std::string w;
     EXPECT_FALSE(proto::Decode(proto::Encode(bad), &got, &w)) << what;
