@@ -358,6 +358,8 @@ Status LayerStore::Remove(std::string_view ref) {
     struct flock fl {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
+    fl.l_start = kBlobHoldLockByte;
+    fl.l_len = 1;
     if (write_lock.valid() && fcntl(write_lock.get(), F_OFD_SETLK, &fl) != 0) {
       if (errno == EAGAIN || errno == EACCES) {
         return absl::FailedPreconditionError(
@@ -403,6 +405,8 @@ StatusOr<UniqueFd> LayerStore::HoldBlob(std::string_view digest) const {
   struct flock fl {};
   fl.l_type = F_RDLCK;
   fl.l_whence = SEEK_SET;
+  fl.l_start = kBlobHoldLockByte;
+  fl.l_len = 1;
   if (fcntl(fd.get(), F_OFD_SETLK, &fl) != 0) {
     if (errno == EAGAIN || errno == EACCES) {
       return absl::UnavailableError(name + " is being removed (a remove holds its blob's write lock)");

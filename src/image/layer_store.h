@@ -13,6 +13,8 @@
 // Thread-safe.
 #pragma once
 
+#include <sys/types.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -105,8 +107,8 @@ class LayerStore {
   // node sharing the store holds it (HoldBlob).
   Status Remove(std::string_view ref);
   // Holds the blob of `digest` (or its hex) against removal, across the
-  // nodes sharing the store: an OFD read lock (fcntl F_OFD_SETLK, the whole
-  // file) on an open fd of the blob, held while the returned fd is open
+  // nodes sharing the store: an OFD read lock (fcntl F_OFD_SETLK, the one
+  // byte kBlobHoldLockByte) on an open fd of the blob, held while the returned fd is open
   // (MountCache holds one per Acquire). A hold never lands on a blob being
   // removed: Unavailable (retryable) while a Remove holds its write lock,
   // NotFound when the blob is gone (also when it was unlinked between the
@@ -115,6 +117,13 @@ class LayerStore {
   // by the nodes' in-use counts only. OFD locks name no holder (l_pid is
   // -1): the refusal says what holds it, not which node.
   StatusOr<UniqueFd> HoldBlob(std::string_view digest) const;
+  // The byte of a blob that HoldBlob read-locks and Remove write-locks: one
+  // byte far past any layer's end, never the whole file, because QEMU's image
+  // locking (block/file-posix.c, "raw_check_lock_bytes") test-locks bytes
+  // 100.. and 200.. of every image it opens, and a microVM or VM attaches
+  // layer blobs as read-only drives: a whole-file lock made every cold boot
+  // fail with 'Failed to get "consistent read" lock'.
+  static constexpr off_t kBlobHoldLockByte = off_t{1} << 40;
   // Path of the blob of a digest.
   std::string BlobPath(std::string_view digest) const;
 

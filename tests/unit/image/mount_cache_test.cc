@@ -330,5 +330,33 @@ TEST_F(MountCacheTest, AcquireRefusedWhileARemoveHoldsTheBlob) {
   cache->Sweep(true);
 }
 
+// A held blob leaves the bytes QEMU's image locking tests free (it
+// test-locks 100.. and 200.. of every drive it opens, layers included): a
+// whole-file hold made every microVM cold boot fail ('Failed to get
+// "consistent read" lock'). The hold still refuses a remove (above).
+TEST_F(MountCacheTest, AHeldBlobLeavesQemusLockBytesFree) {
+  auto cache = OpenCache();
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Acquire(layer_.digest));
+  UniqueFd q(open(store_->BlobPath(layer_.digest).c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(q.valid());
+  for (off_t base : {off_t{100}, off_t{200}}) {
+    struct flock fl {};
+    fl.l_type = F_WRLCK;  // what QEMU's raw_check_lock_bytes asks
+    fl.l_whence = SEEK_SET;
+    fl.l_start = base;
+    fl.l_len = 8;
+    ASSERT_EQ(fcntl(q.get(), F_OFD_GETLK, &fl), 0) << strerror(errno);
+    EXPECT_EQ(fl.l_type, F_UNLCK) << "bytes " << base << "..: held";
+  }
+  struct flock whole {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
+  ASSERT_EQ(fcntl(q.get(), F_OFD_GETLK, &whole), 0) << strerror(errno);
+  EXPECT_EQ(whole.l_type, F_RDLCK);  // the hold itself is there
+  cache->Release(layer_.digest);
+  cache->Sweep(true);
+}
+
 }  // namespace
 }  // namespace warren::image
