@@ -45,6 +45,43 @@ if [[ ${WARREN_TIDY:-0} == all ]]; then
 elif [[ ${WARREN_TIDY:-0} == 1 ]]; then
   step lint-tidy scripts/lint.sh tidy --changed
 fi
+# The sanitizer builds (below) start now, in the background at the lowest CPU
+# and I/O priority: they take the CPU the integration tests leave idle (their
+# guests boot, daemons wait, servers sleep) instead of ~20 min of their own at
+# the end. Their steps wait for them and print their logs.
+tsan_targets=(node_test node_lifecycle_test node_ring_buffer_test node_process_table_test node_run_dir_test
+  uid_slots_test fncall_test)
+san_build() {
+  if [[ ${WARREN_ASAN:-0} == 1 ]]; then
+    (cmake --preset asan && cmake --build build-asan -j2) >"$logs/asan-build-bg.log" 2>&1
+    echo $? >"$logs/asan-build.rc"
+  fi
+  if [[ ${WARREN_TSAN:-0} == 1 ]]; then
+    (cmake --preset tsan >/dev/null && cmake --build build-tsan -j2 --target "${tsan_targets[@]}") \
+      >"$logs/tsan-build-bg.log" 2>&1
+    echo $? >"$logs/tsan-build.rc"
+  fi
+}
+rm -f "$logs/asan-build.rc" "$logs/tsan-build.rc"
+san_pid=
+if [[ ${WARREN_ASAN:-0} == 1 || ${WARREN_TSAN:-0} == 1 ]]; then
+  {
+    renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true  # before it starts anything: inherited
+    ionice -c 3 -p "$BASHPID" >/dev/null 2>&1 || true
+    san_build
+  } </dev/null &
+  san_pid=$!
+fi
+# Waits for the background sanitizer build of $1 (asan|tsan), prints its log's
+# tail and exits with its status.
+san_wait() {
+  while [[ ! -e $logs/$1-build.rc ]] && kill -0 "$san_pid" 2>/dev/null; do sleep 5; done
+  tail -n 20 "$logs/$1-build-bg.log"
+  [[ -e $logs/$1-build.rc ]] && return "$(cat "$logs/$1-build.rc")"
+  echo "the $1 build ended without a status"
+  return 1
+}
+
 step unit ctest --test-dir build --output-on-failure -j2 --timeout 600
 step sdk .venv/bin/python -m pytest -q sdk/python/tests
 # shellcheck disable=SC2086
@@ -65,7 +102,7 @@ step security .venv/bin/python -m pytest -v -rA tests/security "${extra[@]}"
 step soak .venv/bin/python -m pytest -v -rA -s tests/soak "${extra[@]}"
 
 if [[ ${WARREN_ASAN:-0} == 1 ]]; then
-  step asan-build bash -c 'cmake --preset asan && cmake --build build-asan -j2'
+  step asan-build san_wait asan
   step asan-unit ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
 fi
 
@@ -75,9 +112,7 @@ if [[ ${WARREN_TSAN:-0} == 1 ]]; then
   # container_backend_test: its sandboxes' init children run instrumented code after a raw clone3
   # that TSan never sees (no fork interceptor), so TSan reports stale-shadow races in them (pid 1)
   # and they can hang on TSan's internal locks.
-  tsan_targets=(node_test node_lifecycle_test node_ring_buffer_test node_process_table_test node_run_dir_test
-    uid_slots_test fncall_test)
-  step tsan-build bash -c 'cmake --preset tsan >/dev/null && cmake --build build-tsan -j2 --target "$@"' _ "${tsan_targets[@]}"
+  step tsan-build san_wait tsan
   # ctest selects those executables' tests by their gtest suite names.
   tsan_suites=$(for t in "${tsan_targets[@]}"; do
     f=$(find build-tsan/tests -type f -name "$t" -perm -u+x | head -1)

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -23,6 +25,29 @@
 
 namespace warren::jail {
 namespace {
+
+// How long Freeze waits for the kernel to report the cgroup frozen. A task
+// in an uninterruptible sleep (a FUSE read of an lxcfs /proc view, I/O on a
+// loaded disk) freezes only when it wakes: 1 s was too short on a loaded
+// 2-core machine (a suspend answered Aborted in the integration suite).
+constexpr std::chrono::milliseconds kFreezeWait{5000};
+
+// Polls `frozen` (every 1 ms for the first 100 ms, then every 10 ms) until it
+// holds or kFreezeWait has passed; calls `kick` every 250 ms meanwhile.
+bool WaitFrozen(const std::function<bool()>& frozen, const std::function<void()>& kick) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next_kick = t0 + std::chrono::milliseconds(250);
+  while (true) {
+    if (frozen()) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - t0 >= kFreezeWait) return false;
+    if (now >= next_kick) {
+      kick();
+      next_kick = now + std::chrono::milliseconds(250);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(now - t0 < std::chrono::milliseconds(100) ? 1 : 10));
+  }
+}
 
 constexpr int64_t kCfsPeriodUs = 100000;
 
@@ -323,15 +348,21 @@ class CgroupV1 : public Cgroup {
   Status Freeze() override {
     auto it = hiers_.find("freezer");
     if (it == hiers_.end()) return absl::OkStatus();
-    RETURN_IF_ERROR(WriteFile(it->second + "/freezer.state", "FROZEN"));
-    for (int i = 0; i < 1000; ++i) {
-      auto s = ReadFile(it->second + "/freezer.state");
-      if (!s || s->rfind("FROZEN", 0) == 0) return absl::OkStatus();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    (void)WriteFile(it->second + "/freezer.state", "THAWED");
-    return absl::AbortedError("freezer.state of " + it->second +
-                              " still FREEZING after 1 s (a task could not freeze now); thawed again, retry");
+    const std::string state = it->second + "/freezer.state";
+    RETURN_IF_ERROR(WriteFile(state, "FROZEN"));
+    const bool frozen = WaitFrozen(
+        [&] {
+          auto s = ReadFile(state);
+          return !s || s->rfind("FROZEN", 0) == 0;
+        },
+        // v1 tries each task once per write: tasks that could not freeze
+        // then (in an uninterruptible sleep) are tried again.
+        [&] { (void)WriteFile(state, "FROZEN"); });
+    if (frozen) return absl::OkStatus();
+    (void)WriteFile(state, "THAWED");
+    return absl::AbortedError("freezer.state of " + it->second + " still FREEZING after " +
+                              std::to_string(kFreezeWait.count()) +
+                              " ms (a task could not freeze now); thawed again, retry");
   }
   Status ThawTree() override {
     auto it = hiers_.find("freezer");
@@ -581,14 +612,17 @@ class CgroupV2 : public Cgroup {
 
   Status Freeze() override {
     RETURN_IF_ERROR(WriteFile(dir_ + "/cgroup.freeze", "1"));
-    for (int i = 0; i < 1000; ++i) {
-      auto t = ReadFile(dir_ + "/cgroup.events");
-      if (!t || ParseKey(*t, "frozen") == 1) return absl::OkStatus();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const bool frozen = WaitFrozen(
+        [&] {
+          auto t = ReadFile(dir_ + "/cgroup.events");
+          return !t || ParseKey(*t, "frozen") == 1;
+        },
+        [] {});  // v2 keeps freezing tasks as they become freezable
+    if (frozen) return absl::OkStatus();
     (void)WriteFile(dir_ + "/cgroup.freeze", "0");
-    return absl::AbortedError("cgroup.events of " + dir_ +
-                              " did not report frozen 1 within 1 s (a task could not freeze now); thawed again, retry");
+    return absl::AbortedError("cgroup.events of " + dir_ + " did not report frozen 1 within " +
+                              std::to_string(kFreezeWait.count()) +
+                              " ms (a task could not freeze now); thawed again, retry");
   }
   Status Thaw() override { return WriteFile(dir_ + "/cgroup.freeze", "0"); }
   Status ThawTree() override { return WriteTree(dir_, "cgroup.freeze", "0"); }

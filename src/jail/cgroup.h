@@ -85,7 +85,7 @@ class Cgroup {
   virtual std::vector<pid_t> Pids(bool recursive) const = 0;
   virtual bool Empty() const { return Pids(true).empty(); }
   // Freezes/thaws the cgroup and its descendants; Freeze waits (bounded by
-  // 1 s) until the kernel reports the frozen state. When it does not (a task
+  // 5 s) until the kernel reports the frozen state. When it does not (a task
   // that cannot freeze now: exiting, in the middle of a fork or an exec), the
   // cgroup is thawed again (a cgroup left FREEZING would freeze its tasks
   // one by one, later) and Freeze returns Aborted: retryable, nothing

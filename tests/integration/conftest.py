@@ -555,7 +555,22 @@ def sandbox_processes(daemon_pids: Iterable[int], node_ids: Iterable[str]) -> Se
     for ppid, ps in shells.items():
         if len(ps) <= WARM_SHELLS_DEFAULT:
             found -= ps
+    # A live daemon's pool of warmed-up microVM clones (--microvm-pool): it
+    # fills in the background after the first microVM create, so its QEMUs
+    # come after any baseline. A pool QEMU sits in a cgroup "pool-<k>"; once
+    # a create takes it, its cgroup is the sandbox's (and it counts again).
+    for p in list(found):
+        if p in table and table[p][1].startswith("qemu-system") and _in_pool_cgroup(p):
+            found.discard(p)
     return {f"{p}:{table[p][1]}" for p in found if p in table}
+
+
+def _in_pool_cgroup(pid: int) -> bool:
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    return any(re.fullmatch(r"pool-\d+", line.rsplit("/", 1)[-1]) for line in lines if "/" in line)
 
 
 def wait_warm_pool(daemon: "Daemon", timeout: float = 10.0) -> None:
