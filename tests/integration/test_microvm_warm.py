@@ -217,9 +217,11 @@ def test_a_failed_template_build_falls_back_to_a_cold_boot_and_says_why(
         f"{NODE_PREFIX}v",
         extra_args=["--microvm-dir", str(GUEST), "--warm-shells", "0"],
     ).start()
+    # A file where the templates' dir goes: the build cannot start. Removed
+    # however the test ends (the daemon's run dir, and the run root's tmpfs
+    # with it, go only when empty).
+    blocker = _run_dir(d) / "microvm-templates"
     try:
-        # A file where the templates' dir goes: the build cannot start.
-        blocker = _run_dir(d) / "microvm-templates"
         blocker.write_text("not a dir")
         sb = d.client.create(
             backend="microvm",
@@ -236,8 +238,8 @@ def test_a_failed_template_build_falls_back_to_a_cold_boot_and_says_why(
         assert "no microvm template; creates boot cold" in log, log
         assert "microvm-templates" in log, log
         assert not _template_qemus(d)
-        blocker.unlink()
     finally:
+        blocker.unlink(missing_ok=True)
         d.stop()
 
 
