@@ -557,7 +557,7 @@ def sandbox_processes(daemon_pids: Iterable[int], node_ids: Iterable[str]) -> Se
             found -= ps
     # A live daemon's pool of warmed-up microVM clones (--microvm-pool): it
     # fills in the background after the first microVM create, so its QEMUs
-    # come after any baseline. A pool QEMU sits in a cgroup "pool-<k>"; once
+    # come after any baseline. A pool QEMU sits in a cgroup "pool-<h>-<k>"; once
     # a create takes it, its cgroup is the sandbox's (and it counts again).
     for p in list(found):
         if p in table and table[p][1].startswith("qemu-system") and _in_pool_cgroup(p):
@@ -570,7 +570,17 @@ def _in_pool_cgroup(pid: int) -> bool:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return False
-    return any(re.fullmatch(r"pool-\d+", line.rsplit("/", 1)[-1]) for line in lines if "/" in line)
+    return any(re.fullmatch(r"pool-[0-9a-f]{8}-\d+", line.rsplit("/", 1)[-1]) for line in lines if "/" in line)
+
+
+def microvm_pool_cgroup_prefix(daemon: "Daemon") -> str:
+    """The name prefix of a daemon's microVM pool cgroups: pool-<h>- with h
+    the FNV-1a 32 hash of its disk dir (PoolCgroup in
+    src/runtime/microvm/microvm_backend.cc)."""
+    h = 2166136261
+    for c in f"{daemon.state_dir}/microvm-disks".encode():
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return f"pool-{h:08x}-"
 
 
 def wait_warm_pool(daemon: "Daemon", timeout: float = 10.0) -> None:
@@ -715,8 +725,20 @@ def vm_cgroups(sandbox_id: str, kind: str = "warren-microvm") -> List[Path]:
 def one_qemu(sandbox_id: str) -> int:
     """The pid of the one running QEMU of a sandbox (fails if not exactly one)."""
     pids = [p for p in qemu_pids(sandbox_id) if running(p)]
-    assert len(pids) == 1, pids
+    assert len(pids) == 1, [_qemu_what(p) for p in pids]
     return pids[0]
+
+
+def _qemu_what(pid: int) -> str:
+    """A QEMU named for a failure message: pid, parent, cgroups, -name."""
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cgs = sorted({line.split(":", 2)[2] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()})
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        name = argv[argv.index(b"-name") + 1].decode() if b"-name" in argv else "?"
+    except (OSError, ValueError, IndexError) as e:
+        return f"{pid} ({e})"
+    return f"{pid} ppid={st[1]} state={st[0]} name={name} cgroups={cgs}"
 
 
 def running(pid: int) -> bool:

@@ -19,7 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import NODE_PREFIX, Daemon, cgroup_dirs, qemu_pids, running
+from conftest import (
+    NODE_PREFIX,
+    Daemon,
+    cgroup_dirs,
+    microvm_pool_cgroup_prefix,
+    qemu_pids,
+    running,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 QEMU = shutil.which("qemu-system-x86_64")
@@ -74,11 +81,11 @@ def _template_qemus(d: Daemon) -> set[int]:
 
 
 def _pool_leftovers(d: Daemon) -> list[str]:
-    """What pool VMs hold: QEMUs, cgroups pool-<k>, disks pool-*.img."""
+    """What pool VMs hold: QEMUs, cgroups pool-<h>-<k>, disks pool-*.img."""
     left = [f"qemu pid {p}" for p in _pool_qemus(d)]
     left += [str(p) for p in (d.state_dir / "microvm-disks").glob("pool-*")]
     for cg in cgroup_dirs().values():
-        left += [str(p) for p in (cg / "warren-microvm").glob("pool-*")]
+        left += [str(p) for p in (cg / "warren-microvm").glob(microvm_pool_cgroup_prefix(d) + "*")]
     return left
 
 
@@ -434,6 +441,22 @@ def test_pool_vms_left_by_a_kill9_are_removed_at_restart(
         _wait_pool(d, 1)
         pids = _pool_qemus(d)
         assert len(pids) == 1, pids
+        # Another daemon started in the same cgroup (the tests', or a host
+        # running several nodes) sweeps only its own pool cgroups: this
+        # daemon's pool VM lives on (with cgroups named pool-<k> alike, the
+        # neighbour's start killed it, and two fillers shared one cgroup).
+        n = Daemon(
+            test_root,
+            "mvm-warm-pool-neighbour",
+            layer_store,
+            f"{NODE_PREFIX}q",
+            extra_args=["--microvm-dir", str(GUEST), "--warm-shells", "0"],
+        ).start()
+        try:
+            assert all(running(p) for p in pids), "a neighbour's start killed the pool VM"
+        finally:
+            n.stop()
+        assert all(running(p) for p in pids), "a neighbour's stop killed the pool VM"
         d.kill9()
         assert all(running(p) for p in pids), "the pool QEMU outlived the daemon"
         d.start()

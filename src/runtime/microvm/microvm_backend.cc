@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -48,9 +49,22 @@ constexpr uint32_t kMinMemoryMb = 128;
 // QEMU's threads (vCPUs, RCU, I/O workers) with room.
 constexpr uint32_t kQemuPids = 64;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
-// Pool VMs' cgroups are pool-0 .. pool-<kMaxPool - 1>.
+// Pool VMs are pool-0 .. pool-<kMaxPool - 1> (their disks and dirs).
 constexpr uint32_t kMaxPool = 16;
 constexpr char kPoolPrefix[] = "pool-";
+
+// The cgroup of pool VM `k` of the daemon whose disks are in `disk_dir`:
+// pool-<FNV-1a 32 of disk_dir, hex>-<k>. Daemons started in one cgroup (the
+// tests', a host running several nodes) share the backend's cgroup dir; with
+// a bare pool-<k> one daemon's start removed another's pool VMs and two
+// fillers shared a cgroup (a create then took both QEMUs).
+std::string PoolCgroup(const std::string& disk_dir, uint32_t k) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : disk_dir) h = (h ^ c) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", h);
+  return kPoolPrefix + std::string(hex) + "-" + std::to_string(k);
+}
 
 bool PidfdAlive(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
@@ -269,7 +283,7 @@ class MicrovmBackend : public Backend {
         continue;
       }
       Log(spdlog::level::info, "microvm pool clone ready",
-          {{"cgroup", kPoolPrefix + std::to_string(v->k)}, {"pool", std::to_string(pool_.size() + 1)}});
+          {{"cgroup", PoolCgroup(o_.disk_dir, v->k)}, {"pool", std::to_string(pool_.size() + 1)}});
       pool_.push_back(std::move(v));
     }
   }
@@ -296,7 +310,7 @@ class MicrovmBackend : public Backend {
     limits.best_effort = true;
     limits.memory_bytes = (uint64_t{v.vm.memory_mb} + microvm::kQemuOverheadMb) << 20;
     limits.pids = kQemuPids;
-    ASSIGN_OR_RETURN(v.cgroup, cgroups_->Create(name, limits));
+    ASSIGN_OR_RETURN(v.cgroup, cgroups_->Create(PoolCgroup(o_.disk_dir, v.k), limits));
     ASSIGN_OR_RETURN(std::vector<UniqueFd> procs, cgroup_procs(*v.cgroup));
     v.dir = o_.template_dir + "/" + name;
     (void)RemoveTree(v.dir);
@@ -370,7 +384,7 @@ class MicrovmBackend : public Backend {
     // QEMU was charged so far stays its own); where cgroupfs cannot rename
     // (v2), QEMU (all its threads) moves into a new one and the pool's goes
     // (its memory charged so far stays with the removed cgroup).
-    const std::string pool_name = kPoolPrefix + std::to_string(v->k);
+    const std::string pool_name = PoolCgroup(o_.disk_dir, v->k);
     // Without cpu_millis SetLimits would leave the pool's CPU weight: a new
     // cgroup then.
     Status renamed = limits.cpu_millis != 0 ? cgroups_->Rename(pool_name, spec.id)
@@ -946,7 +960,7 @@ StatusOr<std::unique_ptr<Backend>> NewMicrovmBackend(const MicrovmOptions& optio
   // sandboxes, so nothing re-adopts them. Their QEMUs die with their
   // cgroups, their disks name their uid slots.
   for (uint32_t k = 0; k < kMaxPool; ++k) {
-    StatusOr<std::unique_ptr<jail::Cgroup>> cg = cgroups->Open(kPoolPrefix + std::to_string(k));
+    StatusOr<std::unique_ptr<jail::Cgroup>> cg = cgroups->Open(PoolCgroup(options.disk_dir, k));
     if (!cg.ok()) continue;
     Log(spdlog::level::warn, "removing a microvm pool VM left by an earlier daemon", {{"cgroup", (*cg)->rel()}});
     RETURN_IF_ERROR((*cg)->Destroy(std::chrono::seconds(5)));

@@ -37,7 +37,9 @@
 //   template with its root that the last create used restored, given a
 //   fresh RNG seed and warmed up by one command (TCG translates the guest
 //   code a clone runs anew in every QEMU: the hello and the first exec
-//   then find it translated), each in a cgroup pool-<k> (the lowest CPU
+//   then find it translated), each in a cgroup pool-<h>-<k> (h: a hash of
+//   disk_dir, so that daemons sharing a parent cgroup keep their pools
+//   apart; the lowest CPU
 //   weight: the pool fills on CPU the sandboxes leave idle) with a disk
 //   <disk_dir>/pool-<k>-u<uid slot>.img and its sockets in
 //   <template_dir>/pool-<k>. A create that finds one takes it: its cgroup
@@ -48,7 +50,7 @@
 //   RNG (reseeded again), hostname, /dev/shm and task limit; boot_id is read
 //   for the first time then. Its miss path is the clone above. Pool VMs
 //   are not sandboxes: the backend's end destroys them, and a daemon
-//   started after a kill -9 kills what is left in pool-<k> cgroups and
+//   started after a kill -9 kills what is left in its pool-<h>-<k> cgroups and
 //   removes their disks (NewMicrovmBackend).
 // * Files: also <spec.dir>/qmp.sock (QEMU's monitor, every VM) and, while
 //   suspended, <disk_dir>/<id>.vmstate (the saved VM).
