@@ -63,6 +63,8 @@ class Projects {
                                                              const warren::v1::CreateProjectRequest& req) = 0;
   virtual StatusOr<warren::v1::Project> Get(const std::string& caller, const std::string& path) = 0;
   virtual StatusOr<std::vector<warren::v1::Project>> List(const std::string& caller) = 0;
+  virtual StatusOr<warren::v1::Project> Update(const std::string& caller,
+                                               const warren::v1::UpdateProjectRequest& req) = 0;
   virtual Status Delete(const std::string& caller, const std::string& path) = 0;
 };
 

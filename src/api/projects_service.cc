@@ -48,6 +48,14 @@ grpc::Status ProjectsService::List(grpc::ServerContext* ctx, const v1::ListProje
   return grpc::Status::OK;
 }
 
+grpc::Status ProjectsService::Update(grpc::ServerContext* ctx, const v1::UpdateProjectRequest* req, v1::Project* resp) {
+  RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
+  Projects* projects = nullptr;
+  RETURN_IF_GRPC_ERROR(Store(deps_, &projects));
+  ASSIGN_OR_RETURN_GRPC(*resp, projects->Update(deps_.auth->Project(*ctx), *req));
+  return grpc::Status::OK;
+}
+
 grpc::Status ProjectsService::Delete(grpc::ServerContext* ctx, const v1::DeleteProjectRequest* req,
                                      v1::DeleteProjectResponse*) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));

@@ -20,6 +20,8 @@ class ProjectsService final : public warren::v1::Projects::Service {
                    warren::v1::Project* resp) override;
   grpc::Status List(grpc::ServerContext* ctx, const warren::v1::ListProjectsRequest* req,
                     warren::v1::ListProjectsResponse* resp) override;
+  grpc::Status Update(grpc::ServerContext* ctx, const warren::v1::UpdateProjectRequest* req,
+                      warren::v1::Project* resp) override;
   grpc::Status Delete(grpc::ServerContext* ctx, const warren::v1::DeleteProjectRequest* req,
                       warren::v1::DeleteProjectResponse* resp) override;
 

@@ -151,6 +151,8 @@ struct ProjectArgs {
   std::string path;
   uint32_t sandboxes = 0;  // quotas; 0 = no limit of its own
   uint64_t cpu_millis = 0;
+  double creates_per_second = 0;  // quota; 0 = no limit of its own
+  uint32_t create_burst = 0;      // 0 = max(1, floor(creates_per_second))
   uint64_t memory_mb = 0;
 };
 

@@ -1,4 +1,5 @@
 // warren project create PATH [--sandboxes N] [--cpu-millis N] [--memory-mb N]
+//   [--creates-per-second R [--create-burst N]] | update PATH [the same quota flags]
 // | ls | get PATH | rm PATH: the cluster's projects (README "Projects and
 // quotas"). FAILED_PRECONDITION from a node that is not in a cluster.
 #include <iostream>
@@ -18,7 +19,9 @@ nlohmann::json ProjectToJson(const v1::Project& p) {
           {"quota",
            {{"sandboxes", p.quota().sandboxes()},
             {"cpu_millis", p.quota().cpu_millis()},
-            {"memory_mb", p.quota().memory_mb()}}},
+            {"memory_mb", p.quota().memory_mb()},
+            {"creates_per_second", p.quota().creates_per_second()},
+            {"create_burst", p.quota().create_burst()}}},
           {"usage",
            {{"sandboxes", p.usage().sandboxes()},
             {"cpu_millis", p.usage().cpu_millis()},
@@ -45,6 +48,8 @@ int RunProject(Invocation& inv, const std::string& action) {
     req.mutable_quota()->set_sandboxes(a.sandboxes);
     req.mutable_quota()->set_cpu_millis(a.cpu_millis);
     req.mutable_quota()->set_memory_mb(a.memory_mb);
+    req.mutable_quota()->set_creates_per_second(a.creates_per_second);
+    req.mutable_quota()->set_create_burst(a.create_burst);
     v1::CreateProjectResponse resp;
     gs = stub->Create(&ctx, req, &resp);
     if (Status st = FromGrpc(gs); !st.ok()) {
@@ -59,7 +64,22 @@ int RunProject(Invocation& inv, const std::string& action) {
     }
     return kExitOk;
   }
-  if (action == "rm") {
+  if (action == "update") {
+    v1::UpdateProjectRequest req;
+    req.set_path(a.path);
+    req.mutable_quota()->set_sandboxes(a.sandboxes);
+    req.mutable_quota()->set_cpu_millis(a.cpu_millis);
+    req.mutable_quota()->set_memory_mb(a.memory_mb);
+    req.mutable_quota()->set_creates_per_second(a.creates_per_second);
+    req.mutable_quota()->set_create_burst(a.create_burst);
+    v1::Project p;
+    gs = stub->Update(&ctx, req, &p);
+    if (Status st = FromGrpc(gs); !st.ok()) {
+      PrintError(st);
+      return kExitError;
+    }
+    projects.push_back(p);
+  } else if (action == "rm") {
     v1::DeleteProjectRequest req;
     req.set_path(a.path);
     v1::DeleteProjectResponse resp;
@@ -77,7 +97,7 @@ int RunProject(Invocation& inv, const std::string& action) {
     v1::Project p;
     gs = stub->Get(&ctx, req, &p);
     projects.push_back(p);
-  } else {
+  } else if (action == "ls") {
     v1::ListProjectsResponse resp;
     gs = stub->List(&ctx, v1::ListProjectsRequest(), &resp);
     projects.assign(resp.projects().begin(), resp.projects().end());
@@ -87,7 +107,7 @@ int RunProject(Invocation& inv, const std::string& action) {
     return kExitError;
   }
   if (inv.global.json) {
-    if (action == "get") {
+    if (action != "ls") {
       PrintJson(ProjectToJson(projects.at(0)));
     } else {
       nlohmann::json all = nlohmann::json::array();
@@ -96,11 +116,14 @@ int RunProject(Invocation& inv, const std::string& action) {
     }
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"PROJECT", "SANDBOXES", "MILLICPUS", "MEMORY_MB", "CREATED"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"PROJECT", "SANDBOXES", "MILLICPUS", "MEMORY_MB", "CREATES/S", "CREATED"}};
   for (const v1::Project& p : projects) {
     rows.push_back({p.path(), OfQuota(p.usage().sandboxes(), p.quota().sandboxes()),
                     OfQuota(p.usage().cpu_millis(), p.quota().cpu_millis()),
-                    OfQuota(p.usage().memory_mb(), p.quota().memory_mb()), FormatAge(p.created_ns(), WallNowNs())});
+                    OfQuota(p.usage().memory_mb(), p.quota().memory_mb()),
+                    p.quota().creates_per_second() > 0 ? absl::StrCat(p.quota().creates_per_second()) : "-",
+                    FormatAge(p.created_ns(), WallNowNs())});
   }
   PrintTable(std::cout, rows);
   return kExitOk;
@@ -115,12 +138,28 @@ void AddProjectCommands(CLI::App& root, Invocation& inv) {
   CLI::App* create = project->add_subcommand("create", "Create a project (its parent must exist); prints its token.");
   create->fallthrough();
   create->add_option("path", inv.project.path, "project path, e.g. team/run-7")->required();
-  create->add_option("--sandboxes", inv.project.sandboxes, "quota: sandboxes at once (0 = no limit of its own)");
-  create->add_option("--cpu-millis", inv.project.cpu_millis, "quota: millicpus asked for at once (0 = none)");
-  create->add_option("--memory-mb", inv.project.memory_mb, "quota: MiB of memory asked for at once (0 = none)");
+  auto quota_options = [&inv](CLI::App* c) {
+    c->add_option("--sandboxes", inv.project.sandboxes, "quota: sandboxes at once (0 = no limit of its own)");
+    c->add_option("--cpu-millis", inv.project.cpu_millis, "quota: millicpus asked for at once (0 = none)");
+    c->add_option("--memory-mb", inv.project.memory_mb, "quota: MiB of memory asked for at once (0 = none)");
+    c->add_option("--creates-per-second", inv.project.creates_per_second,
+                  "quota: creates admitted per second, cluster-wide (GCRA; 0 = none)");
+    c->add_option("--create-burst", inv.project.create_burst,
+                  "quota: creates at once before the rate applies (0 = max(1, the rate))");
+  };
+  quota_options(create);
   create->callback([&inv] {
     inv.verb = "project create";
     inv.run = [](Invocation& i) { return RunProject(i, "create"); };
+  });
+  CLI::App* update = project->add_subcommand(
+      "update", "Replace a project's quota as a whole (flags left out are no limit of its own).");
+  update->fallthrough();
+  update->add_option("path", inv.project.path, "project path")->required();
+  quota_options(update);
+  update->callback([&inv] {
+    inv.verb = "project update";
+    inv.run = [](Invocation& i) { return RunProject(i, "update"); };
   });
   CLI::App* ls = project->add_subcommand("ls", "List the projects this caller may see, with usage/quota.");
   ls->fallthrough();

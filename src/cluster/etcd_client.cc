@@ -202,8 +202,9 @@ StatusOr<bool> EtcdClient::Txn(const etcdserverpb::TxnRequest& req, const std::s
   return resp.succeeded();
 }
 
-StatusOr<bool> EtcdClient::PutIfUnchanged(const std::string& guard_prefix, int64_t revision, const std::string& key,
-                                          const std::string& value, int64_t lease) {
+StatusOr<bool> EtcdClient::PutIfUnchanged(const std::string& guard_prefix, int64_t revision,
+                                          const std::vector<EtcdKv>& puts) {
+  if (puts.empty()) return absl::InvalidArgumentError("etcd: a guarded put of no keys");
   pb::TxnRequest req;
   pb::Compare* c = req.add_compare();
   c->set_result(pb::Compare::LESS);
@@ -211,11 +212,15 @@ StatusOr<bool> EtcdClient::PutIfUnchanged(const std::string& guard_prefix, int64
   c->set_key(guard_prefix);
   c->set_range_end(PrefixEnd(guard_prefix));
   c->set_mod_revision(revision + 1);
-  pb::PutRequest* put = req.add_success()->mutable_request_put();
-  put->set_key(key);
-  put->set_value(value);
-  put->set_lease(lease);
-  return Txn(req, key + " if " + guard_prefix + "* unchanged since " + std::to_string(revision));
+  std::string keys;
+  for (const EtcdKv& kv : puts) {
+    pb::PutRequest* put = req.add_success()->mutable_request_put();
+    put->set_key(kv.key);
+    put->set_value(kv.value);
+    put->set_lease(kv.lease);
+    keys += (keys.empty() ? "" : ", ") + kv.key;
+  }
+  return Txn(req, keys + " if " + guard_prefix + "* unchanged since " + std::to_string(revision));
 }
 
 StatusOr<bool> EtcdClient::PutIfAbsent(const std::string& key, const std::string& value,

@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 
 #include "common/log.h"
 #include "common/time.h"
@@ -27,16 +32,58 @@ constexpr size_t kMissLoadsPerSecond = 20;
 // A create's quota transaction: tries and time before it answers Unavailable.
 constexpr int kMaxTries = 64;
 constexpr auto kAdmitBudget = std::chrono::seconds(5);
+// A project's create-rate key, beside its usage keys: '#' is no name
+// character, so it never collides with a child project or a node's key.
+constexpr char kRateKey[] = "#rate";
 
 std::string Parent(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
-bool HasQuota(const v1::ProjectQuota& q) { return q.sandboxes() > 0 || q.cpu_millis() > 0 || q.memory_mb() > 0; }
+bool HasQuota(const v1::ProjectQuota& q) {
+  return q.sandboxes() > 0 || q.cpu_millis() > 0 || q.memory_mb() > 0 || q.creates_per_second() > 0;
+}
 
 nlohmann::json QuotaJson(const v1::ProjectQuota& q) {
-  return {{"sandboxes", q.sandboxes()}, {"cpu_millis", q.cpu_millis()}, {"memory_mb", q.memory_mb()}};
+  return {{"sandboxes", q.sandboxes()},
+          {"cpu_millis", q.cpu_millis()},
+          {"memory_mb", q.memory_mb()},
+          {"creates_per_second", q.creates_per_second()},
+          {"create_burst", q.create_burst()}};
+}
+
+// The GCRA's parameters of a rate quota (project.proto): the emission
+// interval T (ns between creates on average) and the burst.
+int64_t RateIntervalNs(const v1::ProjectQuota& q) {
+  return std::max<int64_t>(1, std::llround(1e9 / q.creates_per_second()));
+}
+int64_t RateBurst(const v1::ProjectQuota& q) {
+  if (q.create_burst() > 0) return q.create_burst();
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(q.creates_per_second())));
+}
+
+// A key under /warren/usage/ that is no node's usage (a rate key).
+bool IsRateKey(const std::string& key) { return absl::EndsWith(key, std::string("/") + kRateKey); }
+
+// A rate as people write it ("2", "0.5").
+std::string RateText(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", r);
+  return buf;
+}
+
+// A creates-per-second quota that is not a finite number >= 0, or a burst
+// without a rate: what is wrong with it, else "".
+std::string BadRate(const v1::ProjectQuota& q) {
+  if (!std::isfinite(q.creates_per_second()) || q.creates_per_second() < 0) {
+    return "creates_per_second must be a finite number >= 0 (0 = no limit)";
+  }
+  if (q.creates_per_second() > 0 && q.creates_per_second() < 1e-3) {
+    return "creates_per_second must be at least 0.001 (one create in 1000 s)";
+  }
+  if (q.create_burst() > 0 && q.creates_per_second() == 0) return "create_burst needs creates_per_second";
+  return "";
 }
 
 std::string UsageJson(const ProjectStore::Usage& u) {
@@ -180,6 +227,8 @@ Status ProjectStore::Load() {
     d.quota.set_sandboxes(q.value("sandboxes", 0u));
     d.quota.set_cpu_millis(q.value("cpu_millis", uint64_t{0}));
     d.quota.set_memory_mb(q.value("memory_mb", uint64_t{0}));
+    d.quota.set_creates_per_second(q.value("creates_per_second", 0.0));
+    d.quota.set_create_burst(q.value("create_burst", 0u));
     if (!d.token_sha256.empty()) by_token[d.token_sha256] = d.path;
     defs[d.path] = std::move(d);
   }
@@ -275,18 +324,38 @@ StatusOr<std::unique_ptr<api::QuotaHold>> ProjectStore::Admit(const std::string&
     next += want;
     int64_t revision = 0;
     ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->RangePrefix(guard, &revision));
+    std::vector<EtcdKv> puts = {{mine, UsageJson(next), 0, lease}};
+    const int64_t now = WallNowNs();
     for (const Def& d : limits) {
       const std::string under = kUsagePrefix + d.path + "/";
       Usage used = next;
       for (const EtcdKv& kv : kvs) {
-        if (kv.key != mine && kv.key.rfind(under, 0) == 0) used += ParseUsage(kv.value);
+        if (kv.key != mine && kv.key.rfind(under, 0) == 0 && !IsRateKey(kv.key)) used += ParseUsage(kv.value);
       }
       if (std::string why = Exceeds(d.quota, used); !why.empty()) {
         return absl::ResourceExhaustedError("project " + d.path + ": " + why +
                                             "; retry after one of its sandboxes is destroyed");
       }
+      if (d.quota.creates_per_second() <= 0) continue;
+      // GCRA: the theoretical arrival time (TAT) of the next create; this
+      // one conforms when it is at most (burst - 1) intervals ahead of now.
+      const std::string rate_key = under + kRateKey;
+      int64_t tat = 0;
+      for (const EtcdKv& kv : kvs) {
+        if (kv.key == rate_key) (void)absl::SimpleAtoi(kv.value, &tat);
+      }
+      const int64_t interval = RateIntervalNs(d.quota);
+      const int64_t from = std::max(tat, now);
+      const int64_t ahead = from - now - (RateBurst(d.quota) - 1) * interval;
+      if (ahead > 0) {
+        return absl::ResourceExhaustedError("project " + d.path + ": quota of " +
+                                            RateText(d.quota.creates_per_second()) + " creates per second (burst " +
+                                            std::to_string(RateBurst(d.quota)) + ") reached; retry in " +
+                                            std::to_string((ahead + 999999) / 1000000) + " ms");
+      }
+      puts.push_back({rate_key, std::to_string(from + interval), 0, 0});
     }
-    ASSIGN_OR_RETURN(bool written, etcd_->PutIfUnchanged(guard, revision, mine, UsageJson(next), lease));
+    ASSIGN_OR_RETURN(bool written, etcd_->PutIfUnchanged(guard, revision, puts));
     if (written) {
       published_[project] = next;
       pending_[project] += want;
@@ -346,7 +415,7 @@ StatusOr<std::map<std::string, ProjectStore::Usage>> ProjectStore::AllUsage(cons
     for (auto it = std::lower_bound(kvs.begin(), kvs.end(), under,
                                     [](const EtcdKv& kv, const std::string& k) { return kv.key < k; });
          it != kvs.end() && it->key.rfind(under, 0) == 0; ++it) {
-      u += ParseUsage(it->value);
+      if (!IsRateKey(it->key)) u += ParseUsage(it->value);
     }
   }
   return out;
@@ -382,20 +451,8 @@ StatusOr<v1::CreateProjectResponse> ProjectStore::Create(const std::string& call
   }
   // A project delegates part of its quota: no limit above an ancestor's.
   const v1::ProjectQuota& q = req.quota();
-  for (std::string p = parent; !p.empty(); p = Parent(p)) {
-    std::optional<Def> d = Find(p);
-    if (!d) continue;
-    auto check = [&](const char* what, uint64_t want, uint64_t cap) -> Status {
-      if (cap > 0 && want > cap) {
-        return absl::InvalidArgumentError("quota " + std::string(what) + "=" + std::to_string(want) +
-                                          " is above project " + p + "'s " + std::to_string(cap));
-      }
-      return absl::OkStatus();
-    };
-    RETURN_IF_ERROR(check("sandboxes", q.sandboxes(), d->quota.sandboxes()));
-    RETURN_IF_ERROR(check("cpu_millis", q.cpu_millis(), d->quota.cpu_millis()));
-    RETURN_IF_ERROR(check("memory_mb", q.memory_mb(), d->quota.memory_mb()));
-  }
+  if (std::string why = BadRate(q); !why.empty()) return absl::InvalidArgumentError("project " + path + ": " + why);
+  RETURN_IF_ERROR(CheckAncestors(path, q));
   ASSIGN_OR_RETURN(std::string token, NewToken());
   const int64_t created = WallNowNs();
   nlohmann::json j = {
@@ -413,6 +470,85 @@ StatusOr<v1::CreateProjectResponse> ProjectStore::Create(const std::string& call
   *resp.mutable_project() = ToProto(path, q, created, Usage{});
   resp.set_token(token);
   return resp;
+}
+
+Status ProjectStore::CheckAncestors(const std::string& path, const v1::ProjectQuota& q) {
+  for (std::string p = Parent(path); !p.empty(); p = Parent(p)) {
+    std::optional<Def> d = Find(p);
+    if (!d) continue;
+    auto check = [&](const char* what, uint64_t want, uint64_t cap) -> Status {
+      if (cap > 0 && want > cap) {
+        return absl::InvalidArgumentError("quota " + std::string(what) + "=" + std::to_string(want) +
+                                          " is above project " + p + "'s " + std::to_string(cap));
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(check("sandboxes", q.sandboxes(), d->quota.sandboxes()));
+    RETURN_IF_ERROR(check("cpu_millis", q.cpu_millis(), d->quota.cpu_millis()));
+    RETURN_IF_ERROR(check("memory_mb", q.memory_mb(), d->quota.memory_mb()));
+    if (d->quota.creates_per_second() > 0 && q.creates_per_second() > d->quota.creates_per_second()) {
+      return absl::InvalidArgumentError("quota creates_per_second=" + RateText(q.creates_per_second()) +
+                                        " is above project " + p + "'s " + RateText(d->quota.creates_per_second()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<v1::Project> ProjectStore::Update(const std::string& caller, const v1::UpdateProjectRequest& req) {
+  const std::string& path = req.path();
+  RETURN_IF_ERROR(CheckPath(path));
+  // A project's limits are its parent's to set: a token never raises its own.
+  if (!caller.empty() && (caller == path || !api::InProject(caller, path))) {
+    return absl::PermissionDeniedError("project " + caller + " may update only projects below itself");
+  }
+  const v1::ProjectQuota& q = req.quota();
+  if (std::string why = BadRate(q); !why.empty()) return absl::InvalidArgumentError("project " + path + ": " + why);
+  RETURN_IF_ERROR(Load());
+  if (!Find(path)) return absl::NotFoundError("project " + path + " does not exist");
+  RETURN_IF_ERROR(CheckAncestors(path, q));
+  // The projects below keep their own limits: the new ones must not fall
+  // under them (lower those first).
+  {
+    std::lock_guard<std::mutex> l(cache_mu_);
+    for (const auto& [p, d] : defs_) {
+      if (p == path || !api::InProject(path, p)) continue;
+      auto check = [&](const char* what, uint64_t want, uint64_t own) -> Status {
+        if (want > 0 && own > want) {
+          return absl::InvalidArgumentError("quota " + std::string(what) + "=" + std::to_string(want) +
+                                            " is below project " + p + "'s " + std::to_string(own) +
+                                            "; lower that first");
+        }
+        return absl::OkStatus();
+      };
+      RETURN_IF_ERROR(check("sandboxes", q.sandboxes(), d.quota.sandboxes()));
+      RETURN_IF_ERROR(check("cpu_millis", q.cpu_millis(), d.quota.cpu_millis()));
+      RETURN_IF_ERROR(check("memory_mb", q.memory_mb(), d.quota.memory_mb()));
+      if (q.creates_per_second() > 0 && d.quota.creates_per_second() > q.creates_per_second()) {
+        return absl::InvalidArgumentError("quota creates_per_second=" + RateText(q.creates_per_second()) +
+                                          " is below project " + p + "'s " + RateText(d.quota.creates_per_second()) +
+                                          "; lower that first");
+      }
+    }
+  }
+  // Read-modify-write of the definition, guarded by its revision (and its
+  // children's: a child made meanwhile was checked against the old quota).
+  const std::string key = kDefPrefix + path;
+  int64_t revision = 0;
+  ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->RangePrefix(key, &revision));
+  auto it = std::find_if(kvs.begin(), kvs.end(), [&](const EtcdKv& kv) { return kv.key == key; });
+  if (it == kvs.end()) return absl::NotFoundError("project " + path + " does not exist");
+  nlohmann::json j = nlohmann::json::parse(it->value, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::DataLossError("project " + path + ": its definition in etcd is not JSON");
+  j["quota"] = QuotaJson(q);
+  ASSIGN_OR_RETURN(bool written, etcd_->PutIfUnchanged(key, revision, {{key, j.dump(), 0, 0}}));
+  if (!written) return absl::AbortedError("project " + path + " changed while it was updated; retry");
+  (void)Load();
+  Log(spdlog::level::info, "projects: quota updated",
+      {{"project", path}, {"by", caller.empty() ? "operator" : caller}});
+  std::optional<Def> d = Find(path);
+  if (!d) return absl::NotFoundError("project " + path + " does not exist");
+  ASSIGN_OR_RETURN(auto usage, AllUsage({*d}));
+  return ToProto(d->path, d->quota, d->created_ns, usage[d->path]);
 }
 
 StatusOr<v1::Project> ProjectStore::Get(const std::string& caller, const std::string& path) {

@@ -4,6 +4,8 @@
 //   /warren/usage/<path>/@<node id>  what that node runs for exactly that project: JSON
 //                                    {sandboxes, cpu_millis, memory_mb}, under the node's
 //                                    membership lease (a node that dies takes it along)
+//   /warren/usage/<path>/#rate       a creates-per-second quota's state: the GCRA's
+//                                    theoretical arrival time of the next create (unix ns)
 //
 // A project's usage is the sum of the keys under /warren/usage/<path>/: its
 // own and its descendants' ('@' is no name character, so <path>/@n and
@@ -11,8 +13,9 @@
 //
 // Admission (Admit): read the usage under the highest project with a quota
 // at or above the creating one, check every quota on the way, and write
-// this node's new usage in one transaction that holds only when no usage key
-// under that project changed since the read. Creates on any nodes therefore
+// this node's new usage (and each rate key on the way, moved one interval
+// on) in one transaction that holds only when no usage key under that
+// project changed since the read. Creates on any nodes therefore
 // serialize on etcd and the sums never pass a quota; a conflict is read
 // again and retried (bounded). Only creates of projects under a quota touch
 // etcd. This node's usage keys are recomputed from its sandbox table after
@@ -62,6 +65,7 @@ class ProjectStore final : public api::Projects {
                                                      const warren::v1::CreateProjectRequest& req) override;
   StatusOr<warren::v1::Project> Get(const std::string& caller, const std::string& path) override;
   StatusOr<std::vector<warren::v1::Project>> List(const std::string& caller) override;
+  StatusOr<warren::v1::Project> Update(const std::string& caller, const warren::v1::UpdateProjectRequest& req) override;
   Status Delete(const std::string& caller, const std::string& path) override;
 
   // InvalidArgument naming what is wrong with a project path.
@@ -86,6 +90,8 @@ class ProjectStore final : public api::Projects {
   Status Load();  // the definitions from etcd into the cache
   void LoadIfStale(std::chrono::milliseconds age);
   std::optional<Def> Find(const std::string& path);
+  // InvalidArgument when `q` is above an ancestor's limits of `path`.
+  Status CheckAncestors(const std::string& path, const warren::v1::ProjectQuota& q);
   std::map<std::string, Usage> TableUsage();  // this node's sandboxes by project
   std::string UsageKey(const std::string& project) const;
   // Usage of every project (itself and below) from one read of etcd.

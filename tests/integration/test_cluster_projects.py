@@ -143,10 +143,12 @@ def test_projects_nest_scope_and_refuse_other_tokens(cluster, base_layer: str) -
     assert out.returncode == 0, out.stderr
     assert [p["path"] for p in json.loads(out.stdout)] == ["other", "team", "team/run-7", "team/run-7/eval"]
     out = subprocess.run([str(CLI), "--addr", "unix:" + str(nodes[0].socket), "--json", "project", "create",
-                          "team/cli", "--sandboxes", "1"], capture_output=True, text=True, timeout=30)
+                          "team/cli", "--sandboxes", "1", "--creates-per-second", "0.5", "--create-burst", "2"],
+                         capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     made = json.loads(out.stdout)
     assert made["project"]["path"] == "team/cli" and made["token"].startswith("wp_")
+    assert (made["project"]["quota"]["creates_per_second"], made["project"]["quota"]["create_burst"]) == (0.5, 2)
     assert as_project(nodes[1], made["token"]).projects()[0].path == "team/cli"
     out = subprocess.run([str(CLI), "--addr", "unix:" + str(nodes[0].socket), "project", "rm", "team/cli"],
                          capture_output=True, text=True, timeout=30)
@@ -249,3 +251,134 @@ def test_cpu_quota_and_nested_quota(cluster, base_layer: str) -> None:
     finally:
         for sb in made:
             sb.destroy(timeout=60)
+
+
+def test_creates_per_second_hold_cluster_wide(cluster, base_layer: str) -> None:
+    """A rate quota (GCRA over one etcd key, project.proto): 8 threads on 4
+    entry nodes creating as fast as they can in a project below it get at
+    most burst + rate x the time they took; the others are refused
+    ResourceExhausted with a wait that is honest."""
+    etcd, nodes = cluster
+    admin = nodes[0].client
+    rate, burst = 2.0, 3
+    admin.create_project("r", creates_per_second=rate, create_burst=burst)
+    _, tok = admin.create_project("r/kid")  # no rate of its own: r's holds
+    info = admin.project("r")
+    assert (info.quota_creates_per_second, info.quota_create_burst) == (rate, burst)
+    # Bad rates name what is wrong; a child cannot ask for more than r.
+    for kw, why in (
+        ({"creates_per_second": 5.0}, "creates_per_second=5 is above project r's 2"),
+        ({"creates_per_second": -1.0}, "creates_per_second must be a finite number >= 0"),
+        ({"create_burst": 4}, "create_burst needs creates_per_second"),
+    ):
+        with pytest.raises(warren.InvalidArgument) as ei:
+            admin.create_project("r/bad", **kw)
+        assert why in ei.value.details, ei.value.details
+    made: List[warren.Sandbox] = []
+    refused: List[str] = []
+    errors: List[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(node: Node) -> None:
+        c = as_project(node, tok)
+        for _ in range(3):  # 8 threads x 3 = 24 tries
+            try:
+                sb = c.create(layers=[base_layer], timeout=120)
+                with lock:
+                    made.append(sb)
+            except warren.ResourceExhausted as e:
+                with lock:
+                    refused.append(e.details)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                with lock:
+                    errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(nodes[i % 4],)) for i in range(8)]
+    try:
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        took = time.monotonic() - t0
+        assert not any(t.is_alive() for t in threads)
+        assert errors == [], errors
+        print(f"{len(made)} created, {len(refused)} refused in {took:.2f} s")
+        # GCRA: in any window of W s at most burst + rate x W conform.
+        assert burst <= len(made) <= burst + rate * took, (len(made), took)
+        assert refused and all("project r: quota of 2 creates per second (burst 3) reached; retry in" in d
+                               for d in refused), refused
+        # The wait it names is enough: after it, a create is admitted.
+        with pytest.raises(warren.ResourceExhausted) as ei:
+            for _ in range(burst + 1):
+                made.append(as_project(nodes[1], tok).create(layers=[base_layer], timeout=120))
+        wait_ms = int(ei.value.details.rsplit("retry in ", 1)[1].split()[0])
+        assert 0 < wait_ms <= burst * 1000 / rate, ei.value.details
+        time.sleep(wait_ms / 1000 + 0.05)
+        made.append(as_project(nodes[2], tok).create(layers=[base_layer], timeout=120))
+        # Usage counts sandboxes only (the rate key is no node's usage).
+        assert admin.project("r").sandboxes <= len(made)
+    finally:
+        for sb in made:
+            try:
+                sb.destroy(timeout=60)
+            except warren.NotFound:
+                pass
+
+
+def test_quota_changes_after_creation(cluster, base_layer: str) -> None:
+    """update_project replaces a quota: a lowered one refuses creates until
+    the usage is under it (running sandboxes stay), a raised one admits
+    them at once through any node; bounds by ancestors and descendants; a
+    project token updates only the projects below its own."""
+    _, nodes = cluster
+    admin = nodes[0].client
+    _, top_tok = admin.create_project("u", sandboxes=4)
+    _, tok = admin.create_project("u/a", sandboxes=2)
+    admin.create_project("u/a/leaf", sandboxes=1)
+    c = as_project(nodes[1], tok)
+    made: list = []
+    try:
+        made += [c.create(layers=[base_layer], timeout=120) for _ in range(2)]
+        with pytest.raises(warren.ResourceExhausted):
+            c.create(layers=[base_layer], timeout=120)
+        # Raised by its parent's token: admitted through any node within a refresh.
+        info = as_project(nodes[2], top_tok).update_project("u/a", sandboxes=3, creates_per_second=5)
+        assert (info.quota_sandboxes, info.quota_creates_per_second) == (3, 5)
+        c3 = as_project(nodes[3], tok)
+        made.append(wait_until(lambda: _try_create(c3, base_layer), 5 + 2 * REFRESH_MS / 1000, "the raised quota"))
+        # Lowered below what runs: the running ones stay, creates are refused.
+        assert admin.update_project("u/a", sandboxes=1, creates_per_second=5).quota_sandboxes == 1
+        assert all(sb.exec("true", timeout=60).exit_code == 0 for sb in made)
+        time.sleep(2 * REFRESH_MS / 1000)  # every node has read it (c's is nodes[1])
+        with pytest.raises(warren.ResourceExhausted) as ei:
+            c.create(layers=[base_layer], timeout=120)
+        assert "project u/a: quota of 1 sandboxes reached" in ei.value.details, ei.value.details
+        # Bounds: not above the parent's, not below a child's own, a rate as at create.
+        for path, kw, why in (
+            ("u/a", {"sandboxes": 5}, "quota sandboxes=5 is above project u's 4"),
+            ("u", {"sandboxes": 0, "creates_per_second": 1}, "creates_per_second=1 is below project u/a's 5"),
+            ("u/a/leaf", {"creates_per_second": -2}, "creates_per_second must be a finite number >= 0"),
+        ):
+            with pytest.raises(warren.InvalidArgument) as ei:
+                admin.update_project(path, **kw)
+            assert why in ei.value.details, ei.value.details
+        with pytest.raises(warren.NotFound):
+            admin.update_project("u/none", sandboxes=1)
+        # The CLI: project update prints the project.
+        out = subprocess.run([str(CLI), "--addr", "unix:" + str(nodes[0].socket), "--json", "project", "update",
+                              "u/a", "--sandboxes", "3"], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["quota"]["sandboxes"] == 3
+        assert admin.project("u/a").quota_sandboxes == 3
+        # A token never raises its own quota, nor touches one outside it.
+        for path in ("u/a", "u"):
+            with pytest.raises(warren.PermissionDenied):
+                as_project(nodes[0], tok).update_project(path, sandboxes=9)
+        assert as_project(nodes[0], tok).update_project("u/a/leaf", sandboxes=2).quota_sandboxes == 2
+    finally:
+        for sb in made:
+            try:
+                sb.destroy(timeout=60)
+            except warren.NotFound:
+                pass

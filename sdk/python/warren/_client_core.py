@@ -490,6 +490,8 @@ class ClientCore(Generic[SB, JB]):
         sandboxes: int = 0,
         cpu: Optional[float] = None,
         memory_mb: int = 0,
+        creates_per_second: float = 0.0,
+        create_burst: int = 0,
         timeout: Optional[float] = None,
     ) -> Gen[Tuple[ProjectInfo, str]]:
         """Creates project `path` ("team/run-7/eval"; its parent must exist)
@@ -497,9 +499,19 @@ class ClientCore(Generic[SB, JB]):
         no limit of its own; at most the parent's). Returns the project and
         its bearer token (shown only now): a Client with that token acts for
         the project. A project token may create projects below its own.
+        `creates_per_second` limits the rate of creates, cluster-wide (a
+        generic cell rate algorithm: up to `create_burst` at once, default
+        max(1, the rate), then the rate); a create over it raises
+        ResourceExhausted naming the wait.
         AlreadyExists, NotFound (no parent), InvalidArgument (bad path, a
         quota above the parent's), FailedPrecondition outside a cluster."""
-        q = prj.ProjectQuota(sandboxes=sandboxes, cpu_millis=round((cpu or 0) * 1000), memory_mb=memory_mb)
+        q = prj.ProjectQuota(
+            sandboxes=sandboxes,
+            cpu_millis=round((cpu or 0) * 1000),
+            memory_mb=memory_mb,
+            creates_per_second=creates_per_second,
+            create_burst=create_burst,
+        )
         r = yield Rpc(self._projects.Create, prj.CreateProjectRequest(path=path, quota=q), self._metadata, timeout)
         return ProjectInfo._from_pb(r.project), r.token
 
@@ -514,6 +526,35 @@ class ClientCore(Generic[SB, JB]):
     def project(self, path: str, timeout: Optional[float] = None) -> Gen[ProjectInfo]:
         """Project `path` with its usage. NotFound when it does not exist."""
         r = yield Rpc(self._projects.Get, prj.GetProjectRequest(path=path), self._metadata, timeout)
+        return ProjectInfo._from_pb(r)
+
+    @op
+    def update_project(
+        self,
+        path: str,
+        *,
+        sandboxes: int = 0,
+        cpu: Optional[float] = None,
+        memory_mb: int = 0,
+        creates_per_second: float = 0.0,
+        create_burst: int = 0,
+        timeout: Optional[float] = None,
+    ) -> Gen[ProjectInfo]:
+        """Replaces project `path`'s quota as a whole (what is left 0 / None is
+        no limit of its own): at most each ancestor's, at least the own limits
+        of each project below it (InvalidArgument naming the one in the way).
+        Sandboxes running over a lowered quota keep running; creates are
+        refused until usage is back under it. A project token may update
+        the projects below its own, not its own (PermissionDenied). Aborted
+        when the project changed meanwhile (retry)."""
+        q = prj.ProjectQuota(
+            sandboxes=sandboxes,
+            cpu_millis=round((cpu or 0) * 1000),
+            memory_mb=memory_mb,
+            creates_per_second=creates_per_second,
+            create_burst=create_burst,
+        )
+        r = yield Rpc(self._projects.Update, prj.UpdateProjectRequest(path=path, quota=q), self._metadata, timeout)
         return ProjectInfo._from_pb(r)
 
     @op

@@ -439,7 +439,9 @@ class ProjectInfo:
     """A project of the cluster (README "Projects and quotas"). Quotas of 0
     are no limit of the project's own (its parents' still hold); usage is
     what runs in the project and the projects below it, cluster-wide, as the
-    nodes last published it. cpu in millicpus, memory in MiB."""
+    nodes last published it. cpu in millicpus, memory in MiB; the create
+    rate in creates per second (0 = no limit of its own), its burst in
+    creates (0 = max(1, the rate))."""
 
     path: str
     quota_sandboxes: int
@@ -449,6 +451,8 @@ class ProjectInfo:
     cpu_millis: int
     memory_mb: int
     created_ns: int
+    quota_creates_per_second: float = 0.0
+    quota_create_burst: int = 0
 
     @classmethod
     def _from_pb(cls, p: prj.Project) -> ProjectInfo:
@@ -461,4 +465,6 @@ class ProjectInfo:
             cpu_millis=p.usage.cpu_millis,
             memory_mb=p.usage.memory_mb,
             created_ns=p.created_ns,
+            quota_creates_per_second=p.quota.creates_per_second,
+            quota_create_burst=p.quota.create_burst,
         )

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17warren/v1/project.proto\x12\twarren.v1\"H\n\x0cProjectQuota\x12\x11\n\tsandboxes\x18\x01 \x01(\r\x12\x12\n\ncpu_millis\x18\x02 \x01(\x04\x12\x11\n\tmemory_mb\x18\x03 \x01(\x04\"H\n\x0cProjectUsage\x12\x11\n\tsandboxes\x18\x01 \x01(\r\x12\x12\n\ncpu_millis\x18\x02 \x01(\x04\x12\x11\n\tmemory_mb\x18\x03 \x01(\x04\"{\n\x07Project\x12\x0c\n\x04path\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.warren.v1.ProjectQuota\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.warren.v1.ProjectUsage\x12\x12\n\ncreated_ns\x18\x04 \x01(\x03\"L\n\x14\x43reateProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.warren.v1.ProjectQuota\"K\n\x15\x43reateProjectResponse\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.warren.v1.Project\x12\r\n\x05token\x18\x02 \x01(\t\"!\n\x11GetProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x15\n\x13ListProjectsRequest\"<\n\x14ListProjectsResponse\x12$\n\x08projects\x18\x01 \x03(\x0b\x32\x12.warren.v1.Project\"$\n\x14\x44\x65leteProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteProjectResponse2\xa6\x02\n\x08Projects\x12K\n\x06\x43reate\x12\x1f.warren.v1.CreateProjectRequest\x1a .warren.v1.CreateProjectResponse\x12\x37\n\x03Get\x12\x1c.warren.v1.GetProjectRequest\x1a\x12.warren.v1.Project\x12G\n\x04List\x12\x1e.warren.v1.ListProjectsRequest\x1a\x1f.warren.v1.ListProjectsResponse\x12K\n\x06\x44\x65lete\x12\x1f.warren.v1.DeleteProjectRequest\x1a .warren.v1.DeleteProjectResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17warren/v1/project.proto\x12\twarren.v1\"z\n\x0cProjectQuota\x12\x11\n\tsandboxes\x18\x01 \x01(\r\x12\x12\n\ncpu_millis\x18\x02 \x01(\x04\x12\x11\n\tmemory_mb\x18\x03 \x01(\x04\x12\x1a\n\x12\x63reates_per_second\x18\x04 \x01(\x01\x12\x14\n\x0c\x63reate_burst\x18\x05 \x01(\r\"H\n\x0cProjectUsage\x12\x11\n\tsandboxes\x18\x01 \x01(\r\x12\x12\n\ncpu_millis\x18\x02 \x01(\x04\x12\x11\n\tmemory_mb\x18\x03 \x01(\x04\"{\n\x07Project\x12\x0c\n\x04path\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.warren.v1.ProjectQuota\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.warren.v1.ProjectUsage\x12\x12\n\ncreated_ns\x18\x04 \x01(\x03\"L\n\x14\x43reateProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.warren.v1.ProjectQuota\"K\n\x15\x43reateProjectResponse\x12#\n\x07project\x18\x01 \x01(\x0b\x32\x12.warren.v1.Project\x12\r\n\x05token\x18\x02 \x01(\t\"!\n\x11GetProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x15\n\x13ListProjectsRequest\"<\n\x14ListProjectsResponse\x12$\n\x08projects\x18\x01 \x03(\x0b\x32\x12.warren.v1.Project\"L\n\x14UpdateProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.warren.v1.ProjectQuota\"$\n\x14\x44\x65leteProjectRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteProjectResponse2\xe5\x02\n\x08Projects\x12K\n\x06\x43reate\x12\x1f.warren.v1.CreateProjectRequest\x1a .warren.v1.CreateProjectResponse\x12\x37\n\x03Get\x12\x1c.warren.v1.GetProjectRequest\x1a\x12.warren.v1.Project\x12G\n\x04List\x12\x1e.warren.v1.ListProjectsRequest\x1a\x1f.warren.v1.ListProjectsResponse\x12=\n\x06Update\x12\x1f.warren.v1.UpdateProjectRequest\x1a\x12.warren.v1.Project\x12K\n\x06\x44\x65lete\x12\x1f.warren.v1.DeleteProjectRequest\x1a .warren.v1.DeleteProjectResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,25 +32,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'warren.v1.project_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PROJECTQUOTA']._serialized_start=38
-  _globals['_PROJECTQUOTA']._serialized_end=110
-  _globals['_PROJECTUSAGE']._serialized_start=112
-  _globals['_PROJECTUSAGE']._serialized_end=184
-  _globals['_PROJECT']._serialized_start=186
-  _globals['_PROJECT']._serialized_end=309
-  _globals['_CREATEPROJECTREQUEST']._serialized_start=311
-  _globals['_CREATEPROJECTREQUEST']._serialized_end=387
-  _globals['_CREATEPROJECTRESPONSE']._serialized_start=389
-  _globals['_CREATEPROJECTRESPONSE']._serialized_end=464
-  _globals['_GETPROJECTREQUEST']._serialized_start=466
-  _globals['_GETPROJECTREQUEST']._serialized_end=499
-  _globals['_LISTPROJECTSREQUEST']._serialized_start=501
-  _globals['_LISTPROJECTSREQUEST']._serialized_end=522
-  _globals['_LISTPROJECTSRESPONSE']._serialized_start=524
-  _globals['_LISTPROJECTSRESPONSE']._serialized_end=584
-  _globals['_DELETEPROJECTREQUEST']._serialized_start=586
-  _globals['_DELETEPROJECTREQUEST']._serialized_end=622
-  _globals['_DELETEPROJECTRESPONSE']._serialized_start=624
-  _globals['_DELETEPROJECTRESPONSE']._serialized_end=647
-  _globals['_PROJECTS']._serialized_start=650
-  _globals['_PROJECTS']._serialized_end=944
+  _globals['_PROJECTQUOTA']._serialized_end=160
+  _globals['_PROJECTUSAGE']._serialized_start=162
+  _globals['_PROJECTUSAGE']._serialized_end=234
+  _globals['_PROJECT']._serialized_start=236
+  _globals['_PROJECT']._serialized_end=359
+  _globals['_CREATEPROJECTREQUEST']._serialized_start=361
+  _globals['_CREATEPROJECTREQUEST']._serialized_end=437
+  _globals['_CREATEPROJECTRESPONSE']._serialized_start=439
+  _globals['_CREATEPROJECTRESPONSE']._serialized_end=514
+  _globals['_GETPROJECTREQUEST']._serialized_start=516
+  _globals['_GETPROJECTREQUEST']._serialized_end=549
+  _globals['_LISTPROJECTSREQUEST']._serialized_start=551
+  _globals['_LISTPROJECTSREQUEST']._serialized_end=572
+  _globals['_LISTPROJECTSRESPONSE']._serialized_start=574
+  _globals['_LISTPROJECTSRESPONSE']._serialized_end=634
+  _globals['_UPDATEPROJECTREQUEST']._serialized_start=636
+  _globals['_UPDATEPROJECTREQUEST']._serialized_end=712
+  _globals['_DELETEPROJECTREQUEST']._serialized_start=714
+  _globals['_DELETEPROJECTREQUEST']._serialized_end=750
+  _globals['_DELETEPROJECTRESPONSE']._serialized_start=752
+  _globals['_DELETEPROJECTRESPONSE']._serialized_end=775
+  _globals['_PROJECTS']._serialized_start=778
+  _globals['_PROJECTS']._serialized_end=1135
 # @@protoc_insertion_point(module_scope)

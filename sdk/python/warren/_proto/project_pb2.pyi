@@ -7,14 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ProjectQuota(_message.Message):
-    __slots__ = ("sandboxes", "cpu_millis", "memory_mb")
+    __slots__ = ("sandboxes", "cpu_millis", "memory_mb", "creates_per_second", "create_burst")
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    CREATES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    CREATE_BURST_FIELD_NUMBER: _ClassVar[int]
     sandboxes: int
     cpu_millis: int
     memory_mb: int
-    def __init__(self, sandboxes: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ...) -> None: ...
+    creates_per_second: float
+    create_burst: int
+    def __init__(self, sandboxes: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., creates_per_second: _Optional[float] = ..., create_burst: _Optional[int] = ...) -> None: ...
 
 class ProjectUsage(_message.Message):
     __slots__ = ("sandboxes", "cpu_millis", "memory_mb")
@@ -69,6 +73,14 @@ class ListProjectsResponse(_message.Message):
     PROJECTS_FIELD_NUMBER: _ClassVar[int]
     projects: _containers.RepeatedCompositeFieldContainer[Project]
     def __init__(self, projects: _Optional[_Iterable[_Union[Project, _Mapping]]] = ...) -> None: ...
+
+class UpdateProjectRequest(_message.Message):
+    __slots__ = ("path", "quota")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    quota: ProjectQuota
+    def __init__(self, path: _Optional[str] = ..., quota: _Optional[_Union[ProjectQuota, _Mapping]] = ...) -> None: ...
 
 class DeleteProjectRequest(_message.Message):
     __slots__ = ("path",)

@@ -51,6 +51,11 @@ class ProjectsStub:
                 request_serializer=warren_dot_v1_dot_project__pb2.ListProjectsRequest.SerializeToString,
                 response_deserializer=warren_dot_v1_dot_project__pb2.ListProjectsResponse.FromString,
                 _registered_method=True)
+        self.Update = channel.unary_unary(
+                '/warren.v1.Projects/Update',
+                request_serializer=warren_dot_v1_dot_project__pb2.UpdateProjectRequest.SerializeToString,
+                response_deserializer=warren_dot_v1_dot_project__pb2.Project.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/warren.v1.Projects/Delete',
                 request_serializer=warren_dot_v1_dot_project__pb2.DeleteProjectRequest.SerializeToString,
@@ -81,6 +86,13 @@ class ProjectsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Update(self, request, context):
+        """A project token may update the projects below its own, not its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Delete(self, request, context):
         """The project's token stops working; its running sandboxes stay (the
         node token still reaches them).
@@ -106,6 +118,11 @@ def add_ProjectsServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=warren_dot_v1_dot_project__pb2.ListProjectsRequest.FromString,
                     response_serializer=warren_dot_v1_dot_project__pb2.ListProjectsResponse.SerializeToString,
+            ),
+            'Update': grpc.unary_unary_rpc_method_handler(
+                    servicer.Update,
+                    request_deserializer=warren_dot_v1_dot_project__pb2.UpdateProjectRequest.FromString,
+                    response_serializer=warren_dot_v1_dot_project__pb2.Project.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -196,6 +213,33 @@ class Projects:
             '/warren.v1.Projects/List',
             warren_dot_v1_dot_project__pb2.ListProjectsRequest.SerializeToString,
             warren_dot_v1_dot_project__pb2.ListProjectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Update(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/warren.v1.Projects/Update',
+            warren_dot_v1_dot_project__pb2.UpdateProjectRequest.SerializeToString,
+            warren_dot_v1_dot_project__pb2.Project.FromString,
             options,
             channel_credentials,
             insecure,
