@@ -512,10 +512,11 @@ StatusOr<v1::Project> ProjectStore::Update(const std::string& caller, const v1::
     std::lock_guard<std::mutex> l(cache_mu_);
     for (const auto& [p, d] : defs_) {
       if (p == path || !api::InProject(path, p)) continue;
+      const std::string& child = p;  // a lambda captures no structured binding (clang before 16)
       auto check = [&](const char* what, uint64_t want, uint64_t own) -> Status {
         if (want > 0 && own > want) {
           return absl::InvalidArgumentError("quota " + std::string(what) + "=" + std::to_string(want) +
-                                            " is below project " + p + "'s " + std::to_string(own) +
+                                            " is below project " + child + "'s " + std::to_string(own) +
                                             "; lower that first");
         }
         return absl::OkStatus();

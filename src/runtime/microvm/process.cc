@@ -119,7 +119,7 @@ class MicrovmProcess : public Process {
 
   StatusOr<bool> TryWait(ExecOutcome* out) override {
     std::lock_guard<std::mutex> l(mu_);
-    if (!exited_) return false;
+    if (!exited_ || exit_pending_) return false;
     out->exit_code = static_cast<int>(exit_.exit_code);
     out->signal = static_cast<int>(exit_.signal);
     out->oom_killed = exit_.oom_killed;
@@ -201,7 +201,11 @@ class MicrovmProcess : public Process {
         if (exited_) return *why = "process exited twice", false;
         if (!proto::Decode(f.payload, &exit_, why)) return false;
         exited_ = true;
-        Signal1(exit_fd_.get());
+        // Seen by the node (its pidfd) once the output before it is in the
+        // node's pipes: the relay signals it (the node's pump takes only
+        // what is ready when the exit shows, kWhileReadable).
+        exit_pending_ = true;
+        Signal1(wake_.get());
         return true;
       }
       case FrameType::kProcTreeEmpty:
@@ -218,6 +222,10 @@ class MicrovmProcess : public Process {
     std::lock_guard<std::mutex> l(mu_);
     broken_ = true;
     end_why_ = why;
+    if (exit_pending_) {  // what was queued still goes to the node; the exit shows now
+      exit_pending_ = false;
+      Signal1(exit_fd_.get());
+    }
     if (!exited_) {  // the VM is gone or the channel broke: count it as killed
       exited_ = true;
       exit_.signal = SIGKILL;
@@ -257,6 +265,14 @@ class MicrovmProcess : public Process {
               ::shutdown(out_dst_[0].get(), SHUT_WR);
             }
             out_dst_[s].reset();
+          }
+        }
+        if (exit_pending_) {
+          bool relayed = true;
+          for (int s = 0; s < 3; ++s) relayed = relayed && (queue_[s].empty() || !out_dst_[s].valid());
+          if (relayed) {
+            exit_pending_ = false;
+            Signal1(exit_fd_.get());
           }
         }
       }
@@ -339,6 +355,7 @@ class MicrovmProcess : public Process {
   bool eof_[3] = {false, false, false};
   bool dropping_[3] = {false, false, false};
   bool exited_ = false, tree_empty_ = false;
+  bool exit_pending_ = false;  // exited, the node not told yet (output before it still queued)
   proto::ExitResult exit_;
 };
 
