@@ -34,6 +34,17 @@ std::string OfQuota(uint64_t used, uint64_t quota) {
   return quota == 0 ? absl::StrCat(used) : absl::StrCat(used, "/", quota);
 }
 
+// The quota the flags of create/update name.
+v1::ProjectQuota QuotaOf(const ProjectArgs& a) {
+  v1::ProjectQuota q;
+  q.set_sandboxes(a.sandboxes);
+  q.set_cpu_millis(a.cpu_millis);
+  q.set_memory_mb(a.memory_mb);
+  q.set_creates_per_second(a.creates_per_second);
+  q.set_create_burst(a.create_burst);
+  return q;
+}
+
 int RunProject(Invocation& inv, const std::string& action) {
   Client client(inv.global);
   std::unique_ptr<v1::Projects::Stub> stub = v1::Projects::NewStub(client.channel());
@@ -45,11 +56,7 @@ int RunProject(Invocation& inv, const std::string& action) {
   if (action == "create") {
     v1::CreateProjectRequest req;
     req.set_path(a.path);
-    req.mutable_quota()->set_sandboxes(a.sandboxes);
-    req.mutable_quota()->set_cpu_millis(a.cpu_millis);
-    req.mutable_quota()->set_memory_mb(a.memory_mb);
-    req.mutable_quota()->set_creates_per_second(a.creates_per_second);
-    req.mutable_quota()->set_create_burst(a.create_burst);
+    *req.mutable_quota() = QuotaOf(a);
     v1::CreateProjectResponse resp;
     gs = stub->Create(&ctx, req, &resp);
     if (Status st = FromGrpc(gs); !st.ok()) {
@@ -67,11 +74,7 @@ int RunProject(Invocation& inv, const std::string& action) {
   if (action == "update") {
     v1::UpdateProjectRequest req;
     req.set_path(a.path);
-    req.mutable_quota()->set_sandboxes(a.sandboxes);
-    req.mutable_quota()->set_cpu_millis(a.cpu_millis);
-    req.mutable_quota()->set_memory_mb(a.memory_mb);
-    req.mutable_quota()->set_creates_per_second(a.creates_per_second);
-    req.mutable_quota()->set_create_burst(a.create_burst);
+    *req.mutable_quota() = QuotaOf(a);
     v1::Project p;
     gs = stub->Update(&ctx, req, &p);
     if (Status st = FromGrpc(gs); !st.ok()) {

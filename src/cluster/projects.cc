@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -71,6 +72,25 @@ std::string RateText(double r) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", r);
   return buf;
+}
+
+// The first limit where `q` asks for more than `cap` allows (both set, 0 =
+// no limit): its name and both values as text; nullopt when q fits in cap.
+struct Above {
+  std::string what, want, cap;
+};
+std::optional<Above> FirstAbove(const v1::ProjectQuota& q, const v1::ProjectQuota& cap) {
+  const std::pair<const char*, std::pair<uint64_t, uint64_t>> counts[] = {
+      {"sandboxes", {q.sandboxes(), cap.sandboxes()}},
+      {"cpu_millis", {q.cpu_millis(), cap.cpu_millis()}},
+      {"memory_mb", {q.memory_mb(), cap.memory_mb()}}};
+  for (const auto& [what, v] : counts) {
+    if (v.second > 0 && v.first > v.second) return Above{what, std::to_string(v.first), std::to_string(v.second)};
+  }
+  if (cap.creates_per_second() > 0 && q.creates_per_second() > cap.creates_per_second()) {
+    return Above{"creates_per_second", RateText(q.creates_per_second()), RateText(cap.creates_per_second())};
+  }
+  return std::nullopt;
 }
 
 // A creates-per-second quota that is not a finite number >= 0, or a burst
@@ -476,19 +496,8 @@ Status ProjectStore::CheckAncestors(const std::string& path, const v1::ProjectQu
   for (std::string p = Parent(path); !p.empty(); p = Parent(p)) {
     std::optional<Def> d = Find(p);
     if (!d) continue;
-    auto check = [&](const char* what, uint64_t want, uint64_t cap) -> Status {
-      if (cap > 0 && want > cap) {
-        return absl::InvalidArgumentError("quota " + std::string(what) + "=" + std::to_string(want) +
-                                          " is above project " + p + "'s " + std::to_string(cap));
-      }
-      return absl::OkStatus();
-    };
-    RETURN_IF_ERROR(check("sandboxes", q.sandboxes(), d->quota.sandboxes()));
-    RETURN_IF_ERROR(check("cpu_millis", q.cpu_millis(), d->quota.cpu_millis()));
-    RETURN_IF_ERROR(check("memory_mb", q.memory_mb(), d->quota.memory_mb()));
-    if (d->quota.creates_per_second() > 0 && q.creates_per_second() > d->quota.creates_per_second()) {
-      return absl::InvalidArgumentError("quota creates_per_second=" + RateText(q.creates_per_second()) +
-                                        " is above project " + p + "'s " + RateText(d->quota.creates_per_second()));
+    if (std::optional<Above> a = FirstAbove(q, d->quota)) {
+      return absl::InvalidArgumentError("quota " + a->what + "=" + a->want + " is above project " + p + "'s " + a->cap);
     }
   }
   return absl::OkStatus();
@@ -512,22 +521,9 @@ StatusOr<v1::Project> ProjectStore::Update(const std::string& caller, const v1::
     std::lock_guard<std::mutex> l(cache_mu_);
     for (const auto& [p, d] : defs_) {
       if (p == path || !api::InProject(path, p)) continue;
-      const std::string& child = p;  // a lambda captures no structured binding (clang before 16)
-      auto check = [&](const char* what, uint64_t want, uint64_t own) -> Status {
-        if (want > 0 && own > want) {
-          return absl::InvalidArgumentError("quota " + std::string(what) + "=" + std::to_string(want) +
-                                            " is below project " + child + "'s " + std::to_string(own) +
-                                            "; lower that first");
-        }
-        return absl::OkStatus();
-      };
-      RETURN_IF_ERROR(check("sandboxes", q.sandboxes(), d.quota.sandboxes()));
-      RETURN_IF_ERROR(check("cpu_millis", q.cpu_millis(), d.quota.cpu_millis()));
-      RETURN_IF_ERROR(check("memory_mb", q.memory_mb(), d.quota.memory_mb()));
-      if (q.creates_per_second() > 0 && d.quota.creates_per_second() > q.creates_per_second()) {
-        return absl::InvalidArgumentError("quota creates_per_second=" + RateText(q.creates_per_second()) +
-                                          " is below project " + p + "'s " + RateText(d.quota.creates_per_second()) +
-                                          "; lower that first");
+      if (std::optional<Above> a = FirstAbove(d.quota, q)) {
+        return absl::InvalidArgumentError("quota " + a->what + "=" + a->cap + " is below project " + p + "'s " +
+                                          a->want + "; lower that first");
       }
     }
   }

@@ -69,6 +69,19 @@ def _channel_options() -> List[Tuple[str, int]]:
     return [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
+def _project_quota(
+    sandboxes: int, cpu: Optional[float], memory_mb: int, creates_per_second: float, create_burst: int
+) -> prj.ProjectQuota:
+    """A project's quota as create_project/update_project take it (cpu in cores)."""
+    return prj.ProjectQuota(
+        sandboxes=sandboxes,
+        cpu_millis=round((cpu or 0) * 1000),
+        memory_mb=memory_mb,
+        creates_per_second=creates_per_second,
+        create_burst=create_burst,
+    )
+
+
 class LayersCore:
     """Layer API (``client.layers``): read-only EROFS layers named
     "kind/name@version" (kind in base, workspace, toolset) and addressed by
@@ -505,13 +518,7 @@ class ClientCore(Generic[SB, JB]):
         ResourceExhausted naming the wait.
         AlreadyExists, NotFound (no parent), InvalidArgument (bad path, a
         quota above the parent's), FailedPrecondition outside a cluster."""
-        q = prj.ProjectQuota(
-            sandboxes=sandboxes,
-            cpu_millis=round((cpu or 0) * 1000),
-            memory_mb=memory_mb,
-            creates_per_second=creates_per_second,
-            create_burst=create_burst,
-        )
+        q = _project_quota(sandboxes, cpu, memory_mb, creates_per_second, create_burst)
         r = yield Rpc(self._projects.Create, prj.CreateProjectRequest(path=path, quota=q), self._metadata, timeout)
         return ProjectInfo._from_pb(r.project), r.token
 
@@ -547,13 +554,7 @@ class ClientCore(Generic[SB, JB]):
         refused until usage is back under it. A project token may update
         the projects below its own, not its own (PermissionDenied). Aborted
         when the project changed meanwhile (retry)."""
-        q = prj.ProjectQuota(
-            sandboxes=sandboxes,
-            cpu_millis=round((cpu or 0) * 1000),
-            memory_mb=memory_mb,
-            creates_per_second=creates_per_second,
-            create_burst=create_burst,
-        )
+        q = _project_quota(sandboxes, cpu, memory_mb, creates_per_second, create_burst)
         r = yield Rpc(self._projects.Update, prj.UpdateProjectRequest(path=path, quota=q), self._metadata, timeout)
         return ProjectInfo._from_pb(r)
 
