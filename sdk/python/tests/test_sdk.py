@@ -349,3 +349,48 @@ def test_async_client(fake):
                 await c.get("n0-x")
 
     asyncio.run(main())
+
+
+def test_close_racing_a_background_start_never_joins_an_unstarted_thread(monkeypatch):
+    """A Background thread is tracked and started under one lock: a close()
+    (WaitBackground) on another thread in between once raised "cannot join
+    thread before it is started" (a kill -9 of the daemon under concurrent
+    creates, whose abandons go to the background while the client closes)."""
+    from warren import _core
+
+    class Owner:
+        def __init__(self):
+            self._background = set()
+            self._background_lock = threading.Lock()
+
+    owner = Owner()
+    real_start = threading.Thread.start
+    between = threading.Event()
+    waited = []
+
+    def slow_start(self):
+        if self.name == "warren-background":
+            between.set()
+            waiter.join(0.3)  # the closing thread runs while this one is tracked but not started
+        real_start(self)
+
+    def close():
+        between.wait(5)
+        try:
+            _core.run_sync(_gen(_core.WaitBackground(owner, 5.0)))
+            waited.append("ok")
+        except RuntimeError as e:
+            waited.append(e)
+
+    def _gen(effect):
+        yield effect
+
+    def work():
+        yield _core.Sleep(0.01)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    waiter = threading.Thread(target=close)
+    real_start(waiter)
+    _core.run_sync(_gen(_core.Background(owner, work())))
+    waiter.join(10)
+    assert waited == ["ok"], waited

@@ -282,9 +282,11 @@ def _do_sync(eff: Any) -> Any:
                     owner._background.discard(threading.current_thread())
 
         th = threading.Thread(target=run, name="warren-background", daemon=True)
+        # Added and started under the lock: a close() on another thread
+        # (WaitBackground) must never see, and join, a thread not yet started.
         with owner._background_lock:
             owner._background.add(th)
-        th.start()
+            th.start()
         return None
     if t is WaitBackground:
         end = time.monotonic() + eff.timeout
