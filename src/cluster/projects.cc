@@ -186,8 +186,11 @@ ProjectStore::Usage& ProjectStore::Usage::operator-=(const Usage& o) {
 // sandbox it made, if any, is in the table by then).
 class ProjectStore::Hold final : public api::QuotaHold {
  public:
-  Hold(ProjectStore* store, std::string project, Usage u) : store_(store), project_(std::move(project)), usage_(u) {}
-  ~Hold() override { store_->Release(project_, usage_); }
+  // `published`: the admission wrote this node's usage key (a project
+  // under a quota), which Release then brings down to what is left.
+  Hold(ProjectStore* store, std::string project, Usage u, bool published)
+      : store_(store), project_(std::move(project)), usage_(u), published_(published) {}
+  ~Hold() override { store_->Release(project_, usage_, published_); }
   Hold(const Hold&) = delete;
   Hold& operator=(const Hold&) = delete;
 
@@ -195,6 +198,7 @@ class ProjectStore::Hold final : public api::QuotaHold {
   ProjectStore* const store_;
   const std::string project_;
   const Usage usage_;
+  const bool published_;
 };
 
 ProjectStore::ProjectStore(EtcdClient* etcd, std::string node_id, node::SandboxManager* manager)
@@ -325,7 +329,7 @@ StatusOr<std::unique_ptr<api::QuotaHold>> ProjectStore::Admit(const std::string&
   std::unique_lock<std::mutex> l(usage_mu_);
   if (limits.empty()) {
     pending_[project] += want;
-    return std::make_unique<Hold>(this, project, want);
+    return std::make_unique<Hold>(this, project, want, false);
   }
   const int64_t lease = lease_.load();
   if (lease == 0) return absl::UnavailableError("projects: this node is not registered in the cluster yet");
@@ -336,11 +340,7 @@ StatusOr<std::unique_ptr<api::QuotaHold>> ProjectStore::Admit(const std::string&
   for (int attempt = 1;; ++attempt) {
     // This node's share: what its table holds for the project, the creates
     // admitted and still running, and this one.
-    Usage next;
-    for (const node::SandboxInfo& s : manager_->List({{api::kProjectLabel, project}}, "")) {
-      next += Usage{1, s.resources.cpu_millis, s.resources.memory_mb};
-    }
-    next += pending_[project];
+    Usage next = ShareLocked(project);
     next += want;
     int64_t revision = 0;
     ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->RangePrefix(guard, &revision));
@@ -379,7 +379,7 @@ StatusOr<std::unique_ptr<api::QuotaHold>> ProjectStore::Admit(const std::string&
     if (written) {
       published_[project] = next;
       pending_[project] += want;
-      return std::make_unique<Hold>(this, project, want);
+      return std::make_unique<Hold>(this, project, want, true);
     }
     if (attempt >= kMaxTries || std::chrono::steady_clock::now() > deadline) {
       return absl::UnavailableError("project " + project + ": quota busy (" + std::to_string(attempt) +
@@ -393,12 +393,47 @@ StatusOr<std::unique_ptr<api::QuotaHold>> ProjectStore::Admit(const std::string&
   }
 }
 
-void ProjectStore::Release(const std::string& project, const Usage& u) {
+ProjectStore::Usage ProjectStore::ShareLocked(const std::string& project) {
+  Usage u;
+  for (const node::SandboxInfo& s : manager_->List({{api::kProjectLabel, project}}, "")) {
+    u += Usage{1, s.resources.cpu_millis, s.resources.memory_mb};
+  }
+  if (auto it = pending_.find(project); it != pending_.end()) u += it->second;
+  return u;
+}
+
+void ProjectStore::Release(const std::string& project, const Usage& u, bool published) {
   std::lock_guard<std::mutex> l(usage_mu_);
   auto it = pending_.find(project);
   if (it == pending_.end()) return;
   it->second -= u;
   if (it->second == Usage{}) pending_.erase(it);
+  if (!published) return;
+  // The usage key may now say more than this node holds: the create failed
+  // (the router places it on another node, whose admission reads this key),
+  // or a Reconcile or another Admit ran while the new sandbox was both in
+  // the table and still held here. Brought down at once, not at the next
+  // refresh, so a quota is never refused for a share nobody holds. Only
+  // ever lowered here (raising is for admissions, under their guard).
+  auto pub = published_.find(project);
+  const int64_t lease = lease_.load();
+  if (pub == published_.end() || lease == 0) return;
+  const Usage now = ShareLocked(project);
+  if (now == pub->second || now.sandboxes > pub->second.sandboxes || now.cpu_millis > pub->second.cpu_millis ||
+      now.memory_mb > pub->second.memory_mb) {
+    return;
+  }
+  Status s = now == Usage{} ? etcd_->Delete(UsageKey(project)) : etcd_->Put(UsageKey(project), UsageJson(now), lease);
+  if (!s.ok()) {
+    Log(spdlog::level::warn, "projects: lowering this node's usage after a create failed (the next refresh retries)",
+        {{"project", project}, {"error", s.ToString()}});
+    return;
+  }
+  if (now == Usage{}) {
+    published_.erase(pub);
+  } else {
+    pub->second = now;
+  }
 }
 
 void ProjectStore::Reconcile(int64_t lease) {

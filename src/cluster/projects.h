@@ -20,7 +20,10 @@
 // again and retried (bounded). Only creates of projects under a quota touch
 // etcd. This node's usage keys are recomputed from its sandbox table after
 // every membership refresh (Reconcile), so a destroy by any path (client,
-// TTL, job, idle) frees its share within a refresh.
+// TTL, job, idle) frees its share within a refresh; when a create's hold
+// ends (it failed, or it is in the table now) the key is lowered at once
+// to what the node still holds, so a failed create (placed again on
+// another node) never leaves its share counted twice.
 //
 // Definitions are cached: read again on every refresh, and on an unknown
 // token at most every 250 ms. Thread-safe.
@@ -96,7 +99,11 @@ class ProjectStore final : public api::Projects {
   std::string UsageKey(const std::string& project) const;
   // Usage of every project (itself and below) from one read of etcd.
   StatusOr<std::map<std::string, Usage>> AllUsage(const std::vector<Def>& defs);
-  void Release(const std::string& project, const Usage& u);
+  // What this node holds for exactly `project`: its table's sandboxes and
+  // the creates admitted and still running. Needs usage_mu_.
+  Usage ShareLocked(const std::string& project);
+  // A create's hold ends (`published`: its admission wrote the usage key).
+  void Release(const std::string& project, const Usage& u, bool published);
 
   EtcdClient* const etcd_;
   const std::string node_;

@@ -253,6 +253,34 @@ def test_cpu_quota_and_nested_quota(cluster, base_layer: str) -> None:
             sb.destroy(timeout=60)
 
 
+def _held_shares(etcd, project: str) -> Dict[str, dict]:
+    """The nodes' usage keys of exactly `project` in etcd now, by key."""
+    out = etcd.ctl("get", "--prefix", f"/warren/usage/{project}/@").stdout.splitlines()
+    return {k: json.loads(v) for k, v in zip(out[0::2], out[1::2])}
+
+
+def test_a_failed_create_leaves_no_share_behind(cluster, base_layer: str) -> None:
+    """A create admitted against the quota that then fails on its node (a
+    layer it names is missing: resolved after the admission) hands its
+    share back at once, not at the node's next refresh: the key reads 0
+    right away, and a good create is admitted straight after."""
+    etcd, nodes = cluster
+    admin = nodes[0].client
+    _, tok = admin.create_project("f", sandboxes=1)
+    for i in range(4):
+        c = as_project(nodes[i], tok)
+        with pytest.raises(warren.NotFound) as ei:
+            c.create(layers=["base/no-such-layer@1"], timeout=60)
+        assert "no-such-layer" in ei.value.details, ei.value.details
+        held = {k: v for k, v in _held_shares(etcd, "f").items() if v.get("sandboxes", 0) > 0}
+        assert held == {}, f"a failed create's share is still counted: {held}"
+        sb = c.create(layers=[base_layer], timeout=120)
+        sb.destroy(timeout=60)
+        # (a destroy frees its share within a refresh)
+        wait_until(lambda: not any(v.get("sandboxes", 0) for v in _held_shares(etcd, "f").values()),
+                   10, "the destroyed sandbox's share to go")
+
+
 def test_creates_per_second_hold_cluster_wide(cluster, base_layer: str) -> None:
     """A rate quota (GCRA over one etcd key, project.proto): 8 threads on 4
     entry nodes creating as fast as they can in a project below it get at
