@@ -202,16 +202,21 @@ StatusOr<bool> EtcdClient::Txn(const etcdserverpb::TxnRequest& req, const std::s
   return resp.succeeded();
 }
 
-StatusOr<bool> EtcdClient::PutIfUnchanged(const std::string& guard_prefix, int64_t revision,
+StatusOr<bool> EtcdClient::PutIfUnchanged(const std::vector<Guard>& guards, int64_t revision,
                                           const std::vector<EtcdKv>& puts) {
   if (puts.empty()) return absl::InvalidArgumentError("etcd: a guarded put of no keys");
+  if (guards.empty()) return absl::InvalidArgumentError("etcd: a guarded put with no guard");
   pb::TxnRequest req;
-  pb::Compare* c = req.add_compare();
-  c->set_result(pb::Compare::LESS);
-  c->set_target(pb::Compare::MOD);
-  c->set_key(guard_prefix);
-  c->set_range_end(PrefixEnd(guard_prefix));
-  c->set_mod_revision(revision + 1);
+  std::string watched;
+  for (const Guard& g : guards) {
+    pb::Compare* c = req.add_compare();
+    c->set_result(pb::Compare::LESS);
+    c->set_target(pb::Compare::MOD);
+    c->set_key(g.key);
+    if (g.prefix) c->set_range_end(PrefixEnd(g.key));
+    c->set_mod_revision(revision + 1);
+    watched += (watched.empty() ? "" : ", ") + g.key + (g.prefix ? "*" : "");
+  }
   std::string keys;
   for (const EtcdKv& kv : puts) {
     pb::PutRequest* put = req.add_success()->mutable_request_put();
@@ -220,7 +225,7 @@ StatusOr<bool> EtcdClient::PutIfUnchanged(const std::string& guard_prefix, int64
     put->set_lease(kv.lease);
     keys += (keys.empty() ? "" : ", ") + kv.key;
   }
-  return Txn(req, keys + " if " + guard_prefix + "* unchanged since " + std::to_string(revision));
+  return Txn(req, keys + " if " + watched + " unchanged since " + std::to_string(revision));
 }
 
 StatusOr<bool> EtcdClient::PutIfAbsent(const std::string& key, const std::string& value,

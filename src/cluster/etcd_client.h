@@ -61,11 +61,17 @@ class EtcdClient {
   // receives the store's revision the answer is of.
   StatusOr<std::vector<EtcdKv>> RangePrefix(const std::string& prefix, int64_t* revision = nullptr);
   Status Delete(const std::string& key);
+  // What a guarded put watches: the one key `key`, or (`prefix`) every key
+  // starting with it.
+  struct Guard {
+    std::string key;
+    bool prefix = true;
+  };
   // Puts each of `puts` (key=value under its lease; mod_revision unused),
-  // in one transaction, only when no key starting with `guard_prefix`
-  // changed after `revision` (none written or created since a RangePrefix
-  // at that revision). Whether it did.
-  StatusOr<bool> PutIfUnchanged(const std::string& guard_prefix, int64_t revision, const std::vector<EtcdKv>& puts);
+  // in one transaction, only when no key a guard covers changed after
+  // `revision` (none written or created since a read at that revision).
+  // Whether it did.
+  StatusOr<bool> PutIfUnchanged(const std::vector<Guard>& guards, int64_t revision, const std::vector<EtcdKv>& puts);
   // Creates key=value only when the key does not exist and, if
   // `must_exist` is not empty, that key does. Whether it did.
   StatusOr<bool> PutIfAbsent(const std::string& key, const std::string& value, const std::string& must_exist);

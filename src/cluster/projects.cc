@@ -375,7 +375,7 @@ StatusOr<std::unique_ptr<api::QuotaHold>> ProjectStore::Admit(const std::string&
       }
       puts.push_back({rate_key, std::to_string(from + interval), 0, 0});
     }
-    ASSIGN_OR_RETURN(bool written, etcd_->PutIfUnchanged(guard, revision, puts));
+    ASSIGN_OR_RETURN(bool written, etcd_->PutIfUnchanged({{guard, true}}, revision, puts));
     if (written) {
       published_[project] = next;
       pending_[project] += want;
@@ -563,7 +563,8 @@ StatusOr<v1::Project> ProjectStore::Update(const std::string& caller, const v1::
     }
   }
   // Read-modify-write of the definition, guarded by its revision (and its
-  // children's: a child made meanwhile was checked against the old quota).
+  // children's: a child made meanwhile was checked against the old quota;
+  // not a sibling's whose name starts with this one's: team, team2).
   const std::string key = kDefPrefix + path;
   int64_t revision = 0;
   ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->RangePrefix(key, &revision));
@@ -572,7 +573,8 @@ StatusOr<v1::Project> ProjectStore::Update(const std::string& caller, const v1::
   nlohmann::json j = nlohmann::json::parse(it->value, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return absl::DataLossError("project " + path + ": its definition in etcd is not JSON");
   j["quota"] = QuotaJson(q);
-  ASSIGN_OR_RETURN(bool written, etcd_->PutIfUnchanged(key, revision, {{key, j.dump(), 0, 0}}));
+  ASSIGN_OR_RETURN(bool written,
+                   etcd_->PutIfUnchanged({{key, false}, {key + "/", true}}, revision, {{key, j.dump(), 0, 0}}));
   if (!written) return absl::AbortedError("project " + path + " changed while it was updated; retry");
   (void)Load();
   Log(spdlog::level::info, "projects: quota updated",
