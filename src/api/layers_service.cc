@@ -81,6 +81,10 @@ grpc::Status LayersService::Get(grpc::ServerContext* ctx, const v1::GetLayerRequ
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   if (req->ref().empty()) return Invalid("ref is empty");
   ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->layers().Resolve(req->ref()));
+  // Another project's layer is answered as one that does not exist.
+  if (!LayerVisible(deps_.auth->Project(*ctx), li.projects)) {
+    return {grpc::StatusCode::NOT_FOUND, "layer " + req->ref() + " not found"};
+  }
   ToLayer(li, resp);
   // In a cluster the nodes share the layer store: in use and mounted on any node.
   v1::GetLayerRequest by_digest;
@@ -100,7 +104,10 @@ grpc::Status LayersService::Get(grpc::ServerContext* ctx, const v1::GetLayerRequ
 
 grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersRequest*, v1::ListLayersResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
-  for (const auto& li : deps_.manager->layers().List()) ToLayer(li, resp->add_layers());
+  const std::string project = deps_.auth->Project(*ctx);
+  for (const auto& li : deps_.manager->layers().List()) {
+    if (LayerVisible(project, li.projects)) ToLayer(li, resp->add_layers());
+  }
   // In a cluster: in use and mounted on any node (the store is shared).
   std::vector<v1::ListLayersResponse> peers;
   RETURN_IF_GRPC_ERROR(FanOut<v1::Layers>(
@@ -120,7 +127,6 @@ grpc::Status LayersService::List(grpc::ServerContext* ctx, const v1::ListLayersR
 
 grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLayerRequest* req, v1::Empty*) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
-  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "layer rm (layers are node-wide)"));
   if (req->ref().empty()) return Invalid("ref is empty");
   // In a cluster the store is shared: a layer a sandbox of another node uses
   // is refused as a local one is (each node counts only its own sandboxes).
@@ -128,6 +134,16 @@ grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLay
   // mount: the store's blob locks cover that window (LayerStore::Remove
   // write-locks the blob; a node read-locks it before it mounts: HoldBlob).
   ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->layers().Resolve(req->ref()));
+  // A project removes the layers that are its own alone (every owner in
+  // its scope); the operators' and those it shares are the operators'.
+  if (const std::string project = deps_.auth->Project(*ctx); !project.empty()) {
+    if (!LayerVisible(project, li.projects)) {
+      return {grpc::StatusCode::NOT_FOUND, "layer " + req->ref() + " not found"};
+    }
+    bool own = !li.projects.empty();
+    for (const std::string& o : li.projects) own = own && InProject(project, o);
+    if (!own) RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "layer rm of a layer every project sees"));
+  }
   v1::GetLayerRequest by_digest;
   by_digest.set_ref(li.digest);
   std::vector<v1::Layer> peers;

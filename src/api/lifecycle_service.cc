@@ -176,8 +176,12 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
                                         v1::SnapshotResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
-  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "snapshot (a layer every project sees)"));
   WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Snapshot, *req, resp);
+  if (!req->name().empty() && !deps_.auth->Project(*ctx).empty()) {
+    // Layer names are node-wide: a project's would take one from everyone.
+    return Invalid("snapshot name " + Quote(req->name()) +
+                   ": a project's snapshot is named by the node (workspace/snap-<id>@<unix ns>); leave it empty");
+  }
   node::SnapshotRequest r;
   r.id = req->id();
   r.name = req->name();
@@ -189,6 +193,7 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
   }
   r.pause = !req->no_pause();
   ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  r.project = ProjectOf(info);  // the layer is that project's (image::LayerInfo::projects)
   ASSIGN_OR_RETURN_GRPC(image::LayerInfo li, deps_.manager->Snapshot(r));
   ToProto(li, resp->mutable_layer());
   for (const auto& d : info.layer_digests) resp->add_layers(d);
@@ -199,8 +204,11 @@ grpc::Status LifecycleService::Snapshot(grpc::ServerContext* ctx, const v1::Snap
 grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequest* req, v1::ForkResponse* resp) {
   RETURN_IF_GRPC_ERROR(deps_.auth->Check(*ctx));
   RETURN_IF_GRPC_ERROR(CheckId(req->id()));
-  RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "fork (its copies would pass the project's quota)"));
   WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Fork, *req, resp);
+  if (req->labels().count(kProjectLabel) != 0 && !deps_.auth->Project(*ctx).empty()) {
+    return {grpc::StatusCode::PERMISSION_DENIED,
+            std::string("fork: label ") + kProjectLabel + " is set by the node (the forks are the source's project's)"};
+  }
   node::ForkRequest r;
   r.id = req->id();
   r.count = req->count();
@@ -213,6 +221,22 @@ grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequ
     }
   }
   r.pause = !req->no_pause();
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  r.project = ProjectOf(info);
+  // The forks are creates of the source's project: each takes its share of
+  // the project's quotas (cluster-wide) before any is made; all or none.
+  std::vector<std::unique_ptr<QuotaHold>> holds;
+  if (!r.project.empty() && deps_.auth->projects() != nullptr && r.count <= node::SnapshotService::kMaxForks) {
+    for (uint32_t i = 0; i < r.count; ++i) {
+      StatusOr<std::unique_ptr<QuotaHold>> h =
+          deps_.auth->projects()->Admit(r.project, info.resources.cpu_millis, info.resources.memory_mb);
+      if (!h.ok()) {
+        grpc::Status g = ToGrpcStatus(h.status());
+        return {g.error_code(), "fork of " + std::to_string(r.count) + ": " + g.error_message()};
+      }
+      holds.push_back(*std::move(h));
+    }
+  }
   ASSIGN_OR_RETURN_GRPC(node::ForkResult res, deps_.manager->Fork(r));
   ToProto(res.layer, resp->mutable_layer());
   for (const node::SandboxInfo& f : res.sandboxes) ToProto(f, resp->add_sandboxes());
@@ -225,6 +249,8 @@ grpc::Status LifecycleService::Grade(grpc::ServerContext* ctx, const v1::GradeRe
   WARREN_FORWARD_UNARY(deps_, ctx, req->id(), v1::Lifecycle, Grade, *req, resp);
   node::GradeRequest g;
   g.id = req->id();
+  ASSIGN_OR_RETURN_GRPC(node::SandboxInfo info, deps_.manager->Get(req->id()));
+  g.project = ProjectOf(info);  // the grade layers hold the agent's solution: its project's
   RETURN_IF_GRPC_ERROR(ToExecSpec(req->grader(), &g.grader));
   g.protected_paths.assign(req->protected_paths().begin(), req->protected_paths().end());
   g.solution.assign(req->solution().begin(), req->solution().end());

@@ -11,11 +11,25 @@ std::string ProjectOf(const node::SandboxInfo& info) {
   return it == info.labels.end() ? std::string() : it->second;
 }
 
-StatusOr<std::unique_ptr<QuotaHold>> AdmitCreate(Projects* projects, const std::string& project,
-                                                 node::CreateRequest* r) {
+bool LayerVisible(const std::string& project, const std::vector<std::string>& owners) {
+  if (project.empty() || owners.empty()) return true;
+  for (const std::string& o : owners) {
+    if (InProject(project, o)) return true;
+  }
+  return false;
+}
+
+StatusOr<std::unique_ptr<QuotaHold>> AdmitCreate(Projects* projects, node::SandboxManager& manager,
+                                                 const std::string& project, node::CreateRequest* r) {
   if (project.empty()) return std::unique_ptr<QuotaHold>();
   if (projects == nullptr)
     return absl::FailedPreconditionError("project " + project + ": this node is not in a cluster");
+  for (const std::string& ref : r->layers) {
+    // A layer it may not see is answered as one that does not exist (the
+    // node's own resolve reports other errors, e.g. a malformed name).
+    StatusOr<image::LayerInfo> li = manager.layers().Resolve(ref);
+    if (li.ok() && !LayerVisible(project, li->projects)) return absl::NotFoundError("layer " + ref + " not found");
+  }
   r->labels[kProjectLabel] = project;
   // As the node fills them in (validate.cc) when the request leaves them 0.
   const uint32_t cpu = r->resources.cpu_millis != 0 ? r->resources.cpu_millis : 1000;

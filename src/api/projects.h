@@ -24,6 +24,10 @@
 #include "node/sandbox_types.h"
 #include "warren/v1/project.pb.h"
 
+namespace warren::node {
+class SandboxManager;
+}
+
 namespace warren::api {
 
 struct ServiceDeps;
@@ -74,15 +78,23 @@ bool InProject(const std::string& scope, const std::string& project);
 // The project sandbox `info` belongs to (its kProjectLabel; "" = none).
 std::string ProjectOf(const node::SandboxInfo& info);
 
+// Whether a caller acting for `project` ("" = every project) sees a layer
+// owned by `owners` (image::LayerInfo::projects): a layer of no project is
+// every project's; one of projects (snapshots, forks and grades of their
+// sandboxes) is theirs and the projects' above them.
+bool LayerVisible(const std::string& project, const std::vector<std::string>& owners);
+
 // A create on behalf of `project` ("" = a caller trusted with every
-// project: nothing to do, a null hold): labels `r` with kProjectLabel and
-// takes its share of the project's quotas (Projects::Admit, with the
-// node's defaults for resources `r` leaves 0). The hold is kept until the
-// create finished. FailedPrecondition when `projects` is null (a single
-// node has no projects); Admit's errors otherwise. Every front end that
-// creates sandboxes (warren.v1 Sandboxes, the E2B API) calls this.
-StatusOr<std::unique_ptr<QuotaHold>> AdmitCreate(Projects* projects, const std::string& project,
-                                                 node::CreateRequest* r);
+// project: nothing to do, a null hold): checks that the project sees every
+// layer `r` names (NotFound naming the first it does not, as for a layer
+// that does not exist), labels `r` with kProjectLabel and takes its share
+// of the project's quotas (Projects::Admit, with the node's defaults for
+// resources `r` leaves 0). The hold is kept until the create finished.
+// FailedPrecondition when `projects` is null (a single node has no
+// projects); Admit's errors otherwise. Every front end that creates
+// sandboxes (warren.v1 Sandboxes, the E2B API) calls this.
+StatusOr<std::unique_ptr<QuotaHold>> AdmitCreate(Projects* projects, node::SandboxManager& manager,
+                                                 const std::string& project, node::CreateRequest* r);
 
 // The project `ctx`'s call acts for ("" = every project): a project token's
 // project, else the kProjectKey a trusted caller (the unix socket, the node

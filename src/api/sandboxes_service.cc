@@ -141,7 +141,8 @@ grpc::Status SandboxesService::CreateLocal(grpc::ServerContext* ctx, const v1::C
   }
   // A project's create carries its label and holds its share of the
   // project's quotas (cluster-wide) while it runs.
-  StatusOr<std::unique_ptr<QuotaHold>> quota = AdmitCreate(deps_.auth->projects(), deps_.auth->Project(*ctx), &r);
+  StatusOr<std::unique_ptr<QuotaHold>> quota =
+      AdmitCreate(deps_.auth->projects(), *deps_.manager, deps_.auth->Project(*ctx), &r);
   if (!quota.ok()) {
     grpc::Status g = ToGrpcStatus(quota.status());
     if (g.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return g;

@@ -214,7 +214,7 @@ void Create(E2bState& st, const httplib::Request& req, httplib::Response& res) {
   }
   // A project's create carries its label and holds its share of the
   // project's quotas (cluster-wide) while it runs, as warren.v1's.
-  StatusOr<std::unique_ptr<api::QuotaHold>> quota = api::AdmitCreate(st.options().projects, project, &r);
+  StatusOr<std::unique_ptr<api::QuotaHold>> quota = api::AdmitCreate(st.options().projects, st.manager(), project, &r);
   if (!quota.ok()) {
     // A quota holds until one of the project's sandboxes goes: the SDK,
     // which retries a bare 429, is told not to (E2B's Should-Retry header).

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "image/erofs.h"
 #include "image/fs_util.h"
@@ -47,6 +48,20 @@ StatusOr<std::string> DigestHex(std::string_view digest) {
     return absl::InvalidArgumentError("digest \"" + std::string(digest) + "\" is not sha256:<64 lower-case hex>");
   }
   return std::string(digest.substr(prefix.size()));
+}
+
+// The lines of a meta/<hex>.projects file, each once, in file order.
+std::vector<std::string> ParseOwners(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string line(text.substr(start, nl - start));
+    if (!line.empty() && std::find(out.begin(), out.end(), line) == out.end()) out.push_back(std::move(line));
+    start = nl + 1;
+  }
+  return out;
 }
 
 // Natural order: digit runs compare as numbers ("9" < "10"), the rest bytewise.
@@ -136,13 +151,14 @@ StatusOr<LayerInfo> LayerStore::BuildFromDir(std::string_view name, const std::s
   return BuildImage(n, dir);
 }
 
-StatusOr<LayerInfo> LayerStore::BuildFromSandboxDir(std::string_view name, const std::string& dir) {
+StatusOr<LayerInfo> LayerStore::BuildFromSandboxDir(std::string_view name, const std::string& dir,
+                                                    const std::string& project) {
   ASSIGN_OR_RETURN(LayerName n, LayerName::Parse(name));
   if (n.version.empty()) {
     return absl::InvalidArgumentError("layer name \"" + std::string(name) +
                                       "\": building needs a version (kind/name@version)");
   }
-  return BuildImage(n, dir, /*from_sandbox=*/true);
+  return BuildImage(n, dir, /*from_sandbox=*/true, /*chunked=*/false, project);
 }
 
 StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::string& tar_path,
@@ -163,7 +179,7 @@ StatusOr<LayerInfo> LayerStore::BuildFromTar(std::string_view name, const std::s
 }
 
 StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::string& src, bool from_sandbox,
-                                           bool chunked) {
+                                           bool chunked, const std::string& project) {
   UniqueFd src_fd(open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!src_fd.valid()) return ErrnoToStatus(errno, "open(" + src + ")");
   std::string image = TmpPath("build") + ".erofs";
@@ -181,13 +197,13 @@ StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::str
     if (!root.valid()) return ErrnoToStatus(errno, "openat(mount of " + image + ")");
     RETURN_IF_ERROR(CompareTrees(src_fd.get(), root.get()));
   }
-  ASSIGN_OR_RETURN(LayerInfo info, Publish(name, image, hex, static_cast<uint64_t>(st.st_size), from_sandbox));
+  ASSIGN_OR_RETURN(LayerInfo info, Publish(name, image, hex, static_cast<uint64_t>(st.st_size), from_sandbox, project));
   remove_image.Release();  // renamed into blobs/ or already unlinked
   return info;
 }
 
 StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string& tmp_image, const std::string& hex,
-                                        uint64_t size, bool from_sandbox) {
+                                        uint64_t size, bool from_sandbox, const std::string& project) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string digest = kDigestPrefix + hex;
   const std::string name_path = NamePath(name);
@@ -206,9 +222,24 @@ StatusOr<LayerInfo> LayerStore::Publish(const LayerName& name, const std::string
     // afterwards sees the mark.
     RETURN_IF_ERROR(WriteFileAtomic(marker, "1\n"));
   }
+  const std::string blob = BlobPath(hex);
+  if (!project.empty()) {
+    // The owner before any name points at it (as the mark above). Bytes
+    // that were already every project's (a blob without owners) stay so.
+    const std::string owners = dir_ + "/meta/" + hex + ".projects";
+    StatusOr<std::string> cur = ReadSmallFile(owners);
+    if (cur.ok() || access(blob.c_str(), F_OK) != 0) {
+      std::vector<std::string> have = cur.ok() ? ParseOwners(*cur) : std::vector<std::string>{};
+      if (std::find(have.begin(), have.end(), project) == have.end()) {
+        // One O_APPEND write of a line: whole even beside another node's.
+        UniqueFd fd(open(owners.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        if (!fd.valid()) return ErrnoToStatus(errno, "open(" + owners + ")");
+        RETURN_IF_ERROR(WriteAll(fd.get(), project + "\n", owners));
+      }
+    }
+  }
   if (access(name_path.c_str(), F_OK) == 0) return existing();
 
-  const std::string blob = BlobPath(hex);
   const std::string meta = dir_ + "/meta/" + hex + ".json";
   bool new_blob = false;
   if (access(blob.c_str(), F_OK) == 0) {
@@ -262,6 +293,9 @@ StatusOr<LayerInfo> LayerStore::Resolve(std::string_view ref) const {
     info.size_bytes = static_cast<uint64_t>(st.st_size);
     info.created_at_ns = MtimeNs(st);
     info.from_sandbox = access((dir_ + "/meta/" + hex + ".sandbox").c_str(), F_OK) == 0;
+    if (StatusOr<std::string> owners = ReadSmallFile(dir_ + "/meta/" + hex + ".projects"); owners.ok()) {
+      info.projects = ParseOwners(*owners);
+    }
     auto meta = ReadSmallFile(dir_ + "/meta/" + hex + ".json");
     if (meta.ok()) {
       auto j = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
@@ -390,6 +424,7 @@ Status LayerStore::Remove(std::string_view ref) {
   }
   unlink((dir_ + "/meta/" + hex + ".json").c_str());
   unlink((dir_ + "/meta/" + hex + ".sandbox").c_str());
+  unlink((dir_ + "/meta/" + hex + ".projects").c_str());
   unlink((dir_ + "/meta/" + hex + ".hot").c_str());  // ReadCache's hot list
   return absl::OkStatus();
 }

@@ -8,6 +8,9 @@
 //   names/<kind>/<name>/<ver>   text file holding "sha256:<hex>\n"
 //   meta/<hex>.json             {name, size, created_at_ns}
 //   meta/<hex>.sandbox          present: built from a sandbox's contents
+//   meta/<hex>.projects         the projects owning it, one path a line (a
+//                               snapshot of a project's sandbox); absent: every
+//                               project's (see LayerInfo::projects)
 //   tmp/                        builds in progress (removed on failure)
 //
 // Thread-safe.
@@ -51,6 +54,12 @@ struct LayerInfo {
   // pristine layer (see SandboxManager::Grade). Sticky per digest: once a
   // sandbox produced these bytes, every name of them is marked.
   bool from_sandbox = false;
+  // The projects that own these bytes (snapshots and forks of their
+  // sandboxes): only they, the projects above them and the cluster's
+  // operators see and use the layer. Empty: every project's (layers the
+  // operators built, and snapshots of sandboxes of no project). Per digest,
+  // like from_sandbox; a digest that was every project's stays so.
+  std::vector<std::string> projects{};
 };
 
 class LayerStore {
@@ -71,7 +80,9 @@ class LayerStore {
   // Same for a tree copied from a sandbox (snapshot, grade): the layer is
   // marked from_sandbox (meta/<hex>.sandbox) and files are chunk-based, so
   // that holes stay holes (a sparse file costs its data, not its size).
-  StatusOr<LayerInfo> BuildFromSandboxDir(std::string_view name, const std::string& dir);
+  // `project`: the sandbox's project, recorded as an owner (empty: none).
+  StatusOr<LayerInfo> BuildFromSandboxDir(std::string_view name, const std::string& dir,
+                                          const std::string& project = "");
   // Same from a tar file (plain/gz/xz/zstd, via libarchive). OCI/docker
   // whiteouts ".wh.<name>" become overlayfs whiteouts (0:0 char devices) and
   // ".wh..wh..opq" an opaque dir (trusted.overlay.opaque=y). Rejected with
@@ -134,9 +145,9 @@ class LayerStore {
   // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image
   // (chunk-based if from_sandbox or chunked: see MkfsErofs).
   StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src, bool from_sandbox = false,
-                                 bool chunked = false);
+                                 bool chunked = false, const std::string& project = "");
   StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image, const std::string& hex,
-                              uint64_t size, bool from_sandbox);
+                              uint64_t size, bool from_sandbox, const std::string& project);
   std::string NamePath(const LayerName& name) const;
   std::string TmpPath(std::string_view what) const;
 

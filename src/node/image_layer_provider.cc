@@ -28,8 +28,9 @@ class ImageLayerProvider final : public LayerProvider {
   StatusOr<image::LayerInfo> BuildFromDir(const std::string& name, const std::string& dir) override {
     return store_->BuildFromDir(name, dir);
   }
-  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) override {
-    return store_->BuildFromSandboxDir(name, dir);
+  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir,
+                                                 const std::string& project) override {
+    return store_->BuildFromSandboxDir(name, dir, project);
   }
   StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) override {
     return store_->BuildFromTar(name, tar_path);

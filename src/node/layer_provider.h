@@ -28,8 +28,10 @@ class LayerProvider {
   virtual std::vector<image::LayerInfo> List() const = 0;
   virtual StatusOr<image::LayerInfo> BuildFromDir(const std::string& name, const std::string& dir) = 0;
   // A tree copied from a sandbox (snapshot, grade): marked from_sandbox
-  // (never pristine), holes kept.
-  virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) = 0;
+  // (never pristine), holes kept; `project` (the sandbox's, or empty) owns
+  // it (image::LayerInfo::projects).
+  virtual StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir,
+                                                         const std::string& project) = 0;
   virtual StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar_path) = 0;
   // BuildFromTar reporting the bytes of the tar read during the extraction
   // (image::TarProgressFn; false cancels). By default without reports.

@@ -116,6 +116,9 @@ struct SnapshotRequest {
   std::string name;                  // "kind/name@version"; empty = "workspace/snap-<id>@<unix ns>"
   std::vector<std::string> exclude;  // see runtime::ExportOptions::exclude
   bool pause = true;                 // freeze the sandbox for a consistent cut
+  // The project owning the layer (the sandbox's; image::LayerInfo::projects);
+  // empty: every project's.
+  std::string project{};
 };
 
 struct GradeRequest {
@@ -127,6 +130,7 @@ struct GradeRequest {
   // Deprecated: everything outside `solution` is pristine anyway; a
   // protected path inside a solution path stays pristine too.
   std::vector<std::string> protected_paths;
+  std::string project;  // owns the grade layers (as SnapshotRequest::project)
 };
 struct GradeResult {
   runtime::ExecOutcome outcome;

@@ -281,6 +281,76 @@ def test_a_failed_create_leaves_no_share_behind(cluster, base_layer: str) -> Non
                    10, "the destroyed sandbox's share to go")
 
 
+def test_snapshots_and_forks_are_the_projects_own(cluster, base_layer: str) -> None:
+    """A project token snapshots and forks its sandboxes: the layer is the
+    project's (listed, used and removed by it and the operators only;
+    another project gets NotFound, as for a layer that does not exist), and
+    the forks are creates of the project, held to its quota all or none."""
+    etcd, nodes = cluster
+    admin = nodes[0].client
+    _, tok_a = admin.create_project("la", sandboxes=3)
+    _, tok_b = admin.create_project("lb")
+    a, a2, b = as_project(nodes[1], tok_a), as_project(nodes[3], tok_a), as_project(nodes[2], tok_b)
+    made: List[warren.Sandbox] = []
+    try:
+        src = a.create(layers=[base_layer], timeout=120)
+        made.append(src)
+        src.files.write("/w/secret.txt", b"la's own\n", make_parents=True)
+        with pytest.raises(warren.InvalidArgument) as ei:
+            src.snapshot(name="workspace/squat@1")
+        assert "named by the node" in ei.value.details, ei.value.details
+        snap = src.snapshot()
+        top = snap.layer
+        assert top.name.startswith(f"workspace/snap-{src.id}@"), top.name
+        # Seen by its project (through any node) and the operators; not by another project.
+        assert top.digest in {l.digest for l in a2.layers.list()}
+        assert top.digest in {l.digest for l in admin.layers.list()}
+        assert top.digest not in {l.digest for l in b.layers.list()}
+        assert base_layer in {l.name for l in b.layers.list()}  # the operators' layers are everyone's
+        for ref in (top.name, top.digest):
+            with pytest.raises(warren.NotFound):
+                b.layers.get(ref)
+            with pytest.raises(warren.NotFound) as ei:
+                b.create(layers=[base_layer, ref], timeout=120)
+            assert f"layer {ref} not found" in ei.value.details, ei.value.details
+            with pytest.raises(warren.NotFound):
+                b.layers.remove(ref)
+        assert b.list() == []
+        twin = a2.create(layers=snap.layers, timeout=120)
+        made.append(twin)
+        assert twin.files.read("/w/secret.txt") == b"la's own\n"
+        # Forks: 2 running of a quota of 3, so 2 forks are refused (none made), 1 is not.
+        with pytest.raises(warren.ResourceExhausted) as ei:
+            src.fork(2)
+        assert "project la: quota of 3 sandboxes reached" in ei.value.details, ei.value.details
+        assert len(a.list()) == 2
+        with pytest.raises(warren.PermissionDenied):
+            src.fork(1, labels={"warren.project": "lb"})
+        kids = src.fork(1)
+        made.extend(kids)
+        assert kids[0].cached_info.labels.get("warren.project") == "la"
+        assert kids[0].files.read("/w/secret.txt") == b"la's own\n"
+        with pytest.raises(warren.PermissionDenied):
+            b.get(kids[0].id)
+        forked = [l for l in a.layers.list() if l.name.startswith(f"workspace/fork-{src.id}@")]
+        assert len(forked) == 1 and forked[0].digest not in {l.digest for l in b.layers.list()}
+        # A project removes a layer of its own once nothing uses it; not the operators' layers.
+        with pytest.raises(warren.PermissionDenied):
+            a.layers.remove(base_layer)
+        for sb in [twin, *kids]:
+            sb.destroy(timeout=60)
+            made.remove(sb)
+        a.layers.remove(top.name)
+        a.layers.remove(forked[0].name)
+        assert top.digest not in {l.digest for l in admin.layers.list()}
+    finally:
+        for sb in made:
+            try:
+                sb.destroy(timeout=60)
+            except warren.NotFound:
+                pass
+
+
 def test_creates_per_second_hold_cluster_wide(cluster, base_layer: str) -> None:
     """A rate quota (GCRA over one etcd key, project.proto): 8 threads on 4
     entry nodes creating as fast as they can in a project below it get at

@@ -199,7 +199,7 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
       continue;
     }
     const std::string name = "workspace/grade-" + req.id + "@" + std::to_string(t0) + "." + std::to_string(i);
-    StatusOr<image::LayerInfo> li = layers_.BuildFromSandboxDir(name, diffs[i].staging);
+    StatusOr<image::LayerInfo> li = layers_.BuildFromSandboxDir(name, diffs[i].staging, req.project);
     (void)RemoveTree(diffs[i].staging);
     diffs[i].options.budget->ReleaseNode();
     if (!li.ok()) return li.status();

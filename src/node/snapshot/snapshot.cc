@@ -33,7 +33,7 @@ StatusOr<image::LayerInfo> SnapshotService::Snapshot(const SnapshotRequest& req)
                                    : "snapshot of sandbox " + req.id + ": " + std::string(cs.message()));
     }
   }
-  StatusOr<image::LayerInfo> li = layers_.BuildFromSandboxDir(name, staging);
+  StatusOr<image::LayerInfo> li = layers_.BuildFromSandboxDir(name, staging, req.project);
   Status rm = RemoveTree(staging);
   if (!rm.ok())
     Log(spdlog::level::warn, "removing snapshot staging failed", {{"dir", staging}, {"error", rm.ToString()}});
@@ -69,6 +69,7 @@ StatusOr<ForkResult> SnapshotService::Fork(const ForkRequest& req) {
   sr.name = "workspace/fork-" + req.id + "@" + std::to_string(WallNowNs());
   sr.exclude = req.exclude;
   sr.pause = req.pause;
+  sr.project = req.project;
   ASSIGN_OR_RETURN(image::LayerInfo layer, Snapshot(sr));
   ForkResult out;
   out.layer = layer;

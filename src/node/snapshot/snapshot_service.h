@@ -31,6 +31,7 @@ struct ForkRequest {
   uint32_t ttl_s = 0;                         // 0 = the source's ttl_s
   std::vector<std::string> exclude;           // as SnapshotRequest::exclude
   bool pause = true;                          // as SnapshotRequest::pause
+  std::string project;                        // as SnapshotRequest::project
 };
 struct ForkResult {
   image::LayerInfo layer;              // the snapshot layer (the forks' top layer)

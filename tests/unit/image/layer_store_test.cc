@@ -315,6 +315,43 @@ TEST_F(LayerStoreTest, SandboxBuildsAreMarkedAndKeepHoles) {
   EXPECT_NE(access(mark.c_str(), F_OK), 0);
 }
 
+// A snapshot of a project's sandbox is that project's (every name of the
+// bytes); the same bytes of another project add it as an owner; bytes that
+// were every project's stay so; the owners go with the blob.
+TEST_F(LayerStoreTest, SandboxLayersRecordTheirProjects) {
+  std::string src = Src("owned");
+  WriteFile(src + "/f", "team a's\n");
+  auto a = store_->BuildFromSandboxDir("workspace/snap-a@1", src, "team/a");
+  ASSERT_OK(a);
+  EXPECT_EQ(a->projects, std::vector<std::string>{"team/a"});
+  EXPECT_EQ(store_->Resolve(a->digest)->projects, std::vector<std::string>{"team/a"});
+  auto again = store_->BuildFromSandboxDir("workspace/snap-a2@1", src, "team/a");
+  ASSERT_OK(again);
+  EXPECT_EQ(again->projects, std::vector<std::string>{"team/a"});  // once
+  auto b = store_->BuildFromSandboxDir("workspace/snap-b@1", src, "other");
+  ASSERT_OK(b);
+  EXPECT_EQ(b->digest, a->digest);
+  EXPECT_EQ(store_->Resolve("workspace/snap-a@1")->projects, (std::vector<std::string>{"team/a", "other"}));
+  for (const LayerInfo& l : store_->List()) {
+    if (l.digest == a->digest) {
+      EXPECT_EQ(l.projects.size(), 2u) << l.name;
+    }
+  }
+  std::string pub = Src("public");
+  WriteFile(pub + "/f", "everyone's\n");
+  auto p = store_->BuildFromSandboxDir("workspace/snap-p@1", pub);
+  ASSERT_OK(p);
+  EXPECT_TRUE(p->projects.empty());
+  auto p2 = store_->BuildFromSandboxDir("workspace/snap-p2@1", pub, "team/a");
+  ASSERT_OK(p2);
+  EXPECT_TRUE(p2->projects.empty()) << "bytes every project had became one project's";
+  const std::string owners = store_->dir() + "/meta/" + a->digest.substr(7) + ".projects";
+  EXPECT_EQ(access(owners.c_str(), F_OK), 0);
+  for (const char* n : {"workspace/snap-a@1", "workspace/snap-a2@1", "workspace/snap-b@1"})
+    ASSERT_OK(store_->Remove(n));
+  EXPECT_NE(access(owners.c_str(), F_OK), 0);
+}
+
 TEST_F(LayerStoreTest, NameConflictIsAlreadyExists) {
   std::string s1 = Src("s1"), s2 = Src("s2");
   WriteFile(s1 + "/f", "one");

@@ -257,11 +257,13 @@ class FakeLayers final : public node::LayerProvider {
     s_->builds.push_back("dir:" + name + ":" + dir);
     return image::LayerInfo{"sha256:" + std::string(64, 'd'), name, 1, 1};
   }
-  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir) override {
+  StatusOr<image::LayerInfo> BuildFromSandboxDir(const std::string& name, const std::string& dir,
+                                                 const std::string& project) override {
     std::lock_guard<std::mutex> l(s_->mu);
     s_->builds.push_back("sandbox-dir:" + name + ":" + dir);
     image::LayerInfo li{"sha256:" + std::string(64, 'e'), name, 1, 1};
     li.from_sandbox = true;
+    if (!project.empty()) li.projects.push_back(project);
     return li;
   }
   StatusOr<image::LayerInfo> BuildFromTar(const std::string& name, const std::string& tar) override {
