@@ -685,7 +685,10 @@ class SandboxCore(Generic[SB, PR, XS, SE]):
     ) -> Gen[Snapshot]:
         """Packs the sandbox's changes into a layer (pack_diff); exclude:
         fnmatch patterns of absolute paths dropped from it. create(layers=
-        snap.layers) starts from that state."""
+        snap.layers) starts from that state. name: "kind/name@version"
+        (None: "workspace/snap-<id>@<unix ns>"); a client acting for a
+        project leaves it None, and the layer is that project's (other
+        projects get NotFound for it)."""
         r = yield self._lc(
             "Snapshot",
             pb.SnapshotRequest(id=self.id, name=name or "", exclude=list(exclude), no_pause=not pause),
