@@ -89,7 +89,9 @@ def test_background_process_kill_reaches_the_whole_tree(runner) -> None:
     p = sb.spawn("sleep 301 & setsid sleep 302 & echo started; wait")
     _until(lambda: b"started" in p.output().stdout, "the process to start")
     count = "n=0; for c in /proc/[0-9]*/comm; do [ \"$(cat $c 2>/dev/null)\" = sleep ] && n=$((n+1)); done; echo $n"
-    assert sb.exec(count).stdout.strip() == b"2"
+    # "started" is printed once both are forked, not once both have exec'd
+    # sleep (the second is `setsid` until it does): wait for both.
+    _until(lambda: sb.exec(count).stdout.strip() == b"2", "both sleeps to run")
     p.kill()
     r = p.wait(timeout=30)
     assert r.signal == 9 and r.exit_code == 128 + 9
