@@ -213,11 +213,16 @@ def test_quota_holds_cluster_wide_under_concurrent_creates(cluster, base_layer: 
         again = wait_until(lambda: _try_create(c, base_layer), 10 + 4 * REFRESH_MS / 1000, "the freed share")
         made.append(again)
     finally:
-        for sb in made:
-            try:
-                sb.destroy(timeout=60)
-            except warren.NotFound:
-                pass
+        _destroy_all(made)
+
+
+def _destroy_all(sandboxes: Iterable[warren.Sandbox]) -> None:
+    """A test's cleanup: destroys each (gone already is fine)."""
+    for sb in sandboxes:
+        try:
+            sb.destroy(timeout=60)
+        except warren.NotFound:
+            pass
 
 
 def _refused(c: warren.Client) -> bool:
@@ -249,8 +254,7 @@ def test_cpu_quota_and_nested_quota(cluster, base_layer: str) -> None:
         assert "project c: quota of 1500 millicpus reached" in ei.value.details, ei.value.details
         made.append(c.create(layers=[base_layer], cpu=0.5, timeout=120))
     finally:
-        for sb in made:
-            sb.destroy(timeout=60)
+        _destroy_all(made)
 
 
 def _held_shares(etcd, project: str) -> Dict[str, dict]:
@@ -344,11 +348,7 @@ def test_snapshots_and_forks_are_the_projects_own(cluster, base_layer: str) -> N
         a.layers.remove(forked[0].name)
         assert top.digest not in {l.digest for l in admin.layers.list()}
     finally:
-        for sb in made:
-            try:
-                sb.destroy(timeout=60)
-            except warren.NotFound:
-                pass
+        _destroy_all(made)
 
 
 def test_creates_per_second_hold_cluster_wide(cluster, base_layer: str) -> None:
@@ -417,11 +417,7 @@ def test_creates_per_second_hold_cluster_wide(cluster, base_layer: str) -> None:
         # Usage counts sandboxes only (the rate key is no node's usage).
         assert admin.project("r").sandboxes <= len(made)
     finally:
-        for sb in made:
-            try:
-                sb.destroy(timeout=60)
-            except warren.NotFound:
-                pass
+        _destroy_all(made)
 
 
 def test_quota_changes_after_creation(cluster, base_layer: str) -> None:
@@ -475,8 +471,4 @@ def test_quota_changes_after_creation(cluster, base_layer: str) -> None:
                 as_project(nodes[0], tok).update_project(path, sandboxes=9)
         assert as_project(nodes[0], tok).update_project("u/a/leaf", sandboxes=2).quota_sandboxes == 2
     finally:
-        for sb in made:
-            try:
-                sb.destroy(timeout=60)
-            except warren.NotFound:
-                pass
+        _destroy_all(made)
