@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <vector>
@@ -140,8 +141,8 @@ grpc::Status LayersService::Remove(grpc::ServerContext* ctx, const v1::RemoveLay
     if (!LayerVisible(project, li.projects)) {
       return {grpc::StatusCode::NOT_FOUND, "layer " + req->ref() + " not found"};
     }
-    bool own = !li.projects.empty();
-    for (const std::string& o : li.projects) own = own && InProject(project, o);
+    const bool own = !li.projects.empty() && std::all_of(li.projects.begin(), li.projects.end(),
+                                                         [&](const std::string& o) { return InProject(project, o); });
     if (!own) RETURN_IF_GRPC_ERROR(RequireEveryProject(deps_, *ctx, "layer rm of a layer every project sees"));
   }
   v1::GetLayerRequest by_digest;

@@ -227,9 +227,10 @@ grpc::Status LifecycleService::Fork(grpc::ServerContext* ctx, const v1::ForkRequ
   // the project's quotas (cluster-wide) before any is made; all or none.
   std::vector<std::unique_ptr<QuotaHold>> holds;
   if (!r.project.empty() && deps_.auth->projects() != nullptr && r.count <= node::SnapshotService::kMaxForks) {
+    node::CreateRequest share;  // a fork's: the source's resources, no layers of its own to check
+    share.resources = info.resources;
     for (uint32_t i = 0; i < r.count; ++i) {
-      StatusOr<std::unique_ptr<QuotaHold>> h =
-          deps_.auth->projects()->Admit(r.project, info.resources.cpu_millis, info.resources.memory_mb);
+      StatusOr<std::unique_ptr<QuotaHold>> h = AdmitCreate(deps_.auth->projects(), *deps_.manager, r.project, &share);
       if (!h.ok()) {
         grpc::Status g = ToGrpcStatus(h.status());
         return {g.error_code(), "fork of " + std::to_string(r.count) + ": " + g.error_message()};
