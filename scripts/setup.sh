@@ -26,6 +26,9 @@ pkgs=(
   docker-registry skopeo umoci  # image tests: a loopback registry, pushes, the reference unpack
   nftables libnftables-dev libmnl-dev  # sandbox network (src/net): nft for tests, the libraries warrend links
   prometheus-cpp-dev  # warrend --metrics-listen: /metrics (src/metrics)
+  libpng-dev  # screenshots of an X server inside a sandbox (src/runtime/desktop)
+  # the toolset/desktop layer's contents (scripts/build-toolset-desktop-rootfs.sh)
+  xvfb xdotool matchbox-window-manager xterm dillo xfonts-base
   lxcfs  # sandboxes' /proc views of their own cpus and memory (jail/lxcfs.h)
   qemu-system-x86 cpio e2fsprogs  # the microvm backend: QEMU, the guest initramfs (scripts/microvm), mke2fs
   qemu-utils  # the vm backend: qemu-img (each VM's copy-on-write disk)
@@ -147,6 +150,8 @@ scripts/build-toolset-rootfs.sh $R/toolset-python-sci $R/debian-12 --skip python
 echo "setup: eval layers' rootfs dirs (warren eval; scripts/demo.sh)"
 scripts/build-toolset-python-rootfs.sh /var/cache/warren/rootfs/toolset-python \
   /var/cache/warren/rootfs/debian-12
+echo "setup: desktop toolset rootfs (Xvfb, xdotool, matchbox, xterm, dillo: the desktop API on containers and microVMs)"
+scripts/build-toolset-desktop-rootfs.sh $R/toolset-desktop $R/debian-12
 # more-itertools 10.1.0's sdist from PyPI, pinned by sha256.
 scripts/build-workspace-rootfs.sh /var/cache/warren/rootfs/workspace-more-itertools-10.1.0 \
   more-itertools 10.1.0 626c369fa0eb37bac0291bce8259b332fd59ac792fa5497b59837309cd5b114a

@@ -2,9 +2,11 @@
 // screen shows and the keyboard and pointer that drive it. Implemented by
 // the sandboxes of the `vm` backend through QEMU's monitor (screendump and
 // input-send-event: the guest sees a real display adapter, a PS/2 keyboard
-// and a USB tablet, so it works for any guest OS). The node asks with
-// As<Desktop>(sandbox); a sandbox without one answers Unimplemented
-// (DesktopUnsupported).
+// and a USB tablet, so it works for any guest OS), and by the container and
+// microvm backends' sandboxes through an X server inside the sandbox
+// (desktop/x11_desktop.h: Xvfb and xdotool from the toolset/desktop layer).
+// The node asks with dynamic_cast<Desktop*>(sandbox); a sandbox without one
+// answers Unimplemented (DesktopUnsupported).
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import threading
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -40,6 +39,15 @@ from conftest import (
     vm_cgroups,
     wait_until,
 )
+from desktop_helpers import (
+    PNG_SIG,
+    SERVER,
+    field_box,
+    has_colour,
+    pixels,
+    region,
+    stable_shot,
+)
 
 QEMU = shutil.which("qemu-system-x86_64")
 QEMU_IMG = shutil.which("qemu-img")
@@ -53,9 +61,7 @@ if QEMU_IMG is None:
 pytestmark = [
     pytest.mark.skipif(
         bool(_missing),
-        reason="vm: missing "
-        + ", ".join(_missing)
-        + " (scripts/setup.sh builds the guest unless WARREN_SETUP_VM=0; "
+        reason="vm: missing " + ", ".join(_missing) + " (scripts/setup.sh builds the guest unless WARREN_SETUP_VM=0; "
         "or run scripts/vm/build-guest.sh)",
     ),
     pytest.mark.timeout(900),
@@ -63,13 +69,11 @@ pytestmark = [
 FULL = os.environ.get("WARREN_VM_FULL") == "1"
 full_only = pytest.mark.skipif(
     not FULL,
-    reason="vm: costs a second VM boot under TCG (minutes on 2 cores); "
-    "opt in with WARREN_VM_FULL=1",
+    reason="vm: costs a second VM boot under TCG (minutes on 2 cores); opt in with WARREN_VM_FULL=1",
 )
 
 BOOT_TIMEOUT = 600  # create: QEMU start to the agent's hello (systemd boot, TCG)
 DESKTOP_TIMEOUT = 300  # the agent's hello to X and xterm up
-PNG_SIG = b"\x89PNG\r\n\x1a\n"
 UID_SLOTS = Path("/run/warren/uid-slots")
 # QEMU's memory beyond the guest's (vm_backend.cc kVmOverheadMb: microvm's
 # 128 MiB plus the display and the PCI/USB devices).
@@ -99,20 +103,6 @@ def _status(pid: int) -> dict[str, str]:
     return out
 
 
-def _stable_shot(sb: warren.Sandbox, timeout: float = 60) -> warren.desktop.ScreenImage:
-    """A screenshot equal to the one taken 1 s before it (nothing drawing)."""
-    prev = sb.screenshot(timeout=30)
-    deadline = time.monotonic() + timeout
-    while True:
-        time.sleep(1)
-        cur = sb.screenshot(timeout=30)
-        if cur.png == prev.png:
-            return cur
-        if time.monotonic() > deadline:
-            pytest.fail(f"the screen kept changing for {timeout} s")
-        prev = cur
-
-
 @pytest.fixture(scope="module")
 def vmd(test_root: Path, layer_store: Path):
     """This module's daemon: the VM's, killed and restarted by a test."""
@@ -132,13 +122,9 @@ def vm(vmd: Daemon, base_layer: str):
     """The module's one VM (booted once; later tests re-attach by id)."""
     t0 = time.monotonic()
     assert vmd.client is not None
-    sb = vmd.client.create(
-        backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT
-    )
+    sb = vmd.client.create(backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT)
     r = sb.exec("cat /proc/1/comm", timeout=60)
-    print(
-        f"\nvm: create to first exec {time.monotonic() - t0:.1f} s (TCG, systemd boot)"
-    )
+    print(f"\nvm: create to first exec {time.monotonic() - t0:.1f} s (TCG, systemd boot)")
     assert r.stdout == b"systemd\n", r
     yield sb
     if vmd.client is not None:
@@ -154,9 +140,7 @@ def desktop(vm: warren.Sandbox) -> warren.Sandbox:
     t0 = time.monotonic()
 
     def up() -> bool:
-        r = vm.exec(
-            "test -S /tmp/.X11-unix/X0 && grep -qx xterm /proc/[0-9]*/comm", timeout=30
-        )
+        r = vm.exec("test -S /tmp/.X11-unix/X0 && grep -qx xterm /proc/[0-9]*/comm", timeout=30)
         return r.exit_code == 0
 
     _wait(up, DESKTOP_TIMEOUT, "X and xterm up in the guest", step=2)
@@ -178,7 +162,7 @@ def desktop(vm: warren.Sandbox) -> warren.Sandbox:
             if time.monotonic() > deadline:
                 raise
     vm.input.key("ctrl+l")
-    _stable_shot(vm, timeout=120)
+    stable_shot(vm, timeout=120)
     print(f"\nvm: first exec to a settled desktop {time.monotonic() - t0:.1f} s")
     return vm
 
@@ -203,9 +187,7 @@ def test_qemu_runs_jailed(vm: warren.Sandbox, vmd: Daemon) -> None:
     assert os.readlink(f"/proc/{qemu}/fd/0") == "/dev/null"
     # The uid's claim names this daemon's vm disk dir (a host-wide slot,
     # the microvm backend's pool).
-    assert (UID_SLOTS / str(ruid)).read_text().strip() == str(
-        vmd.state_dir / "vm-disks"
-    )
+    assert (UID_SLOTS / str(ruid)).read_text().strip() == str(vmd.state_dir / "vm-disks")
     # No host path of the guest, the disk or the run dir on its command
     # line: it could not open them as its uid. They are open fds.
     cmdline = Path(f"/proc/{qemu}/cmdline").read_bytes().split(b"\0")
@@ -250,16 +232,14 @@ def test_screenshot_is_a_png_of_the_screen(desktop: warren.Sandbox) -> None:
     n = 5
     for _ in range(n):
         desktop.screenshot(timeout=30)
-    print(
-        f"\nvm: screenshot round trip {(time.monotonic() - t0) / n * 1000:.0f} ms (mean of {n})"
-    )
+    print(f"\nvm: screenshot round trip {(time.monotonic() - t0) / n * 1000:.0f} ms (mean of {n})")
 
 
 def test_typing_reaches_the_app_and_changes_the_screen(desktop: warren.Sandbox) -> None:
     """Keys go through QEMU's PS/2 keyboard to X to xterm's shell: the shell
     writes the typed line to a file, and the screen shows it."""
     desktop.exec("rm -f /tmp/typed", timeout=30)
-    before = _stable_shot(desktop)
+    before = stable_shot(desktop)
     desktop.input.type("echo Typed-By-Warren > /tmp/typed\n")
 
     def typed() -> bool:
@@ -267,7 +247,7 @@ def test_typing_reaches_the_app_and_changes_the_screen(desktop: warren.Sandbox) 
         return r.exit_code == 0 and r.stdout == b"Typed-By-Warren\n"
 
     _wait(typed, 60, "the typed command's file in the guest")
-    after = _stable_shot(desktop)
+    after = stable_shot(desktop)
     assert after.png != before.png, "typing into xterm changed no pixel"
     # A combination: ctrl+u clears the typed line.
     desktop.input.type("echo not-run")
@@ -297,12 +277,12 @@ def test_pointer_moves_on_screen(desktop: warren.Sandbox) -> None:
     2026-12-02 on cold boots; it passes on the desktop template's clones:
     3 of 3 runs on 2026-12-03)."""
     desktop.input.mouse(10, 10)
-    a = _stable_shot(desktop)
+    a = stable_shot(desktop)
     desktop.input.mouse(700, 500)
-    b = _stable_shot(desktop)
+    b = stable_shot(desktop)
     assert a.png != b.png, "moving the pointer changed no pixel"
     desktop.input.mouse(10, 10)
-    c = _stable_shot(desktop)
+    c = stable_shot(desktop)
     assert c.png == a.png, "the pointer back at (10, 10) shows the first screen again"
 
 
@@ -314,20 +294,20 @@ def test_clicks_reach_the_app(desktop: warren.Sandbox) -> None:
     before it acts)."""
     desktop.exec("rm -f /tmp/clicked", timeout=30)
     desktop.input.key("ctrl+l")
-    _stable_shot(desktop)
+    stable_shot(desktop)
     # Row 1 (y 20..39, 10x20 font) shows it; cells 0..11 hold "clicked_word".
     desktop.input.type("echo clicked_word_and_more\n")
-    _stable_shot(desktop)
+    stable_shot(desktop)
     desktop.input.mouse(1, 30, button="left", action="down")
-    _stable_shot(desktop)
+    stable_shot(desktop)
     desktop.input.mouse(125, 30)  # into cell 12: the selection ends before it
-    _stable_shot(desktop)
+    stable_shot(desktop)
     desktop.input.mouse(125, 30, button="left", action="up")
-    _stable_shot(desktop)
+    stable_shot(desktop)
     desktop.input.type("echo ")
-    _stable_shot(desktop)
+    stable_shot(desktop)
     desktop.input.mouse(500, 400, button="middle", action="click")
-    _stable_shot(desktop)
+    stable_shot(desktop)
     desktop.input.type(" > /tmp/clicked\n")
 
     def pasted() -> bool:
@@ -337,9 +317,7 @@ def test_clicks_reach_the_app(desktop: warren.Sandbox) -> None:
     _wait(pasted, 60, "the word selected and pasted with the pointer")
 
 
-def test_cli_screenshot_and_input(
-    desktop: warren.Sandbox, vmd: Daemon, tmp_path: Path
-) -> None:
+def test_cli_screenshot_and_input(desktop: warren.Sandbox, vmd: Daemon, tmp_path: Path) -> None:
     def warren_cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [str(CLI), "--addr", f"unix:{vmd.socket}", *args],
@@ -354,12 +332,7 @@ def test_cli_screenshot_and_input(
     assert p.returncode == 0, p.stderr
     assert out.read_bytes().startswith(PNG_SIG)
     assert p.stdout.decode().split() == [str(out), "1024x768"]
-    assert (
-        warren_cli(
-            "input", desktop.id, "type", "echo via-cli > /tmp/cli-typed"
-        ).returncode
-        == 0
-    )
+    assert warren_cli("input", desktop.id, "type", "echo via-cli > /tmp/cli-typed").returncode == 0
     assert warren_cli("input", desktop.id, "key", "Return").returncode == 0
     _wait(
         lambda: desktop.exec("cat /tmp/cli-typed", timeout=30).stdout == b"via-cli\n",
@@ -396,102 +369,7 @@ def test_bad_input_is_refused_with_the_reason(desktop: warren.Sandbox) -> None:
     )
 
 
-def test_container_has_no_desktop(sandbox: warren.Sandbox) -> None:
-    with pytest.raises(warren.Unimplemented, match="container backend"):
-        sandbox.screenshot()
-    with pytest.raises(warren.Unimplemented, match="backend=vm"):
-        sandbox.input.key("a")
-
-
 # ------------------------------------------------ warm starts (vm_template.h)
-
-
-def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
-    """Width, height and the RGB rows of a PNG as QEMU's screendump writes it
-    (8-bit RGB or RGBA, not interlaced): zlib and the five row filters."""
-    assert png.startswith(PNG_SIG)
-    pos, idat, ihdr = 8, b"", b""
-    while pos < len(png):
-        n = int.from_bytes(png[pos : pos + 4], "big")
-        kind, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + n]
-        if kind == b"IHDR":
-            ihdr = body
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + n
-    w, h = int.from_bytes(ihdr[0:4], "big"), int.from_bytes(ihdr[4:8], "big")
-    assert ihdr[8] == 8 and ihdr[9] in (2, 6) and ihdr[12] == 0, ihdr
-    bpp = 3 if ihdr[9] == 2 else 4
-    raw = zlib.decompress(idat)
-    stride = w * bpp
-    rows: list[bytes] = []
-    prev = bytearray(stride)
-    for y in range(h):
-        f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
-        for x in range(stride):
-            a = line[x - bpp] if x >= bpp else 0
-            b = prev[x]
-            c = prev[x - bpp] if x >= bpp else 0
-            if f == 1:
-                line[x] = (line[x] + a) & 255
-            elif f == 2:
-                line[x] = (line[x] + b) & 255
-            elif f == 3:
-                line[x] = (line[x] + (a + b) // 2) & 255
-            elif f == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        prev = line
-        rows.append(bytes(line) if bpp == 3 else bytes(v for i, v in enumerate(line) if i % 4 != 3))
-    return w, h, rows
-
-
-def _has_colour(rows: list[bytes], w: int, rgb: tuple[int, int, int]) -> int:
-    """The first row holding a pixel of colour `rgb`, or -1."""
-    pix = bytes(rgb)
-    for y, row in enumerate(rows):
-        if any(row[3 * x : 3 * x + 3] == pix for x in range(0, w, 4)):
-            return y
-    return -1
-
-
-def _field_box(rows: list[bytes], w: int, bg: tuple[int, int, int]) -> tuple[int, int, int, int]:
-    """A text field's inside on a page of colour `bg`: of the runs (40 px or
-    wider) of one other colour in rows that also show the page, the one that
-    grows (up and down, while the rows hold it) into the largest box:
-    (x0, y0, x1, y1)."""
-    page = bytes(bg)
-    best, box = 0, (0, 0, 0, 0)
-    seen = set()
-    for y, row in enumerate(rows):
-        if not any(row[3 * x : 3 * x + 3] == page for x in range(0, w, 4)):
-            continue
-        x = 0
-        while x < w:
-            pix = row[3 * x : 3 * x + 3]
-            x0 = x
-            while x < w and row[3 * x : 3 * x + 3] == pix:
-                x += 1
-            if pix == page or x - x0 < 40 or (x0, x, pix) in seen:
-                continue
-            seen.add((x0, x, pix))
-            run = row[3 * x0 : 3 * x]
-            y0 = y1 = y
-            while y0 > 0 and rows[y0 - 1][3 * x0 : 3 * x] == run:
-                y0 -= 1
-            while y1 + 1 < len(rows) and rows[y1 + 1][3 * x0 : 3 * x] == run:
-                y1 += 1
-            if (x - x0) * (y1 - y0 + 1) > best:
-                best, box = (x - x0) * (y1 - y0 + 1), (x0, y0, x - 1, y1)
-    assert best >= 40 * 8, f"no text field on the page (largest box {box})"
-    return box
-
-
-def _region(rows: list[bytes], box: tuple[int, int, int, int]) -> list[bytes]:
-    x0, y0, x1, y1 = box
-    return [r[3 * x0 : 3 * (x1 + 1)] for r in rows[y0 : y1 + 1]]
 
 
 @pytest.fixture(scope="module")
@@ -527,14 +405,23 @@ def test_warm_start_clones_the_booted_desktop(clone: warren.Sandbox, desktop: wa
     try:
         # 90 s: a just-restored TCG guest on a loaded 2-core host (CI's
         # background sanitizer builds) once took longer than 30 s.
-        _wait(lambda: clone.exec("test -e /tmp/clone-typed", timeout=30).exit_code == 0, 90, "typing into the clone")
+        _wait(
+            lambda: clone.exec("test -e /tmp/clone-typed", timeout=30).exit_code == 0,
+            90,
+            "typing into the clone",
+        )
     except pytest.fail.Exception:
         # Which half failed: the keys never reached X (screen unchanged), or
         # the shell did not run the line (what the guest was doing).
         changed = clone.screenshot(timeout=30).png != before
-        ps = clone.exec("cat /proc/loadavg; ps -eo stat,pcpu,comm --sort=-pcpu | head -15", timeout=30)
-        pytest.fail(f"typing into the clone: no file after 90 s; screen changed since the keys: {changed}; "
-                    f"guest: {ps.stdout.decode(errors='replace')}")
+        ps = clone.exec(
+            "cat /proc/loadavg; ps -eo stat,pcpu,comm --sort=-pcpu | head -15",
+            timeout=30,
+        )
+        pytest.fail(
+            f"typing into the clone: no file after 90 s; screen changed since the keys: {changed}; "
+            f"guest: {ps.stdout.decode(errors='replace')}"
+        )
     host = time.time()
     guest = float(clone.exec("date +%s.%N", timeout=30).stdout)
     assert abs(guest - host) < 10, (guest, host)
@@ -551,7 +438,10 @@ def test_warm_start_clones_the_booted_desktop(clone: warren.Sandbox, desktop: wa
     assert "memfd:warren-vm-template-ram" in maps
     # The template: its state and disk, no QEMU of its own left.
     tmpl = [p for p in (vmd.state_dir / "vm-templates").iterdir() if p.is_dir()]
-    assert len(tmpl) == 1 and {f.name for f in tmpl[0].iterdir()} == {"state", "disk.qcow2"}, tmpl
+    assert len(tmpl) == 1 and {f.name for f in tmpl[0].iterdir()} == {
+        "state",
+        "disk.qcow2",
+    }, tmpl
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, str(tmpl[0]))]
     # Memory: the clone holds what it changed, not the guest's RAM.
     mem = [
@@ -570,30 +460,6 @@ def _cmd_has(p: Path, needle: str) -> bool:
     except OSError:
         return False
     return b"qemu-system" in cmd.split(b"\0")[0] and needle.encode() in cmd
-
-
-SERVER = r"""
-use IO::Socket::INET;
-my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die "listen: $!";
-my $page = '<html><body bgcolor="#ffd000"><h1>warren form</h1>'
-  . '<form action="/submit" method="get"><input type="text" name="q" size="24" style="background-color:#ffffff">'
-  . '<input type="submit" value="Send"></form></body></html>';
-while (my $c = $s->accept) {
-  my $req = <$c>;
-  while (my $l = <$c>) { last if $l =~ /^\r?\n$/ }
-  my $body = $page;
-  if ($req =~ m{^GET /submit\?q=([^ &]*)}) {
-    my $v = $1; $v =~ s/\+/ /g; $v =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge;
-    open(my $f, '>', '/tmp/received.part') or die "open: $!";
-    print $f $v;
-    close($f);
-    rename('/tmp/received.part', '/tmp/received');
-    $body = "<html><body bgcolor=\"#80ff80\"><h1>received</h1></body></html>";
-  }
-  print $c "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nContent-Length: " . length($body) . "\r\nConnection: close\r\n\r\n$body";
-  close $c;
-}
-"""
 
 
 def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> None:
@@ -620,25 +486,25 @@ def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> Non
     page_bg = (0xFF, 0xD0, 0x00)
 
     def page_shown() -> bool:
-        w, _, rows = _pixels(sb.screenshot(timeout=30).png)
-        return _has_colour(rows, w, page_bg) >= 0
+        w, _, rows = pixels(sb.screenshot(timeout=30).png)
+        return has_colour(rows, w, page_bg) >= 0
 
     _wait(page_shown, 120, "dillo showing the page", step=1)
     sb.input.mouse(1000, 700)  # the pointer out of the way
-    shot = _stable_shot(sb, timeout=60)
-    w, _, rows = _pixels(shot.png)
+    shot = stable_shot(sb, timeout=60)
+    w, _, rows = pixels(shot.png)
     # The text field: the widest box of one colour inside the page.
-    page_top = _has_colour(rows, w, page_bg)
-    field = _field_box(rows, w, page_bg)
+    page_top = has_colour(rows, w, page_bg)
+    field = field_box(rows, w, page_bg)
     x, y = (field[0] + field[2]) // 2, (field[1] + field[3]) // 2
     print(f"\nvm: page from y={page_top}, text field {field}, clicking ({x}, {y})")
-    before = _region(rows, field)
+    before = region(rows, field)
     sb.input.mouse(x, y, button="left", action="click")
-    _stable_shot(sb)
+    stable_shot(sb)
     sb.input.type("warren-typed-42")
-    after_shot = _stable_shot(sb)
-    _, _, after_rows = _pixels(after_shot.png)
-    assert _region(after_rows, field) != before, "typing into the field changed no pixel of it"
+    after_shot = stable_shot(sb)
+    _, _, after_rows = pixels(after_shot.png)
+    assert region(after_rows, field) != before, "typing into the field changed no pixel of it"
     sb.input.key("Return")
     _wait(
         lambda: sb.exec("cat /tmp/received", timeout=30).stdout == b"warren-typed-42",
@@ -676,9 +542,7 @@ def test_pause_then_any_call_resumes(clone: warren.Sandbox) -> None:
     assert clone.info().state == "running"
 
 
-def test_kill9_of_warrend_then_restart_adopts_the_vm(
-    desktop: warren.Sandbox, vmd: Daemon
-) -> None:
+def test_kill9_of_warrend_then_restart_adopts_the_vm(desktop: warren.Sandbox, vmd: Daemon) -> None:
     """README: sandboxes outlive the daemon and a restarted warrend re-adopts
     them. The same QEMU (pid, uid, boot) comes back under the new daemon,
     with exec, screenshots and input; no second QEMU, no orphan."""
@@ -709,9 +573,7 @@ def test_kill9_of_warrend_then_restart_adopts_the_vm(
     assert (UID_SLOTS / ruid).read_text().strip() == str(vmd.state_dir / "vm-disks")
 
 
-def test_destroy_leaves_no_process_disk_socket_or_cgroup(
-    vm: warren.Sandbox, vmd: Daemon
-) -> None:
+def test_destroy_leaves_no_process_disk_socket_or_cgroup(vm: warren.Sandbox, vmd: Daemon) -> None:
     assert vmd.client is not None
     sb = vmd.client.get(vm.id)  # (the daemon may have restarted since the create)
     pids = qemu_pids(sb.id)
@@ -781,35 +643,23 @@ def _nothing_left(d: Daemon) -> None:
     assert d.client.list(timeout=30) == []
 
 
-def test_create_with_an_impossible_memory_size_is_refused(
-    broken: Daemon, base_layer: str
-) -> None:
+def test_create_with_an_impossible_memory_size_is_refused(broken: Daemon, base_layer: str) -> None:
     assert broken.client is not None
-    with pytest.raises(
-        warren.InvalidArgument, match=r"memory_mb=100 is below the 384 MiB"
-    ):
-        broken.client.create(
-            backend="vm", layers=[base_layer], memory_mb=100, timeout=60
-        )
+    with pytest.raises(warren.InvalidArgument, match=r"memory_mb=100 is below the 384 MiB"):
+        broken.client.create(backend="vm", layers=[base_layer], memory_mb=100, timeout=60)
     with pytest.raises(warren.InvalidArgument, match="memory_mb"):
-        broken.client.create(
-            backend="vm", layers=[base_layer], memory_mb=10_000_000, timeout=60
-        )
+        broken.client.create(backend="vm", layers=[base_layer], memory_mb=10_000_000, timeout=60)
     _nothing_left(broken)
 
 
-def test_a_guest_that_never_answers_fails_create_and_leaves_nothing(
-    broken: Daemon, base_layer: str
-) -> None:
+def test_a_guest_that_never_answers_fails_create_and_leaves_nothing(broken: Daemon, base_layer: str) -> None:
     """The boot timeout (3 s here: the guest cannot boot that fast under TCG
     or KVM) fails the create after QEMU, its disk, cgroup, uid and sockets
     were all made: every one is undone."""
     assert broken.client is not None
     t0 = time.monotonic()
     with pytest.raises(warren.DeadlineExceeded, match=r"boot timeout 3000 ms") as e:
-        broken.client.create(
-            backend="vm", layers=[base_layer], memory_mb=512, timeout=120
-        )
+        broken.client.create(backend="vm", layers=[base_layer], memory_mb=512, timeout=120)
     took = time.monotonic() - t0
     assert took < 60, took
     m = re.search(re.escape(broken.node_id) + r"-[0-9a-f]+", str(e.value))
@@ -821,9 +671,7 @@ def test_a_guest_that_never_answers_fails_create_and_leaves_nothing(
     assert not [p.name for p in UID_SLOTS.iterdir() if p.read_text().strip() == owner]
 
 
-def test_a_missing_guest_file_fails_create_naming_it(
-    broken: Daemon, base_layer: str
-) -> None:
+def test_a_missing_guest_file_fails_create_naming_it(broken: Daemon, base_layer: str) -> None:
     assert broken.client is not None
     guest: Path = broken.guest  # type: ignore[attr-defined]
     (guest / "initrd.img").unlink()
@@ -832,9 +680,7 @@ def test_a_missing_guest_file_fails_create_naming_it(
             warren.FailedPrecondition,
             match=r"guest initrd\.img \(scripts/vm/build-guest\.sh\) \S*/initrd\.img: No such file",
         ):
-            broken.client.create(
-                backend="vm", layers=[base_layer], memory_mb=512, timeout=60
-            )
+            broken.client.create(backend="vm", layers=[base_layer], memory_mb=512, timeout=60)
     finally:
         (guest / "initrd.img").symlink_to(VM_DIR / "initrd.img")
     _nothing_left(broken)
@@ -871,7 +717,11 @@ def test_kill9_during_a_template_build_leaves_nothing_after_restart(
         worker.start()
 
         def template_qemus() -> list[Path]:
-            return [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, "warren-vm-template:" + str(d.state_dir))]
+            return [
+                p
+                for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _cmd_has(p, "warren-vm-template:" + str(d.state_dir))
+            ]
 
         _wait(lambda: bool(template_qemus()), 60, "the template's QEMU", step=0.2)
         qemus = template_qemus()
@@ -881,7 +731,11 @@ def test_kill9_during_a_template_build_leaves_nothing_after_restart(
         d.start()
         assert not [p for p in qemus if running(int(p.name))]
         assert not (d.state_dir / "vm-templates").exists() or not list((d.state_dir / "vm-templates").iterdir())
-        _wait(lambda: not d.client.list(timeout=30), 60, "the interrupted create cleaned up")
+        _wait(
+            lambda: not d.client.list(timeout=30),
+            60,
+            "the interrupted create cleaned up",
+        )
         _nothing_left(d)
     finally:
         d.stop()
@@ -892,12 +746,8 @@ def test_a_second_vm_boots_beside_the_first(vmd: Daemon, base_layer: str) -> Non
     """Two VMs at once get two uids and two cgroups (a second boot: opt-in)."""
     assert vmd.client is not None
     with (
-        vmd.client.create(
-            backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT
-        ) as a,
-        vmd.client.create(
-            backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT
-        ) as b,
+        vmd.client.create(backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT) as a,
+        vmd.client.create(backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT) as b,
     ):
         ua = _status(one_qemu(a.id))["Uid"].split()[0]
         ub = _status(one_qemu(b.id))["Uid"].split()[0]
@@ -919,11 +769,21 @@ def test_a_desktop_that_never_comes_up_fails_create_clearly(
         "vm-nodesk",
         layer_store,
         f"{NODE_PREFIX}dn",
-        extra_args=["--vm-dir", str(VM_DIR), "--vm-desktop-timeout-ms", "1", "--warm-shells", "0"],
+        extra_args=[
+            "--vm-dir",
+            str(VM_DIR),
+            "--vm-desktop-timeout-ms",
+            "1",
+            "--warm-shells",
+            "0",
+        ],
     ).start()
     try:
         assert d.client is not None
-        with pytest.raises(warren.DeadlineExceeded, match=r"desktop did not come up in time: waited for .*desktop timeout 1 ms"):
+        with pytest.raises(
+            warren.DeadlineExceeded,
+            match=r"desktop did not come up in time: waited for .*desktop timeout 1 ms",
+        ):
             d.client.create(backend="vm", layers=[base_layer], memory_mb=768, timeout=BOOT_TIMEOUT)
         _nothing_left(d)
         assert not [p for p in (d.state_dir / "vm-templates").iterdir()]

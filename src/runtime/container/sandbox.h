@@ -27,6 +27,8 @@
 #include "runtime/container/rooted_files.h"
 #include "runtime/container/spawn.h"
 #include "runtime/container/state.h"
+#include "runtime/desktop.h"
+#include "runtime/desktop/x11_desktop.h"
 
 namespace warren::runtime::container {
 
@@ -35,7 +37,8 @@ class ContainerSandbox : public Sandbox,
                          public Suspendable,
                          public ProcessStarter,
                          public ChangeExporter,
-                         public NetworkConfigurable {
+                         public NetworkConfigurable,
+                         public Desktop {
  public:
   ContainerSandbox(std::shared_ptr<BackendState> st, SandboxSpec spec, uint32_t slot, pid_t init_pid,
                    uint64_t start_time, UniqueFd pidfd, std::unique_ptr<jail::Cgroup> cg)
@@ -240,6 +243,15 @@ class ContainerSandbox : public Sandbox,
     return absl::OkStatus();
   }
 
+  // Desktop: the X server inside the sandbox (desktop/x11_desktop.h).
+  StatusOr<Screenshot> TakeScreenshot() override { return x11_.TakeScreenshot(); }
+  Status Key(const std::string& combo) override { return x11_.Key(combo); }
+  Status Type(const std::string& text) override { return x11_.Type(text); }
+  Status Mouse(int32_t x, int32_t y, MouseButton button, MouseAction action) override {
+    return x11_.Mouse(x, y, button, action);
+  }
+  Status Scroll(int32_t dx, int32_t dy) override { return x11_.Scroll(dx, dy); }
+
  private:
   void SweepExecCgroups();
   // The spawn request shared by Exec and Start: ids, caps, rlimits,
@@ -295,6 +307,7 @@ class ContainerSandbox : public Sandbox,
   NetworkSpec network_;  // canonical entries
   // Declared after pidfd_: destroyed (threads joined) before it is closed.
   std::map<uint16_t, std::unique_ptr<net::Exposure>> exposed_;  // guarded by net_mu_
+  desktop::X11Desktop x11_{*this};                              // last: it only holds a reference to *this
 };
 
 }  // namespace warren::runtime::container

@@ -109,7 +109,12 @@ StatusOr<std::unique_ptr<Shell>> SpawnShell(const std::shared_ptr<BackendState>&
   const std::string proc = "/proc/" + std::to_string(pid);
   const std::string map = "0 " + std::to_string(host_uid) + " " + std::to_string(st->options.uid_range) + "\n";
   RETURN_IF_ERROR(WriteFile(proc + "/uid_map", map));
-  RETURN_IF_ERROR(WriteFile(proc + "/setgroups", "deny"));
+  // setgroups stays allowed (as in Docker's and runc's user namespaces): the
+  // sandbox's root may set supplementary groups within its own mapped range
+  // (initgroups in su, sudo, apt's _apt sandbox, xterm's privilege drop).
+  // "deny" guards a namespace made by an unprivileged user, whose dropped
+  // host groups could bypass a negative group ACL; here every mapped gid is
+  // the sandbox's own private range, so dropping one gains nothing.
   RETURN_IF_ERROR(WriteFile(proc + "/gid_map", map));
   // Every cgroup.procs write takes the cgroup mutex (and may wait for an RCU
   // grace period): one write per hierarchy.

@@ -13,6 +13,8 @@
 
 #include "jail/cgroup.h"
 #include "runtime/backend.h"
+#include "runtime/desktop.h"
+#include "runtime/desktop/x11_desktop.h"
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/record.pb.h"
@@ -92,7 +94,8 @@ class MicrovmSandbox : public Sandbox,
                        public Pausable,
                        public Suspendable,
                        public ChangeExporter,
-                       public NetworkConfigurable {
+                       public NetworkConfigurable,
+                       public Desktop {
  public:
   struct Parts {
     SandboxSpec spec;
@@ -147,6 +150,15 @@ class MicrovmSandbox : public Sandbox,
   // when free, same token); one that cannot is dropped (logged).
   void RestoreExposures(const record::Microvm& rec);
 
+  // Desktop: the X server inside the sandbox (desktop/x11_desktop.h).
+  StatusOr<Screenshot> TakeScreenshot() override { return x11_.TakeScreenshot(); }
+  Status Key(const std::string& combo) override { return x11_.Key(combo); }
+  Status Type(const std::string& text) override { return x11_.Type(text); }
+  Status Mouse(int32_t x, int32_t y, MouseButton button, MouseAction action) override {
+    return x11_.Mouse(x, y, button, action);
+  }
+  Status Scroll(int32_t dx, int32_t dy) override { return x11_.Scroll(dx, dy); }
+
  private:
   // The guest's request for `es`, with the sandbox's env, cwd and user.
   proto::ExecRequest Request(const ExecSpec& es) const;
@@ -176,6 +188,7 @@ class MicrovmSandbox : public Sandbox,
   mutable std::mutex mu_;                  // destroyed_, channel_, p_.pidfd, p_.record
   std::shared_ptr<AgentChannel> channel_;  // null while suspended
   bool destroyed_ = false;
+  desktop::X11Desktop x11_{*this};  // last: it only holds a reference to *this
 };
 
 }  // namespace warren::runtime::microvm

@@ -10,18 +10,15 @@
 
 #include "common/status.h"
 #include "runtime/desktop.h"
+#include "runtime/desktop/keys.h"
 
 namespace warren::runtime::vm {
 
 // QEMU's absolute axis range (INPUT_EVENT_ABS_MAX + 1).
 constexpr int32_t kAbsRange = 0x8000;
 
-// The QKeyCode of one key name: letters and digits as themselves, QEMU's
-// own names ("ret", "spc", "bracket_left", "f5", ...) and the usual aliases
-// ("Return"/"enter", "space", "Escape"/"esc", "BackSpace", "Tab", "ctrl",
-// "control", "alt", "shift", "super"/"meta"/"win", "Up", "Page_Up", ...),
-// case-insensitive. "" for an unknown name.
-std::string KeyCode(const std::string& name);
+// Key names (desktop/keys.h): QEMU's QKeyCode names are the canonical ones.
+using desktop::KeyCode;
 
 // The events of a combination "ctrl+shift+t": every key down in order, then
 // up in reverse. InvalidArgument naming an unknown or empty key.
