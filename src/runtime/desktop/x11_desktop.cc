@@ -2,8 +2,7 @@
 
 #include <cstdio>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_replace.h"
 #include "runtime/desktop/keys.h"
 #include "runtime/desktop/png.h"
 #include "runtime/desktop/xwd.h"
@@ -14,6 +13,9 @@ namespace {
 
 constexpr int kExitNoTools = 97;
 constexpr int kExitNoDisplay = 98;
+// Each of the start script's waits (the display, then xterm's window); the
+// exec's own timeout (kStartTimeout) covers both with room to spare.
+constexpr std::chrono::seconds kXTimeout{30};
 
 std::string Quote(const std::string& s) {
   std::string q = "'";
@@ -57,27 +59,44 @@ int Button(MouseButton b) {
 }  // namespace
 
 std::string X11Desktop::StartScript() {
-  const std::string size = std::to_string(kWidth) + "x" + std::to_string(kHeight);
-  const std::string dir = "/tmp/.warren-desktop";
-  return absl::StrCat(
-      "export DISPLAY=", kDisplay, "\n",
-      "for t in Xvfb xdotool; do command -v $t >/dev/null 2>&1 || { echo \"$t is not in this sandbox: stack the "
-      "toolset/desktop layer\" >&2; exit ",
-      kExitNoTools, "; }; done\n", "if ! xdotool getdisplaygeometry >/dev/null 2>&1; then\n",
-      // A stale lock or socket (a fork or snapshot of a sandbox that ran X)
-      // would stop the new server; nothing answers on the display here.
-      "  rm -f /tmp/.X0-lock /tmp/.X11-unix/X0; mkdir -p ", dir, "\n", "  setsid Xvfb ", kDisplay, " -screen 0 ", size,
-      "x24 -fbdir ", dir, " -nolisten tcp -noreset </dev/null >", dir, "/xvfb.log 2>&1 &\n",
-      "  i=0; until xdotool getdisplaygeometry >/dev/null 2>&1; do\n",
-      "    i=$((i+1)); if [ $i -ge 300 ]; then echo \"the X server did not answer in 15 s:\" >&2; tail -n 5 ", dir,
-      "/xvfb.log >&2; exit ", kExitNoDisplay, "; fi; sleep 0.05\n", "  done\n",
-      "  if command -v matchbox-window-manager >/dev/null 2>&1; then setsid matchbox-window-manager -use_titlebar no "
-      "-use_cursor yes </dev/null >/dev/null 2>&1 & fi\n",
-      "  if command -v xterm >/dev/null 2>&1; then\n",
-      "    setsid xterm -bg white -fg black -fn 10x20 </dev/null >/dev/null 2>&1 &\n",
-      "    i=0; until xdotool search --onlyvisible --class xterm >/dev/null 2>&1; do\n",
-      "      i=$((i+1)); [ $i -ge 100 ] && break; sleep 0.05\n", "    done\n", "  fi\n", "fi\n",
-      "xdotool getdisplaygeometry\n");
+  // Waits are bounded by time, not tries: under TCG each X client takes a
+  // second or more. A stale lock or socket (a fork or snapshot of a sandbox
+  // that ran X) would stop the new server; nothing answers on the display
+  // when they are removed. xterm's wait is best effort (the display serves
+  // without it).
+  static constexpr const char* kScript = R"(export DISPLAY=$DISPLAY
+for t in Xvfb xdotool; do
+  command -v $t >/dev/null 2>&1 || { echo "$t is not in this sandbox: stack the toolset/desktop layer" >&2; exit $NOTOOLS; }
+done
+if ! xdotool getdisplaygeometry >/dev/null 2>&1; then
+  rm -f /tmp/.X0-lock /tmp/.X11-unix/X0; mkdir -p $DIR
+  setsid Xvfb $DISPLAY -screen 0 $SIZEx24 -fbdir $DIR -nolisten tcp -noreset </dev/null >$DIR/xvfb.log 2>&1 &
+  end=$(($(date +%s) + $WAIT))
+  until xdotool getdisplaygeometry >/dev/null 2>&1; do
+    if [ $(date +%s) -ge $end ]; then
+      echo "the X server did not answer in $WAIT s:" >&2; tail -n 5 $DIR/xvfb.log >&2; exit $NODISPLAY
+    fi
+    sleep 0.05
+  done
+  if command -v matchbox-window-manager >/dev/null 2>&1; then
+    setsid matchbox-window-manager -use_titlebar no -use_cursor yes </dev/null >/dev/null 2>&1 &
+  fi
+  if command -v xterm >/dev/null 2>&1; then
+    setsid xterm -bg white -fg black -fn 10x20 </dev/null >/dev/null 2>&1 &
+    end=$(($(date +%s) + $WAIT))
+    until xdotool search --onlyvisible --class xterm >/dev/null 2>&1; do
+      [ $(date +%s) -ge $end ] && break; sleep 0.1
+    done
+  fi
+fi
+xdotool getdisplaygeometry
+)";
+  return absl::StrReplaceAll(kScript, {{"$DISPLAY", kDisplay},
+                                       {"$DIR", "/tmp/.warren-desktop"},
+                                       {"$SIZE", std::to_string(kWidth) + "x" + std::to_string(kHeight)},
+                                       {"$WAIT", std::to_string(kXTimeout.count())},
+                                       {"$NOTOOLS", std::to_string(kExitNoTools)},
+                                       {"$NODISPLAY", std::to_string(kExitNoDisplay)}});
 }
 
 Status X11Desktop::Named(const Status& s) const {

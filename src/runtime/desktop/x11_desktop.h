@@ -8,8 +8,9 @@
 //   * Start: the first desktop call starts, as the sandbox's user and inside
 //     it, `Xvfb :0 -screen 0 1024x768x24 -fbdir /tmp/.warren-desktop`
 //     (the framebuffer memory-mapped to a file in XWD format), then the
-//     window manager and an xterm, and waits (at most kStartTimeout) until
-//     the display answers and the xterm is mapped. A later call whose
+//     window manager and an xterm, and waits (30 s each) until the
+//     display answers and the xterm is mapped (under TCG a microVM's X
+//     clients take seconds each). A later call whose
 //     display no longer answers (the X server was killed) starts it again
 //     (a screenshot checks at most once per kLivenessInterval).
 //     Programs the agent starts reach it with DISPLAY=:0.
@@ -46,7 +47,7 @@ class X11Desktop : public Desktop {
   static constexpr const char* kDisplay = ":0";
   static constexpr const char* kFramebuffer = "/tmp/.warren-desktop/Xvfb_screen0";
   static constexpr uint32_t kWidth = 1024, kHeight = 768;
-  static constexpr std::chrono::milliseconds kStartTimeout{20000};
+  static constexpr std::chrono::milliseconds kStartTimeout{90000};
   static constexpr std::chrono::milliseconds kCallTimeout{10000};
   static constexpr std::chrono::milliseconds kLivenessInterval{1000};
 
