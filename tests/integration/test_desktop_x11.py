@@ -12,12 +12,17 @@ with the reason when this warrend does not offer it).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import warren
+import warren.eval as we
+from conftest import CLI
 from desktop_helpers import PNG_SIG, SERVER, field_box, has_colour, pixels, region, stable_shot, wait
 
 DESKTOP_ROOTFS = Path(os.environ.get("WARREN_DESKTOP_ROOTFS", "/var/cache/warren/rootfs/toolset-desktop"))
@@ -227,3 +232,33 @@ def test_microvm_desktop(client: warren.Client, base_layer: str, desktop_layer: 
         wait(lambda: sb.exec("cat /tmp/typed", timeout=30).stdout == b"in-the-vm\n", 90, "typing in the microVM's xterm")
     finally:
         sb.destroy(timeout=60)
+
+
+CU_TASKS = Path(__file__).resolve().parents[2] / "eval" / "tasks" / "computer-use"
+
+
+@pytest.mark.timeout(900)
+def test_computer_use_eval_set_runs_with_warren_eval(daemon, client: warren.Client, base_layer: str,
+                                                      desktop_layer: str, tmp_path: Path) -> None:
+    """eval/tasks/computer-use through `warren eval`: every task once, each
+    rollout a fresh container driven only through the desktop API and graded
+    by the state the apps left (the form's server, the files the typed
+    commands wrote); the trajectories that do the task pass, the others
+    fail, every outcome as expected. Then the same set graded isolated
+    (sb.grade(): only the solution paths reach a fresh grader)."""
+    n = len(we.load_tasks(CU_TASKS))
+    report = tmp_path / "report.json"
+    env = dict(os.environ, WARREN_PYTHON=sys.executable, WARREN_ADDR=f"unix:{daemon.socket}")
+    p = subprocess.run([str(CLI), "eval", "--tasks", str(CU_TASKS), "-n", str(n), "-c", "2", "--report", str(report)],
+                       env=env, capture_output=True, text=True, timeout=800)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"correct:     {n}/{n}" in p.stdout, p.stdout
+    rep = json.loads(report.read_text())
+    outcomes = {r["task"]: r["outcome"] for r in rep["rollouts"]}
+    assert outcomes["cu-form-send-button"] == "pass" and outcomes["cu-form-wrong-text"] == "fail", outcomes
+    print(f"\ncomputer-use eval: {n} rollouts in {rep['wall_s']:.1f} s, rollout p50 "
+          f"{rep['latency_ms']['rollout']['p50'] / 1000:.1f} s")
+    iso = we.run(client, [t for t in we.load_tasks(CU_TASKS) if t.id.startswith("cu-form")], concurrency=2,
+                 grade="isolated")
+    assert iso.all_correct, [(r.task, r.outcome, r.error, r.output_tail) for r in iso.rollouts]
+    assert client.list() == []

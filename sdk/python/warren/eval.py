@@ -51,7 +51,12 @@ __all__ = [
     "load_tasks", "run", "run_rollout", "percentiles", "main", "layers_from_images",
 ]
 
-TURN_TYPES = ("exec", "write", "read", "patch")
+TURN_TYPES = ("exec", "write", "read", "patch", "screenshot", "key", "type", "mouse", "scroll")
+# The computer-use turns (the sandbox's desktop: runtime/desktop.h).
+DESKTOP_TURNS = ("screenshot", "key", "type", "mouse", "scroll")
+MOUSE_BUTTONS = ("left", "middle", "right")
+MOUSE_ACTIONS = ("click", "down", "up", "move")
+BACKENDS = ("container", "microvm", "vm")
 DEFAULT_TEST_COMMAND = "python3 -m pytest -q -p no:cacheprovider {tests}"
 # Environment of every rollout sandbox. No .pyc files are written: Python
 # validates a cached .pyc by its source's mtime (whole seconds) and size, so a
@@ -83,6 +88,15 @@ class Turn:
     type "patch": apply the unified diff `patch` at the repo root with
         `tool` "git" (git apply, the default) or "patch" (patch -p1);
         must apply (expect_exit defaults to 0).
+    type "screenshot": take a screenshot (the agent looks; the PNG is
+        dropped). The first desktop call of a container or microvm sandbox
+        starts its X server (toolset/desktop layer).
+    type "key": press the combination `keys` ("ctrl+l", "Return").
+    type "type": type `text` (printable ASCII, \\n and \\t).
+    type "mouse": move the pointer to (`x`, `y`), then `action` ("move"
+        default, "click", "down", "up") with `button` ("left", "middle",
+        "right"; needed by all but "move").
+    type "scroll": `dx`, `dy` wheel clicks (dy > 0 down).
     expect_exit: if set, any other exit code makes the rollout an error
         (patch turns: None means 0).
     timeout_s: for exec and patch (default: the task's timeout_s).
@@ -96,6 +110,14 @@ class Turn:
     tool: str = "git"
     expect_exit: Optional[int] = None
     timeout_s: Optional[float] = None
+    keys: str = ""
+    text: str = ""
+    x: int = 0
+    y: int = 0
+    button: Optional[str] = None
+    action: str = "move"
+    dx: int = 0
+    dy: int = 0
 
     @classmethod
     def parse(cls, d: Any, where: str) -> Turn:
@@ -105,7 +127,7 @@ class Turn:
         if t not in TURN_TYPES:
             raise EvalFormatError(f"{where}: turn type must be one of {TURN_TYPES}, got {t!r}")
         known = {"type", "cmd", "path", "content", "content_b64", "patch", "tool",
-                 "expect_exit", "timeout_s", "note"}
+                 "expect_exit", "timeout_s", "note", "keys", "text", "x", "y", "button", "action", "dx", "dy"}
         extra = set(d) - known
         if extra:
             raise EvalFormatError(f"{where}: unknown turn field(s) {sorted(extra)}")
@@ -123,8 +145,31 @@ class Turn:
                 raise EvalFormatError(f"{where}: {t} turn needs a non-empty string {k!r}")
             return v
 
+        def need_int(k: str, default: Optional[int] = None) -> int:
+            v = d.get(k, default)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise EvalFormatError(f"{where}: {t} turn needs an integer {k!r}")
+            return v
+
         if t == "exec":
             return cls(t, cmd=need_str("cmd"), expect_exit=exp, timeout_s=timeout)
+        if t == "screenshot":
+            return cls(t)
+        if t == "key":
+            return cls(t, keys=need_str("keys"))
+        if t == "type":
+            return cls(t, text=need_str("text"))
+        if t == "mouse":
+            button, action = d.get("button"), d.get("action", "move")
+            if button is not None and button not in MOUSE_BUTTONS:
+                raise EvalFormatError(f"{where}: mouse button must be one of {MOUSE_BUTTONS}, got {button!r}")
+            if action not in MOUSE_ACTIONS:
+                raise EvalFormatError(f"{where}: mouse action must be one of {MOUSE_ACTIONS}, got {action!r}")
+            if action != "move" and button is None:
+                raise EvalFormatError(f"{where}: mouse action {action!r} needs a button")
+            return cls(t, x=need_int("x"), y=need_int("y"), button=button, action=action)
+        if t == "scroll":
+            return cls(t, dx=need_int("dx", 0), dy=need_int("dy", 0))
         if t == "read":
             return cls(t, path=need_str("path"))
         if t == "write":
@@ -176,6 +221,7 @@ class Task:
     cpu: Optional[float] = None
     memory_mb: Optional[int] = None
     disk_mb: Optional[int] = None
+    backend: str = "container"
 
     def grade_command(self) -> str:
         return self.test_command.replace("{tests}", " ".join(shlex.quote(t) for t in self.tests))
@@ -234,7 +280,7 @@ def load_tasks(path: os.PathLike[str] | str,
     tasks: List[Task] = []
     seen = set()
     known = {"id", "layers", "repo", "tests", "expected", "trajectory", "setup", "test_command",
-             "protected", "solution", "timeout_s", "resources", "note"}
+             "protected", "solution", "timeout_s", "resources", "note", "backend"}
     for where, d in _read_jsonl(p):
         extra = set(d) - known
         if extra:
@@ -272,6 +318,9 @@ def load_tasks(path: os.PathLike[str] | str,
         timeout = d.get("timeout_s", 120)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise EvalFormatError(f"{where}: timeout_s must be a number > 0")
+        backend = d.get("backend", "container")
+        if backend not in BACKENDS:
+            raise EvalFormatError(f"{where}: backend must be one of {BACKENDS}, got {backend!r}")
         setup = d.get("setup", [])
         if not isinstance(setup, list):
             raise EvalFormatError(f"{where}: setup must be a list of turns")
@@ -298,7 +347,7 @@ def load_tasks(path: os.PathLike[str] | str,
             id=tid, layers=layers, repo=repo, tests=tests, expected=expected, trajectory=traj,
             setup=tuple(Turn.parse(t, f"{where}: setup turn {k}") for k, t in enumerate(setup)),
             test_command=cmd, protected=protected, solution=solution, timeout_s=float(timeout),
-            cpu=res.get("cpu"), memory_mb=res.get("memory_mb"), disk_mb=res.get("disk_mb")))
+            cpu=res.get("cpu"), memory_mb=res.get("memory_mb"), disk_mb=res.get("disk_mb"), backend=backend))
     if not tasks:
         raise EvalFormatError(f"{p}: no tasks")
     return tasks
@@ -344,8 +393,9 @@ def _retry_create(client: Client, task: Task, labels: Dict[str, str], deadline_s
     delay = 0.02
     while True:
         try:
-            return client.create(layers=list(task.layers), cpu=task.cpu, memory_mb=task.memory_mb,
-                                 disk_mb=task.disk_mb, labels=labels, env=ROLLOUT_ENV, timeout=60)
+            return client.create(layers=list(task.layers), backend=task.backend, cpu=task.cpu,
+                                 memory_mb=task.memory_mb, disk_mb=task.disk_mb, labels=labels, env=ROLLOUT_ENV,
+                                 timeout=60 if task.backend == "container" else 600)
         except (errors.ResourceExhausted, errors.Unavailable):
             if time.monotonic() + delay > end:
                 raise
@@ -359,6 +409,19 @@ def _abs(repo: str, path: str) -> str:
 
 def _do_turn(sb: Sandbox, task: Task, turn: Turn, k: int, r: RolloutResult) -> None:
     timeout = turn.timeout_s or task.timeout_s
+    if turn.type in DESKTOP_TURNS:
+        # The first desktop call may start the sandbox's X server.
+        if turn.type == "screenshot":
+            sb.screenshot(timeout=timeout)
+        elif turn.type == "key":
+            sb.input.key(turn.keys, timeout=timeout)
+        elif turn.type == "type":
+            sb.input.type(turn.text, timeout=timeout)
+        elif turn.type == "mouse":
+            sb.input.mouse(turn.x, turn.y, button=turn.button, action=turn.action, timeout=timeout)
+        else:
+            sb.input.scroll(turn.dx, turn.dy, timeout=timeout)
+        return
     if turn.type == "read":
         sb.files.read(_abs(task.repo, turn.path))
         return
