@@ -128,3 +128,22 @@ def test_session_keeps_state_between_commands(runner) -> None:
         r = s.run("sleep 30", timeout=1)
         assert r.timed_out
         assert s.run("echo still").stdout == b"still\n"
+
+
+def test_desktop_serves_or_names_what_it_needs(runner) -> None:
+    """The desktop API (runtime/desktop.h) on every sandbox: a vm's own
+    display serves it; a container or microVM serves it with an X server
+    inside (the toolset/desktop layer: tests/integration/test_desktop_x11.py)
+    and, without one, answers FAILED_PRECONDITION naming the layer. Bad input
+    is refused the same way everywhere, before anything runs."""
+    sb = _sandbox(runner)
+    with pytest.raises(warren.InvalidArgument, match='unknown key "hyper"'):
+        sb.input.key("ctrl+hyper")
+    with pytest.raises(warren.InvalidArgument, match="not printable ASCII"):
+        sb.input.type("caf\u00e9")
+    if runner.name == "vm":
+        shot = sb.screenshot(timeout=60)
+        assert shot.png.startswith(b"\x89PNG") and (shot.width, shot.height) == (1024, 768)
+        return
+    with pytest.raises(warren.FailedPrecondition, match="Xvfb is not in this sandbox: stack the toolset/desktop layer"):
+        sb.screenshot(timeout=120)
