@@ -206,6 +206,24 @@ def test_a_forged_framebuffer_is_refused_not_trusted(desk: warren.Sandbox) -> No
     assert desk.exec("DISPLAY=:0 xdotool getdisplaygeometry", timeout=30).stdout == b"1024 768\n"
 
 
+def test_a_fork_of_a_running_desktop_starts_its_own(desk: warren.Sandbox) -> None:
+    """A fork carries the desktop's files (the framebuffer file, X's stale
+    lock and socket) but not its processes: its first desktop call starts
+    its own X server, and the two desktops are apart."""
+    desk.screenshot(timeout=60)
+    desk.exec("echo from-parent > /root/mark", timeout=30)
+    (child,) = desk.fork(1)
+    try:
+        shot = child.screenshot(timeout=60)
+        assert (shot.width, shot.height) == (1024, 768)
+        assert child.exec("cat /root/mark", timeout=30).stdout == b"from-parent\n"
+        child.input.type("echo child-typed > /root/child.txt\n")
+        wait(lambda: child.exec("cat /root/child.txt", timeout=30).stdout == b"child-typed\n", 30, "the fork's xterm")
+        assert desk.exec("test -e /root/child.txt", timeout=30).exit_code != 0
+    finally:
+        child.destroy(timeout=60)
+
+
 def test_a_sandbox_without_the_layer_names_it(sandbox: warren.Sandbox) -> None:
     with pytest.raises(warren.FailedPrecondition, match="Xvfb is not in this sandbox: stack the toolset/desktop layer"):
         sandbox.screenshot()
