@@ -137,6 +137,8 @@ def test_suspend_ends_qemu_and_resume_restores_the_guest_as_it_was(
         assert r.exit_code == 0, r.stderr
         md5, sleeper, boot_id = r.stdout.decode().split()
         qemu = one_qemu(sb.id)
+        jail_before = {k: _status(qemu)[k] for k in ("Uid", "Gid", "Groups", "CapEff", "Seccomp", "NoNewPrivs")}
+        assert int(jail_before["Uid"].split()[0]) >= 1_000_000, jail_before
         assert sb.info().memory_bytes > 0
 
         t0 = time.monotonic()
@@ -168,6 +170,12 @@ def test_suspend_ends_qemu_and_resume_restores_the_guest_as_it_was(
         assert before - 1 <= float(now) <= after + 1, (before, now, after)
         assert _state_files(mvm, sb.id) == []
         assert len([p for p in qemu_pids(sb.id) if running(p)]) == 1
+        # The restored QEMU is jailed as the created one was: its own uid,
+        # no capabilities, its seccomp filter; its files open fds.
+        restored = one_qemu(sb.id)
+        st = _status(restored)
+        assert {k: st[k] for k in jail_before} == jail_before, (st, jail_before)
+        assert os.readlink(f"/proc/{restored}/fd/0") == "/dev/null"
 
         # Any call resumes a suspended VM.
         assert sb.suspend().state == "suspended"

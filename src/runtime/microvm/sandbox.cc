@@ -343,7 +343,13 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
   ASSIGN_OR_RETURN(UniqueFd tap, OpenTapQueue());
   vm.tap_fd = tap.valid() ? kTapFd : -1;
   if (tap.valid()) fds.push_back({tap.get(), kTapFd});
-  ASSIGN_OR_RETURN(LaunchedQemu q, LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds));
+  // As at the create: every file an open fd, QEMU under the VM's own
+  // unprivileged uid (its jail holds across a suspend).
+  std::vector<UniqueFd> files;
+  RETURN_IF_ERROR(OpenVmFiles(&vm, kFirstFileFd, &files, &fds));
+  ASSIGN_OR_RETURN(LaunchedQemu q,
+                   LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds, p_.identity));
+  files.clear();
   tap.reset();
   agent_listener.reset();
   qmp_listener.reset();
