@@ -542,6 +542,42 @@ def test_pause_then_any_call_resumes(clone: warren.Sandbox) -> None:
     assert clone.info().state == "running"
 
 
+def test_suspend_ends_qemu_and_any_call_restores_the_desktop(clone: warren.Sandbox, vmd: Daemon) -> None:
+    """Suspend saves the stopped VM (devices, video RAM, all of its RAM) to a
+    file and ends QEMU: nothing of it runs. Any call (here a screenshot)
+    restores it: the same boot, the same screen, the guest's processes and
+    files as they were, QEMU jailed as at the create, the desktop taking
+    keys again."""
+    sb = clone
+    r = sb.exec("echo before > /root/mark; nohup sleep 100000 >/dev/null 2>&1 & echo $!; "
+                "cat /proc/sys/kernel/random/boot_id", timeout=60)
+    sleeper, boot_id = r.stdout.decode().split()
+    sb.input.key("ctrl+l")
+    before = stable_shot(sb)
+    qemu = one_qemu(sb.id)
+    jail = {k: _status(qemu)[k] for k in ("Uid", "Gid", "Groups", "CapEff", "Seccomp", "NoNewPrivs")}
+    t0 = time.monotonic()
+    assert sb.suspend().state == "suspended"
+    print(f"\nvm: suspend {time.monotonic() - t0:.2f} s")
+    assert not running(qemu)
+    assert not [p for p in qemu_pids(sb.id) if running(p)]
+    t0 = time.monotonic()
+    shot = sb.screenshot(timeout=300)
+    print(f"vm: screenshot of a suspended VM (restore + resume + screendump) {time.monotonic() - t0:.2f} s")
+    assert sb.info().state == "running"
+    assert (shot.width, shot.height) == (1024, 768)
+    assert stable_shot(sb).png == before.png, "the restored screen differs from the suspended one"
+    restored = one_qemu(sb.id)
+    assert restored != qemu
+    st = _status(restored)
+    assert {k: st[k] for k in jail} == jail, (st, jail)
+    r = sb.exec(f"cat /root/mark; kill -0 {sleeper} && echo alive; cat /proc/sys/kernel/random/boot_id", timeout=60)
+    assert r.stdout.decode().split() == ["before", "alive", boot_id], r
+    sb.exec("rm -f /tmp/after-restore", timeout=30)
+    sb.input.type("touch /tmp/after-restore\n")
+    _wait(lambda: sb.exec("test -e /tmp/after-restore", timeout=30).exit_code == 0, 60, "typing after a restore")
+
+
 def test_kill9_of_warrend_then_restart_adopts_the_vm(desktop: warren.Sandbox, vmd: Daemon) -> None:
     """README: sandboxes outlive the daemon and a restarted warrend re-adopts
     them. The same QEMU (pid, uid, boot) comes back under the new daemon,

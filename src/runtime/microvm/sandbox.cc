@@ -193,6 +193,11 @@ proto::ExecRequest MicrovmSandbox::Request(const ExecSpec& es) const {
   return req;
 }
 
+StatusOr<std::string> MicrovmSandbox::QmpSocketPath() const {
+  if (!dir_fd_.valid()) return absl::FailedPreconditionError("sandbox " + p_.spec.id + ": its dir is gone");
+  return SocketPath(p_.spec.dir, dir_fd_.get(), "qmp.sock");
+}
+
 StatusOr<Qmp> MicrovmSandbox::ConnectQmp(std::chrono::milliseconds timeout) const {
   if (!dir_fd_.valid()) return absl::FailedPreconditionError("sandbox " + p_.spec.id + ": its dir is gone");
   return Qmp::Connect(SocketPath(p_.spec.dir, dir_fd_.get(), "qmp.sock"), Qmp::Clock::now() + timeout);
@@ -332,25 +337,30 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
   std::vector<int> procs_fds;
   procs_fds.reserve(procs.size());
   for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-  VmConfig vm = p_.restore_vm;
-  vm.restore = true;
-  vm.ram_fd = -1;
-  vm.agent_listen_fd = kAgentFd;
-  vm.qmp_listen_fd = kQmpFd;
-  std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
-  // The NIC's backend: a new queue of the sandbox's tap (it outlived the
-  // saved QEMU).
-  ASSIGN_OR_RETURN(UniqueFd tap, OpenTapQueue());
-  vm.tap_fd = tap.valid() ? kTapFd : -1;
-  if (tap.valid()) fds.push_back({tap.get(), kTapFd});
-  // As at the create: every file an open fd, QEMU under the VM's own
-  // unprivileged uid (its jail holds across a suspend).
-  std::vector<UniqueFd> files;
-  RETURN_IF_ERROR(OpenVmFiles(&vm, kFirstFileFd, &files, &fds));
-  ASSIGN_OR_RETURN(LaunchedQemu q,
-                   LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds, p_.identity));
-  files.clear();
-  tap.reset();
+  LaunchedQemu q;
+  if (p_.relaunch) {
+    ASSIGN_OR_RETURN(q, p_.relaunch({agent_listener.get(), qmp_listener.get(), procs_fds}));
+  } else {
+    VmConfig vm = p_.restore_vm;
+    vm.restore = true;
+    vm.ram_fd = -1;
+    vm.agent_listen_fd = kAgentFd;
+    vm.qmp_listen_fd = kQmpFd;
+    std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
+    // The NIC's backend: a new queue of the sandbox's tap (it outlived the
+    // saved QEMU).
+    ASSIGN_OR_RETURN(UniqueFd tap, OpenTapQueue());
+    vm.tap_fd = tap.valid() ? kTapFd : -1;
+    if (tap.valid()) fds.push_back({tap.get(), kTapFd});
+    // As at the create: every file an open fd, QEMU under the VM's own
+    // unprivileged uid (its jail holds across a suspend).
+    std::vector<UniqueFd> files;
+    RETURN_IF_ERROR(OpenVmFiles(&vm, kFirstFileFd, &files, &fds));
+    ASSIGN_OR_RETURN(q,
+                     LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds, p_.identity));
+    files.clear();
+    tap.reset();
+  }
   agent_listener.reset();
   qmp_listener.reset();
   Rollback rb;

@@ -107,6 +107,16 @@ class MicrovmSandbox : public Sandbox,
     std::chrono::milliseconds boot_timeout{60000};  // bounds a save and a restore
     std::string qemu;                               // the binary
     VmConfig restore_vm;                            // the VM as QemuArgv starts it for a restore (restore = true)
+    // Another machine's restore (the vm backend's q35): when set, launches
+    // the QEMU that loads the saved state (-incoming defer, jailed as at
+    // the create) instead of QemuArgv(qemu, restore_vm). Its argument: the
+    // listening agent and monitor sockets (as kAgentFd, kQmpFd in QEMU) and
+    // the cgroup's procs files to join.
+    struct RelaunchFds {
+      int agent_listener = -1, qmp_listener = -1;
+      std::vector<int> procs_fds;
+    };
+    std::function<StatusOr<LaunchedQemu>(const RelaunchFds&)> relaunch;
     QemuIdentity identity;                          // QEMU's uid/gid
     std::function<void()> release_uid;              // gives QEMU's uid back (Destroy)
     bool suspended = false;
@@ -119,6 +129,9 @@ class MicrovmSandbox : public Sandbox,
   ~MicrovmSandbox() override;  // closes the channel; the VM keeps running
 
   const std::string& id() const override { return p_.spec.id; }
+  // The monitor's socket (a /proc/self/fd path where the plain one is too
+  // long: valid while this sandbox lives); FailedPrecondition without a dir.
+  StatusOr<std::string> QmpSocketPath() const;
   StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override;
   SandboxFiles& files() override;
   Status Destroy() override;

@@ -108,6 +108,11 @@ enum class Ram {
   kAnonymous,  // -m alone: a cold boot without templates
   kTemplate,   // memory-backend-file "ram0" on the template's memfd, share=on
   kClone,      // the same memfd, share=off: copy-on-write over the template
+  // A restore after a suspend (-incoming defer, the RAM whole from the
+  // saved state): plain RAM, named "ram0" as the saved VM's was when it was
+  // a clone (the stream names the RAM blocks).
+  kRestorePlain,
+  kRestoreNamed,
 };
 
 class VmBackend : public Backend {
@@ -122,7 +127,9 @@ class VmBackend : public Backend {
   }
 
   std::string name() const override { return "vm"; }
-  Capabilities capabilities() const override { return {Capability::kPause, Capability::kProcesses}; }
+  Capabilities capabilities() const override {
+    return {Capability::kPause, Capability::kSuspend, Capability::kProcesses};
+  }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(CheckVmHost(o_));
@@ -404,6 +411,7 @@ class VmBackend : public Backend {
     parts.exec_slack = o_.exec_slack;
     parts.identity = Identity(slot);
     parts.release_uid = [this, slot] { uids_->Release(slot); };
+    FillRelaunch(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(
         new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
@@ -412,9 +420,14 @@ class VmBackend : public Backend {
  public:
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
     microvm::record::Microvm rec;
-    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.qemu_pid() <= 0) {
+    if (backend_record.empty() || !rec.ParseFromString(backend_record) || rec.disk().empty()) {
       return absl::InvalidArgumentError("sandbox " + spec.id + ": not a vm record");
     }
+    // A saved state file is the VM (suspended): a QEMU in its cgroup is one
+    // whose restore a crash cut short (the file goes only once a restore
+    // finished), killed here.
+    if (::access(microvm::StateFilePath(rec.disk()).c_str(), F_OK) == 0) return AdoptSuspended(spec, rec);
+    if (rec.qemu_pid() <= 0) return absl::InvalidArgumentError("sandbox " + spec.id + ": not a vm record");
     pid_t pid = rec.qemu_pid();
     auto gone = [&] {
       return absl::NotFoundError("sandbox " + spec.id + ": its QEMU (pid " + std::to_string(pid) + ") is gone");
@@ -465,9 +478,43 @@ class VmBackend : public Backend {
       parts.identity = Identity(slot);
       parts.release_uid = [this, slot] { uids_->Release(slot); };
     }
+    FillRelaunch(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(
         new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
+  }
+
+  StatusOr<std::unique_ptr<Sandbox>> AdoptSuspended(const SandboxSpec& spec, microvm::record::Microvm rec) {
+    if (rec.has_uid_slot() && !uids_->TakeSpecific(rec.uid_slot())) {
+      return absl::FailedPreconditionError("sandbox " + spec.id + ": its uid slot " + std::to_string(rec.uid_slot()) +
+                                           " is held by another sandbox or daemon");
+    }
+    Rollback rb;
+    if (rec.has_uid_slot()) rb.Add([this, &rec] { uids_->Release(rec.uid_slot()); });
+    ASSIGN_OR_RETURN(std::unique_ptr<jail::Cgroup> cgroup, cgroups_->Open(rec.cgroup()));
+    if (!cgroup->Empty()) {
+      RETURN_IF_ERROR(cgroup->SignalAll(SIGKILL));
+      for (int i = 0; i < 500 && !cgroup->Empty(); ++i) ::usleep(10000);
+      if (!cgroup->Empty()) return absl::InternalError("sandbox " + spec.id + ": its cgroup did not empty");
+    }
+    rec.set_qemu_pid(0);
+    rec.set_qemu_start_time(0);
+    microvm::MicrovmSandbox::Parts parts;
+    parts.spec = spec;
+    parts.record = rec;
+    parts.cgroup = std::move(cgroup);
+    parts.exec_slack = o_.exec_slack;
+    parts.suspended = true;
+    parts.paused = true;
+    if (rec.has_uid_slot()) {
+      const uint32_t slot = rec.uid_slot();
+      parts.identity = Identity(slot);
+      parts.release_uid = [this, slot] { uids_->Release(slot); };
+    }
+    FillRelaunch(&parts);
+    rb.Commit();
+    return std::unique_ptr<Sandbox>(
+        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), nullptr));
   }
 
   Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -506,6 +553,32 @@ class VmBackend : public Backend {
 
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
+  // The restore of a suspended VM (MicrovmSandbox::Parts::relaunch): this
+  // backend's QEMU with the recorded disk, jailed as at the create (its
+  // uid, every file an open fd), loading the state (-incoming defer).
+  void FillRelaunch(microvm::MicrovmSandbox::Parts* parts) const {
+    const SandboxSpec spec = parts->spec;
+    const microvm::record::Microvm rec = parts->record;
+    const microvm::QemuIdentity identity = parts->identity;
+    parts->boot_timeout = o_.boot_timeout;
+    parts->relaunch = [this, spec, rec, identity](const microvm::MicrovmSandbox::Parts::RelaunchFds& in)
+        -> StatusOr<microvm::LaunchedQemu> {
+      microvm::QemuFiles files(microvm::kFirstFileFd);
+      VmFileFds f;
+      ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));
+      ASSIGN_OR_RETURN(f.disk_rw, files.Open(rec.disk(), O_RDWR));
+      ASSIGN_OR_RETURN(f.disk_ro, files.Open(rec.disk(), O_RDONLY));
+      ASSIGN_OR_RETURN(f.console, files.Open(spec.dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
+      ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
+      ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+      std::vector<std::pair<int, int>> fds = {{in.agent_listener, kAgentFd}, {in.qmp_listener, kQmpFd}};
+      fds.insert(fds.end(), files.fds().begin(), files.fds().end());
+      return microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
+                                      rec.ram_named() ? Ram::kRestoreNamed : Ram::kRestorePlain),
+                                 fds, spec.dir + "/qemu.log", in.procs_fds, identity);
+    };
+  }
+
   // QEMU's command line for a VM named `name` (-name: what `ps` shows and
   // KillTemplateQemus looks for). A clone's must equal its template's in
   // every device and RAM block (the migration stream names them); it adds
@@ -521,7 +594,8 @@ class VmBackend : public Backend {
     std::vector<std::string> a = {
         o_.qemu,
         "-M",
-        ram == Ram::kAnonymous ? "q35,vmport=off,smbus=off" : "q35,vmport=off,smbus=off,memory-backend=ram0",
+        ram == Ram::kAnonymous || ram == Ram::kRestorePlain ? "q35,vmport=off,smbus=off"
+                                                            : "q35,vmport=off,smbus=off,memory-backend=ram0",
         "-accel",
         accel == "tcg" ? "tcg,tb-size=" + std::to_string(microvm::kTcgCacheMb) : accel,
         "-cpu",
@@ -580,12 +654,17 @@ class VmBackend : public Backend {
         "-device",
         "virtio-rng-pci",
     };
-    if (ram != Ram::kAnonymous) {
+    if (ram == Ram::kTemplate || ram == Ram::kClone) {
       a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(memory_mb) +
                                         "M,mem-path=" + microvm::ProcFdPath(microvm::kRamFd) +
                                         ",share=" + (ram == Ram::kTemplate ? "on" : "off")});
     }
-    if (ram == Ram::kClone) a.insert(a.end(), {"-incoming", "defer"});
+    if (ram == Ram::kRestoreNamed) {
+      a.insert(a.end(), {"-object", "memory-backend-ram,id=ram0,size=" + std::to_string(memory_mb) + "M"});
+    }
+    if (ram == Ram::kClone || ram == Ram::kRestorePlain || ram == Ram::kRestoreNamed) {
+      a.insert(a.end(), {"-incoming", "defer"});
+    }
     for (int fd : {f.base, f.disk_rw, f.console}) {
       for (std::string& arg : microvm::AddFdArgs(fd, fd)) a.push_back(std::move(arg));
     }

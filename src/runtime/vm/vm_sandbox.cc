@@ -44,7 +44,32 @@ Status PngSize(const std::string& png, uint32_t* width, uint32_t* height) {
 VmSandbox::VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp)
     : inner_(std::move(inner)), qmp_(std::move(qmp)) {}
 
-Status VmSandbox::Destroy() { return inner_->Destroy(); }
+// Without monitor_mu_: a desktop call in flight ends when QEMU does.
+Status VmSandbox::Destroy() {
+  Status s = inner_->Destroy();
+  DropMonitor();
+  return s;
+}
+
+StatusOr<std::shared_ptr<QmpClient>> VmSandbox::Monitor() {
+  std::lock_guard<std::mutex> l(qmp_mu_);
+  if (!qmp_) {
+    ASSIGN_OR_RETURN(std::string path, inner_->QmpSocketPath());
+    StatusOr<std::unique_ptr<QmpClient>> c = QmpClient::Connect(path, QmpClient::Clock::now() + kQmpTimeout);
+    if (!c.ok()) return Named(c.status());
+    qmp_ = std::move(*c);
+  }
+  return qmp_;
+}
+
+void VmSandbox::DropMonitor() {
+  std::shared_ptr<QmpClient> old;
+  {
+    std::lock_guard<std::mutex> l(qmp_mu_);
+    old = std::move(qmp_);
+  }
+  // Closed when the last desktop call using it is done.
+}
 
 Status VmSandbox::Named(const Status& s) const {
   if (s.ok()) return s;
@@ -95,8 +120,10 @@ StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeou
 }
 
 StatusOr<Screenshot> VmSandbox::TakeScreenshot() {
+  std::shared_lock<std::shared_mutex> monitor(monitor_mu_);
+  ASSIGN_OR_RETURN(std::shared_ptr<QmpClient> qmp, Monitor());
   std::lock_guard<std::mutex> l(mu_);
-  StatusOr<Screenshot> shot = Screendump(*qmp_, kQmpTimeout);
+  StatusOr<Screenshot> shot = Screendump(*qmp, kQmpTimeout);
   if (!shot.ok()) return Named(shot.status());
   width_ = shot->width;
   height_ = shot->height;
@@ -105,23 +132,33 @@ StatusOr<Screenshot> VmSandbox::TakeScreenshot() {
 }
 
 Status VmSandbox::Pause() {
-  std::lock_guard<std::mutex> l(life_mu_);
-  if (paused_) return absl::OkStatus();
-  RETURN_IF_ERROR(Named(qmp_->Execute("stop", "", kQmpTimeout).status()));
-  paused_ = true;
-  return absl::OkStatus();
+  std::unique_lock<std::shared_mutex> monitor(monitor_mu_);
+  DropMonitor();
+  return inner_->Pause();
 }
 
 Status VmSandbox::Resume() {
-  std::lock_guard<std::mutex> l(life_mu_);
-  if (!paused_) return absl::OkStatus();
-  RETURN_IF_ERROR(Named(qmp_->Execute("cont", "", kQmpTimeout).status()));
-  paused_ = false;
-  return absl::OkStatus();
+  std::unique_lock<std::shared_mutex> monitor(monitor_mu_);
+  DropMonitor();
+  return inner_->Resume();  // restores first when suspended
+}
+
+Status VmSandbox::ReclaimMemory() {
+  std::unique_lock<std::shared_mutex> monitor(monitor_mu_);
+  DropMonitor();
+  return inner_->ReclaimMemory();
+}
+
+StatusOr<uint64_t> VmSandbox::EndSuspend(bool prefetch) {
+  std::unique_lock<std::shared_mutex> monitor(monitor_mu_);
+  DropMonitor();
+  return inner_->EndSuspend(prefetch);
 }
 
 Status VmSandbox::Send(const std::string& events_json) {
-  StatusOr<std::string> r = qmp_->Execute("input-send-event", R"({"events":)" + events_json + "}", kQmpTimeout);
+  std::shared_lock<std::shared_mutex> monitor(monitor_mu_);
+  ASSIGN_OR_RETURN(std::shared_ptr<QmpClient> qmp, Monitor());
+  StatusOr<std::string> r = qmp->Execute("input-send-event", R"({"events":)" + events_json + "}", kQmpTimeout);
   return Named(r.status());
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 
 #include "runtime/desktop.h"
@@ -21,14 +22,26 @@ Status PngSize(const std::string& png, uint32_t* width, uint32_t* height);
 // passed with add-fd), each QMP call bounded by `timeout`.
 StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeout);
 
-// Pause/Resume: QMP stop/cont on the sandbox's own monitor connection (QEMU
-// serves one QMP client at a time, so not the microvm sandbox's, which
-// would connect anew). Every other call of the node resumes first.
+// The monitor (QMP) serves one client at a time: the desktop's calls share
+// one connection (made on demand), and every lifecycle call drops it first
+// and goes through the microvm sandbox, which connects anew:
+//
+// Pause/Resume: QMP stop/cont. Every other call of the node resumes first.
+//
+// Suspend (ReclaimMemory of a paused VM) and EndSuspend: the microvm
+// mechanism (sandbox.h): the stopped VM's devices, video RAM and all of its
+// RAM into a file beside its disk, QEMU killed (nothing runs, its cgroup
+// empty); the restore launches this backend's q35 QEMU again, jailed as at
+// the create, with -incoming defer (a template clone's RAM comes back
+// whole from the file: it no longer shares the template's pages), and
+// Resume `cont`s it and says hello to the agent again (the guest's clock
+// set). The desktop is as it was: same boot, same screen.
 //
 // Processes (exec streams, background processes, PTYs, sessions): the
 // guest agent's, through the microvm sandbox.
-class VmSandbox : public Sandbox, public Desktop, public Pausable, public ProcessStarter {
+class VmSandbox : public Sandbox, public Desktop, public Pausable, public Suspendable, public ProcessStarter {
  public:
+  // `qmp` may be null (a suspended VM adopted after a restart).
   VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp);
 
   const std::string& id() const override { return inner_->id(); }
@@ -54,17 +67,31 @@ class VmSandbox : public Sandbox, public Desktop, public Pausable, public Proces
   Status Pause() override;
   Status Resume() override;
 
+  // Suspendable.
+  StatusOr<uint64_t> MemoryUsage() const override { return inner_->MemoryUsage(); }
+  uint64_t SwapUsage() const override { return inner_->SwapUsage(); }
+  Status ReclaimMemory() override;
+  StatusOr<uint64_t> EndSuspend(bool prefetch) override;
+
   static constexpr std::chrono::milliseconds kQmpTimeout{10000};
 
  private:
   Status Send(const std::string& events_json);
   // The error of a QMP call, named for the sandbox.
   Status Named(const Status& s) const;
+  // The desktop's monitor connection, made when there is none. Call with
+  // monitor_mu_ held shared.
+  StatusOr<std::shared_ptr<QmpClient>> Monitor();
+  // Drops the desktop's connection (with monitor_mu_ held exclusively):
+  // QEMU takes the microvm sandbox's next.
+  void DropMonitor();
 
   std::unique_ptr<microvm::MicrovmSandbox> inner_;
-  std::unique_ptr<QmpClient> qmp_;
-  std::mutex life_mu_;  // pause/resume
-  bool paused_ = false;
+  // Shared: desktop calls; exclusive: lifecycle calls (pause, resume,
+  // suspend, restore, destroy), which need the monitor to themselves.
+  std::shared_mutex monitor_mu_;
+  std::mutex qmp_mu_;  // qmp_
+  std::shared_ptr<QmpClient> qmp_;
   std::mutex mu_;  // the screen size; one screendump at a time
   uint32_t width_ = 0, height_ = 0;
   std::chrono::steady_clock::time_point size_at_{};
