@@ -356,8 +356,7 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
     // unprivileged uid (its jail holds across a suspend).
     std::vector<UniqueFd> files;
     RETURN_IF_ERROR(OpenVmFiles(&vm, kFirstFileFd, &files, &fds));
-    ASSIGN_OR_RETURN(q,
-                     LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds, p_.identity));
+    ASSIGN_OR_RETURN(q, LaunchQemu(QemuArgv(p_.qemu, vm), fds, p_.spec.dir + "/qemu.log", procs_fds, p_.identity));
     files.clear();
     tap.reset();
   }

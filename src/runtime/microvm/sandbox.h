@@ -117,8 +117,8 @@ class MicrovmSandbox : public Sandbox,
       std::vector<int> procs_fds;
     };
     std::function<StatusOr<LaunchedQemu>(const RelaunchFds&)> relaunch;
-    QemuIdentity identity;                          // QEMU's uid/gid
-    std::function<void()> release_uid;              // gives QEMU's uid back (Destroy)
+    QemuIdentity identity;              // QEMU's uid/gid
+    std::function<void()> release_uid;  // gives QEMU's uid back (Destroy)
     bool suspended = false;
     bool paused = false;
     // The node's network (null: none); the record says whether this VM has

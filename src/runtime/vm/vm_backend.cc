@@ -561,8 +561,8 @@ class VmBackend : public Backend {
     const microvm::record::Microvm rec = parts->record;
     const microvm::QemuIdentity identity = parts->identity;
     parts->boot_timeout = o_.boot_timeout;
-    parts->relaunch = [this, spec, rec, identity](const microvm::MicrovmSandbox::Parts::RelaunchFds& in)
-        -> StatusOr<microvm::LaunchedQemu> {
+    parts->relaunch = [this, spec, rec, identity](
+                          const microvm::MicrovmSandbox::Parts::RelaunchFds& in) -> StatusOr<microvm::LaunchedQemu> {
       microvm::QemuFiles files(microvm::kFirstFileFd);
       VmFileFds f;
       ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));

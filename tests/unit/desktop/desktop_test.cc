@@ -25,6 +25,7 @@ TEST(Keys, ComboKeysAndX11Keysyms) {
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> codes, ComboKeys("ctrl+shift+Page_Up"));
   EXPECT_THAT(codes, ::testing::ElementsAre("ctrl", "shift", "pgup"));
   std::vector<std::string> syms;
+  syms.reserve(codes.size());
   for (const auto& c : codes) syms.push_back(X11Keysym(c));
   EXPECT_THAT(syms, ::testing::ElementsAre("Control_L", "Shift_L", "Prior"));
   EXPECT_EQ(X11Keysym(KeyCode("Return")), "Return");
@@ -136,7 +137,7 @@ Decoded DecodePng(const std::string& png) {
 }
 
 TEST(Png, RoundTripsThroughLibpngsReader) {
-  std::string rgb(5 * 3 * 3, '\0');
+  std::string rgb(size_t{5} * 3 * 3, '\0');
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<char>(i * 7);
   ASSERT_OK_AND_ASSIGN(std::string png, EncodePngRgb(rgb, 5, 3));
   EXPECT_EQ(png.substr(1, 3), "PNG");
