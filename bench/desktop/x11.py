@@ -29,6 +29,9 @@ from pathlib import Path
 
 import warren
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vm"))
+from warm import key_to_change  # noqa: E402  (bench/vm/warm.py: one key, screenshots polled)
+
 ROOT = Path(__file__).resolve().parents[2]
 ROOTFS = Path("/var/cache/warren/rootfs")
 BASE, DESKTOP = "base/debian-12@1", "toolset/desktop@1"
@@ -56,17 +59,6 @@ def start_daemon(root: Path) -> tuple[subprocess.Popen[bytes], warren.Client]:
             time.sleep(0.1)
     proc.kill()
     sys.exit("warrend did not come up: " + (root / "warrend.log").read_text()[-2000:])
-
-
-def key_to_change(sb: warren.Sandbox, key: str) -> float:
-    before = sb.screenshot(timeout=30).png
-    t0 = time.monotonic()
-    sb.input.key(key)
-    while True:
-        if sb.screenshot(timeout=30).png != before:
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > 10:
-            return float("inf")
 
 
 def measure(client: warren.Client, backend: str, n: int, memory_mb: int) -> dict[str, list[float]]:

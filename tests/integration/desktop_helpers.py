@@ -5,8 +5,10 @@ colour, and the form server the browser tests submit to."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 import warren
@@ -125,25 +127,18 @@ def region(rows: list[bytes], box: tuple[int, int, int, int]) -> list[bytes]:
     return [r[3 * x0 : 3 * (x1 + 1)] for r in rows[y0 : y1 + 1]]
 
 
-SERVER = r"""
-use IO::Socket::INET;
-my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die "listen: $!";
-my $page = '<html><body bgcolor="#ffd000"><h1>warren form</h1>'
-  . '<form action="/submit" method="get"><input type="text" name="q" size="24" style="background-color:#ffffff">'
-  . '<input type="submit" value="Send"></form></body></html>';
-while (my $c = $s->accept) {
-  my $req = <$c>;
-  while (my $l = <$c>) { last if $l =~ /^\r?\n$/ }
-  my $body = $page;
-  if ($req =~ m{^GET /submit\?q=([^ &]*)}) {
-    my $v = $1; $v =~ s/\+/ /g; $v =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge;
-    open(my $f, '>', '/tmp/received.part') or die "open: $!";
-    print $f $v;
-    close($f);
-    rename('/tmp/received.part', '/tmp/received');
-    $body = "<html><body bgcolor=\"#80ff80\"><h1>received</h1></body></html>";
-  }
-  print $c "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nContent-Length: " . length($body) . "\r\nConnection: close\r\n\r\n$body";
-  close $c;
-}
-"""
+def _form_server() -> str:
+    """The form server of the computer-use eval tasks (one copy: eval/tasks/
+    gen_computer_use.py): a page with a text field and Send on
+    127.0.0.1:8080; a submission lands in RECEIVED."""
+    gen = Path(__file__).resolve().parents[2] / "eval" / "tasks" / "gen_computer_use.py"
+    spec = importlib.util.spec_from_file_location("gen_computer_use", gen)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return str(mod.SERVER)
+
+
+SERVER = _form_server()
+SERVER_PATH = "/srv/form/server.pl"  # written there (the dir is where RECEIVED goes)
+RECEIVED = "/srv/form/received"

@@ -23,7 +23,18 @@ import pytest
 import warren
 import warren.eval as we
 from conftest import CLI
-from desktop_helpers import PNG_SIG, SERVER, field_box, has_colour, pixels, region, stable_shot, wait
+from desktop_helpers import (
+    PNG_SIG,
+    RECEIVED,
+    SERVER,
+    SERVER_PATH,
+    field_box,
+    has_colour,
+    pixels,
+    region,
+    stable_shot,
+    wait,
+)
 
 DESKTOP_ROOTFS = Path(os.environ.get("WARREN_DESKTOP_ROOTFS", "/var/cache/warren/rootfs/toolset-desktop"))
 DESKTOP = "toolset/desktop@1"
@@ -118,8 +129,8 @@ def test_browser_form_reaches_the_server_in_the_sandbox(desk: warren.Sandbox) ->
     typed string, Return: the server receives it, and the field's pixels
     changed when it was typed."""
     sb = desk
-    sb.files.write("/root/server.pl", SERVER.encode())
-    sb.exec("rm -f /tmp/received; setsid perl /root/server.pl </dev/null >/tmp/server.log 2>&1 &", timeout=30)
+    sb.files.write(SERVER_PATH, SERVER.encode(), make_parents=True)
+    sb.exec(f"rm -f {RECEIVED}; setsid perl {SERVER_PATH} </dev/null >/tmp/server.log 2>&1 &", timeout=30)
     wait(
         lambda: b"0100007F:1F90 00000000:0000 0A" in sb.exec("cat /proc/net/tcp", timeout=30).stdout,
         30,
@@ -145,7 +156,7 @@ def test_browser_form_reaches_the_server_in_the_sandbox(desk: warren.Sandbox) ->
     after = stable_shot(sb, interval=0.5)
     assert region(pixels(after.png)[2], field) != before, "typing into the field changed no pixel of it"
     sb.input.key("Return")
-    wait(lambda: sb.exec("cat /tmp/received", timeout=30).stdout == b"warren-typed-42", 30, "the form's submission")
+    wait(lambda: sb.exec(f"cat {RECEIVED}", timeout=30).stdout == b"warren-typed-42", 30, "the form's submission")
     sb.exec("pkill -x dillo; pkill -f server.pl; true", timeout=30)
 
 
@@ -265,10 +276,11 @@ def test_computer_use_eval_set_runs_with_warren_eval(daemon, client: warren.Clie
     fail, every outcome as expected. Then the same set graded isolated
     (sb.grade(): only the solution paths reach a fresh grader)."""
     n = len(we.load_tasks(CU_TASKS))
+    before = {s.id for s in client.list()}  # the module's own sandboxes
     report = tmp_path / "report.json"
     env = dict(os.environ, WARREN_PYTHON=sys.executable, WARREN_ADDR=f"unix:{daemon.socket}")
     p = subprocess.run([str(CLI), "eval", "--tasks", str(CU_TASKS), "-n", str(n), "-c", "2", "--report", str(report)],
-                       env=env, capture_output=True, text=True, timeout=800)
+                       env=env, capture_output=True, text=True, timeout=800, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"correct:     {n}/{n}" in p.stdout, p.stdout
     rep = json.loads(report.read_text())
@@ -279,4 +291,4 @@ def test_computer_use_eval_set_runs_with_warren_eval(daemon, client: warren.Clie
     iso = we.run(client, [t for t in we.load_tasks(CU_TASKS) if t.id.startswith("cu-form")], concurrency=2,
                  grade="isolated")
     assert iso.all_correct, [(r.task, r.outcome, r.error, r.output_tail) for r in iso.rollouts]
-    assert client.list() == []
+    assert {s.id for s in client.list()} == before, "a rollout's sandbox was left"

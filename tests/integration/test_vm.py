@@ -41,7 +41,9 @@ from conftest import (
 )
 from desktop_helpers import (
     PNG_SIG,
+    RECEIVED,
     SERVER,
+    SERVER_PATH,
     field_box,
     has_colour,
     pixels,
@@ -468,8 +470,8 @@ def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> Non
     in the VM receives the string, and the screenshot changed in the field's
     region when the string was typed."""
     sb = clone
-    sb.files.write("/root/server.pl", SERVER.encode())
-    r = sb.exec("systemd-run --unit=warren-web perl /root/server.pl", timeout=60)
+    sb.files.write(SERVER_PATH, SERVER.encode(), make_parents=True)
+    r = sb.exec(f"systemd-run --unit=warren-web perl {SERVER_PATH}", timeout=60)
     assert r.exit_code == 0, r
     # Listening before the browser asks (dillo keeps "Contacting host" after
     # a refused connection): 127.0.0.1:8080 in state LISTEN (0A).
@@ -507,7 +509,7 @@ def test_browser_form_reaches_the_server_in_the_vm(clone: warren.Sandbox) -> Non
     assert region(after_rows, field) != before, "typing into the field changed no pixel of it"
     sb.input.key("Return")
     _wait(
-        lambda: sb.exec("cat /tmp/received", timeout=30).stdout == b"warren-typed-42",
+        lambda: sb.exec(f"cat {RECEIVED}", timeout=30).stdout == b"warren-typed-42",
         60,
         "the server in the VM receiving the form",
     )

@@ -201,13 +201,7 @@ class VmBackend : public Backend {
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
     {
       microvm::QemuFiles files(microvm::kFirstFileFd);
-      VmFileFds f;
-      ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));
-      ASSIGN_OR_RETURN(f.disk_rw, files.Open(t->disk, O_RDWR));
-      ASSIGN_OR_RETURN(f.disk_ro, files.Open(t->disk, O_RDONLY));
-      ASSIGN_OR_RETURN(f.console, files.Open(dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
-      ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
-      ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, t->disk, dir));
       std::vector<std::pair<int, int>> fds = {
           {agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), microvm::kRamFd}};
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
@@ -329,13 +323,7 @@ class VmBackend : public Backend {
     {
       // Every file QEMU uses, as an open fd: its uid reaches none of them.
       microvm::QemuFiles files(microvm::kFirstFileFd);
-      VmFileFds f;
-      ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));
-      ASSIGN_OR_RETURN(f.disk_rw, files.Open(rec.disk(), O_RDWR));
-      ASSIGN_OR_RETURN(f.disk_ro, files.Open(rec.disk(), O_RDONLY));
-      ASSIGN_OR_RETURN(f.console, files.Open(spec.dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
-      ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
-      ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, rec.disk(), spec.dir));
       std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
       if (tmpl != nullptr) fds.push_back({tmpl->ram.get(), microvm::kRamFd});
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
@@ -467,18 +455,10 @@ class VmBackend : public Backend {
                                            ", recorded " + rec.boot_id() + ")");
     }
     microvm::MicrovmSandbox::Parts parts;
-    parts.spec = spec;
-    parts.record = rec;
+    FillAdopted(&parts, spec, rec);
     parts.pidfd = std::move(pidfd);
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
-    parts.exec_slack = o_.exec_slack;
-    if (rec.has_uid_slot()) {
-      const uint32_t slot = rec.uid_slot();
-      parts.identity = Identity(slot);
-      parts.release_uid = [this, slot] { uids_->Release(slot); };
-    }
-    FillRelaunch(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(
         new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
@@ -500,18 +480,10 @@ class VmBackend : public Backend {
     rec.set_qemu_pid(0);
     rec.set_qemu_start_time(0);
     microvm::MicrovmSandbox::Parts parts;
-    parts.spec = spec;
-    parts.record = rec;
+    FillAdopted(&parts, spec, rec);
     parts.cgroup = std::move(cgroup);
-    parts.exec_slack = o_.exec_slack;
     parts.suspended = true;
     parts.paused = true;
-    if (rec.has_uid_slot()) {
-      const uint32_t slot = rec.uid_slot();
-      parts.identity = Identity(slot);
-      parts.release_uid = [this, slot] { uids_->Release(slot); };
-    }
-    FillRelaunch(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(
         new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), nullptr));
@@ -553,6 +525,35 @@ class VmBackend : public Backend {
 
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
+  // Every file a VM's QEMU uses, opened into `files` (QEMU's uid reaches
+  // none of them by path): the guest's disk, kernel and initramfs, the VM's
+  // overlay `disk` and its console log in `dir`.
+  StatusOr<VmFileFds> OpenFiles(microvm::QemuFiles* files, const std::string& disk, const std::string& dir) const {
+    VmFileFds f;
+    ASSIGN_OR_RETURN(f.base, files->Open(o_.guest_dir + "/disk.img", O_RDONLY));
+    ASSIGN_OR_RETURN(f.disk_rw, files->Open(disk, O_RDWR));
+    ASSIGN_OR_RETURN(f.disk_ro, files->Open(disk, O_RDONLY));
+    ASSIGN_OR_RETURN(f.console, files->Open(dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
+    ASSIGN_OR_RETURN(f.kernel, files->Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
+    ASSIGN_OR_RETURN(f.initrd, files->Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+    return f;
+  }
+
+  // An adopted VM's parts from its record: its uid slot's identity (taken
+  // by the caller), the restore after a suspend.
+  void FillAdopted(microvm::MicrovmSandbox::Parts* parts, const SandboxSpec& spec,
+                   const microvm::record::Microvm& rec) {
+    parts->spec = spec;
+    parts->record = rec;
+    parts->exec_slack = o_.exec_slack;
+    if (rec.has_uid_slot()) {
+      const uint32_t slot = rec.uid_slot();
+      parts->identity = Identity(slot);
+      parts->release_uid = [this, slot] { uids_->Release(slot); };
+    }
+    FillRelaunch(parts);
+  }
+
   // The restore of a suspended VM (MicrovmSandbox::Parts::relaunch): this
   // backend's QEMU with the recorded disk, jailed as at the create (its
   // uid, every file an open fd), loading the state (-incoming defer).
@@ -564,13 +565,7 @@ class VmBackend : public Backend {
     parts->relaunch = [this, spec, rec, identity](
                           const microvm::MicrovmSandbox::Parts::RelaunchFds& in) -> StatusOr<microvm::LaunchedQemu> {
       microvm::QemuFiles files(microvm::kFirstFileFd);
-      VmFileFds f;
-      ASSIGN_OR_RETURN(f.base, files.Open(o_.guest_dir + "/disk.img", O_RDONLY));
-      ASSIGN_OR_RETURN(f.disk_rw, files.Open(rec.disk(), O_RDWR));
-      ASSIGN_OR_RETURN(f.disk_ro, files.Open(rec.disk(), O_RDONLY));
-      ASSIGN_OR_RETURN(f.console, files.Open(spec.dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
-      ASSIGN_OR_RETURN(f.kernel, files.Open(o_.guest_dir + "/vmlinuz", O_RDONLY));
-      ASSIGN_OR_RETURN(f.initrd, files.Open(o_.guest_dir + "/initrd.img", O_RDONLY));
+      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, rec.disk(), spec.dir));
       std::vector<std::pair<int, int>> fds = {{in.agent_listener, kAgentFd}, {in.qmp_listener, kQmpFd}};
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
       return microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
