@@ -282,7 +282,9 @@ def test_pointer_moves_on_screen(desktop: warren.Sandbox) -> None:
     a = stable_shot(desktop)
     desktop.input.mouse(700, 500)
     b = stable_shot(desktop)
-    assert a.png != b.png, "moving the pointer changed no pixel"
+    if a.png == b.png:
+        Path("/tmp/warren-vm-pointer-a.png").write_bytes(a.png)
+    assert a.png != b.png, "moving the pointer changed no pixel (screen: /tmp/warren-vm-pointer-a.png)"
     desktop.input.mouse(10, 10)
     c = stable_shot(desktop)
     assert c.png == a.png, "the pointer back at (10, 10) shows the first screen again"
@@ -580,14 +582,20 @@ def test_suspend_ends_qemu_and_any_call_restores_the_desktop(clone: warren.Sandb
     _wait(lambda: sb.exec("test -e /tmp/after-restore", timeout=30).exit_code == 0, 60, "typing after a restore")
 
 
-def test_kill9_of_warrend_then_restart_adopts_the_vm(desktop: warren.Sandbox, vmd: Daemon) -> None:
+def test_kill9_of_warrend_then_restart_adopts_the_vm(
+    desktop: warren.Sandbox, clone: warren.Sandbox, vmd: Daemon
+) -> None:
     """README: sandboxes outlive the daemon and a restarted warrend re-adopts
     them. The same QEMU (pid, uid, boot) comes back under the new daemon,
-    with exec, screenshots and input; no second QEMU, no orphan."""
+    with exec, screenshots and input; no second QEMU, no orphan. A VM
+    suspended at the time is adopted suspended (its state file is the VM)
+    and restored by its next call."""
     sid = desktop.id
     qemu = one_qemu(sid)
     uid = _status(qemu)["Uid"]
     boot_id = desktop.exec("cat /proc/sys/kernel/random/boot_id", timeout=60).stdout
+    clone.exec("echo suspended-across > /root/susp", timeout=60)
+    assert clone.suspend().state == "suspended"
     vmd.kill9()
     assert running(qemu), "QEMU runs on without its daemon (its own session)"
     vmd.start()
@@ -609,6 +617,12 @@ def test_kill9_of_warrend_then_restart_adopts_the_vm(desktop: warren.Sandbox, vm
     # The uid is claimed again in this daemon's name.
     ruid = uid.split()[0]
     assert (UID_SLOTS / ruid).read_text().strip() == str(vmd.state_dir / "vm-disks")
+    susp = vmd.client.get(clone.id)
+    assert susp.info().state == "suspended"
+    assert not [p for p in qemu_pids(clone.id) if running(p)]
+    assert susp.exec("cat /root/susp", timeout=300).stdout == b"suspended-across\n"
+    assert susp.info().state == "running"
+    assert int(_status(one_qemu(clone.id))["Uid"].split()[0]) >= 1_000_000
 
 
 def test_destroy_leaves_no_process_disk_socket_or_cgroup(vm: warren.Sandbox, vmd: Daemon) -> None:
