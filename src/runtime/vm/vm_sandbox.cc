@@ -62,13 +62,10 @@ StatusOr<std::shared_ptr<QmpClient>> VmSandbox::Monitor() {
   return qmp_;
 }
 
+// Closed when the last desktop call using it is done.
 void VmSandbox::DropMonitor() {
-  std::shared_ptr<QmpClient> old;
-  {
-    std::lock_guard<std::mutex> l(qmp_mu_);
-    old = std::move(qmp_);
-  }
-  // Closed when the last desktop call using it is done.
+  std::lock_guard<std::mutex> l(qmp_mu_);
+  qmp_.reset();
 }
 
 Status VmSandbox::Named(const Status& s) const {
