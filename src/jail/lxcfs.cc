@@ -41,11 +41,16 @@ bool Answers(const std::string& mnt) {
   return n > 0;
 }
 
+// The pid in lxcfs's pid file when that process is alive and is lxcfs (a
+// pid file outlives its process, and the pid may be reused).
 pid_t ReadPid(const std::string& path) {
   std::ifstream f(path);
   long v = 0;
   if (!(f >> v) || v <= 1) return -1;
-  return ::kill(static_cast<pid_t>(v), 0) == 0 ? static_cast<pid_t>(v) : -1;
+  const auto pid = static_cast<pid_t>(v);
+  StatusOr<std::string> comm = ReadSmallFile("/proc/" + std::to_string(pid) + "/comm", 64);
+  if (!comm.ok() || comm->rfind("lxcfs", 0) != 0) return -1;
+  return ::kill(pid, 0) == 0 ? pid : -1;
 }
 
 // Where the binary is, from PATH (posix_spawnp would too, but we want to say
@@ -143,6 +148,16 @@ StatusOr<std::unique_ptr<Lxcfs>> Lxcfs::Start(const std::string& dir, const std:
   l->cpu_online_ = ::access((l->mnt_ + "/sys/devices/system/cpu/online").c_str(), R_OK) == 0;
   undo.armed = false;
   return l;
+}
+
+void Lxcfs::StopAt(const std::string& dir) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  Lxcfs l;
+  l.dir_ = dir;
+  l.mnt_ = dir + "/mnt";
+  l.pid_ = ReadPid(dir + "/lxcfs.pid");
+  l.Stop();
 }
 
 void Lxcfs::Stop() {

@@ -42,6 +42,12 @@ class Lxcfs {
   // its files then read ENOTCONN there: call only when none is left.
   void Stop();
 
+  // Stop() of the lxcfs a daemon started at `dir` (its pid file, its mount
+  // at <dir>/mnt; live or dead), for a daemon that will never come back to
+  // it (node/run_dir.h FindOrphanRunDirs). Removes `dir`. Nothing at `dir`:
+  // nothing done.
+  static void StopAt(const std::string& dir);
+
   // The FUSE mount point: <dir>/mnt.
   const std::string& mount_dir() const { return mnt_; }
   // The /proc files lxcfs serves here (names under proc/, e.g. "meminfo").

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string_view>
 
 #include "common/file_util.h"
 
@@ -159,6 +160,19 @@ Status LinkRunDir(const std::string& state_dir, const std::string& run_dir) {
     if (::symlink(target.c_str(), link.c_str()) != 0)
       return ErrnoToStatus(errno, "symlink(" + target + ", " + link + ")");
   }
+  // Last: a run dir with this file and without the links would look orphaned.
+  if (run_dir != state_dir) {
+    const std::string path = run_dir + "/" + kStateDirFile, tmp = path + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return ErrnoToStatus(errno, "open(" + tmp + ")");
+    Status w = WriteAll(fd, state_dir + "\n", tmp);
+    ::close(fd);
+    if (w.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) w = ErrnoToStatus(errno, "rename(" + tmp + ")");
+    if (!w.ok()) {
+      (void)::unlink(tmp.c_str());
+      return w;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -170,6 +184,7 @@ void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_d
     if (ReadLink(link) == target) (void)::unlink(link.c_str());
     (void)::rmdir(target.c_str());  // only when empty
   }
+  (void)::unlink((run_dir + "/" + kStateDirFile).c_str());
   (void)::rmdir(run_dir.c_str());
   // The last daemon out takes down the tmpfs EnsureTmpfs mounted on the run
   // root (a mount of its own, not /run's): under the same lock, only when
@@ -186,6 +201,53 @@ void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_d
   if (lock < 0) return;
   if (::flock(lock, LOCK_EX) == 0 && CountEntries(root) == 0) (void)::umount2(root.c_str(), UMOUNT_NOFOLLOW);
   ::close(lock);
+}
+
+std::vector<std::string> FindOrphanRunDirs(const std::string& run_root, const std::string& own) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(run_root.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::string> candidates;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() != 16 || name.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    const std::string dir = run_root + "/" + name;
+    if (dir != own) candidates.push_back(dir);
+  }
+  ::closedir(d);
+  if (candidates.empty()) return out;
+  StatusOr<std::string> mountinfo = ReadSmallFile("/proc/self/mountinfo", 64 << 20);
+  if (!mountinfo.ok()) return out;  // cannot tell what is mounted: take nothing
+  for (const std::string& dir : candidates) {
+    StatusOr<std::string> state = ReadSmallFile(dir + "/" + kStateDirFile, PATH_MAX + 1);
+    if (!state.ok()) continue;
+    std::string s = *state;
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (s.empty() || s[0] != '/') continue;
+    if (ReadLink(s + "/sandboxes") == dir + "/sandboxes") continue;  // its state dir still uses it
+    if (CountEntries(dir + "/sandboxes") > 0 || CountEntries(dir + "/run") > 0) continue;
+    // A mount point at or below it (mountinfo's 5th field, octal-escaped:
+    // our paths have no characters that need it).
+    bool mounted = false;
+    for (size_t at = 0; at < mountinfo->size() && !mounted;) {
+      size_t end = mountinfo->find('\n', at);
+      if (end == std::string::npos) end = mountinfo->size();
+      const std::string_view line(mountinfo->data() + at, end - at);
+      size_t f = 0;
+      for (int field = 0; field < 4 && f != std::string_view::npos; ++field) {
+        f = line.find(' ', f);
+        if (f != std::string_view::npos) ++f;
+      }
+      if (f != std::string_view::npos) {
+        const std::string_view point = line.substr(f, line.find(' ', f) - f);
+        mounted = point == dir ||
+                  (point.size() > dir.size() && point.substr(0, dir.size()) == dir && point[dir.size()] == '/');
+      }
+      at = end + 1;
+    }
+    if (!mounted) out.push_back(dir);
+  }
+  return out;
 }
 
 }  // namespace warren::node

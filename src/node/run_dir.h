@@ -13,6 +13,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -34,9 +35,15 @@ namespace warren::node {
 StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::string& requested,
                                     const std::string& run_root = "/run/warren/runtime", bool mount_tmpfs = false);
 
+// The file in a run dir (one that is not its state dir) naming the state dir
+// it serves, one line: written by LinkRunDir after the links, removed by
+// RemoveRunDirIfUnused. FindOrphanRunDirs reads it.
+inline constexpr const char* kStateDirFile = "state-dir";
+
 // Creates <run_dir>/{sandboxes,run,audit} (0700) and, when run_dir is not the
 // state dir, the symlinks <state_dir>/{sandboxes,run,audit} to them (an
-// empty directory or a stale link in their place is replaced).
+// empty directory or a stale link in their place is replaced), then
+// <run_dir>/state-dir (kStateDirFile).
 // FailedPrecondition when <state_dir>/<sub> is a non-empty directory or a
 // link to another run dir that still holds records.
 Status LinkRunDir(const std::string& state_dir, const std::string& run_dir);
@@ -47,5 +54,18 @@ Status LinkRunDir(const std::string& state_dir, const std::string& run_dir);
 // root is a tmpfs ResolveRunDir mounted (its parent is no tmpfs) and nothing
 // is left in it, unmounts it (the next daemon mounts it again). Best effort.
 void RemoveRunDirIfUnused(const std::string& state_dir, const std::string& run_dir);
+
+// The run dirs directly under `run_root` (the automatic ones: 16 hex digits)
+// other than `own` that no state dir uses any more, so that no daemon will
+// ever adopt or remove them: their state-dir file names a state dir whose
+// <state_dir>/sandboxes link no longer points into them (the state dir was
+// removed, or its daemon moved to another run dir), they hold no sandbox
+// record and no runtime dir, and nothing is mounted at or below them. A
+// daemon that was killed (kill -9, the OOM killer) and whose state dir was
+// removed afterwards leaves one (with what its backends kept there, e.g. the
+// microVM templates). Run dirs without a state-dir file (made by an older
+// warren, or a daemon between ResolveRunDir and LinkRunDir) are never
+// returned. Absolute paths; empty when run_root cannot be read.
+std::vector<std::string> FindOrphanRunDirs(const std::string& run_root, const std::string& own);
 
 }  // namespace warren::node

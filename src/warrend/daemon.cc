@@ -379,18 +379,12 @@ int Run(const Flags& flags) {
     const std::string &state, &run;
     ~RunDirGuard() { node::RemoveRunDirIfUnused(state, run); }
   } run_dir_guard{flags.state_dir, *run_dir};
+  RemoveOrphanRunDirs("/run/warren/runtime", *run_dir, runtime::MicrovmOptions().qemu);
   // lxcfs (jail/lxcfs.h): sandboxes see their own limits in /proc. One per
   // run dir; stopped on the way out when no sandbox is left (no
   // record in the run dir), else left for the next daemon to adopt.
   std::unique_ptr<jail::Lxcfs> lxcfs;
-  // Under /run/warren (searchable by every sandbox's root, which binds its
-  // files by path), named by a hash of the run dir: a run dir of the
-  // operator's choice may sit below a directory only root can search.
-  uint64_t run_hash = 1469598103934665603ull;  // FNV-1a: stable across builds, so a restart adopts it
-  for (unsigned char c : *run_dir) run_hash = (run_hash ^ c) * 1099511628211ull;
-  char run_hash_hex[17];
-  snprintf(run_hash_hex, sizeof run_hash_hex, "%016llx", static_cast<unsigned long long>(run_hash));
-  const std::string lxcfs_base = std::string("/run/warren/lxcfs/") + run_hash_hex;
+  const std::string lxcfs_base = LxcfsDir(*run_dir);
   if (flags.limit_views == "off") {
     Log(spdlog::level::info, "--limit-views=off: sandboxes see the host's cpus and memory in /proc");
   } else if (StatusOr<std::unique_ptr<jail::Lxcfs>> l = jail::Lxcfs::Start(lxcfs_base, flags.lxcfs_binary); l.ok()) {

@@ -12,13 +12,17 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "jail/lxcfs.h"
+#include "node/run_dir.h"
 #include "node/suspend_swap.h"
+#include "runtime/microvm/template.h"
 
 namespace warren::warrend {
 
@@ -161,6 +165,29 @@ void SetUpSuspendSwap(const std::string& mode, uint64_t zram_size_mb) {
                                        : "suspend swap: using the host's swap",
                 {{"device", sw->device}, {"size_mb", std::to_string(sw->size_bytes >> 20)}});
   }
+}
+
+std::string LxcfsDir(const std::string& run_dir) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : run_dir) h = (h ^ c) * 1099511628211ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("/run/warren/lxcfs/") + hex;
+}
+
+int RemoveOrphanRunDirs(const std::string& run_root, const std::string& own_run_dir, const std::string& qemu) {
+  int removed = 0;
+  for (const std::string& dir : node::FindOrphanRunDirs(run_root, own_run_dir)) {
+    const int qemus = runtime::microvm::KillTemplateQemus(qemu, dir + "/");
+    jail::Lxcfs::StopAt(LxcfsDir(dir));
+    const Status s = RemoveTree(dir);
+    Log(s.ok() ? spdlog::level::warn : spdlog::level::err,
+        s.ok() ? "removed a run dir no state dir uses (its daemon was killed, its state dir removed)"
+               : "could not remove a run dir no state dir uses",
+        {{"run_dir", dir}, {"qemus_killed", std::to_string(qemus)}, {"error", s.ok() ? "" : s.ToString()}});
+    if (s.ok()) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace warren::warrend

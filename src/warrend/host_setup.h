@@ -29,6 +29,21 @@ StatusOr<UniqueFd> LockStateDir(const std::string& state_dir);
 // died; FailedPrecondition when a live process serves it or it is not a socket.
 Status PrepareSocket(const std::string& path);
 
+// Where the lxcfs of the daemon with run dir `run_dir` lives (jail/lxcfs.h):
+// /run/warren/lxcfs/<16 hex digits of FNV-1a of run_dir>. Under /run/warren
+// (searchable by every sandbox's root, which binds its files by path): a run
+// dir of the operator's choice may sit below a directory only root can
+// search. Stable across builds, so that a restart adopts it.
+std::string LxcfsDir(const std::string& run_dir);
+
+// Removes the run dirs under `run_root` that no state dir uses any more
+// (node/run_dir.h FindOrphanRunDirs: left by a daemon killed before its
+// state dir was removed), with what they hold: the QEMUs of the microVM
+// templates and warm pool kept there (`qemu`: the binary, matched with the
+// dir in their command lines) and their lxcfs (LxcfsDir). Logs each one.
+// Returns how many were removed.
+int RemoveOrphanRunDirs(const std::string& run_root, const std::string& own_run_dir, const std::string& qemu);
+
 // The token in the first line of `path` (trailing whitespace dropped);
 // InvalidArgument when shorter than 16 characters.
 StatusOr<std::string> ReadToken(const std::string& path);

@@ -4,13 +4,16 @@ short by the crash is cleaned up. Runs its own daemon (node n1) on a private
 state dir, sharing the session's layer store."""
 
 import os
+import shutil
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 import warren
-from conftest import NODE_PREFIX, Daemon, assert_back_to_baseline, host_snapshot
+from conftest import NODE_PREFIX, Daemon, _unmount_under, assert_back_to_baseline, host_snapshot, running, wait_until
 
 
 @pytest.mark.timeout(900)
@@ -210,3 +213,70 @@ def test_non_utf8_env_survives_create_exec_and_restart(test_root, layer_store, b
     finally:
         if d.proc and d.proc.poll() is None:
             d.stop()
+
+
+def _lxcfs_dir(run_dir: str) -> Path:
+    """warrend's LxcfsDir: /run/warren/lxcfs/<FNV-1a 64 of the run dir>."""
+    h = 1469598103934665603
+    for c in run_dir.encode():
+        h = ((h ^ c) * 1099511628211) % (1 << 64)
+    return Path(f"/run/warren/lxcfs/{h:016x}")
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_daemons_run_dir_goes_once_its_state_dir_is_gone(test_root, layer_store, daemon):
+    """A daemon killed with kill -9 whose state dir is then removed (a test
+    session's temp dir, a node's disk wiped) left its run dir on /run's tmpfs,
+    its lxcfs with its FUSE mount and any template QEMU it kept there: nothing
+    adopted them, ever (a CI run left one of each). The next daemon on any
+    state dir removes them; a daemon's run dir in use is never touched."""
+    qemu = Path("/usr/bin/qemu-system-x86_64")
+    a = Daemon(test_root, "orphan-a", layer_store, NODE_PREFIX + "o", extra_args=["--warm-shells", "0"])
+    a.start()
+    tq = None
+    try:
+        run_dir = Path(os.path.realpath(a.state_dir / "sandboxes")).parent
+        if run_dir.parent != Path("/run/warren/runtime"):
+            pytest.skip(f"the run dir is {run_dir}, not an automatic one under /run/warren/runtime (no tmpfs /run?)")
+        assert (run_dir / "state-dir").read_text() == f"{a.state_dir}\n"
+        lx = _lxcfs_dir(str(run_dir))
+        lx_pid = int((lx / "lxcfs.pid").read_text()) if (lx / "lxcfs.pid").exists() else 0
+        if qemu.exists():  # a template QEMU as the microvm backend names them (runtime/microvm/template.h)
+            tdir = run_dir / "microvm-templates" / "t1"
+            tdir.mkdir(parents=True)
+            tq = subprocess.Popen([str(qemu), "-machine", "none", "-nodefaults", "-display", "none", "-S",
+                                   "-name", f"warren-template:{tdir}"], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        a.kill9()
+        if lx_pid:
+            assert running(lx_pid), "lxcfs outlived the daemon (it serves sandboxes that do)"
+        _unmount_under(a.state_dir)
+        shutil.rmtree(a.state_dir)
+        assert run_dir.exists()
+        # Another daemon (its own state dir) starts: the orphan goes, with what it held.
+        b = Daemon(test_root, "orphan-b", layer_store, NODE_PREFIX + "o", extra_args=["--warm-shells", "0"])
+        b.start()
+        try:
+            b_run = Path(os.path.realpath(b.state_dir / "sandboxes")).parent
+            assert b_run.exists() and b_run != run_dir
+            assert not run_dir.exists(), sorted(str(p) for p in run_dir.rglob("*"))
+            assert not lx.exists()
+            mounts = Path("/proc/self/mountinfo").read_text()
+            assert str(lx) not in mounts
+            if lx_pid:
+                wait_until(lambda: not running(lx_pid), 5, "the orphan's lxcfs to end")
+            if tq is not None:
+                assert tq.wait(timeout=10) != 0
+                tq = None
+            assert "removed a run dir no state dir uses" in b.log_tail(200)
+        finally:
+            b.stop()
+        # A clean stop leaves no run dir and no lxcfs behind either.
+        assert not b_run.exists()
+        assert not _lxcfs_dir(str(b_run)).exists()
+    finally:
+        if tq is not None:
+            tq.kill()
+            tq.wait()
+        if a.proc and a.proc.poll() is None:
+            a.stop()

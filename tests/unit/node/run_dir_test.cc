@@ -9,9 +9,12 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -166,6 +169,65 @@ TEST_F(RunDirTest, NonEmptyDirectoryInTheWayIsRefused) {
   ASSERT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_NE(s.message().find(state_ + "/audit"), absl::string_view::npos) << s;
   EXPECT_TRUE(fs::exists(state_ + "/audit/n0-x.jsonl"));
+}
+
+// A daemon killed before its state dir was removed leaves its run dir (and
+// what its backends kept there) where no daemon will look again: the next
+// daemon on any state dir finds it; a run dir in use, holding sandboxes,
+// without a state-dir file or with a mount below is never taken.
+TEST_F(RunDirTest, OrphanRunDirsAreThoseNoStateDirUses) {
+  if (!mounted_) GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
+  if (state_on_tmpfs_) GTEST_SKIP() << "the temp dir is a tmpfs: the state dir itself is used";
+  const std::string run_root = run_parent_ + "/warren";
+  auto own = ResolveRunDir(state_, "", run_root);
+  ASSERT_OK(own);
+  ASSERT_OK(LinkRunDir(state_, *own));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(*own + "/" + kStateDirFile)));
+  {
+    std::ifstream f(*own + "/" + kStateDirFile);
+    std::string line;
+    std::getline(f, line);
+    EXPECT_EQ(line, state_);
+  }
+  // Four more daemons' state dirs: gone, in use, holding a record, with a mount below.
+  auto make = [&](const std::string& name) {
+    const std::string st = root_ + "/" + name;
+    EXPECT_EQ(mkdir(st.c_str(), 0700), 0);
+    auto rd = ResolveRunDir(st, "", run_root);
+    EXPECT_TRUE(rd.ok());
+    EXPECT_TRUE(LinkRunDir(st, *rd).ok());
+    return std::make_pair(st, *rd);
+  };
+  auto [gone_state, gone] = make("gone");
+  auto [used_state, used] = make("used");
+  auto [rec_state, rec] = make("rec");
+  auto [mnt_state, mnt] = make("mnt");
+  fs::create_directories(gone + "/microvm-templates/pool-1");
+  std::ofstream(gone + "/microvm-templates/pool-1/qemu.log") << "x";
+  fs::remove_all(gone_state);
+  std::ofstream(rec + "/sandboxes/n0-a.json") << "{}";
+  fs::remove_all(rec_state);
+  fs::create_directories(mnt + "/microvm-templates/m");
+  ASSERT_EQ(mount("tmpfs", (mnt + "/microvm-templates/m").c_str(), "tmpfs", 0, "size=1m"), 0);
+  fs::remove_all(mnt_state);
+  // An older warren's run dir (no state-dir file) whose state dir is gone.
+  const std::string old = run_root + "/0123456789abcdef";
+  fs::create_directories(old + "/sandboxes");
+
+  const std::vector<std::string> orphans = FindOrphanRunDirs(run_root, *own);
+  EXPECT_EQ(orphans, std::vector<std::string>{gone});
+  // The own run dir is never one, even when its state dir is gone.
+  fs::remove_all(state_);
+  EXPECT_EQ(FindOrphanRunDirs(run_root, *own), std::vector<std::string>{gone});
+  // A state dir that moved to another run dir leaves its old one orphaned.
+  ASSERT_OK(LinkRunDir(used_state, root_ + "/explicit-run"));
+  std::vector<std::string> after = FindOrphanRunDirs(run_root, *own);
+  std::sort(after.begin(), after.end());
+  std::vector<std::string> want{gone, used};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(after, want);
+  umount2((mnt + "/microvm-templates/m").c_str(), MNT_DETACH);
+  EXPECT_EQ(FindOrphanRunDirs(run_root + "-missing", *own), std::vector<std::string>{});
 }
 
 }  // namespace
