@@ -61,19 +61,6 @@ cmake --build build -j2
 echo "setup: microvm guest kernel and initramfs (/var/cache/warren/microvm)"
 scripts/microvm/build-guest.sh --agent build/src/guest/agent/warren-agent --out /var/cache/warren/microvm
 
-# The vm backend's desktop guest (a full Debian with systemd and X; ~1 GiB,
-# see scripts/vm/build-guest.sh for its time): built by default, so that CI
-# runs tests/integration/test_vm.py; WARREN_SETUP_VM=0 skips it (test_vm.py
-# then skips with the reason). Kept current at every run: its guest agent
-# must speak this tree's protocol (only the disk is redone when just the
-# agent changed).
-if [[ ${WARREN_SETUP_VM:-1} != 0 ]]; then
-  echo "setup: vm desktop guest (/var/cache/warren/vm)"
-  scripts/vm/build-guest.sh --agent build/src/guest/agent/warren-agent --out /var/cache/warren/vm
-else
-  echo "setup: vm desktop guest skipped (WARREN_SETUP_VM=0)"
-fi
-
 echo "setup: Python venv"
 py=/usr/bin/python3
 [[ -x $py ]] || py=$(command -v python3)
@@ -123,6 +110,21 @@ fi
 
 echo "setup: base rootfs"
 scripts/build-base-rootfs.sh /var/cache/warren/rootfs/debian-12
+
+# The vm backend's desktop guest (a full Debian with systemd and X: a
+# system layer over the base rootfs, ~750 MB; see scripts/vm/build-guest.sh):
+# built by default, so that CI
+# runs tests/integration/test_vm.py; WARREN_SETUP_VM=0 skips it (test_vm.py
+# then skips with the reason). Kept current at every run: its guest agent
+# must speak this tree's protocol (only the disk is redone when just the
+# agent changed).
+if [[ ${WARREN_SETUP_VM:-1} != 0 ]]; then
+  echo "setup: vm desktop guest (/var/cache/warren/vm)"
+  scripts/vm/build-guest.sh --agent build/src/guest/agent/warren-agent --out /var/cache/warren/vm \
+    --base /var/cache/warren/rootfs/debian-12
+else
+  echo "setup: vm desktop guest skipped (WARREN_SETUP_VM=0)"
+fi
 
 echo "setup: gcc toolset rootfs (fncall's C/C++ calls; from the host's Debian 12 packages)"
 [[ -d /var/cache/warren/rootfs/toolset-gcc ]] ||

@@ -100,7 +100,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "answered this long after QEMU started")
       ->capture_default_str();
   app.add_option("--vm-dir", flags.vm_dir,
-                 "vm: dir of the desktop guest (disk.img, vmlinuz, initrd.img: scripts/vm/build-guest.sh); the "
+                 "vm: dir of the desktop guest (system.erofs, upper.img, vmlinuz, initrd.img: scripts/vm/build-guest.sh); the "
                  "backend is offered only when they, QEMU and qemu-img exist; it runs on --microvm-accel's choice")
       ->capture_default_str();
   app.add_option("--vm-boot-timeout-ms", flags.vm_boot_timeout_ms,

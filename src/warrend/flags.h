@@ -52,7 +52,7 @@ struct Flags {
   uint32_t microvm_boot_timeout_ms = 60000;
   bool microvm_templates = true;
   uint32_t microvm_pool = 2;
-  // vm backend: offered when QEMU and <vm_dir>/{disk.img,vmlinuz,initrd.img}
+  // vm backend: offered when QEMU and <vm_dir>/{system.erofs,upper.img,vmlinuz,initrd.img}
   // (scripts/vm/build-guest.sh) exist; its accelerator is --microvm-accel's.
   std::string vm_dir = "/var/cache/warren/vm";
   uint32_t vm_boot_timeout_ms = 600000;

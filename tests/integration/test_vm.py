@@ -5,8 +5,10 @@ screenshots (QMP screendump, PNG) and keyboard/pointer input (QMP
 input-send-event); QEMU's jail; failed creates; a `kill -9` of warrend.
 
 Needs qemu-system-x86_64, qemu-img and the guest of scripts/vm/build-guest.sh
-(/var/cache/warren/vm/{disk.img,vmlinuz,initrd.img}; scripts/setup.sh builds
-it); skipped with the reason otherwise.
+(/var/cache/warren/vm/{system.erofs,upper.img,vmlinuz,initrd.img}; scripts/setup.sh
+builds it); skipped with the reason otherwise. The VM's root is the sandbox's
+layers (the session's base layer and a workspace layer of this module) with
+the guest's system layer stacked over the base, on a writable disk.
 
 Bounded for CI: ONE VM boot (TCG, a full systemd boot and X on 2 shared
 cores) serves every test of the module, on a daemon of this module (so that
@@ -54,7 +56,7 @@ from desktop_helpers import (
 QEMU = shutil.which("qemu-system-x86_64")
 QEMU_IMG = shutil.which("qemu-img")
 VM_DIR = Path(os.environ.get("WARREN_VM_DIR", "/var/cache/warren/vm"))
-GUEST_FILES = ("disk.img", "vmlinuz", "initrd.img")
+GUEST_FILES = ("system.erofs", "upper.img", "vmlinuz", "initrd.img")
 _missing = [str(VM_DIR / f) for f in GUEST_FILES if not (VM_DIR / f).exists()]
 if QEMU is None:
     _missing.insert(0, "qemu-system-x86_64 (apt-get install qemu-system-x86)")
@@ -119,12 +121,30 @@ def vmd(test_root: Path, layer_store: Path):
     d.stop()
 
 
+WS_MARKER = b"the workspace layer of test_vm\n"
+
+
 @pytest.fixture(scope="module")
-def vm(vmd: Daemon, base_layer: str):
+def vm_layers(vmd: Daemon, base_layer: str, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The module's VMs' layers: the base and a workspace layer with /w/marker.txt."""
+    assert vmd.client is not None
+    d = tmp_path_factory.mktemp("vm-ws")
+    (d / "w").mkdir()
+    (d / "w" / "marker.txt").write_bytes(WS_MARKER)
+    name = "workspace/test-vm@1"
+    try:
+        vmd.client.layers.get(name)
+    except warren.NotFound:
+        vmd.client.layers.build(name, dir=str(d), timeout=300)
+    return [base_layer, name]
+
+
+@pytest.fixture(scope="module")
+def vm(vmd: Daemon, vm_layers: list[str]):
     """The module's one VM (booted once; later tests re-attach by id)."""
     t0 = time.monotonic()
     assert vmd.client is not None
-    sb = vmd.client.create(backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT)
+    sb = vmd.client.create(backend="vm", layers=vm_layers, memory_mb=1024, timeout=BOOT_TIMEOUT)
     r = sb.exec("cat /proc/1/comm", timeout=60)
     print(f"\nvm: create to first exec {time.monotonic() - t0:.1f} s (TCG, systemd boot)")
     assert r.stdout == b"systemd\n", r
@@ -199,7 +219,10 @@ def test_qemu_runs_jailed(vm: warren.Sandbox, vmd: Daemon) -> None:
         assert path.encode() not in text, (path, text)
     fds = {os.readlink(f"/proc/{qemu}/fd/{n}") for n in os.listdir(f"/proc/{qemu}/fd")}
     disk = vmd.state_dir / "vm-disks" / f"{vm.id}.qcow2"
-    assert str(disk) in fds and str(VM_DIR / "disk.img") in fds, fds
+    assert str(disk) in fds and str(VM_DIR / "upper.img") in fds and str(VM_DIR / "system.erofs") in fds, fds
+    # The sandbox's layers, as the store's image files (read-only).
+    store_layers = [f for f in fds if f.startswith(str(vmd.layer_store))]
+    assert len(store_layers) == 2, fds
     # QEMU itself cannot reach the disk by path (0700 dir, another uid).
     assert (os.stat(disk.parent).st_mode & 0o077) == 0
     # Its own cgroup under the daemon's, memory = 1024 MiB + overhead.
@@ -223,6 +246,66 @@ def test_exec_in_the_guest(vm: warren.Sandbox) -> None:
     # systemd runs the agent as a service (not PID 1 as in a microvm).
     r = vm.exec("systemctl is-active warren-agent warren-desktop", timeout=60)
     assert r.stdout.split() == [b"active", b"active"], r
+
+
+def test_the_root_is_the_sandboxs_layers_over_a_writable_disk(vm: warren.Sandbox) -> None:
+    """One set of layers serves every backend: the VM's root is an overlay of
+    the sandbox's layers with the guest's system layer over the base (its
+    initramfs mounts them: boot=warren), its upper dir on the VM's writable
+    disk; what the guest writes lands there, never in a layer."""
+    r = vm.exec(
+        "cat /w/marker.txt; findmnt -no FSTYPE /; grep -c ' erofs ' /proc/mounts;"
+        " findmnt -no OPTIONS / | tr , '\\n' | grep -E '^(lowerdir|upperdir)='",
+        timeout=60,
+    )
+    assert r.exit_code == 0, r
+    out = r.stdout.decode()
+    assert out.startswith(WS_MARKER.decode()), out
+    lines = out[len(WS_MARKER) :].splitlines()
+    assert lines == [
+        "overlay",
+        "3",
+        "lowerdir=/run/warren/layers/2:/run/warren/layers/1:/run/warren/layers/0",
+        "upperdir=/run/warren/disk/upper",
+    ], out
+    r = vm.exec(
+        "echo new > /w/written && cat /run/warren/disk/upper/w/written && [ ! -e /run/warren/layers/2/w/written ]"
+        " && rm /w/written && echo ok",
+        timeout=60,
+    )
+    assert r.stdout == b"new\nok\n", r
+
+
+def test_a_vm_snapshot_starts_a_container(vm: warren.Sandbox, vmd: Daemon) -> None:
+    """A VM's snapshot: its changes (the upper dir, streamed by the guest
+    agent) become a layer over the sandbox's own layers (not the guest's
+    system layer, which is the backend's), so it starts a container too."""
+    assert vmd.client is not None
+    r = vm.exec("echo from-vm > /root/vm.txt && rm /etc/issue", timeout=60)
+    assert r.exit_code == 0, r
+    snap = vm.snapshot(timeout=300)
+    assert snap.layers[:-1] == vm.info().layers and snap.layers[-1] == snap.layer.digest
+    assert vm.info().state == "running"
+    with vmd.client.create(layers=snap.layers) as ct:
+        r = ct.exec("cat /root/vm.txt /w/marker.txt; [ -e /etc/issue ] || echo gone", timeout=60)
+        assert r.stdout == b"from-vm\n" + WS_MARKER + b"gone\n", r
+        # The system layer's files are not in the changes.
+        assert ct.exec("[ -e /usr/lib/xorg/Xorg ] || echo no-x", timeout=60).stdout == b"no-x\n"
+
+
+@full_only
+def test_a_vm_forks(vm: warren.Sandbox, vmd: Daemon) -> None:
+    """A fork is a vm of the source's layers and changes (a boot of its own
+    template: its layer set is new); its own changes are its own."""
+    vm.exec("echo 42 > /root/answer", timeout=60)
+    (fork,) = vm.fork(1, timeout=2 * BOOT_TIMEOUT)
+    try:
+        assert fork.info().backend == "vm"
+        r = fork.exec("cat /root/answer; echo mine > /root/fork-only; cat /proc/1/comm", timeout=60)
+        assert r.stdout == b"42\nsystemd\n", r
+        assert vm.exec("[ -e /root/fork-only ] && echo leaked || echo own", timeout=60).stdout == b"own\n"
+    finally:
+        fork.destroy(timeout=60)
 
 
 def test_screenshot_is_a_png_of_the_screen(desktop: warren.Sandbox) -> None:
@@ -395,12 +478,12 @@ def test_bad_input_is_refused_with_the_reason(desktop: warren.Sandbox) -> None:
 
 
 @pytest.fixture(scope="module")
-def clone(desktop: warren.Sandbox, vmd: Daemon, base_layer: str):
-    """A second VM of the module's memory size: a clone of the desktop
-    template the module's first create saved (no boot)."""
+def clone(desktop: warren.Sandbox, vmd: Daemon, vm_layers: list[str]):
+    """A second VM of the module's memory size and layers: a clone of the
+    desktop template the module's first create saved (no boot)."""
     assert vmd.client is not None
     t0 = time.monotonic()
-    sb = vmd.client.create(backend="vm", layers=[base_layer], memory_mb=1024, timeout=BOOT_TIMEOUT)
+    sb = vmd.client.create(backend="vm", layers=vm_layers, memory_mb=1024, timeout=BOOT_TIMEOUT)
     shot = sb.screenshot(timeout=30)
     took = time.monotonic() - t0
     print(f"\nvm: warm start (create → first screenshot) {took:.2f} s")

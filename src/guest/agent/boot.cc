@@ -245,6 +245,12 @@ int g_upper_fd = -1;
 
 int UpperDirFd() { return g_upper_fd; }
 
+std::string OpenServiceUpperDir() {
+  if (g_upper_fd >= 0) return "";
+  g_upper_fd = ::open(kServiceUpperDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  return g_upper_fd < 0 ? Errno(std::string("open(") + kServiceUpperDir + ")") : "";
+}
+
 namespace {
 // serial -> /dev/vdX, read in a template boot: the same in its clones
 // (their devices are the template's, probed once), where reading each

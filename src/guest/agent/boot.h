@@ -77,8 +77,15 @@ std::string SetUpRoot(const RootParams& params);
 std::string ApplyIdentity(const RootParams& params);
 
 // An fd of the overlay's upper dir on the writable disk (the sandbox's
-// changes), open once SetUpRoot succeeded; -1 before.
+// changes), open once SetUpRoot (or OpenServiceUpperDir) succeeded; -1 before.
 int UpperDirFd();
+
+// The agent as a service of a full guest (the vm backend): its initramfs
+// mounted the overlay root with its upper dir at kServiceUpperDir
+// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd; an
+// error names what failed (the agent serves without changes then).
+inline constexpr const char* kServiceUpperDir = "/run/warren/disk/upper";
+std::string OpenServiceUpperDir();
 
 // "uname -r" of the running kernel, and /proc/sys/kernel/random/boot_id.
 std::string KernelRelease();

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
       LogLine("no virtio-serial port named warren.agent");
       return 1;  // the service manager restarts it
     }
+    // Snapshots and forks export the changes: the upper dir of the root.
+    if (std::string err = OpenServiceUpperDir(); !err.empty()) LogLine("no changes export: " + err);
     Serve(port, "", /*root_pending=*/false);
   }
   if (::getpid() != 1) {

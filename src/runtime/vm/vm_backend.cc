@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -43,6 +44,9 @@ constexpr uint32_t kMinMemoryMb = 384;
 // plus the VGA's 16 MiB of video RAM and the USB and PCI devices.
 constexpr uint32_t kVmOverheadMb = microvm::kQemuOverheadMb + 64;
 constexpr uint32_t kQemuPids = 64;
+// Disks of a VM's root at most (its layers and the writable one: the
+// guest's boot script reads wl0..wl99).
+constexpr size_t kMaxLayers = 64;
 constexpr std::chrono::milliseconds kAdoptTimeout{10000};
 // The monitor of a QEMU whose guest answered: it is up, the connect is quick.
 constexpr std::chrono::milliseconds kQmpConnectTimeout{10000};
@@ -68,7 +72,8 @@ Status CheckFile(const std::string& path, const std::string& what) {
 // The fd numbers in QEMU of the files a VM's QEMU gets (microvm::QemuFiles,
 // from microvm::kFirstFileFd on).
 struct VmFileFds {
-  int base = -1;     // disk.img, read-only: the overlay's backing node
+  std::vector<int> layers;  // the root's layers, bottom first, read-only (virtio serials wl<i>)
+  int base = -1;     // upper.img (an empty ext4), read-only: the writable overlay's backing node
   int disk_rw = -1;  // the qcow2 overlay; one fd set with disk_ro
   int disk_ro = -1;
   int console = -1;  // appended to
@@ -121,14 +126,14 @@ class VmBackend : public Backend {
       : o_(std::move(o)), cgroups_(std::move(cgroups)), uids_(std::move(uids)) {
     if (!o_.template_dir.empty()) {
       templates_ = std::make_unique<vm::TemplateCache>(
-          o_.template_dir, std::vector<std::string>{o_.guest_dir + "/disk.img", o_.guest_dir + "/vmlinuz",
-                                                    o_.guest_dir + "/initrd.img", o_.qemu});
+          o_.template_dir, std::vector<std::string>{o_.guest_dir + "/system.erofs", o_.guest_dir + "/upper.img",
+                                                    o_.guest_dir + "/vmlinuz", o_.guest_dir + "/initrd.img", o_.qemu});
     }
   }
 
   std::string name() const override { return "vm"; }
   Capabilities capabilities() const override {
-    return {Capability::kPause, Capability::kSuspend, Capability::kProcesses};
+    return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges};
   }
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
@@ -137,15 +142,24 @@ class VmBackend : public Backend {
       return absl::InvalidArgumentError("memory_mb=" + std::to_string(spec.resources.memory_mb) + " is below the " +
                                         std::to_string(kMinMemoryMb) + " MiB a vm guest (systemd and X) needs");
     }
+    ASSIGN_OR_RETURN(const std::vector<std::string> layers, RootLayers(spec));
     if (templates_) {
       const uint32_t memory_mb = spec.resources.memory_mb;
+      // A template per layer set too: the booted system's root is mounted.
+      uint64_t h = 1469598103934665603ULL;  // FNV-1a of the layer files' paths (content-addressed in the store)
+      for (const std::string& l : layers) {
+        for (unsigned char c : l + '\n') h = (h ^ c) * 1099511628211ULL;
+      }
+      char lh[17];
+      std::snprintf(lh, sizeof lh, "%016llx", static_cast<unsigned long long>(h));
       const std::string shape = "m" + std::to_string(memory_mb) + "-s" + std::to_string(o_.screen_width) + "x" +
-                                std::to_string(o_.screen_height) + "-c" + std::to_string(o_.cpus) + "-" + Accel();
-      StatusOr<std::shared_ptr<const vm::Template>> t =
-          templates_->Get(shape, [this, memory_mb](const std::string& dir) { return BuildTemplate(dir, memory_mb); });
+                                std::to_string(o_.screen_height) + "-c" + std::to_string(o_.cpus) + "-" + Accel() +
+                                "-l" + lh;
+      StatusOr<std::shared_ptr<const vm::Template>> t = templates_->Get(
+          shape, [this, memory_mb, &layers](const std::string& dir) { return BuildTemplate(dir, memory_mb, layers); });
       if (t.ok()) {
         bool guest_answered = false;
-        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, t->get(), &guest_answered);
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, layers, t->get(), &guest_answered);
         if (sb.ok() || guest_answered) return sb;
         Log(spdlog::level::warn, "vm clone failed; booting cold",
             {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
@@ -156,10 +170,33 @@ class VmBackend : public Backend {
         LogNoTemplateOnce(t.status());
       }
     }
-    return CreateVm(spec, nullptr, nullptr);
+    return CreateVm(spec, layers, nullptr, nullptr);
   }
 
  private:
+  // The VM's root layers, bottom first: the sandbox's base (its first
+  // layer), the guest's system layer (system.erofs: built over the base
+  // rootfs, build-guest.sh), then the sandbox's other layers. The upper
+  // layers of the sandbox win over the system's files, as a toolset's over
+  // a base's. InvalidArgument without layers; NotFound naming a missing one.
+  StatusOr<std::vector<std::string>> RootLayers(const SandboxSpec& spec) const {
+    if (spec.layer_files.empty()) {
+      return absl::InvalidArgumentError("sandbox " + spec.id +
+                                        ": the vm backend needs the layers as image files (a base layer at least)");
+    }
+    if (spec.layer_files.size() + 1 > kMaxLayers) {
+      return absl::InvalidArgumentError("sandbox " + spec.id + ": at most " + std::to_string(kMaxLayers - 1) +
+                                        " layers on the vm backend");
+    }
+    for (size_t i = 0; i < spec.layer_files.size(); ++i) {
+      Status s = CheckFile(spec.layer_files[i], "layer[" + std::to_string(i) + "] image");
+      if (!s.ok()) return Status(absl::StatusCode::kNotFound, s.message());
+    }
+    std::vector<std::string> layers = {spec.layer_files[0], o_.guest_dir + "/system.erofs"};
+    layers.insert(layers.end(), spec.layer_files.begin() + 1, spec.layer_files.end());
+    return layers;
+  }
+
   void LogNoTemplateOnce(const Status& why) {
     std::lock_guard<std::mutex> l(log_mu_);
     if (why.ToString() == last_template_error_) return;
@@ -171,14 +208,15 @@ class VmBackend : public Backend {
   // cgroup of a sandbox: its memory is the daemon's) of an overlay in `dir`
   // with its RAM in a memfd, left until the desktop takes input, then saved
   // (x-ignore-shared: the RAM stays in the memfd) and its QEMU ended.
-  StatusOr<std::shared_ptr<vm::Template>> BuildTemplate(const std::string& dir, uint32_t memory_mb) {
+  StatusOr<std::shared_ptr<vm::Template>> BuildTemplate(const std::string& dir, uint32_t memory_mb,
+                                                        const std::vector<std::string>& layers) {
     const auto t0 = std::chrono::steady_clock::now();
     auto t = std::make_shared<vm::Template>();
     t->state_file = dir + "/state";
     t->disk = dir + "/disk.qcow2";
     t->memory_mb = memory_mb;
     RETURN_IF_ERROR(
-        RunTool({o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", t->disk}));
+        RunTool({o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/upper.img", t->disk}));
     t->ram.reset(static_cast<int>(::memfd_create("warren-vm-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
     if (!t->ram.valid()) return ErrnoToStatus(errno, "memfd_create(warren-vm-template-ram)");
     const auto bytes = static_cast<off_t>(uint64_t{memory_mb} << 20);
@@ -201,7 +239,7 @@ class VmBackend : public Backend {
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
     {
       microvm::QemuFiles files(microvm::kFirstFileFd);
-      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, t->disk, dir));
+      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, layers, t->disk, dir));
       std::vector<std::pair<int, int>> fds = {
           {agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), microvm::kRamFd}};
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
@@ -267,7 +305,8 @@ class VmBackend : public Backend {
 
   // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
   // when the guest's agent replied to the hello.
-  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const vm::Template* tmpl, bool* guest_answered) {
+  StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const std::vector<std::string>& layers,
+                                              const vm::Template* tmpl, bool* guest_answered) {
     microvm::record::Microvm rec;
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
@@ -281,6 +320,7 @@ class VmBackend : public Backend {
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".qcow2");
+    for (const std::string& l : layers) rec.add_layer_files(l);
 
     if (tmpl != nullptr) {
       // The template's overlay as its save left it: the guest's page cache
@@ -289,7 +329,7 @@ class VmBackend : public Backend {
     } else {
       // Copy-on-write over the shared base; QEMU opens the base read-only.
       RETURN_IF_ERROR(RunTool(
-          {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/disk.img", rec.disk()}));
+          {o_.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", o_.guest_dir + "/upper.img", rec.disk()}));
     }
     rb.Add([&] { ::unlink(rec.disk().c_str()); });
     ASSIGN_OR_RETURN(uint32_t slot, uids_->Take());
@@ -323,7 +363,7 @@ class VmBackend : public Backend {
     {
       // Every file QEMU uses, as an open fd: its uid reaches none of them.
       microvm::QemuFiles files(microvm::kFirstFileFd);
-      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, rec.disk(), spec.dir));
+      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, layers, rec.disk(), spec.dir));
       std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
       if (tmpl != nullptr) fds.push_back({tmpl->ram.get(), microvm::kRamFd});
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
@@ -526,11 +566,17 @@ class VmBackend : public Backend {
   std::string Accel() const { return o_.accel == "auto" ? o_.accel_choice.get().accel : o_.accel; }
 
   // Every file a VM's QEMU uses, opened into `files` (QEMU's uid reaches
-  // none of them by path): the guest's disk, kernel and initramfs, the VM's
-  // overlay `disk` and its console log in `dir`.
-  StatusOr<VmFileFds> OpenFiles(microvm::QemuFiles* files, const std::string& disk, const std::string& dir) const {
+  // none of them by path): the root's `layers` (RootLayers), the guest's
+  // empty upper.img, kernel and initramfs, the VM's overlay `disk` and its
+  // console log in `dir`.
+  StatusOr<VmFileFds> OpenFiles(microvm::QemuFiles* files, const std::vector<std::string>& layers,
+                                const std::string& disk, const std::string& dir) const {
     VmFileFds f;
-    ASSIGN_OR_RETURN(f.base, files->Open(o_.guest_dir + "/disk.img", O_RDONLY));
+    for (const std::string& l : layers) {
+      ASSIGN_OR_RETURN(int fd, files->Open(l, O_RDONLY));
+      f.layers.push_back(fd);
+    }
+    ASSIGN_OR_RETURN(f.base, files->Open(o_.guest_dir + "/upper.img", O_RDONLY));
     ASSIGN_OR_RETURN(f.disk_rw, files->Open(disk, O_RDWR));
     ASSIGN_OR_RETURN(f.disk_ro, files->Open(disk, O_RDONLY));
     ASSIGN_OR_RETURN(f.console, files->Open(dir + "/console.log", O_WRONLY | O_CREAT | O_APPEND));
@@ -565,7 +611,8 @@ class VmBackend : public Backend {
     parts->relaunch = [this, spec, rec, identity](
                           const microvm::MicrovmSandbox::Parts::RelaunchFds& in) -> StatusOr<microvm::LaunchedQemu> {
       microvm::QemuFiles files(microvm::kFirstFileFd);
-      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, rec.disk(), spec.dir));
+      const std::vector<std::string> layers(rec.layer_files().begin(), rec.layer_files().end());
+      ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, layers, rec.disk(), spec.dir));
       std::vector<std::pair<int, int>> fds = {{in.agent_listener, kAgentFd}, {in.qmp_listener, kQmpFd}};
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
       return microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
@@ -583,7 +630,10 @@ class VmBackend : public Backend {
     using microvm::FdSetPath;
     // warren.screen: the size the guest's X session sets (xrandr); systemd's
     // status on the console for the boot's log.
-    std::string append = "root=/dev/vda rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
+    // boot=warren: the initramfs's boot script mounts the root, an overlay
+    // of the layer disks under the writable disk (build-guest.sh).
+    std::string append = "boot=warren warren.layers=" + std::to_string(f.layers.size()) +
+                         " rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
                          std::string("warren.screen=") + std::to_string(o_.screen_width) + "x" +
                          std::to_string(o_.screen_height);
     std::vector<std::string> a = {
@@ -620,8 +670,9 @@ class VmBackend : public Backend {
         microvm::ProcFdPath(f.initrd),
         "-append",
         append,
-        // The overlay over the guest's disk, its backing given as a node
-        // (not the path in the qcow2 header, which QEMU's uid cannot open).
+        // The writable disk: a qcow2 overlay of the empty upper.img, its
+        // backing given as a node (not the path in the qcow2 header, which
+        // QEMU's uid cannot open).
         "-blockdev",
         "driver=file,node-name=base-file,filename=" + FdSetPath(f.base) + ",read-only=on",
         "-blockdev",
@@ -631,7 +682,7 @@ class VmBackend : public Backend {
         "-blockdev",
         "driver=qcow2,node-name=root,file=root-file,backing=base,cache.no-flush=on,discard=unmap",
         "-device",
-        "virtio-blk-pci,drive=root",
+        "virtio-blk-pci,drive=root,serial=wdisk",
         "-chardev",
         "file,id=console,path=" + FdSetPath(f.console),
         "-serial",
@@ -660,6 +711,15 @@ class VmBackend : public Backend {
     if (ram == Ram::kClone || ram == Ram::kRestorePlain || ram == Ram::kRestoreNamed) {
       a.insert(a.end(), {"-incoming", "defer"});
     }
+    // The layers: read-only raw disks, bottom first (serial wl<i>).
+    for (size_t i = 0; i < f.layers.size(); ++i) {
+      const std::string n = "l" + std::to_string(i);
+      a.insert(a.end(), {"-blockdev",
+                         "driver=file,node-name=" + n + "-file,filename=" + FdSetPath(f.layers[i]) + ",read-only=on",
+                         "-blockdev", "driver=raw,node-name=" + n + ",file=" + n + "-file,read-only=on", "-device",
+                         "virtio-blk-pci,drive=" + n + ",serial=wl" + std::to_string(i)});
+      for (std::string& arg : microvm::AddFdArgs(f.layers[i], f.layers[i])) a.push_back(std::move(arg));
+    }
     for (int fd : {f.base, f.disk_rw, f.console}) {
       for (std::string& arg : microvm::AddFdArgs(fd, fd)) a.push_back(std::move(arg));
     }
@@ -682,7 +742,7 @@ class VmBackend : public Backend {
 Status CheckVmHost(const VmOptions& o) {
   RETURN_IF_ERROR(CheckFile(o.qemu, "QEMU"));
   RETURN_IF_ERROR(CheckFile(o.qemu_img, "qemu-img"));
-  for (const char* f : {"disk.img", "vmlinuz", "initrd.img"}) {
+  for (const char* f : {"system.erofs", "upper.img", "vmlinuz", "initrd.img"}) {
     RETURN_IF_ERROR(CheckFile(o.guest_dir + "/" + f, std::string("guest ") + f + " (scripts/vm/build-guest.sh)"));
   }
   // QEMU's uid reads them itself (by /proc/self/fd: the file's own mode

@@ -5,10 +5,21 @@
 // agents (runtime/desktop.h: screenshots and input through QMP).
 //
 // The guest is what scripts/vm/build-guest.sh builds into one dir:
-// <dir>/disk.img (raw ext4 root with systemd, Xorg, a window manager and
-// the guest agent as a systemd service), <dir>/vmlinuz, <dir>/initrd.img.
-// Each VM boots a qcow2 overlay of disk.img (<disk_dir>/<id>.qcow2,
-// copy-on-write: the base is never written); destroy removes it.
+// <dir>/system.erofs (the system layer: systemd, Debian's kernel modules,
+// Xorg, a window manager and the guest agent as a systemd service, built as
+// an overlay upper dir over the base rootfs), <dir>/upper.img (an empty
+// ext4), <dir>/vmlinuz, <dir>/initrd.img.
+//
+// The root is the sandbox's layers, as on every backend (one set of layers
+// serves all): each is a read-only virtio disk (serial wl<i>, bottom
+// first), the system layer stacked right above the sandbox's first layer
+// (its base; the system layer was built over the base rootfs, and the
+// sandbox's workspace and toolset layers win over it); the writable disk
+// (serial wdisk) is a qcow2 overlay of upper.img (<disk_dir>/<id>.qcow2,
+// copy-on-write: upper.img is never written), removed by destroy. The
+// initramfs's boot script (boot=warren warren.layers=N) mounts them as
+// /run/warren/layers/<i> and /run/warren/disk and the overlay root with
+// its upper dir /run/warren/disk/upper, as a microVM's agent does.
 //
 // QEMU runs jailed as a microVM's does (runtime/microvm: the same launch,
 // LaunchQemu, and the same pool of uids): its own cgroup
@@ -18,8 +29,8 @@
 // backend: no capabilities, no groups); QEMU's seccomp filter (-sandbox on,
 // every deny option); stdin /dev/null; its own session (it outlives the
 // daemon and is re-adopted). Every host file it uses is an open fd: the
-// guest's disk.img (read-only, the qcow2 overlay's backing node), the
-// overlay (read-write), the console log, the listening agent and QMP
+// layer files and upper.img (read-only; upper.img the qcow2 overlay's
+// backing node), the overlay (read-write), the console log, the listening agent and QMP
 // sockets, and per screenshot a memfd it writes the PNG into (QMP add-fd);
 // the kernel and initramfs it reads as /proc/self/fd/<n>, so they must be
 // readable by all (CheckVmHost). No NIC.
@@ -39,14 +50,15 @@
 // Create waits for the guest agent's hello at most boot_timeout (a full
 // systemd boot under TCG takes tens of seconds): DeadlineExceeded then,
 // with everything removed and the console's tail in the message.
-// Capabilities: pause (QMP stop/cont) and processes (the guest agent's),
-// files() over the agent's file calls (all as microvm's); suspend and
-// export_changes answer Unimplemented. The layers of the sandbox's image
-// are not used yet: the root is disk.img's.
+// Capabilities: pause (QMP stop/cont), suspend, processes (the guest
+// agent's), export_changes (the agent streams the upper dir: snapshot, fork
+// and isolated grading, as a microVM's), files() over the agent's file
+// calls. InvalidArgument for a create without layers.
 //
 // Warm starts (template_dir set): a create restores a clone of the booted
-// desktop template of its memory size (vm_template.h), built at the first
-// such create; see there for what a clone shares and what it does not.
+// desktop template of its memory size and layer set (vm_template.h), built
+// at the first such create; see there for what a clone shares and what it
+// does not.
 #pragma once
 
 #include <chrono>
@@ -62,7 +74,7 @@ namespace warren::runtime {
 struct VmOptions {
   std::string qemu = "/usr/bin/qemu-system-x86_64";
   std::string qemu_img = "/usr/bin/qemu-img";
-  std::string guest_dir;      // build-guest.sh's --out: disk.img, vmlinuz, initrd.img
+  std::string guest_dir;      // build-guest.sh's --out: system.erofs, upper.img, vmlinuz, initrd.img
   std::string accel = "tcg";  // "tcg", "kvm", "auto" (accel_choice's answer)
   std::shared_future<AccelChoice> accel_choice;
   std::string disk_dir;  // the overlay disks (created if missing)

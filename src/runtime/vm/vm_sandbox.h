@@ -39,7 +39,18 @@ StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeou
 //
 // Processes (exec streams, background processes, PTYs, sessions): the
 // guest agent's, through the microvm sandbox.
-class VmSandbox : public Sandbox, public Desktop, public Pausable, public Suspendable, public ProcessStarter {
+//
+// Changes (snapshot, fork, isolated grading): the root is an overlay of the
+// sandbox's layers (vm_backend.h); the guest agent streams its upper dir
+// from the writable disk, as a microVM's (microvm/sandbox.h ExportChanges).
+// What the running system wrote there (its logs, X's and the session's
+// files) is part of the changes, as a container's /var/log would be.
+class VmSandbox : public Sandbox,
+                  public Desktop,
+                  public Pausable,
+                  public Suspendable,
+                  public ProcessStarter,
+                  public ChangeExporter {
  public:
   // `qmp` may be null (a suspended VM adopted after a restart).
   VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp);
@@ -62,6 +73,12 @@ class VmSandbox : public Sandbox, public Desktop, public Pausable, public Suspen
   StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override {
     return inner_->Start(spec, options);
   }
+
+  // ChangeExporter.
+  Status ExportChanges(const std::string& dst_dir, const ExportOptions& options) override {
+    return inner_->ExportChanges(dst_dir, options);
+  }
+  StatusOr<ChangeView> OpenChanges() override { return inner_->OpenChanges(); }
 
   // Pausable.
   Status Pause() override;

@@ -1,5 +1,6 @@
-// Warm starts of desktop VMs (vm_backend.h): a template per (guest image,
-// QEMU, memory size, screen size, vCPUs, accelerator) is booted once, left
+// Warm starts of desktop VMs (vm_backend.h): a template per (guest files,
+// QEMU, memory size, screen size, vCPUs, accelerator, layer set: the root
+// is mounted at boot) is booted once, left
 // until its desktop takes input, and saved; every later create restores a
 // clone of it instead of booting. The mechanism is the microvm backend's
 // (runtime/microvm/template.h, QEMU 7.2's x-ignore-shared): the template's
@@ -12,12 +13,13 @@
 //   is no root left for the clone to set up; the template is saved once X
 //   takes keyboard input (WaitForDesktop), so a clone's first screenshot is
 //   the desktop and its first keys reach xterm.
-// * The disk: the template's guest wrote to its qcow2 overlay of disk.img
-//   while booting, and its page cache and mounted ext4 match that overlay
+// * The disk: the template's guest wrote to its qcow2 overlay of upper.img
+//   (its root's upper dir) while booting, and its page cache and mounted ext4 match that overlay
 //   at the instant of the save. The overlay (Template::disk) is kept,
 //   read-only, and each clone starts from a copy of it (CopyDisk: FICLONE
 //   where the file system shares extents, else copy_file_range; a few MiB
-//   of qcow2 clusters), its own overlay of disk.img from then on. A clone's
+//   of qcow2 clusters), its own overlay of upper.img from then on; its
+//   layer disks are the same files, read-only. A clone's
 //   disk thus never depends on the template's files: suspend, adoption
 //   after a daemon restart and cleanup treat it as a cold-booted VM's.
 // * On restore the host's first hello sets the guest's clock and mixes a
@@ -26,8 +28,8 @@
 //
 // Files: <dir>/<name>/ with state (the device state) and disk.qcow2 once
 // saved; while it builds also its sockets, console.log and qemu.log. A
-// template whose inputs changed (the guest's disk.img, vmlinuz or
-// initrd.img, or QEMU, replaced: their stat identity) is dropped at the next
+// template whose inputs changed (the guest's system.erofs, upper.img,
+// vmlinuz or initrd.img, or QEMU, replaced: their stat identity) is dropped at the next
 // Get; its dir goes with its last user (a clone being created holds it).
 // The cache's destruction removes them all; a restarted daemon empties
 // <dir> (its memfds died with it) and kills build QEMUs it left.
