@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "common/file_util.h"
+#include "common/fnv.h"
 
 namespace warren::node {
 namespace {
@@ -52,18 +53,6 @@ long CountEntries(const std::string& dir) {
   }
   ::closedir(d);
   return n;
-}
-
-// FNV-1a, 64 bits: a stable name per state dir (not a security boundary).
-std::string Hash16(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
-  return out;
 }
 
 Status MkdirOne(const std::string& d, mode_t mode) {
@@ -124,7 +113,7 @@ StatusOr<std::string> ResolveRunDir(const std::string& state_dir, const std::str
   if (!OnTmpfs(Dirname(run_root)) && !(mount_tmpfs && EnsureTmpfs(run_root))) return state_dir;
   char real[PATH_MAX];
   const std::string key = ::realpath(state_dir.c_str(), real) != nullptr ? std::string(real) : state_dir;
-  return run_root + "/" + Hash16(key);
+  return run_root + "/" + Hex16(Fnv1a64(key));  // a stable name per state dir
 }
 
 Status LinkRunDir(const std::string& state_dir, const std::string& run_dir) {

@@ -99,9 +99,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "microvm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not "
                  "answered this long after QEMU started")
       ->capture_default_str();
-  app.add_option("--vm-dir", flags.vm_dir,
-                 "vm: dir of the desktop guest (system.erofs, upper.img, vmlinuz, initrd.img: scripts/vm/build-guest.sh); the "
-                 "backend is offered only when they, QEMU and qemu-img exist; it runs on --microvm-accel's choice")
+  app.add_option(
+         "--vm-dir", flags.vm_dir,
+         "vm: dir of the desktop guest (system.erofs, upper.img, vmlinuz, initrd.img: scripts/vm/build-guest.sh); the "
+         "backend is offered only when they, QEMU and qemu-img exist; it runs on --microvm-accel's choice")
       ->capture_default_str();
   app.add_option("--vm-boot-timeout-ms", flags.vm_boot_timeout_ms,
                  "vm: a create fails (DeadlineExceeded, the VM removed) when the guest agent has not answered this "

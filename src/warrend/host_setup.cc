@@ -12,12 +12,12 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/fnv.h"
 #include "common/log.h"
 #include "jail/lxcfs.h"
 #include "node/run_dir.h"
@@ -167,13 +167,7 @@ void SetUpSuspendSwap(const std::string& mode, uint64_t zram_size_mb) {
   }
 }
 
-std::string LxcfsDir(const std::string& run_dir) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : run_dir) h = (h ^ c) * 1099511628211ULL;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("/run/warren/lxcfs/") + hex;
-}
+std::string LxcfsDir(const std::string& run_dir) { return "/run/warren/lxcfs/" + Hex16(Fnv1a64(run_dir)); }
 
 int RemoveOrphanRunDirs(const std::string& run_root, const std::string& own_run_dir, const std::string& qemu) {
   int removed = 0;

@@ -130,17 +130,13 @@ class VmRunner(ContainerRunner):
     template (vm_template.h) of a daemon of its own (--vm-dir)."""
     name = "vm"
     missing = {
-        "read_only_root": "the vm root is the guest disk's, writable by design (a qcow2 overlay per VM)",
-        "python": "the vm guest (scripts/vm/build-guest.sh: Debian minbase and a desktop) has no python3",
+        "read_only_root": "the vm root is writable by design (overlayfs over the VM's own writable disk, as a "
+                          "microVM's); only the layers underneath are read-only",
     }
 
     def __init__(self, sb: warren.Sandbox, status_client: warren.Client):
         super().__init__(sb)
         self.status_client = status_client
-
-    def py(self, code, **kw):
-        self.skip_unless("python")
-        return super().py(code, **kw)
 
 
 VM_DIR = Path("/var/cache/warren/vm")
@@ -175,7 +171,7 @@ def runner(request, client: warren.Client, base_layer: str) -> Iterable[Runner]:
             # (tests/integration/test_vm.py) run there; this suite on vm
             # costs a second desktop template boot under TCG (~2.5 min).
             pytest.skip("vm: WARREN_VM_CONFORMANCE=0 (CI's bounded form; run it with WARREN_VM_CONFORMANCE=1)")
-        if not all((VM_DIR / f).exists() for f in ("disk.img", "vmlinuz", "initrd.img")):
+        if not all((VM_DIR / f).exists() for f in ("system.erofs", "upper.img", "vmlinuz", "initrd.img")):
             pytest.skip(f"vm: no guest in {VM_DIR} (scripts/vm/build-guest.sh)")
         d = request.getfixturevalue("vm_daemon")
         # The first create boots the desktop template (minutes under TCG);

@@ -943,3 +943,37 @@ def test_a_desktop_that_never_comes_up_fails_create_clearly(
         assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmd_has(p, str(d.state_dir))]
     finally:
         d.stop()
+
+
+FIREFOX_ROOTFS = Path("/var/cache/warren/rootfs/toolset-firefox")
+
+
+@full_only
+@pytest.mark.skipif(
+    not FIREFOX_ROOTFS.is_dir(),
+    reason=f"vm: no {FIREFOX_ROOTFS} (apt-get install firefox-esr, then scripts/build-toolset-rootfs.sh "
+    f"{FIREFOX_ROOTFS} /var/cache/warren/rootfs/debian-12 firefox-esr)",
+)
+def test_a_firefox_toolset_layer_stacks_on_the_vm(vmd: Daemon, base_layer: str) -> None:
+    """The heavy browser, where KVM runs a stock guest: firefox-esr as a
+    toolset layer stacked on the vm (the desktop's dillo stays the default:
+    firefox takes minutes to start under TCG). Here it renders a page
+    headless into a PNG (a boot of its own template, minutes under TCG)."""
+    assert vmd.client is not None
+    name = "toolset/firefox@1"
+    try:
+        vmd.client.layers.get(name)
+    except warren.NotFound:
+        vmd.client.layers.build(name, dir=str(FIREFOX_ROOTFS), timeout=900)
+    sb = vmd.client.create(backend="vm", layers=[base_layer, name], memory_mb=1024, timeout=2 * BOOT_TIMEOUT)
+    try:
+        sb.files.write("/tmp/page.html", b"<html><body style='background:#00ff00'>warren</body></html>")
+        r = sb.exec(
+            "HOME=/root firefox-esr --headless --window-size 400,300 --screenshot /tmp/shot.png file:///tmp/page.html",
+            timeout=900,
+        )
+        assert r.exit_code == 0, r
+        w, _, rows = pixels(sb.files.read("/tmp/shot.png"))
+        assert has_colour(rows, w, (0, 255, 0)) >= 0, "the page's green is on firefox's screenshot"
+    finally:
+        sb.destroy(timeout=60)

@@ -245,10 +245,12 @@ int g_upper_fd = -1;
 
 int UpperDirFd() { return g_upper_fd; }
 
-std::string OpenServiceUpperDir() {
-  if (g_upper_fd >= 0) return "";
-  g_upper_fd = ::open(kServiceUpperDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  return g_upper_fd < 0 ? Errno(std::string("open(") + kServiceUpperDir + ")") : "";
+std::string ServiceSetup() {
+  std::string err;
+  if (!WriteSmallFile("/proc/sys/vm/overcommit_memory", "1")) err = Errno("write(vm.overcommit_memory)");
+  if (g_upper_fd < 0) g_upper_fd = ::open(kServiceUpperDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (g_upper_fd < 0) err += (err.empty() ? "" : "; ") + Errno(std::string("open(") + kServiceUpperDir + ")");
+  return err;
 }
 
 namespace {

@@ -82,10 +82,13 @@ int UpperDirFd();
 
 // The agent as a service of a full guest (the vm backend): its initramfs
 // mounted the overlay root with its upper dir at kServiceUpperDir
-// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd; an
-// error names what failed (the agent serves without changes then).
+// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd, and
+// overcommits memory as a microVM's agent does (an allocation past the
+// guest's RAM is OOM-killed when touched, not refused: exec results report
+// oom_killed on every backend). An error names what failed (the agent
+// serves on: without changes, or with the kernel's heuristic).
 inline constexpr const char* kServiceUpperDir = "/run/warren/disk/upper";
-std::string OpenServiceUpperDir();
+std::string ServiceSetup();
 
 // "uname -r" of the running kernel, and /proc/sys/kernel/random/boot_id.
 std::string KernelRelease();

@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
       LogLine("no virtio-serial port named warren.agent");
       return 1;  // the service manager restarts it
     }
-    // Snapshots and forks export the changes: the upper dir of the root.
-    if (std::string err = OpenServiceUpperDir(); !err.empty()) LogLine("no changes export: " + err);
+    // Snapshots and forks export the changes (the upper dir of the root);
+    // memory overcommitted as in a microVM.
+    if (std::string err = ServiceSetup(); !err.empty()) LogLine("service setup: " + err);
     Serve(port, "", /*root_pending=*/false);
   }
   if (::getpid() != 1) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/fnv.h"
 #include "common/log.h"
 #include "common/rollback.h"
 #include "runtime/microvm/channel.h"
@@ -36,7 +37,7 @@ Status HashFile(const std::string& path, uint64_t* h) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoToStatus(errno, "read(" + path + ")");
     if (n == 0) return absl::OkStatus();
-    for (ssize_t i = 0; i < n; ++i) *h = (*h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+    *h = Fnv1a64(std::string_view(buf, static_cast<size_t>(n)), *h);
   }
 }
 
@@ -45,12 +46,6 @@ StatusOr<std::string> StatIdentity(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + path + ")");
   return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
          std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
-}
-
-std::string Hex(uint64_t v) {
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
-  return out;
 }
 
 }  // namespace
@@ -121,14 +116,14 @@ StatusOr<std::string> TemplateCache::InputsHash() {
     key += id;
   }
   if (key == stat_key_) return inputs_hash_;
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnv1a64Offset;
   RETURN_IF_ERROR(HashFile(o_.kernel, &h));
   RETURN_IF_ERROR(HashFile(o_.initrd, &h));
   // QEMU's version: its binary's identity (a package upgrade replaces it).
   ASSIGN_OR_RETURN(std::string qemu_id, StatIdentity(o_.qemu));
-  for (unsigned char c : qemu_id) h = (h ^ c) * 1099511628211ull;
+  h = Fnv1a64(qemu_id, h);
   stat_key_ = key;
-  inputs_hash_ = Hex(h);
+  inputs_hash_ = Hex16(h);
   return inputs_hash_;
 }
 
@@ -142,11 +137,9 @@ StatusOr<std::string> TemplateCache::BareName(const VmConfig& vm) {
   shape.hostname = "H";
   shape.shm_mb = 0;  // a clone's comes in its hello
   shape.pids = 0;
-  uint64_t h = 1469598103934665603ull;
-  for (const std::string& a : QemuArgv(o_.qemu, shape)) {
-    for (unsigned char c : a + '\0') h = (h ^ c) * 1099511628211ull;
-  }
-  std::string name = inputs + "-" + Hex(h).substr(0, 8) + "-l" + std::to_string(vm.layer_files.size()) + "-m" +
+  uint64_t h = kFnv1a64Offset;
+  for (const std::string& a : QemuArgv(o_.qemu, shape)) h = Fnv1a64(a + '\0', h);
+  std::string name = inputs + "-" + Hex16(h).substr(0, 8) + "-l" + std::to_string(vm.layer_files.size()) + "-m" +
                      std::to_string(vm.memory_mb);
   // Templates of other inputs are stale: gone once their clones started.
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -181,19 +174,19 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::GetRooted(const VmConfi
   // Which files, and what they are now: a layer replaced under its path
   // (another inode, size or mtime) makes another template.
   std::string layer_inputs = std::to_string(disk_mb) + ";";
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnv1a64Offset;
   for (const std::string& f : vm.layer_files) {
     ASSIGN_OR_RETURN(std::string id, StatIdentity(f));
     layer_inputs += f + '\0' + id;
-    for (unsigned char c : f + '\0') h = (h ^ c) * 1099511628211ull;
+    h = Fnv1a64(f + '\0', h);
   }
-  h = (h ^ disk_mb) * 1099511628211ull;
+  h = (h ^ disk_mb) * kFnv1a64Prime;
   std::shared_ptr<Entry> e;
   std::string name;
   {
     std::lock_guard<std::mutex> l(mu_);
     ASSIGN_OR_RETURN(std::string bare, BareName(vm));
-    name = bare + "-r" + Hex(h).substr(0, 8);
+    name = bare + "-r" + Hex16(h).substr(0, 8);
     std::shared_ptr<Entry>& slot = entries_[name];
     if (!slot) slot = std::make_shared<Entry>();
     e = slot;

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 
 #include "common/file_util.h"
+#include "common/fnv.h"
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
@@ -73,8 +73,8 @@ Status CheckFile(const std::string& path, const std::string& what) {
 // from microvm::kFirstFileFd on).
 struct VmFileFds {
   std::vector<int> layers;  // the root's layers, bottom first, read-only (virtio serials wl<i>)
-  int base = -1;     // upper.img (an empty ext4), read-only: the writable overlay's backing node
-  int disk_rw = -1;  // the qcow2 overlay; one fd set with disk_ro
+  int base = -1;            // upper.img (an empty ext4), read-only: the writable overlay's backing node
+  int disk_rw = -1;         // the qcow2 overlay; one fd set with disk_ro
   int disk_ro = -1;
   int console = -1;  // appended to
   int kernel = -1;   // read as /proc/self/fd/<n>
@@ -146,15 +146,11 @@ class VmBackend : public Backend {
     if (templates_) {
       const uint32_t memory_mb = spec.resources.memory_mb;
       // A template per layer set too: the booted system's root is mounted.
-      uint64_t h = 1469598103934665603ULL;  // FNV-1a of the layer files' paths (content-addressed in the store)
-      for (const std::string& l : layers) {
-        for (unsigned char c : l + '\n') h = (h ^ c) * 1099511628211ULL;
-      }
-      char lh[17];
-      std::snprintf(lh, sizeof lh, "%016llx", static_cast<unsigned long long>(h));
+      uint64_t h = kFnv1a64Offset;  // of the layer files' paths (content-addressed in the store)
+      for (const std::string& l : layers) h = Fnv1a64(l + '\n', h);
       const std::string shape = "m" + std::to_string(memory_mb) + "-s" + std::to_string(o_.screen_width) + "x" +
                                 std::to_string(o_.screen_height) + "-c" + std::to_string(o_.cpus) + "-" + Accel() +
-                                "-l" + lh;
+                                "-l" + Hex16(h);
       StatusOr<std::shared_ptr<const vm::Template>> t = templates_->Get(
           shape, [this, memory_mb, &layers](const std::string& dir) { return BuildTemplate(dir, memory_mb, layers); });
       if (t.ok()) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/fnv.h"
 #include "common/log.h"
 #include "runtime/vm/input.h"
 #include "runtime/vm/vm_sandbox.h"
@@ -24,12 +25,6 @@ constexpr std::chrono::milliseconds kCallTimeout{10000};
 // Between typed characters (as VmSandbox::Type).
 constexpr std::chrono::milliseconds kTypeGap{8};
 constexpr char kMarker[] = "/tmp/.warren-desktop-ready";
-
-std::string Hex(uint64_t v) {
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
-  return out;
-}
 
 // Runs `command` with sh in the guest as root: its exit code.
 StatusOr<int64_t> Run(microvm::AgentChannel& ch, const std::string& command) {
@@ -75,16 +70,16 @@ StatusOr<std::shared_ptr<const Template>> TemplateCache::Get(const std::string& 
   std::string name;
   {
     std::lock_guard<std::mutex> l(mu_);
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFnv1a64Offset;
     for (const std::string& f : inputs_) {
       struct stat st;
       if (::stat(f.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + f + ")");
       std::string id = f + ":" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
                        std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
                        std::to_string(st.st_mtim.tv_nsec) + ";";
-      for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+      h = Fnv1a64(id, h);
     }
-    const std::string inputs = Hex(h);
+    const std::string inputs = Hex16(h);
     name = inputs + "-" + shape;
     // Templates of other inputs are stale: gone once their clones started.
     for (auto it = entries_.begin(); it != entries_.end();) {

@@ -27,7 +27,7 @@ class VmHostTest : public ::testing::Test {
     char tmpl[] = "/tmp/vm_host_test.XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    for (const char* f : {"qemu", "qemu-img", "disk.img", "vmlinuz", "initrd.img"}) Touch(f, 0644);
+    for (const char* f : {"qemu", "qemu-img", "system.erofs", "upper.img", "vmlinuz", "initrd.img"}) Touch(f, 0644);
     o_.qemu = dir_ + "/qemu";
     o_.qemu_img = dir_ + "/qemu-img";
     o_.guest_dir = dir_;
@@ -48,7 +48,7 @@ class VmHostTest : public ::testing::Test {
 TEST_F(VmHostTest, AllThereIsOk) { EXPECT_OK(CheckVmHost(o_)); }
 
 TEST_F(VmHostTest, MissingGuestFileIsAFailedPreconditionNamingIt) {
-  for (const char* f : {"disk.img", "vmlinuz", "initrd.img"}) {
+  for (const char* f : {"system.erofs", "upper.img", "vmlinuz", "initrd.img"}) {
     SCOPED_TRACE(f);
     const std::string p = dir_ + "/" + f;
     ASSERT_EQ(::unlink(p.c_str()), 0);
@@ -72,8 +72,9 @@ TEST_F(VmHostTest, KernelAndInitrdMustBeReadableByQemusUid) {
                 StatusIs(absl::StatusCode::kFailedPrecondition, AllOf(HasSubstr(f), HasSubstr("readable by all"))));
     Touch(f, 0644);
   }
-  // disk.img is passed to QEMU as an open fd: its mode does not matter.
-  Touch("disk.img", 0600);
+  // The disks are passed to QEMU as open fds: their modes do not matter.
+  Touch("system.erofs", 0600);
+  Touch("upper.img", 0600);
   EXPECT_OK(CheckVmHost(o_));
 }
 
