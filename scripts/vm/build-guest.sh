@@ -159,6 +159,11 @@ mountroot() {
 }
 BOOT
 
+  # The NIC's driver is loaded by the agent when the sandbox has a network
+  # (its first hello names an address), never by udev: a VM without one has
+  # no link but lo, as a container (templates carry an unplugged NIC).
+  echo "blacklist virtio_net" >"$rootfs/etc/modprobe.d/warren-net.conf"
+
   # The agent (the binary itself is copied at disk time, below).
   cat >"$rootfs/etc/systemd/system/warren-agent.service" <<'UNIT'
 [Unit]

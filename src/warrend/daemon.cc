@@ -152,6 +152,7 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   wopt.boot_timeout = std::chrono::milliseconds(flags.vm_boot_timeout_ms);
   wopt.desktop_timeout = std::chrono::milliseconds(flags.vm_desktop_timeout_ms);
   if (flags.vm_templates) wopt.template_dir = flags.state_dir + "/vm-templates";
+  wopt.network = copt.network;  // a tap per VM, as a microVM's
   if (Status s = runtime::CheckVmHost(wopt); !s.ok()) {
     Log(spdlog::level::info, "vm backend not offered", {{"reason", s.ToString()}});
   } else {

@@ -41,6 +41,22 @@ from conftest import (
     vm_cgroups,
     wait_until,
 )
+from test_microvm_network import serve_in
+from test_network import (  # noqa: F401 (internet: the test internet, a module fixture)
+    ALLOWED,
+    DNS,
+    METADATA,
+    OTHER,
+    PRESETS,
+    TRANSIT_HOST,
+    assert_clean,
+    drop_table,
+    http_from_host,
+    http_get,
+    internet,
+    probe,
+    resolve,
+)
 from desktop_helpers import (
     PNG_SIG,
     RECEIVED,
@@ -108,17 +124,29 @@ def _status(pid: int) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def vmd(test_root: Path, layer_store: Path):
-    """This module's daemon: the VM's, killed and restarted by a test."""
+def vmd(test_root: Path, layer_store: Path, internet: str):  # noqa: F811
+    """This module's daemon: the VM's, killed and restarted by a test; with a
+    sandbox network onto the tests' internet (test_network.py)."""
     d = Daemon(
         test_root,
         "vm",
         layer_store,
         f"{NODE_PREFIX}dv",
-        extra_args=["--vm-dir", str(VM_DIR), "--warm-shells", "0"],
+        extra_args=[
+            "--vm-dir",
+            str(VM_DIR),
+            "--warm-shells",
+            "0",
+            "--sandbox-net",
+            "10.213.7.0/24",
+            "--net-dns-upstream",
+            DNS,
+            *PRESETS,
+        ],
     ).start()
     yield d
     d.stop()
+    drop_table(d)
 
 
 WS_MARKER = b"the workspace layer of test_vm\n"
@@ -274,6 +302,45 @@ def test_the_root_is_the_sandboxs_layers_over_a_writable_disk(vm: warren.Sandbox
         timeout=60,
     )
     assert r.stdout == b"new\nok\n", r
+
+
+def test_without_a_network_the_vm_has_loopback_only(vm: warren.Sandbox) -> None:
+    """The template's NIC stays without a driver in a VM created without a
+    network (the guest's udev never loads virtio_net): lo only, as a container."""
+    r = vm.exec(["cat", "/proc/net/dev"], timeout=30)
+    assert [ln.split(":")[0].strip() for ln in r.stdout.decode().splitlines()[2:]] == ["lo"], r.stdout
+    assert probe(vm, ALLOWED).startswith("err")  # ENETUNREACH
+    with pytest.raises(warren.FailedPrecondition, match="without a network"):
+        vm.set_network({"allow": [ALLOWED]})
+
+
+def test_a_networked_vm_reaches_what_its_policy_allows(vm: warren.Sandbox, vmd: Daemon, vm_layers: list[str]) -> None:
+    """Network on vm (issue 16), as on microvm: a clone of the module's
+    template plugs its own tap into the NIC every template carries; the guest
+    agent configures eth0; the node's policy, DNS forwarder, set_network,
+    exposed ports and counters apply; destroy leaves no tap, chain or rule."""
+    assert vmd.client is not None
+    with vmd.client.create(
+        backend="vm", layers=vm_layers, memory_mb=1024, network={"allow": ["pypi"]}, timeout=BOOT_TIMEOUT
+    ) as sb:
+        assert http_get(sb, ALLOWED) == "hello from the test internet\n"
+        assert probe(sb, OTHER) == "refused"
+        assert probe(sb, METADATA) == "refused"  # protected
+        assert probe(sb, TRANSIT_HOST) == "refused"  # the node
+        assert resolve(sb, "pypi.test") == ALLOWED
+        assert resolve(sb, "npm.test").startswith("fail")
+        t0 = time.monotonic()
+        assert sb.set_network({"allow": ["npm"]}) == {"allow": ["npm"], "deny": []}
+        assert time.monotonic() - t0 < 0.1
+        assert probe(sb, OTHER) == "open"
+        assert probe(sb, ALLOWED) == "refused"
+        serve_in(sb, 8000, bind="0.0.0.0")
+        e = sb.expose(8000)
+        assert http_from_host(e.address, e.token) == (200, "hello from inside\n")
+        assert http_from_host(e.address)[0] == 401
+        traffic = sb.info().traffic
+        assert traffic is not None and traffic.denied > 0 and traffic.egress_bytes > 0
+    assert_clean(vmd)
 
 
 def test_a_vm_snapshot_starts_a_container(vm: warren.Sandbox, vmd: Daemon) -> None:

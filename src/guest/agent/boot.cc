@@ -247,9 +247,24 @@ int UpperDirFd() { return g_upper_fd; }
 
 std::string ServiceSetup() {
   std::string err;
-  if (!WriteSmallFile("/proc/sys/vm/overcommit_memory", "1")) err = Errno("write(vm.overcommit_memory)");
+  auto add = [&err](const std::string& e) { err += (err.empty() ? "" : "; ") + e; };
+  if (!WriteSmallFile("/proc/sys/vm/overcommit_memory", "1")) add(Errno("write(vm.overcommit_memory)"));
   if (g_upper_fd < 0) g_upper_fd = ::open(kServiceUpperDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (g_upper_fd < 0) err += (err.empty() ? "" : "; ") + Errno(std::string("open(") + kServiceUpperDir + ")");
+  if (g_upper_fd < 0) add(Errno(std::string("open(") + kServiceUpperDir + ")"));
+  // The NIC's driver and its dependencies, in load order, loaded by BindNic
+  // when a hello names an address: the guest keeps udev from loading it
+  // (build-guest.sh blacklists virtio_net), so a VM without a network has
+  // no link but lo, as a container.
+  const std::string dir = "/lib/modules/" + KernelRelease() + "/kernel/";
+  for (const char* m : {"net/core/failover", "drivers/net/net_failover", "drivers/net/virtio_net"}) {
+    const std::string path = dir + m + ".ko";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      add(Errno("open(" + path + ")"));
+      continue;
+    }
+    g_net_modules.emplace_back(m, fd);
+  }
   return err;
 }
 

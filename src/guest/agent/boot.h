@@ -82,8 +82,9 @@ int UpperDirFd();
 
 // The agent as a service of a full guest (the vm backend): its initramfs
 // mounted the overlay root with its upper dir at kServiceUpperDir
-// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd, and
-// overcommits memory as a microVM's agent does (an allocation past the
+// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd, opens
+// the NIC's driver modules for BindNic (the guest's udev does not load it),
+// and overcommits memory as a microVM's agent does (an allocation past the
 // guest's RAM is OOM-killed when touched, not refused: exec results report
 // oom_killed on every backend). An error names what failed (the agent
 // serves on: without changes, or with the kernel's heuristic).

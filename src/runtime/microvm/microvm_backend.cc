@@ -605,21 +605,7 @@ class MicrovmBackend : public Backend {
       setup.shm_mb = vm.shm_mb;
       setup.pids = vm.pids;
     }
-    if (lease) {
-      setup.net_addr = lease->sandbox_addr;
-      setup.net_prefix = 30;
-      setup.net_gateway = lease->host_addr;
-      const uint32_t a = lease->sandbox_addr;
-      setup.net_mac = {'\x02',
-                       '\x57',
-                       static_cast<char>(a >> 24),
-                       static_cast<char>(a >> 16),
-                       static_cast<char>(a >> 8),
-                       static_cast<char>(a)};
-      // Any server it names is redirected to the forwarder; this one is for
-      // an image that names none.
-      if (o_.network->has_dns()) setup.nameserver = lease->host_addr;
-    }
+    if (lease) microvm::FillNetworkHello(*lease, o_.network->has_dns(), &setup);
     microvm::proto::HelloReply hello;
     int pidfd = q.pidfd.get();
     StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
@@ -666,22 +652,6 @@ class MicrovmBackend : public Backend {
     return std::unique_ptr<Sandbox>(new MicrovmSandbox(std::move(parts)));
   }
 
-  // A recorded network: its index re-taken and its policy re-applied
-  // (the tap outlived the daemon with the VM's QEMU). Undone by `rb`.
-  Status AdoptNetwork(const std::string& id, const microvm::record::Microvm& rec, Rollback* rb) {
-    if (!rec.network()) return absl::OkStatus();
-    if (o_.network == nullptr)
-      return absl::FailedPreconditionError("sandbox " + id +
-                                           " has a network but this daemon has none (warrend --sandbox-net)");
-    std::vector<std::string> allow(rec.network_allow().begin(), rec.network_allow().end());
-    std::vector<std::string> deny(rec.network_deny().begin(), rec.network_deny().end());
-    ASSIGN_OR_RETURN(net::NetworkPolicy policy, o_.network->Parse(allow, deny, /*recorded=*/true));
-    ASSIGN_OR_RETURN(net::NetworkLease lease,
-                     o_.network->Adopt(id, rec.network_index(), net::SandboxNetwork::kTapLink, policy));
-    rb->Add([this, index = lease.index] { (void)o_.network->Release(index); });
-    return absl::OkStatus();
-  }
-
  public:
   StatusOr<std::unique_ptr<Sandbox>> Adopt(const SandboxSpec& spec, const std::string& backend_record) override {
     microvm::record::Microvm rec;
@@ -711,7 +681,7 @@ class MicrovmBackend : public Backend {
       }
       rec.set_qemu_pid(0);
       rec.set_qemu_start_time(0);
-      RETURN_IF_ERROR(AdoptNetwork(spec.id, rec, &rb));
+      RETURN_IF_ERROR(microvm::AdoptRecordedNetwork(o_.network, spec.id, rec, &rb));
       parts.record = rec;
       parts.cgroup = std::move(*cgroup);
       parts.suspended = true;
@@ -748,7 +718,7 @@ class MicrovmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
                                            ", recorded " + rec.boot_id() + ")");
     }
-    RETURN_IF_ERROR(AdoptNetwork(spec.id, rec, &rb));
+    RETURN_IF_ERROR(microvm::AdoptRecordedNetwork(o_.network, spec.id, rec, &rb));
     parts.record = rec;
     parts.pidfd = std::move(pidfd);
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);

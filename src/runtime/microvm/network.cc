@@ -2,6 +2,7 @@
 // SandboxNetwork (net/sandbox_network.h) and its exposed ports (net/expose.h),
 // which dial the guest's address over that tap.
 #include "common/log.h"
+#include "common/rollback.h"
 #include "net/expose.h"
 #include "net/sandbox_network.h"
 #include "runtime/microvm/sandbox.h"
@@ -99,6 +100,37 @@ StatusOr<NetworkTraffic> MicrovmSandbox::Traffic() const {
     return absl::FailedPreconditionError("sandbox " + p_.spec.id + " has no network link");
   ASSIGN_OR_RETURN(net::NetworkCounters c, p_.network->Counters(p_.network->LeaseOf(net_index_)));
   return NetworkTraffic{c.egress_bytes, c.ingress_bytes, c.connections, c.denied};
+}
+
+void FillNetworkHello(const net::NetworkLease& lease, bool has_dns, proto::Hello* setup) {
+  setup->net_addr = lease.sandbox_addr;
+  setup->net_prefix = 30;
+  setup->net_gateway = lease.host_addr;
+  const uint32_t a = lease.sandbox_addr;
+  setup->net_mac = {'\x02',
+                    '\x57',
+                    static_cast<char>(a >> 24),
+                    static_cast<char>(a >> 16),
+                    static_cast<char>(a >> 8),
+                    static_cast<char>(a)};
+  // Any server it names is redirected to the forwarder; this one is for an
+  // image that names none.
+  if (has_dns) setup->nameserver = lease.host_addr;
+}
+
+Status AdoptRecordedNetwork(const std::shared_ptr<net::SandboxNetwork>& network, const std::string& id,
+                            const record::Microvm& rec, Rollback* rb) {
+  if (!rec.network()) return absl::OkStatus();
+  if (network == nullptr)
+    return absl::FailedPreconditionError("sandbox " + id +
+                                         " has a network but this daemon has none (warrend --sandbox-net)");
+  std::vector<std::string> allow(rec.network_allow().begin(), rec.network_allow().end());
+  std::vector<std::string> deny(rec.network_deny().begin(), rec.network_deny().end());
+  ASSIGN_OR_RETURN(net::NetworkPolicy policy, network->Parse(allow, deny, /*recorded=*/true));
+  ASSIGN_OR_RETURN(net::NetworkLease lease,
+                   network->Adopt(id, rec.network_index(), net::SandboxNetwork::kTapLink, policy));
+  rb->Add([network, index = lease.index] { (void)network->Release(index); });
+  return absl::OkStatus();
 }
 
 void MicrovmSandbox::RestoreExposures(const record::Microvm& rec) {

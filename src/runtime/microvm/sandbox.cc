@@ -339,7 +339,8 @@ StatusOr<uint64_t> MicrovmSandbox::RestoreLocked() {
   for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
   LaunchedQemu q;
   if (p_.relaunch) {
-    ASSIGN_OR_RETURN(q, p_.relaunch({agent_listener.get(), qmp_listener.get(), procs_fds}));
+    ASSIGN_OR_RETURN(UniqueFd tap, OpenTapQueue());
+    ASSIGN_OR_RETURN(q, p_.relaunch({agent_listener.get(), qmp_listener.get(), procs_fds, tap.get()}));
   } else {
     VmConfig vm = p_.restore_vm;
     vm.restore = true;

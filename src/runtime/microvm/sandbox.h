@@ -19,9 +19,14 @@
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/record.pb.h"
 
+namespace warren {
+class Rollback;  // common/rollback.h
+}  // namespace warren
+
 namespace warren::net {
 class SandboxNetwork;  // net/sandbox_network.h
 class Exposure;        // net/expose.h
+struct NetworkLease;   // net/sandbox_network.h
 }  // namespace warren::net
 
 namespace warren::runtime::microvm {
@@ -42,6 +47,19 @@ std::string StateFilePath(const std::string& disk);
 // ("<dir>/<id>.img" -> "<dir>/<id>.changes"; ".changes.tar" and
 // ".changes.x" while being made).
 std::string ChangesDirPath(const std::string& disk);
+
+// The network part of the host's first hello to a VM on `lease` (network.cc):
+// its address in the lease's /30 (the host end the gateway), a MAC made of
+// it (02:57:<address>), and the node's DNS forwarder (`has_dns`) as its
+// nameserver.
+void FillNetworkHello(const net::NetworkLease& lease, bool has_dns, proto::Hello* setup);
+
+// An adopted VM's recorded network (network.cc): its index taken again and
+// its recorded policy re-applied on `network` (its tap outlived the daemon
+// with the VM's QEMU); nothing without one. Undone by `rb`.
+// FailedPrecondition when the VM has a network and the node none.
+Status AdoptRecordedNetwork(const std::shared_ptr<net::SandboxNetwork>& network, const std::string& id,
+                            const record::Microvm& rec, Rollback* rb);
 
 // Removes what a VM leaves on the host besides its process and cgroup: the
 // disk image, a suspended VM's state file, its exported changes and the
@@ -115,6 +133,7 @@ class MicrovmSandbox : public Sandbox,
     struct RelaunchFds {
       int agent_listener = -1, qmp_listener = -1;
       std::vector<int> procs_fds;
+      int tap = -1;  // a new queue of the sandbox's tap (-1: no network)
     };
     std::function<StatusOr<LaunchedQemu>(const RelaunchFds&)> relaunch;
     QemuIdentity identity;              // QEMU's uid/gid

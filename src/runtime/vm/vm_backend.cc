@@ -12,12 +12,14 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "common/file_util.h"
 #include "common/fnv.h"
 #include "common/log.h"
 #include "common/rollback.h"
 #include "jail/cgroup.h"
+#include "net/sandbox_network.h"
 #include "runtime/container/uid_slots.h"
 #include "runtime/microvm/channel.h"
 #include "runtime/microvm/qemu.h"
@@ -133,6 +135,9 @@ class VmBackend : public Backend {
 
   std::string name() const override { return "vm"; }
   Capabilities capabilities() const override {
+    if (o_.network != nullptr)
+      return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges,
+              Capability::kNetwork};
     return {Capability::kPause, Capability::kSuspend, Capability::kProcesses, Capability::kExportChanges};
   }
 
@@ -141,6 +146,15 @@ class VmBackend : public Backend {
     if (spec.resources.memory_mb < kMinMemoryMb) {
       return absl::InvalidArgumentError("memory_mb=" + std::to_string(spec.resources.memory_mb) + " is below the " +
                                         std::to_string(kMinMemoryMb) + " MiB a vm guest (systemd and X) needs");
+    }
+    // The policy first: one the node refuses fails the create before
+    // anything is made.
+    std::optional<net::NetworkPolicy> policy;
+    if (spec.network.enabled) {
+      if (o_.network == nullptr)
+        return absl::FailedPreconditionError("sandbox " + spec.id +
+                                             ": this node has no sandbox network (warrend --sandbox-net)");
+      ASSIGN_OR_RETURN(policy, o_.network->Parse(spec.network.allow, spec.network.deny));
     }
     ASSIGN_OR_RETURN(const std::vector<std::string> layers, RootLayers(spec));
     if (templates_) {
@@ -155,7 +169,7 @@ class VmBackend : public Backend {
           shape, [this, memory_mb, &layers](const std::string& dir) { return BuildTemplate(dir, memory_mb, layers); });
       if (t.ok()) {
         bool guest_answered = false;
-        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, layers, t->get(), &guest_answered);
+        StatusOr<std::unique_ptr<Sandbox>> sb = CreateVm(spec, layers, policy, t->get(), &guest_answered);
         if (sb.ok() || guest_answered) return sb;
         Log(spdlog::level::warn, "vm clone failed; booting cold",
             {{"sandbox", spec.id}, {"error", sb.status().ToString()}});
@@ -166,7 +180,7 @@ class VmBackend : public Backend {
         LogNoTemplateOnce(t.status());
       }
     }
-    return CreateVm(spec, layers, nullptr, nullptr);
+    return CreateVm(spec, layers, policy, nullptr, nullptr);
   }
 
  private:
@@ -239,7 +253,9 @@ class VmBackend : public Backend {
       std::vector<std::pair<int, int>> fds = {
           {agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}, {t->ram.get(), microvm::kRamFd}};
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
-      ASSIGN_OR_RETURN(q, microvm::LaunchQemu(Argv("warren-vm-template:" + dir, memory_mb, Accel(), f, Ram::kTemplate),
+      // Its NIC without a backend: each clone plugs its own tap in.
+      ASSIGN_OR_RETURN(q, microvm::LaunchQemu(Argv("warren-vm-template:" + dir, memory_mb, Accel(), f, Ram::kTemplate,
+                                                   /*nic=*/true, /*tap=*/false),
                                               fds, dir + "/qemu.log", {}, Identity(slot)));
     }
     agent_listener.reset();
@@ -302,7 +318,8 @@ class VmBackend : public Backend {
   // A cold boot, or (`tmpl` set) a clone of `tmpl`. `guest_answered`: set
   // when the guest's agent replied to the hello.
   StatusOr<std::unique_ptr<Sandbox>> CreateVm(const SandboxSpec& spec, const std::vector<std::string>& layers,
-                                              const vm::Template* tmpl, bool* guest_answered) {
+                                              const std::optional<net::NetworkPolicy>& policy, const vm::Template* tmpl,
+                                              bool* guest_answered) {
     microvm::record::Microvm rec;
     std::unique_ptr<jail::Cgroup> cgroup;
     microvm::LaunchedQemu q;
@@ -312,7 +329,7 @@ class VmBackend : public Backend {
       return std::to_string(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     };
-    std::string disk_ms, launch_ms, restore_ms = "-";
+    std::string disk_ms, net_ms = "-", launch_ms, restore_ms = "-";
     rec.set_accel(Accel());
     rec.set_cgroup(spec.id);
     rec.set_disk(o_.disk_dir + "/" + spec.id + ".qcow2");
@@ -355,6 +372,21 @@ class VmBackend : public Backend {
     const std::string qmp_path = microvm::SocketPath(spec.dir, dir.get(), "qmp.sock");
     ASSIGN_OR_RETURN(UniqueFd agent_listener, microvm::ListenUnix(agent_path));
     ASSIGN_OR_RETURN(UniqueFd qmp_listener, microvm::ListenUnix(qmp_path));
+    // The network: tap and chain before QEMU (its first packet is filtered).
+    std::optional<net::NetworkLease> lease;
+    UniqueFd tap;
+    if (policy) {
+      ASSIGN_OR_RETURN(lease, o_.network->Attach(spec.id, net::SandboxNetwork::kTapLink, *policy));
+      rb.Add([this, index = lease->index] { (void)o_.network->Release(index); });
+      ASSIGN_OR_RETURN(tap, o_.network->OpenTapQueue(*lease));
+      rec.set_network(true);
+      rec.set_network_index(lease->index);
+      for (const std::string& a : policy->AllowText()) rec.add_network_allow(a);
+      for (const std::string& d : policy->DenyText()) rec.add_network_deny(d);
+      net_ms = ms();
+    }
+    // A clone has its template's NIC (restores must declare it).
+    rec.set_nic(tmpl != nullptr || lease.has_value());
 
     {
       // Every file QEMU uses, as an open fd: its uid reaches none of them.
@@ -362,14 +394,17 @@ class VmBackend : public Backend {
       ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, layers, rec.disk(), spec.dir));
       std::vector<std::pair<int, int>> fds = {{agent_listener.get(), kAgentFd}, {qmp_listener.get(), kQmpFd}};
       if (tmpl != nullptr) fds.push_back({tmpl->ram.get(), microvm::kRamFd});
+      if (tap.valid()) fds.push_back({tap.get(), microvm::kTapFd});
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
       std::vector<int> procs_fds;
       procs_fds.reserve(procs.size());
       for (const UniqueFd& fd : procs) procs_fds.push_back(fd.get());
-      ASSIGN_OR_RETURN(q, microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
-                                                   tmpl != nullptr ? Ram::kClone : Ram::kAnonymous),
-                                              fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
-    }  // QEMU holds the files and the sockets now
+      ASSIGN_OR_RETURN(
+          q, microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
+                                      tmpl != nullptr ? Ram::kClone : Ram::kAnonymous, rec.nic(), tap.valid()),
+                                 fds, spec.dir + "/qemu.log", procs_fds, Identity(slot)));
+    }  // QEMU holds the files, the tap and the sockets now
+    tap.reset();
     agent_listener.reset();
     qmp_listener.reset();
     rec.set_qemu_pid(q.pid);
@@ -400,10 +435,13 @@ class VmBackend : public Backend {
     // The agent's hello first on a boot: its wait notices a QEMU that
     // exited (the monitor's connect alone would retry until the deadline).
     // A clone's hello sets its clock and reseeds its RNG.
+    // The NIC is configured by the agent (service mode: at its first hello).
+    microvm::proto::Hello setup;
+    if (lease) microvm::FillNetworkHello(*lease, o_.network->has_dns(), &setup);
     microvm::proto::HelloReply hello;
     int pidfd = q.pidfd.get();
     StatusOr<std::unique_ptr<AgentChannel>> ch = AgentChannel::Connect(
-        spec.id, agent_path, deadline, [pidfd] { return PidfdAlive(pidfd); }, &hello);
+        spec.id, agent_path, deadline, [pidfd] { return PidfdAlive(pidfd); }, &hello, setup);
     if (!ch.ok()) {
       std::string extra = ch.status().code() == absl::StatusCode::kDeadlineExceeded
                               ? " (boot timeout " + std::to_string(o_.boot_timeout.count()) + " ms)"
@@ -414,6 +452,11 @@ class VmBackend : public Backend {
     if (!hello.error.empty()) {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": the guest agent reports: " + hello.error);
     }
+    if (lease && !hello.nic) {
+      return absl::FailedPreconditionError("sandbox " + spec.id +
+                                           ": the guest agent did not configure its NIC (a guest older than the "
+                                           "network: rebuild it with scripts/vm/build-guest.sh)");
+    }
     if (!qmp) {
       ASSIGN_OR_RETURN(qmp, vm::QmpClient::Connect(qmp_path, AgentChannel::Clock::now() + kQmpConnectTimeout));
     }
@@ -423,6 +466,7 @@ class VmBackend : public Backend {
         {{"sandbox", spec.id},
          {"clone", tmpl != nullptr ? "true" : "false"},
          {"disk", disk_ms},
+         {"network", net_ms},
          {"launched", launch_ms},
          {"restored", restore_ms},
          {"answered", ms()}});
@@ -435,6 +479,7 @@ class VmBackend : public Backend {
     parts.exec_slack = o_.exec_slack;
     parts.identity = Identity(slot);
     parts.release_uid = [this, slot] { uids_->Release(slot); };
+    parts.network = o_.network;
     FillRelaunch(&parts);
     rb.Commit();
     return std::unique_ptr<Sandbox>(
@@ -490,14 +535,16 @@ class VmBackend : public Backend {
       return absl::FailedPreconditionError("sandbox " + spec.id + ": its guest rebooted (boot id " + hello.boot_id +
                                            ", recorded " + rec.boot_id() + ")");
     }
+    RETURN_IF_ERROR(microvm::AdoptRecordedNetwork(o_.network, spec.id, rec, &rb));
     microvm::MicrovmSandbox::Parts parts;
     FillAdopted(&parts, spec, rec);
     parts.pidfd = std::move(pidfd);
     if (cgroup.ok()) parts.cgroup = std::move(*cgroup);
     parts.channel = std::move(ch);
     rb.Commit();
-    return std::unique_ptr<Sandbox>(
-        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), std::move(qmp)));
+    auto inner = std::make_unique<microvm::MicrovmSandbox>(std::move(parts));
+    inner->RestoreExposures(rec);
+    return std::unique_ptr<Sandbox>(new vm::VmSandbox(std::move(inner), std::move(qmp)));
   }
 
   StatusOr<std::unique_ptr<Sandbox>> AdoptSuspended(const SandboxSpec& spec, microvm::record::Microvm rec) {
@@ -515,14 +562,16 @@ class VmBackend : public Backend {
     }
     rec.set_qemu_pid(0);
     rec.set_qemu_start_time(0);
+    RETURN_IF_ERROR(microvm::AdoptRecordedNetwork(o_.network, spec.id, rec, &rb));
     microvm::MicrovmSandbox::Parts parts;
     FillAdopted(&parts, spec, rec);
     parts.cgroup = std::move(cgroup);
     parts.suspended = true;
     parts.paused = true;
     rb.Commit();
-    return std::unique_ptr<Sandbox>(
-        new vm::VmSandbox(std::make_unique<microvm::MicrovmSandbox>(std::move(parts)), nullptr));
+    auto inner = std::make_unique<microvm::MicrovmSandbox>(std::move(parts));
+    inner->RestoreExposures(rec);
+    return std::unique_ptr<Sandbox>(new vm::VmSandbox(std::move(inner), nullptr));
   }
 
   Status Cleanup(const SandboxSpec& spec, const std::string& backend_record) override {
@@ -550,6 +599,11 @@ class VmBackend : public Backend {
     }
     Status s = microvm::RemoveVmFiles(spec.dir, disk);
     if (rec.has_uid_slot()) uids_->Release(rec.uid_slot());
+    // Its tap and chains (QEMU is gone), unless a live sandbox holds that index.
+    if (rec.network() && o_.network != nullptr && !o_.network->InUse(rec.network_index())) {
+      Status ns = o_.network->Release(rec.network_index());
+      if (s.ok()) s = ns;
+    }
     return first.ok() ? s : first;
   }
 
@@ -588,6 +642,7 @@ class VmBackend : public Backend {
     parts->spec = spec;
     parts->record = rec;
     parts->exec_slack = o_.exec_slack;
+    parts->network = o_.network;
     if (rec.has_uid_slot()) {
       const uint32_t slot = rec.uid_slot();
       parts->identity = Identity(slot);
@@ -610,26 +665,30 @@ class VmBackend : public Backend {
       const std::vector<std::string> layers(rec.layer_files().begin(), rec.layer_files().end());
       ASSIGN_OR_RETURN(VmFileFds f, OpenFiles(&files, layers, rec.disk(), spec.dir));
       std::vector<std::pair<int, int>> fds = {{in.agent_listener, kAgentFd}, {in.qmp_listener, kQmpFd}};
+      if (in.tap >= 0) fds.push_back({in.tap, microvm::kTapFd});
       fds.insert(fds.end(), files.fds().begin(), files.fds().end());
-      return microvm::LaunchQemu(Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
-                                      rec.ram_named() ? Ram::kRestoreNamed : Ram::kRestorePlain),
-                                 fds, spec.dir + "/qemu.log", in.procs_fds, identity);
+      return microvm::LaunchQemu(
+          Argv("warren:" + spec.id, spec.resources.memory_mb, rec.accel(), f,
+               rec.ram_named() ? Ram::kRestoreNamed : Ram::kRestorePlain, rec.nic(), in.tap >= 0),
+          fds, spec.dir + "/qemu.log", in.procs_fds, identity);
     };
   }
 
   // QEMU's command line for a VM named `name` (-name: what `ps` shows and
   // KillTemplateQemus looks for). A clone's must equal its template's in
   // every device and RAM block (the migration stream names them); it adds
-  // -incoming defer.
+  // -incoming defer. `nic`: a virtio-net NIC, on the tap at microvm::kTapFd
+  // when `tap` (a template's has none: each clone plugs its own in).
   std::vector<std::string> Argv(const std::string& name, uint32_t memory_mb, const std::string& accel,
-                                const VmFileFds& f, Ram ram) const {
+                                const VmFileFds& f, Ram ram, bool nic, bool tap) const {
     using microvm::FdSetPath;
     // warren.screen: the size the guest's X session sets (xrandr); systemd's
     // status on the console for the boot's log.
     // boot=warren: the initramfs's boot script mounts the root, an overlay
     // of the layer disks under the writable disk (build-guest.sh).
+    // net.ifnames=0: the NIC is eth0, the name the agent configures.
     std::string append = "boot=warren warren.layers=" + std::to_string(f.layers.size()) +
-                         " rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
+                         " net.ifnames=0 rw console=ttyS0 quiet systemd.show_status=1 panic=-1 mitigations=off " +
                          std::string("warren.screen=") + std::to_string(o_.screen_width) + "x" +
                          std::to_string(o_.screen_height);
     std::vector<std::string> a = {
@@ -696,6 +755,10 @@ class VmBackend : public Backend {
         "-device",
         "virtio-rng-pci",
     };
+    if (nic) {
+      if (tap) a.insert(a.end(), {"-netdev", "tap,id=net0,fd=" + std::to_string(microvm::kTapFd)});
+      a.insert(a.end(), {"-device", std::string("virtio-net-pci,id=nic0") + (tap ? ",netdev=net0" : "")});
+    }
     if (ram == Ram::kTemplate || ram == Ram::kClone) {
       a.insert(a.end(), {"-object", "memory-backend-file,id=ram0,size=" + std::to_string(memory_mb) +
                                         "M,mem-path=" + microvm::ProcFdPath(microvm::kRamFd) +

@@ -33,7 +33,16 @@
 // backing node), the overlay (read-write), the console log, the listening agent and QMP
 // sockets, and per screenshot a memfd it writes the PNG into (QMP add-fd);
 // the kernel and initramfs it reads as /proc/self/fd/<n>, so they must be
-// readable by all (CheckVmHost). No NIC.
+// readable by all (CheckVmHost).
+//
+// Network (spec.network.enabled, VmOptions::network set): as a microVM's
+// (microvm_backend.h): the policy parsed before anything is made, the tap
+// and its chain before QEMU, `-netdev tap` on a `virtio-net-pci` NIC; the
+// guest agent configures eth0 (net.ifnames=0) from the first hello.
+// Templates carry the NIC without a backend, so every clone matches its
+// template and a networked clone plugs its own tap in; a clone without a
+// network keeps that NIC unconfigured. Adopt takes the recorded network
+// again; Cleanup releases it.
 //
 // Reused from the microvm backend (runtime/microvm): the QEMU launch into
 // its own cgroup and session (qemu.h), the agent channel and its wire
@@ -69,6 +78,10 @@
 #include "runtime/backend.h"
 #include "runtime/microvm/microvm_backend.h"
 
+namespace warren::net {
+class SandboxNetwork;  // net/sandbox_network.h
+}  // namespace warren::net
+
 namespace warren::runtime {
 
 struct VmOptions {
@@ -99,6 +112,10 @@ struct VmOptions {
   // input (vm_template.h WaitForDesktop); past it the build fails and
   // creates boot cold.
   std::chrono::milliseconds desktop_timeout{300000};
+  // The node's sandbox network (--sandbox-net; null: none), shared with the
+  // container and microvm backends: a networked VM gets a tap on it, as a
+  // microVM does.
+  std::shared_ptr<net::SandboxNetwork> network;
 };
 
 // OK when QEMU, qemu-img and the guest's files exist (the kernel and the

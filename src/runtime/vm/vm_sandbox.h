@@ -40,6 +40,9 @@ StatusOr<Screenshot> Screendump(QmpClient& qmp, std::chrono::milliseconds timeou
 // Processes (exec streams, background processes, PTYs, sessions): the
 // guest agent's, through the microvm sandbox.
 //
+// Network (a create with network on a node with --sandbox-net): the
+// microvm sandbox's, on a tap plugged into the NIC every template has.
+//
 // Changes (snapshot, fork, isolated grading): the root is an overlay of the
 // sandbox's layers (vm_backend.h); the guest agent streams its upper dir
 // from the writable disk, as a microVM's (microvm/sandbox.h ExportChanges).
@@ -50,7 +53,8 @@ class VmSandbox : public Sandbox,
                   public Pausable,
                   public Suspendable,
                   public ProcessStarter,
-                  public ChangeExporter {
+                  public ChangeExporter,
+                  public NetworkConfigurable {
  public:
   // `qmp` may be null (a suspended VM adopted after a restart).
   VmSandbox(std::unique_ptr<microvm::MicrovmSandbox> inner, std::unique_ptr<QmpClient> qmp);
@@ -73,6 +77,15 @@ class VmSandbox : public Sandbox,
   StatusOr<std::unique_ptr<Process>> Start(const ExecSpec& spec, const StartOptions& options) override {
     return inner_->Start(spec, options);
   }
+
+  // NetworkConfigurable: the microvm sandbox's (its tap on the node's
+  // network, exposed ports dialed over it; the agent configures eth0).
+  Status SetNetwork(const NetworkSpec& network) override { return inner_->SetNetwork(network); }
+  NetworkSpec Network() const override { return inner_->Network(); }
+  StatusOr<ExposedPort> Expose(uint16_t port) override { return inner_->Expose(port); }
+  Status Unexpose(uint16_t port) override { return inner_->Unexpose(port); }
+  std::vector<ExposedPort> Exposed() const override { return inner_->Exposed(); }
+  StatusOr<NetworkTraffic> Traffic() const override { return inner_->Traffic(); }
 
   // ChangeExporter.
   Status ExportChanges(const std::string& dst_dir, const ExportOptions& options) override {
