@@ -751,13 +751,19 @@ def test_suspend_ends_qemu_and_any_call_restores_the_desktop(clone: warren.Sandb
 
 
 def test_kill9_of_warrend_then_restart_adopts_the_vm(
-    desktop: warren.Sandbox, clone: warren.Sandbox, vmd: Daemon
+    desktop: warren.Sandbox, clone: warren.Sandbox, vmd: Daemon, vm_layers: list[str]
 ) -> None:
     """README: sandboxes outlive the daemon and a restarted warrend re-adopts
     them. The same QEMU (pid, uid, boot) comes back under the new daemon,
     with exec, screenshots and input; no second QEMU, no orphan. A VM
     suspended at the time is adopted suspended (its state file is the VM)
-    and restored by its next call."""
+    and restored by its next call; a networked VM keeps its link, its
+    policy re-applied."""
+    assert vmd.client is not None
+    netvm = vmd.client.create(
+        backend="vm", layers=vm_layers, memory_mb=1024, network={"allow": [ALLOWED]}, timeout=BOOT_TIMEOUT
+    )
+    assert probe(netvm, ALLOWED) == "open"
     sid = desktop.id
     qemu = one_qemu(sid)
     uid = _status(qemu)["Uid"]
@@ -791,6 +797,12 @@ def test_kill9_of_warrend_then_restart_adopts_the_vm(
     assert susp.exec("cat /root/susp", timeout=300).stdout == b"suspended-across\n"
     assert susp.info().state == "running"
     assert int(_status(one_qemu(clone.id))["Uid"].split()[0]) >= 1_000_000
+    netvm = vmd.client.get(netvm.id)
+    assert probe(netvm, ALLOWED) == "open" and probe(netvm, OTHER) == "refused"
+    assert netvm.set_network({"allow": [OTHER]})["allow"] == [f"{OTHER}/32"]
+    assert probe(netvm, OTHER) == "open" and probe(netvm, ALLOWED) == "refused"
+    netvm.destroy(timeout=60)
+    assert_clean(vmd)
 
 
 def test_destroy_leaves_no_process_disk_socket_or_cgroup(vm: warren.Sandbox, vmd: Daemon) -> None:
