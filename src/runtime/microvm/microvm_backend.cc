@@ -116,15 +116,7 @@ class MicrovmBackend : public Backend {
 
   StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) override {
     RETURN_IF_ERROR(Validate(spec));
-    // The policy first: one the node refuses fails the create before
-    // anything is made.
-    std::optional<net::NetworkPolicy> policy;
-    if (spec.network.enabled) {
-      if (o_.network == nullptr)
-        return absl::FailedPreconditionError("sandbox " + spec.id +
-                                             ": this node has no sandbox network (warrend --sandbox-net)");
-      ASSIGN_OR_RETURN(policy, o_.network->Parse(spec.network.allow, spec.network.deny));
-    }
+    ASSIGN_OR_RETURN(const std::optional<net::NetworkPolicy> policy, microvm::CreatePolicy(o_.network, spec));
     if (templates_ && microvm::FitsTemplate(spec.layer_files, spec.resources.disk_mb)) {
       microvm::VmConfig shape = BaseConfig(spec);
       shape.nic = true;  // every template has one (microvm_backend.h)
@@ -557,14 +549,8 @@ class MicrovmBackend : public Backend {
     std::optional<net::NetworkLease> lease;
     UniqueFd tap;
     if (policy) {
-      ASSIGN_OR_RETURN(lease, o_.network->Attach(spec.id, net::SandboxNetwork::kTapLink, *policy));
-      rb.Add([this, index = lease->index] { (void)o_.network->Release(index); });
-      ASSIGN_OR_RETURN(tap, o_.network->OpenTapQueue(*lease));
+      ASSIGN_OR_RETURN(tap, microvm::AttachTap(o_.network, spec.id, *policy, &rec, &rb, &lease));
       fds.push_back({tap.get(), microvm::kTapFd});
-      rec.set_network(true);
-      rec.set_network_index(lease->index);
-      for (const std::string& a : policy->AllowText()) rec.add_network_allow(a);
-      for (const std::string& d : policy->DenyText()) rec.add_network_deny(d);
       net_ms = ms();
     }
     vm.nic = tmpl != nullptr || lease.has_value();

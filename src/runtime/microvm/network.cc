@@ -118,6 +118,29 @@ void FillNetworkHello(const net::NetworkLease& lease, bool has_dns, proto::Hello
   if (has_dns) setup->nameserver = lease.host_addr;
 }
 
+StatusOr<std::optional<net::NetworkPolicy>> CreatePolicy(const std::shared_ptr<net::SandboxNetwork>& network,
+                                                         const SandboxSpec& spec) {
+  if (!spec.network.enabled) return std::optional<net::NetworkPolicy>();
+  if (network == nullptr)
+    return absl::FailedPreconditionError("sandbox " + spec.id +
+                                         ": this node has no sandbox network (warrend --sandbox-net)");
+  ASSIGN_OR_RETURN(net::NetworkPolicy policy, network->Parse(spec.network.allow, spec.network.deny));
+  return std::optional<net::NetworkPolicy>(std::move(policy));
+}
+
+StatusOr<UniqueFd> AttachTap(const std::shared_ptr<net::SandboxNetwork>& network, const std::string& id,
+                             const net::NetworkPolicy& policy, record::Microvm* rec, Rollback* rb,
+                             std::optional<net::NetworkLease>* lease) {
+  ASSIGN_OR_RETURN(*lease, network->Attach(id, net::SandboxNetwork::kTapLink, policy));
+  rb->Add([network, index = (*lease)->index] { (void)network->Release(index); });
+  ASSIGN_OR_RETURN(UniqueFd tap, network->OpenTapQueue(**lease));
+  rec->set_network(true);
+  rec->set_network_index((*lease)->index);
+  for (const std::string& a : policy.AllowText()) rec->add_network_allow(a);
+  for (const std::string& d : policy.DenyText()) rec->add_network_deny(d);
+  return tap;
+}
+
 Status AdoptRecordedNetwork(const std::shared_ptr<net::SandboxNetwork>& network, const std::string& id,
                             const record::Microvm& rec, Rollback* rb) {
   if (!rec.network()) return absl::OkStatus();

@@ -9,9 +9,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "jail/cgroup.h"
+#include "net/policy.h"
 #include "runtime/backend.h"
 #include "runtime/desktop.h"
 #include "runtime/desktop/x11_desktop.h"
@@ -53,6 +55,21 @@ std::string ChangesDirPath(const std::string& disk);
 // it (02:57:<address>), and the node's DNS forwarder (`has_dns`) as its
 // nameserver.
 void FillNetworkHello(const net::NetworkLease& lease, bool has_dns, proto::Hello* setup);
+
+// The policy of a create asking for a network (network.cc), parsed before
+// anything is made (one the node refuses fails the create first); nullopt
+// when the create asks for none. FailedPrecondition when the node has no
+// network (`network` null).
+StatusOr<std::optional<net::NetworkPolicy>> CreatePolicy(const std::shared_ptr<net::SandboxNetwork>& network,
+                                                         const SandboxSpec& spec);
+
+// A VM's link at its create (network.cc): a tap on `network` with `policy`
+// and its chain, made before QEMU starts (its first packet is filtered),
+// recorded in `rec` (index, policy); `*lease` set. Returns a queue of the
+// tap for QEMU. Undone by `rb`.
+StatusOr<UniqueFd> AttachTap(const std::shared_ptr<net::SandboxNetwork>& network, const std::string& id,
+                             const net::NetworkPolicy& policy, record::Microvm* rec, Rollback* rb,
+                             std::optional<net::NetworkLease>* lease);
 
 // An adopted VM's recorded network (network.cc): its index taken again and
 // its recorded policy re-applied on `network` (its tap outlived the daemon

@@ -147,15 +147,7 @@ class VmBackend : public Backend {
       return absl::InvalidArgumentError("memory_mb=" + std::to_string(spec.resources.memory_mb) + " is below the " +
                                         std::to_string(kMinMemoryMb) + " MiB a vm guest (systemd and X) needs");
     }
-    // The policy first: one the node refuses fails the create before
-    // anything is made.
-    std::optional<net::NetworkPolicy> policy;
-    if (spec.network.enabled) {
-      if (o_.network == nullptr)
-        return absl::FailedPreconditionError("sandbox " + spec.id +
-                                             ": this node has no sandbox network (warrend --sandbox-net)");
-      ASSIGN_OR_RETURN(policy, o_.network->Parse(spec.network.allow, spec.network.deny));
-    }
+    ASSIGN_OR_RETURN(const std::optional<net::NetworkPolicy> policy, microvm::CreatePolicy(o_.network, spec));
     ASSIGN_OR_RETURN(const std::vector<std::string> layers, RootLayers(spec));
     if (templates_) {
       const uint32_t memory_mb = spec.resources.memory_mb;
@@ -376,13 +368,7 @@ class VmBackend : public Backend {
     std::optional<net::NetworkLease> lease;
     UniqueFd tap;
     if (policy) {
-      ASSIGN_OR_RETURN(lease, o_.network->Attach(spec.id, net::SandboxNetwork::kTapLink, *policy));
-      rb.Add([this, index = lease->index] { (void)o_.network->Release(index); });
-      ASSIGN_OR_RETURN(tap, o_.network->OpenTapQueue(*lease));
-      rec.set_network(true);
-      rec.set_network_index(lease->index);
-      for (const std::string& a : policy->AllowText()) rec.add_network_allow(a);
-      for (const std::string& d : policy->DenyText()) rec.add_network_deny(d);
+      ASSIGN_OR_RETURN(tap, microvm::AttachTap(o_.network, spec.id, *policy, &rec, &rb, &lease));
       net_ms = ms();
     }
     // A clone has its template's NIC (restores must declare it).
