@@ -111,9 +111,12 @@ def test_counter_moves_by_what_a_sandbox_reads(nodes, image, gluster):
     assert store_total > 0
     # The sandbox is gone: what its layers' first sandbox read is their hot
     # list in the shared store (offset length per line, whole chunks).
+    # Bounded by what the store served for the layer by now, not by `moved`:
+    # the kernel's asynchronous read-ahead may still have been reading a chunk
+    # past the `head` when `moved` was taken (CI saw one chunk more).
     hot = (b.layer_store / "meta" / (big_layer.split(":")[1] + ".hot")).read_text().split()
     assert len(hot) >= 2 and all(int(x) % CHUNK == 0 for x in hot[0::2]), hot
-    assert 4 * MIB <= sum(int(x) for x in hot[1::2]) <= before + moved, hot
+    assert 4 * MIB <= sum(int(x) for x in hot[1::2]) <= _layer_read(b, big_layer), (hot, before, moved)
 
 
 def test_cap_holds_and_a_mounted_layer_reads_right_after_eviction(nodes, image):
