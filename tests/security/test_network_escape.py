@@ -166,3 +166,83 @@ def test_api_caller_cannot_open_metadata_private_or_sibling_ranges(netd, base_la
         out = run(sb, SCAN, "169.254.169.254:80-80", "169.254.169.254:443-443")
         assert out.split()[:2] == ["open", "0"], out
         assert sb.info().traffic.denied - before.denied >= 2
+
+
+# Tries IPv6 over the sandbox's link: the node end's link-local address (a
+# listener on [::] of the node takes it), the node's other addresses, a
+# global one. Prints "<target> blocked <errno>" or "<target> ALLOWED".
+V6 = r"""
+import errno, socket, sys
+import time
+port = int(sys.argv[1])
+# Wait (bounded) for eth0's own link-local address to leave DAD (tentative
+# 0x40), so a link-local connect is really tried, not refused for want of a
+# source address.
+deadline = time.monotonic() + 10
+while True:
+    rows = [ln.split() for ln in open("/proc/net/if_inet6") if ln.split()[5] == "eth0"]
+    ready = [r for r in rows if r[0].startswith("fe80") and not int(r[4], 16) & 0x40]
+    if ready or time.monotonic() > deadline:
+        break
+    time.sleep(0.1)
+print("eth0-link-local", bool(ready))
+for target in sys.argv[2:]:
+    host, scope = (target.split("%") + [""])[:2]
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect((host, port, 0, socket.if_nametoindex(scope) if scope else 0))
+        print(target, "ALLOWED")
+    except OSError as e:
+        print(target, "blocked", errno.errorcode.get(e.errno, e.errno) if e.errno else type(e).__name__)
+    s.close()
+"""
+
+
+def _host_v6_addrs() -> dict[str, list[str]]:
+    """The node's IPv6 addresses by link (from /proc/net/if_inet6)."""
+    out: dict[str, list[str]] = {}
+    for ln in Path("/proc/net/if_inet6").read_text().splitlines():
+        hexaddr, *_, dev = ln.split()
+        addr = ":".join(hexaddr[i:i + 4] for i in range(0, 32, 4))
+        out.setdefault(dev, []).append(addr)
+    return out
+
+
+def _link_with_addr(v4: str) -> str:
+    r = subprocess.run(["ip", "-o", "-4", "addr", "show"], check=True, capture_output=True, text=True)
+    for ln in r.stdout.splitlines():
+        if f" {v4}/" in ln:
+            return ln.split()[1]
+    raise AssertionError(f"no link of the node holds {v4}")
+
+
+def test_ipv6_reaches_neither_the_node_nor_beyond(netd, base_layer: str):
+    # A listener on the node's every address, IPv6 and IPv4 (dual stack).
+    import socket as pysock
+    srv = pysock.socket(pysock.AF_INET6, pysock.SOCK_STREAM)
+    srv.setsockopt(pysock.IPPROTO_IPV6, pysock.IPV6_V6ONLY, 0)
+    srv.bind(("::", 0))
+    srv.listen(16)
+    port = srv.getsockname()[1]
+    try:
+        with netd.client.create(layers=[base_layer], network=POLICY) as sb:
+            host_link = _link_with_addr(gateway_of(own_addr(sb)))
+            v6 = _host_v6_addrs()
+            link_local = [a for a in v6.get(host_link, []) if a.startswith("fe80")]
+            others = [a for dev, addrs in v6.items() if dev not in (host_link, "lo") for a in addrs
+                      if not a.startswith("fe80")]
+            targets = [f"{a}%eth0" for a in link_local] + others + ["2001:db8::1", "::ffff:" + gateway_of(own_addr(sb))]
+            before = sb.info().traffic
+            lines = run(sb, V6, str(port), *targets).split("\n")
+            print("targets:", targets, "results:", lines)
+            results = dict(ln.split(" ", 1) for ln in lines if ln)
+            if results.pop("eth0-link-local") != "True":
+                print("the sandbox's eth0 has no usable IPv6 link-local address: nothing link-local can be tried")
+            for t in targets:
+                assert results[t].startswith("blocked"), f"{t}: {results[t]}"
+            if not link_local:
+                print(f"the node end {host_link} has no IPv6 link-local address here: that target was not tried")
+            assert sb.info().traffic.denied - before.denied >= 1, (before, sb.info().traffic)
+    finally:
+        srv.close()
