@@ -227,6 +227,7 @@ void ToProto(const image::LayerInfo& li, v1::Layer* out) {
   out->set_name(li.name);
   out->set_size_bytes(li.size_bytes);
   out->set_created_at_ns(li.created_at_ns);
+  for (const std::string& p : li.projects) out->add_projects(p);
 }
 
 }  // namespace warren::api

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/output.h"
@@ -127,7 +128,9 @@ int RunLayerGet(Invocation& inv) {
                          {"size:", absl::StrCat(l.size_bytes(), " (", FormatBytes(l.size_bytes()), ")")},
                          {"age:", FormatAge(l.created_at_ns(), WallNowNs())},
                          {"in_use:", absl::StrCat(l.in_use())},
-                         {"mounted:", l.mounted() ? "yes" : "no"}});
+                         {"mounted:", l.mounted() ? "yes" : "no"},
+                         {"projects:", l.projects().empty() ? std::string("(the operators': every project's)")
+                                                            : absl::StrJoin(l.projects(), ", ")}});
   return kExitOk;
 }
 

@@ -83,9 +83,13 @@ nlohmann::json QosToJson(const google::protobuf::RepeatedPtrField<v1::QosClassCa
 }
 
 nlohmann::json LayerToJson(const v1::Layer& l) {
-  return {{"digest", l.digest()},         {"name", l.name()},
-          {"size_bytes", l.size_bytes()}, {"created_at_ns", l.created_at_ns()},
-          {"in_use", l.in_use()},         {"mounted", l.mounted()}};
+  return {{"digest", l.digest()},
+          {"name", l.name()},
+          {"size_bytes", l.size_bytes()},
+          {"created_at_ns", l.created_at_ns()},
+          {"in_use", l.in_use()},
+          {"mounted", l.mounted()},
+          {"projects", std::vector<std::string>(l.projects().begin(), l.projects().end())}};
 }
 
 nlohmann::json NodeStatusToJson(const v1::NodeStatus& n) {

@@ -311,6 +311,14 @@ def test_snapshots_and_forks_are_the_projects_own(cluster, base_layer: str) -> N
         assert top.digest in {l.digest for l in admin.layers.list()}
         assert top.digest not in {l.digest for l in b.layers.list()}
         assert base_layer in {l.name for l in b.layers.list()}  # the operators' layers are everyone's
+        # The owners are part of the layer: the project's, none for the operators'.
+        assert top.projects == ("la",), top
+        owners = {l.name: l.projects for l in admin.layers.list()}
+        assert owners[top.name] == ("la",) and owners[base_layer] == (), owners
+        assert a2.layers.get(top.digest).projects == ("la",)
+        out = subprocess.run([str(CLI), "--addr", "unix:" + str(nodes[0].socket), "--json", "layer", "get",
+                              top.digest], check=True, capture_output=True, text=True).stdout
+        assert json.loads(out)["projects"] == ["la"], out
         for ref in (top.name, top.digest):
             with pytest.raises(warren.NotFound):
                 b.layers.get(ref)

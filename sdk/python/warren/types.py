@@ -165,7 +165,9 @@ class Layer:
 
     digest "sha256:<hex>" of the EROFS image; name "kind/name@version";
     size_bytes of the image; created_at_ns Unix nanoseconds; in_use = number
-    of sandboxes using it on this node; mounted = mounted on this node.
+    of sandboxes using it on this node; mounted = mounted on this node;
+    projects = the projects owning it (a snapshot, fork or grade layer of a
+    project's sandbox), empty for the operators' layers (every project's).
     """
 
     digest: str
@@ -174,10 +176,11 @@ class Layer:
     created_at_ns: int
     in_use: int
     mounted: bool
+    projects: tuple[str, ...] = ()
 
     @classmethod
     def _from_pb(cls, m: pb.Layer) -> Layer:
-        return cls(m.digest, m.name, m.size_bytes, m.created_at_ns, m.in_use, m.mounted)
+        return cls(m.digest, m.name, m.size_bytes, m.created_at_ns, m.in_use, m.mounted, tuple(m.projects))
 
 
 @dataclass(frozen=True)

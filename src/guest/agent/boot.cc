@@ -152,11 +152,29 @@ std::string LoadNetModuleFds() {
 }  // namespace
 
 std::string PrepareNetModules() {
-  // Later devices (none: every virtio device was probed at boot) and the
-  // NIC stay unbound until BindNic asks.
+  // The virtio bus's autoprobe is read when a driver registers: off while
+  // virtio_net loads, so the NIC stays unbound until BindNic probes it, and
+  // on again after (a device added later binds as usual).
   if (!WriteSmallFile("/sys/bus/virtio/drivers_autoprobe", "0")) return Errno("write(virtio drivers_autoprobe)");
-  g_net_loaded_unbound = true;
-  return LoadNetModuleFds();
+  std::string err = LoadNetModuleFds();
+  if (!WriteSmallFile("/sys/bus/virtio/drivers_autoprobe", "1") && err.empty())
+    err = Errno("write(virtio drivers_autoprobe)");
+  if (err.empty()) g_net_loaded_unbound = true;
+  return err;
+}
+
+bool OnlyTheNicUnbound() {
+  DIR* d = ::opendir("/sys/bus/virtio/devices");
+  if (d == nullptr) return true;
+  bool ok = true;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string dev = std::string("/sys/bus/virtio/devices/") + e->d_name;
+    if (ReadSmallFile(dev + "/device") == "0x0001") continue;  // VIRTIO_ID_NET
+    if (::access((dev + "/driver").c_str(), F_OK) != 0) ok = false;
+  }
+  ::closedir(d);
+  return ok;
 }
 
 std::string BindNic() {
@@ -251,19 +269,32 @@ std::string ServiceSetup() {
   if (!WriteSmallFile("/proc/sys/vm/overcommit_memory", "1")) add(Errno("write(vm.overcommit_memory)"));
   if (g_upper_fd < 0) g_upper_fd = ::open(kServiceUpperDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (g_upper_fd < 0) add(Errno(std::string("open(") + kServiceUpperDir + ")"));
-  // The NIC's driver and its dependencies, in load order, loaded by BindNic
+  // The NIC's driver and its dependencies, in load order, bound by BindNic
   // when a hello names an address: the guest keeps udev from loading it
   // (build-guest.sh blacklists virtio_net), so a VM without a network has
   // no link but lo, as a container.
   const std::string dir = "/lib/modules/" + KernelRelease() + "/kernel/";
+  bool opened = true;
   for (const char* m : {"net/core/failover", "drivers/net/net_failover", "drivers/net/virtio_net"}) {
     const std::string path = dir + m + ".ko";
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       add(Errno("open(" + path + ")"));
+      opened = false;
       continue;
     }
     g_net_modules.emplace_back(m, fd);
+  }
+  // Loaded now, unbound (in a desktop template: once for all its clones;
+  // loading them after the restore was most of a networked clone's NIC
+  // bring-up under TCG), so BindNic only probes the NIC. The other virtio devices (disks, console,
+  // RNG) are bound by now (the agent's channel is one); wait a little in
+  // case one is still probing, as a driver registered with autoprobe off
+  // would not bind to it.
+  const int64_t deadline = MonotonicMs() + 3000;
+  while (MonotonicMs() < deadline && !OnlyTheNicUnbound()) ::usleep(20000);
+  if (opened) {
+    if (std::string e = PrepareNetModules(); !e.empty()) add(e);
   }
   return err;
 }

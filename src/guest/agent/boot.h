@@ -56,9 +56,12 @@ std::string PrepareTemplate();
 // virtio-net device. A template's NIC stays unbound, so a loopback-only
 // clone has no eth0. Error text or "".
 std::string BindNic();
-// In a template boot (PrepareTemplate): the virtio bus's autoprobe off,
-// the /modules.net modules loaded (their driver bound to nothing).
+// In a template boot (PrepareTemplate) or a desktop guest's service setup:
+// the /modules.net modules loaded with the virtio bus's autoprobe off (their
+// driver bound to nothing; autoprobe on again after).
 std::string PrepareNetModules();
+// Whether every virtio device but the NIC has its driver.
+bool OnlyTheNicUnbound();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.
@@ -82,8 +85,9 @@ int UpperDirFd();
 
 // The agent as a service of a full guest (the vm backend): its initramfs
 // mounted the overlay root with its upper dir at kServiceUpperDir
-// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd, opens
-// the NIC's driver modules for BindNic (the guest's udev does not load it),
+// (scripts/vm/build-guest.sh's boot script). Opens it for UpperDirFd, loads
+// the NIC's driver modules unbound for BindNic (PrepareNetModules; the
+// guest's udev does not load them, so a VM without a network has no eth0),
 // and overcommits memory as a microVM's agent does (an allocation past the
 // guest's RAM is OOM-killed when touched, not refused: exec results report
 // oom_killed on every backend). An error names what failed (the agent

@@ -438,20 +438,22 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class Layer(_message.Message):
-    __slots__ = ("digest", "name", "size_bytes", "created_at_ns", "in_use", "mounted")
+    __slots__ = ("digest", "name", "size_bytes", "created_at_ns", "in_use", "mounted", "projects")
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_NS_FIELD_NUMBER: _ClassVar[int]
     IN_USE_FIELD_NUMBER: _ClassVar[int]
     MOUNTED_FIELD_NUMBER: _ClassVar[int]
+    PROJECTS_FIELD_NUMBER: _ClassVar[int]
     digest: str
     name: str
     size_bytes: int
     created_at_ns: int
     in_use: int
     mounted: bool
-    def __init__(self, digest: _Optional[str] = ..., name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., created_at_ns: _Optional[int] = ..., in_use: _Optional[int] = ..., mounted: _Optional[bool] = ...) -> None: ...
+    projects: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, digest: _Optional[str] = ..., name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., created_at_ns: _Optional[int] = ..., in_use: _Optional[int] = ..., mounted: _Optional[bool] = ..., projects: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BuildLayerRequest(_message.Message):
     __slots__ = ("name", "source_dir", "tar_chunk")
