@@ -199,10 +199,15 @@ def test_timeout_kills_the_whole_tree(vm) -> None:
 
 def test_guest_oom_kill_is_reported(vm) -> None:
     # `tail -n 1` keeps a whole line: /dev/zero has none, so it grows until
-    # the guest kernel (256 MiB of RAM) OOM-kills it.
+    # it passes the commands' memory limit (the guest's 256 MiB of RAM less
+    # the agent's reserve) and is OOM-killed in its cgroup.
     r = vm.exec("head -c 600000000 /dev/zero | tail -n 1 > /dev/null", timeout=120)
     assert r.oom_killed and r.exit_code == 128 + 9, (r.exit_code, r.stderr)
     assert vm.exec("echo alive", timeout=60).stdout == b"alive\n"
+    # The limit: RAM less max(24 MiB, RAM/8) in whole pages, on the cgroup every command runs under.
+    total = int(vm.exec("awk '/MemTotal/ {print $2}' /proc/meminfo", timeout=60).stdout) * 1024
+    limit = int(vm.exec("cat /sys/fs/cgroup/warren/memory.max", timeout=60).stdout)
+    assert limit == (total - max(24 << 20, total // 8)) // 4096 * 4096, (limit, total)
 
 
 def test_destroy_leaves_no_process_file_or_cgroup(

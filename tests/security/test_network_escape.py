@@ -180,7 +180,10 @@ port = int(sys.argv[1])
 # source address.
 deadline = time.monotonic() + 10
 while True:
-    rows = [ln.split() for ln in open("/proc/net/if_inet6") if ln.split()[5] == "eth0"]
+    try:
+        rows = [ln.split() for ln in open("/proc/net/if_inet6") if ln.split()[5] == "eth0"]
+    except OSError:  # no IPv6 in this kernel
+        rows = []
     ready = [r for r in rows if r[0].startswith("fe80") and not int(r[4], 16) & 0x40]
     if ready or time.monotonic() > deadline:
         break
@@ -188,7 +191,11 @@ while True:
 print("eth0-link-local", bool(ready))
 for target in sys.argv[2:]:
     host, scope = (target.split("%") + [""])[:2]
-    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError as e:
+        print(target, "blocked", errno.errorcode.get(e.errno, e.errno))
+        continue
     s.settimeout(2)
     try:
         s.connect((host, port, 0, socket.if_nametoindex(scope) if scope else 0))
@@ -218,6 +225,8 @@ def _link_with_addr(v4: str) -> str:
 
 
 def test_ipv6_reaches_neither_the_node_nor_beyond(netd, base_layer: str):
+    if not Path("/proc/net/if_inet6").exists():
+        pytest.skip("this kernel has no IPv6 (no /proc/net/if_inet6): nothing to reach over it")
     # A listener on the node's every address, IPv6 and IPv4 (dual stack).
     import socket as pysock
     srv = pysock.socket(pysock.AF_INET6, pysock.SOCK_STREAM)

@@ -163,7 +163,8 @@ class FileInfo:
 class Layer:
     """A read-only layer in the node's store.
 
-    digest "sha256:<hex>" of the EROFS image; name "kind/name@version";
+    digest "sha256:<hex>" of the EROFS image; name "kind/name@version" (empty
+    when got by digest: the same bytes may carry several names);
     size_bytes of the image; created_at_ns Unix nanoseconds; in_use = number
     of sandboxes using it on this node; mounted = mounted on this node;
     projects = the projects owning it (a snapshot, fork or grade layer of a

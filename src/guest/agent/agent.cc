@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -89,6 +90,25 @@ class Agent {
     // the OOM kills of their processes (oom_killed of the result).
     WriteFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
     WriteFile(std::string(kCgroupRoot) + "/cgroup.subtree_control", "+memory +pids");
+    LimitCommandsMemory();
+  }
+
+  // The commands' memory limit: the guest's RAM less a reserve for the
+  // kernel and the agent (1/8 of it, at least 24 MiB; in whole pages). Without one, a
+  // command that eats the guest's RAM drives the whole guest into reclaim:
+  // the file pages of every process (the agent's code among them) are
+  // evicted and read back, for minutes under TCG, before the kernel's OOM
+  // killer acts (an exec timed out at 120 s so in CI). Over its cgroup's
+  // limit the command is OOM-killed within its cgroup and the agent keeps
+  // answering (oom_killed, exit 137, as in a container).
+  static void LimitCommandsMemory() {
+    const std::string mi = ReadFile("/proc/meminfo", 4096);
+    const size_t at = mi.find("MemTotal:");
+    if (at == std::string::npos) return;
+    const uint64_t total = std::strtoull(mi.c_str() + at + 9, nullptr, 10) * 1024;
+    const uint64_t reserve = std::max<uint64_t>(uint64_t{24} << 20, total / 8);
+    if (total < 2 * reserve) return;
+    WriteFile(std::string(kCgroupRoot) + "/memory.max", std::to_string((total - reserve) / 4096 * 4096));
   }
 
   // Mixes `seed` into the input pool with full credit and reseeds the CRNG
