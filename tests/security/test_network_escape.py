@@ -8,6 +8,7 @@ metadata address. Policy under test: README "Network", src/net/policy.cc
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import time
 from collections.abc import Iterable
@@ -228,20 +229,20 @@ def test_ipv6_reaches_neither_the_node_nor_beyond(netd, base_layer: str):
     if not Path("/proc/net/if_inet6").exists():
         pytest.skip("this kernel has no IPv6 (no /proc/net/if_inet6): nothing to reach over it")
     # A listener on the node's every address, IPv6 and IPv4 (dual stack).
-    import socket as pysock
-    srv = pysock.socket(pysock.AF_INET6, pysock.SOCK_STREAM)
-    srv.setsockopt(pysock.IPPROTO_IPV6, pysock.IPV6_V6ONLY, 0)
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     srv.bind(("::", 0))
     srv.listen(16)
     port = srv.getsockname()[1]
     try:
         with netd.client.create(layers=[base_layer], network=POLICY) as sb:
-            host_link = _link_with_addr(gateway_of(own_addr(sb)))
+            node_addr = gateway_of(own_addr(sb))
+            host_link = _link_with_addr(node_addr)
             v6 = _host_v6_addrs()
             link_local = [a for a in v6.get(host_link, []) if a.startswith("fe80")]
             others = [a for dev, addrs in v6.items() if dev not in (host_link, "lo") for a in addrs
                       if not a.startswith("fe80")]
-            targets = [f"{a}%eth0" for a in link_local] + others + ["2001:db8::1", "::ffff:" + gateway_of(own_addr(sb))]
+            targets = [f"{a}%eth0" for a in link_local] + others + ["2001:db8::1", "::ffff:" + node_addr]
             before = sb.info().traffic
             lines = run(sb, V6, str(port), *targets).split("\n")
             print("targets:", targets, "results:", lines)

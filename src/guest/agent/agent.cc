@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,18 +95,18 @@ class Agent {
   }
 
   // The commands' memory limit: the guest's RAM less a reserve for the
-  // kernel and the agent (1/8 of it, at least 24 MiB; in whole pages). Without one, a
-  // command that eats the guest's RAM drives the whole guest into reclaim:
+  // kernel and the agent (1/8 of it, at least 24 MiB; in whole pages).
+  // Without one, a command that eats the guest's RAM drives the whole guest
+  // into reclaim:
   // the file pages of every process (the agent's code among them) are
   // evicted and read back, for minutes under TCG, before the kernel's OOM
   // killer acts (an exec timed out at 120 s so in CI). Over its cgroup's
   // limit the command is OOM-killed within its cgroup and the agent keeps
   // answering (oom_killed, exit 137, as in a container).
   static void LimitCommandsMemory() {
-    const std::string mi = ReadFile("/proc/meminfo", 4096);
-    const size_t at = mi.find("MemTotal:");
-    if (at == std::string::npos) return;
-    const uint64_t total = std::strtoull(mi.c_str() + at + 9, nullptr, 10) * 1024;
+    struct sysinfo si;
+    if (::sysinfo(&si) != 0) return;
+    const uint64_t total = uint64_t{si.totalram} * si.mem_unit;  // MemTotal
     const uint64_t reserve = std::max<uint64_t>(uint64_t{24} << 20, total / 8);
     if (total < 2 * reserve) return;
     WriteFile(std::string(kCgroupRoot) + "/memory.max", std::to_string((total - reserve) / 4096 * 4096));

@@ -163,37 +163,44 @@ std::string PrepareNetModules() {
   return err;
 }
 
-bool OnlyTheNicUnbound() {
+namespace {
+// /sys/bus/virtio/devices/<dev> of each virtio device, and whether it is a
+// NIC (VIRTIO_ID_NET).
+std::vector<std::pair<std::string, bool>> VirtioDevices() {
+  std::vector<std::pair<std::string, bool>> out;
   DIR* d = ::opendir("/sys/bus/virtio/devices");
-  if (d == nullptr) return true;
-  bool ok = true;
+  if (d == nullptr) return out;
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] == '.') continue;
-    const std::string dev = std::string("/sys/bus/virtio/devices/") + e->d_name;
-    if (ReadSmallFile(dev + "/device") == "0x0001") continue;  // VIRTIO_ID_NET
-    if (::access((dev + "/driver").c_str(), F_OK) != 0) ok = false;
+    std::string dev = std::string("/sys/bus/virtio/devices/") + e->d_name;
+    const bool nic = ReadSmallFile(dev + "/device") == "0x0001";
+    out.emplace_back(std::move(dev), nic);
   }
   ::closedir(d);
-  return ok;
+  return out;
 }
+
+bool Bound(const std::string& dev) { return ::access((dev + "/driver").c_str(), F_OK) == 0; }
+
+// Whether every virtio device but the NIC has its driver.
+bool OnlyTheNicUnbound() {
+  for (const auto& [dev, nic] : VirtioDevices()) {
+    if (!nic && !Bound(dev)) return false;
+  }
+  return true;
+}
+}  // namespace
 
 std::string BindNic() {
   if (!g_net_loaded_unbound) return LoadNetModuleFds();  // binds the NIC as it loads
-  DIR* d = ::opendir("/sys/bus/virtio/devices");
-  if (d == nullptr) return Errno("opendir(/sys/bus/virtio/devices)");
-  std::string err = "no virtio-net device (the VM has no NIC?)";
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const std::string dev = std::string("/sys/bus/virtio/devices/") + e->d_name;
-    if (ReadSmallFile(dev + "/device") != "0x0001") continue;  // VIRTIO_ID_NET
-    err = "";
-    if (::access((dev + "/driver").c_str(), F_OK) == 0) break;  // bound already
-    if (!WriteSmallFile("/sys/bus/virtio/drivers_probe", e->d_name))
-      err = Errno(std::string("write(drivers_probe, ") + e->d_name + ")");
-    break;
+  for (const auto& [dev, nic] : VirtioDevices()) {
+    if (!nic) continue;
+    if (Bound(dev)) return "";
+    const std::string name = dev.substr(dev.rfind('/') + 1);
+    if (!WriteSmallFile("/sys/bus/virtio/drivers_probe", name)) return Errno("write(drivers_probe, " + name + ")");
+    return "";
   }
-  ::closedir(d);
-  return err;
+  return "no virtio-net device (the VM has no NIC?)";
 }
 
 std::string EarlySetup(bool* template_boot) {
@@ -287,13 +294,13 @@ std::string ServiceSetup() {
   }
   // Loaded now, unbound (in a desktop template: once for all its clones;
   // loading them after the restore was most of a networked clone's NIC
-  // bring-up under TCG), so BindNic only probes the NIC. The other virtio devices (disks, console,
-  // RNG) are bound by now (the agent's channel is one); wait a little in
-  // case one is still probing, as a driver registered with autoprobe off
-  // would not bind to it.
-  const int64_t deadline = MonotonicMs() + 3000;
-  while (MonotonicMs() < deadline && !OnlyTheNicUnbound()) ::usleep(20000);
+  // bring-up under TCG), so BindNic only probes the NIC. The other virtio
+  // devices (disks, console, RNG) are bound by now (the agent's channel is
+  // one); wait a little in case one is still probing, as a driver
+  // registered with autoprobe off would not bind to it.
   if (opened) {
+    const int64_t deadline = MonotonicMs() + 3000;
+    while (MonotonicMs() < deadline && !OnlyTheNicUnbound()) ::usleep(20000);
     if (std::string e = PrepareNetModules(); !e.empty()) add(e);
   }
   return err;

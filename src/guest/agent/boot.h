@@ -60,8 +60,6 @@ std::string BindNic();
 // the /modules.net modules loaded with the virtio bus's autoprobe off (their
 // driver bound to nothing; autoprobe on again after).
 std::string PrepareNetModules();
-// Whether every virtio device but the NIC has its driver.
-bool OnlyTheNicUnbound();
 
 // Path of the virtio-serial port named `name` (/dev/vportNpM), waiting up
 // to 2 s for it to appear; "" if it does not.
