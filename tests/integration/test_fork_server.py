@@ -63,7 +63,7 @@ def test_fork_failing_midway_leaves_no_fork_and_no_layer(test_root, layer_store,
     d.start()
     try:
         c = d.client
-        layers_before = {l.digest for l in c.layers.list()}
+        layers_before = {l.digest: l.name for l in c.layers.list()}
         src = c.create(layers=[base_layer])
         src.exec("echo x > /w_file", timeout=30)
         with pytest.raises(grpc.RpcError) as ei:
@@ -71,7 +71,10 @@ def test_fork_failing_midway_leaves_no_fork_and_no_layer(test_root, layer_store,
         assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value.details()
         assert "fork 3 of 4" in ei.value.details()
         assert [s.id for s in c.list()] == [src.id]
-        assert {l.digest for l in c.layers.list()} == layers_before
+        layers_after = {l.digest: l.name for l in c.layers.list()}
+        assert layers_after.keys() == layers_before.keys(), (
+            f"layers made: {sorted(v for k, v in layers_after.items() if k not in layers_before)}; "
+            f"gone: {sorted(v for k, v in layers_before.items() if k not in layers_after)}\n{d.log_tail()}")
         src.destroy()
         assert_back_to_baseline([daemon, d], base, timeout=60, clients=[c])
     finally:

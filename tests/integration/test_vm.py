@@ -19,6 +19,7 @@ WARREN_VM_FULL=1.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -412,6 +413,69 @@ def test_typing_reaches_the_app_and_changes_the_screen(desktop: warren.Sandbox) 
         return r.exit_code == 0 and r.stdout == b"42\n"
 
     _wait(typed2, 60, "ctrl+u then a typed line with shifted characters")
+
+
+@contextlib.contextmanager
+def _vcpus_frozen(qemu_pid: int):
+    """QEMU's vCPU threads ("CPU n/TCG" or "CPU n/KVM") frozen in a v1
+    freezer cgroup of their own (below the one they are in), its other
+    threads (the monitor's main loop) running: the guest takes no interrupt
+    while the monitor still takes input events."""
+    tids = [t for t in os.listdir(f"/proc/{qemu_pid}/task")
+            if Path(f"/proc/{qemu_pid}/task/{t}/comm").read_text().startswith("CPU ")]
+    assert tids, f"no vCPU thread in QEMU {qemu_pid}"
+    line = next(l for l in Path(f"/proc/{qemu_pid}/task/{tids[0]}/cgroup").read_text().splitlines()
+                if l.split(":")[1] == "freezer")
+    parent = Path("/sys/fs/cgroup/freezer" + line.split(":", 2)[2])
+    cg = parent / f"warren-test-vcpus-{qemu_pid}"
+    cg.mkdir()
+    try:
+        for t in tids:
+            (cg / "tasks").write_text(t)
+        (cg / "freezer.state").write_text("FROZEN")
+        yield
+    finally:
+        (cg / "freezer.state").write_text("THAWED")
+        for t in tids:
+            try:
+                (parent / "tasks").write_text(t)
+            except OSError:
+                pass
+        cg.rmdir()
+
+
+@pytest.mark.skipif(not Path("/sys/fs/cgroup/freezer/tasks").exists(),
+                    reason="no cgroup v1 freezer: a test cannot freeze one thread of QEMU")
+def test_keys_typed_while_the_guest_stalls_all_arrive(desktop: warren.Sandbox) -> None:
+    """QEMU's PS/2 keyboard queue holds 16 bytes and drops what comes while
+    the guest reads none (a guest descheduled on a loaded host): with the
+    VM's vCPU frozen, a typed line of ~180 scancode bytes waits for the
+    guest (warren paces keys by the guest's i8042 interrupt count) and
+    arrives whole once it runs again."""
+    desktop.exec("rm -f /tmp/typed5", timeout=30)
+    text = "The-Quick-Brown-Fox-" * 3
+    (qemu,) = qemu_pids(desktop.id)
+    errors: list[BaseException] = []
+
+    def type_line() -> None:
+        try:
+            desktop.input.type(f"echo {text} > /tmp/typed5\n", timeout=120)
+        except BaseException as e:  # noqa: BLE001 (reported by the test)
+            errors.append(e)
+
+    typing = threading.Thread(target=type_line)
+    with _vcpus_frozen(qemu):
+        typing.start()
+        time.sleep(2)
+        assert typing.is_alive(), f"typing ended while the guest could read no key: {errors}"
+    typing.join(120)
+    assert not typing.is_alive() and not errors, errors
+
+    def typed() -> bool:
+        r = desktop.exec("cat /tmp/typed5", timeout=30)
+        return r.exit_code == 0 and r.stdout == f"{text}\n".encode()
+
+    _wait(typed, 60, "the line typed while the guest was frozen, whole")
 
 
 def test_pointer_reaches_the_guest(desktop: warren.Sandbox) -> None:

@@ -324,6 +324,11 @@ class Agent {
         auto [type, payload] = files_.Handle(f.payload);
         return Send(type, 0, f.id, payload);
       }
+      case FrameType::kInterrupts: {
+        std::string text = ReadFile("/proc/interrupts", 256u << 10);
+        if (text.empty()) return SendError(f.id, kNotFound, 0, "/proc/interrupts: nothing to read");
+        return Send(FrameType::kInterruptsReply, 0, f.id, text);
+      }
       case FrameType::kProcStart:
       case FrameType::kProcStdin:
       case FrameType::kProcAck:

@@ -101,8 +101,8 @@ StatusOr<ForkResult> SnapshotService::Fork(const ForkRequest& req) {
     Status ds = table_.Destroy(f.id, "fork failed");
     if (!ds.ok()) Log(spdlog::level::warn, "destroying a fork failed", {{"sandbox", f.id}, {"error", ds.ToString()}});
   }
-  Status rs = table_.RemoveLayer(sr.name);
-  if (!rs.ok() && rs.code() != absl::StatusCode::kFailedPrecondition) {
+  Status rs = table_.RemoveLayer(sr.name, SandboxTable::kCleanupHoldWait);
+  if (!rs.ok()) {
     Log(spdlog::level::warn, "removing the fork layer failed", {{"layer", sr.name}, {"error", rs.ToString()}});
   }
   Log(spdlog::level::warn, "fork failed", {{"sandbox", req.id}, {"error", failed.ToString()}});

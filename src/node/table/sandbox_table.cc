@@ -1,6 +1,8 @@
 #include "node/table/sandbox_table.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "common/log.h"
 #include "node/admission/validate.h"
@@ -383,17 +385,39 @@ Status SandboxTable::Suspend(const std::string& id) {
   return absl::OkStatus();
 }
 
-Status SandboxTable::RemoveLayer(const std::string& ref) {
-  std::unique_lock<std::shared_mutex> layer_lock(layer_mu_);
-  ASSIGN_OR_RETURN(image::LayerInfo info, layers_.Resolve(ref));
-  uint32_t users = LayerUsers(info.digest);
-  if (users > 0) {
-    return absl::FailedPreconditionError("layer " + ref + " (" + info.digest + ") is in use by " +
-                                         std::to_string(users) + " sandbox(es)");
+Status SandboxTable::RemoveLayer(const std::string& ref, std::chrono::milliseconds hold_wait) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int attempt = 1;; ++attempt) {
+    bool in_use = false;
+    Status s = [&]() -> Status {
+      std::unique_lock<std::shared_mutex> layer_lock(layer_mu_);
+      ASSIGN_OR_RETURN(image::LayerInfo info, layers_.Resolve(ref));
+      uint32_t users = LayerUsers(info.digest);
+      if (users > 0) {
+        in_use = true;
+        return absl::FailedPreconditionError("layer " + ref + " (" + info.digest + ") is in use by " +
+                                             std::to_string(users) + " sandbox(es)");
+      }
+      RETURN_IF_ERROR(layers_.Remove(ref));
+      Log(spdlog::level::info, "layer removed", {{"layer", ref}, {"digest", info.digest}});
+      return absl::OkStatus();
+    }();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    // Only the store's refusal (a hold on the blob) is waited out; a sandbox
+    // of this node using the layer is not transient.
+    const bool held = s.code() == absl::StatusCode::kFailedPrecondition && !in_use;
+    if (!held || waited >= hold_wait) {
+      if (held && attempt > 1) {
+        Log(spdlog::level::warn, "layer still held after waiting",
+            {{"layer", ref}, {"ms", std::to_string(waited.count())}, {"attempts", std::to_string(attempt)}});
+      } else if (s.ok() && attempt > 1) {
+        Log(spdlog::level::info, "layer removed after a transient hold",
+            {{"layer", ref}, {"ms", std::to_string(waited.count())}, {"attempts", std::to_string(attempt)}});
+      }
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  RETURN_IF_ERROR(layers_.Remove(ref));
-  Log(spdlog::level::info, "layer removed", {{"layer", ref}, {"digest", info.digest}});
-  return absl::OkStatus();
 }
 
 }  // namespace warren::node

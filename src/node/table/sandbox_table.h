@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -118,7 +119,17 @@ class SandboxTable {
 
   // ---- layers: a layer cannot vanish under a create (shared by creates from
   // layer resolution until the entry is in the table, exclusive here).
-  Status RemoveLayer(const std::string& ref);
+  // FailedPrecondition while a sandbox of this node uses the layer, or while
+  // its blob is held (LayerStore::HoldBlob) by any process of a node sharing
+  // the store. `hold_wait` > 0 retries the latter until it passes: the node's
+  // own cleanup of a layer it just made and released (a failed fork, a grade)
+  // outwaits a transient holder, e.g. a process the daemon cloned in that
+  // moment that has not yet closed its inherited fds. 0 (a client's rm)
+  // answers at once.
+  Status RemoveLayer(const std::string& ref, std::chrono::milliseconds hold_wait = std::chrono::milliseconds(0));
+  // The hold_wait of the node's own cleanups (bounded: a hold that outlasts
+  // it is a real user, e.g. another node's create by digest).
+  static constexpr std::chrono::milliseconds kCleanupHoldWait{5000};
 
  private:
   std::string RunDir(const std::string& id) const { return options_.run_dir + "/run/" + id; }

@@ -54,7 +54,7 @@
 //                                                 command could not start (bad
 //                                                 cwd or user) or the request
 //                                                 was malformed
-//   File calls and long-running processes (types 20..31; messages in
+//   File calls and long-running processes (types 20..33; messages in
 //   protocol_calls.h):
 //   ⇒ kFileRequest {op, ...} ⇐ kFileReply {...} | kError   one reply each
 //   ⇒ kProcStart {exec fields, pty, rows, cols, control} ⇐ kProcStarted {pid}
@@ -67,6 +67,11 @@
 //   ⇐ kProcExit {ExitResult} once the foreground was reaped; ⇐ kProcTreeEmpty
 //                                   once no process of its tree is left
 //   ⇒ kProcRelease                  the host forgets it (nothing is killed)
+//   ⇒ kInterrupts ⇐ kInterruptsReply (the text of the guest's
+//                                   /proc/interrupts, at most 256 KiB) | kError:
+//                                   the vm backend paces typed keys by the
+//                                   i8042 count (vm/key_pacer.h); the file API
+//                                   does not reach /proc
 //
 // Trust: the host treats every guest frame as untrusted (a guest kernel or
 // process may be hostile). FrameDecoder bounds the payload size and rejects
@@ -88,7 +93,8 @@ namespace warren::runtime::microvm::proto {
 
 // 2: file calls and processes (types 20..31); a version-1 agent cannot
 // parse them, so warrend refuses it at hello (rebuild the initramfs).
-constexpr uint32_t kVersion = 2;
+// 3: kInterrupts (types 32..33).
+constexpr uint32_t kVersion = 3;
 constexpr size_t kHeaderSize = 16;
 // Largest payload either side sends; a guest frame above it is a protocol
 // violation (chunks of output and stdin are at most kMaxChunk).
@@ -122,9 +128,11 @@ enum class FrameType : uint16_t {
   kProcExit = 29,
   kProcTreeEmpty = 30,
   kProcRelease = 31,
+  kInterrupts = 32,
+  kInterruptsReply = 33,
 };
 constexpr uint16_t kMaxFrameType = 9;
-constexpr uint16_t kFirstCallFrameType = 20, kLastCallFrameType = 31;
+constexpr uint16_t kFirstCallFrameType = 20, kLastCallFrameType = 33;
 constexpr uint16_t kStreamStdout = 1;
 constexpr uint16_t kStreamStderr = 2;
 constexpr uint16_t kStreamControl = 3;  // a process's fd 3 (StartOptions::control_fd)

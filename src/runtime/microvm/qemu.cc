@@ -236,7 +236,7 @@ std::vector<std::string> QemuArgv(const std::string& qemu, const VmConfig& c) {
                        "-mon", "chardev=qmp,mode=control"});
   }
   if (c.restore) a.insert(a.end(), {"-incoming", "defer"});
-  if (!c.name.empty()) a.insert(a.end(), {"-name", QemuOptValue(c.name)});
+  if (!c.name.empty()) a.insert(a.end(), {"-name", QemuOptValue(c.name) + ",debug-threads=on"});
   // Devices from here on, in one order for template and clone (the
   // migration stream names virtio-mmio devices by creation order).
   for (size_t i = 0; i < c.layer_files.size(); ++i) {

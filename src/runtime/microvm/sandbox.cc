@@ -164,6 +164,11 @@ StatusOr<ExecOutcome> MicrovmSandbox::Exec(const ExecSpec& es) {
   return ch->Exec(req, es.stdin_data, bound);
 }
 
+StatusOr<std::string> MicrovmSandbox::GuestInterrupts(std::chrono::milliseconds timeout) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<AgentChannel> ch, Channel());
+  return ch->Request(proto::FrameType::kInterrupts, "", proto::FrameType::kInterruptsReply, timeout);
+}
+
 StatusOr<std::unique_ptr<Process>> MicrovmSandbox::Start(const ExecSpec& es, const StartOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<AgentChannel> ch, Channel());
   proto::ExecRequest req = Request(es);

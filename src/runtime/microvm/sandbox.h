@@ -169,6 +169,9 @@ class MicrovmSandbox : public Sandbox,
   // long: valid while this sandbox lives); FailedPrecondition without a dir.
   StatusOr<std::string> QmpSocketPath() const;
   StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override;
+  // The text of the guest's /proc/interrupts (kInterrupts), within
+  // `timeout`; FailedPrecondition while suspended.
+  StatusOr<std::string> GuestInterrupts(std::chrono::milliseconds timeout) const;
   SandboxFiles& files() override;
   Status Destroy() override;
   std::string Record() const override;

@@ -4,10 +4,13 @@
 #include <cctype>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace warren::runtime::vm {
 
@@ -87,16 +90,33 @@ bool CharKey(char c, std::string* code, bool* shift) {
 
 }  // namespace
 
-StatusOr<std::string> ComboEvents(const std::string& combo) {
-  ASSIGN_OR_RETURN(std::vector<std::string> codes, desktop::ComboKeys(combo));
-  json events = json::array();
-  for (const std::string& c : codes) events.push_back(KeyEvent(c, true));
-  for (auto it = codes.rbegin(); it != codes.rend(); ++it) events.push_back(KeyEvent(*it, false));
-  return events.dump();
+uint32_t ScancodeBytes(const std::string& qcode, bool down) {
+  static const std::set<std::string, std::less<>> kExtended = {
+      "ctrl_r", "alt_r", "meta_l", "meta_r", "menu",  "compose", "kp_enter", "kp_divide", "insert", "delete",
+      "home",   "end",   "pgup",   "pgdn",   "up",    "down",    "left",     "right"};
+  if (qcode == "print") return 4;
+  if (qcode == "pause") return down ? 6 : 0;
+  return kExtended.count(qcode) != 0 ? 2 : 1;
 }
 
-StatusOr<std::vector<std::string>> TextEvents(const std::string& text) {
-  std::vector<std::string> out;
+StatusOr<KeyBatch> ComboEvents(const std::string& combo) {
+  ASSIGN_OR_RETURN(std::vector<std::string> codes, desktop::ComboKeys(combo));
+  json events = json::array();
+  KeyBatch b;
+  for (const std::string& c : codes) {
+    events.push_back(KeyEvent(c, true));
+    b.scancode_bytes += ScancodeBytes(c, true);
+  }
+  for (auto it = codes.rbegin(); it != codes.rend(); ++it) {
+    events.push_back(KeyEvent(*it, false));
+    b.scancode_bytes += ScancodeBytes(*it, false);
+  }
+  b.events = events.dump();
+  return b;
+}
+
+StatusOr<std::vector<KeyBatch>> TextEvents(const std::string& text) {
+  std::vector<KeyBatch> out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     std::string code;
@@ -111,9 +131,23 @@ StatusOr<std::vector<std::string>> TextEvents(const std::string& text) {
     events.push_back(KeyEvent(code, true));
     events.push_back(KeyEvent(code, false));
     if (shift) events.push_back(KeyEvent("shift", false));
-    out.push_back(events.dump());
+    out.push_back({events.dump(), static_cast<uint32_t>(events.size())});  // all single-byte keys
   }
   return out;
+}
+
+StatusOr<uint64_t> I8042KeyboardInterrupts(std::string_view proc_interrupts) {
+  const absl::string_view text(proc_interrupts.data(), proc_interrupts.size());
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 3 || f[0] != "1:" || f.back() != "i8042") continue;
+    uint64_t sum = 0;
+    size_t i = 1;
+    for (uint64_t n = 0; i < f.size() && absl::SimpleAtoi(f[i], &n); ++i) sum += n;
+    if (i == 1) break;  // no count column
+    return sum;
+  }
+  return absl::NotFoundError("no i8042 keyboard interrupt (IRQ 1) line in /proc/interrupts");
 }
 
 StatusOr<std::vector<std::string>> MouseEvents(int32_t x, int32_t y, uint32_t width, uint32_t height,

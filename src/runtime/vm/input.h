@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -20,14 +21,33 @@ constexpr int32_t kAbsRange = 0x8000;
 // Key names (desktop/keys.h): QEMU's QKeyCode names are the canonical ones.
 using desktop::KeyCode;
 
-// The events of a combination "ctrl+shift+t": every key down in order, then
-// up in reverse. InvalidArgument naming an unknown or empty key.
-StatusOr<std::string> ComboEvents(const std::string& combo);
+// One input-send-event call's key events and the bytes they put in the
+// guest's PS/2 keyboard queue (ScancodeBytes of each event).
+struct KeyBatch {
+  std::string events;  // a JSON array of QEMU InputEvents
+  uint32_t scancode_bytes = 0;
+};
 
-// The events that type `text`, one JSON array per character (shift held
-// where the US layout needs it). InvalidArgument naming the first byte
-// outside printable ASCII, '\n' and '\t'.
-StatusOr<std::vector<std::string>> TextEvents(const std::string& text);
+// The bytes one key event becomes in QEMU's PS/2 keyboard queue, scancode
+// set 1 (what QEMU's i8042 translation hands the guest): 1, 2 for the
+// E0-prefixed keys (right ctrl/alt, the Windows and menu keys, arrows,
+// insert/delete/home/end/page keys), print 4, pause 6 down and 0 up.
+uint32_t ScancodeBytes(const std::string& qcode, bool down);
+
+// The events of a combination "ctrl+shift+t": every key down in order, then
+// up in reverse, as one batch. InvalidArgument naming an unknown or empty key.
+StatusOr<KeyBatch> ComboEvents(const std::string& combo);
+
+// The events that type `text`, one batch per character (shift held where
+// the US layout needs it). InvalidArgument naming the first byte outside
+// printable ASCII, '\n' and '\t'.
+StatusOr<std::vector<KeyBatch>> TextEvents(const std::string& text);
+
+// The interrupts a Linux guest took from its i8042 keyboard port (IRQ 1,
+// summed over CPUs) in the text of its /proc/interrupts: one per byte it
+// read from the keyboard queue. NotFound when no such line (no i8042, or
+// not Linux's format).
+StatusOr<uint64_t> I8042KeyboardInterrupts(std::string_view proc_interrupts);
 
 // The event batches that move the pointer to (x, y) of a width x height
 // screen and do `action` with `button`: the move, then each button change,

@@ -691,7 +691,9 @@ class VmBackend : public Backend {
         "-smp",
         std::to_string(o_.cpus),
         "-name",
-        microvm::QemuOptValue(name),
+        // Threads named "CPU n/TCG|KVM", "worker", ... (top -H, the tests'
+        // freezing of the vCPUs alone).
+        microvm::QemuOptValue(name) + ",debug-threads=on",
         "-nodefaults",
         "-no-user-config",
         "-display",

@@ -21,10 +21,9 @@ constexpr uint64_t kMaxPngBytes = 64u << 20;
 // The screen size the pointer is scaled by is re-read after this (the guest
 // may change its mode).
 constexpr std::chrono::seconds kSizeTtl{2};
-// Between typed characters (QEMU's PS/2 queue holds 256 bytes and the
-// guest drains it at its own pace) and between a pointer's move and its
-// button changes (a USB tablet's reports are polled by the guest).
-constexpr std::chrono::milliseconds kTypeGap{8};
+// Between a pointer's move and its button changes (a USB tablet's reports
+// are polled by the guest).
+constexpr std::chrono::milliseconds kPointerGap{8};
 }  // namespace
 
 Status PngSize(const std::string& png, uint32_t* width, uint32_t* height) {
@@ -64,6 +63,7 @@ StatusOr<std::shared_ptr<QmpClient>> VmSandbox::Monitor() {
 
 // Closed when the last desktop call using it is done.
 void VmSandbox::DropMonitor() {
+  guest_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> l(qmp_mu_);
   qmp_.reset();
 }
@@ -160,17 +160,28 @@ Status VmSandbox::Send(const std::string& events_json) {
 }
 
 Status VmSandbox::Key(const std::string& combo) {
-  ASSIGN_OR_RETURN(std::string events, ComboEvents(combo));
-  return Send(events);
+  ASSIGN_OR_RETURN(KeyBatch events, ComboEvents(combo));
+  return SendKeys({events});
 }
 
 Status VmSandbox::Type(const std::string& text) {
-  ASSIGN_OR_RETURN(std::vector<std::string> chars, TextEvents(text));
-  for (size_t i = 0; i < chars.size(); ++i) {
-    if (i > 0) std::this_thread::sleep_for(kTypeGap);
-    RETURN_IF_ERROR(Send(chars[i]));
+  ASSIGN_OR_RETURN(std::vector<KeyBatch> chars, TextEvents(text));
+  return SendKeys(chars);
+}
+
+Status VmSandbox::SendKeys(const std::vector<KeyBatch>& batches) {
+  std::lock_guard<std::mutex> l(keys_mu_);
+  if (const uint64_t e = guest_epoch_.load(); e != pacer_epoch_) {
+    pacer_.Reset();
+    pacer_epoch_ = e;
   }
-  return absl::OkStatus();
+  return pacer_.Send(
+      batches, [this] { return KeyboardInterrupts(); }, [this](const std::string& events) { return Send(events); });
+}
+
+StatusOr<uint64_t> VmSandbox::KeyboardInterrupts() {
+  ASSIGN_OR_RETURN(std::string text, inner_->GuestInterrupts(kQmpTimeout));
+  return I8042KeyboardInterrupts(text);
 }
 
 Status VmSandbox::Mouse(int32_t x, int32_t y, MouseButton button, MouseAction action) {
@@ -188,7 +199,7 @@ Status VmSandbox::Mouse(int32_t x, int32_t y, MouseButton button, MouseAction ac
   }
   ASSIGN_OR_RETURN(std::vector<std::string> batches, MouseEvents(x, y, w, h, button, action));
   for (size_t i = 0; i < batches.size(); ++i) {
-    if (i > 0) std::this_thread::sleep_for(kTypeGap);
+    if (i > 0) std::this_thread::sleep_for(kPointerGap);
     RETURN_IF_ERROR(Send(batches[i]));
   }
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 // monitor that serves the desktop (runtime/desktop.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,7 @@
 
 #include "runtime/desktop.h"
 #include "runtime/microvm/sandbox.h"
+#include "runtime/vm/key_pacer.h"
 #include "runtime/vm/qmp.h"
 
 namespace warren::runtime::vm {
@@ -107,6 +109,11 @@ class VmSandbox : public Sandbox,
 
  private:
   Status Send(const std::string& events_json);
+  // Keys, paced to the guest's keyboard queue (key_pacer.h).
+  Status SendKeys(const std::vector<KeyBatch>& batches);
+  // The guest's i8042 keyboard interrupts (its /proc/interrupts, read
+  // through the agent).
+  StatusOr<uint64_t> KeyboardInterrupts();
   // The error of a QMP call, named for the sandbox.
   Status Named(const Status& s) const;
   // The desktop's monitor connection, made when there is none. Call with
@@ -122,6 +129,12 @@ class VmSandbox : public Sandbox,
   std::shared_mutex monitor_mu_;
   std::mutex qmp_mu_;  // qmp_
   std::shared_ptr<QmpClient> qmp_;
+  std::mutex keys_mu_;  // one Key/Type at a time; pacer_, pacer_epoch_
+  KeyPacer pacer_;
+  uint64_t pacer_epoch_ = 0;
+  // Bumped by every lifecycle call (DropMonitor): the pacer starts afresh
+  // on a guest that may have been restored.
+  std::atomic<uint64_t> guest_epoch_{0};
   std::mutex mu_;  // the screen size; one screendump at a time
   uint32_t width_ = 0, height_ = 0;
   std::chrono::steady_clock::time_point size_at_{};

@@ -22,7 +22,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kCallTimeout{10000};
-// Between typed characters (as VmSandbox::Type).
+// Between typed characters: the desktop wait types its probe again until it
+// runs, so a key the guest dropped costs a retry, not the wait (VmSandbox
+// paces its keys: key_pacer.h).
 constexpr std::chrono::milliseconds kTypeGap{8};
 constexpr char kMarker[] = "/tmp/.warren-desktop-ready";
 
@@ -39,9 +41,9 @@ StatusOr<int64_t> Run(microvm::AgentChannel& ch, const std::string& command) {
 }
 
 Status Type(QmpClient& qmp, const std::string& text) {
-  ASSIGN_OR_RETURN(std::vector<std::string> chars, TextEvents(text));
-  for (const std::string& c : chars) {
-    RETURN_IF_ERROR(qmp.Execute("input-send-event", R"({"events":)" + c + "}", kCallTimeout).status());
+  ASSIGN_OR_RETURN(std::vector<KeyBatch> chars, TextEvents(text));
+  for (const KeyBatch& c : chars) {
+    RETURN_IF_ERROR(qmp.Execute("input-send-event", R"({"events":)" + c.events + "}", kCallTimeout).status());
     std::this_thread::sleep_for(kTypeGap);
   }
   return absl::OkStatus();
@@ -177,8 +179,8 @@ static Status WaitForDesktopSteps(microvm::AgentChannel& ch, QmpClient& qmp, Clo
   }
   *step = "the screen to settle";
   RETURN_IF_ERROR(Run(ch, std::string("rm -f ") + kMarker).status());
-  ASSIGN_OR_RETURN(std::string clear, ComboEvents("ctrl+l"));
-  RETURN_IF_ERROR(qmp.Execute("input-send-event", R"({"events":)" + clear + "}", kCallTimeout).status());
+  ASSIGN_OR_RETURN(KeyBatch clear, ComboEvents("ctrl+l"));
+  RETURN_IF_ERROR(qmp.Execute("input-send-event", R"({"events":)" + clear.events + "}", kCallTimeout).status());
   ASSIGN_OR_RETURN(Screenshot prev, Screendump(qmp, kCallTimeout));
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -75,7 +75,7 @@ TEST(QemuArgvTest, FilesAsFdSetsAndTheSeccompFilter) {
   EXPECT_EQ(After(a, "-sandbox"), kQemuSandbox);
   EXPECT_EQ(After(a, "-kernel"), "/proc/self/fd/14");
   EXPECT_EQ(After(a, "-initrd"), "/proc/self/fd/15");
-  EXPECT_EQ(After(a, "-name"), "warren:a,,b");
+  EXPECT_EQ(After(a, "-name"), "warren:a,,b,debug-threads=on");
   EXPECT_THAT(After(a, "-drive", 0), HasSubstr("file=/dev/fdset/10,"));
   EXPECT_THAT(After(a, "-drive", 1), HasSubstr("file=/dev/fdset/11,"));
   EXPECT_EQ(After(a, "-chardev"), "file,id=console,path=/dev/fdset/13");

@@ -43,10 +43,10 @@ TEST(KeyCode, NamesAndAliases) {
 TEST(ComboEvents, PressInOrderReleaseInReverse) {
   auto ev = ComboEvents("ctrl+shift+t");
   ASSERT_TRUE(ev.ok()) << ev.status();
-  EXPECT_THAT(Summary(*ev), testing::ElementsAre("down:ctrl", "down:shift", "down:t", "up:t", "up:shift", "up:ctrl"));
+  EXPECT_THAT(Summary(ev->events), testing::ElementsAre("down:ctrl", "down:shift", "down:t", "up:t", "up:shift", "up:ctrl"));
   auto plus = ComboEvents("ctrl++");
   ASSERT_TRUE(plus.ok()) << plus.status();
-  EXPECT_THAT(Summary(*plus), testing::ElementsAre("down:ctrl", "down:equal", "up:equal", "up:ctrl"));
+  EXPECT_THAT(Summary(plus->events), testing::ElementsAre("down:ctrl", "down:equal", "up:equal", "up:ctrl"));
 }
 
 TEST(ComboEvents, UnknownOrEmptyKeyNamed) {
@@ -61,10 +61,10 @@ TEST(TextEvents, ShiftWhereTheLayoutNeedsIt) {
   auto ev = TextEvents("hI!\n");
   ASSERT_TRUE(ev.ok()) << ev.status();
   ASSERT_EQ(ev->size(), 4u);
-  EXPECT_THAT(Summary((*ev)[0]), testing::ElementsAre("down:h", "up:h"));
-  EXPECT_THAT(Summary((*ev)[1]), testing::ElementsAre("down:shift", "down:i", "up:i", "up:shift"));
-  EXPECT_THAT(Summary((*ev)[2]), testing::ElementsAre("down:shift", "down:1", "up:1", "up:shift"));
-  EXPECT_THAT(Summary((*ev)[3]), testing::ElementsAre("down:ret", "up:ret"));
+  EXPECT_THAT(Summary((*ev)[0].events), testing::ElementsAre("down:h", "up:h"));
+  EXPECT_THAT(Summary((*ev)[1].events), testing::ElementsAre("down:shift", "down:i", "up:i", "up:shift"));
+  EXPECT_THAT(Summary((*ev)[2].events), testing::ElementsAre("down:shift", "down:1", "up:1", "up:shift"));
+  EXPECT_THAT(Summary((*ev)[3].events), testing::ElementsAre("down:ret", "up:ret"));
 }
 
 TEST(TextEvents, NonAsciiRejectedWithItsOffset) {
