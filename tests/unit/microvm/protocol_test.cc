@@ -475,12 +475,12 @@ TEST(FrameDecoderTest, CallFrameTypesAndTheirStreamFlags) {
     proto::Frame f;
     return d.Next(&f);
   };
-  for (uint16_t t = 20; t <= 31; ++t) {
+  for (uint16_t t = 20; t <= 33; ++t) {
     uint16_t flags = (t == 25 || t == 26) ? 3 : 0;  // kProcOutput/kProcAck carry a stream
     EXPECT_EQ(one(t, flags), Result::kFrame) << t;
   }
   EXPECT_EQ(one(19, 0), Result::kError);
-  EXPECT_EQ(one(32, 0), Result::kError);
+  EXPECT_EQ(one(34, 0), Result::kError);
   EXPECT_EQ(one(25, 4), Result::kError);  // no stream 4
   EXPECT_EQ(one(25, 0), Result::kError);
   EXPECT_EQ(one(21, 1), Result::kError);  // a file reply has no flags
