@@ -30,9 +30,8 @@ Status KeyPacer::Send(const std::vector<KeyBatch>& batches, const ReadCount& rea
   }
   for (size_t i = 0; i < batches.size(); ++i) {
     const KeyBatch& b = batches[i];
-    if (!counting_) {
-      if (i > 0) std::this_thread::sleep_for(timing_.gap);
-    } else if (sent_ > taken_ && sent_ - taken_ + b.scancode_bytes > kQueueBytes) {
+    std::this_thread::sleep_until(last_send_ + timing_.gap);
+    if (counting_ && sent_ > taken_ && sent_ - taken_ + b.scancode_bytes > kQueueBytes) {
       ++waits_;
       Clock::time_point progress = Clock::now();
       while (sent_ > taken_ && sent_ - taken_ + b.scancode_bytes > kQueueBytes) {
@@ -63,6 +62,7 @@ Status KeyPacer::Send(const std::vector<KeyBatch>& batches, const ReadCount& rea
       }
     }
     RETURN_IF_ERROR(send(b.events));
+    last_send_ = Clock::now();
     // QEMU drops what does not fit: a larger batch leaves the queue full.
     sent_ += std::min<uint64_t>(b.scancode_bytes, kQueueBytes - std::min<uint64_t>(kQueueBytes, sent_ - taken_));
   }
