@@ -204,7 +204,7 @@ StatusOr<GradeResult> SnapshotService::Grade(const GradeRequest& req) {
     diffs[i].options.budget->ReleaseNode();
     if (!li.ok()) return li.status();
     rollback.Add([this, name] {
-      Status s = table_.RemoveLayer(name, SandboxTable::kCleanupHoldWait);
+      Status s = table_.RemoveLayer(name);
       if (!s.ok()) Log(spdlog::level::warn, "removing grade layer failed", {{"layer", name}, {"error", s.ToString()}});
     });
     cr.layers.push_back(li->digest);

@@ -101,7 +101,7 @@ StatusOr<ForkResult> SnapshotService::Fork(const ForkRequest& req) {
     Status ds = table_.Destroy(f.id, "fork failed");
     if (!ds.ok()) Log(spdlog::level::warn, "destroying a fork failed", {{"sandbox", f.id}, {"error", ds.ToString()}});
   }
-  Status rs = table_.RemoveLayer(sr.name, SandboxTable::kCleanupHoldWait);
+  Status rs = table_.RemoveLayer(sr.name);
   if (!rs.ok()) {
     Log(spdlog::level::warn, "removing the fork layer failed", {{"layer", sr.name}, {"error", rs.ToString()}});
   }

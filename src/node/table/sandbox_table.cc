@@ -385,7 +385,7 @@ Status SandboxTable::Suspend(const std::string& id) {
   return absl::OkStatus();
 }
 
-Status SandboxTable::RemoveLayer(const std::string& ref, std::chrono::milliseconds hold_wait) {
+Status SandboxTable::RemoveLayer(const std::string& ref) {
   const auto start = std::chrono::steady_clock::now();
   for (int attempt = 1;; ++attempt) {
     bool in_use = false;
@@ -406,7 +406,7 @@ Status SandboxTable::RemoveLayer(const std::string& ref, std::chrono::millisecon
     // Only the store's refusal (a hold on the blob) is waited out; a sandbox
     // of this node using the layer is not transient.
     const bool held = s.code() == absl::StatusCode::kFailedPrecondition && !in_use;
-    if (!held || waited >= hold_wait) {
+    if (!held || waited >= kHoldWait) {
       if (held && attempt > 1) {
         Log(spdlog::level::warn, "layer still held after waiting",
             {{"layer", ref}, {"ms", std::to_string(waited.count())}, {"attempts", std::to_string(attempt)}});
