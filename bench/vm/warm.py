@@ -164,6 +164,24 @@ def key_to_change(sb: warren.Sandbox, key: str) -> float:
             return float("inf")
 
 
+TYPED_CHARS = 36
+
+
+def typed_line(sb: warren.Sandbox, i: int) -> float:
+    """A shell line typed into xterm (TYPED_CHARS characters, 5 shifted)
+    until the file it writes is seen by an exec in the guest."""
+    path = f"/tmp/t{i}"
+    line = f"echo Typed-Line-By-Warren > {path}\n"
+    assert len(line) == TYPED_CHARS, len(line)
+    t0 = time.monotonic()
+    sb.input.type(line)
+    while True:
+        if sb.exec(f"cat {path}", timeout=30).stdout == b"Typed-Line-By-Warren\n":
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > 60:
+            return float("inf")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=10, help="warm creates timed")
@@ -213,6 +231,12 @@ def main() -> int:
             noop.append(time.monotonic() - t0)
         keys = [key_to_change(sb, k) for k in "abcdefghij"]
         sb.input.key("ctrl+u")
+        lines = [typed_line(sb, i) for i in range(5)]
+        execs = []
+        for _ in range(10):
+            t0 = time.monotonic()
+            sb.exec("true", timeout=30)
+            execs.append(time.monotonic() - t0)
 
         time.sleep(5)  # idle
         mem, pss = [], []
@@ -250,6 +274,13 @@ def main() -> int:
         f"key press → visible change    n={len(keys)} p50 {p50(keys) * 1000:6.0f} ms  max {max(keys) * 1000:.0f} ms"
     )
     print(f"  floor: one screenshot round trip p50 {p50(shots) * 1000:.1f} ms (the poll's step)")
+    print(
+        f"typed line ({TYPED_CHARS} chars) → its file n={len(lines)} p50 {p50(lines) * 1000:6.0f} ms  max {max(lines) * 1000:.0f} ms"
+    )
+    print(
+        f"  floor: the pacing's 20 ms per character {TYPED_CHARS * 20} ms + one exec round trip p50 "
+        f"{p50(execs) * 1000:.1f} ms; ratio {p50(lines) / (TYPED_CHARS * 0.02 + p50(execs)):.2f}x"
+    )
     print(
         f"host memory per idle desktop VM (clones={len(kept)}): cgroup memory.current p50 {p50(mem):.0f} MiB, "
         f"QEMU Pss p50 {p50(pss):.0f} MiB"
