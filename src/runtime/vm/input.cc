@@ -92,8 +92,8 @@ bool CharKey(char c, std::string* code, bool* shift) {
 
 uint32_t ScancodeBytes(const std::string& qcode, bool down) {
   static const std::set<std::string, std::less<>> kExtended = {
-      "ctrl_r", "alt_r", "meta_l", "meta_r", "menu",  "compose", "kp_enter", "kp_divide", "insert", "delete",
-      "home",   "end",   "pgup",   "pgdn",   "up",    "down",    "left",     "right"};
+      "ctrl_r", "alt_r", "meta_l", "meta_r", "menu", "compose", "kp_enter", "kp_divide", "insert",
+      "delete", "home",  "end",    "pgup",   "pgdn", "up",      "down",     "left",      "right"};
   if (qcode == "print") return 4;
   if (qcode == "pause") return down ? 6 : 0;
   return kExtended.count(qcode) != 0 ? 2 : 1;

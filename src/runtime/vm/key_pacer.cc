@@ -37,8 +37,9 @@ Status KeyPacer::Send(const std::vector<KeyBatch>& batches, const ReadCount& rea
       while (sent_ > taken_ && sent_ - taken_ + b.scancode_bytes > kQueueBytes) {
         ++reads_;
         StatusOr<uint64_t> c = read();
-        if (!c.ok()) return Status(c.status().code(), "reading the guest's keyboard interrupts: " +
-                                                          std::string(c.status().message()));
+        if (!c.ok())
+          return Status(c.status().code(),
+                        "reading the guest's keyboard interrupts: " + std::string(c.status().message()));
         if (*c < base_) {  // the guest rebooted: its queue started empty
           base_ = *c;
           sent_ = taken_ = 0;
@@ -54,9 +55,9 @@ Status KeyPacer::Send(const std::vector<KeyBatch>& batches, const ReadCount& rea
           break;
         }
         if (Clock::now() - progress > timing_.stall) {
-          return absl::UnavailableError("the guest read no key from its keyboard for " +
-                                        std::to_string(timing_.stall.count()) + " ms (" + std::to_string(sent_ - taken_) +
-                                        " scancode bytes wait in its queue): is it hung?");
+          return absl::UnavailableError(
+              "the guest read no key from its keyboard for " + std::to_string(timing_.stall.count()) + " ms (" +
+              std::to_string(sent_ - taken_) + " scancode bytes wait in its queue): is it hung?");
         }
         std::this_thread::sleep_for(timing_.poll);
       }

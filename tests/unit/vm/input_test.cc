@@ -43,7 +43,8 @@ TEST(KeyCode, NamesAndAliases) {
 TEST(ComboEvents, PressInOrderReleaseInReverse) {
   auto ev = ComboEvents("ctrl+shift+t");
   ASSERT_TRUE(ev.ok()) << ev.status();
-  EXPECT_THAT(Summary(ev->events), testing::ElementsAre("down:ctrl", "down:shift", "down:t", "up:t", "up:shift", "up:ctrl"));
+  EXPECT_THAT(Summary(ev->events),
+              testing::ElementsAre("down:ctrl", "down:shift", "down:t", "up:t", "up:shift", "up:ctrl"));
   auto plus = ComboEvents("ctrl++");
   ASSERT_TRUE(plus.ok()) << plus.status();
   EXPECT_THAT(Summary(plus->events), testing::ElementsAre("down:ctrl", "down:equal", "up:equal", "up:ctrl"));

@@ -159,8 +159,7 @@ TEST(I8042KeyboardInterrupts, SumsIrq1OverCpus) {
   auto n = I8042KeyboardInterrupts(two_cpus);
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 157u);
-  EXPECT_EQ(I8042KeyboardInterrupts("  1:  9  IO-APIC 1-edge  usbkbd\n").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(I8042KeyboardInterrupts("  1:  9  IO-APIC 1-edge  usbkbd\n").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(I8042KeyboardInterrupts("").status().code(), absl::StatusCode::kNotFound);
 }
 
