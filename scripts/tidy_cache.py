@@ -3,7 +3,8 @@
 of units that passed (.ci/tidy-clean), like ccache's direct mode keyed on the
 preprocessor's inputs.
 
-A unit's key is the SHA-256 of: the clang-tidy version line, .clang-tidy, the
+A unit's key is the SHA-256 of: the clang-tidy version (its text without the
+host CPU model), .clang-tidy, the
 unit's compile command (with the tree's root path taken out, so a clone
 elsewhere has the same keys), and the path and content of every file the unit
 includes from inside the tree (its source, our headers); generated headers in
@@ -88,6 +89,9 @@ def keys(root: str, build: str) -> Dict[str, str]:
                                  capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         die(f"clang-tidy --version: {e}")
+    # Without its "Host CPU:" line: the same clang-tidy finds the same on
+    # any CPU model, and a record made on one machine must serve CI's.
+    version = "".join(ln + "\n" for ln in version.splitlines() if not ln.strip().startswith("Host CPU:"))
     with open(os.path.join(root, ".clang-tidy"), "rb") as f:
         config = f.read()
     deps = deps_log(build)

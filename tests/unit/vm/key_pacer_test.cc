@@ -51,6 +51,7 @@ struct FakeGuest {
 
 std::vector<KeyBatch> Batches(int n, uint32_t bytes) {
   std::vector<KeyBatch> out;
+  out.reserve(n);
   for (int i = 0; i < n; ++i) out.push_back({std::to_string(i) + ":" + std::to_string(bytes), bytes});
   return out;
 }
