@@ -123,6 +123,25 @@ TEST(KeyPacer, AGuestWithoutACountIsPacedByTheGapAndAskedOnce) {
   EXPECT_EQ(reads, 2);
 }
 
+TEST(KeyPacer, ACountThatFailsMidwayLeavesTheGapAlone) {
+  FakeGuest g;
+  g.drain = 100;
+  KeyPacer p(Fast());
+  int reads = 0;
+  auto flaky = [&]() -> StatusOr<uint64_t> {
+    if (++reads > 1) return absl::UnavailableError("agent gone");
+    return g.Read();
+  };
+  std::vector<std::string> sent;
+  auto send = [&](const std::string& e) {
+    sent.push_back(e);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(p.Send(Batches(20, 4), flaky, send).ok());
+  EXPECT_EQ(sent.size(), 20u);
+  EXPECT_EQ(reads, 2);  // the probe, then the one that failed
+}
+
 TEST(KeyPacer, AGuestThatReadsNothingFailsTheCallNamingWhatWaits) {
   FakeGuest g;
   g.stall_reads = 1 << 30;
