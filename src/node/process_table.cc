@@ -109,6 +109,7 @@ ManagedProcess::ReadResult ManagedProcess::Read(const std::array<uint64_t, 3>& o
   ReadResult r;
   std::unique_lock<std::mutex> l(mu_);
   const uint64_t interrupts = interrupts_;
+  bool timed_out = false;
   for (;;) {
     for (int s = 0; s < 2; ++s) {
       const RingBuffer& ring = rings_[s];
@@ -149,11 +150,12 @@ ManagedProcess::ReadResult ManagedProcess::Read(const std::array<uint64_t, 3>& o
       }
     }
     r.finished = finished_;
-    if (!r.chunks.empty() || finished_ || interrupts_ != interrupts) return r;
-    if (cv_.wait_until(l, deadline) == std::cv_status::timeout) {
-      r.finished = finished_;
-      return r;
-    }
+    if (!r.chunks.empty() || finished_ || interrupts_ != interrupts || timed_out) return r;
+    // A timeout scans once more before it returns: the pump may have added
+    // the last bytes and finished between the deadline and this thread
+    // getting the lock back, and `finished` with those bytes unread would
+    // end a stream without them.
+    timed_out = cv_.wait_until(l, deadline) == std::cv_status::timeout;
   }
 }
 
