@@ -16,7 +16,7 @@ fresh FUSE mount (its own page cache), one create -> `true` each; warm: n
 more creates on node B.
 
   .venv/bin/python bench/images/eval_store.py [--bugs 2] [-n 4] [-c 2] [--warm 10] [--cold 3] [--no-read-ahead]
-      [--read-cache BYTES [--chunk-kb 64]]
+      [--read-cache BYTES [--chunk-kb 64]] [--chunked-layers]
 
 --read-cache runs the same workload twice in one invocation, each on its own
 fresh node(s) over the same imported image: first the baseline (layers
@@ -109,6 +109,8 @@ def main() -> None:
     ap.add_argument("--read-cache", type=int, default=0, metavar="BYTES",
                     help="also run with warrend --layer-cache-bytes BYTES (after the baseline, same image)")
     ap.add_argument("--chunk-kb", type=int, default=64, help="--layer-cache-chunk-kb of the cached run")
+    ap.add_argument("--chunked-layers", action="store_true",
+                    help="warrend --chunked-layers on every node (the import builds every layer metadata first)")
     ap.add_argument("--no-read-ahead", action="store_true",
                     help="the nodes' mounts read what is asked: GlusterFS read-ahead and io-cache off, the FUSE "
                          "mounts' kernel read-ahead 0")
@@ -136,11 +138,11 @@ def main() -> None:
                     print(f"note: no {ra}: the kernel's read-ahead of {mnt} stays")
             store = mnt / "layers"
             store.mkdir(exist_ok=True)
-            extra: list[str] = []
+            extra: list[str] = ["--chunked-layers"] if a.chunked_layers else []
             port = 0
             if cache:
                 port = _free_port()
-                extra = ["--layer-cache-bytes", str(cache), "--layer-cache-chunk-kb", str(a.chunk_kb),
+                extra += ["--layer-cache-bytes", str(cache), "--layer-cache-chunk-kb", str(a.chunk_kb),
                          "--metrics-listen", f"127.0.0.1:{port}"]
                 if not prefetch:
                     extra.append("--no-layer-cache-prefetch")

@@ -64,12 +64,12 @@ Status CopyNewFile(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-Status RunMkfsErofs(const std::string& image, const std::string& src_dir, bool chunked);
+Status RunMkfsErofs(const std::string& image, const std::string& src_dir, bool chunked, bool from_sandbox);
 
 }  // namespace
 
-Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked) {
-  if (!chunked) return RunMkfsErofs(image, src_dir, false);
+Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked, bool from_sandbox) {
+  if (!chunked) return RunMkfsErofs(image, src_dir, false, from_sandbox);
   // mkfs.erofs 1.5 keeps a chunk-based build's file data in a tmpfile(3),
   // always under /tmp, and copies it into the image with copy_file_range:
   // across file systems (EXDEV, e.g. a store on GlusterFS) its fallback
@@ -79,22 +79,31 @@ Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chun
   UniqueFd fd(mkstemp(tmp));
   if (!fd.valid()) return ErrnoToStatus(errno, "mkstemp(/tmp/warren-mkfs-XXXXXX)");
   fd.reset();
-  Status st = RunMkfsErofs(tmp, src_dir, true);
-  if (st.ok()) st = CopyNewFile(tmp, image);
+  Status st = RunMkfsErofs(tmp, src_dir, true, from_sandbox);
+  if (st.ok()) {
+    st = CopyNewFile(tmp, image);
+    if (!st.ok()) st = Status(st.code(), "mkfs.erofs: putting the built image in place: " + std::string(st.message()));
+  }
   unlink(tmp);
   return st;
 }
 
 namespace {
 
-Status RunMkfsErofs(const std::string& image, const std::string& src_dir, bool chunked) {
+Status RunMkfsErofs(const std::string& image, const std::string& src_dir, bool chunked, bool from_sandbox) {
   // --preserve-mtime keeps per-file mtimes; a fixed UUID and a fixed build
   // time make the image a function of the tree. SOURCE_DATE_EPOCH is the only
   // way erofs-utils 1.5 takes a fixed build time without also overriding
   // file mtimes (-T does): it clamps mtimes to it, so use the largest u32
   // time (2106) and nothing real is clamped.
   std::vector<std::string> args = {
-      "mkfs.erofs", "--quiet", "--preserve-mtime", "-U", "00000000-0000-0000-0000-000000000000", image, src_dir};
+      "mkfs.erofs",
+      "--quiet",
+      "--preserve-mtime",
+      "-U",
+      from_sandbox ? "00000000-0000-0000-0000-000000000001" : "00000000-0000-0000-0000-000000000000",
+      image,
+      src_dir};
   if (chunked) args.insert(args.begin() + 1, "--chunksize=4096");
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);

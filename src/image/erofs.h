@@ -15,8 +15,13 @@ namespace warren::image {
 // stderr; `image` may be left for the caller to remove.
 // chunked: files are chunk-based with 4 KiB chunks (--chunksize), so holes
 // in the source stay holes in the image (the index costs 4 bytes per 4 KiB
-// of file size); the plain format writes every file densely.
-Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked = false);
+// of file size) and the metadata comes first (erofs_layout.h); the plain
+// format writes every file densely and packs small files' tails with the
+// metadata.
+// from_sandbox: the image carries another fixed UUID, so a tree copied from
+// a sandbox never gives the digest of a layer built by the operator (the
+// store's trust mark, LayerInfo::from_sandbox, is per digest).
+Status MkfsErofs(const std::string& image, const std::string& src_dir, bool chunked = false, bool from_sandbox = false);
 
 enum class ErofsSource { kAuto, kFile, kLoop };
 

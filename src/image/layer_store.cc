@@ -184,7 +184,9 @@ StatusOr<LayerInfo> LayerStore::BuildImage(const LayerName& name, const std::str
   if (!src_fd.valid()) return ErrnoToStatus(errno, "open(" + src + ")");
   std::string image = TmpPath("build") + ".erofs";
   RemoveGuard remove_image(image);
-  RETURN_IF_ERROR(MkfsErofs(image, src, /*chunked=*/from_sandbox || chunked));
+  // Chunk-based: holes stay holes, identical 4 KiB blocks are stored once,
+  // and the metadata comes first (what a node's read cache keeps local).
+  RETURN_IF_ERROR(MkfsErofs(image, src, /*chunked=*/from_sandbox || chunked || chunked_layers_, from_sandbox));
   if (chmod(image.c_str(), 0444) != 0) return ErrnoToStatus(errno, "chmod(" + image + ")");
   struct stat st;
   if (stat(image.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat(" + image + ")");

@@ -69,6 +69,12 @@ class LayerStore {
   // hosts sharing the store are left alone.
   static StatusOr<std::unique_ptr<LayerStore>> Open(const std::string& dir);
 
+  // Builds of this store from now on: every layer chunk-based (MkfsErofs
+  // chunked: metadata first, holes and repeated 4 KiB blocks cost nothing;
+  // what a read cache keeps local, read_cache.h) instead of only layers with
+  // a sparse file and trees copied from sandboxes (the default).
+  void set_chunked_layers(bool on) { chunked_layers_ = on; }
+
   // Builds an EROFS image (mkfs.erofs) from a host directory, verifies it
   // (mounted tree equals the source: names, modes, owners, sizes, contents,
   // symlinks, hardlinks, xattrs) and names it. The same content gives the
@@ -91,7 +97,7 @@ class LayerStore {
   // ExtractTar's (bytes of the tar read), during the extraction. A layer
   // with a sparse file (holes, or blocks of zeros: see ExtractTar) is built
   // chunk-based as BuildFromSandboxDir's, so its holes cost no data blocks;
-  // any other in the plain format.
+  // any other in the plain format unless set_chunked_layers.
   StatusOr<LayerInfo> BuildFromTar(std::string_view name, const std::string& tar_path,
                                    const TarProgressFn& progress = nullptr);
   // One layer equal to the stack of `digests` (bottom first, >= 2) as a
@@ -143,7 +149,7 @@ class LayerStore {
  private:
   explicit LayerStore(std::string dir) : dir_(std::move(dir)) {}
   // Runs mkfs.erofs on `src` into tmp/, hashes, verifies and names the image
-  // (chunk-based if from_sandbox or chunked: see MkfsErofs).
+  // (chunk-based if from_sandbox, chunked or set_chunked_layers: see MkfsErofs).
   StatusOr<LayerInfo> BuildImage(const LayerName& name, const std::string& src, bool from_sandbox = false,
                                  bool chunked = false, const std::string& project = "");
   StatusOr<LayerInfo> Publish(const LayerName& name, const std::string& tmp_image, const std::string& hex,
@@ -152,6 +158,7 @@ class LayerStore {
   std::string TmpPath(std::string_view what) const;
 
   std::string dir_;
+  bool chunked_layers_ = false;
   // Serializes publish/remove within this process; across processes (nodes
   // sharing the store) names are created with link(2), which fails if the
   // name exists, and blobs are immutable.

@@ -13,6 +13,7 @@
 #include <new>
 
 #include "common/log.h"
+#include "image/erofs_layout.h"
 #include "image/fs_util.h"
 #include "image/layer_store.h"
 
@@ -191,7 +192,13 @@ StatusOr<uint64_t> ReadCache::Size(const std::string& hex) {
 void ReadCache::OpenLayer(const std::string& hex) {
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<Layer*> l = LayerLocked(hex);
-  if (l.ok()) ++(*l)->opens;  // a layer that cannot be opened fails its reads, counted or not
+  if (!l.ok()) return;  // a layer that cannot be opened fails its reads, counted or not
+  ++(*l)->opens;
+  if (opt_.keep_metadata && !(*l)->metadata_queued) {
+    (*l)->metadata_queued = true;
+    metadata_queue_.push_back(hex);
+    cv_.notify_all();
+  }
 }
 
 void ReadCache::CloseLayer(const std::string& hex) {
@@ -199,7 +206,24 @@ void ReadCache::CloseLayer(const std::string& hex) {
   auto it = layers_.find(hex);
   if (it == layers_.end()) return;
   if (it->second.opens > 0) --it->second.opens;
+  if (it->second.opens == 0) ReleaseKeptLocked(it->second, hex);
   MaybeDropLocked(hex);
+}
+
+void ReadCache::ReleaseKeptLocked(Layer& l, const std::string& hex) {
+  for (uint64_t idx = 0; idx < l.kept_chunks; ++idx) {
+    auto it = l.chunks.find(idx);
+    if (it == l.chunks.end() || !it->second.kept) continue;
+    Chunk& c = it->second;
+    c.kept = false;
+    lru_.emplace_back(hex, idx);  // no longer mounted: the first to go
+    c.lru = std::prev(lru_.end());
+    kept_bytes_ -= c.bytes;
+    l.kept_bytes -= c.bytes;
+  }
+  l.kept_chunks = 0;
+  l.metadata_queued = false;  // the next open keeps it again
+  EvictLocked();
 }
 
 void ReadCache::MaybeDropLocked(const std::string& hex) {
@@ -249,7 +273,7 @@ Status ReadCache::ReadChunk(const std::string& hex, uint64_t idx, uint64_t off, 
     if (it != l->chunks.end()) {  // present: pin, copy out of the local file, unpin
       Chunk& ch = it->second;
       ++hits_;
-      lru_.splice(lru_.begin(), lru_, ch.lru);
+      if (!ch.kept) lru_.splice(lru_.begin(), lru_, ch.lru);
       ++ch.readers;
       const int fd = l->local_fd.get();
       lock.unlock();
@@ -305,8 +329,14 @@ void ReadCache::AdmitLocked(Layer& l, const std::string& hex, uint64_t idx, uint
   Chunk& c = l.chunks.at(idx);
   c.state = ChunkState::kPresent;
   c.bytes = bytes;
-  lru_.emplace_front(hex, idx);
-  c.lru = lru_.begin();
+  if (idx < l.kept_chunks) {  // metadata of an open layer: kept, outside the LRU order
+    c.kept = true;
+    kept_bytes_ += bytes;
+    l.kept_bytes += bytes;
+  } else {
+    lru_.emplace_front(hex, idx);
+    c.lru = lru_.begin();
+  }
   cached_ += bytes;
   l.cached_bytes += bytes;
   if (l.fetched.size() <= idx) l.fetched.resize(idx + 1);
@@ -358,8 +388,16 @@ void ReadCache::Prefetch(const std::string& hex) {
 void ReadCache::PrefetchLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !prefetch_queue_.empty(); });
+    cv_.wait(lock, [&] { return stopping_ || !prefetch_queue_.empty() || !metadata_queue_.empty(); });
     if (stopping_) return;
+    if (!metadata_queue_.empty()) {  // metadata first: every reader of the layer needs it
+      std::string hex = metadata_queue_.front();
+      metadata_queue_.erase(metadata_queue_.begin());
+      lock.unlock();
+      KeepMetadata(hex);
+      lock.lock();
+      continue;
+    }
     std::string hex = prefetch_queue_.front();
     prefetch_queue_.erase(prefetch_queue_.begin());
     lock.unlock();
@@ -371,9 +409,6 @@ void ReadCache::PrefetchLoop() {
 void ReadCache::PrefetchOne(const std::string& hex) {
   StatusOr<std::string> text = ReadSmallFile(store_->dir() + "/meta/" + hex + ".hot", 16 << 20);
   if (!text.ok()) return;  // no hot list yet: nothing to read ahead
-  const uint64_t cb = opt_.chunk_bytes;
-  constexpr uint64_t kMaxRange = 1 << 20;
-  IoBuf data(std::max<uint64_t>(kMaxRange, cb));
   size_t pos = 0;
   while (pos < text->size()) {
     size_t eol = text->find('\n', pos);
@@ -381,47 +416,107 @@ void ReadCache::PrefetchOne(const std::string& hex) {
     unsigned long long off = 0, len = 0;  // NOLINT(google-runtime-int): sscanf's %llu
     if (std::sscanf(text->substr(pos, eol - pos).c_str(), "%llu %llu", &off, &len) != 2) return;
     pos = eol + 1;
-    // The chunks of [off, off + len) this node lacks, in runs of <= kMaxRange.
-    for (uint64_t idx = off / cb; idx * cb < off + len;) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (stopping_) return;
-      StatusOr<Layer*> lp = LayerLocked(hex);
-      if (!lp.ok()) return;
-      Layer& l = **lp;
-      if (idx * cb >= l.size) break;
-      if (l.chunks.contains(idx)) {
-        ++idx;
-        continue;
+    if (!FetchRange(hex, off, len, /*prefetch=*/true)) return;
+  }
+}
+
+bool ReadCache::FetchRange(const std::string& hex, uint64_t off, uint64_t len, bool prefetch) {
+  const uint64_t cb = opt_.chunk_bytes;
+  constexpr uint64_t kMaxRange = 1 << 20;
+  IoBuf data(std::max<uint64_t>(kMaxRange, cb));
+  // The chunks of [off, off + len) this node lacks, in runs of <= kMaxRange.
+  for (uint64_t idx = off / cb; idx * cb < off + len;) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return false;
+    StatusOr<Layer*> lp = LayerLocked(hex);
+    if (!lp.ok()) return false;
+    Layer& l = **lp;
+    if (idx * cb >= l.size) break;
+    if (l.chunks.contains(idx)) {
+      ++idx;
+      continue;
+    }
+    const uint64_t first = idx, end = std::min<uint64_t>(off + len, l.size);
+    uint64_t n = 0;
+    while ((first + n) * cb < end && n * cb < kMaxRange && !l.chunks.contains(first + n)) {
+      l.chunks[first + n].state = ChunkState::kFetching;
+      ++n;
+    }
+    const uint64_t bytes = std::min((first + n) * cb, l.size) - first * cb;
+    const int store_fd = l.store_fd.get(), local_fd = l.local_fd.get();
+    lock.unlock();
+    StatusOr<size_t> got =
+        PreadFull(store_fd, data.data(), std::min<size_t>(data.size(), (bytes + 4095) & ~uint64_t{4095}), first * cb,
+                  store_->BlobPath("sha256:" + hex));
+    const bool ok = got.ok() && *got == bytes && PwriteFull(local_fd, data.data(), bytes, first * cb) == 0;
+    lock.lock();
+    Layer& lay = layers_.at(hex);
+    if (got.ok()) CountStoreReadLocked(hex, *got, prefetch);
+    for (uint64_t i = first; i < first + n; ++i) {
+      if (ok) {
+        AdmitLocked(lay, hex, i, std::min(cb, lay.size - i * cb));
+      } else {
+        lay.chunks.erase(i);
       }
-      const uint64_t first = idx, end = std::min<uint64_t>(off + len, l.size);
-      uint64_t n = 0;
-      while ((first + n) * cb < end && n * cb < kMaxRange && !l.chunks.contains(first + n)) {
-        l.chunks[first + n].state = ChunkState::kFetching;
-        ++n;
-      }
-      const uint64_t bytes = std::min((first + n) * cb, l.size) - first * cb;
-      const int store_fd = l.store_fd.get(), local_fd = l.local_fd.get();
-      lock.unlock();
-      StatusOr<size_t> got =
-          PreadFull(store_fd, data.data(), std::min<size_t>(data.size(), (bytes + 4095) & ~uint64_t{4095}), first * cb,
-                    store_->BlobPath("sha256:" + hex));
-      const bool ok = got.ok() && *got == bytes && PwriteFull(local_fd, data.data(), bytes, first * cb) == 0;
-      lock.lock();
-      Layer& lay = layers_.at(hex);
-      if (got.ok()) CountStoreReadLocked(hex, *got, true);
-      for (uint64_t i = first; i < first + n; ++i) {
-        if (ok) {
-          AdmitLocked(lay, hex, i, std::min(cb, lay.size - i * cb));
-        } else {
-          lay.chunks.erase(i);
-        }
-      }
-      if (!ok) MaybeDropLocked(hex);
-      cv_.notify_all();
-      if (!ok) return;
-      idx = first + n;
+    }
+    if (!ok) MaybeDropLocked(hex);
+    cv_.notify_all();
+    if (!ok) return false;
+    idx = first + n;
+  }
+  return true;
+}
+
+void ReadCache::KeepMetadata(const std::string& hex) {
+  uint64_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = layers_.find(hex);
+    if (it == layers_.end() || it->second.opens == 0) return;  // closed meanwhile
+    size = it->second.size;
+  }
+  // The walk reads through the cache: the metadata it touches is fetched
+  // (and counted) as any read's.
+  StatusOr<ErofsLayout> layout =
+      ReadErofsLayout([this, &hex](uint64_t off, size_t len, char* buf) { return Read(hex, off, len, buf); }, size);
+  if (!layout.ok()) {
+    Log(spdlog::level::info, "layer read cache: metadata not kept local",
+        {{"layer", hex}, {"error", layout.status().ToString()}});
+    return;
+  }
+  if (layout->stray_metadata_bytes > 0) {  // a plain-format layer (built before layers were chunk-based)
+    Log(spdlog::level::info, "layer read cache: part of a layer's metadata lies among its data and is not kept",
+        {{"layer", hex},
+         {"kept_prefix_bytes", std::to_string(layout->metadata_end)},
+         {"stray_metadata_bytes", std::to_string(layout->stray_metadata_bytes)}});
+  }
+  const uint64_t cb = opt_.chunk_bytes;
+  const uint64_t n = (layout->metadata_end + cb - 1) / cb;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = layers_.find(hex);
+    if (it == layers_.end() || it->second.opens == 0 || n == 0) return;
+    Layer& l = it->second;
+    const uint64_t want = std::min(n * cb, l.size);
+    if (kept_bytes_ + want > opt_.cap_bytes / 2) {
+      Log(spdlog::level::warn, "layer read cache: metadata not kept local (kept metadata would pass half the cap)",
+          {{"layer", hex},
+           {"metadata_bytes", std::to_string(want)},
+           {"kept_bytes", std::to_string(kept_bytes_)},
+           {"cap_bytes", std::to_string(opt_.cap_bytes)}});
+      return;
+    }
+    l.kept_chunks = n;
+    for (uint64_t idx = 0; idx < n; ++idx) {  // what the walk (or a reader) already fetched
+      auto c = l.chunks.find(idx);
+      if (c == l.chunks.end() || c->second.state != ChunkState::kPresent || c->second.kept) continue;
+      lru_.erase(c->second.lru);
+      c->second.kept = true;
+      kept_bytes_ += c->second.bytes;
+      l.kept_bytes += c->second.bytes;
     }
   }
+  (void)FetchRange(hex, 0, layout->metadata_end, /*prefetch=*/false);  // the rest of the prefix
 }
 
 void ReadCache::EvictLocked() {
@@ -456,7 +551,11 @@ ReadCache::Stats ReadCache::stats() const {
   s.store_read_bytes = store_read_;
   s.prefetched_bytes = prefetched_;
   for (const auto& [hex, bytes] : layer_reads_) s.layers[hex].store_read_bytes = bytes;
-  for (const auto& [hex, l] : layers_) s.layers[hex].cached_bytes = l.cached_bytes;
+  for (const auto& [hex, l] : layers_) {
+    s.layers[hex].cached_bytes = l.cached_bytes;
+    s.layers[hex].metadata_bytes = l.kept_bytes;
+  }
+  s.metadata_bytes = kept_bytes_;
   s.layers_held = layers_.size();
   return s;
 }

@@ -24,6 +24,17 @@
 // it was closed, is dropped with its local file. What stays per layer ever
 // read is its store-read counter (Stats::layers).
 //
+// Metadata local (keep_metadata): a layer's first open queues a walk of its
+// EROFS image (erofs_layout.h) on the prefetch thread; the image's metadata
+// prefix [0, metadata_end) (superblock, inodes, directories, chunk
+// indexes: ~0.5 % of a chunk-based layer, which is how warren builds them)
+// is read whole and kept, never evicted, while the layer is open, so path
+// lookups, stat and readdir never wait on the store again; only file data
+// is read on demand. At the last close its chunks become evictable like
+// any other (least recently used first). A layer whose prefix would take
+// the pinned total past half the cap, or that is not a readable EROFS
+// image, is served as before, its metadata evictable (logged).
+//
 // Thread-safe; store and local I/O run outside the lock, a chunk fetched
 // once even when several readers miss it together.
 #pragma once
@@ -53,6 +64,7 @@ class ReadCache {
     std::string dir;               // local directory, created 0700; emptied at Open
     uint64_t cap_bytes = 0;        // > 0: the most the chunks may occupy (bytes)
     uint32_t chunk_bytes = 65536;  // power of two, 4 KiB .. 4 MiB
+    bool keep_metadata = true;     // keep each open layer's metadata prefix local (see above)
   };
   // InvalidArgument for a zero cap or a bad chunk size; FailedPrecondition
   // naming `dir` when it cannot be made, is not a directory, is not
@@ -95,6 +107,7 @@ class ReadCache {
   struct LayerStats {
     uint64_t store_read_bytes = 0;  // read from the store for this layer since Open
     uint64_t cached_bytes = 0;      // its chunks held now
+    uint64_t metadata_bytes = 0;    // of them, its metadata prefix kept local (0: not kept)
   };
   struct Stats {
     uint64_t cap_bytes = 0, cached_bytes = 0;
@@ -102,6 +115,7 @@ class ReadCache {
     uint64_t evictions = 0, write_errors = 0;
     uint64_t store_read_bytes = 0;             // all layers
     uint64_t prefetched_bytes = 0;             // of it, read by Prefetch
+    uint64_t metadata_bytes = 0;               // held now as open layers' metadata (never evicted)
     std::map<std::string, LayerStats> layers;  // key: hex, every layer read since Open
     uint64_t layers_held = 0;                  // layers with state now (open or holding chunks)
   };
@@ -113,6 +127,7 @@ class ReadCache {
   struct Chunk {
     ChunkState state = ChunkState::kFetching;
     uint32_t readers = 0;                                       // copying out of the local file now: not evictable
+    bool kept = false;                                          // metadata of an open layer: not in lru_
     uint64_t bytes = 0;                                         // held on disk (the blob's tail chunk is short)
     std::list<std::pair<std::string, uint64_t>>::iterator lru;  // valid when kPresent
   };
@@ -122,9 +137,12 @@ class ReadCache {
     std::unordered_map<uint64_t, Chunk> chunks;  // key: chunk index
     std::vector<bool> fetched;                   // chunk indexes read from the store since Open (hot list)
     bool prefetch_queued = false;
-    bool hot_recorded = false;  // RecordHot wrote the list or found one
-    uint32_t opens = 0;         // OpenLayer - CloseLayer
-    uint64_t cached_bytes = 0;  // its chunks held now
+    bool metadata_queued = false;  // its metadata walk was queued since the state was made
+    uint64_t kept_chunks = 0;      // chunks [0, kept_chunks) are its metadata, kept while it is open
+    uint64_t kept_bytes = 0;       // of its chunks held now, those kept
+    bool hot_recorded = false;     // RecordHot wrote the list or found one
+    uint32_t opens = 0;            // OpenLayer - CloseLayer
+    uint64_t cached_bytes = 0;     // its chunks held now
   };
   ReadCache(const LayerStore* store, Options opt) : store_(store), opt_(std::move(opt)) {}
   // Opens the layer's store blob and local file (mu_ held: the opens are
@@ -142,6 +160,13 @@ class ReadCache {
   void CountStoreReadLocked(const std::string& hex, uint64_t bytes, bool prefetch);
   void PrefetchLoop();
   void PrefetchOne(const std::string& hex);
+  // Fetches the chunks of [off, off + len) the node lacks, in runs of up to
+  // 1 MiB (one pread each); false when a read failed or the cache stops.
+  bool FetchRange(const std::string& hex, uint64_t off, uint64_t len, bool prefetch);
+  // Walks the layer's image, then fetches and keeps its metadata prefix.
+  void KeepMetadata(const std::string& hex);
+  // The layer's kept chunks become ordinary (evictable) ones (mu_ held).
+  void ReleaseKeptLocked(Layer& l, const std::string& hex);
 
   const LayerStore* store_;
   const Options opt_;
@@ -153,6 +178,8 @@ class ReadCache {
   uint64_t cached_ = 0, hits_ = 0, misses_ = 0, evictions_ = 0, write_errors_ = 0, store_read_ = 0;
   uint64_t prefetched_ = 0;
   std::vector<std::string> prefetch_queue_;  // hex; guarded by mu_, drained by prefetch_thread_
+  std::vector<std::string> metadata_queue_;  // hex: metadata walks, before any prefetch
+  uint64_t kept_bytes_ = 0;                  // chunks kept as metadata now
   bool stopping_ = false;
   std::thread prefetch_thread_;
 };

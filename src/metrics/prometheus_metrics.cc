@@ -215,6 +215,10 @@ std::vector<prometheus::MetricFamily> GaugeFamilies(const node::NodeGauges& g) {
     AddSample(out.back(), {}, static_cast<double>(g.read_cache_cap_bytes));
     out.push_back(GaugeFamily("warren_layer_read_cache_bytes", "Layer chunks the node-local read cache holds now"));
     AddSample(out.back(), {}, static_cast<double>(g.read_cache_bytes));
+    out.push_back(GaugeFamily("warren_layer_read_cache_metadata_bytes",
+                              "Of warren_layer_read_cache_bytes, the metadata of mounted layers, kept local "
+                              "(never evicted while mounted)"));
+    AddSample(out.back(), {}, static_cast<double>(g.read_cache_metadata_bytes));
     out.push_back(CounterFamily("warren_layer_read_cache_chunks_total",
                                 "Chunks the layer read cache served, by result: hit (held locally), miss (read from "
                                 "the store)"));

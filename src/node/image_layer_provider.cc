@@ -83,6 +83,7 @@ class ImageLayerProvider final : public LayerProvider {
       s.read_cache_write_errors = r.write_errors;
       s.store_read_bytes = r.store_read_bytes;
       s.prefetched_bytes = r.prefetched_bytes;
+      s.read_cache_metadata_bytes = r.metadata_bytes;
       for (const auto& [hex, l] : r.layers) s.layer_store_read_bytes["sha256:" + hex] = l.store_read_bytes;
     }
     return s;
@@ -115,12 +116,13 @@ StatusOr<std::unique_ptr<LayerProvider>> NewImageLayerProvider(const std::string
                                                                const std::string& mount_root, int64_t grace_ms,
                                                                const ReadCacheOptions& rc) {
   ASSIGN_OR_RETURN(std::unique_ptr<image::LayerStore> store, image::LayerStore::Open(store_dir));
+  store->set_chunked_layers(rc.chunked_layers);
   std::unique_ptr<image::ReadCache> read_cache;
   std::unique_ptr<image::BlobFs> blob_fs;
   std::string source_root;
   if (rc.cap_bytes > 0) {
     StatusOr<std::unique_ptr<image::ReadCache>> opened =
-        image::ReadCache::Open(store.get(), {rc.dir, rc.cap_bytes, rc.chunk_bytes});
+        image::ReadCache::Open(store.get(), {rc.dir, rc.cap_bytes, rc.chunk_bytes, rc.keep_metadata});
     if (!opened.ok()) {
       return Status(opened.status().code(),
                     "--layer-cache-dir/--layer-cache-bytes: " + std::string(opened.status().message()));

@@ -20,7 +20,9 @@ struct ReadCacheOptions {
   // The warren-fuse-fd program: holds the files' FUSE connection across a
   // daemon restart ("": none, the connection dies with the daemon).
   std::string fs_holder_path;
-  bool prefetch = true;  // read a layer's hot list ahead when it is mounted
+  bool prefetch = true;         // read a layer's hot list ahead when it is mounted
+  bool keep_metadata = true;    // keep mounted layers' metadata local (image::ReadCache::Options)
+  bool chunked_layers = false;  // the store builds every layer chunk-based (LayerStore::set_chunked_layers)
 };
 
 // Opens the store at store_dir and a mount cache under mount_root (mounts left

@@ -80,6 +80,7 @@ class LayerProvider {
     uint64_t read_cache_cap_bytes = 0, read_cache_bytes = 0;
     uint64_t read_cache_hits = 0, read_cache_misses = 0, read_cache_evictions = 0, read_cache_write_errors = 0;
     uint64_t store_read_bytes = 0, prefetched_bytes = 0;
+    uint64_t read_cache_metadata_bytes = 0;  // of read_cache_bytes, open layers' metadata kept local
     std::map<std::string, uint64_t> layer_store_read_bytes;
   };
   virtual CacheStats Stats() const {

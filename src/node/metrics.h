@@ -45,6 +45,7 @@ struct NodeGauges {
   uint64_t read_cache_hits = 0, read_cache_misses = 0, read_cache_evictions = 0, read_cache_write_errors = 0;
   std::map<std::string, uint64_t> layer_store_read_bytes;  // "sha256:<hex>" -> bytes read from the store
   uint64_t read_cache_prefetched_bytes = 0;                // of them, read ahead from hot lists
+  uint64_t read_cache_metadata_bytes = 0;                  // of read_cache_bytes, open layers' metadata (kept)
   // The fncall pool (warrend's): workers by occupancy.
   bool fncall = false;
   uint32_t fncall_workers_busy = 0, fncall_workers_idle = 0;

@@ -232,6 +232,7 @@ NodeGauges SandboxManager::Gauges() const {
   g.read_cache_write_errors = lc.read_cache_write_errors;
   g.layer_store_read_bytes = lc.layer_store_read_bytes;
   g.read_cache_prefetched_bytes = lc.prefetched_bytes;
+  g.read_cache_metadata_bytes = lc.read_cache_metadata_bytes;
   return g;
 }
 

@@ -175,6 +175,8 @@ StatusOr<std::unique_ptr<node::SandboxManager>> StartManager(const Flags& flags,
   read_cache.fs_mountpoint = flags.state_dir + "/layer-files";
   read_cache.fs_holder_path = Dirname(init) + "/warren-fuse-fd";  // beside warren-init, as warren-spawn
   read_cache.prefetch = flags.layer_cache_prefetch;
+  read_cache.keep_metadata = flags.layer_cache_keep_metadata;
+  read_cache.chunked_layers = flags.chunked_layers;
   ASSIGN_OR_RETURN(std::unique_ptr<node::LayerProvider> layers,
                    node::NewImageLayerProvider(store_dir, flags.state_dir + "/mnt", flags.mount_grace_ms, read_cache));
 

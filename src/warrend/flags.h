@@ -45,6 +45,8 @@ struct Flags {
   std::string layer_cache_dir;  // "" = <state-dir>/layer-cache
   uint32_t layer_cache_chunk_kb = 64;
   bool layer_cache_prefetch = true;
+  bool layer_cache_keep_metadata = true;
+  bool chunked_layers = false;
   // microvm backend: offered when QEMU and <microvm_dir>/{vmlinuz,initramfs.cpio}
   // (scripts/microvm/build-guest.sh) exist.
   std::string microvm_dir = "/var/cache/warren/microvm";

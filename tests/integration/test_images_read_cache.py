@@ -50,7 +50,8 @@ def nodes(test_root: Path, gluster: Gluster) -> Iterable[tuple[Daemon, Daemon]]:
     a_store = gluster.mount(test_root / "rc-gmnt-a") / "layers"
     b_store = gluster.mount(test_root / "rc-gmnt-b") / "layers"
     a_store.mkdir(exist_ok=True)
-    a = Daemon(test_root, "rc-a", a_store, NODE_PREFIX + "ra").start()
+    # Node A converts the image: every layer chunk-based, metadata first.
+    a = Daemon(test_root, "rc-a", a_store, NODE_PREFIX + "ra", extra_args=["--chunked-layers"]).start()
     port = _free_port()
     b = Daemon(
         test_root, "rc-b", b_store, NODE_PREFIX + "rb",
@@ -132,6 +133,10 @@ def test_cap_holds_and_a_mounted_layer_reads_right_after_eviction(nodes, image):
             s = Scrape(port)
             assert s.get("warren_layer_read_cache_bytes") <= CAP
             assert s.get("warren_layer_read_cache_cap_bytes") == CAP
+            # The mounted layers' metadata is kept local (never evicted: the
+            # unit test read_cache_test.cc shows it read back without a store
+            # read after such a pass), and it is a small part of the cache.
+            assert 0 < s.get("warren_layer_read_cache_metadata_bytes") <= CAP // 2
             assert _cache_disk_bytes(b) <= CAP
             # Drop the layer's page cache on the node, so the next pass reads
             # through the cache again (its chunks were evicted meanwhile).

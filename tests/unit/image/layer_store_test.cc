@@ -293,6 +293,7 @@ TEST_F(LayerStoreTest, SandboxBuildsAreMarkedAndKeepHoles) {
   auto snap = store_->BuildFromSandboxDir("workspace/snap@1", src);
   ASSERT_OK(snap);
   EXPECT_TRUE(snap->from_sandbox);
+  EXPECT_NE(snap->digest, client->digest) << "the same tree from a sandbox is another blob (the mark is per blob)";
   EXPECT_LT(snap->size_bytes, uint64_t{1} << 20);  // chunk index + data
   EXPECT_TRUE(store_->Resolve("workspace/snap@1")->from_sandbox);
   EXPECT_TRUE(store_->Resolve(snap->digest)->from_sandbox);
@@ -715,12 +716,19 @@ TEST_F(LayerStoreTest, TarZeroBlocksStayHolesAndMakeAChunkedLayer) {
   const std::string m = Mount(*info);
   EXPECT_EQ(ReadFile(m + "/z"), data);
   EXPECT_EQ(ReadFile(m + "/a"), "abc");
-  // A tar without a block of zeros keeps the plain format (same bytes as before).
+  // A tar without a block of zeros keeps the plain format (same bytes as before)...
   std::string plain = root_ + "/p.tar";
   ASSERT_NO_FATAL_FAILURE(WriteTar(plain, {{.path = "a", .data = std::string(3 << 20, 'x') + std::string(100, '\0')}}));
   auto p = store_->BuildFromTar("workspace/zp@1", plain);
   ASSERT_OK(p);
   EXPECT_GT(p->size_bytes, uint64_t{3} << 20);
+  // ... unless the store builds every layer chunk-based: identical 4 KiB blocks are stored once.
+  store_->set_chunked_layers(true);
+  auto pc = store_->BuildFromTar("workspace/zp@2", plain);
+  ASSERT_OK(pc);
+  EXPECT_LT(pc->size_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(ReadFile(Mount(*pc) + "/a"), std::string(3 << 20, 'x') + std::string(100, '\0'));
+  store_->set_chunked_layers(false);
   EXPECT_EQ(ReadFile(Mount(*p) + "/a"), std::string(3 << 20, 'x') + std::string(100, '\0'));
   ExpectTmpEmpty();
 }

@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "image/blob_fs.h"
+#include "image/erofs_layout.h"
 #include "image/fs_util.h"
 #include "image/layer_store.h"
 #include "status_matchers.h"
@@ -26,18 +26,12 @@ namespace {
 
 using ::warren::image::testing::CountMountsUnder;
 using ::warren::image::testing::MakeTempDir;
+using ::warren::image::testing::RandomBytes;
 using ::warren::image::testing::ReadFile;
 using ::warren::image::testing::WriteFile;
 
 constexpr uint32_t kChunk = 4096;
 const std::string kHex(64, 'a');
-
-std::string RandomBytes(size_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(g());
-  return s;
-}
 
 class ReadCacheTest : public ::testing::Test {
  protected:
@@ -54,8 +48,9 @@ class ReadCacheTest : public ::testing::Test {
     EXPECT_EQ(CountMountsUnder(root_), 0);
     EXPECT_OK(RemoveTree(root_));
   }
-  std::unique_ptr<ReadCache> Open(uint64_t cap, const std::string& dir = "") {
-    auto c = ReadCache::Open(store_.get(), {dir.empty() ? root_ + "/cache" : dir, cap, kChunk});
+  // keep_metadata off unless asked: these blobs are mostly not EROFS images.
+  std::unique_ptr<ReadCache> Open(uint64_t cap, const std::string& dir = "", bool keep_metadata = false) {
+    auto c = ReadCache::Open(store_.get(), {dir.empty() ? root_ + "/cache" : dir, cap, kChunk, keep_metadata});
     EXPECT_OK(c);
     return c.ok() ? *std::move(c) : nullptr;
   }
@@ -285,6 +280,81 @@ TEST_F(ReadCacheTest, ALayerMountedThroughTheCacheReadsRightUnderEvictionPressur
     EXPECT_EQ(c->stats().layers_held, 1u) << "only the other layer: the unmounted one was dropped";
   }
   (*fs)->Shutdown();
+  EXPECT_EQ(CountMountsUnder(root_), 0);
+}
+
+// Metadata local: while a layer is mounted, its image's metadata prefix
+// stays on the node however hard its data is evicted; once unmounted it is
+// evictable like any chunk. Without keep_metadata the same reads evict it.
+TEST_F(ReadCacheTest, AMountedLayersMetadataStaysLocalUnderEvictionPressure) {
+  const std::string src = root_ + "/src";
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  for (int d = 0; d < 4; ++d) {
+    const std::string dir = src + "/dir" + std::to_string(d);
+    ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+    for (int i = 0; i < 100; ++i) WriteFile(dir + "/file-" + std::to_string(i), RandomBytes(100 + i * 50, i));
+  }
+  const std::string big = RandomBytes(size_t{2} << 20, 7);
+  WriteFile(src + "/big", big);
+  store_->set_chunked_layers(true);  // metadata first (warrend --chunked-layers)
+  auto layer = store_->BuildFromDir("base/meta@1", src);
+  ASSERT_OK(layer);
+  const std::string hex = layer->digest.substr(7);
+  uint64_t metadata_end = 0;
+  {
+    const int fd = open(store_->BlobPath(layer->digest).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    struct stat st {};
+    ASSERT_EQ(fstat(fd, &st), 0);
+    auto layout = ReadErofsLayout(testing::PreadFn(fd), static_cast<uint64_t>(st.st_size));
+    close(fd);
+    ASSERT_OK(layout);
+    metadata_end = layout->metadata_end;
+  }
+  const uint64_t cap = 256 << 10;  // 2 MiB of data through it: every pass evicts
+  ASSERT_LT(metadata_end * 2, cap) << "the test's metadata fits half the cap";
+  for (const bool keep : {true, false}) {
+    SCOPED_TRACE(keep ? "keep_metadata" : "without keep_metadata");
+    auto c = Open(cap, root_ + (keep ? "/cache-keep" : "/cache-plain"), keep);
+    ASSERT_NE(c, nullptr);
+    auto fs = BlobFs::Mount(c.get(), root_ + (keep ? "/files-keep" : "/files-plain"));
+    ASSERT_OK(fs);
+    auto mc = MountCache::Open(store_.get(), root_ + (keep ? "/mnt-keep" : "/mnt-plain"), 0, (*fs)->mountpoint());
+    ASSERT_OK(mc);
+    auto path = (*mc)->Acquire(layer->digest);
+    ASSERT_OK(path);
+    if (keep) {
+      for (int i = 0; i < 500 && c->stats().metadata_bytes < metadata_end; ++i) usleep(10'000);
+      EXPECT_EQ(c->stats().metadata_bytes, metadata_end);
+      EXPECT_EQ(c->stats().layers.at(hex).metadata_bytes, metadata_end);
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      EXPECT_EQ(ReadFile(*path + "/big"), big);
+      const int fd = open((*path + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+      ASSERT_GE(fd, 0);
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      close(fd);
+    }
+    EXPECT_GT(c->stats().evictions, 0u);
+    EXPECT_LE(c->stats().cached_bytes, cap);
+    // The metadata prefix read again: from the node when kept, from the
+    // store otherwise.
+    const uint64_t before = c->stats().store_read_bytes;
+    std::string buf(metadata_end, '\0');
+    ASSERT_OK(c->Read(hex, 0, buf.size(), buf.data()));
+    if (keep) {
+      EXPECT_EQ(c->stats().store_read_bytes, before) << "no metadata byte was evicted";
+    } else {
+      EXPECT_GT(c->stats().store_read_bytes, before) << "the data evicted the metadata";
+    }
+    (*mc)->Release(layer->digest);
+    (*mc)->Sweep(/*all=*/true);
+    (*fs)->Forget(hex);
+    // Unmounted: kept no more.
+    for (int i = 0; i < 500 && c->stats().metadata_bytes > 0; ++i) usleep(10'000);
+    EXPECT_EQ(c->stats().metadata_bytes, 0u);
+    (*fs)->Shutdown();
+  }
   EXPECT_EQ(CountMountsUnder(root_), 0);
 }
 

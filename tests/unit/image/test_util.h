@@ -11,12 +11,14 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "image/erofs_layout.h"
 #include "image/fs_util.h"
 
 namespace warren::image::testing {
@@ -25,6 +27,23 @@ inline std::string MakeTempDir() {
   char tmpl[] = "/tmp/warren-image-test-XXXXXX";
   EXPECT_NE(mkdtemp(tmpl), nullptr);
   return tmpl;
+}
+
+// n pseudo-random bytes, the same for the same seed.
+inline std::string RandomBytes(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(g());
+  return s;
+}
+
+// ReadErofsLayout's reader over an open file: pread, errors as Status.
+inline ErofsReadFn PreadFn(int fd) {
+  return [fd](uint64_t off, size_t len, char* buf) -> StatusOr<size_t> {
+    const ssize_t n = pread(fd, buf, len, static_cast<off_t>(off));
+    if (n < 0) return ErrnoToStatus(errno, "pread");
+    return static_cast<size_t>(n);
+  };
 }
 
 inline void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644) {
