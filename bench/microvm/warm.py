@@ -7,7 +7,7 @@ time): --microvm-templates=false (every create boots the kernel) and the
 default (the first create saves the template; the rest are clones). Prints
 p50/p99 of create → first exec result for each, and the template build.
 
-  .venv/bin/python bench/microvm/warm.py [-n 20] [--cold 5] [--guest DIR]
+  .venv/bin/python bench/microvm/warm.py [-n 20] [--cold 5] [--guest DIR] [--warrend PATH]
 
 --guest: the dir of scripts/microvm/build-guest.sh's output (default
 build/microvm-guest of this tree if present, else /var/cache/warren/microvm).
@@ -38,14 +38,16 @@ def pct(xs: list[float], p: float) -> float:
 
 
 class Daemon:
-    def __init__(self, root: Path, name: str, guest: Path, extra: list[str]) -> None:
+    def __init__(
+        self, root: Path, name: str, guest: Path, extra: list[str], warrend: Path = ROOT / "build/src/warrend/warrend"
+    ) -> None:
         self.dir = root / name
         self.dir.mkdir()
         self.sock = self.dir / "w.sock"
         self.log = self.dir / "warrend.log"
         self.proc = subprocess.Popen(
             [
-                str(ROOT / "build/src/warrend/warrend"),
+                str(warrend),
                 "--state-dir",
                 str(self.dir / "state"),
                 "--socket",
@@ -147,6 +149,12 @@ def main() -> int:
         default=None,
         help="warrend's --microvm-pool (default: its default)",
     )
+    ap.add_argument(
+        "--warrend",
+        type=Path,
+        default=ROOT / "build/src/warrend/warrend",
+        help="the warrend binary (an A/B against another build)",
+    )
     local = ROOT / "build/microvm-guest"
     ap.add_argument(
         "--guest",
@@ -159,7 +167,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="microvm-warm-", dir="/var/tmp"))
     layer = "base/debian-12@1"
     try:
-        d = Daemon(root, "cold", a.guest, ["--microvm-templates", "false"])
+        d = Daemon(root, "cold", a.guest, ["--microvm-templates", "false"], a.warrend)
         try:
             d.client.layers.build(layer, dir=str(ROOTFS), timeout=900)
             st = d.client.status()
@@ -175,6 +183,7 @@ def main() -> int:
             "warm",
             a.guest,
             [] if a.pool is None else ["--microvm-pool", str(a.pool)],
+            a.warrend,
         )
         try:
             first = create_to_exec(d.client, layer)  # saves the template

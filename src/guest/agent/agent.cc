@@ -144,9 +144,15 @@ class Agent {
     const size_t proc_first = fds.size();
     procs_.AddPollFds(&fds);
     // Disconnected: SIGIO says when the host connects; the probe below also
-    // runs once a second in case a signal was missed (every 20 ms without
-    // O_ASYNC).
-    int timeout = connected_ ? -1 : async_ ? 1000 : 20;
+    // runs every 50 ms (20 ms without O_ASYNC) for the connections no signal
+    // announces: QEMU drops the port-open control message when the guest's
+    // control queue has no buffer posted (virtio-serial-bus.c,
+    // send_control_msg), which a clone restored and connected to at once
+    // met in ~1 of 20 back-to-back creates; with a 1 s probe that create's
+    // first hello took over a second (bench/microvm/warm.py under load).
+    // Only a disconnected agent wakes so: a pool clone before it is taken,
+    // a sandbox while its daemon restarts.
+    int timeout = connected_ ? -1 : async_ ? 50 : 20;
     int64_t now = NowMs();
     for (auto& [id, j] : jobs_) {
       for (int64_t t : {j->deadline_ms, j->kill_at_ms}) {
