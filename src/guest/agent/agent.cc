@@ -145,11 +145,11 @@ class Agent {
     procs_.AddPollFds(&fds);
     // Disconnected: SIGIO says when the host connects; the probe below also
     // runs every 50 ms (20 ms without O_ASYNC) for the connections no signal
-    // announces: QEMU drops the port-open control message when the guest's
-    // control queue has no buffer posted (virtio-serial-bus.c,
-    // send_control_msg), which a clone restored and connected to at once
-    // met in ~1 of 20 back-to-back creates; with a 1 s probe that create's
-    // first hello took over a second (bench/microvm/warm.py under load).
+    // announces: ~1 in 40 clones restored and connected to at once got none
+    // (likely cause: QEMU drops the port-open control message when the
+    // guest has no control buffer posted, virtio-serial-bus.c
+    // send_control_msg); with a 1 s probe that create's first hello took
+    // over a second (bench/microvm/warm.py under load, bench/RESULTS.md).
     // Only a disconnected agent wakes so: a pool clone before it is taken,
     // a sandbox while its daemon restarts.
     int timeout = connected_ ? -1 : async_ ? 50 : 20;
