@@ -48,6 +48,13 @@ def mem_available_kib() -> int:
     raise RuntimeError("no MemAvailable")
 
 
+def named(pid: str, want: set[bytes]) -> bool:
+    """Whether /proc/<pid> is a QEMU whose -name is one of `want` (its
+    argument is "<name>,debug-threads=on": qemu.cc)."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return any(a.split(b",", 1)[0] in want for a in args)
+
+
 def qemu_pss_kib(ids: list[str]) -> tuple[int, int]:
     """Summed Pss and Rss (KiB) of the QEMUs named warren:<id>."""
     want = {f"warren:{i}".encode() for i in ids}
@@ -56,8 +63,7 @@ def qemu_pss_kib(ids: list[str]) -> tuple[int, int]:
         if not e.isdigit():
             continue
         try:
-            args = set(Path(f"/proc/{e}/cmdline").read_bytes().split(b"\0"))
-            if not args & want:
+            if not named(e, want):
                 continue
             for line in Path(f"/proc/{e}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
@@ -81,7 +87,7 @@ def qemu_cpu_ticks(ids: list[str]) -> int:
         if not e.isdigit():
             continue
         try:
-            if not set(Path(f"/proc/{e}/cmdline").read_bytes().split(b"\0")) & want:
+            if not named(e, want):
                 continue
             f = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(f[11]) + int(f[12])
