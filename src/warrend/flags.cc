@@ -75,14 +75,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_flag("--layer-cache-prefetch,!--no-layer-cache-prefetch", flags.layer_cache_prefetch,
                "with the read cache: record what a layer's first sandboxes read (its hot list, kept in the "
-               "store) and read it ahead when a node mounts the layer");
+               "store) and read it ahead when a node mounts the layer (on by default)");
   app.add_flag("--chunked-layers,!--no-chunked-layers", flags.chunked_layers,
                "build every layer this node converts chunk-based (metadata first, so a read cache keeps it "
-               "local; holes and repeated 4 KiB blocks cost nothing); off: only layers with sparse files and "
-               "sandbox copies");
+               "local; holes and repeated 4 KiB blocks cost nothing); off (the default): only layers with sparse "
+               "files and sandbox copies");
   app.add_flag("--layer-cache-keep-metadata,!--no-layer-cache-keep-metadata", flags.layer_cache_keep_metadata,
                "with the read cache: keep a mounted layer's EROFS metadata (superblock, inodes, directories, "
-               "chunk indexes: the image's first ~0.5 %) local, read whole at the mount and never evicted");
+               "chunk indexes: the image's first ~0.5 %) local, read whole at the mount and never evicted (on by "
+               "default)");
   app.add_option("--microvm-dir", flags.microvm_dir,
                  "microvm: dir of the guest kernel and initramfs (vmlinux or vmlinuz, initramfs.cpio: "
                  "scripts/microvm/build-guest.sh); the backend is offered only when they and QEMU exist")
