@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/integration"))
 
 from _cleanup import unmount_and_remove  # noqa: E402
+from _nodes import gluster_node  # noqa: E402
 from conftest import Daemon  # noqa: E402
 from test_images import _ti, make_layout, tar_bytes  # noqa: E402
 from test_images_shared import Gluster, _busybox_layer  # noqa: E402
@@ -66,11 +67,7 @@ def main() -> None:
         g.start()
 
         def node(name: str, extra: list[str]) -> Daemon:
-            store = g.mount(root / f"mnt-{name}") / "layers"
-            store.mkdir(exist_ok=True)
-            d = Daemon(root, name, store, f"rm{name[:2]}{os.getpid()}", extra_args=extra).start()
-            daemons.append(d)
-            return d
+            return gluster_node(g, root, name, f"rm{name[:2]}{os.getpid()}", extra, daemons)
 
         lay = make_layout(root / "img", [
             _busybox_layer(),
